@@ -1,0 +1,82 @@
+// labkit: matrix multiplication C = A @ B, batched, with operands read through strides.
+//
+// Build macros: T (element type), and for gemm_rb VT (vector type of T), VW (its width),
+// RM (rows per work-item) and VN (vectors per work-item row), chosen per device by
+// labkit/backend/opencl/gemm.py's tuner.
+//
+// gemm_rb: CPU-style register blocking. Each work-item keeps an RM x (VN*VW) block of C in
+// registers; per k it loads VN vectors of one row of B and RM scalars of A. B's rows must be
+// contiguous and VW-aligned (the caller packs B otherwise); A and C may have any strides.
+// NOTE: plain `*`/`+` and vector-pointer loads, not fma()/vloadN: in PoCL's build those are
+// out-of-line calls and cost 3-5x in this loop.
+//
+// gemm_gen: one work-item per element of C, any strides, any dtype: edges, small or odd shapes.
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+
+#ifdef VT
+__kernel void gemm_rb(const int K,
+                      __global const T* A, const long a_o, const long sam, const long sak,
+                      const long sab,
+                      __global const VT* B, const long b_o, const long ldb, const long sbb,
+                      __global T* C, const long c_o, const long scm, const long scn,
+                      const long scb)
+{
+    const int jv = get_global_id(0);          // block of VN*VW columns
+    const int ib = get_global_id(1);          // block of RM rows
+    const long bz = get_global_id(2);         // batch
+    __global const T* a = A + a_o + bz * sab + (long)ib * RM * sam;
+    __global const VT* b = B + b_o + bz * sbb + (long)jv * VN;
+    VT acc[RM][VN];
+#pragma unroll
+    for (int r = 0; r < RM; ++r)
+#pragma unroll
+        for (int v = 0; v < VN; ++v) acc[r][v] = (VT)(0);
+    for (int k = 0; k < K; ++k) {
+        VT bv[VN];
+#pragma unroll
+        for (int v = 0; v < VN; ++v) bv[v] = b[v];
+        b += ldb;
+#pragma unroll
+        for (int r = 0; r < RM; ++r) {
+            const T av = a[r * sam];
+#pragma unroll
+            for (int v = 0; v < VN; ++v) acc[r][v] += av * bv[v];
+        }
+        a += sak;
+    }
+    __global T* c = C + c_o + bz * scb + (long)ib * RM * scm + (long)jv * VN * VW * scn;
+    if (scn == 1) {
+#pragma unroll
+        for (int r = 0; r < RM; ++r)
+#pragma unroll
+            for (int v = 0; v < VN; ++v) CAT(vstore, VW)(acc[r][v], 0, c + r * scm + v * VW);
+    } else {
+        for (int r = 0; r < RM; ++r)
+            for (int v = 0; v < VN; ++v) {
+                const T* p = (const T*)&acc[r][v];
+                for (int i = 0; i < VW; ++i) c[r * scm + (v * VW + i) * scn] = p[i];
+            }
+    }
+}
+#endif
+
+__kernel void gemm_gen(const int M, const int N, const int K, const int i0, const int j0,
+                       __global const T* A, const long a_o, const long sam, const long sak,
+                       const long sab,
+                       __global const T* B, const long b_o, const long sbk, const long sbn,
+                       const long sbb,
+                       __global T* C, const long c_o, const long scm, const long scn,
+                       const long scb)
+{
+    const int j = get_global_id(0);
+    const int i = get_global_id(1);
+    const long bz = get_global_id(2);
+    if (i >= M || j >= N) return;
+    __global const T* a = A + a_o + bz * sab + (long)(i0 + i) * sam;
+    __global const T* b = B + b_o + bz * sbb + (long)(j0 + j) * sbn;
+    T acc = 0;
+    for (int k = 0; k < K; ++k) acc += a[k * sak] * b[k * sbk];
+    C[c_o + bz * scb + (long)(i0 + i) * scm + (long)(j0 + j) * scn] = acc;
+}

@@ -1,0 +1,172 @@
+"""Broadcasted elementwise kernels generated from an expression, cached by their signature.
+
+A call is planned once per signature (expression, dtypes, shapes, strides): dimensions of size 1
+are dropped, adjacent dimensions that every operand walks contiguously are merged, and strides
+of 0 and 1 are baked into the source (a broadcast costs nothing, a contiguous walk has no
+multiply). Shapes and other strides are kernel arguments, so a new shape with the same pattern
+reuses the built program. Later calls with the same signature only pay for the enqueue.
+"""
+
+from __future__ import annotations
+
+from string import Template
+
+import numpy as np
+
+from .ndarray import CTYPES, ndarray
+from .program import build, source
+
+_INT_MAX = 2**31 - 1
+_IDX_NP = {"int": np.int32, "long": np.int64}
+
+
+def _plan(rt, name, expr, out, inputs, in_ctypes):
+    shape = out.shape
+    nd = len(shape)
+    # per operand strides broadcast to the output shape
+    ops = [out._st]
+    kinds = []
+    for x in inputs:
+        if isinstance(x, ndarray):
+            pad = nd - x.ndim
+            st = [0] * pad + [s if d != 1 else 0 for d, s in zip(x.shape, x._st)]
+            ops.append(tuple(st))
+            kinds.append("a")
+        else:
+            kinds.append("s")
+    # drop size-1 dims, then merge dims walked contiguously by every operand
+    dims = [i for i in range(nd) if shape[i] != 1]
+    cshape = [shape[i] for i in dims]
+    cst = [[st[i] for i in dims] for st in ops]
+    k = len(cshape) - 1
+    while k > 0:
+        if all(st[k - 1] == st[k] * cshape[k] for st in cst):
+            cshape[k - 1] *= cshape[k]
+            del cshape[k]
+            for st in cst:
+                st[k - 1] = st[k]
+                del st[k]
+        k -= 1
+    if not cshape:
+        cshape = [1]
+        cst = [[0] for _ in cst]
+    cnd = len(cshape)
+    wide = out._nbuf > _INT_MAX or any(
+        isinstance(x, ndarray) and x._nbuf > _INT_MAX for x in inputs)
+    idx = "long" if wide or out.size > _INT_MAX else "int"
+
+    # ---- source ---------------------------------------------------------------------------
+    params, stride_args, stride_types = [], [], []
+    patterns = []
+
+    def operand(tag, ctype, st, const):
+        q = "__global const " if const else "__global "
+        params.append(f", {q}{ctype}* {tag}, const IDX {tag}_o")
+        terms = [f"{tag}_o"]
+        pat = []
+        for j, s in enumerate(st):
+            if s == 0:
+                pat.append("0")
+            elif s == 1:
+                pat.append("1")
+                terms.append(f"i{j}")
+            else:
+                pat.append("s")
+                params.append(f", const IDX {tag}_s{j}")
+                stride_args.append(s)
+                stride_types.append(_IDX_NP[idx])
+                terms.append(f"i{j}*{tag}_s{j}")
+        patterns.append("".join(pat))
+        return " + ".join(terms)
+
+    out_index = operand("o", CTYPES[out.dtype], cst[0], False)
+    loads = []
+    ai = 1
+    for n, (kind, ct) in enumerate(zip(kinds, in_ctypes)):
+        if kind == "a":
+            x = inputs[n]
+            index = operand(f"a{n}", CTYPES[x.dtype], cst[ai], True)
+            ai += 1
+            loads.append(f"    const {ct} v{n} = ({ct}){f'a{n}'}[{index}];")
+        else:
+            params.append(f", const {ct} v{n}")
+    dim_params = "".join(f", const IDX d{j}" for j in range(1, cnd))
+    unravel = []
+    for j in range(cnd - 1, 0, -1):
+        unravel.append(f"    const IDX i{j} = r % d{j}; r /= d{j};")
+    unravel.append("    const IDX i0 = r;")
+    octype = CTYPES[out.dtype]
+    store = f"    o[{out_index}] = ({octype})({expr});"
+    kname = f"lk_{name}"
+    src = source("common") + Template(source("elementwise")).substitute(
+        name=kname, params="".join(params) + dim_params, unravel="\n".join(unravel),
+        load="\n".join(loads), store=store)
+    fp64 = "double" in src
+    opts = f"-DIDX={idx}" + (" -DLK_FP64" if fp64 else "")
+    kkey = ("elementwise-kernel", src, opts)
+    kernel = rt.kernels.get(kkey)
+    fresh = kernel is None
+    if fresh:
+        prg = build(rt, src, opts, name=f"elementwise.cl:{kname}")
+        kernel = rt.kernels[kkey] = getattr(prg, kname)
+
+    # ---- argument layout ------------------------------------------------------------------
+    # n, (buf, off, strides...) for out and each array input, scalars in their slots, dims.
+    arg_types = [_IDX_NP[idx]]
+    arg_types += [None, _IDX_NP[idx]] + stride_types[: patterns[0].count("s")]
+    per_operand_strides = []
+    pos = 0
+    for pat in patterns:
+        cnt = pat.count("s")
+        per_operand_strides.append(tuple(stride_args[pos:pos + cnt]))
+        pos += cnt
+    types_after_out = []
+    ai = 1
+    for kind, ct in zip(kinds, in_ctypes):
+        if kind == "a":
+            types_after_out += [None, _IDX_NP[idx]] + [_IDX_NP[idx]] * patterns[ai].count("s")
+            ai += 1
+        else:
+            types_after_out.append(_CT_NP[ct])
+    arg_types += types_after_out + [_IDX_NP[idx]] * (cnd - 1)
+    if fresh:
+        kernel.set_scalar_arg_dtypes(arg_types)
+    n = out.size
+    ls = min(256, rt.info.max_work_group_size)
+    gs = ((n + ls - 1) // ls) * ls
+    return (kernel, n, gs, ls, per_operand_strides, tuple(cshape[1:]), kinds)
+
+
+_CT_NP = {"float": np.float32, "double": np.float64, "char": np.int8, "uchar": np.uint8,
+          "short": np.int16, "ushort": np.uint16, "int": np.int32, "uint": np.uint32,
+          "long": np.int64, "ulong": np.uint64}
+
+
+def launch(name: str, expr: str, out: ndarray, inputs, in_ctypes) -> ndarray:
+    """Run ``out[...] = expr(v0, v1, ...)`` with NumPy broadcasting of ``inputs`` to ``out``.
+
+    ``inputs`` are ndarrays (already on ``out``'s device) or scalars; ``in_ctypes`` gives the
+    OpenCL type each is converted to when loaded (the op's compute type).
+    """
+    if out.size == 0:
+        return out
+    rt = out.rt
+    key = (name, expr, out.dtype, out.shape, out._st,
+           tuple((x.dtype, x.shape, x._st) if isinstance(x, ndarray) else None for x in inputs),
+           in_ctypes)
+    cache = rt.kernels
+    plan = cache.get(key)
+    if plan is None:
+        plan = cache[key] = _plan(rt, name, expr, out, inputs, in_ctypes)
+    kernel, n, gs, ls, strides, dims, kinds = plan
+    args = [n, out.data, out.offset, *strides[0]]
+    ai = 1
+    for x, kind in zip(inputs, kinds):
+        if kind == "a":
+            args += (x.data, x.offset, *strides[ai])
+            ai += 1
+        else:
+            args.append(x)
+    args += dims
+    kernel(rt.queue, (gs,), (ls,), *args)
+    return out

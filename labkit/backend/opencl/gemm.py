@@ -1,0 +1,265 @@
+"""matmul: 2-D and batched, operands read through their strides (a transposed view is not
+copied by the caller). Kernels in kernels_cl/gemm.cl.
+
+Large float products run the register-blocked ``gemm_rb`` over the full blocks and ``gemm_gen``
+over the edge strips. The blocking (rows x vectors x width) is tuned once per device and dtype,
+kept in memory and in ``<cache dir>/gemm-tuning.json``; ``LABKIT_GEMM_CONFIG=RM,VN,VW`` forces
+one. Like a BLAS, the fast path packs B into aligned rows when its layout does not allow vector
+loads (B transposed, or rows not a multiple of the vector width apart).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+
+from ...errors import ShapeError
+from .ndarray import CTYPES, broadcast_shapes, broadcast_strides, ndarray, same_device
+from .program import build, cache_dir, source
+
+CANDIDATES = {
+    "float": [(8, 2, 16), (4, 2, 16), (8, 1, 16), (4, 4, 8), (8, 2, 8), (4, 1, 16), (6, 2, 16)],
+    "double": [(8, 2, 8), (4, 2, 8), (4, 4, 4), (8, 1, 8)],
+}
+DEFAULT = {"float": (8, 2, 16), "double": (4, 2, 8)}
+_FAST_MIN_WORK = 64 * 64 * 64  # below this many multiply-adds, the plain kernel is as fast
+
+
+def _program(rt, ct, cfg=None):
+    key = ("gemm-prg", ct, cfg)
+    prg = rt.kernels.get(key)
+    if prg is None:
+        defs = f"#define T {ct}\n"
+        if ct == "double":
+            defs = "#define LK_FP64\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + defs
+        if cfg is not None:
+            rm, vn, vw = cfg
+            defs += f"#define VT {ct}{vw}\n#define VW {vw}\n#define RM {rm}\n#define VN {vn}\n"
+        built = build(rt, defs + source("gemm"), "", name=f"gemm.cl ({ct}, {cfg})")
+        prg = _Kernels(built, ["gemm_rb", "gemm_gen"] if cfg is not None else ["gemm_gen"])
+        if cfg is not None:
+            prg.gemm_rb.set_scalar_arg_dtypes(
+                [np.int32] + [None] + [np.int64] * 4 + [None] + [np.int64] * 3 + [None]
+                + [np.int64] * 4)
+        prg.gemm_gen.set_scalar_arg_dtypes(
+            [np.int32] * 5 + [None] + [np.int64] * 4 + [None] + [np.int64] * 4 + [None]
+            + [np.int64] * 4)
+        rt.kernels[key] = prg
+    return prg
+
+
+class _Kernels:
+    """Kernel objects retrieved once (each attribute access on a Program makes a new one)."""
+
+    def __init__(self, prg, names):
+        for n in names:
+            setattr(self, n, getattr(prg, n))
+
+
+def _tuning_file():
+    return cache_dir() / "gemm-tuning.json"
+
+
+def _device_key(rt):
+    i = rt.info
+    return f"{i.platform}|{i.name}|{i.driver_version}"
+
+
+def config(rt, ct):
+    """The blocking for ``gemm_rb`` on this device and type, tuned on first use."""
+    forced = os.environ.get("LABKIT_GEMM_CONFIG")
+    if forced:
+        return tuple(int(x) for x in forced.split(","))
+    got = rt.tuned.get(("gemm", ct))
+    if got:
+        return got
+    path = _tuning_file()
+    key = f"{_device_key(rt)}|{ct}"
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError):
+        stored = {}
+    if key in stored:
+        cfg = tuple(stored[key]["config"])
+    else:
+        cfg, timings = tune(rt, ct)
+        stored[key] = {"config": list(cfg), "ms": timings}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(stored, indent=1))
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    rt.tuned[("gemm", ct)] = cfg
+    return cfg
+
+
+def tune(rt, ct, n=384):
+    """Time every candidate blocking on an n x n x n product; return the best and the times."""
+    from .api import asarray
+
+    dt = np.float32 if ct == "float" else np.float64
+    rng = np.random.default_rng(0)
+    a = asarray(rng.standard_normal((n, n)).astype(dt), device=rt)
+    b = asarray(rng.standard_normal((n, n)).astype(dt), device=rt)
+    timings = {}
+    for cfg in CANDIDATES[ct]:
+        if (cfg[1] * cfg[2]) > n:
+            continue
+        try:
+            best = float("inf")
+            for _ in range(3):
+                rt.finish()
+                t = time.perf_counter()
+                _matmul2(a, b, cfg=cfg)
+                rt.finish()
+                best = min(best, time.perf_counter() - t)
+            timings[",".join(map(str, cfg))] = round(best * 1e3, 3)
+        except Exception:  # noqa: BLE001 - a blocking the device cannot build is skipped
+            continue
+    if not timings:
+        return DEFAULT[ct], timings
+    best = min(timings, key=timings.get)
+    return tuple(int(x) for x in best.split(",")), timings
+
+
+def _matmul2(a, b, cfg=None):
+    out = ndarray(a.rt, (a.shape[0], b.shape[1]), a.dtype)
+    _gemm(a.rt, a.dtype, 1, a.shape[0], b.shape[1], a.shape[1],
+          (a, a.offset, a._st[0], a._st[1], 0), (b, b.offset, b._st[0], b._st[1], 0),
+          (out, 0, out._st[0], out._st[1], 0), cfg=cfg)
+    return out
+
+
+def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None):
+    ct = CTYPES[dt]
+    q = rt.queue
+    if M == 0 or N == 0:
+        return
+    if K == 0:
+        from .api import _assign
+
+        _assign(C[0], 0)
+        return
+    fast = ct in ("float", "double") and M * N * K >= _FAST_MIN_WORK
+    done_m = done_n = 0
+    if fast:
+        if cfg is None:
+            cfg = config(rt, ct)
+        rm, vn, vw = cfg
+        mb, nbk = (M // rm) * rm, (N // (vn * vw)) * (vn * vw)
+        if mb and nbk:
+            bufb, b_o, sbk, sbn, sbb = B
+            if not (sbn == 1 and b_o % vw == 0 and sbk % vw == 0 and sbb % vw == 0):
+                bufb, b_o, sbk, sbn, sbb = _pack_b(rt, dt, nb, K, N, B, vw)
+            prg = _program(rt, ct, cfg)
+            a, a_o, sam, sak, sab = A
+            c, c_o, scm, scn, scb = C
+            prg.gemm_rb(q, (nbk // (vn * vw), mb // rm, nb), None, K,
+                        a.data, a_o, sam, sak, sab,
+                        bufb.data, b_o // vw, sbk // vw, sbb // vw,
+                        c.data, c_o, scm, scn, scb)
+            done_m, done_n = mb, nbk
+    prg = _program(rt, ct)
+    a, a_o, sam, sak, sab = A
+    b, b_o, sbk, sbn, sbb = B
+    c, c_o, scm, scn, scb = C
+
+    def gen(i0, j0, m, n):
+        if m <= 0 or n <= 0:
+            return
+        prg.gemm_gen(q, (-(-n // 8) * 8, -(-m // 4) * 4, nb), None, m, n, K, i0, j0,
+                     a.data, a_o, sam, sak, sab, b.data, b_o, sbk, sbn, sbb,
+                     c.data, c_o, scm, scn, scb)
+
+    if done_m == 0:
+        gen(0, 0, M, N)
+    else:
+        gen(0, done_n, M, N - done_n)        # right strip, all rows
+        gen(done_m, 0, M - done_m, done_n)   # bottom strip under the blocks
+
+
+def _pack_b(rt, dt, nb, K, N, B, vw):
+    """Copy B into rows that start on a vector boundary (like a BLAS packs its panels)."""
+    from .api import _assign
+
+    b, b_o, sbk, sbn, sbb = B
+    ld = -(-N // vw) * vw
+    packed = ndarray(rt, (nb, K, ld), dt)
+    src = b._view((nb, K, N), (sbb, sbk, sbn), b_o)
+    _assign(packed[:, :, :N], src)
+    return packed, 0, ld, 1, K * ld
+
+
+def _batch_strides(x, batch_shape, op):
+    """One stride for the (broadcast) batch dims of x, or None if they do not collapse."""
+    st = broadcast_strides(x.shape[:-2], x._st[:-2], batch_shape, op)
+    dims = [(d, s) for d, s in zip(batch_shape, st) if d != 1]
+    if not dims:
+        return 0
+    for (d0, s0), (d1, s1) in zip(dims, dims[1:]):
+        if s0 != s1 * d1:
+            return None
+    return dims[-1][1]
+
+
+def matmul(a, b, out=None):
+    """NumPy's matmul: 1-D operands are promoted and the added axis removed; batch dims
+    broadcast."""
+    from .api import asarray, result_type
+
+    rt = same_device("matmul", (a, b))
+    if not isinstance(a, ndarray) or not isinstance(b, ndarray):
+        raise TypeError("matmul: both operands must be arrays (scalars: use multiply)")
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"matmul: operands must have at least one dimension, got shapes "
+                         f"{a.shape} and {b.shape}; use multiply for scalars")
+    dt = result_type(a, b)
+    if a.dtype != dt:
+        a = a.astype(dt)
+    if b.dtype != dt:
+        b = b.astype(dt)
+    va = a.ndim == 1
+    vb = b.ndim == 1
+    if va:
+        a = a.reshape(1, -1)
+    if vb:
+        b = b.reshape(-1, 1)
+    M, K = a.shape[-2:]
+    K2, N = b.shape[-2:]
+    if K != K2:
+        raise ShapeError(
+            f"matmul: a has {K} columns but b has {K2} rows (a.shape={a.shape}, "
+            f"b.shape={b.shape}); the last axis of a must match the second-to-last of b")
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul (batch dimensions)")
+    nb = int(np.prod(batch)) if batch else 1
+    sa = _batch_strides(a, batch, "matmul")
+    if sa is None:
+        a = a.broadcast_to(batch + (M, K)).copy()
+        sa = K * M
+    sb = _batch_strides(b, batch, "matmul")
+    if sb is None:
+        b = b.broadcast_to(batch + (K, N)).copy()
+        sb = K * N
+    c = ndarray(rt, batch + (M, N), dt)
+    _gemm(rt, dt, nb, M, N, K, (a, a.offset, a._st[-2], a._st[-1], sa),
+          (b, b.offset, b._st[-2], b._st[-1], sb), (c, 0, N, 1, M * N))
+    shape = batch + ((M,) if not va else ()) + ((N,) if not vb else ())
+    res = c.reshape(shape)
+    if out is not None:
+        from .api import _assign
+
+        _assign(out, res)
+        return out
+    del asarray
+    return res
+
+
+def dot(a, b):
+    if a.ndim <= 2 and b.ndim <= 2:
+        return matmul(a, b)
+    raise NotImplementedError("dot: only 1-D and 2-D operands; use matmul for batches")

@@ -1,0 +1,298 @@
+"""Reductions over any set of axes with keepdims: sum, prod, mean, max, min, argmax, argmin,
+var, std, any, all, logsumexp. Kernels in kernels_cl/reduce.cl."""
+
+from __future__ import annotations
+
+import builtins
+from string import Template
+
+import numpy as np
+
+from ...errors import ShapeError
+from .ndarray import CTYPES, check_dtype, ndarray, normalize_axis
+from .program import build, source
+
+_INT_MAX = 2**31 - 1
+_IDX_NP = {"int": np.int32, "long": np.int64}
+
+_INT_LIMITS = {"char": ("CHAR_MIN", "CHAR_MAX"), "uchar": ("0", "UCHAR_MAX"),
+               "short": ("SHRT_MIN", "SHRT_MAX"), "ushort": ("0", "USHRT_MAX"),
+               "int": ("INT_MIN", "INT_MAX"), "uint": ("0", "UINT_MAX"),
+               "long": ("LONG_MIN", "LONG_MAX"), "ulong": ("0", "ULONG_MAX")}
+
+
+def _axes(a: ndarray, axis, op: str) -> tuple:
+    if axis is None:
+        return tuple(range(a.ndim))
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    norm = tuple(sorted({normalize_axis(x, a.ndim, op) for x in axes}))
+    if len(norm) != len(axes):
+        raise ShapeError(f"{op}: duplicate value in axis {axis}")
+    return norm
+
+
+def _collapse(dims, st):
+    dims, st = list(dims), list(st)
+    keep = [i for i, d in enumerate(dims) if d != 1]
+    dims, st = [dims[i] for i in keep], [st[i] for i in keep]
+    k = len(dims) - 1
+    while k > 0:
+        if st[k - 1] == st[k] * dims[k]:
+            dims[k - 1] *= dims[k]
+            st[k - 1] = st[k]
+            del dims[k], st[k]
+        k -= 1
+    return dims or [1], st or [0]
+
+
+def _offset_code(var, idx_var, tag, dims, st, params, args, idx):
+    """Code that unravels `idx_var` over `dims` into `var` = sum(i_j * stride_j)."""
+    lines = []
+    terms = []
+    for j in range(len(dims) - 1, -1, -1):
+        iv = f"{tag}{j}"
+        if j:
+            params.append(f", const IDX {tag}d{j}")
+            args.append((_IDX_NP[idx], dims[j]))
+            lines.append(f"    const IDX {iv} = {idx_var} % {tag}d{j}; {idx_var} /= {tag}d{j};")
+        else:
+            lines.append(f"    const IDX {iv} = {idx_var};")
+        if st[j] == 1:
+            terms.append(iv)
+        elif st[j] != 0:
+            params.append(f", const IDX {tag}s{j}")
+            args.append((_IDX_NP[idx], st[j]))
+            terms.append(f"{iv}*{tag}s{j}")
+    lines.append(f"    const IDX {var} = {' + '.join(terms) or '0'};")
+    return "\n".join("    " + ln for ln in lines)
+
+
+def _reduce(op: str, a: ndarray, axis, keepdims: bool, *, acc_dt, out_dt, map_="(x)",
+            combine=None, neutral=None, better=None, empty_ok=True):
+    axes = _axes(a, axis, op)
+    kept = [i for i in range(a.ndim) if i not in axes]
+    out_shape = tuple(a.shape[i] for i in kept)
+    full_shape = tuple(1 if i in axes else a.shape[i] for i in range(a.ndim))
+    n_red = 1
+    for i in axes:
+        n_red *= a.shape[i]
+    rt = a.rt
+    acc_dt, out_dt = check_dtype(acc_dt, rt, op), check_dtype(out_dt, rt, op)
+    out = ndarray(rt, out_shape, out_dt)
+    if n_red == 0 and not empty_ok:
+        raise ValueError(f"{op}: zero-size reduction (shape {a.shape}, axis {axis}) has no "
+                         "identity; pass a non-empty array or use an initial value")
+    if out.size == 0:
+        return out.reshape(full_shape) if keepdims else out
+    if n_red == 0:
+        from .api import full
+
+        out = full(out_shape, neutral_value(neutral), out_dt, rt)
+        return out.reshape(full_shape) if keepdims else out
+    outer = _collapse([a.shape[i] for i in kept], [a._st[i] for i in kept])
+    inner = _collapse([a.shape[i] for i in axes], [a._st[i] for i in axes])
+    n_out = out.size
+    ls = 1
+    while ls * 2 <= builtins.min(256, rt.info.max_work_group_size):
+        ls *= 2
+    use_wi = n_red <= 16 or n_out >= 16384
+    n_seg = 1
+    if not use_wi and better is None:
+        target = builtins.max(64, 16 * rt.info.compute_units)
+        n_seg = builtins.max(1, builtins.min(-(-target // n_out), n_red // (ls * 32)))
+    arg = better is not None
+    if n_seg == 1:
+        _run(op, a, out, n_out, n_red, 1, outer, inner, acc_dt, map_, combine, neutral,
+             better, use_wi, ls)
+    else:
+        part = ndarray(rt, (n_out * n_seg,), acc_dt)
+        _run(op, a, part, n_out, n_red, n_seg, outer, inner, acc_dt, map_, combine, neutral,
+             better, False, ls)
+        _run(op + "_pass2", part, out, n_out, n_seg, 1, [n_out], [n_seg], acc_dt, "(x)",
+             combine, neutral, None, n_seg <= 16, ls, inner_override=([n_seg], [1]),
+             outer_override=([n_out], [n_seg]))
+    del arg
+    return out.reshape(full_shape) if keepdims else out
+
+
+def neutral_value(neutral):
+    return {"0": 0, "1": 1}.get(neutral, 0)
+
+
+def _run(op, a, out, n_out, n_red, n_seg, outer, inner, acc_dt, map_, combine, neutral,
+         better, use_wi, ls, inner_override=None, outer_override=None):
+    rt = a.rt
+    od, os_ = outer_override if outer_override else outer
+    idd, ist = inner_override if inner_override else inner
+    wide = a._nbuf > _INT_MAX or out._nbuf > _INT_MAX
+    idx = "long" if wide else "int"
+    key = ("reduce", op, a.dtype, out.dtype, acc_dt, tuple(od), tuple(os_), tuple(idd),
+           tuple(ist), use_wi, idx, n_seg > 1, ls)
+    cache = rt.kernels
+    plan = cache.get(key)
+    if plan is None:
+        params, args = [], []
+        outer_code = _offset_code("base0", "r", "o", od, os_, params, args, idx)
+        outer_code += "\n        const IDX base = a_o + base0;"
+        inner_code = _offset_code("off", "q", "q", idd, ist, params, args, idx)
+        name = f"lk_{op}"
+        ct_acc = CTYPES[acc_dt]
+        defs = {"IN": CTYPES[a.dtype], "ACC": ct_acc, "OUT": CTYPES[out.dtype], "IDX": idx,
+                "NEUTRAL": neutral, "LK_WG": str(ls), "MAP(x)": map_}
+        if better is not None:
+            defs["ARG"] = "1"
+            defs["BETTER(x,b)"] = better
+        else:
+            defs["COMBINE(a,b)"] = combine
+        fp64 = "double" in (defs["IN"], ct_acc, defs["OUT"])
+        head = ("#define LK_FP64\n" if fp64 else "") + "".join(
+            f"#define {k} {v}\n" for k, v in defs.items())
+        src = head + source("common") + Template(source("reduce")).substitute(
+            name=name, params="".join(params), outer=outer_code, inner=inner_code)
+        opts = ""
+        kname = f"{name}_wi" if use_wi else f"{name}_wg"
+        kkey = ("reduce-kernel", src, kname)
+        kernel = rt.kernels.get(kkey)
+        if kernel is None:
+            prg = build(rt, src, opts, name=f"reduce.cl:{name}")
+            kernel = rt.kernels[kkey] = getattr(prg, kname)
+        it = _IDX_NP[idx]
+        head = [it, it] + ([] if use_wi else [it]) + [None, it, None, it]
+        kernel.set_scalar_arg_dtypes(head + [t for t, _ in args])
+        plan = cache[key] = (kernel, tuple(v for _, v in args))
+    kernel, extra = plan
+    if use_wi:
+        gs = -(-n_out // ls) * ls
+        kernel(rt.queue, (gs,), (ls,), n_out, n_red, out.data, out.offset, a.data, a.offset,
+               *extra)
+    else:
+        kernel(rt.queue, (n_out * n_seg * ls,), (ls,), n_out, n_red, n_seg, out.data,
+               out.offset, a.data, a.offset, *extra)
+
+
+def _float_neutrals(ct, kind):
+    if kind == "max":
+        return "(-INFINITY)" if ct in ("float", "double") else _INT_LIMITS[ct][0]
+    return "INFINITY" if ct in ("float", "double") else _INT_LIMITS[ct][1]
+
+
+def _sum_dtype(dt, dtype):
+    if dtype is not None:
+        return np.dtype(dtype)
+    if dt.kind == "b" or (dt.kind == "i" and dt.itemsize < 8):
+        return np.dtype(np.int64)
+    if dt.kind == "u" and dt.itemsize < 8:
+        return np.dtype(np.uint64)
+    return dt
+
+
+def sum(a, axis=None, dtype=None, keepdims=False):  # noqa: A001 - NumPy's name
+    dt = _sum_dtype(a.dtype, dtype)
+    return _reduce("sum", a, axis, keepdims, acc_dt=dt, out_dt=dt, combine="((a) + (b))",
+                   neutral="0")
+
+
+def prod(a, axis=None, dtype=None, keepdims=False):
+    dt = _sum_dtype(a.dtype, dtype)
+    return _reduce("prod", a, axis, keepdims, acc_dt=dt, out_dt=dt, combine="((a) * (b))",
+                   neutral="1")
+
+
+def _mean_dtype(a, dtype):
+    if dtype is not None:
+        return np.dtype(dtype)
+    return a.dtype if a.dtype.kind == "f" else np.dtype(np.float64)
+
+
+def mean(a, axis=None, dtype=None, keepdims=False):
+    dt = _mean_dtype(a, dtype)
+    axes = _axes(a, axis, "mean")
+    n = 1
+    for i in axes:
+        n *= a.shape[i]
+    s = _reduce("sum", a, axis, keepdims, acc_dt=dt, out_dt=dt, combine="((a) + (b))",
+                neutral="0")
+    from .api import true_divide
+
+    return true_divide(s, dt.type(n) if n else dt.type(np.nan))
+
+
+def var(a, axis=None, ddof=0, keepdims=False, dtype=None):
+    from .api import square, subtract, true_divide
+
+    m = mean(a, axis=axis, dtype=dtype, keepdims=True)
+    d = square(subtract(a.astype(m.dtype, copy=False), m))
+    axes = _axes(a, axis, "var")
+    n = 1
+    for i in axes:
+        n *= a.shape[i]
+    s = sum(d, axis=axis, keepdims=keepdims)
+    return true_divide(s, m.dtype.type(builtins.max(n - ddof, 0)))
+
+
+def std(a, axis=None, ddof=0, keepdims=False, dtype=None):
+    from .api import sqrt
+
+    return sqrt(var(a, axis=axis, ddof=ddof, keepdims=keepdims, dtype=dtype))
+
+
+def _maxmin(op, kind, a, axis, keepdims):
+    ct = CTYPES[a.dtype]
+    fl = a.dtype.kind == "f"
+    comb = ("LK_FMAX" if fl else "LK_IMAX") if kind == "max" else ("LK_FMIN" if fl else "LK_IMIN")
+    return _reduce(op, a, axis, keepdims, acc_dt=a.dtype, out_dt=a.dtype,
+                   combine=f"{comb}((a), (b))", neutral=_float_neutrals(ct, kind),
+                   empty_ok=False)
+
+
+def max(a, axis=None, keepdims=False):  # noqa: A001
+    return _maxmin("max", "max", a, axis, keepdims)
+
+
+def min(a, axis=None, keepdims=False):  # noqa: A001
+    return _maxmin("min", "min", a, axis, keepdims)
+
+
+amax, amin = max, min
+
+
+def _arg(op, kind, a, axis, keepdims):
+    if axis is None:
+        a = a.reshape(-1)
+        axis = 0
+    fl = a.dtype.kind == "f"
+    cmp = ">" if kind == "max" else "<"
+    better = f"((x) {cmp} (b) || (isnan(x) && !isnan(b)))" if fl else f"((x) {cmp} (b))"
+    ct = CTYPES[a.dtype]
+    return _reduce(op, a, axis, keepdims, acc_dt=a.dtype, out_dt=np.int64,
+                   neutral=_float_neutrals(ct, kind), better=better, empty_ok=False)
+
+
+def argmax(a, axis=None, keepdims=False):
+    return _arg("argmax", "max", a, axis, keepdims)
+
+
+def argmin(a, axis=None, keepdims=False):
+    return _arg("argmin", "min", a, axis, keepdims)
+
+
+def any(a, axis=None, keepdims=False):  # noqa: A001
+    return _reduce("any", a, axis, keepdims, acc_dt=np.bool_, out_dt=np.bool_,
+                   map_="((x) != 0)", combine="((a) || (b))", neutral="0")
+
+
+def all(a, axis=None, keepdims=False):  # noqa: A001
+    return _reduce("all", a, axis, keepdims, acc_dt=np.bool_, out_dt=np.bool_,
+                   map_="((x) != 0)", combine="((a) && (b))", neutral="1")
+
+
+def logsumexp(a, axis=None, keepdims=False):
+    """log(sum(exp(a))) computed stably (max subtracted first)."""
+    from .api import add, exp, log, subtract, where, isfinite
+
+    m = max(a, axis=axis, keepdims=True)
+    m = where(isfinite(m), m, 0)
+    s = sum(exp(subtract(a, m)), axis=axis, keepdims=True)
+    r = add(log(s), m)
+    return r if keepdims else r.reshape(tuple(d for i, d in enumerate(r.shape)
+                                              if i not in _axes(a, axis, "logsumexp")))

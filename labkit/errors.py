@@ -1,0 +1,33 @@
+"""labkit's exceptions. Each message names the operation, what it expected, what it got, and the fix."""
+
+from __future__ import annotations
+
+
+class LabkitError(Exception):
+    """Base class of every error labkit raises on purpose."""
+
+
+class DeviceError(LabkitError):
+    """No such device, or the device cannot do what was asked (e.g. float64 without fp64)."""
+
+
+class DeviceMismatchError(DeviceError, ValueError):
+    """An operation got arrays on two different devices."""
+
+
+class DTypeError(LabkitError, TypeError):
+    """A dtype the operation or the device does not support."""
+
+
+class ShapeError(LabkitError, ValueError):
+    """Shapes that do not broadcast, or do not fit the operation."""
+
+
+class KernelBuildError(LabkitError):
+    """An OpenCL program failed to build; carries the device and the compiler's log."""
+
+    def __init__(self, message: str, *, device: str, log: str, source_name: str):
+        super().__init__(message)
+        self.device = device
+        self.log = log
+        self.source_name = source_name
