@@ -1,4 +1,7 @@
-"""labkit's exceptions. Each message names the operation, what it expected, what it got, and the fix."""
+"""labkit's exceptions.
+
+Each message names the operation, what it expected, what it got, and the fix.
+"""
 
 from __future__ import annotations
 

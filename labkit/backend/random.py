@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .device import Device, device as _device
+from .device import Device
+from .device import device as _device
 
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
@@ -120,8 +121,9 @@ class Generator:
         if self.device.kind == "cpu":
             w = philox4x32_10(np.arange(start, start + nb, dtype=np.uint64), self._key)
             if dt == np.float32:
-                u1 = np.float32(1) - (w[:, 0] >> np.uint32(8)).astype(np.float32) * np.float32(2**-24)
-                u2 = (w[:, 2] >> np.uint32(8)).astype(np.float32) * np.float32(2**-24)
+                scale = np.float32(2**-24)
+                u1 = np.float32(1) - (w[:, 0] >> np.uint32(8)).astype(np.float32) * scale
+                u2 = (w[:, 2] >> np.uint32(8)).astype(np.float32) * scale
             else:
                 def unit(a, b):
                     return ((a >> np.uint32(5)).astype(np.float64) * 67108864.0
@@ -175,6 +177,7 @@ class Generator:
         from .opencl.program import build, source
 
         rt = runtime(self.device.index)
+        dt = np.dtype(dt)
         check_dtype(dt, rt, f"Generator.{kernel[7:]}")
         out = clndarray(rt, shape, dt)
         if n == 0:

@@ -41,7 +41,8 @@ def _runtime(device) -> Runtime:
     """A Runtime from None (the default OpenCL device), 'cl', 'cl:N', a Device or a Runtime."""
     if isinstance(device, Runtime):
         return device
-    from ..device import Device, default_device, device as _device
+    from ..device import Device, default_device
+    from ..device import device as _device
 
     if device is None:
         d = default_device()
@@ -106,7 +107,8 @@ def asarray(obj, dtype=None, device=None) -> ndarray:
     rt = _runtime(device)
     host = np.asarray(obj, dtype=dtype)
     check_dtype(host.dtype, rt, "asarray")
-    host = np.ascontiguousarray(host)
+    if not host.flags.c_contiguous:
+        host = host.copy(order="C")  # NOTE: np.ascontiguousarray would make 0-d arrays 1-d
     out = ndarray(rt, host.shape, host.dtype)
     if host.size:
         cl.enqueue_copy(rt.queue, out.data, host, is_blocking=True)
@@ -194,6 +196,8 @@ def _elementwise(op, exprs, xs, kind="same", out=None):
     cdt = _result_type(xs)
     if kind == "float":
         cdt = _float_of(cdt)
+    elif kind == "divide" and cdt.kind != "f":
+        cdt = np.dtype(np.float64)  # NumPy: true division of integers or bools is float64
     elif kind == "bitwise" and cdt.kind not in "iub":
         raise _nd.DTypeError(f"{op}: needs integer or bool arrays, got {cdt}")
     check_dtype(cdt, rt, op)
@@ -232,7 +236,7 @@ def _unary(name, f_expr, i_expr=None, kind="same"):
 add = _binary("add", "(v0 + v1)")
 subtract = _binary("subtract", "(v0 - v1)")
 multiply = _binary("multiply", "(v0 * v1)")
-true_divide = _binary("true_divide", "(v0 / v1)", kind="float")
+true_divide = _binary("true_divide", "(v0 / v1)", kind="divide")
 divide = true_divide
 floor_divide = _binary("floor_divide", "floor(v0 / v1)", "lk_floordiv(v0, v1)")
 mod = _binary("mod", "(v0 - floor(v0 / v1) * v1)", "lk_mod(v0, v1)")
@@ -290,8 +294,8 @@ def invert(a, out=None):
 
 def sigmoid(a, out=None):
     """Numerically stable logistic function (not in NumPy; provided for both namespaces)."""
-    return _elementwise("sigmoid", {"f": "(v0 >= 0 ? 1 / (1 + exp(-v0)) : exp(v0) / (1 + exp(v0)))"},
-                        (a,), "float", out)
+    expr = "(v0 >= 0 ? 1 / (1 + exp(-v0)) : exp(v0) / (1 + exp(v0)))"
+    return _elementwise("sigmoid", {"f": expr}, (a,), "float", out)
 
 
 def where(cond, a=None, b=None):
@@ -445,8 +449,8 @@ def _basic_index(a: ndarray, key: tuple):
             try:
                 i = operator.index(k)
             except TypeError:
-                raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and "
-                                 f"integer or boolean arrays are valid indices, got {k!r}") from None
+                raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and integer "
+                                 f"or boolean arrays are valid indices, got {k!r}") from None
             d = a.shape[dim]
             if not -d <= i < d:
                 raise IndexError(f"index {i} is out of bounds for axis {dim} with size {d}")
@@ -487,26 +491,9 @@ def nonzero(a):
 
 
 # ---- families in their own modules ------------------------------------------------------------
-from .gemm import dot, matmul  # noqa: E402
-from .indexing import concatenate, scatter_add, split, stack, take, with_at  # noqa: E402
+from .indexing import with_at  # noqa: E402
 
 add = with_at(add)  # `xp.add.at(out, idx, values)` is a deterministic scatter-add, as in NumPy
-from .reduce import (  # noqa: E402
-    all,
-    amax,
-    amin,
-    any,
-    argmax,
-    argmin,
-    logsumexp,
-    max,
-    mean,
-    min,
-    prod,
-    std,
-    sum,
-    var,
-)
 
 _nd._api = sys.modules[__name__]
 __all__ = [n for n in dir() if not n.startswith("_")]

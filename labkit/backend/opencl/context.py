@@ -121,7 +121,7 @@ class Runtime:
         self.queue.finish()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def runtime(index: int) -> Runtime:
     devs = probe()
     if not devs:

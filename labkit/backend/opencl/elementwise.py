@@ -97,7 +97,7 @@ def _plan(rt, name, expr, out, inputs, in_ctypes):
     unravel.append("    const IDX i0 = r;")
     octype = CTYPES[out.dtype]
     store = f"    o[{out_index}] = ({octype})({expr});"
-    kname = f"lk_{name}"
+    kname = f"ew_{name}"
     src = source("common") + Template(source("elementwise")).substitute(
         name=kname, params="".join(params) + dim_params, unravel="\n".join(unravel),
         load="\n".join(loads), store=store)

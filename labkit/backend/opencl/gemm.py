@@ -201,7 +201,7 @@ def _batch_strides(x, batch_shape, op):
     dims = [(d, s) for d, s in zip(batch_shape, st) if d != 1]
     if not dims:
         return 0
-    for (d0, s0), (d1, s1) in zip(dims, dims[1:]):
+    for (_, s0), (d1, s1) in zip(dims, dims[1:]):
         if s0 != s1 * d1:
             return None
     return dims[-1][1]
@@ -210,7 +210,7 @@ def _batch_strides(x, batch_shape, op):
 def matmul(a, b, out=None):
     """NumPy's matmul: 1-D operands are promoted and the added axis removed; batch dims
     broadcast."""
-    from .api import asarray, result_type
+    from .api import result_type
 
     rt = same_device("matmul", (a, b))
     if not isinstance(a, ndarray) or not isinstance(b, ndarray):
@@ -255,7 +255,6 @@ def matmul(a, b, out=None):
 
         _assign(out, res)
         return out
-    del asarray
     return res
 
 

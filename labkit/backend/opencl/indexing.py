@@ -4,7 +4,6 @@ split. Kernels in kernels_cl/indexing.cl."""
 from __future__ import annotations
 
 import os
-from builtins import any as builtins_any
 
 import numpy as np
 
@@ -36,7 +35,8 @@ def _check_indices_enabled() -> bool:
 
 def _index_array(idx, rt, size, axis, op):
     """Indices as a contiguous int64 device array, bounds-checked against ``size``."""
-    from .api import any as _any, asarray, logical_or, greater_equal, less
+    from .api import any as _any
+    from .api import asarray, greater_equal, less, logical_or
 
     if isinstance(idx, ndarray):
         if idx.dtype.kind not in "iu":
@@ -76,7 +76,6 @@ def take(a, indices, axis=None):
     rt = a.rt
     A = a.shape[axis]
     idx = _index_array(indices, rt, A, axis, "take")
-    outer = int(np.prod(a.shape[:axis], dtype=np.int64))
     inner = int(np.prod(a.shape[axis + 1:], dtype=np.int64))
     out_shape = a.shape[:axis] + idx.shape + a.shape[axis + 1:]
     out = ndarray(rt, out_shape, a.dtype)
@@ -255,7 +254,7 @@ def advanced_getitem(a, key, adv):
     if adv != list(range(adv[0], adv[0] + len(adv))):
         raise NotImplementedError("integer-array indices on non-adjacent axes; index one axis "
                                   "at a time, or use take")
-    if builtins_any(k is Ellipsis for k in key):
+    if any(k is Ellipsis for k in key):
         raise NotImplementedError("integer-array indexing together with '...'; spell out the "
                                   "slices")
     # basic indexing first, keeping the advanced axes whole
@@ -296,7 +295,10 @@ def _mask_getitem(a, key, i, mask):
 
     if isinstance(mask, ndarray):
         mask = mask.get()
-    if i != 0 or builtins_any(k is not Ellipsis and not (isinstance(k, slice) and k == slice(None)) for k in key[1:]):
+    def whole(k):
+        return k is Ellipsis or (isinstance(k, slice) and k == slice(None))
+
+    if i != 0 or not all(whole(k) for k in key[1:]):
         v = _basic_index(a, tuple(slice(None) if j == i else k for j, k in enumerate(key)))
         pos = sum(1 for k in key[:i] if k is None or isinstance(k, slice))
     else:

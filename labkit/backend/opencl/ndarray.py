@@ -76,7 +76,9 @@ class ndarray:
 
     __slots__ = ("shape", "_st", "offset", "dtype", "data", "rt", "size", "base", "_nbuf",
                  "__weakref__")
-    __array_priority__ = 100  # so ndarray * numpy-scalar and numpy * ndarray come here
+    # NOTE: NumPy ufuncs refuse these arrays (np.exp(a) raises instead of silently copying
+    # to the host), and numpy-scalar * ndarray comes to our reflected operators.
+    __array_ufunc__ = None
 
     def __init__(self, rt: Runtime, shape, dtype, data=None, strides=None, offset=0, base=None):
         shape = tuple(int(d) for d in shape)

@@ -32,7 +32,7 @@ def kernels_dir() -> Path:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def source(name: str) -> str:
     """The text of ``kernels_cl/<name>.cl``."""
     return (kernels_dir() / f"{name}.cl").read_text()

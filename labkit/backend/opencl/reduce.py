@@ -100,7 +100,6 @@ def _reduce(op: str, a: ndarray, axis, keepdims: bool, *, acc_dt, out_dt, map_="
     if not use_wi and better is None:
         target = builtins.max(64, 16 * rt.info.compute_units)
         n_seg = builtins.max(1, builtins.min(-(-target // n_out), n_red // (ls * 32)))
-    arg = better is not None
     if n_seg == 1:
         _run(op, a, out, n_out, n_red, 1, outer, inner, acc_dt, map_, combine, neutral,
              better, use_wi, ls)
@@ -111,7 +110,6 @@ def _reduce(op: str, a: ndarray, axis, keepdims: bool, *, acc_dt, out_dt, map_="
         _run(op + "_pass2", part, out, n_out, n_seg, 1, [n_out], [n_seg], acc_dt, "(x)",
              combine, neutral, None, n_seg <= 16, ls, inner_override=([n_seg], [1]),
              outer_override=([n_out], [n_seg]))
-    del arg
     return out.reshape(full_shape) if keepdims else out
 
 
@@ -288,7 +286,7 @@ def all(a, axis=None, keepdims=False):  # noqa: A001
 
 def logsumexp(a, axis=None, keepdims=False):
     """log(sum(exp(a))) computed stably (max subtracted first)."""
-    from .api import add, exp, log, subtract, where, isfinite
+    from .api import add, exp, isfinite, log, subtract, where
 
     m = max(a, axis=axis, keepdims=True)
     m = where(isfinite(m), m, 0)

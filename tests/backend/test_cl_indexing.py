@@ -1,0 +1,93 @@
+import numpy as np
+import pytest
+
+import labkit as lk
+from labkit.backend import opencl as cp
+
+from .helpers import check
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, None])
+def test_take(axis, rng):
+    h = rng.standard_normal((4, 5, 6)).astype(np.float32)
+    size = h.size if axis is None else h.shape[axis]
+    idx = rng.integers(-size, size, (3, 2))
+    check(cp.take(cp.asarray(h), idx, axis=axis), np.take(h, idx, axis=axis))
+    check(cp.take(cp.asarray(h), cp.asarray(idx), axis=axis), np.take(h, idx, axis=axis))
+    size_t = h.size if axis is None else h.T.shape[axis]
+    idx_t = rng.integers(-size_t, size_t, (5,))
+    check(cp.take(cp.asarray(h).T, idx_t, axis=axis), np.take(h.T, idx_t, axis=axis))
+
+
+def test_take_out_of_bounds_is_an_index_error():
+    d = cp.ones((3, 4))
+    with pytest.raises(IndexError, match="index 3 is out of bounds for axis 0 with size 3"):
+        cp.take(d, [0, 3], axis=0)
+    with pytest.raises(IndexError, match="index -5 is out of bounds for axis 1 with size 4"):
+        cp.take(d, cp.asarray(np.array([-5])), axis=1)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_scatter_add_matches_numpy_add_at(axis, rng):
+    out = rng.standard_normal((5, 6, 4)).astype(np.float32)
+    n = out.shape[axis]
+    idx = rng.integers(-n, n, 17)  # many repeats
+    vshape = list(out.shape)
+    vshape[axis] = idx.size
+    vals = rng.standard_normal(vshape).astype(np.float32)
+    want = out.copy()
+    np.add.at(want, (slice(None),) * axis + (idx,), vals)
+    d = cp.asarray(out)
+    cp.scatter_add(d, idx, cp.asarray(vals), axis=axis)
+    check(d, want, rtol=1e-5, atol=1e-5)
+    d2 = cp.asarray(out)
+    cp.add.at(d2, (slice(None),) * axis + (cp.asarray(idx),), cp.asarray(vals))
+    assert d2.get().tobytes() == d.get().tobytes()  # the same bits: no atomics
+
+
+def test_scatter_add_is_the_gradient_of_take(rng):
+    # <take(x, i), g> == <x, scatter_add(0, i, g)> for all x: the adjoint identity
+    x = rng.standard_normal((50, 8))
+    g = rng.standard_normal((30, 8))
+    i = rng.integers(0, 50, 30)
+    gx = cp.zeros((50, 8), dtype=np.float64)
+    cp.scatter_add(gx, i, cp.asarray(g))
+    lhs = (cp.take(cp.asarray(x), i, axis=0).get() * g).sum()
+    assert np.isclose(lhs, (x * gx.get()).sum(), rtol=1e-12)
+
+
+def test_concatenate_stack_split(rng):
+    a = rng.standard_normal((2, 3)).astype(np.float32)
+    b = rng.standard_normal((4, 3)).astype(np.float32)
+    c = rng.integers(0, 3, (1, 3)).astype(np.int32)
+    check(cp.concatenate([cp.asarray(a), cp.asarray(b), cp.asarray(c)]), np.concatenate([a, b, c]))
+    check(cp.concatenate([cp.asarray(a).T, cp.asarray(b).T], axis=1),
+          np.concatenate([a.T, b.T], axis=1))
+    check(cp.stack([cp.asarray(a), cp.asarray(a) * 2], axis=-1), np.stack([a, a * 2], axis=-1))
+    parts = cp.split(cp.asarray(b), [1, 3])
+    for got, want in zip(parts, np.split(b, [1, 3])):
+        check(got, want)
+    with pytest.raises(lk.ShapeError, match=r"concatenate: array 1 has shape \(4, 2\)"):
+        cp.concatenate([cp.ones((2, 3)), cp.ones((4, 2))])
+
+
+@pytest.mark.parametrize("key", [
+    ([2, 0, 2],), (slice(None), [1, -1]), (np.array([[0, 1], [2, 3]]),),
+    ([0, 2], [1, 3]), (1, [0, 3]), (slice(1, 3), [0, 0], slice(None)),
+    (np.arange(3), np.array([1, 0, 2]), 0),
+], ids=str)
+def test_advanced_indexing_matches_numpy(key, rng):
+    h = rng.standard_normal((4, 5, 3)).astype(np.float32)
+    check(cp.asarray(h)[key], h[key])
+
+
+def test_boolean_masks(rng):
+    h = rng.standard_normal((4, 5)).astype(np.float32)
+    m = h > 0
+    check(cp.asarray(h)[m], h[m])
+    check(cp.asarray(h)[cp.asarray(m)], h[m])
+    check(cp.asarray(h)[m[:, 0]], h[m[:, 0]])
+    check(cp.asarray(h)[:, m[0]], h[:, m[0]])
+    idx = cp.nonzero(cp.asarray(m))
+    for got, want in zip(idx, np.nonzero(m)):
+        check(got, want)
