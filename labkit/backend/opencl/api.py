@@ -491,9 +491,20 @@ def nonzero(a):
 
 
 # ---- families in their own modules ------------------------------------------------------------
-from .indexing import with_at  # noqa: E402
+# NOTE: plain assignments, not `from x import y`: a linter's unused-import fix cannot drop them.
+from . import gemm as _gemm  # noqa: E402
+from . import indexing as _indexing  # noqa: E402
+from . import reduce as _reduce  # noqa: E402
 
-add = with_at(add)  # `xp.add.at(out, idx, values)` is a deterministic scatter-add, as in NumPy
+matmul, dot = _gemm.matmul, _gemm.dot
+take, scatter_add, concatenate, stack, split = (
+    _indexing.take, _indexing.scatter_add, _indexing.concatenate, _indexing.stack, _indexing.split)
+sum, prod, mean, var, std = _reduce.sum, _reduce.prod, _reduce.mean, _reduce.var, _reduce.std
+max, min, amax, amin = _reduce.max, _reduce.min, _reduce.amax, _reduce.amin
+argmax, argmin, any, all = _reduce.argmax, _reduce.argmin, _reduce.any, _reduce.all
+logsumexp = _reduce.logsumexp
+# `xp.add.at(out, idx, values)` is a deterministic scatter-add, as in NumPy
+add = _indexing.with_at(add)
 
 _nd._api = sys.modules[__name__]
 __all__ = [n for n in dir() if not n.startswith("_")]

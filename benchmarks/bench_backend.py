@@ -1,0 +1,167 @@
+"""labkit's OpenCL arrays against NumPy (and PyTorch CPU, if installed), side by side.
+
+    python benchmarks/bench_backend.py            # all sections
+    python benchmarks/bench_backend.py gemm       # one of: gemm, elementwise, overhead
+
+Every row is measured in this run: timings on a shared machine are noisy, compare the ratios.
+Each timing is the best of several repeats, with the device synchronised around it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from labkit.backend import opencl as cp
+from labkit.backend.opencl import runtime
+
+try:
+    import torch
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+except ImportError:  # PyTorch is optional here: `pip install torch==2.13.0` (CPU build)
+    torch = None
+
+RT = runtime(0)
+
+
+def best(f, reps=5, sync=True):
+    f()
+    if sync:
+        RT.finish()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        f()
+        if sync:
+            RT.finish()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def row(*cells, widths=(28, 12, 12, 12, 12, 12)):
+    print("".join(str(c).rjust(w) if i else str(c).ljust(w)
+                  for i, (c, w) in enumerate(zip(cells, widths))))
+
+
+def gemm():
+    print(f"\n## float32 GEMM, GFLOP/s (device: {RT.info.name}, {RT.info.platform})")
+    from labkit.backend.opencl.gemm import config
+
+    print(f"tuned blocking (rows, vectors, width): {config(RT, 'float')}")
+    row("n", "labkit cl", "NumPy", "cl/NumPy", "PyTorch", "cl/PyTorch")
+    rng = np.random.default_rng(0)
+    for n in (256, 1024, 2048):
+        a = rng.standard_normal((n, n)).astype(np.float32)
+        b = rng.standard_normal((n, n)).astype(np.float32)
+        da, db = cp.asarray(a), cp.asarray(b)
+        reps = 10 if n <= 1024 else 4
+        flops = 2 * n**3
+        t_cl = best(lambda da=da, db=db: da @ db, reps)
+        t_np = best(lambda a=a, b=b: a @ b, reps, sync=False)
+        g_cl, g_np = flops / t_cl / 1e9, flops / t_np / 1e9
+        if torch is not None:
+            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+            g_t = flops / best(lambda ta=ta, tb=tb: ta @ tb, reps, sync=False) / 1e9
+            row(n, f"{g_cl:.1f}", f"{g_np:.1f}", f"{g_cl / g_np:.0%}", f"{g_t:.1f}",
+                f"{g_cl / g_t:.0%}")
+        else:
+            row(n, f"{g_cl:.1f}", f"{g_np:.1f}", f"{g_cl / g_np:.0%}", "-", "-")
+    # the transposed-operand path (B packed once per call, like a BLAS)
+    n = 1024
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    da = cp.asarray(a)
+    t_cl = best(lambda: da @ da.T, 10)
+    t_np = best(lambda: a @ a.T, 10, sync=False)
+    row("1024, a @ a.T", f"{2 * n**3 / t_cl / 1e9:.1f}", f"{2 * n**3 / t_np / 1e9:.1f}",
+        f"{t_np / t_cl:.0%}")
+
+
+def elementwise():
+    n = 16 * 1024 * 1024
+    print(f"\n## elementwise on {n // 2**20}M float32 elements, GB/s (bytes read + written)")
+    row("op", "labkit cl", "NumPy", "cl/NumPy", "PyTorch", "cl/PyTorch")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(n).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    out = np.empty_like(a)
+    da, db = cp.asarray(a), cp.asarray(b)
+    dout = cp.empty(n)
+    ta, tb, tout = (torch.from_numpy(x) for x in (a, b, out)) if torch else (None,) * 3
+    def sq(x):
+        return x.reshape(4096, 4096)
+
+    cases = [
+        ("a + b", 12, lambda: cp.add(da, db, out=dout), lambda: np.add(a, b, out=out),
+         (lambda: torch.add(ta, tb, out=tout)) if torch else None),
+        ("exp(a)", 8, lambda: cp.exp(da, out=dout), lambda: np.exp(a, out=out),
+         (lambda: torch.exp(ta, out=tout)) if torch else None),
+        ("a * 2.5 (scalar)", 8, lambda: cp.multiply(da, 2.5, out=dout),
+         lambda: np.multiply(a, np.float32(2.5), out=out),
+         (lambda: torch.mul(ta, 2.5, out=tout)) if torch else None),
+        ("a + b[::1] (4096x4096)+row", 8 + 4 / 4096,
+         lambda: cp.add(da.reshape(4096, 4096), db[:4096], out=dout.reshape(4096, 4096)),
+         lambda: np.add(a.reshape(4096, 4096), b[:4096], out=out.reshape(4096, 4096)), None),
+        ("a.T + b (transposed)", 12,
+         lambda: cp.add(sq(da).T, sq(db), out=sq(dout)),
+         lambda: np.add(sq(a).T, sq(b), out=sq(out)), None),
+        ("sum(a)", 4, lambda: da.sum(), lambda: a.sum(), (lambda: ta.sum()) if torch else None),
+    ]
+    for name, bpe, f_cl, f_np, f_t in cases:
+        g_cl = bpe * n / best(f_cl) / 1e9
+        g_np = bpe * n / best(f_np, sync=False) / 1e9
+        if f_t:
+            g_t = bpe * n / best(f_t, sync=False) / 1e9
+            row(name, f"{g_cl:.1f}", f"{g_np:.1f}", f"{g_cl / g_np:.0%}", f"{g_t:.1f}",
+                f"{g_cl / g_t:.0%}")
+        else:
+            row(name, f"{g_cl:.1f}", f"{g_np:.1f}", f"{g_cl / g_np:.0%}", "-", "-")
+
+
+def overhead():
+    print("\n## per-op overhead on tiny arrays (16 float32), µs per op, a chain of 1000 ops")
+    row("op", "labkit cl", "NumPy", "pyopencl.array", "PyTorch")
+    h = np.ones(16, np.float32)
+    d = cp.asarray(h)
+    import pyopencl.array as cla
+
+    pa = cla.to_device(RT.queue, h)
+    th = torch.from_numpy(h) if torch else None
+    N = 1000
+
+    def chain(x, f):
+        def run():
+            y = x
+            for _ in range(N):
+                y = f(y)
+            return y
+        return run
+
+    cases = [
+        ("y = y + 1.0", lambda y: y + 1.0),
+        ("y = y * y", lambda y: y * y),
+        ("y = exp(y) [ufunc]", None),
+    ]
+    for name, f in cases:
+        if f is None:
+            r = [best(chain(d, cp.exp)), best(chain(h, np.exp), sync=False),
+                 best(chain(pa, lambda y: cla.exp(y) if hasattr(cla, "exp") else y)),
+                 best(chain(th, torch.exp), sync=False) if torch else None]
+        else:
+            r = [best(chain(d, f)), best(chain(h, f), sync=False), best(chain(pa, f)),
+                 best(chain(th, f), sync=False) if torch else None]
+        row(name, *[f"{t / N * 1e6:.1f}" if t is not None else "-" for t in r])
+    t = best(lambda: (d + d).sum().get())
+    print(f"a sync round trip ((d + d).sum().get()): {t * 1e6:.0f} µs")
+
+
+SECTIONS = {"gemm": gemm, "elementwise": elementwise, "overhead": overhead}
+
+if __name__ == "__main__":
+    print(f"labkit backend benchmark: NumPy {np.__version__}"
+          + (f", PyTorch {torch.__version__} ({torch.get_num_threads()} threads)" if torch else
+             ", PyTorch not installed"))
+    for name in sys.argv[1:] or list(SECTIONS):
+        SECTIONS[name]()
