@@ -6,7 +6,10 @@
 //
 // gemm_rb: CPU-style register blocking. Each work-item keeps an RM x (VN*VW) block of C in
 // registers; per k it loads VN vectors of one row of B and RM scalars of A. B's rows must be
-// contiguous and VW-aligned (the caller packs B otherwise); A and C may have any strides.
+// contiguous and VW-aligned; A and C may have any strides. Column panel jv starts at vector
+// jv * sbj and its rows are ldb vectors apart: B in place (sbj = VN, ldb = N / VW), or packed
+// panel after panel (sbj = K * VN, ldb = VN), which the caller does for large products: the
+// panel is then read sequentially instead of touching a new page for every k.
 // NOTE: plain `*`/`+` and vector-pointer loads, not fma()/vloadN: in PoCL's build those are
 // out-of-line calls and cost 3-5x in this loop.
 //
@@ -19,7 +22,8 @@
 __kernel void gemm_rb(const int K,
                       __global const T* A, const long a_o, const long sam, const long sak,
                       const long sab,
-                      __global const VT* B, const long b_o, const long ldb, const long sbb,
+                      __global const VT* B, const long b_o, const long ldb, const long sbj,
+                      const long sbb,
                       __global T* C, const long c_o, const long scm, const long scn,
                       const long scb)
 {
@@ -27,7 +31,7 @@ __kernel void gemm_rb(const int K,
     const int ib = get_global_id(1);          // block of RM rows
     const long bz = get_global_id(2);         // batch
     __global const T* a = A + a_o + bz * sab + (long)ib * RM * sam;
-    __global const VT* b = B + b_o + bz * sbb + (long)jv * VN;
+    __global const VT* b = B + b_o + bz * sbb + (long)jv * sbj;
     VT acc[RM][VN];
 #pragma unroll
     for (int r = 0; r < RM; ++r)
