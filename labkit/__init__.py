@@ -7,6 +7,8 @@ The public API, as explicit re-exports::
     dev = lk.device("cl")     # "cpu" | "cl" | "cl:N"; default from LABKIT_DEVICE
 """
 
+from . import autograd
+from .autograd import Function, Tensor, enable_grad, grad, no_grad, tensor
 from .backend import Device, asarray, best_device, default_device, device, devices, get_array_module
 from .backend.random import Generator
 from .errors import (
@@ -21,7 +23,8 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "Device", "DeviceError", "DeviceMismatchError", "DTypeError", "Generator",
+    "Device", "DeviceError", "Function", "Tensor", "autograd", "enable_grad", "grad",
+    "no_grad", "tensor", "DeviceMismatchError", "DTypeError", "Generator",
     "KernelBuildError", "LabkitError", "ShapeError", "__version__", "asarray", "best_device",
     "default_device", "device", "devices", "get_array_module",
 ]

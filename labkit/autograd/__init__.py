@@ -1,0 +1,94 @@
+"""Define-by-run autograd: Tensor, Function, backward, grad, hvp, jvp, no_grad."""
+
+from __future__ import annotations
+
+from . import engine
+from .function import Function, enable_grad, grad_enabled, no_grad, set_grad_enabled
+from .tensor import Tensor, tensor
+
+
+def _ones_like(t):
+    xp = t.xp
+    return Tensor(xp.ones(t.shape, t.dtype) if xp.__name__ == "numpy"
+                  else xp.ones(t.shape, t.dtype, device=t.data.rt))
+
+
+def grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=None,
+         allow_unused=False):
+    """Gradients of ``outputs`` w.r.t. ``inputs`` (lists of Tensors), without touching
+    ``.grad``. With ``create_graph=True`` the result is differentiable again.
+
+    Examples
+    --------
+    >>> import labkit as lk
+    >>> x = lk.tensor([3.0], requires_grad=True)
+    >>> gx, = lk.grad([x ** 3], [x], create_graph=True)   # 3 x^2 = 27
+    >>> ggx, = lk.grad([gx], [x])                          # 6 x = 18
+    >>> float(gx.item()), float(ggx.item())
+    (27.0, 18.0)
+    """
+    outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    if grad_outputs is None:
+        grad_outputs = [None] * len(outputs)
+    gys = []
+    for y, g in zip(outputs, grad_outputs):
+        if not y.requires_grad:
+            raise RuntimeError("grad: an output does not require grad (no input of it had "
+                               "requires_grad=True, or it was computed under no_grad)")
+        if g is None:
+            if y.size != 1:
+                raise RuntimeError(f"grad: grad_outputs must be given for an output of shape "
+                                   f"{y.shape} (it can be implied only for one element)")
+            g = _ones_like(y)
+        gys.append(g if isinstance(g, Tensor) else tensor(g, dtype=y.dtype, device=y.device))
+    if retain_graph is None:
+        retain_graph = create_graph
+    found = engine.run(outputs, gys, targets=inputs, retain_graph=retain_graph,
+                       create_graph=create_graph)
+    if not allow_unused:
+        for k, f in enumerate(found):
+            if f is None:
+                raise RuntimeError(f"grad: input {k} (shape {inputs[k].shape}) is not used to "
+                                   "compute the outputs; pass allow_unused=True to get None")
+    return found
+
+
+def hvp(f, xs, vs):
+    """Hessian-vector product of the scalar function ``f(*xs)``: H(xs) @ vs (double backprop)."""
+    xs = [x if x.requires_grad else Tensor(x.data, requires_grad=True) for x in xs]
+    y = f(*xs)
+    gs = grad([y], xs, create_graph=True)
+    from .. import functions as F
+
+    dot = None
+    for g, v in zip(gs, vs):
+        term = F.sum(g * v)
+        dot = term if dot is None else dot + term
+    return grad([dot], xs, allow_unused=True)
+
+
+def jvp(f, xs, vs):
+    """Forward-mode directional derivative J(xs) @ vs (Theano's R-op), by differentiating a
+    vector-Jacobian product w.r.t. its cotangent (the double-backward trick)."""
+    xs = [x if x.requires_grad else Tensor(x.data, requires_grad=True) for x in xs]
+    ys = f(*xs)
+    single = isinstance(ys, Tensor)
+    ys = [ys] if single else list(ys)
+    us = [Tensor(_ones_like(y).data * 0, requires_grad=True) for y in ys]
+    gs = grad(ys, xs, grad_outputs=us, create_graph=True, allow_unused=True)
+    from .. import functions as F
+
+    dot = None
+    for g, v in zip(gs, vs):
+        if g is None:
+            continue
+        term = F.sum(g * v)
+        dot = term if dot is None else dot + term
+    out = grad([dot], us, allow_unused=True)
+    out = [o if o is not None else Tensor(u.data * 0) for o, u in zip(out, us)]
+    return out[0] if single else out
+
+
+__all__ = ["Function", "Tensor", "enable_grad", "grad", "grad_enabled", "hvp", "jvp",
+           "no_grad", "set_grad_enabled", "tensor"]

@@ -1,0 +1,132 @@
+"""Function: one differentiable op, and the node that records one application of it.
+
+A subclass implements ``forward(*arrays)`` on device arrays (NumPy or labkit's OpenCL arrays)
+and ``backward(inputs, grad_outputs)`` **in labkit functions** on Tensors, so every gradient can
+be differentiated again (double backprop, Hessian-vector products, jvp).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+from ..errors import DeviceMismatchError
+
+_state = threading.local()
+_seq = itertools.count()
+
+
+def grad_enabled() -> bool:
+    return getattr(_state, "enabled", True)
+
+
+def set_grad_enabled(flag: bool) -> bool:
+    old = grad_enabled()
+    _state.enabled = bool(flag)
+    return old
+
+
+class no_grad:
+    """Context manager (and decorator): ops inside record no graph.
+
+    Examples
+    --------
+    >>> import labkit as lk
+    >>> x = lk.tensor([1.0, 2.0], requires_grad=True)
+    >>> with lk.no_grad():
+    ...     y = x * 2
+    >>> y.requires_grad
+    False
+    """
+
+    def __enter__(self):
+        self._old = set_grad_enabled(False)
+
+    def __exit__(self, *exc):
+        set_grad_enabled(self._old)
+
+    def __call__(self, f):
+        def wrapped(*a, **k):
+            with no_grad():
+                return f(*a, **k)
+
+        wrapped.__name__, wrapped.__doc__ = f.__name__, f.__doc__
+        return wrapped
+
+
+class enable_grad(no_grad):
+    def __enter__(self):
+        self._old = set_grad_enabled(True)
+
+
+def _device_name(a) -> str:
+    from ..backend.opencl import ndarray
+
+    return f"cl:{a.rt.info.index}" if isinstance(a, ndarray) else "cpu"
+
+
+class Function:
+    """Base class of differentiable ops. One instance records one application."""
+
+    __slots__ = ("inputs", "seq", "out_meta", "out_hooks", "freed", "brick", "__dict__")
+    name = "function"
+    n_out = 1
+
+    def forward(self, *xs):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def backward(self, inputs, grads):  # pragma: no cover - abstract
+        """Gradients w.r.t. ``inputs`` (Tensors or None), from ``grads`` of the outputs."""
+        raise NotImplementedError(f"{self.name}: backward is not implemented")
+
+    def apply(self, inputs):
+        from .tensor import Tensor
+
+        xs = [t.data for t in inputs]
+        if len(xs) > 1:
+            t0 = type(xs[0])
+            rt0 = getattr(xs[0], "rt", None)
+            for x in xs[1:]:
+                if type(x) is not t0 or getattr(x, "rt", None) is not rt0:
+                    names = sorted({_device_name(a) for a in xs})
+                    raise DeviceMismatchError(
+                        f"{self.name}: inputs are on different devices ({' and '.join(names)}); "
+                        f"move them to one with .to('{names[-1]}')")
+        ys = self.forward(*xs)
+        record = grad_enabled() and any(t.requires_grad for t in inputs)
+        if self.n_out == 1:
+            out = Tensor._wrap(ys, record)
+            if record:
+                self._record(inputs, (out,))
+            return out
+        outs = tuple(Tensor._wrap(y, record) for y in ys)
+        if record:
+            self._record(inputs, outs)
+        return outs
+
+    def _record(self, inputs, outs):
+        self.inputs = tuple(inputs)
+        self.seq = next(_seq)
+        self.out_meta = tuple((o.data.shape, o.data.dtype) for o in outs)
+        self.out_hooks = None
+        self.freed = False
+        self.brick = _current_brick()
+        for i, o in enumerate(outs):
+            o.creator = self
+            o.index = i
+
+    def free(self) -> None:
+        """Drop what backward needs (inputs and saved values); a second backward then fails."""
+        self.inputs = ()
+        self.__dict__.clear()
+        self.freed = True
+
+    def __lt__(self, other):  # for the engine's heap
+        return self.seq > other.seq
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name}>"
+
+
+def _current_brick():
+    return getattr(_state, "brick", None)

@@ -1,0 +1,253 @@
+"""Shape and indexing ops: reshape, transpose, broadcast_to, expand_dims, squeeze, flatten,
+concat, stack, split, getitem (slices, integer arrays, boolean masks), pad, cast, to_device."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..autograd.function import Function
+from ..autograd.tensor import Tensor
+from ..backend import opencl as cl
+from ..errors import ShapeError
+from ._util import xp_of, zeros
+from .math import broadcast_to, reshape, transpose  # noqa: F401 - part of this family
+
+
+def expand_dims(x, axis):
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    nd = x.ndim + len(axes)
+    axes = sorted(a % nd for a in axes)
+    shape = list(x.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    return reshape(x, tuple(shape))
+
+
+def squeeze(x, axis=None):
+    if axis is None:
+        return reshape(x, tuple(d for d in x.shape if d != 1))
+    axes = {a % x.ndim for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
+    for a in axes:
+        if x.shape[a] != 1:
+            raise ShapeError(f"squeeze: axis {a} has size {x.shape[a]}, not 1 (shape {x.shape})")
+    return reshape(x, tuple(d for i, d in enumerate(x.shape) if i not in axes))
+
+
+def flatten(x):
+    """All but the first axis merged: (N, ...) -> (N, prod(...)); 1-D and 0-D give 1-D."""
+    if x.ndim <= 1:
+        return reshape(x, (-1,))
+    return reshape(x, (x.shape[0], -1))
+
+
+# ---- getitem -------------------------------------------------------------------------------
+
+
+def _raw_key(key):
+    if isinstance(key, tuple):
+        return tuple(k.data if isinstance(k, Tensor) else k for k in key)
+    return key.data if isinstance(key, Tensor) else key
+
+
+def _is_adv(k):
+    if isinstance(k, cl.ndarray):
+        return True
+    return isinstance(k, (np.ndarray, list)) and np.ndim(k) > 0
+
+
+class GetItem(Function):
+    name = "getitem"
+
+    def __init__(self, key):
+        self.key = key
+
+    def forward(self, x):
+        self.in_shape, self.in_dtype = x.shape, x.dtype
+        return x[self.key]
+
+    def backward(self, inputs, gy):
+        return GetItemGrad(self.key, self.in_shape).apply((gy,))
+
+
+class GetItemGrad(Function):
+    """The adjoint of getitem: ``gy`` scattered (and summed where indices repeat) into zeros."""
+
+    name = "getitem_grad"
+
+    def __init__(self, key, shape):
+        self.key, self.shape = key, shape
+
+    def forward(self, gy):
+        xp = xp_of(gy)
+        out = zeros(xp, self.shape, gy.dtype, gy)
+        key = self.key if isinstance(self.key, tuple) else (self.key,)
+        adv = [i for i, k in enumerate(key) if _is_adv(k)]
+        if not adv:
+            out[self.key] = gy
+            return out
+        if xp is np:
+            np.add.at(out, self.key, gy)
+            return out
+        lead = key[:adv[0]]
+        simple = (len(adv) == 1 and adv[0] == len(key) - 1 and np.ndim(key[adv[0]]) >= 1
+                  and all(isinstance(k, slice) and k == slice(None) for k in lead)
+                  and _int_index(key[adv[0]]))
+        if simple:
+            xp.scatter_add(out, key[adv[0]], gy, axis=len(lead))
+            return out
+        # general keys: flat positions of the selected elements, then one scatter-add
+        flat_pos = np.arange(int(np.prod(self.shape)), dtype=np.int64).reshape(self.shape)
+        hkey = tuple(k.get() if isinstance(k, cl.ndarray) else k for k in key)
+        pos = flat_pos[hkey]
+        flat = out.reshape(-1)
+        xp.scatter_add(flat, pos.reshape(-1), gy.reshape(-1), axis=0)
+        return out
+
+    def backward(self, inputs, ggy):
+        return GetItem(self.key).apply((ggy,))
+
+
+def _int_index(k):
+    dt = k.dtype if isinstance(k, (np.ndarray, cl.ndarray)) else np.asarray(k).dtype
+    return dt.kind in "iu"
+
+
+def getitem(x, key):
+    """``x[key]`` with slices, ints, None, Ellipsis, integer arrays and boolean masks."""
+    return GetItem(_raw_key(key)).apply((x,))
+
+
+# ---- concat / stack / split / pad ------------------------------------------------------------
+
+
+class Concat(Function):
+    name = "concat"
+
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, *xs):
+        self.sizes = [x.shape[self.axis] for x in xs]
+        return xp_of(xs[0]).concatenate(xs, axis=self.axis)
+
+    def backward(self, inputs, gy):
+        out, pos = [], 0
+        pre = (slice(None),) * (self.axis % gy.ndim)
+        for n in self.sizes:
+            out.append(getitem(gy, pre + (slice(pos, pos + n),)))
+            pos += n
+        return tuple(out)
+
+
+def concat(xs, axis=0):
+    xs = list(xs)
+    if not xs:
+        raise ValueError("concat: need at least one tensor")
+    nd = xs[0].ndim
+    for i, x in enumerate(xs):
+        if x.ndim != nd or any(a != b for k, (a, b) in enumerate(zip(x.shape, xs[0].shape))
+                               if k != axis % nd):
+            raise ShapeError(f"concat: tensor {i} has shape {x.shape} but tensor 0 has "
+                             f"{xs[0].shape}; all dimensions except axis {axis} must match")
+    return Concat(axis % nd).apply(tuple(xs))
+
+
+def stack(xs, axis=0):
+    xs = list(xs)
+    return concat([expand_dims(x, axis) for x in xs], axis=axis)
+
+
+def split(x, indices_or_sections, axis=0):
+    n = x.shape[axis]
+    if isinstance(indices_or_sections, int):
+        if n % indices_or_sections:
+            raise ShapeError(f"split: axis {axis} of size {n} does not divide into "
+                             f"{indices_or_sections} equal parts")
+        step = n // indices_or_sections
+        bounds = list(range(step, n, step))
+    else:
+        bounds = list(indices_or_sections)
+    edges = [0] + bounds + [n]
+    pre = (slice(None),) * (axis % x.ndim)
+    return tuple(getitem(x, pre + (slice(s, e),)) for s, e in zip(edges[:-1], edges[1:]))
+
+
+class Pad(Function):
+    name = "pad"
+
+    def __init__(self, pad_width, value):
+        self.pad_width, self.value = pad_width, value
+
+    def forward(self, x):
+        xp = xp_of(x)
+        shape = tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, self.pad_width))
+        out = (np.full(shape, self.value, x.dtype) if xp is np
+               else xp.full(shape, self.value, x.dtype, device=x.rt))
+        out[self._center(x.shape)] = x
+        return out
+
+    def _center(self, shape):
+        return tuple(slice(lo, lo + d) for d, (lo, _) in zip(shape, self.pad_width))
+
+    def backward(self, inputs, gy):
+        return getitem(gy, self._center(inputs[0].shape))
+
+
+def pad(x, pad_width, value=0.0):
+    """Constant padding; ``pad_width`` is an int, a (before, after) pair, or one per axis."""
+    if isinstance(pad_width, int):
+        pw = ((pad_width, pad_width),) * x.ndim
+    elif len(pad_width) == 2 and all(isinstance(p, int) for p in pad_width):
+        pw = (tuple(pad_width),) * x.ndim
+    else:
+        pw = tuple(tuple(p) for p in pad_width)
+    if len(pw) != x.ndim or any(lo < 0 or hi < 0 for lo, hi in pw):
+        raise ShapeError(f"pad: pad_width {pad_width} does not fit a tensor of shape {x.shape}")
+    return Pad(pw, value).apply((x,))
+
+
+# ---- dtype and device ----------------------------------------------------------------------
+
+
+class Cast(Function):
+    name = "cast"
+
+    def __init__(self, dtype):
+        self.dtype = np.dtype(dtype)
+
+    def forward(self, x):
+        self.in_dtype = x.dtype
+        return x.astype(self.dtype)
+
+    def backward(self, inputs, gy):
+        return cast(gy, self.in_dtype)
+
+
+def cast(x, dtype):
+    if x.dtype == np.dtype(dtype):
+        return x
+    return Cast(dtype).apply((x,))
+
+
+class ToDevice(Function):
+    name = "to_device"
+
+    def __init__(self, device):
+        self.device = device
+
+    def forward(self, x):
+        from ..backend import asarray
+
+        self.src = "cpu" if isinstance(x, np.ndarray) else f"cl:{x.rt.info.index}"
+        return asarray(x, device=self.device)
+
+    def backward(self, inputs, gy):
+        return to_device(gy, self.src)
+
+
+def to_device(x, device):
+    return ToDevice(device).apply((x,))
+
+
+__all__ = ["broadcast_to", "cast", "concat", "expand_dims", "flatten", "getitem", "pad",
+           "reshape", "split", "squeeze", "stack", "to_device", "transpose"]

@@ -1,0 +1,152 @@
+"""Connections: linear, conv2d, conv_transpose2d, embed_id."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..autograd.function import Function
+from ..errors import ShapeError
+from ._util import strided_view, xp_of, zeros
+from .array import concat, getitem, pad, reshape
+from .math import add, matmul, transpose
+
+
+def linear(x, W, b=None):
+    """``x @ W.T + b`` with ``W`` of shape (out, in), as PyTorch."""
+    if W.ndim != 2:
+        raise ShapeError(f"linear: W must be 2-D (out, in), got W.shape={W.shape}")
+    if x.shape[-1] != W.shape[1]:
+        raise ShapeError(f"linear: x has {x.shape[-1]} features but W expects {W.shape[1]}; "
+                         f"x.shape={x.shape}, W.shape={W.shape}")
+    if b is not None and b.shape != (W.shape[0],):
+        raise ShapeError(f"linear: b must have shape ({W.shape[0]},), got b.shape={b.shape}")
+    y = matmul(x, transpose(W))
+    return y if b is None else add(y, b)
+
+
+def _pair(v, name):
+    if isinstance(v, int):
+        return (v, v)
+    if len(v) != 2:
+        raise ValueError(f"conv: {name} must be an int or a pair, got {v!r}")
+    return tuple(int(a) for a in v)
+
+
+def _out_size(n, k, s, p, d):
+    return (n + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+class Im2Col(Function):
+    """(N, C, H, W) -> (N, C, kh, kw, OH, OW) windows of an already padded input."""
+
+    name = "im2col"
+
+    def __init__(self, k, s, d, out_hw):
+        self.k, self.s, self.d, self.out_hw = k, s, d, out_hw
+
+    def forward(self, x):
+        xc = x if (x.flags["C_CONTIGUOUS"]) else xp_of(x).ascontiguousarray(x)
+        self.in_shape = x.shape
+        n, c, h, w = x.shape
+        (kh, kw), (sh, sw), (dh, dw), (oh, ow) = self.k, self.s, self.d, self.out_hw
+        st = (c * h * w, h * w, w * dh, dw, w * sh, sw)
+        v = strided_view(xc, (n, c, kh, kw, oh, ow), st)
+        return xp_of(x).ascontiguousarray(v) if xp_of(x) is np else v.copy()
+
+    def backward(self, inputs, gy):
+        return Col2Im(self.k, self.s, self.d, self.in_shape).apply((gy,))
+
+
+class Col2Im(Function):
+    """The adjoint of Im2Col: windows summed back into (N, C, H, W)."""
+
+    name = "col2im"
+
+    def __init__(self, k, s, d, shape):
+        self.k, self.s, self.d, self.shape = k, s, d, shape
+
+    def forward(self, col):
+        xp = xp_of(col)
+        out = zeros(xp, self.shape, col.dtype, col)
+        (kh, kw), (sh, sw), (dh, dw) = self.k, self.s, self.d
+        oh, ow = col.shape[4], col.shape[5]
+        for i in range(kh):
+            for j in range(kw):
+                v = out[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh,
+                        j * dw: j * dw + sw * (ow - 1) + 1: sw]
+                v += col[:, :, i, j]
+        return out
+
+    def backward(self, inputs, ggy):
+        out_hw = inputs[0].shape[4:]
+        return Im2Col(self.k, self.s, self.d, out_hw).apply((ggy,))
+
+
+def _im2col(x, k, s, p, d, value=0.0):
+    n, c, h, w = x.shape
+    oh = _out_size(h, k[0], s[0], p[0], d[0])
+    ow = _out_size(w, k[1], s[1], p[1], d[1])
+    if oh <= 0 or ow <= 0:
+        raise ShapeError(f"conv/pool: a {k[0]}x{k[1]} window (dilation {d}, padding {p}) does "
+                         f"not fit an input of {h}x{w}")
+    if p != (0, 0):
+        x = pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])), value)
+    return Im2Col(k, s, d, (oh, ow)).apply((x,)), (oh, ow)
+
+
+def conv2d(x, W, b=None, stride=1, pad=0, dilation=1, groups=1):
+    """2-D convolution (cross-correlation), NCHW, ``W`` of shape (out, in/groups, kh, kw)."""
+    if x.ndim != 4 or W.ndim != 4:
+        raise ShapeError(f"conv2d: x must be (N, C, H, W) and W (out, in/groups, kh, kw); got "
+                         f"x.shape={x.shape}, W.shape={W.shape}")
+    n, c = x.shape[:2]
+    o, cg, kh, kw = W.shape
+    if c % groups or o % groups or c // groups != cg:
+        raise ShapeError(f"conv2d: x has {c} channels but W expects {cg} per group with "
+                         f"groups={groups} ({cg * groups} in all); x.shape={x.shape}, "
+                         f"W.shape={W.shape}")
+    if b is not None and b.shape != (o,):
+        raise ShapeError(f"conv2d: b must have shape ({o},), got {b.shape}")
+    s, p, d = _pair(stride, "stride"), _pair(pad, "pad"), _pair(dilation, "dilation")
+    col, (oh, ow) = _im2col(x, (kh, kw), s, p, d)
+    outs = []
+    og = o // groups
+    for g in range(groups):
+        cols = col if groups == 1 else getitem(col, (slice(None), slice(g * cg, (g + 1) * cg)))
+        cols = reshape(cols, (n, cg * kh * kw, oh * ow))
+        wg = W if groups == 1 else getitem(W, slice(g * og, (g + 1) * og))
+        outs.append(matmul(reshape(wg, (og, cg * kh * kw)), cols))
+    y = outs[0] if groups == 1 else concat(outs, axis=1)
+    y = reshape(y, (n, o, oh, ow))
+    return y if b is None else add(y, reshape(b, (1, o, 1, 1)))
+
+
+def conv_transpose2d(x, W, b=None, stride=1, pad=0, dilation=1, output_padding=0):
+    """The transpose (gradient) of conv2d w.r.t. its input; ``W`` is (in, out, kh, kw)."""
+    if x.ndim != 4 or W.ndim != 4 or x.shape[1] != W.shape[0]:
+        raise ShapeError(f"conv_transpose2d: x (N, C, H, W) with C == W.shape[0]; got "
+                         f"x.shape={x.shape}, W.shape={W.shape}")
+    n, c, h, w = x.shape
+    _, o, kh, kw = W.shape
+    s, p, d = _pair(stride, "stride"), _pair(pad, "pad"), _pair(dilation, "dilation")
+    op = _pair(output_padding, "output_padding")
+    hout = (h - 1) * s[0] - 2 * p[0] + d[0] * (kh - 1) + 1 + op[0]
+    wout = (w - 1) * s[1] - 2 * p[1] + d[1] * (kw - 1) + 1 + op[1]
+    col = matmul(transpose(reshape(W, (c, o * kh * kw))), reshape(x, (n, c, h * w)))
+    col = reshape(col, (n, o, kh, kw, h, w))
+    full = Col2Im((kh, kw), s, d, (n, o, hout + 2 * p[0], wout + 2 * p[1])).apply((col,))
+    y = getitem(full, (slice(None), slice(None), slice(p[0], p[0] + hout),
+                       slice(p[1], p[1] + wout)))
+    return y if b is None else add(y, reshape(b, (1, o, 1, 1)))
+
+
+def embed_id(ids, W):
+    """Rows of ``W`` (vocab, dim) picked by integer ``ids`` of any shape."""
+    from ..autograd.tensor import Tensor
+
+    d = ids.data if isinstance(ids, Tensor) else ids
+    if isinstance(d, (list, tuple)):
+        d = np.asarray(d)
+    if d.dtype.kind not in "iu":
+        raise TypeError(f"embed_id: ids must be integers, got dtype {d.dtype}")
+    return getitem(W, d)

@@ -1,0 +1,31 @@
+"""Noise: dropout from the device's counter-based generator (reproducible, checkpointable)."""
+
+from __future__ import annotations
+
+from ..backend.random import Generator
+from .math import MulConstant
+
+_default: dict = {}
+
+
+def default_generator(device) -> Generator:
+    """The generator dropout uses on ``device`` when none is given (seed 0; its
+    ``state_dict()`` goes into checkpoints)."""
+    key = str(device)
+    if key not in _default:
+        _default[key] = Generator(0, device)
+    return _default[key]
+
+
+def dropout(x, ratio=0.5, training=True, generator=None):
+    """Zero each element with probability ``ratio`` and scale the rest by 1/(1-ratio)."""
+    if not 0.0 <= ratio < 1.0:
+        raise ValueError(f"dropout: ratio must be in [0, 1), got {ratio}")
+    if not training or ratio == 0.0:
+        return x
+    g = generator if generator is not None else default_generator(x.device)
+    if g.device != x.device:
+        raise ValueError(f"dropout: the generator is on {g.device} but x on {x.device}")
+    keep = g.bernoulli(x.shape, 1.0 - ratio)
+    scale = keep.astype(x.dtype) * x.dtype.type(1.0 / (1.0 - ratio))
+    return MulConstant(scale).apply((x,))

@@ -1,0 +1,31 @@
+"""Pooling over windows: max_pool2d, avg_pool2d (NCHW)."""
+
+from __future__ import annotations
+
+from ..errors import ShapeError
+from .array import reshape
+from .connection import _im2col, _pair
+from .math import max, mean
+
+
+def _windows(x, ksize, stride, pad, value, op):
+    if x.ndim != 4:
+        raise ShapeError(f"{op}: x must be (N, C, H, W), got shape {x.shape}")
+    k = _pair(ksize, "ksize")
+    s = _pair(stride if stride is not None else ksize, "stride")
+    p = _pair(pad, "pad")
+    if p[0] * 2 > k[0] or p[1] * 2 > k[1]:
+        raise ShapeError(f"{op}: padding {p} must be at most half the window {k}")
+    col, (oh, ow) = _im2col(x, k, s, p, (1, 1), value)
+    n, c = x.shape[:2]
+    return reshape(col, (n, c, k[0] * k[1], oh, ow))
+
+
+def max_pool2d(x, ksize, stride=None, pad=0):
+    """Max over ``ksize`` windows (stride defaults to ksize; padding never wins)."""
+    return max(_windows(x, ksize, stride, pad, float("-inf"), "max_pool2d"), axis=2)
+
+
+def avg_pool2d(x, ksize, stride=None, pad=0):
+    """Mean over ``ksize`` windows; padded zeros count (PyTorch's count_include_pad)."""
+    return mean(_windows(x, ksize, stride, pad, 0.0, "avg_pool2d"), axis=2)

@@ -1,0 +1,20 @@
+"""Recurrent steps: lstm (Chainer's convention: the four gates concatenated)."""
+
+from __future__ import annotations
+
+from ..errors import ShapeError
+from .array import split
+from .math import sigmoid, tanh
+
+
+def lstm(c_prev, x):
+    """One LSTM step. ``x`` (N, 4H) holds the pre-activations of the cell input a and of the
+    input, forget and output gates i, f, o; returns (c, h), each (N, H)."""
+    n, h4 = x.shape
+    if h4 % 4 or c_prev.shape != (n, h4 // 4):
+        raise ShapeError(f"lstm: x must be (N, 4H) and c_prev (N, H); got x.shape={x.shape}, "
+                         f"c_prev.shape={c_prev.shape}")
+    a, i, f, o = split(x, 4, axis=1)
+    c = tanh(a) * sigmoid(i) + sigmoid(f) * c_prev
+    h = sigmoid(o) * tanh(c)
+    return c, h
