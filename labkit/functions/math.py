@@ -12,6 +12,16 @@ from ..autograd.tensor import Tensor
 from ..errors import ShapeError
 from ._util import as_tensor, is_scalar, normalize_axes, sigmoid_array, xp_of
 
+
+def _const_on(c, a):
+    """A constant NumPy array moved to the device of array ``a`` (once; kept by the caller)."""
+    if isinstance(c, np.ndarray) and not isinstance(a, np.ndarray) and c.ndim > 0:
+        from ..backend import opencl
+
+        return opencl.asarray(c, device=a.rt)
+    return c
+
+
 # ---- broadcasting helpers ------------------------------------------------------------------
 
 
@@ -123,6 +133,7 @@ class MulConstant(Function):
         self.c = c
 
     def forward(self, a):
+        self.c = _const_on(self.c, a)
         return a * self.c
 
     def backward(self, inputs, gy):
@@ -379,6 +390,7 @@ class Where(Function):
         self.cond = cond
 
     def forward(self, a, b):
+        self.cond = _const_on(self.cond, a)
         return xp_of(a).where(self.cond, a, b)
 
     def backward(self, inputs, gy):

@@ -490,8 +490,9 @@ def same_device(op: str, arrays) -> Runtime:
                 raise DeviceMismatchError(
                     f"{op}: arrays are on different devices, cl:{rt.info.index} and "
                     f"cl:{a.rt.info.index}; move one with .to('cl:{rt.info.index}')")
-        elif isinstance(a, np.ndarray) and a.ndim > 0:
-            where = f"cl:{rt.info.index}" if rt is not None else "an OpenCL device"
+    for a in arrays:
+        if isinstance(a, np.ndarray) and a.ndim > 0:
+            where = f"cl:{rt.info.index}" if rt is not None else "cl:0"
             raise DeviceMismatchError(
                 f"{op}: got a NumPy array (cpu, shape {a.shape}) and an array on {where}; "
                 f"move it with labkit.backend.opencl.asarray(x, device='{where}') or bring "
