@@ -80,8 +80,6 @@ class Function:
         raise NotImplementedError(f"{self.name}: backward is not implemented")
 
     def apply(self, inputs):
-        from .tensor import Tensor
-
         xs = [t.data for t in inputs]
         if len(xs) > 1:
             t0 = type(xs[0])
@@ -93,7 +91,8 @@ class Function:
                         f"{self.name}: inputs are on different devices ({' and '.join(names)}); "
                         f"move them to one with .to('{names[-1]}')")
         ys = self.forward(*xs)
-        record = grad_enabled() and any(t.requires_grad for t in inputs)
+        record = getattr(_state, "enabled", True) and any(t.requires_grad for t in inputs)
+        Tensor = _Tensor()
         if self.n_out == 1:
             out = Tensor._wrap(ys, record)
             if record:
@@ -126,6 +125,17 @@ class Function:
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.name}>"
+
+
+_TENSOR = []
+
+
+def _Tensor():
+    if not _TENSOR:
+        from .tensor import Tensor
+
+        _TENSOR.append(Tensor)
+    return _TENSOR[0]
 
 
 def _current_brick():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math as _m
 
 from ..autograd.function import Function
+from ._util import xp_of
 from .math import MulConstant, erf, exp, logsumexp, mul, where
 
 
@@ -16,7 +17,7 @@ class ReLU(Function):
     name = "relu"
 
     def forward(self, x):
-        return x * (x > 0)
+        return xp_of(x).maximum(x, 0)
 
     def backward(self, inputs, gy):
         x = inputs[0].data

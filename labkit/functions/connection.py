@@ -20,8 +20,36 @@ def linear(x, W, b=None):
                          f"x.shape={x.shape}, W.shape={W.shape}")
     if b is not None and b.shape != (W.shape[0],):
         raise ShapeError(f"linear: b must have shape ({W.shape[0]},), got b.shape={b.shape}")
-    y = matmul(x, transpose(W))
-    return y if b is None else add(y, b)
+    if x.ndim != 2:
+        lead = x.shape[:-1]
+        y = Linear().apply((reshape(x, (-1, x.shape[-1])), W) if b is None else
+                           (reshape(x, (-1, x.shape[-1])), W, b))
+        return reshape(y, lead + (W.shape[0],))
+    return Linear().apply((x, W) if b is None else (x, W, b))
+
+
+class Linear(Function):
+    """``x @ W.T + b`` for 2-D x. A class, not matmul(x, transpose(W)) + b: the composed
+    version returns W's gradient as a transposed view (the gradient of W.T), which every
+    optimizer step then walks with strides, and it records four nodes instead of one."""
+
+    name = "linear"
+
+    def forward(self, x, W, b=None):
+        y = x @ W.T
+        if b is not None:
+            y += b
+        return y
+
+    def backward(self, inputs, gy):
+        x, W = inputs[0], inputs[1]
+        gx = matmul(gy, W) if x.requires_grad else None
+        gW = matmul(transpose(gy), x) if W.requires_grad else None
+        if len(inputs) == 2:
+            return gx, gW
+        from .math import sum as _sum
+
+        return gx, gW, _sum(gy, axis=0) if inputs[2].requires_grad else None
 
 
 def _pair(v, name):
@@ -37,12 +65,14 @@ def _out_size(n, k, s, p, d):
 
 
 class Im2Col(Function):
-    """(N, C, H, W) -> (N, C, kh, kw, OH, OW) windows of an already padded input."""
+    """(N, C, H, W) -> (N, C, kh, kw, OH, OW) windows of an already padded input, or with
+    ``cfirst`` (C, kh, kw, N, OH, OW): then a convolution is one large GEMM
+    (C*kh*kw, N*OH*OW) instead of N small ones."""
 
     name = "im2col"
 
-    def __init__(self, k, s, d, out_hw):
-        self.k, self.s, self.d, self.out_hw = k, s, d, out_hw
+    def __init__(self, k, s, d, out_hw, cfirst=False):
+        self.k, self.s, self.d, self.out_hw, self.cfirst = k, s, d, out_hw, cfirst
 
     def forward(self, x):
         xc = x if (x.flags["C_CONTIGUOUS"]) else xp_of(x).ascontiguousarray(x)
@@ -51,10 +81,12 @@ class Im2Col(Function):
         (kh, kw), (sh, sw), (dh, dw), (oh, ow) = self.k, self.s, self.d, self.out_hw
         st = (c * h * w, h * w, w * dh, dw, w * sh, sw)
         v = strided_view(xc, (n, c, kh, kw, oh, ow), st)
+        if self.cfirst:
+            v = v.transpose(1, 2, 3, 0, 4, 5)
         return xp_of(x).ascontiguousarray(v) if xp_of(x) is np else v.copy()
 
     def backward(self, inputs, gy):
-        return Col2Im(self.k, self.s, self.d, self.in_shape).apply((gy,))
+        return Col2Im(self.k, self.s, self.d, self.in_shape, self.cfirst).apply((gy,))
 
 
 class Col2Im(Function):
@@ -62,14 +94,20 @@ class Col2Im(Function):
 
     name = "col2im"
 
-    def __init__(self, k, s, d, shape):
-        self.k, self.s, self.d, self.shape = k, s, d, shape
+    def __init__(self, k, s, d, shape, cfirst=False):
+        self.k, self.s, self.d, self.shape, self.cfirst = k, s, d, shape, cfirst
 
     def forward(self, col):
         xp = xp_of(col)
-        out = zeros(xp, self.shape, col.dtype, col)
+        if self.cfirst:
+            col = col.transpose(3, 0, 1, 2, 4, 5)
         (kh, kw), (sh, sw), (dh, dw) = self.k, self.s, self.d
+        n, c, h, w = self.shape
         oh, ow = col.shape[4], col.shape[5]
+        if (sh, sw) == (kh, kw) and (dh, dw) == (1, 1) and (h, w) == (oh * kh, ow * kw):
+            # windows tile the input exactly (pooling): col2im is a permutation, one copy
+            return col.transpose(0, 1, 4, 2, 5, 3).reshape(self.shape)
+        out = zeros(xp, self.shape, col.dtype, col)
         for i in range(kh):
             for j in range(kw):
                 v = out[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh,
@@ -79,10 +117,10 @@ class Col2Im(Function):
 
     def backward(self, inputs, ggy):
         out_hw = inputs[0].shape[4:]
-        return Im2Col(self.k, self.s, self.d, out_hw).apply((ggy,))
+        return Im2Col(self.k, self.s, self.d, out_hw, self.cfirst).apply((ggy,))
 
 
-def _im2col(x, k, s, p, d, value=0.0):
+def _im2col(x, k, s, p, d, value=0.0, cfirst=False):
     n, c, h, w = x.shape
     oh = _out_size(h, k[0], s[0], p[0], d[0])
     ow = _out_size(w, k[1], s[1], p[1], d[1])
@@ -91,7 +129,7 @@ def _im2col(x, k, s, p, d, value=0.0):
                          f"not fit an input of {h}x{w}")
     if p != (0, 0):
         x = pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])), value)
-    return Im2Col(k, s, d, (oh, ow)).apply((x,)), (oh, ow)
+    return Im2Col(k, s, d, (oh, ow), cfirst).apply((x,)), (oh, ow)
 
 
 def conv2d(x, W, b=None, stride=1, pad=0, dilation=1, groups=1):
@@ -108,16 +146,16 @@ def conv2d(x, W, b=None, stride=1, pad=0, dilation=1, groups=1):
     if b is not None and b.shape != (o,):
         raise ShapeError(f"conv2d: b must have shape ({o},), got {b.shape}")
     s, p, d = _pair(stride, "stride"), _pair(pad, "pad"), _pair(dilation, "dilation")
-    col, (oh, ow) = _im2col(x, (kh, kw), s, p, d)
+    col, (oh, ow) = _im2col(x, (kh, kw), s, p, d, cfirst=True)  # (C, kh, kw, N, OH, OW)
     outs = []
     og = o // groups
     for g in range(groups):
-        cols = col if groups == 1 else getitem(col, (slice(None), slice(g * cg, (g + 1) * cg)))
-        cols = reshape(cols, (n, cg * kh * kw, oh * ow))
+        cols = col if groups == 1 else getitem(col, slice(g * cg, (g + 1) * cg))
+        cols = reshape(cols, (cg * kh * kw, n * oh * ow))
         wg = W if groups == 1 else getitem(W, slice(g * og, (g + 1) * og))
-        outs.append(matmul(reshape(wg, (og, cg * kh * kw)), cols))
-    y = outs[0] if groups == 1 else concat(outs, axis=1)
-    y = reshape(y, (n, o, oh, ow))
+        outs.append(matmul(reshape(wg, (og, cg * kh * kw)), cols))  # one GEMM per group
+    y = outs[0] if groups == 1 else concat(outs, axis=0)
+    y = transpose(reshape(y, (o, n, oh, ow)), (1, 0, 2, 3))
     return y if b is None else add(y, reshape(b, (1, o, 1, 1)))
 
 
