@@ -3,13 +3,28 @@
 The public API, as explicit re-exports::
 
     import labkit as lk
+    import labkit.functions as F
+    import labkit.bricks as B
+
     lk.devices()              # [Device('cpu'), Device('cl:0'), ...]
     dev = lk.device("cl")     # "cpu" | "cl" | "cl:N"; default from LABKIT_DEVICE
+    x = lk.tensor(array, device=dev, requires_grad=True)
+    lk.grad([y], [x], create_graph=True); lk.autograd.hvp(f, [x], [v])
+    model = B.MLP([784, 256, 10]).to(dev); lk.Graph(loss).filter(role=lk.roles.WEIGHT)
+    opt = lk.optimizers.Adam(lr=1e-3).setup(model)
 """
 
-from . import autograd
+from . import autograd, bricks, optimizers, regularizers, roles
 from .autograd import Function, Tensor, enable_grad, grad, no_grad, tensor
-from .backend import Device, asarray, best_device, default_device, device, devices, get_array_module
+from .backend import (
+    Device,
+    asarray,
+    best_device,
+    default_device,
+    device,
+    devices,
+    get_array_module,
+)
 from .backend.random import Generator
 from .errors import (
     DeviceError,
@@ -19,12 +34,14 @@ from .errors import (
     LabkitError,
     ShapeError,
 )
+from .graph import Graph
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Device", "DeviceError", "Function", "Tensor", "autograd", "enable_grad", "grad",
-    "no_grad", "tensor", "DeviceMismatchError", "DTypeError", "Generator",
-    "KernelBuildError", "LabkitError", "ShapeError", "__version__", "asarray", "best_device",
-    "default_device", "device", "devices", "get_array_module",
+    "Device", "DeviceError", "DeviceMismatchError", "DTypeError", "Function", "Generator",
+    "Graph", "KernelBuildError", "LabkitError", "ShapeError", "Tensor", "__version__",
+    "asarray", "autograd", "best_device", "bricks", "default_device", "device", "devices",
+    "enable_grad", "get_array_module", "grad", "no_grad", "optimizers", "regularizers",
+    "roles", "tensor",
 ]

@@ -1,0 +1,37 @@
+"""Bricks (imported as ``B``): parameterised, composable pieces of a model."""
+
+from .base import Brick, Parameter, set_seed
+from .initializers import (
+    Constant,
+    GlorotUniform,
+    HeNormal,
+    Initializer,
+    Normal,
+    Orthogonal,
+    Uniform,
+)
+from .layers import (
+    GELU,
+    GRU,
+    LSTM,
+    MLP,
+    Activation,
+    BatchNorm,
+    Conv2D,
+    ConvTranspose2D,
+    Dropout,
+    Embedding,
+    Flatten,
+    LayerNorm,
+    Linear,
+    ReLU,
+    Sequence,
+    Sigmoid,
+    Softmax,
+    Tanh,
+)
+
+__all__ = ["GELU", "GRU", "LSTM", "MLP", "Activation", "BatchNorm", "Brick", "Constant",
+           "Conv2D", "ConvTranspose2D", "Dropout", "Embedding", "Flatten", "GlorotUniform",
+           "HeNormal", "Initializer", "LayerNorm", "Linear", "Normal", "Orthogonal",
+           "Parameter", "ReLU", "Sequence", "Sigmoid", "Softmax", "Tanh", "Uniform", "set_seed"]

@@ -1,0 +1,261 @@
+"""Brick: a parameterised piece of a model. Children and parameters are registered by
+assignment; names are hierarchical (``/mlp/linear_0.W``) and are the keys of ``state_dict()``;
+sizes given as None are resolved on the first call (construct, then call)."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from .. import roles
+from ..autograd import function as _fn
+from ..autograd.tensor import Tensor
+from ..backend.device import device as _device
+from ..backend.random import Generator
+from ..errors import DeviceMismatchError
+
+_SEED = {"seed": 0, "count": 0}
+
+
+def set_seed(seed: int) -> None:
+    """Seed brick initialization: bricks constructed after this call, in the same order, get
+    the same parameters (bit for bit, on every device)."""
+    _SEED["seed"], _SEED["count"] = int(seed), 0
+
+
+def _next_init_seed() -> int:
+    _SEED["count"] += 1
+    return zlib.crc32(f"{_SEED['seed']}:{_SEED['count']}".encode())
+
+
+class Parameter(Tensor):
+    """A leaf Tensor that requires grad and carries a role (WEIGHT, FILTER, BIAS, ...)."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, data, role=roles.PARAMETER, name=None):
+        super().__init__(data, requires_grad=True, name=name)
+        self.role = role
+        self.owner = None
+
+    @property
+    def path(self):
+        """The hierarchical name, ``/mlp/linear_0.W``: the key in ``state_dict()``."""
+        return f"{self.owner.path}.{self.name}" if self.owner is not None else None
+
+    def __repr__(self):
+        return f"Parameter({self.path or self.name}, shape={self.shape}, role={self.role})"
+
+
+class Brick:
+    """Base class: subclasses define ``forward(*inputs)`` and, for sizes resolved on the first
+    call, ``build(*inputs)`` that creates the parameters with ``self.add_param``."""
+
+    def __init__(self, name: str | None = None, seed: int | None = None):
+        object.__setattr__(self, "_children", {})
+        object.__setattr__(self, "_params", {})
+        object.__setattr__(self, "_buffers", {})
+        object.__setattr__(self, "_inits", {})
+        self.name = name or type(self).__name__.lower()
+        self.training = True
+        self.built = False
+        self.seed = seed if seed is not None else _next_init_seed()
+        self._device = None
+        object.__setattr__(self, "_parent", None)
+
+    # ---- registration -------------------------------------------------------------------
+    def __setattr__(self, key, value):
+        if key == "_parent":
+            object.__setattr__(self, key, value)
+            return
+        if isinstance(value, Brick):
+            if value._parent is None and value.name == type(value).__name__.lower():
+                value.name = key
+            value._parent = self
+            self._children[value.name] = value
+        elif isinstance(value, Parameter):
+            value.name = key
+            value.owner = self
+            self._params[key] = value
+        object.__setattr__(self, key, value)
+
+    def add_child(self, brick: Brick, name: str | None = None) -> Brick:
+        if name is not None:
+            brick.name = name
+        brick._parent = self
+        self._children[brick.name] = brick
+        object.__setattr__(self, brick.name, brick)
+        return brick
+
+    @property
+    def path(self) -> str:
+        return (self._parent.path if self._parent is not None else "") + "/" + self.name
+
+    def _rng(self) -> Generator:
+        return Generator(self.seed, "cpu")
+
+    def add_param(self, name, shape, init, role=roles.PARAMETER, dtype=np.float32) -> Parameter:
+        """Create a parameter from ``init`` (drawn on the host: the same bits on every device)."""
+        rng = self._rng()
+        rng.counter = len(self._params) << 40  # a separate stream per parameter
+        data = init(tuple(int(d) for d in shape), np.dtype(dtype), rng)
+        p = Parameter(self._on_device(data), role=role)
+        setattr(self, name, p)
+        return p
+
+    def register_buffer(self, name, array) -> None:
+        """State that is saved but not trained (running statistics)."""
+        self._buffers[name] = name
+        object.__setattr__(self, name, self._on_device(np.asarray(array)))
+
+    def _on_device(self, arr):
+        dev = self._device
+        if dev is None or dev.kind == "cpu":
+            return arr
+        from ..backend import opencl
+
+        return opencl.asarray(arr, device=dev)
+
+    # ---- calling ------------------------------------------------------------------------
+    def build(self, *inputs) -> None:
+        """Create parameters whose sizes depend on the first inputs (override as needed)."""
+
+    def forward(self, *inputs):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __call__(self, *inputs, **kwargs):
+        if not self.built:
+            for x in inputs:
+                if isinstance(x, Tensor):
+                    if self._device is None:
+                        self._device = x.device
+                    break
+            self.build(*inputs)
+            self.built = True
+        for x in inputs:
+            if isinstance(x, Tensor) and self._device is not None and x.device != self._device:
+                raise DeviceMismatchError(
+                    f"{self.path}: input is on {x.device} but the brick's parameters are on "
+                    f"{self._device}; move one with .to('{self._device}')")
+        prev = getattr(_fn._state, "brick", None)
+        _fn._state.brick = self.path
+        try:
+            out = self.forward(*inputs, **kwargs)
+        finally:
+            _fn._state.brick = prev
+        for o in out if isinstance(out, tuple) else (out,):
+            if isinstance(o, Tensor) and o.role is None:
+                o.role = roles.OUTPUT
+        return out
+
+    # ---- traversal ----------------------------------------------------------------------
+    def children(self):
+        return list(self._children.values())
+
+    def bricks(self):
+        """This brick and every descendant, depth first."""
+        out = [self]
+        for c in self._children.values():
+            out += c.bricks()
+        return out
+
+    def params(self, role=None) -> dict:
+        """``{"/mlp/linear_0.W": Parameter, ...}``, filtered by role (subroles included)."""
+        out = {}
+        for b in self.bricks():
+            for p in b._params.values():
+                if role is None or roles.has_role(p, role):
+                    out[p.path] = p
+        return out
+
+    def buffers(self) -> dict:
+        return {f"{b.path}.{n}": getattr(b, n) for b in self.bricks() for n in b._buffers}
+
+    # ---- modes and devices --------------------------------------------------------------
+    def train(self, flag: bool = True) -> Brick:
+        for b in self.bricks():
+            b.training = flag
+        return self
+
+    def eval(self) -> Brick:
+        return self.train(False)
+
+    def to(self, device) -> Brick:
+        """Move every parameter and buffer (in place: optimizers keep their references)."""
+        from ..backend import asarray
+
+        dev = _device(device)
+        for b in self.bricks():
+            b._device = dev
+            for p in b._params.values():
+                p.data = asarray(p.data, device=dev)
+                p.grad = None
+            for n in b._buffers:
+                object.__setattr__(b, n, asarray(getattr(b, n), device=dev))
+        return self
+
+    # ---- state --------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Parameters and buffers as NumPy arrays, keyed by hierarchical name."""
+        out = {k: np.array(p.numpy()) for k, p in self.params().items()}
+        out.update({k: np.array(v if isinstance(v, np.ndarray) else v.get())
+                    for k, v in self.buffers().items()})
+        return out
+
+    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+        from ..backend import asarray
+
+        own = {**self.params(), **{k: None for k in self.buffers()}}
+        missing = sorted(set(own) - set(state))
+        unexpected = sorted(set(state) - set(own))
+        mismatched = []
+        for k in sorted(set(own) & set(state)):
+            want = own[k].shape if own[k] is not None else self.buffers()[k].shape
+            got = tuple(np.shape(state[k]))
+            if tuple(want) != got:
+                mismatched.append(f"{k}: checkpoint {got}, model {tuple(want)}")
+        if mismatched or (strict and (missing or unexpected)):
+            parts = []
+            if missing:
+                parts.append("missing keys: " + ", ".join(missing))
+            if unexpected:
+                parts.append("unexpected keys: " + ", ".join(unexpected))
+            if mismatched:
+                parts.append("shape mismatches: " + "; ".join(mismatched))
+            hint = "" if self.built or not missing else (
+                " (a brick with sizes left as None creates its parameters on its first call: "
+                "call the model once, or give every size)")
+            raise KeyError(f"load_state_dict into {self.path}: " + "; ".join(parts) + hint)
+        for k, v in state.items():
+            if k in own and own[k] is not None:
+                p = own[k]
+                arr = np.asarray(v, dtype=p.dtype)
+                p.data = asarray(arr.copy(), device=p.device)
+            elif k in own:
+                brick_path, name = k.rsplit(".", 1)
+                b = next(b for b in self.bricks() if b.path == brick_path)
+                cur = getattr(b, name)
+                dev = "cpu" if isinstance(cur, np.ndarray) else cur.device
+                object.__setattr__(b, name, asarray(np.array(v, dtype=cur.dtype), device=dev))
+
+    # ---- repr ---------------------------------------------------------------------------
+    def n_params(self) -> int:
+        return sum(p.size for p in self.params().values())
+
+    def _repr_lines(self, depth=0):
+        own = ", ".join(f"{n}{tuple(p.shape)}" for n, p in self._params.items())
+        count = sum(p.size for b in self.bricks() for p in b._params.values())
+        extra = f" [{own}]" if own else ("" if self.built or not self._needs_build() else
+                                          " [sizes resolved on the first call]")
+        lines = ["  " * depth + f"{self.name}: {type(self).__name__}{extra}  "
+                 f"({count:,} params)"]
+        for c in self._children.values():
+            lines += c._repr_lines(depth + 1)
+        return lines
+
+    def _needs_build(self):
+        return type(self).build is not Brick.build
+
+    def __repr__(self):
+        return "\n".join(self._repr_lines())

@@ -1,0 +1,368 @@
+"""The bricks: Linear, Conv2D, ConvTranspose2D, MLP, Sequence, Embedding, LSTM, GRU,
+BatchNorm, LayerNorm, Dropout, Flatten and activation bricks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import functions as F
+from .. import roles
+from ..autograd.tensor import Tensor
+from ..backend.random import Generator
+from ..errors import ShapeError
+from .base import Brick
+from .initializers import Constant, GlorotUniform, HeNormal, Orthogonal
+
+
+class Linear(Brick):
+    """``y = x @ W.T + b`` with W of shape (out, in); ``in_size=None`` is resolved on the first
+    call.
+
+    Examples
+    --------
+    >>> import numpy as np, labkit as lk, labkit.bricks as B
+    >>> lin = B.Linear(None, 3)
+    >>> lin(lk.tensor(np.ones((2, 5), np.float32))).shape
+    (2, 3)
+    >>> sorted(lin.params())
+    ['/linear.W', '/linear.b']
+    """
+
+    def __init__(self, in_size, out_size, bias=True, weight_init=None, bias_init=None,
+                 name=None, seed=None):
+        super().__init__(name, seed)
+        self.in_size, self.out_size, self.use_bias = in_size, out_size, bias
+        self.weight_init = weight_init or GlorotUniform()
+        self.bias_init = bias_init or Constant(0.0)
+        if in_size is not None:
+            self._create(in_size)
+
+    def _create(self, in_size):
+        self.in_size = in_size
+        self.add_param("W", (self.out_size, in_size), self.weight_init, roles.WEIGHT)
+        if self.use_bias:
+            self.add_param("b", (self.out_size,), self.bias_init, roles.BIAS)
+        self.built = True
+
+    def build(self, x):
+        self._create(x.shape[-1])
+
+    def forward(self, x):
+        return F.linear(x, self.W, self.b if self.use_bias else None)
+
+
+class Conv2D(Brick):
+    """2-D convolution, NCHW; W (out, in/groups, kh, kw) has role FILTER."""
+
+    def __init__(self, in_channels, out_channels, ksize, stride=1, pad=0, dilation=1, groups=1,
+                 bias=True, weight_init=None, name=None, seed=None):
+        super().__init__(name, seed)
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.ksize = (ksize, ksize) if isinstance(ksize, int) else tuple(ksize)
+        self.stride, self.pad, self.dilation, self.groups = stride, pad, dilation, groups
+        self.use_bias = bias
+        self.weight_init = weight_init or HeNormal()
+        if in_channels is not None:
+            self._create(in_channels)
+
+    def _create(self, c):
+        if c % self.groups:
+            raise ShapeError(f"{self.path}: {c} input channels do not divide into "
+                             f"{self.groups} groups")
+        self.in_channels = c
+        self.add_param("W", (self.out_channels, c // self.groups) + self.ksize,
+                       self.weight_init, roles.FILTER)
+        if self.use_bias:
+            self.add_param("b", (self.out_channels,), Constant(0.0), roles.BIAS)
+        self.built = True
+
+    def build(self, x):
+        self._create(x.shape[1])
+
+    def forward(self, x):
+        return F.conv2d(x, self.W, self.b if self.use_bias else None, self.stride, self.pad,
+                        self.dilation, self.groups)
+
+
+class ConvTranspose2D(Brick):
+    """Transposed convolution; W (in, out, kh, kw) has role FILTER."""
+
+    def __init__(self, in_channels, out_channels, ksize, stride=1, pad=0, output_padding=0,
+                 bias=True, weight_init=None, name=None, seed=None):
+        super().__init__(name, seed)
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.ksize = (ksize, ksize) if isinstance(ksize, int) else tuple(ksize)
+        self.stride, self.pad, self.output_padding = stride, pad, output_padding
+        self.use_bias = bias
+        self.weight_init = weight_init or GlorotUniform()
+        if in_channels is not None:
+            self._create(in_channels)
+
+    def _create(self, c):
+        self.in_channels = c
+        self.add_param("W", (c, self.out_channels) + self.ksize, self.weight_init, roles.FILTER)
+        if self.use_bias:
+            self.add_param("b", (self.out_channels,), Constant(0.0), roles.BIAS)
+        self.built = True
+
+    def build(self, x):
+        self._create(x.shape[1])
+
+    def forward(self, x):
+        return F.conv_transpose2d(x, self.W, self.b if self.use_bias else None, self.stride,
+                                  self.pad, output_padding=self.output_padding)
+
+
+class Sequence(Brick):
+    """Apply bricks (or plain functions) in order; children are named ``<class>_<i>``."""
+
+    def __init__(self, *layers, name=None):
+        super().__init__(name)
+        self.layers = []
+        for i, layer in enumerate(layers):
+            if isinstance(layer, Brick):
+                self.add_child(layer, f"{type(layer).__name__.lower()}_{i}")
+            self.layers.append(layer)
+        self.built = True
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class MLP(Brick):
+    """Linear layers with ``activation`` between them (not after the last).
+
+    ``MLP([784, 256, 10])``; ``MLP([None, 256, 10])`` resolves the input size on the first call.
+    """
+
+    def __init__(self, sizes, activation=F.relu, weight_init=None, name=None, seed=None):
+        super().__init__(name, seed)
+        if len(sizes) < 2:
+            raise ValueError(f"MLP: need at least two sizes (in, out), got {sizes}")
+        self.activation = activation
+        self.linears = []
+        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+            self.linears.append(self.add_child(Linear(a, b, weight_init=weight_init),
+                                               f"linear_{i}"))
+        self.built = True
+
+    def forward(self, x):
+        for i, lin in enumerate(self.linears):
+            x = lin(x)
+            if i < len(self.linears) - 1 and self.activation is not None:
+                x = self.activation(x)
+        return x
+
+
+class Embedding(Brick):
+    def __init__(self, vocab_size, dim, weight_init=None, name=None, seed=None):
+        super().__init__(name, seed)
+        from .initializers import Normal
+
+        self.add_param("W", (vocab_size, dim), weight_init or Normal(0, 1.0), roles.WEIGHT)
+        self.built = True
+
+    def forward(self, ids):
+        return F.embed_id(ids, self.W)
+
+
+def _mask_step(mask, t, new, old):
+    """Keep ``old`` where the sequence has ended (mask 0 at step t)."""
+    if mask is None:
+        return new
+    m = mask[:, t:t + 1]
+    m = m.astype(new.dtype) if hasattr(m, "astype") else m
+    return new * Tensor(m) + old * Tensor(1 - m)
+
+
+class LSTM(Brick):
+    """An LSTM over whole sequences x (N, T, F) with an optional mask (N, T) for padded
+    batches; returns the hidden states (N, T, H). Gates follow F.lstm (a, i, f, o)."""
+
+    def __init__(self, in_size, hidden_size, name=None, seed=None):
+        super().__init__(name, seed)
+        self.in_size, self.hidden_size = in_size, hidden_size
+        if in_size is not None:
+            self._create(in_size)
+
+    def _create(self, f):
+        h = self.hidden_size
+        self.in_size = f
+        self.add_param("W", (4 * h, f), GlorotUniform(), roles.WEIGHT)
+        self.add_param("U", (4 * h, h), Orthogonal(), roles.WEIGHT)
+        self.add_param("b", (4 * h,), Constant(0.0), roles.BIAS)
+        self.built = True
+
+    def build(self, x, mask=None):
+        self._create(x.shape[-1])
+
+    def forward(self, x, mask=None):
+        n, T, _ = x.shape
+        xp = x.xp
+        zeros = np.zeros((n, self.hidden_size), x.dtype)
+        h = c = Tensor(zeros if xp is np else xp.asarray(zeros, device=x.data.rt))
+        m = None if mask is None else _as_mask(mask, x)
+        pre = F.linear(x, self.W, self.b)  # all time steps at once
+        hs = []
+        for t in range(T):
+            z = pre[:, t] + F.matmul(h, F.transpose(self.U))
+            c_new, h_new = F.lstm(c, z)
+            c, h = _mask_step(m, t, c_new, c), _mask_step(m, t, h_new, h)
+            hs.append(h)
+        return F.stack(hs, axis=1)
+
+
+class GRU(Brick):
+    """A GRU over whole sequences x (N, T, F), optional mask (N, T); returns (N, T, H)."""
+
+    def __init__(self, in_size, hidden_size, name=None, seed=None):
+        super().__init__(name, seed)
+        self.in_size, self.hidden_size = in_size, hidden_size
+        if in_size is not None:
+            self._create(in_size)
+
+    def _create(self, f):
+        h = self.hidden_size
+        self.in_size = f
+        self.add_param("W", (3 * h, f), GlorotUniform(), roles.WEIGHT)
+        self.add_param("U", (3 * h, h), Orthogonal(), roles.WEIGHT)
+        self.add_param("b", (3 * h,), Constant(0.0), roles.BIAS)
+        self.built = True
+
+    def build(self, x, mask=None):
+        self._create(x.shape[-1])
+
+    def forward(self, x, mask=None):
+        n, T, _ = x.shape
+        H = self.hidden_size
+        xp = x.xp
+        zeros = np.zeros((n, H), x.dtype)
+        h = Tensor(zeros if xp is np else xp.asarray(zeros, device=x.data.rt))
+        m = None if mask is None else _as_mask(mask, x)
+        pre = F.linear(x, self.W, self.b)
+        Ur, Uz, Un = F.split(self.U, 3, axis=0)
+        hs = []
+        for t in range(T):
+            xr, xz, xn = F.split(pre[:, t], 3, axis=1)
+            r = F.sigmoid(xr + F.matmul(h, F.transpose(Ur)))
+            zg = F.sigmoid(xz + F.matmul(h, F.transpose(Uz)))
+            nn = F.tanh(xn + r * F.matmul(h, F.transpose(Un)))
+            h_new = (1.0 - zg) * nn + zg * h
+            h = _mask_step(m, t, h_new, h)
+            hs.append(h)
+        return F.stack(hs, axis=1)
+
+
+def _as_mask(mask, x):
+    d = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
+    if tuple(d.shape) != x.shape[:2]:
+        raise ShapeError(f"mask of shape {tuple(d.shape)} does not match x of shape {x.shape}; "
+                         "expected (N, T)")
+    d = d.astype(x.dtype)
+    if x.xp is not np and isinstance(d, np.ndarray):
+        d = x.xp.asarray(d, device=x.data.rt)
+    return d
+
+
+class BatchNorm(Brick):
+    """Batch normalization over channel axis 1, with running statistics (buffers)."""
+
+    def __init__(self, size=None, momentum=0.1, eps=1e-5, name=None):
+        super().__init__(name)
+        self.size, self.momentum, self.eps = size, momentum, eps
+        if size is not None:
+            self._create(size)
+
+    def _create(self, c):
+        self.size = c
+        self.add_param("gamma", (c,), Constant(1.0), roles.WEIGHT)
+        self.add_param("beta", (c,), Constant(0.0), roles.BIAS)
+        self.register_buffer("running_mean", np.zeros(c, np.float32))
+        self.register_buffer("running_var", np.ones(c, np.float32))
+        self.built = True
+
+    def build(self, x):
+        self._create(x.shape[1])
+
+    def forward(self, x):
+        return F.batch_normalization(x, self.gamma, self.beta, self.running_mean,
+                                     self.running_var, training=self.training,
+                                     momentum=self.momentum, eps=self.eps)
+
+
+class LayerNorm(Brick):
+    def __init__(self, size=None, eps=1e-5, name=None):
+        super().__init__(name)
+        self.size, self.eps = size, eps
+        if size is not None:
+            self._create(size)
+
+    def _create(self, n):
+        self.size = n
+        self.add_param("gamma", (n,), Constant(1.0), roles.WEIGHT)
+        self.add_param("beta", (n,), Constant(0.0), roles.BIAS)
+        self.built = True
+
+    def build(self, x):
+        self._create(x.shape[-1])
+
+    def forward(self, x):
+        return F.layer_normalization(x, self.gamma, self.beta, self.eps)
+
+
+class Dropout(Brick):
+    """Dropout with its own counter-based generator (its state is in ``state_dict``)."""
+
+    def __init__(self, ratio=0.5, seed=0, name=None):
+        super().__init__(name)
+        self.ratio = ratio
+        self.generator = None
+        self.gen_seed = seed
+        self.built = True
+
+    def forward(self, x):
+        if self.generator is None or self.generator.device != x.device:
+            self.generator = Generator(self.gen_seed, x.device)
+        return F.dropout(x, self.ratio, training=self.training, generator=self.generator)
+
+
+class Flatten(Brick):
+    def __init__(self, name=None):
+        super().__init__(name)
+        self.built = True
+
+    def forward(self, x):
+        return F.flatten(x)
+
+
+class Activation(Brick):
+    fn = None
+
+    def __init__(self, name=None):
+        super().__init__(name)
+        self.built = True
+
+    def forward(self, x):
+        return type(self).fn(x)
+
+
+class ReLU(Activation):
+    fn = staticmethod(F.relu)
+
+
+class Tanh(Activation):
+    fn = staticmethod(F.tanh)
+
+
+class Sigmoid(Activation):
+    fn = staticmethod(F.sigmoid)
+
+
+class GELU(Activation):
+    fn = staticmethod(F.gelu)
+
+
+class Softmax(Activation):
+    fn = staticmethod(F.softmax)

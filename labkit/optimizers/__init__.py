@@ -1,0 +1,357 @@
+"""Optimizers as composable step rules (Blocks' CompositeRule, PyTorch's formulas).
+
+    opt = lk.optimizers.Adam(lr=1e-3).setup(model)
+    loss.backward(); opt.update()
+
+A rule turns the gradients into steps; rules chain (``chain(GradientClipping(1.0),
+WeightDecay(1e-4), Momentum(0.1, 0.9))``) and each reads its hyper-parameters from the
+parameter's group first (``setup(model, groups=[{"role": lk.roles.BIAS, "weight_decay": 0}])``).
+``lr`` may be a number or a schedule (a callable of the step). ``state_dict()`` holds every
+moment and counter, so a restored optimizer's next update is bitwise the same.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+
+import numpy as np
+
+from .. import roles as _roles
+from ..backend import get_array_module
+
+# ---- schedules ----------------------------------------------------------------------------
+
+
+class Schedule:
+    def __call__(self, step: int) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class StepDecay(Schedule):
+    """``lr * gamma ** (step // every)``."""
+
+    def __init__(self, lr, every, gamma=0.1):
+        self.lr, self.every, self.gamma = lr, every, gamma
+
+    def __call__(self, step):
+        return self.lr * self.gamma ** (step // self.every)
+
+
+class Exponential(Schedule):
+    def __init__(self, lr, gamma):
+        self.lr, self.gamma = lr, gamma
+
+    def __call__(self, step):
+        return self.lr * self.gamma ** step
+
+
+class Cosine(Schedule):
+    """Cosine decay from ``lr`` to ``min_lr`` over ``total`` steps."""
+
+    def __init__(self, lr, total, min_lr=0.0):
+        self.lr, self.total, self.min_lr = lr, total, min_lr
+
+    def __call__(self, step):
+        t = min(step, self.total) / self.total
+        return self.min_lr + (self.lr - self.min_lr) * 0.5 * (1 + math.cos(math.pi * t))
+
+
+class WarmUp(Schedule):
+    """Linear warm-up over ``steps``, then ``after`` (a number or a schedule of the step)."""
+
+    def __init__(self, steps, after):
+        self.steps, self.after = steps, after
+
+    def __call__(self, step):
+        base = self.after(step) if callable(self.after) else self.after
+        return base * min(1.0, (step + 1) / self.steps)
+
+
+def _value(v, step):
+    return v(step) if callable(v) else v
+
+
+# ---- rules --------------------------------------------------------------------------------
+
+
+class Rule:
+    """Transforms (param, grad-or-step) pairs; ``state`` keeps per-parameter arrays."""
+
+    defaults: dict = {}
+
+    def __init__(self, *args, **hyper):
+        names = list(self.defaults)
+        if len(args) > len(names):
+            raise TypeError(f"{type(self).__name__}: at most {len(names)} positional "
+                            f"arguments ({', '.join(names)}), got {len(args)}")
+        unknown = set(hyper) - set(names)
+        if unknown:
+            raise TypeError(f"{type(self).__name__}: unknown hyper-parameter(s) "
+                            f"{', '.join(sorted(unknown))}; expected {', '.join(names)}")
+        self.hyper = {**self.defaults, **dict(zip(names, args)), **hyper}
+
+    def h(self, name, group, step):
+        return _value(group.get(name, self.hyper[name]), step)
+
+    def init_state(self, p):
+        return {}
+
+    def apply(self, ps, steps, states, groups, t):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def setup(self, model, groups=None):
+        return Optimizer([self]).setup(model, groups)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.hyper.items())})"
+
+
+def _zeros_like(a):
+    xp = get_array_module(a)
+    return np.zeros_like(a) if xp is np else xp.zeros(a.shape, a.dtype, device=a.rt)
+
+
+class SGD(Rule):
+    defaults = {"lr": 0.01}
+
+    def apply(self, ps, steps, states, groups, t):
+        return [g * self.h("lr", gr, t) for g, gr in zip(steps, groups)]
+
+
+class Momentum(Rule):
+    """v = mu v + g; step = lr v (PyTorch's SGD with momentum)."""
+
+    defaults = {"lr": 0.01, "momentum": 0.9}
+
+    def init_state(self, p):
+        return {"v": _zeros_like(p.data)}
+
+    def apply(self, ps, steps, states, groups, t):
+        out = []
+        for g, s, gr in zip(steps, states, groups):
+            s["v"] = s["v"] * self.h("momentum", gr, t) + g
+            out.append(s["v"] * self.h("lr", gr, t))
+        return out
+
+
+class Nesterov(Momentum):
+    """v = mu v + g; step = lr (g + mu v)."""
+
+    def apply(self, ps, steps, states, groups, t):
+        out = []
+        for g, s, gr in zip(steps, states, groups):
+            mu = self.h("momentum", gr, t)
+            s["v"] = s["v"] * mu + g
+            out.append((g + s["v"] * mu) * self.h("lr", gr, t))
+        return out
+
+
+class AdaGrad(Rule):
+    defaults = {"lr": 0.01, "eps": 1e-10}
+
+    def init_state(self, p):
+        return {"sum_sq": _zeros_like(p.data)}
+
+    def apply(self, ps, steps, states, groups, t):
+        out = []
+        for g, s, gr in zip(steps, states, groups):
+            xp = get_array_module(g)
+            s["sum_sq"] = s["sum_sq"] + g * g
+            out.append(g * self.h("lr", gr, t) / (xp.sqrt(s["sum_sq"]) + self.h("eps", gr, t)))
+        return out
+
+
+class RMSProp(Rule):
+    defaults = {"lr": 0.01, "alpha": 0.99, "eps": 1e-8}
+
+    def init_state(self, p):
+        return {"sq": _zeros_like(p.data)}
+
+    def apply(self, ps, steps, states, groups, t):
+        out = []
+        for g, s, gr in zip(steps, states, groups):
+            xp = get_array_module(g)
+            a = self.h("alpha", gr, t)
+            s["sq"] = s["sq"] * a + g * g * (1 - a)
+            out.append(g * self.h("lr", gr, t) / (xp.sqrt(s["sq"]) + self.h("eps", gr, t)))
+        return out
+
+
+class Adam(Rule):
+    defaults = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
+
+    def init_state(self, p):
+        return {"m": _zeros_like(p.data), "v": _zeros_like(p.data)}
+
+    def apply(self, ps, steps, states, groups, t):
+        out = []
+        k = t + 1
+        for g, s, gr in zip(steps, states, groups):
+            xp = get_array_module(g)
+            b1, b2 = self.h("beta1", gr, t), self.h("beta2", gr, t)
+            s["m"] = s["m"] * b1 + g * (1 - b1)
+            s["v"] = s["v"] * b2 + g * g * (1 - b2)
+            mhat = s["m"] / (1 - b1 ** k)
+            vhat = s["v"] / (1 - b2 ** k)
+            out.append(mhat * self.h("lr", gr, t) / (xp.sqrt(vhat) + self.h("eps", gr, t)))
+        return out
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay: step += lr * weight_decay * p (on every parameter of
+    the group; set weight_decay=0 in a BIAS group to spare biases)."""
+
+    defaults = {**Adam.defaults, "weight_decay": 0.01}
+
+    def apply(self, ps, steps, states, groups, t):
+        out = super().apply(ps, steps, states, groups, t)
+        return [s + p.data * (self.h("lr", gr, t) * self.h("weight_decay", gr, t))
+                for s, p, gr in zip(out, ps, groups)]
+
+
+class GradientClipping(Rule):
+    """Scale all gradients together so that their global L2 norm is at most ``max_norm``."""
+
+    defaults = {"max_norm": 1.0}
+
+    def apply(self, ps, steps, states, groups, t):
+        total = math.sqrt(sum(float((g * g).sum()) for g in steps))
+        limit = self.hyper["max_norm"]
+        self.last_norm = total
+        if total <= limit or total == 0:
+            return steps
+        scale = limit / total
+        return [g * scale for g in steps]
+
+
+class WeightDecay(Rule):
+    """g += weight_decay * p, only for parameters with ``role`` (WEIGHT by default: biases
+    and other parameters are spared)."""
+
+    defaults = {"weight_decay": 1e-4}
+
+    def __init__(self, weight_decay=1e-4, role=_roles.WEIGHT):
+        super().__init__(weight_decay=weight_decay)
+        self.role = role
+
+    def apply(self, ps, steps, states, groups, t):
+        return [g + p.data * self.h("weight_decay", gr, t)
+                if _roles.has_role(p, self.role) else g
+                for g, p, gr in zip(steps, ps, groups)]
+
+
+# ---- the optimizer ------------------------------------------------------------------------
+
+
+class Optimizer:
+    """Rules applied in order to the gradients; the last one gives the step ``p -= step``."""
+
+    def __init__(self, rules, constraints=()):
+        self.rules = list(rules)
+        self.constraints = list(constraints)
+        self.params: dict = {}
+        self.groups: list = []
+        self.states: list = []
+        self.t = 0
+
+    def setup(self, model, groups=None):
+        """``model``: a Brick, or a dict {name: Parameter}. ``groups``: dicts with a selector
+        (``role=`` or ``name=`` glob) and options overriding the rules' hyper-parameters."""
+        self.params = dict(model.params() if hasattr(model, "params") else model)
+        selectors = list(groups or [])
+        self.groups = []
+        for name, p in self.params.items():
+            opts = {}
+            for g in selectors:
+                g = dict(g)
+                role, pat = g.pop("role", None), g.pop("name", None)
+                if (role is None or _roles.has_role(p, role)) and (
+                        pat is None or fnmatch.fnmatch(name, pat)):
+                    opts.update(g)
+            self.groups.append(opts)
+        self.states = [[r.init_state(p) for p in self.params.values()] for r in self.rules]
+        return self
+
+    def zero_grad(self):
+        for p in self.params.values():
+            p.grad = None
+
+    def update(self):
+        """One step from the current ``.grad`` of every parameter (None: left unchanged)."""
+        if not self.params:
+            raise RuntimeError("update: call setup(model) first")
+        idx = [i for i, p in enumerate(self.params.values()) if p.grad is not None]
+        ps = [list(self.params.values())[i] for i in idx]
+        steps = [p.grad.data for p in ps]
+        groups = [self.groups[i] for i in idx]
+        for r, st in zip(self.rules, self.states):
+            steps = r.apply(ps, steps, [st[i] for i in idx], groups, self.t)
+        for p, s in zip(ps, steps):
+            p.data -= s
+        for c in self.constraints:
+            c(self.params)
+        self.t += 1
+
+    @property
+    def lr(self):
+        return _value(self.rules[-1].hyper.get("lr"), self.t)
+
+    def state_dict(self) -> dict:
+        """``{"t": steps taken, "state": {param name: {rule_i.key: ndarray}}}``."""
+        names = list(self.params)
+        out = {}
+        for ri, st in enumerate(self.states):
+            for name, s in zip(names, st):
+                for k, v in s.items():
+                    out.setdefault(name, {})[f"{ri}.{k}"] = np.array(
+                        v if isinstance(v, np.ndarray) else v.get())
+        return {"t": self.t, "state": out}
+
+    def load_state_dict(self, state: dict) -> None:
+        from ..backend import asarray
+
+        names = list(self.params)
+        missing = [n for n in names if any(self.states[ri][i] for ri in range(len(self.rules))
+                                            for i in [names.index(n)])
+                   and n not in state["state"]]
+        if missing:
+            raise KeyError(f"Optimizer.load_state_dict: no state for {', '.join(missing)}")
+        self.t = int(state["t"])
+        for ri, st in enumerate(self.states):
+            for i, name in enumerate(names):
+                for k in list(st[i]):
+                    arr = np.asarray(state["state"][name][f"{ri}.{k}"])
+                    cur = st[i][k]
+                    dev = "cpu" if isinstance(cur, np.ndarray) else cur.device
+                    st[i][k] = asarray(arr.astype(cur.dtype), device=dev)
+
+    def __repr__(self):
+        return f"Optimizer({self.rules}, t={self.t})"
+
+
+def chain(*rules, constraints=()):
+    """An optimizer applying ``rules`` in order (the last gives the step)."""
+    return Optimizer(rules, constraints)
+
+
+class MaxNorm:
+    """A constraint applied after each update: rows (axis 1 on) of parameters with ``role``
+    rescaled to an L2 norm of at most ``limit``."""
+
+    def __init__(self, limit, role=_roles.WEIGHT):
+        self.limit, self.role = limit, role
+
+    def __call__(self, params):
+        for p in params.values():
+            if _roles.has_role(p, self.role) and p.ndim >= 2:
+                xp = get_array_module(p.data)
+                axes = tuple(range(1, p.ndim))
+                norms = xp.sqrt((p.data * p.data).sum(axis=axes, keepdims=True))
+                scale = xp.minimum(1.0, self.limit / (norms + 1e-12))
+                p.data *= scale.astype(p.dtype)
+
+
+__all__ = ["AdaGrad", "Adam", "AdamW", "Cosine", "Exponential", "GradientClipping", "MaxNorm",
+           "Momentum", "Nesterov", "Optimizer", "RMSProp", "Rule", "SGD", "Schedule",
+           "StepDecay", "WarmUp", "WeightDecay", "chain"]

@@ -1,0 +1,167 @@
+import numpy as np
+import pytest
+
+import labkit as lk
+import labkit.bricks as B
+import labkit.functions as F
+from labkit import optimizers as O
+
+
+def reference(name, hp, p, grads):
+    """The textbook (PyTorch) update of each optimizer, in float64 NumPy."""
+    p = p.copy()
+    m = np.zeros_like(p)
+    v = np.zeros_like(p)
+    for t, g in enumerate(grads, start=1):
+        if name == "SGD":
+            p -= hp["lr"] * g
+        elif name in ("Momentum", "Nesterov"):
+            m = hp["momentum"] * m + g
+            step = g + hp["momentum"] * m if name == "Nesterov" else m
+            p -= hp["lr"] * step
+        elif name == "AdaGrad":
+            v += g * g
+            p -= hp["lr"] * g / (np.sqrt(v) + 1e-10)
+        elif name == "RMSProp":
+            v = hp["alpha"] * v + (1 - hp["alpha"]) * g * g
+            p -= hp["lr"] * g / (np.sqrt(v) + 1e-8)
+        elif name in ("Adam", "AdamW"):
+            m = 0.9 * m + 0.1 * g
+            v = 0.999 * v + 0.001 * g * g
+            step = hp["lr"] * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.999 ** t)) + 1e-8)
+            if name == "AdamW":
+                step = step + hp["lr"] * hp["weight_decay"] * p
+            p -= step
+    return p
+
+
+OPTS = {
+    "SGD": {"lr": 0.1},
+    "Momentum": {"lr": 0.1, "momentum": 0.9},
+    "Nesterov": {"lr": 0.1, "momentum": 0.9},
+    "AdaGrad": {"lr": 0.1},
+    "RMSProp": {"lr": 0.01, "alpha": 0.9},
+    "Adam": {"lr": 0.01},
+    "AdamW": {"lr": 0.01, "weight_decay": 0.1},
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTS))
+def test_update_matches_the_formula(name, dev, rng):
+    p0 = rng.standard_normal((3, 4))
+    grads = [rng.standard_normal((3, 4)) for _ in range(5)]
+    p = B.Parameter(lk.asarray(p0.copy(), device=dev), role=lk.roles.WEIGHT)
+    opt = getattr(O, name)(**OPTS[name]).setup({"w": p})
+    for g in grads:
+        p.grad = lk.tensor(g, device=dev)
+        opt.update()
+    np.testing.assert_allclose(p.numpy(), reference(name, OPTS[name], p0, grads), rtol=1e-12,
+                               atol=1e-13)
+
+
+@pytest.mark.parametrize("name", sorted(OPTS))
+def test_converges_on_a_small_problem(name, dev, rng):
+    lk.bricks.set_seed(0)
+    X = rng.standard_normal((64, 5)).astype(np.float32)
+    Y = (X @ rng.standard_normal(5) > 0).astype(np.int64)
+    model = B.Linear(5, 2).to(dev)
+    hp = dict(OPTS[name])
+    if name in ("Adam", "AdamW", "RMSProp"):
+        hp["lr"] = 0.05
+    opt = getattr(O, name)(**hp).setup(model)
+    x = lk.tensor(X, device=dev)
+    first = None
+    for _ in range(60):
+        opt.zero_grad()
+        loss = F.softmax_cross_entropy(model(x), Y)
+        loss.backward()
+        opt.update()
+        first = loss.item() if first is None else first
+    assert loss.item() < 0.5 * first, (name, first, loss.item())
+
+
+@pytest.mark.parametrize("name", ["Momentum", "Adam", "RMSProp"])
+def test_restore_is_bitwise_exact(name, dev, rng):
+    def make():
+        lk.bricks.set_seed(1)
+        m = B.MLP([4, 6, 3]).to(dev)
+        return m, getattr(O, name)(**OPTS[name]).setup(m)
+
+    X = rng.standard_normal((8, 4)).astype(np.float32)
+    Y = rng.integers(0, 3, 8)
+
+    def step(m, opt):
+        opt.zero_grad()
+        F.softmax_cross_entropy(m(lk.tensor(X, device=dev)), Y).backward()
+        opt.update()
+
+    m1, o1 = make()
+    for _ in range(3):
+        step(m1, o1)
+    saved_model, saved_opt = m1.state_dict(), o1.state_dict()
+    for _ in range(2):
+        step(m1, o1)
+    m2, o2 = make()
+    m2.load_state_dict(saved_model)
+    o2.load_state_dict(saved_opt)
+    assert o2.t == 3
+    for _ in range(2):
+        step(m2, o2)
+    for k, p in m1.params().items():
+        assert p.numpy().tobytes() == m2.params()[k].numpy().tobytes(), k
+
+
+def test_composite_rules_clipping_and_weight_decay_by_role(rng):
+    m = B.Linear(3, 2)
+    W, b = m.params()["/linear.W"], m.params()["/linear.b"]
+    w0, b0 = W.numpy().copy(), b.numpy().copy()
+    gW, gb = np.full((2, 3), 3.0, np.float32), np.full(2, 4.0, np.float32)
+    W.grad, b.grad = lk.tensor(gW), lk.tensor(gb)
+    clip = O.GradientClipping(1.0)
+    opt = O.chain(clip, O.WeightDecay(0.5), O.SGD(lr=1.0)).setup(m)
+    opt.update()
+    norm = np.sqrt((gW ** 2).sum() + (gb ** 2).sum())
+    assert clip.last_norm == pytest.approx(norm)
+    np.testing.assert_allclose(W.numpy(), w0 - (gW / norm + 0.5 * w0), rtol=1e-6)
+    np.testing.assert_allclose(b.numpy(), b0 - gb / norm, rtol=1e-6)  # bias: no decay
+
+
+def test_parameter_groups_by_role_and_name():
+    m = B.MLP([3, 4, 2])
+    opt = O.SGD(lr=0.1).setup(m, groups=[{"role": lk.roles.BIAS, "lr": 0.0},
+                                         {"name": "/mlp/linear_1.*", "lr": 1.0}])
+    before = {k: p.numpy().copy() for k, p in m.params().items()}
+    for p in m.params().values():
+        p.grad = lk.tensor(np.ones(p.shape, np.float32))
+    opt.update()
+    after = {k: p.numpy() for k, p in m.params().items()}
+    np.testing.assert_allclose(after["/mlp/linear_0.W"], before["/mlp/linear_0.W"] - 0.1)
+    np.testing.assert_allclose(after["/mlp/linear_0.b"], before["/mlp/linear_0.b"])
+    np.testing.assert_allclose(after["/mlp/linear_1.W"], before["/mlp/linear_1.W"] - 1.0)
+    np.testing.assert_allclose(after["/mlp/linear_1.b"], before["/mlp/linear_1.b"] - 1.0)
+
+
+def test_schedules():
+    assert O.StepDecay(1.0, every=10, gamma=0.5)(25) == 0.25
+    assert O.Exponential(2.0, 0.5)(3) == 0.25
+    c = O.Cosine(1.0, total=100)
+    assert c(0) == 1.0 and abs(c(50) - 0.5) < 1e-12 and c(100) == 0.0 and c(200) == 0.0
+    w = O.WarmUp(4, O.Cosine(1.0, 100))
+    assert w(0) == pytest.approx(0.25) and w(3) == pytest.approx(c(3))
+    p = B.Parameter(np.zeros(1), role=lk.roles.WEIGHT)
+    opt = O.SGD(lr=O.StepDecay(1.0, every=1, gamma=0.5)).setup({"p": p})
+    for _ in range(3):
+        p.grad = lk.tensor(np.ones(1))
+        opt.update()
+    np.testing.assert_allclose(p.numpy(), [-(1 + 0.5 + 0.25)])
+
+
+def test_max_norm_constraint_on_weights_only():
+    m = B.Linear(3, 2)
+    W = m.params()["/linear.W"]
+    W.data = np.full((2, 3), 10.0, np.float32)
+    opt = O.chain(O.SGD(lr=0.0), constraints=[O.MaxNorm(1.0)]).setup(m)
+    for p in m.params().values():
+        p.grad = lk.tensor(np.zeros(p.shape, np.float32))
+    opt.update()
+    np.testing.assert_allclose(np.linalg.norm(W.numpy(), axis=1), [1.0, 1.0], rtol=1e-5)
