@@ -32,6 +32,10 @@ class Graph:
             if id(n) in seen:
                 continue
             seen.add(id(n))
+            if n.freed:
+                raise RuntimeError(
+                    f"Graph: the graph behind this tensor was freed by backward (at {n.name}); "
+                    "build the Graph before calling backward, or pass retain_graph=True")
             nodes.append(n)
             for x in n.inputs:
                 if x.creator is not None:

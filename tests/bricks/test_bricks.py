@@ -185,6 +185,9 @@ def test_roles_and_graph_filters(dev, rng):
     bricks = {n["brick"] for n in d["nodes"] if n["kind"] == "function"}
     assert "/autoencoder/encoder/linear_0" in bricks
     assert all(len(e) == 2 for e in d["edges"]) and len(d["edges"]) >= len(ops)
+    loss.backward()
+    with pytest.raises(RuntimeError, match="freed by backward.*retain_graph=True"):
+        lk.Graph(loss)
     s = g.summary()
     assert "linear" in s and "/autoencoder/decoder/linear_0" in s and "parameters" in s
 
