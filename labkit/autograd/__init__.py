@@ -5,12 +5,7 @@ from __future__ import annotations
 from . import engine
 from .function import Function, enable_grad, grad_enabled, no_grad, set_grad_enabled
 from .tensor import Tensor, tensor
-
-
-def _ones_like(t):
-    xp = t.xp
-    return Tensor(xp.ones(t.shape, t.dtype) if xp.__name__ == "numpy"
-                  else xp.ones(t.shape, t.dtype, device=t.data.rt))
+from .tensor import ones_like as _ones_like
 
 
 def grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=None,

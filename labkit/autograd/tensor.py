@@ -172,8 +172,7 @@ class Tensor:
             if self.size != 1:
                 raise RuntimeError(f"backward: grad can be implied only for a one-element "
                                    f"tensor, this one has shape {self.shape}; pass grad=...")
-            grad = Tensor(self.xp.ones(self.shape, self.dtype) if self.xp is np else
-                          self.xp.ones(self.shape, self.dtype, device=self.data.rt))
+            grad = ones_like(self)
         elif not isinstance(grad, Tensor):
             grad = tensor(grad, dtype=self.dtype, device=self.device)
         engine.run([self], [grad], retain_graph=retain_graph or create_graph,
@@ -255,6 +254,13 @@ class Tensor:
     def __eq__(self, o): return Tensor(self.data == _raw(o))  # type: ignore[override]
     def __ne__(self, o): return Tensor(self.data != _raw(o))  # type: ignore[override]
     __hash__ = object.__hash__
+
+
+def ones_like(t: Tensor) -> Tensor:
+    """A Tensor of ones with ``t``'s shape, dtype and device (not recorded)."""
+    xp = t.xp
+    return Tensor(np.ones(t.shape, t.dtype) if xp is np else
+                  xp.ones(t.shape, t.dtype, device=t.data.rt))
 
 
 def _raw(o):

@@ -177,9 +177,11 @@ def _mask_step(mask, t, new, old):
     return new * Tensor(m) + old * Tensor(1 - m)
 
 
-class LSTM(Brick):
-    """An LSTM over whole sequences x (N, T, F) with an optional mask (N, T) for padded
-    batches; returns the hidden states (N, T, H). Gates follow F.lstm (a, i, f, o)."""
+class _Recurrent(Brick):
+    """Shared by LSTM and GRU: input weights W (G*H, F), recurrent U (G*H, H), bias b, and a
+    zero initial state on the input's device."""
+
+    gates = 1
 
     def __init__(self, in_size, hidden_size, name=None, seed=None):
         super().__init__(name, seed)
@@ -188,25 +190,33 @@ class LSTM(Brick):
             self._create(in_size)
 
     def _create(self, f):
-        h = self.hidden_size
+        gh = self.gates * self.hidden_size
         self.in_size = f
-        self.add_param("W", (4 * h, f), GlorotUniform(), roles.WEIGHT)
-        self.add_param("U", (4 * h, h), Orthogonal(), roles.WEIGHT)
-        self.add_param("b", (4 * h,), Constant(0.0), roles.BIAS)
+        self.add_param("W", (gh, f), GlorotUniform(), roles.WEIGHT)
+        self.add_param("U", (gh, self.hidden_size), Orthogonal(), roles.WEIGHT)
+        self.add_param("b", (gh,), Constant(0.0), roles.BIAS)
         self.built = True
 
     def build(self, x, mask=None):
         self._create(x.shape[-1])
 
+    def _zeros(self, x):
+        z = np.zeros((x.shape[0], self.hidden_size), x.dtype)
+        return Tensor(z if x.xp is np else x.xp.asarray(z, device=x.data.rt))
+
+
+class LSTM(_Recurrent):
+    """An LSTM over whole sequences x (N, T, F) with an optional mask (N, T) for padded
+    batches; returns the hidden states (N, T, H). Gates follow F.lstm (a, i, f, o)."""
+
+    gates = 4
+
     def forward(self, x, mask=None):
-        n, T, _ = x.shape
-        xp = x.xp
-        zeros = np.zeros((n, self.hidden_size), x.dtype)
-        h = c = Tensor(zeros if xp is np else xp.asarray(zeros, device=x.data.rt))
+        h = c = self._zeros(x)
         m = None if mask is None else _as_mask(mask, x)
         pre = F.linear(x, self.W, self.b)  # all time steps at once
         hs = []
-        for t in range(T):
+        for t in range(x.shape[1]):
             z = pre[:, t] + F.matmul(h, F.transpose(self.U))
             c_new, h_new = F.lstm(c, z)
             c, h = _mask_step(m, t, c_new, c), _mask_step(m, t, h_new, h)
@@ -214,43 +224,23 @@ class LSTM(Brick):
         return F.stack(hs, axis=1)
 
 
-class GRU(Brick):
+class GRU(_Recurrent):
     """A GRU over whole sequences x (N, T, F), optional mask (N, T); returns (N, T, H)."""
 
-    def __init__(self, in_size, hidden_size, name=None, seed=None):
-        super().__init__(name, seed)
-        self.in_size, self.hidden_size = in_size, hidden_size
-        if in_size is not None:
-            self._create(in_size)
-
-    def _create(self, f):
-        h = self.hidden_size
-        self.in_size = f
-        self.add_param("W", (3 * h, f), GlorotUniform(), roles.WEIGHT)
-        self.add_param("U", (3 * h, h), Orthogonal(), roles.WEIGHT)
-        self.add_param("b", (3 * h,), Constant(0.0), roles.BIAS)
-        self.built = True
-
-    def build(self, x, mask=None):
-        self._create(x.shape[-1])
+    gates = 3
 
     def forward(self, x, mask=None):
-        n, T, _ = x.shape
-        H = self.hidden_size
-        xp = x.xp
-        zeros = np.zeros((n, H), x.dtype)
-        h = Tensor(zeros if xp is np else xp.asarray(zeros, device=x.data.rt))
+        h = self._zeros(x)
         m = None if mask is None else _as_mask(mask, x)
         pre = F.linear(x, self.W, self.b)
         Ur, Uz, Un = F.split(self.U, 3, axis=0)
         hs = []
-        for t in range(T):
+        for t in range(x.shape[1]):
             xr, xz, xn = F.split(pre[:, t], 3, axis=1)
             r = F.sigmoid(xr + F.matmul(h, F.transpose(Ur)))
             zg = F.sigmoid(xz + F.matmul(h, F.transpose(Uz)))
             nn = F.tanh(xn + r * F.matmul(h, F.transpose(Un)))
-            h_new = (1.0 - zg) * nn + zg * h
-            h = _mask_step(m, t, h_new, h)
+            h = _mask_step(m, t, (1.0 - zg) * nn + zg * h, h)
             hs.append(h)
         return F.stack(hs, axis=1)
 
@@ -313,7 +303,10 @@ class LayerNorm(Brick):
 
 
 class Dropout(Brick):
-    """Dropout with its own counter-based generator (its state is in ``state_dict``)."""
+    """Dropout with its own counter-based generator, seeded by ``seed``.
+
+    NOTE: the generator's state (``brick.generator.state_dict()``, two integers) is not part of
+    the brick's ``state_dict()`` of arrays; the checkpoint format saves it beside."""
 
     def __init__(self, ratio=0.5, seed=0, name=None):
         super().__init__(name)
