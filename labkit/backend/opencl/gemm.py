@@ -27,7 +27,9 @@ CANDIDATES = {
 }
 DEFAULT = {"float": (8, 2, 16), "double": (4, 2, 8)}
 _FAST_MIN_WORK = 64 * 64 * 64  # below this many multiply-adds, the plain kernel is as fast
-_PACK_MIN_ROWS = 128  # from this many rows of A on, packing B pays for its copy
+_PACK_MIN_ROWS = 128  # from this many rows of A on, packing B pays for its copy,
+_PACK_MIN_LD = 1024  # when B's rows are a page (4 KiB of floats) or more apart: each k of an
+# unpacked panel then touches a new page (TLB misses), which packing removes
 
 
 def _program(rt, ct, cfg=None):
@@ -157,7 +159,7 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None):
         if mb and nbk:
             bufb, b_o, sbk, sbn, sbb = B
             panel = vn * vw
-            if M >= _PACK_MIN_ROWS or not (
+            if (M >= _PACK_MIN_ROWS and sbk >= _PACK_MIN_LD) or not (
                     sbn == 1 and b_o % vw == 0 and sbk % vw == 0 and sbb % vw == 0):
                 bufb = _pack_panels(rt, dt, nb, K, nbk, B, panel)
                 b_o, ldb, sbj, sbb = 0, vn, K * vn, (nbk // panel) * K * vn
