@@ -197,6 +197,7 @@ class Generator:
                                     + [dt.type] * len(extra))
             rt.kernels[key] = k
         nb = -(-n // per)
-        k(rt.queue, (-(-nb // 64) * 64,), None, n, out.data, start, *self._key,
-          *(dt.type(x) for x in extra))
+        with rt.lock:
+            k(rt.queue, (-(-nb // 64) * 64,), None, n, out.data, start, *self._key,
+              *(dt.type(x) for x in extra))
         return out

@@ -198,3 +198,27 @@ def test_unsupported_dtype_is_named():
         cp.ones(3) & cp.ones(3)
     with pytest.raises(TypeError, match="list or tuple"):
         cp.ones(3) + [1, 2, 3]
+
+
+def test_ops_from_several_threads_at_once(rng):
+    # a training thread and the notebook's thread share the cached kernels
+    import threading
+
+    arrays = [rng.standard_normal((64, 33)).astype(np.float32) for _ in range(3)]
+    errors = []
+
+    def work(h):
+        try:
+            d = cp.asarray(h)
+            for _ in range(200):
+                r = ((d * 2 + 1) @ d.T).sum(axis=1)
+            np.testing.assert_allclose(r.get(), ((h * 2 + 1) @ h.T).sum(axis=1), rtol=1e-4)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(h,)) for h in arrays]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -112,6 +113,9 @@ class Runtime:
         self.queue = cl.CommandQueue(self.context)
         self.pool = MemoryPool(ImmediateAllocator(self.queue))
         self.kernels: dict = {}  # in-memory kernel cache, see program.py
+        # NOTE: a cached kernel object is shared, and a launch is set_args + enqueue: two
+        # threads (a training thread and the notebook's) must not interleave them
+        self.lock = threading.Lock()
         self.tuned: dict = {}  # per-device tuning choices (GEMM blocking), see gemm.py
 
     def allocate(self, nbytes: int):

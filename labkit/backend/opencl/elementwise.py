@@ -168,5 +168,6 @@ def launch(name: str, expr: str, out: ndarray, inputs, in_ctypes) -> ndarray:
         else:
             args.append(x)
     args += dims
-    kernel(rt.queue, (gs,), (ls,), *args)
+    with rt.lock:
+        kernel(rt.queue, (gs,), (ls,), *args)
     return out

@@ -168,10 +168,11 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None):
             prg = _program(rt, ct, cfg)
             a, a_o, sam, sak, sab = A
             c, c_o, scm, scn, scb = C
-            prg.gemm_rb(q, (nbk // panel, mb // rm, nb), None, K,
-                        a.data, a_o, sam, sak, sab,
-                        bufb.data, b_o, ldb, sbj, sbb,
-                        c.data, c_o, scm, scn, scb)
+            with rt.lock:
+                prg.gemm_rb(q, (nbk // panel, mb // rm, nb), None, K,
+                            a.data, a_o, sam, sak, sab,
+                            bufb.data, b_o, ldb, sbj, sbb,
+                            c.data, c_o, scm, scn, scb)
             done_m, done_n = mb, nbk
     prg = _program(rt, ct)
     a, a_o, sam, sak, sab = A
@@ -181,9 +182,10 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None):
     def gen(i0, j0, m, n):
         if m <= 0 or n <= 0:
             return
-        prg.gemm_gen(q, (-(-n // 8) * 8, -(-m // 4) * 4, nb), None, m, n, K, i0, j0,
-                     a.data, a_o, sam, sak, sab, b.data, b_o, sbk, sbn, sbb,
-                     c.data, c_o, scm, scn, scb)
+        with rt.lock:
+            prg.gemm_gen(q, (-(-n // 8) * 8, -(-m // 4) * 4, nb), None, m, n, K, i0, j0,
+                         a.data, a_o, sam, sak, sab, b.data, b_o, sbk, sbn, sbb,
+                         c.data, c_o, scm, scn, scb)
 
     if done_m == 0:
         gen(0, 0, M, N)

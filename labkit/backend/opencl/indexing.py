@@ -87,8 +87,9 @@ def take(a, indices, axis=None):
     src = a if a.is_contiguous else a.copy()
     prg = _program(rt, a.dtype, np.int64)
     gs = -(-n // 256) * 256
-    prg.take(rt.queue, (gs,), None, n, A, idx.size, inner, out.data, src.data, src.offset,
-             idx.data, idx.offset)
+    with rt.lock:
+        prg.take(rt.queue, (gs,), None, n, A, idx.size, inner, out.data, src.data, src.offset,
+                 idx.data, idx.offset)
     return out
 
 
@@ -135,8 +136,9 @@ def scatter_add(out, indices, values, axis=0):
     prg = _program(rt, out.dtype, np.int64)
     n = target.size
     dperm, dstarts = asarray(perm.astype(np.int64), device=rt), asarray(starts, device=rt)
-    prg.scatter_add(rt.queue, (-(-n // 256) * 256,), None, n, A, J, inner, target.data,
-                    target.offset, values.data, values.offset, dperm.data, dstarts.data)
+    with rt.lock:
+        prg.scatter_add(rt.queue, (-(-n // 256) * 256,), None, n, A, J, inner, target.data,
+                        target.offset, values.data, values.offset, dperm.data, dstarts.data)
     if target is not out:
         from .api import _assign
 

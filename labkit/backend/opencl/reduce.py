@@ -159,6 +159,11 @@ def _run(op, a, out, n_out, n_red, n_seg, outer, inner, acc_dt, map_, combine, n
         kernel.set_scalar_arg_dtypes(head + [t for t, _ in args])
         plan = cache[key] = (kernel, tuple(v for _, v in args))
     kernel, extra = plan
+    with rt.lock:
+        _launch(rt, kernel, extra, use_wi, n_out, n_red, n_seg, out, a, ls)
+
+
+def _launch(rt, kernel, extra, use_wi, n_out, n_red, n_seg, out, a, ls):
     if use_wi:
         gs = -(-n_out // ls) * ls
         kernel(rt.queue, (gs,), (ls,), n_out, n_red, out.data, out.offset, a.data, a.offset,
