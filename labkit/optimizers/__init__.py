@@ -281,8 +281,9 @@ class Optimizer:
         """One step from the current ``.grad`` of every parameter (None: left unchanged)."""
         if not self.params:
             raise RuntimeError("update: call setup(model) first")
-        idx = [i for i, p in enumerate(self.params.values()) if p.grad is not None]
-        ps = [list(self.params.values())[i] for i in idx]
+        plist = list(self.params.values())
+        idx = [i for i, p in enumerate(plist) if p.grad is not None]
+        ps = [plist[i] for i in idx]
         steps = [p.grad.data for p in ps]
         groups = [self.groups[i] for i in idx]
         for r, st in zip(self.rules, self.states):
@@ -312,9 +313,8 @@ class Optimizer:
         from ..backend import asarray
 
         names = list(self.params)
-        missing = [n for n in names if any(self.states[ri][i] for ri in range(len(self.rules))
-                                            for i in [names.index(n)])
-                   and n not in state["state"]]
+        missing = [n for i, n in enumerate(names)
+                   if any(st[i] for st in self.states) and n not in state["state"]]
         if missing:
             raise KeyError(f"Optimizer.load_state_dict: no state for {', '.join(missing)}")
         self.t = int(state["t"])

@@ -165,3 +165,12 @@ def test_max_norm_constraint_on_weights_only():
         p.grad = lk.tensor(np.zeros(p.shape, np.float32))
     opt.update()
     np.testing.assert_allclose(np.linalg.norm(W.numpy(), axis=1), [1.0, 1.0], rtol=1e-5)
+
+
+def test_load_state_dict_names_parameters_without_state():
+    m = B.Linear(3, 2)
+    opt = O.Adam().setup(m)
+    state = opt.state_dict()
+    state["state"].pop("/linear.b")
+    with pytest.raises(KeyError, match="no state for /linear.b"):
+        O.Adam().setup(m).load_state_dict(state)
