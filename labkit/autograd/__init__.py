@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import engine
 from .function import Function, enable_grad, grad_enabled, no_grad, set_grad_enabled
-from .tensor import Tensor, tensor
+from .tensor import Tensor, output_grad, tensor
 from .tensor import ones_like as _ones_like
 
 
@@ -26,17 +26,7 @@ def grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=No
     inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     if grad_outputs is None:
         grad_outputs = [None] * len(outputs)
-    gys = []
-    for y, g in zip(outputs, grad_outputs):
-        if not y.requires_grad:
-            raise RuntimeError("grad: an output does not require grad (no input of it had "
-                               "requires_grad=True, or it was computed under no_grad)")
-        if g is None:
-            if y.size != 1:
-                raise RuntimeError(f"grad: grad_outputs must be given for an output of shape "
-                                   f"{y.shape} (it can be implied only for one element)")
-            g = _ones_like(y)
-        gys.append(g if isinstance(g, Tensor) else tensor(g, dtype=y.dtype, device=y.device))
+    gys = [output_grad(y, g, "grad") for y, g in zip(outputs, grad_outputs)]
     if retain_graph is None:
         retain_graph = create_graph
     found = engine.run(outputs, gys, targets=inputs, retain_graph=retain_graph,

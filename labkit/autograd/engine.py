@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import heapq
 
+from ..backend import zeros
 from .function import set_grad_enabled
+from .tensor import Tensor
 
 
 def _zeros_like_out(node, i, like):
-    from .tensor import Tensor
-
     shape, dtype = node.out_meta[i]
-    xp = like.xp
-    if xp.__name__ == "numpy":
-        return Tensor(xp.zeros(shape, dtype))
-    return Tensor(xp.zeros(shape, dtype, device=like.data.rt))
+    return Tensor(zeros(shape, dtype, like.data))
 
 
 def run(roots, grads, *, targets=None, retain_graph=False, create_graph=False):
@@ -25,8 +22,6 @@ def run(roots, grads, *, targets=None, retain_graph=False, create_graph=False):
     Without ``targets``: accumulate into the ``.grad`` of leaf tensors that require grad.
     With ``targets``: return their gradients (None where unreachable), leaving ``.grad`` alone.
     """
-    from .tensor import Tensor
-
     want_leaf = {}
     want_node = {}
     if targets is not None:

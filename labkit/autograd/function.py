@@ -11,6 +11,7 @@ import itertools
 import threading
 
 from ..errors import DeviceMismatchError
+from .tensor import Tensor
 
 _state = threading.local()
 _seq = itertools.count()
@@ -92,7 +93,6 @@ class Function:
                         f"move them to one with .to('{names[-1]}')")
         ys = self.forward(*xs)
         record = getattr(_state, "enabled", True) and any(t.requires_grad for t in inputs)
-        Tensor = _Tensor()
         if self.n_out == 1:
             out = Tensor._wrap(ys, record)
             if record:
@@ -125,17 +125,6 @@ class Function:
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.name}>"
-
-
-_TENSOR = []
-
-
-def _Tensor():
-    if not _TENSOR:
-        from .tensor import Tensor
-
-        _TENSOR.append(Tensor)
-    return _TENSOR[0]
 
 
 def _current_brick():

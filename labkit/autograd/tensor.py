@@ -165,16 +165,7 @@ class Tensor:
         for a one-element tensor."""
         from . import engine
 
-        if not self.requires_grad:
-            raise RuntimeError("backward: this tensor does not require grad; none of its inputs "
-                               "had requires_grad=True (or it was computed under no_grad)")
-        if grad is None:
-            if self.size != 1:
-                raise RuntimeError(f"backward: grad can be implied only for a one-element "
-                                   f"tensor, this one has shape {self.shape}; pass grad=...")
-            grad = ones_like(self)
-        elif not isinstance(grad, Tensor):
-            grad = tensor(grad, dtype=self.dtype, device=self.device)
+        grad = output_grad(self, grad, "backward")
         engine.run([self], [grad], retain_graph=retain_graph or create_graph,
                    create_graph=create_graph)
 
@@ -258,9 +249,23 @@ class Tensor:
 
 def ones_like(t: Tensor) -> Tensor:
     """A Tensor of ones with ``t``'s shape, dtype and device (not recorded)."""
-    xp = t.xp
-    return Tensor(np.ones(t.shape, t.dtype) if xp is np else
-                  xp.ones(t.shape, t.dtype, device=t.data.rt))
+    from ..backend import full
+
+    return Tensor(full(t.shape, 1, t.dtype, t.data))
+
+
+def output_grad(y: Tensor, g, op: str) -> Tensor:
+    """The gradient fed into ``y``: ``g`` as a Tensor on y's device, or ones when ``g`` is
+    None and y has one element."""
+    if not y.requires_grad:
+        raise RuntimeError(f"{op}: the output does not require grad; none of its inputs had "
+                           "requires_grad=True (or it was computed under no_grad)")
+    if g is None:
+        if y.size != 1:
+            raise RuntimeError(f"{op}: the gradient can be implied only for a one-element "
+                               f"output, this one has shape {y.shape}; pass it explicitly")
+        return ones_like(y)
+    return g if isinstance(g, Tensor) else tensor(g, dtype=y.dtype, device=y.device)
 
 
 def _raw(o):

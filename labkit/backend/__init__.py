@@ -24,6 +24,33 @@ def get_array_module(*arrays):
     return np
 
 
+def full(shape, value, dtype, like):
+    """An array of ``shape`` filled with ``value``, on the device of the array ``like``."""
+    if isinstance(like, np.ndarray):
+        return np.full(shape, value, dtype)
+    from . import opencl
+
+    return opencl.full(shape, value, dtype, device=like.rt)
+
+
+def zeros(shape, dtype, like):
+    """Zeros of ``shape`` on the device of the array ``like``."""
+    return full(shape, 0, dtype, like)
+
+
+def split_bounds(n: int, indices_or_sections, axis: int, op: str = "split") -> list:
+    """The split points of an axis of length ``n``: NumPy's ``split`` arguments checked."""
+    if isinstance(indices_or_sections, int):
+        if n % indices_or_sections:
+            from ..errors import ShapeError
+
+            raise ShapeError(f"{op}: axis {axis} of size {n} does not divide into "
+                             f"{indices_or_sections} equal sections")
+        step = n // indices_or_sections
+        return list(range(step, n, step))
+    return list(indices_or_sections)
+
+
 def asarray(obj, device=None, dtype=None):
     """An array on ``device``: a NumPy array for ``cpu``, an OpenCL array for ``cl:N``."""
     from . import opencl
@@ -36,5 +63,5 @@ def asarray(obj, device=None, dtype=None):
     return opencl.asarray(obj, dtype=dtype, device=dev)
 
 
-__all__ = ["Device", "asarray", "best_device", "default_device", "device", "devices",
-           "get_array_module"]
+__all__ = ["Device", "asarray", "best_device", "default_device", "device", "devices", "full",
+           "get_array_module", "split_bounds", "zeros"]

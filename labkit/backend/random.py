@@ -182,9 +182,8 @@ class Generator:
         out = clndarray(rt, shape, dt)
         if n == 0:
             return out
-        key = ("random", kernel, dt)
-        k = rt.kernels.get(key)
-        if k is None:
+
+        def make():
             head = ""
             if dt != np.uint32:
                 ct = "double" if dt == np.float64 else "float"
@@ -195,7 +194,9 @@ class Generator:
             k = getattr(prg, kernel)
             k.set_scalar_arg_dtypes([np.int64, None, np.uint64, np.uint32, np.uint32]
                                     + [dt.type] * len(extra))
-            rt.kernels[key] = k
+            return k
+
+        k = rt.cached(("random", kernel, dt), make)
         nb = -(-n // per)
         with rt.lock:
             k(rt.queue, (-(-nb // 64) * 64,), None, n, out.data, start, *self._key,

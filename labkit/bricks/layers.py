@@ -8,6 +8,7 @@ import numpy as np
 from .. import functions as F
 from .. import roles
 from ..autograd.tensor import Tensor
+from ..backend import zeros
 from ..backend.random import Generator
 from ..errors import ShapeError
 from .base import Brick
@@ -201,8 +202,7 @@ class _Recurrent(Brick):
         self._create(x.shape[-1])
 
     def _zeros(self, x):
-        z = np.zeros((x.shape[0], self.hidden_size), x.dtype)
-        return Tensor(z if x.xp is np else x.xp.asarray(z, device=x.data.rt))
+        return Tensor(zeros((x.shape[0], self.hidden_size), x.dtype, x.data))
 
 
 class LSTM(_Recurrent):

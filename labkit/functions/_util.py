@@ -12,8 +12,7 @@ from ..errors import DeviceMismatchError
 
 
 def is_scalar(x) -> bool:
-    return isinstance(x, (numbers.Number, np.generic)) and not isinstance(x, bool) or \
-        isinstance(x, bool)
+    return isinstance(x, (numbers.Number, np.generic))
 
 
 def as_tensor(x, like: Tensor, op: str) -> Tensor:
@@ -32,18 +31,6 @@ def as_tensor(x, like: Tensor, op: str) -> Tensor:
         return Tensor(x)
     arr = np.asarray(x, dtype=like.dtype if like.dtype.kind == "f" else None)
     return as_tensor(arr, like, op)
-
-
-def zeros(xp, shape, dtype, like):
-    if xp is np:
-        return np.zeros(shape, dtype)
-    return xp.zeros(shape, dtype, device=like.rt)
-
-
-def full(xp, shape, value, dtype, like):
-    if xp is np:
-        return np.full(shape, value, dtype)
-    return xp.full(shape, value, dtype, device=like.rt)
 
 
 def xp_of(a):

@@ -7,9 +7,10 @@ import numpy as np
 
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
+from ..backend import full, split_bounds, zeros
 from ..backend import opencl as cl
 from ..errors import ShapeError
-from ._util import xp_of, zeros
+from ._util import xp_of
 from .math import broadcast_to, reshape, transpose  # noqa: F401 - part of this family
 
 
@@ -79,7 +80,7 @@ class GetItemGrad(Function):
 
     def forward(self, gy):
         xp = xp_of(gy)
-        out = zeros(xp, self.shape, gy.dtype, gy)
+        out = zeros(self.shape, gy.dtype, gy)
         key = self.key if isinstance(self.key, tuple) else (self.key,)
         adv = [i for i, k in enumerate(key) if _is_adv(k)]
         if not adv:
@@ -159,14 +160,7 @@ def stack(xs, axis=0):
 
 def split(x, indices_or_sections, axis=0):
     n = x.shape[axis]
-    if isinstance(indices_or_sections, int):
-        if n % indices_or_sections:
-            raise ShapeError(f"split: axis {axis} of size {n} does not divide into "
-                             f"{indices_or_sections} equal parts")
-        step = n // indices_or_sections
-        bounds = list(range(step, n, step))
-    else:
-        bounds = list(indices_or_sections)
+    bounds = split_bounds(n, indices_or_sections, axis)
     edges = [0] + bounds + [n]
     pre = (slice(None),) * (axis % x.ndim)
     return tuple(getitem(x, pre + (slice(s, e),)) for s, e in zip(edges[:-1], edges[1:]))
@@ -179,10 +173,8 @@ class Pad(Function):
         self.pad_width, self.value = pad_width, value
 
     def forward(self, x):
-        xp = xp_of(x)
         shape = tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, self.pad_width))
-        out = (np.full(shape, self.value, x.dtype) if xp is np
-               else xp.full(shape, self.value, x.dtype, device=x.rt))
+        out = full(shape, self.value, x.dtype, x)
         out[self._center(x.shape)] = x
         return out
 

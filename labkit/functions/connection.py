@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd.function import Function
+from ..backend import zeros
 from ..errors import ShapeError
-from ._util import strided_view, xp_of, zeros
+from ._util import strided_view, xp_of
 from .array import concat, getitem, pad, reshape
 from .math import add, matmul, transpose
 
@@ -98,7 +99,6 @@ class Col2Im(Function):
         self.k, self.s, self.d, self.shape, self.cfirst = k, s, d, shape, cfirst
 
     def forward(self, col):
-        xp = xp_of(col)
         if self.cfirst:
             col = col.transpose(3, 0, 1, 2, 4, 5)
         (kh, kw), (sh, sw), (dh, dw) = self.k, self.s, self.d
@@ -107,7 +107,7 @@ class Col2Im(Function):
         if (sh, sw) == (kh, kw) and (dh, dw) == (1, 1) and (h, w) == (oh * kh, ow * kw):
             # windows tile the input exactly (pooling): col2im is a permutation, one copy
             return col.transpose(0, 1, 4, 2, 5, 3).reshape(self.shape)
-        out = zeros(xp, self.shape, col.dtype, col)
+        out = zeros(self.shape, col.dtype, col)
         for i in range(kh):
             for j in range(kw):
                 v = out[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh,

@@ -412,11 +412,6 @@ def where(cond, a, b):
     return Where(c).apply((a, b))
 
 
-def _mask(x, cond_fn):
-    d = x.data
-    return cond_fn(d).astype(d.dtype)
-
-
 def maximum(a, b):
     """Elementwise max; the gradient goes to ``a`` where a >= b, else to ``b``."""
     like = a if isinstance(a, Tensor) else b

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from .. import roles as _roles
-from ..backend import get_array_module
+from ..backend import get_array_module, zeros
 
 # ---- schedules ----------------------------------------------------------------------------
 
@@ -108,8 +108,7 @@ class Rule:
 
 
 def _zeros_like(a):
-    xp = get_array_module(a)
-    return np.zeros_like(a) if xp is np else xp.zeros(a.shape, a.dtype, device=a.rt)
+    return zeros(a.shape, a.dtype, a)
 
 
 class SGD(Rule):

@@ -34,7 +34,6 @@ uint8, uint32, bool_ = np.uint8, np.uint32, np.bool_
 newaxis = None
 pi, e, inf, nan = math.pi, math.e, math.inf, math.nan
 dtype = np.dtype
-result_type_np = np.result_type
 
 
 def _runtime(device) -> Runtime:

@@ -116,7 +116,19 @@ class Runtime:
         # NOTE: a cached kernel object is shared, and a launch is set_args + enqueue: two
         # threads (a training thread and the notebook's) must not interleave them
         self.lock = threading.Lock()
+        self.build_lock = threading.RLock()  # cache misses: one thread builds, others wait
         self.tuned: dict = {}  # per-device tuning choices (GEMM blocking), see gemm.py
+
+    def cached(self, key, make):
+        """``self.kernels[key]``, made by ``make()`` on the first use. Double-checked under
+        ``build_lock``, so two threads that miss together build once; a hit is one lookup."""
+        value = self.kernels.get(key)
+        if value is None:
+            with self.build_lock:
+                value = self.kernels.get(key)
+                if value is None:
+                    value = self.kernels[key] = make()
+        return value
 
     def allocate(self, nbytes: int):
         return self.pool.allocate(max(int(nbytes), 1))

@@ -56,7 +56,7 @@ def _plan(rt, name, expr, out, inputs, in_ctypes):
     idx = "long" if wide or out.size > _INT_MAX else "int"
 
     # ---- source ---------------------------------------------------------------------------
-    params, stride_args, stride_types = [], [], []
+    params, stride_args = [], []
     patterns = []
 
     def operand(tag, ctype, st, const):
@@ -74,7 +74,6 @@ def _plan(rt, name, expr, out, inputs, in_ctypes):
                 pat.append("s")
                 params.append(f", const IDX {tag}_s{j}")
                 stride_args.append(s)
-                stride_types.append(_IDX_NP[idx])
                 terms.append(f"i{j}*{tag}_s{j}")
         patterns.append("".join(pat))
         return " + ".join(terms)
@@ -103,17 +102,10 @@ def _plan(rt, name, expr, out, inputs, in_ctypes):
         load="\n".join(loads), store=store)
     fp64 = "double" in src
     opts = f"-DIDX={idx}" + (" -DLK_FP64" if fp64 else "")
-    kkey = ("elementwise-kernel", src, opts)
-    kernel = rt.kernels.get(kkey)
-    fresh = kernel is None
-    if fresh:
-        prg = build(rt, src, opts, name=f"elementwise.cl:{kname}")
-        kernel = rt.kernels[kkey] = getattr(prg, kname)
-
     # ---- argument layout ------------------------------------------------------------------
     # n, (buf, off, strides...) for out and each array input, scalars in their slots, dims.
     arg_types = [_IDX_NP[idx]]
-    arg_types += [None, _IDX_NP[idx]] + stride_types[: patterns[0].count("s")]
+    arg_types += [None, _IDX_NP[idx]] + [_IDX_NP[idx]] * patterns[0].count("s")
     per_operand_strides = []
     pos = 0
     for pat in patterns:
@@ -129,8 +121,15 @@ def _plan(rt, name, expr, out, inputs, in_ctypes):
         else:
             types_after_out.append(_CT_NP[ct])
     arg_types += types_after_out + [_IDX_NP[idx]] * (cnd - 1)
-    if fresh:
-        kernel.set_scalar_arg_dtypes(arg_types)
+
+    def make_kernel():
+        # the argument types follow from the source, so one typed kernel serves every plan
+        # with this source (new shapes with the same pattern)
+        k = getattr(build(rt, src, opts, name=f"elementwise.cl:{kname}"), kname)
+        k.set_scalar_arg_dtypes(arg_types)
+        return k
+
+    kernel = rt.cached(("elementwise-kernel", src, opts), make_kernel)
     n = out.size
     ls = min(256, rt.info.max_work_group_size)
     gs = ((n + ls - 1) // ls) * ls
@@ -154,10 +153,9 @@ def launch(name: str, expr: str, out: ndarray, inputs, in_ctypes) -> ndarray:
     key = (name, expr, out.dtype, out.shape, out._st,
            tuple((x.dtype, x.shape, x._st) if isinstance(x, ndarray) else None for x in inputs),
            in_ctypes)
-    cache = rt.kernels
-    plan = cache.get(key)
+    plan = rt.kernels.get(key)
     if plan is None:
-        plan = cache[key] = _plan(rt, name, expr, out, inputs, in_ctypes)
+        plan = rt.cached(key, lambda: _plan(rt, name, expr, out, inputs, in_ctypes))
     kernel, n, gs, ls, strides, dims, kinds = plan
     args = [n, out.data, out.offset, *strides[0]]
     ai = 1

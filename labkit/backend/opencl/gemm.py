@@ -33,25 +33,25 @@ _PACK_MIN_LD = 1024  # when B's rows are a page (4 KiB of floats) or more apart:
 
 
 def _program(rt, ct, cfg=None):
-    key = ("gemm-prg", ct, cfg)
-    prg = rt.kernels.get(key)
-    if prg is None:
-        defs = f"#define T {ct}\n"
-        if ct == "double":
-            defs = "#define LK_FP64\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + defs
-        if cfg is not None:
-            rm, vn, vw = cfg
-            defs += f"#define VT {ct}{vw}\n#define VW {vw}\n#define RM {rm}\n#define VN {vn}\n"
-        built = build(rt, defs + source("gemm"), "", name=f"gemm.cl ({ct}, {cfg})")
-        prg = _Kernels(built, ["gemm_rb", "gemm_gen"] if cfg is not None else ["gemm_gen"])
-        if cfg is not None:
-            prg.gemm_rb.set_scalar_arg_dtypes(
-                [np.int32] + [None] + [np.int64] * 4 + [None] + [np.int64] * 4 + [None]
-                + [np.int64] * 4)
-        prg.gemm_gen.set_scalar_arg_dtypes(
-            [np.int32] * 5 + [None] + [np.int64] * 4 + [None] + [np.int64] * 4 + [None]
+    return rt.cached(("gemm-prg", ct, cfg), lambda: _make_program(rt, ct, cfg))
+
+
+def _make_program(rt, ct, cfg):
+    defs = f"#define T {ct}\n"
+    if ct == "double":
+        defs = "#define LK_FP64\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + defs
+    if cfg is not None:
+        rm, vn, vw = cfg
+        defs += f"#define VT {ct}{vw}\n#define VW {vw}\n#define RM {rm}\n#define VN {vn}\n"
+    built = build(rt, defs + source("gemm"), "", name=f"gemm.cl ({ct}, {cfg})")
+    prg = _Kernels(built, ["gemm_rb", "gemm_gen"] if cfg is not None else ["gemm_gen"])
+    if cfg is not None:
+        prg.gemm_rb.set_scalar_arg_dtypes(
+            [np.int32] + [None] + [np.int64] * 4 + [None] + [np.int64] * 4 + [None]
             + [np.int64] * 4)
-        rt.kernels[key] = prg
+    prg.gemm_gen.set_scalar_arg_dtypes(
+        [np.int32] * 5 + [None] + [np.int64] * 4 + [None] + [np.int64] * 4 + [None]
+        + [np.int64] * 4)
     return prg
 
 

@@ -13,19 +13,19 @@ from .program import build, source
 
 
 def _program(rt, dt, it):
-    key = ("indexing", dt, it)
-    prg = rt.kernels.get(key)
-    if prg is None:
-        ct, ci = CTYPES[np.dtype(dt)], CTYPES[np.dtype(it)]
-        head = ("#define LK_FP64\n" if ct == "double" else "") + f"#define T {ct}\n#define I {ci}\n"
-        from .gemm import _Kernels
+    return rt.cached(("indexing", dt, it), lambda: _make_program(rt, dt, it))
 
-        prg = _Kernels(build(rt, head + source("common") + source("indexing"), "",
-                             name=f"indexing.cl ({ct}, {ci})"), ["take", "scatter_add"])
-        prg.take.set_scalar_arg_dtypes([np.int64] * 4 + [None, None, np.int64, None, np.int64])
-        prg.scatter_add.set_scalar_arg_dtypes(
-            [np.int64] * 4 + [None, np.int64, None, np.int64, None, None])
-        rt.kernels[key] = prg
+
+def _make_program(rt, dt, it):
+    ct, ci = CTYPES[np.dtype(dt)], CTYPES[np.dtype(it)]
+    head = ("#define LK_FP64\n" if ct == "double" else "") + f"#define T {ct}\n#define I {ci}\n"
+    from .gemm import _Kernels
+
+    prg = _Kernels(build(rt, head + source("common") + source("indexing"), "",
+                         name=f"indexing.cl ({ct}, {ci})"), ["take", "scatter_add"])
+    prg.take.set_scalar_arg_dtypes([np.int64] * 4 + [None, None, np.int64, None, np.int64])
+    prg.scatter_add.set_scalar_arg_dtypes(
+        [np.int64] * 4 + [None, np.int64, None, np.int64, None, None])
     return prg
 
 
@@ -217,16 +217,11 @@ def stack(arrays, axis=0):
 
 
 def split(a, indices_or_sections, axis=0):
+    from .. import split_bounds
+
     axis = normalize_axis(axis, a.ndim, "split")
     n = a.shape[axis]
-    if isinstance(indices_or_sections, int):
-        if n % indices_or_sections:
-            raise ShapeError(f"split: axis {axis} of size {n} does not divide into "
-                             f"{indices_or_sections} equal sections")
-        step = n // indices_or_sections
-        bounds = list(range(step, n, step))
-    else:
-        bounds = list(indices_or_sections)
+    bounds = split_bounds(n, indices_or_sections, axis)
     edges = [0] + bounds + [n]
     pre = (slice(None),) * axis
     return [a[pre + (slice(s, e),)] for s, e in zip(edges[:-1], edges[1:])]

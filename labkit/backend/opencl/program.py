@@ -67,11 +67,13 @@ def _key(rt: Runtime, src: str, options: str) -> str:
 
 def build(rt: Runtime, src: str, options: str = "", *, name: str = "<generated>"):
     """Build ``src`` for ``rt``'s device; cached in memory and on disk. Returns a Program."""
-    key = _key(rt, src, options)
-    prg = rt.kernels.get(key)
-    if prg is not None:
-        return prg
+    return rt.cached(_key(rt, src, options), lambda: _build(rt, src, options, name))
+
+
+def _build(rt: Runtime, src: str, options: str, name: str):
     import pyopencl as cl
+
+    key = _key(rt, src, options)
 
     use_disk = env_flag("LABKIT_KERNEL_CACHE", True)
     path = cache_dir() / f"{key}.bin"
@@ -86,7 +88,7 @@ def build(rt: Runtime, src: str, options: str = "", *, name: str = "<generated>"
         try:
             prg = cl.Program(rt.context, src).build(options=options)
         except cl.Error as e:
-            log = _build_log(e, rt)
+            log = str(e).strip() or "(the driver returned no build log)"
             raise KernelBuildError(
                 f"OpenCL build of {name} failed on cl:{rt.info.index} ({rt.info.name}, "
                 f"{rt.info.platform}) with options {options!r}:\n{log}",
@@ -94,13 +96,7 @@ def build(rt: Runtime, src: str, options: str = "", *, name: str = "<generated>"
             ) from None
         if use_disk:
             _store(path, prg.get_info(cl.program_info.BINARIES)[0])
-    rt.kernels[key] = prg
     return prg
-
-
-def _build_log(err, rt: Runtime) -> str:
-    text = str(err)
-    return text.strip() or "(the driver returned no build log)"
 
 
 def _store(path: Path, binary: bytes) -> None:

@@ -126,41 +126,43 @@ def _run(op, a, out, n_out, n_red, n_seg, outer, inner, acc_dt, map_, combine, n
     idx = "long" if wide else "int"
     key = ("reduce", op, a.dtype, out.dtype, acc_dt, tuple(od), tuple(os_), tuple(idd),
            tuple(ist), use_wi, idx, n_seg > 1, ls)
-    cache = rt.kernels
-    plan = cache.get(key)
+    plan = rt.kernels.get(key)
     if plan is None:
-        params, args = [], []
-        outer_code = _offset_code("base0", "r", "o", od, os_, params, args, idx)
-        outer_code += "\n        const IDX base = a_o + base0;"
-        inner_code = _offset_code("off", "q", "q", idd, ist, params, args, idx)
-        name = f"lk_{op}"
-        ct_acc = CTYPES[acc_dt]
-        defs = {"IN": CTYPES[a.dtype], "ACC": ct_acc, "OUT": CTYPES[out.dtype], "IDX": idx,
-                "NEUTRAL": neutral, "LK_WG": str(ls), "MAP(x)": map_}
-        if better is not None:
-            defs["ARG"] = "1"
-            defs["BETTER(x,b)"] = better
-        else:
-            defs["COMBINE(a,b)"] = combine
-        fp64 = "double" in (defs["IN"], ct_acc, defs["OUT"])
-        head = ("#define LK_FP64\n" if fp64 else "") + "".join(
-            f"#define {k} {v}\n" for k, v in defs.items())
-        src = head + source("common") + Template(source("reduce")).substitute(
-            name=name, params="".join(params), outer=outer_code, inner=inner_code)
-        opts = ""
-        kname = f"{name}_wi" if use_wi else f"{name}_wg"
-        kkey = ("reduce-kernel", src, kname)
-        kernel = rt.kernels.get(kkey)
-        if kernel is None:
-            prg = build(rt, src, opts, name=f"reduce.cl:{name}")
-            kernel = rt.kernels[kkey] = getattr(prg, kname)
-        it = _IDX_NP[idx]
-        head = [it, it] + ([] if use_wi else [it]) + [None, it, None, it]
-        kernel.set_scalar_arg_dtypes(head + [t for t, _ in args])
-        plan = cache[key] = (kernel, tuple(v for _, v in args))
+        plan = rt.cached(key, lambda: _plan(rt, op, a, out, od, os_, idd, ist, idx, acc_dt,
+                                            map_, combine, neutral, better, use_wi, ls))
     kernel, extra = plan
     with rt.lock:
         _launch(rt, kernel, extra, use_wi, n_out, n_red, n_seg, out, a, ls)
+
+
+def _plan(rt, op, a, out, od, os_, idd, ist, idx, acc_dt, map_, combine, neutral, better,
+          use_wi, ls):
+    """Generate, build and type the kernel for one reduction signature."""
+    params, args = [], []
+    outer_code = _offset_code("base0", "r", "o", od, os_, params, args, idx)
+    outer_code += "\n        const IDX base = a_o + base0;"
+    inner_code = _offset_code("off", "q", "q", idd, ist, params, args, idx)
+    name = f"lk_{op}"
+    ct_acc = CTYPES[acc_dt]
+    defs = {"IN": CTYPES[a.dtype], "ACC": ct_acc, "OUT": CTYPES[out.dtype], "IDX": idx,
+            "NEUTRAL": neutral, "LK_WG": str(ls), "MAP(x)": map_}
+    if better is not None:
+        defs["ARG"] = "1"
+        defs["BETTER(x,b)"] = better
+    else:
+        defs["COMBINE(a,b)"] = combine
+    fp64 = "double" in (defs["IN"], ct_acc, defs["OUT"])
+    head = ("#define LK_FP64\n" if fp64 else "") + "".join(
+        f"#define {k} {v}\n" for k, v in defs.items())
+    src = head + source("common") + Template(source("reduce")).substitute(
+        name=name, params="".join(params), outer=outer_code, inner=inner_code)
+    kname = f"{name}_wi" if use_wi else f"{name}_wg"
+    kernel = rt.cached(("reduce-kernel", src, kname), lambda: getattr(
+        build(rt, src, "", name=f"reduce.cl:{name}"), kname))
+    it = _IDX_NP[idx]
+    head = [it, it] + ([] if use_wi else [it]) + [None, it, None, it]
+    kernel.set_scalar_arg_dtypes(head + [t for t, _ in args])
+    return kernel, tuple(v for _, v in args)
 
 
 def _launch(rt, kernel, extra, use_wi, n_out, n_red, n_seg, out, a, ls):
