@@ -14,7 +14,7 @@ The public API, as explicit re-exports::
     opt = lk.optimizers.Adam(lr=1e-3).setup(model)
 """
 
-from . import autograd, bricks, optimizers, regularizers, roles
+from . import autograd, bricks, data, optimizers, regularizers, roles
 from .autograd import Function, Tensor, enable_grad, grad, no_grad, tensor
 from .backend import (
     Device,
@@ -27,21 +27,24 @@ from .backend import (
 )
 from .backend.random import Generator
 from .errors import (
+    DataError,
     DeviceError,
     DeviceMismatchError,
     DTypeError,
     KernelBuildError,
     LabkitError,
     ShapeError,
+    WorkerError,
 )
 from .graph import Graph
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Device", "DeviceError", "DeviceMismatchError", "DTypeError", "Function", "Generator",
-    "Graph", "KernelBuildError", "LabkitError", "ShapeError", "Tensor", "__version__",
-    "asarray", "autograd", "best_device", "bricks", "default_device", "device", "devices",
+    "DataError", "Device", "DeviceError", "DeviceMismatchError", "DTypeError", "Function",
+    "Generator", "Graph", "KernelBuildError", "LabkitError", "ShapeError", "Tensor",
+    "WorkerError", "__version__",
+    "asarray", "autograd", "best_device", "bricks", "data", "default_device", "device", "devices",
     "enable_grad", "get_array_module", "grad", "no_grad", "optimizers", "regularizers",
     "roles", "tensor",
 ]

@@ -1,4 +1,4 @@
-"""The ``labkit`` command: ``labkit demo | doctor``."""
+"""The ``labkit`` command: ``labkit demo | doctor | convert``."""
 
 from __future__ import annotations
 
@@ -128,6 +128,34 @@ def demo(args) -> int:
     return 0 if ok else 1
 
 
+def convert(args) -> int:
+    from .data import converters
+    from .data.datasets import H5Dataset
+    from .errors import DataError
+
+    name, out = args.name, args.output
+    needs = {"mnist": "the directory with the four IDX files",
+             "cifar10": "cifar-10-binary.tar.gz or its extracted directory",
+             "text": "a UTF-8 text file", "npz": "a .npz file"}
+    try:
+        if name != "digits" and not args.source:
+            raise DataError(f"give SOURCE: {needs[name]}")
+        if name == "digits":
+            path = converters.convert_digits(out)
+        elif name == "text":
+            path = converters.convert_text(args.source, out, level=args.level)
+        else:
+            path = converters.CONVERTERS[name](args.source, out)
+        ds = H5Dataset(path, split=[])
+    except DataError as e:
+        print(f"labkit convert {name}: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
+    print(f"  sources: {', '.join(ds.all_sources)}")
+    print("  splits:  " + ", ".join(f"{k} {b - a}" for k, (a, b) in ds.splits.items()))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="labkit", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -136,6 +164,16 @@ def main(argv=None) -> int:
     p.set_defaults(func=doctor)
     p = sub.add_parser("demo", help="run a real computation on every device, checked vs NumPy")
     p.set_defaults(func=demo)
+    p = sub.add_parser("convert", help="write a dataset in labkit's HDF5 layout",
+                       description="Write a dataset in labkit's HDF5 layout (default: "
+                       "$LABKIT_HOME/datasets/NAME.h5). Nothing is downloaded: digits ships with "
+                       "labkit; the others read files you have.")
+    p.add_argument("name", choices=["digits", "mnist", "cifar10", "text", "npz"])
+    p.add_argument("source", nargs="?", help="mnist: directory of IDX files; cifar10: "
+                   "cifar-10-binary.tar.gz or its directory; text: a UTF-8 file; npz: a .npz")
+    p.add_argument("-o", "--output", help="the .h5 file to write")
+    p.add_argument("--level", choices=["char", "word"], default="char", help="text: tokens")
+    p.set_defaults(func=convert)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -34,3 +34,11 @@ class KernelBuildError(LabkitError):
         self.device = device
         self.log = log
         self.source_name = source_name
+
+
+class DataError(LabkitError, ValueError):
+    """A dataset file, split, source or request that cannot be read as asked."""
+
+
+class WorkerError(LabkitError, RuntimeError):
+    """A data worker process died, hung or raised; the message names the worker and the batch."""

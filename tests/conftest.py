@@ -1,10 +1,12 @@
 import os
+import tempfile
 
 import numpy as np
 import pytest
 
-# Tests never touch the user's caches or default device.
+# Tests never touch the user's caches, datasets, run store or default device.
 os.environ.setdefault("LABKIT_DEVICE", "cpu")
+os.environ["LABKIT_HOME"] = tempfile.mkdtemp(prefix="labkit-test-home-")
 
 
 def pytest_report_header(config):

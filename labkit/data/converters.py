@@ -1,0 +1,274 @@
+"""Converters to labkit's HDF5 layout, and ``get(name)`` for the standard files.
+
+Each converter reads data a user has (or that labkit ships) and writes one standard file;
+``labkit convert NAME ...`` runs them from the shell. None of them downloads anything, and none
+unpickles: CIFAR-10 is read from its *binary* archive, never its Python (pickle) version.
+
+Examples
+--------
+``lk.data.get("digits", split="train")`` builds ``$LABKIT_HOME/datasets/digits.h5`` on first
+use; the converter can also write anywhere:
+
+>>> import tempfile, os
+>>> from labkit.data import H5Dataset, convert_digits
+>>> path = convert_digits(os.path.join(tempfile.mkdtemp(), "digits.h5"))
+>>> train = H5Dataset(path, split="train")
+>>> train.num_examples, train.sources
+(1297, ('features', 'targets'))
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+import tarfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from ..backend.random import Generator
+from ..errors import DataError
+from .datasets import H5Dataset, write_h5
+
+IMAGE_LABELS = {"features": ("batch", "channel", "height", "width"), "targets": ("batch",)}
+
+
+def home() -> Path:
+    """``$LABKIT_HOME`` (default ``~/.labkit``): datasets, the run store, checkpoints."""
+    return Path(os.environ.get("LABKIT_HOME") or Path.home() / ".labkit")
+
+
+def dataset_path(name: str) -> Path:
+    """Where the standard file of dataset ``name`` lives: ``$LABKIT_HOME/datasets/NAME.h5``."""
+    return home() / "datasets" / f"{name}.h5"
+
+
+# ---- digits ---------------------------------------------------------------------------------
+DIGITS_SPLITS = {"train": (0, 1297), "valid": (1297, 1497), "test": (1497, 1797)}
+
+
+def convert_digits(path=None) -> Path:
+    """The 8x8 handwritten digits shipped with labkit (UCI optdigits, CC BY 4.0; see
+    ``labkit/data/files/README.md``): 1,797 images, ``features`` uint8 (N, 1, 8, 8) with values
+    0..16 and ``targets`` int64. Shuffled once with a fixed seed, then split 1297 / 200 / 300
+    into train / valid / test."""
+    src = Path(__file__).parent / "files" / "digits.csv.gz"
+    raw = np.loadtxt(gzip.open(src, "rt"), delimiter=",", dtype=np.int64)
+    if raw.shape != (1797, 65):
+        raise DataError(f"{src}: expected 1797 rows of 64 pixels and a label, got {raw.shape}")
+    order = Generator(seed=20240).permutation(len(raw))
+    raw = raw[order]
+    return write_h5(
+        path or dataset_path("digits"),
+        {"features": raw[:, :64].astype(np.uint8).reshape(-1, 1, 8, 8), "targets": raw[:, 64]},
+        DIGITS_SPLITS, axis_labels=IMAGE_LABELS, name="digits",
+        description="UCI optical recognition of handwritten digits (8x8, values 0..16), "
+                    "CC BY 4.0, E. Alpaydin and C. Kaynak")
+
+
+# ---- MNIST (IDX files) ----------------------------------------------------------------------
+_IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def read_idx(path) -> np.ndarray:
+    """An array from an IDX file (MNIST's format), gzipped or not."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as e:
+        raise DataError(f"{path}: cannot read ({e})") from None
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_TYPES:
+        raise DataError(f"{path} is not an IDX file (bad magic number {data[:4].hex()})")
+    ndim = data[3]
+    dims = struct.unpack(f">{ndim}I", data[4:4 + 4 * ndim])
+    dtype = np.dtype(_IDX_TYPES[data[2]])
+    body = data[4 + 4 * ndim:]
+    want = int(np.prod(dims)) * dtype.itemsize
+    if len(body) != want:
+        raise DataError(f"{path}: the header says {dims} ({want} bytes of data) but the file has "
+                        f"{len(body)}; it is truncated or not an IDX file")
+    return np.frombuffer(body, dtype=dtype).reshape(dims).astype(dtype.newbyteorder("="))
+
+
+def _find(directory: Path, stem: str) -> Path:
+    for name in (stem, stem + ".gz", stem.replace("-idx", ".idx"), stem.replace("-idx", ".idx")
+                 + ".gz"):
+        if (directory / name).exists():
+            return directory / name
+    raise DataError(f"{directory}: no {stem}[.gz]; the MNIST converter needs the four IDX files "
+                    "(train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
+                    "t10k-labels-idx1-ubyte)")
+
+
+def _with_valid(n_train: int, n_test: int) -> dict:
+    valid = n_train // 6
+    return {"train": (0, n_train - valid), "valid": (n_train - valid, n_train),
+            "train_full": (0, n_train), "test": (n_train, n_train + n_test)}
+
+
+def convert_mnist(directory, path=None) -> Path:
+    """MNIST from the IDX files in ``directory``: ``features`` uint8 (N, 1, 28, 28), ``targets``
+    int64; splits train / valid (the last sixth of train) / train_full / test."""
+    d = Path(directory)
+    parts = {}
+    for split, prefix in (("train", "train"), ("test", "t10k")):
+        x = read_idx(_find(d, f"{prefix}-images-idx3-ubyte"))
+        y = read_idx(_find(d, f"{prefix}-labels-idx1-ubyte"))
+        if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
+            raise DataError(f"{d}: {prefix} images {x.shape} and labels {y.shape} do not match")
+        parts[split] = (x, y)
+    x = np.concatenate([parts["train"][0], parts["test"][0]])[:, None]
+    y = np.concatenate([parts["train"][1], parts["test"][1]]).astype(np.int64)
+    return write_h5(path or dataset_path("mnist"), {"features": x, "targets": y},
+                    _with_valid(len(parts["train"][0]), len(parts["test"][0])),
+                    axis_labels=IMAGE_LABELS, name="mnist", description="MNIST handwritten digits")
+
+
+# ---- CIFAR-10 (binary version) --------------------------------------------------------------
+_CIFAR_RECORD = 1 + 3 * 32 * 32
+CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
+                   "ship", "truck"]
+
+
+def _cifar_records(name: str, data: bytes):
+    if len(data) % _CIFAR_RECORD:
+        raise DataError(f"{name}: {len(data)} bytes is not a whole number of CIFAR-10 records "
+                        f"({_CIFAR_RECORD} bytes each); the file is truncated")
+    rec = np.frombuffer(data, dtype=np.uint8).reshape(-1, _CIFAR_RECORD)
+    if rec.size and rec[:, 0].max() > 9:
+        raise DataError(f"{name}: labels above 9; this is not the CIFAR-10 binary version")
+    return rec[:, 1:].reshape(-1, 3, 32, 32), rec[:, 0].astype(np.int64)
+
+
+def convert_cifar10(source, path=None) -> Path:
+    """CIFAR-10 from ``cifar-10-binary.tar.gz`` or its extracted ``cifar-10-batches-bin``
+    directory (the *binary* version: the Python version is pickles, which labkit never loads).
+    ``features`` uint8 (N, 3, 32, 32), ``targets`` int64; splits train (batches 1-4) / valid
+    (batch 5) / train_full / test."""
+    source = Path(source)
+    names = [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]
+    blobs = {}
+    if source.is_dir():
+        for n in names:
+            f = source / n
+            if not f.exists():
+                raise DataError(f"{source}: no {n}; expected the extracted cifar-10-batches-bin "
+                                "directory")
+            blobs[n] = f.read_bytes()
+    else:
+        try:
+            with tarfile.open(source, "r:*") as tar:
+                members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
+                if "data_batch_1" in members and "data_batch_1.bin" not in members:
+                    raise DataError(f"{source} is the Python (pickle) version of CIFAR-10; labkit "
+                                    "reads only the binary version, cifar-10-binary.tar.gz")
+                for n in names:
+                    if n not in members:
+                        raise DataError(f"{source}: the archive has no {n}")
+                    blobs[n] = tar.extractfile(members[n]).read()
+        except (tarfile.TarError, OSError, EOFError) as e:
+            raise DataError(f"{source}: cannot read the archive ({e}); it is truncated or not "
+                            "cifar-10-binary.tar.gz") from None
+    xs, ys = zip(*(_cifar_records(n, blobs[n]) for n in names))
+    n_train, n_valid = sum(len(x) for x in xs[:5]), len(xs[4])
+    splits = {"train": (0, n_train - n_valid), "valid": (n_train - n_valid, n_train),
+              "train_full": (0, n_train), "test": (n_train, n_train + len(xs[5]))}
+    return write_h5(path or dataset_path("cifar10"),
+                    {"features": np.concatenate(xs), "targets": np.concatenate(ys)}, splits,
+                    axis_labels=IMAGE_LABELS, metadata={"classes": CIFAR10_CLASSES},
+                    name="cifar10", description="CIFAR-10 (binary version)")
+
+
+# ---- text -----------------------------------------------------------------------------------
+def convert_text(file, path=None, level: str = "char", valid_fraction: float = 0.05,
+                 test_fraction: float = 0.05, min_count: int = 1) -> Path:
+    """A corpus from a plain UTF-8 text file: one example per non-empty line, tokens as ids.
+
+    ``level`` is ``"char"`` or ``"word"`` (whitespace-separated). The vocabulary (metadata
+    ``vocabulary``) starts with ``<unk>`` (id 0, also for tokens seen fewer than ``min_count``
+    times), then tokens by decreasing count (ties alphabetically). The last lines are the valid
+    and test splits. The ``text`` source is ragged (int32 sequences); see ``NGrams`` and
+    ``Padding``.
+    """
+    file = Path(file)
+    if level not in ("char", "word"):
+        raise DataError(f"convert_text: level must be 'char' or 'word', got {level!r}")
+    try:
+        lines = [ln for ln in file.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    except UnicodeDecodeError as e:
+        raise DataError(f"{file}: not UTF-8 text ({e})") from None
+    if not lines:
+        raise DataError(f"{file}: no non-empty lines")
+    tokens = [list(ln) if level == "char" else ln.split() for ln in lines]
+    counts = Counter(t for line in tokens for t in line)
+    vocab = ["<unk>"] + sorted((t for t, c in counts.items() if c >= min_count),
+                               key=lambda t: (-counts[t], t))
+    ids = {t: i for i, t in enumerate(vocab)}
+    seqs = [np.array([ids.get(t, 0) for t in line], dtype=np.int32) for line in tokens]
+    n = len(seqs)
+    n_test, n_valid = int(n * test_fraction), int(n * valid_fraction)
+    splits = {"train": (0, n - n_valid - n_test), "valid": (n - n_valid - n_test, n - n_test),
+              "test": (n - n_test, n)}
+    return write_h5(path or dataset_path(file.stem), {"text": seqs}, splits,
+                    axis_labels={"text": ("batch", "time")},
+                    metadata={"vocabulary": vocab, "level": level}, name=file.stem,
+                    description=f"{level}-level corpus from {file.name}")
+
+
+# ---- npz ------------------------------------------------------------------------------------
+def convert_npz(file, path=None, splits: dict | None = None) -> Path:
+    """Every array of a ``.npz`` file as a source (loaded with ``allow_pickle=False``)."""
+    file = Path(file)
+    try:
+        with np.load(file, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except ValueError as e:
+        raise DataError(f"{file}: holds object arrays, which need pickle; labkit does not load "
+                        f"them ({e})") from None
+    except (OSError, EOFError) as e:
+        raise DataError(f"{file}: not a readable .npz file ({e})") from None
+    return write_h5(path or dataset_path(file.stem), arrays, splits, name=file.stem)
+
+
+CONVERTERS = {"digits": convert_digits, "mnist": convert_mnist, "cifar10": convert_cifar10,
+              "text": convert_text, "npz": convert_npz}
+
+
+def get(name: str, split: str = "train", **kwargs) -> H5Dataset:
+    """The standard dataset ``name`` (an ``H5Dataset`` of ``split``), from ``$LABKIT_HOME``.
+
+    ``"digits"`` is built from the data labkit ships the first time (or again if the file is
+    corrupted); other datasets must be converted first: ``labkit convert mnist DIR``.
+    ``kwargs`` go to ``H5Dataset`` (``sources=``, ``load_in_memory=``).
+    """
+    path = dataset_path(name)
+    if name == "digits":
+        if path.exists() and _corrupt(path):
+            import warnings
+
+            warnings.warn(f"{path} was corrupted; rebuilt it from the data labkit ships",
+                          stacklevel=2)
+            path.unlink()
+        if not path.exists():
+            convert_digits(path)
+    elif not path.exists():
+        raise DataError(f"no dataset {name!r} at {path}; convert it first "
+                        f"(`labkit convert {name} SOURCE`, see `labkit convert --help`)")
+    return H5Dataset(path, split=split, **kwargs)
+
+
+def _corrupt(path) -> bool:
+    try:
+        ds = H5Dataset(path, split=list(DIGITS_SPLITS))
+        ds.get_data(slice(0, ds.num_examples))
+        return False
+    except DataError:
+        return True
+
+
+__all__ = ["CONVERTERS", "convert_cifar10", "convert_digits", "convert_mnist", "convert_npz",
+           "convert_text", "dataset_path", "get", "home", "read_idx"]

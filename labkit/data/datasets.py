@@ -1,0 +1,494 @@
+"""Datasets: named sources of examples, read by request (an index, a slice or an index array).
+
+A dataset is stateless: it answers ``get_data(request)`` with a dict ``{source: array}`` whose
+first axis is the request's examples. Streams decide which requests to make.
+
+labkit's HDF5 layout (version 1), which ``write_h5`` writes and ``H5Dataset`` reads:
+
+- the root group has the attribute ``labkit_dataset = 1`` (the format version) and ``splits``,
+  a JSON object ``{"train": [start, stop], ...}`` of row ranges; optional ``name`` and
+  ``description`` attributes;
+- every *source* is a dataset in the root group whose first axis is the example axis (all
+  splits, concatenated); its ``axis_labels`` attribute is a JSON list such as
+  ``["batch", "channel", "height", "width"]``;
+- a *ragged* source (sequences of different lengths) is stored flat with the attribute
+  ``ragged = 1``; its ``N + 1`` row offsets are ``/_ragged/<source>`` (int64);
+- metadata such as a vocabulary is JSON, stored as uint8 bytes in ``/_meta/<key>``;
+- data is chunked in small row chunks (about 16 KiB, so random minibatches read little more than
+  they need) with ``fletcher32`` checksums, so corrupted data raises instead of being read.
+
+Examples
+--------
+>>> import numpy as np, tempfile, os
+>>> from labkit.data import H5Dataset, write_h5
+>>> path = os.path.join(tempfile.mkdtemp(), "toy.h5")
+>>> _ = write_h5(path, {"x": np.arange(12.0).reshape(6, 2), "y": np.arange(6)},
+...          splits={"train": (0, 4), "test": (4, 6)})
+>>> ds = H5Dataset(path, split="test")
+>>> ds.num_examples, ds.sources
+(2, ('x', 'y'))
+>>> ds.get_data([1, 0])["y"]
+array([5, 4])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError
+
+FORMAT_VERSION = 1
+_CHUNK_BYTES = 16 * 1024
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError:  # pragma: no cover - h5py is a dependency
+        raise DataError("HDF5 datasets need h5py: pip install h5py") from None
+    return h5py
+
+
+# ---- requests -------------------------------------------------------------------------------
+def check_request(request, num_examples: int, where: str):
+    """Normalise a request to an int, a ``slice`` with step > 0, or a 1-D int64 array.
+
+    Raises ``DataError`` naming ``where`` for anything else, or for an index out of range.
+    """
+    if isinstance(request, (int, np.integer)) and not isinstance(request, bool):
+        r = int(request)
+        if not 0 <= r < num_examples:
+            raise DataError(f"{where}: example {r} is out of range (0..{num_examples - 1})")
+        return r
+    if isinstance(request, slice):
+        start, stop, step = request.indices(num_examples)
+        if step <= 0:
+            raise DataError(f"{where}: a slice request needs a positive step, got {request}")
+        return slice(start, max(start, stop), step)
+    try:
+        idx = np.asarray(request)
+    except Exception:
+        idx = None
+    if idx is None or idx.ndim != 1 or not (idx.dtype.kind in "iu" or idx.size == 0):
+        shown = f"array of dtype {idx.dtype} and shape {idx.shape}" if idx is not None else (
+            type(request).__name__)
+        raise DataError(f"{where}: cannot sort this request into example indices: expected an int, "
+                        f"a slice or a 1-D integer array, got {shown}")
+    idx = idx.astype(np.int64, copy=False)
+    if idx.size and (idx.min() < 0 or idx.max() >= num_examples):
+        bad = idx[(idx < 0) | (idx >= num_examples)][0]
+        raise DataError(f"{where}: example {int(bad)} is out of range (0..{num_examples - 1})")
+    return idx
+
+
+class Dataset:
+    """The interface: ``sources``, ``num_examples``, ``axis_labels`` and ``get_data``."""
+
+    sources: tuple[str, ...] = ()
+    num_examples: int = 0
+    axis_labels: dict[str, tuple | None] = {}
+
+    def get_data(self, request, sources: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def _pick(self, sources) -> tuple[str, ...]:
+        if sources is None:
+            return self.sources
+        sources = (sources,) if isinstance(sources, str) else tuple(sources)
+        missing = [s for s in sources if s not in self.sources]
+        if missing:
+            raise DataError(f"{self!r}: no source {missing[0]!r}; the sources are "
+                            f"{list(self.sources)}")
+        return sources
+
+    def __len__(self) -> int:
+        return self.num_examples
+
+    def state_dict(self) -> dict:
+        """Datasets hold no iteration state; present so every component has one."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class IndexableDataset(Dataset):
+    """Sources held in memory: a dict of arrays (or of lists of arrays, for sequences).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> ds = IndexableDataset({"x": np.zeros((5, 3)), "y": np.arange(5)})
+    >>> ds.get_data(slice(1, 3))["y"]
+    array([1, 2])
+    """
+
+    def __init__(self, sources: Mapping[str, object], axis_labels: Mapping | None = None):
+        if not sources:
+            raise DataError("IndexableDataset: give at least one source, e.g. {'features': x}")
+        self.data: dict[str, np.ndarray] = {}
+        for name, value in sources.items():
+            if isinstance(value, list) and value and isinstance(value[0], np.ndarray):
+                arr = np.empty(len(value), dtype=object)
+                arr[:] = value
+            else:
+                arr = np.asarray(value)
+            if arr.ndim == 0:
+                raise DataError(f"IndexableDataset: source {name!r} is a scalar; each source "
+                                "needs a first axis of examples")
+            self.data[name] = arr
+        lengths = {n: len(a) for n, a in self.data.items()}
+        if len(set(lengths.values())) != 1:
+            raise DataError(f"IndexableDataset: sources differ in length: {lengths}")
+        self.sources = tuple(self.data)
+        self.num_examples = next(iter(lengths.values()))
+        self.axis_labels = {n: (tuple(axis_labels[n]) if axis_labels and n in axis_labels
+                                else None) for n in self.sources}
+
+    def get_data(self, request, sources=None):
+        request = check_request(request, self.num_examples, repr(self))
+        return {s: self.data[s][request] for s in self._pick(sources)}
+
+    def __repr__(self) -> str:
+        return f"IndexableDataset({self.num_examples} examples, sources={list(self.sources)})"
+
+
+# ---- writing --------------------------------------------------------------------------------
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. Windows
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_h5(path, sources: Mapping[str, object],
+             splits: Mapping[str, tuple[int, int]] | None = None,
+             *, axis_labels: Mapping[str, Sequence[str]] | None = None,
+             metadata: Mapping[str, object] | None = None, name: str | None = None,
+             description: str | None = None, checksums: bool = True) -> Path:
+    """Write ``sources`` in labkit's HDF5 layout at ``path``, atomically; returns the path.
+
+    ``sources`` maps names to arrays with a common first axis, or to lists of 1-D arrays (ragged
+    sequences). ``splits`` maps split names to ``(start, stop)`` row ranges (default: one
+    ``"all"`` split). The file is written under a temporary name, flushed to disk and renamed, so
+    readers never see half a file. ``checksums=False`` writes contiguous data without fletcher32.
+    """
+    h5py = _h5py()
+    path = Path(path)
+    if not sources:
+        raise DataError(f"write_h5({path}): give at least one source")
+    lengths = {}
+    prepared = {}
+    for src, value in sources.items():
+        if src.startswith("_") or "/" in src:
+            raise DataError(f"write_h5({path}): source name {src!r} may not start with '_' or "
+                            "contain '/'")
+        if isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray)
+                                                 and value.dtype == object):
+            seqs = [np.asarray(v) for v in value]
+            if any(s.ndim != 1 for s in seqs):
+                raise DataError(f"write_h5({path}): ragged source {src!r} must hold 1-D sequences")
+            dtype = np.result_type(*[s.dtype for s in seqs]) if seqs else np.int64
+            offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+            np.cumsum([len(s) for s in seqs], out=offsets[1:])
+            flat = (np.concatenate(seqs).astype(dtype, copy=False) if seqs
+                    else np.zeros(0, dtype=dtype))
+            prepared[src] = ("ragged", flat, offsets)
+            lengths[src] = len(seqs)
+        else:
+            arr = np.ascontiguousarray(value)
+            if arr.ndim == 0:
+                raise DataError(f"write_h5({path}): source {src!r} is a scalar")
+            if arr.dtype == object or arr.dtype.kind == "U":
+                raise DataError(f"write_h5({path}): source {src!r} has dtype {arr.dtype}; store "
+                                "numbers (encode strings as token ids and keep a vocabulary in "
+                                "metadata)")
+            prepared[src] = ("dense", arr, None)
+            lengths[src] = len(arr)
+    if len(set(lengths.values())) != 1:
+        raise DataError(f"write_h5({path}): sources differ in length: {lengths}")
+    n = next(iter(lengths.values()))
+    splits = dict(splits) if splits else {"all": (0, n)}
+    for split, rng in splits.items():
+        start, stop = (int(v) for v in rng)
+        if not 0 <= start <= stop <= n:
+            raise DataError(f"write_h5({path}): split {split!r} = {rng} is outside 0..{n}")
+        splits[split] = [start, stop]
+
+    def chunked(shape, itemsize):
+        row = int(np.prod(shape[1:], dtype=np.int64)) * itemsize
+        rows = max(1, min(shape[0], _CHUNK_BYTES // max(row, 1)))
+        return (rows,) + tuple(shape[1:])
+
+    def create(group, key, arr):
+        opts = {}
+        if checksums and arr.size:
+            opts = {"chunks": chunked(arr.shape, arr.dtype.itemsize), "fletcher32": True}
+        return group.create_dataset(key, data=arr, **opts)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["labkit_dataset"] = FORMAT_VERSION
+            f.attrs["splits"] = json.dumps(splits)
+            if name:
+                f.attrs["name"] = name
+            if description:
+                f.attrs["description"] = description
+            for src, (kind, arr, offsets) in prepared.items():
+                d = create(f, src, arr)
+                if kind == "ragged":
+                    d.attrs["ragged"] = 1
+                    create(f.require_group("_ragged"), src, offsets)
+                labels = (axis_labels or {}).get(src)
+                if labels is not None:
+                    labels = list(labels)
+                    ndim = 2 if kind == "ragged" else arr.ndim
+                    if len(labels) != ndim:
+                        raise DataError(f"write_h5({path}): axis_labels for {src!r} has "
+                                        f"{len(labels)} names but the source has {ndim} axes")
+                    d.attrs["axis_labels"] = json.dumps(labels)
+            for key, value in (metadata or {}).items():
+                raw = np.frombuffer(json.dumps(value).encode(), dtype=np.uint8)
+                create(f.require_group("_meta"), key, raw)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+# ---- reading --------------------------------------------------------------------------------
+def _is_corruption(err: Exception) -> bool:
+    text = str(err).lower()
+    return any(w in text for w in ("checksum", "filter", "fletcher", "read failed",
+                                   "can't read data", "wrong b-tree", "bad object"))
+
+
+class H5Dataset(Dataset):
+    """One or more splits of a file in labkit's HDF5 layout (see the module docstring).
+
+    Parameters
+    ----------
+    path : the ``.h5`` file.
+    split : a split name, or several (their rows are concatenated in the order given).
+    sources : the sources to read (default: all).
+    load_in_memory : read the split's rows into memory once (fast random access for small data).
+
+    The file is opened lazily in the process that reads it, and again after a fork or in a worker
+    process (HDF5 handles do not survive either). Index requests in any order, with repeats, are
+    read in sorted order (as h5py requires) and put back in the order asked.
+    """
+
+    def __init__(self, path, split: str | Sequence[str] = "train",
+                 sources: Sequence[str] | None = None, load_in_memory: bool = False):
+        self.path = Path(path)
+        self.split = (split,) if isinstance(split, str) else tuple(split)
+        self.load_in_memory = bool(load_in_memory)
+        self._file = None
+        self._pid = None
+        self._memory: dict[str, np.ndarray] | None = None
+        with self._open_file() as f:
+            info = self._read_layout(f)
+        self.all_sources, self.ragged, splits, self.axis_labels_all, self.metadata_keys = info
+        self.splits = splits
+        missing = [s for s in self.split if s not in splits]
+        if missing:
+            raise DataError(f"{self.path}: no split {missing[0]!r}; the file has splits "
+                            f"{sorted(splits)}")
+        self.sources = self.all_sources if sources is None else tuple(
+            [sources] if isinstance(sources, str) else sources)
+        absent = [s for s in self.sources if s not in self.all_sources]
+        if absent:
+            raise DataError(f"{self.path}: no source {absent[0]!r}; the file has sources "
+                            f"{list(self.all_sources)}")
+        self.axis_labels = {s: self.axis_labels_all.get(s) for s in self.sources}
+        ranges = [splits[s] for s in self.split]
+        self.num_examples = sum(b - a for a, b in ranges)
+        ranges = ranges or [(0, 0)]
+        # NOTE: one split is an offset (requests stay slices); several need an index map.
+        self._offset = ranges[0][0] if len(ranges) == 1 else None
+        self._rows = None if len(ranges) == 1 else np.concatenate(
+            [np.arange(a, b, dtype=np.int64) for a, b in ranges])
+        if self.load_in_memory:
+            self._memory = self._read_all()
+
+    # -- file handling
+    def _open_file(self):
+        h5py = _h5py()
+        if not self.path.exists():
+            raise DataError(f"{self.path}: no such dataset file (build it with `labkit convert` "
+                            "or labkit.data.write_h5)")
+        try:
+            return h5py.File(self.path, "r")
+        except OSError as e:
+            raise DataError(f"{self.path}: cannot open as HDF5 ({e}); the file is truncated or "
+                            "is not an HDF5 file - rebuild it") from None
+
+    def _read_layout(self, f):
+        version = f.attrs.get("labkit_dataset")
+        if version is None:
+            raise DataError(f"{self.path} is not a labkit dataset: its root group has no "
+                            "'labkit_dataset' attribute (write one with labkit.data.write_h5 or "
+                            "`labkit convert`)")
+        if int(version) > FORMAT_VERSION:
+            raise DataError(f"{self.path} uses labkit dataset format {int(version)}; this labkit "
+                            f"reads format {FORMAT_VERSION} - upgrade labkit")
+        try:
+            splits = {k: (int(v[0]), int(v[1])) for k, v in json.loads(f.attrs["splits"]).items()}
+        except (KeyError, ValueError, TypeError, IndexError):
+            raise DataError(f"{self.path}: the 'splits' attribute is missing or is not a JSON "
+                            "object of [start, stop] ranges") from None
+        sources, ragged, labels = [], set(), {}
+        lengths = {}
+        for key, obj in f.items():
+            if key.startswith("_") or not hasattr(obj, "shape"):
+                continue
+            sources.append(key)
+            if obj.attrs.get("ragged"):
+                ragged.add(key)
+                if f"_ragged/{key}" not in f:
+                    raise DataError(f"{self.path}: ragged source {key!r} has no offsets "
+                                    f"/_ragged/{key}")
+                lengths[key] = f[f"_ragged/{key}"].shape[0] - 1
+            else:
+                lengths[key] = obj.shape[0] if obj.ndim else 0
+            if "axis_labels" in obj.attrs:
+                labels[key] = tuple(json.loads(obj.attrs["axis_labels"]))
+        if not sources:
+            raise DataError(f"{self.path}: the file holds no sources")
+        stop = max((b for _, b in splits.values()), default=0)
+        short = {k: n for k, n in lengths.items() if n < stop}
+        if short:
+            raise DataError(f"{self.path}: sources {short} are shorter than the splits need "
+                            f"({stop} rows); the file is truncated or inconsistent")
+        meta = tuple(f["_meta"].keys()) if "_meta" in f else ()
+        return tuple(sources), frozenset(ragged), splits, labels, meta
+
+    @property
+    def file(self):
+        """The open h5py file of this process (opened on first use, again after a fork)."""
+        if self._file is None or self._pid != os.getpid():
+            self._file = self._open_file()
+            self._pid = os.getpid()
+        return self._file
+
+    def close(self) -> None:
+        if self._file is not None and self._pid == os.getpid():
+            self._file.close()
+        self._file = None
+
+    def __getstate__(self):
+        # NOTE: worker processes get the path and the options, never an open HDF5 handle.
+        state = self.__dict__.copy()
+        state["_file"] = None
+        state["_pid"] = None
+        return state
+
+    def metadata(self, key: str):
+        """The JSON metadata stored under ``/_meta/<key>`` (e.g. ``"vocabulary"``)."""
+        if key not in self.metadata_keys:
+            raise DataError(f"{self.path}: no metadata {key!r}; the file has "
+                            f"{list(self.metadata_keys)}")
+        return json.loads(self._guard(lambda: self.file[f"_meta/{key}"][()], key, "all").tobytes())
+
+    # -- reading
+    def _guard(self, read, source, rows):
+        try:
+            return read()
+        except OSError as e:
+            if _is_corruption(e):
+                raise DataError(f"{self.path}: source {source!r}, rows {rows}: the data failed "
+                                f"its checksum or could not be decoded ({e}); the file is "
+                                "corrupted - rebuild it") from None
+            raise DataError(f"{self.path}: reading source {source!r}, rows {rows} failed: {e}"
+                            ) from None
+
+    def _read_rows(self, source, rows):
+        """Rows of the file (a slice or a sorted unique int array) of one source."""
+        if source in self.ragged:
+            return self._read_ragged(source, rows)
+        d = self.file[source]
+        return self._guard(lambda: d[rows], source, _show(rows))
+
+    def _read_ragged(self, source, rows):
+        offsets_d = self.file[f"_ragged/{source}"]
+        flat = self.file[source]
+        if isinstance(rows, slice):
+            rows = np.arange(rows.start, rows.stop, rows.step or 1)
+        if rows.size == 0:
+            return np.empty(0, dtype=object)
+        lo, hi = int(rows[0]), int(rows[-1]) + 2
+        offs = self._guard(lambda: offsets_d[lo:hi], source, _show(rows))
+        starts, stops = offs[rows - lo], offs[rows - lo + 1]
+        span = int(stops[-1] - starts[0])
+        out = np.empty(rows.size, dtype=object)
+        if span <= 4 * int((stops - starts).sum()) + 1024:
+            base = int(starts[0])
+            block = self._guard(lambda: flat[base:base + span], source, _show(rows))
+            for i, (a, b) in enumerate(zip(starts, stops)):
+                out[i] = block[a - base:b - base]
+        else:
+            for i, (a, b) in enumerate(zip(starts, stops)):
+                out[i] = self._guard(lambda a=a, b=b: flat[a:b], source, int(rows[i]))
+        return out
+
+    def _read_all(self) -> dict[str, np.ndarray]:
+        out = {}
+        for s in self.sources:
+            parts = [self._read_rows(s, slice(a, b, 1)) for a, b in
+                     (self.splits[name] for name in self.split)]
+            out[s] = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        return out
+
+    def get_data(self, request, sources=None):
+        request = check_request(request, self.num_examples, repr(self))
+        sources = self._pick(sources)
+        if self._memory is not None:
+            return {s: self._memory[s][request] for s in sources}
+        scalar = isinstance(request, int)
+        if scalar:
+            request = np.array([request], dtype=np.int64)
+        if isinstance(request, slice) and self._offset is not None:
+            rows = slice(request.start + self._offset, request.stop + self._offset, request.step)
+            out = {s: self._read_rows(s, rows) for s in sources}
+        else:
+            if isinstance(request, slice):
+                request = np.arange(request.start, request.stop, request.step, dtype=np.int64)
+            rows = request + self._offset if self._rows is None else self._rows[request]
+            # NOTE: h5py reads index lists only sorted and unique; read so, then restore order.
+            uniq, inverse = np.unique(rows, return_inverse=True)
+            out = {}
+            for s in sources:
+                data = self._read_rows(s, uniq)
+                out[s] = data if (uniq.size == rows.size and (np.diff(rows) > 0).all()) \
+                    else data[inverse]
+        if scalar:
+            out = {s: v[0] for s, v in out.items()}
+        return out
+
+    def __repr__(self) -> str:
+        return (f"H5Dataset('{self.path}', split={'+'.join(self.split)}, "
+                f"{self.num_examples} examples)")
+
+
+def _show(rows) -> str:
+    if isinstance(rows, slice):
+        return f"{rows.start}:{rows.stop}"
+    rows = np.asarray(rows)
+    if rows.size <= 4:
+        return str(rows.tolist())
+    return f"[{rows[0]}, {rows[1]}, ..., {rows[-1]}] ({rows.size} rows)"

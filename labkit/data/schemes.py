@@ -1,0 +1,233 @@
+"""Iteration schemes: which requests a stream makes in each epoch, as a pure function of state.
+
+A scheme answers ``num_requests(epoch)`` and ``request(epoch, k)``. A shuffled order is a function
+of ``(seed, epoch)``, regenerated when needed and never stored, so a stream's position is just
+``(epoch, k)`` and resuming mid-epoch costs nothing.
+
+Examples
+--------
+>>> from labkit.data import ShuffledScheme, SequentialScheme
+>>> s = SequentialScheme(10, batch_size=4)
+>>> [s.request(0, k) for k in range(s.num_requests(0))]
+[slice(0, 4, 1), slice(4, 8, 1), slice(8, 10, 1)]
+>>> a = ShuffledScheme(10, batch_size=5, seed=3)
+>>> b = ShuffledScheme(10, batch_size=5, seed=3)
+>>> bool((a.request(1, 0) == b.request(1, 0)).all())
+True
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from ..backend.random import Generator
+from ..errors import DataError
+
+_MASK64 = (1 << 64) - 1
+
+
+def mix_seed(*words: int) -> int:
+    """A 64-bit seed from integers (splitmix64 over each word): distinct inputs, unrelated seeds."""
+    h = 0x9E3779B97F4A7C15
+    for w in words:
+        h = (h ^ (int(w) & _MASK64)) & _MASK64
+        h = (h + 0x9E3779B97F4A7C15) & _MASK64
+        h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & _MASK64
+        h ^= h >> 31
+    return h
+
+
+def fresh_seed(seed: int | None) -> int:
+    """``seed`` as an int, or a new random one (kept in the state, so a resume is still exact)."""
+    return secrets.randbits(63) if seed is None else int(seed)
+
+
+class Scheme:
+    """The interface of an iteration scheme."""
+
+    #: True if requests are batches (slices or index arrays), False if single example indices.
+    batched = True
+
+    def num_requests(self, epoch: int) -> int:
+        raise NotImplementedError
+
+    def request(self, epoch: int, k: int):
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {"type": type(self).__name__, **self._config()}
+
+    def load_state_dict(self, state: dict) -> None:
+        mine = self.state_dict()
+        diff = {k: (state.get(k), v) for k, v in mine.items() if k != "seed" and state.get(k) != v}
+        if diff:
+            shown = ", ".join(f"{k}: saved {a!r}, here {b!r}" for k, (a, b) in diff.items())
+            raise DataError(f"{type(self).__name__}.load_state_dict: the state is for a different "
+                            f"scheme ({shown}); build the stream as it was when the state was "
+                            "saved")
+        if "seed" in state:
+            self.seed = int(state["seed"])
+
+    def _config(self) -> dict:
+        return {}
+
+    def _check_k(self, epoch, k):
+        n = self.num_requests(epoch)
+        if not 0 <= k < n:
+            raise DataError(f"{self!r}: request {k} is out of range for epoch {epoch} "
+                            f"({n} requests)")
+
+
+class _BatchScheme(Scheme):
+    def __init__(self, num_examples: int, batch_size: int, drop_last: bool = False):
+        num_examples, batch_size = int(num_examples), int(batch_size)
+        if num_examples < 0 or batch_size < 1:
+            raise DataError(f"{type(self).__name__}: need num_examples >= 0 and batch_size >= 1, "
+                            f"got {num_examples} and {batch_size}")
+        self.num_examples, self.batch_size, self.drop_last = num_examples, batch_size, drop_last
+
+    def num_requests(self, epoch):
+        full, rest = divmod(self.num_examples, self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def _bounds(self, epoch, k):
+        self._check_k(epoch, k)
+        return k * self.batch_size, min((k + 1) * self.batch_size, self.num_examples)
+
+    def _config(self):
+        return {"num_examples": self.num_examples, "batch_size": self.batch_size,
+                "drop_last": self.drop_last}
+
+    def __repr__(self):
+        return (f"{type(self).__name__}({self.num_examples}, batch_size={self.batch_size}"
+                f"{', drop_last=True' if self.drop_last else ''})")
+
+
+class SequentialScheme(_BatchScheme):
+    """Batches of consecutive examples, as slices, the same every epoch."""
+
+    def request(self, epoch, k):
+        a, b = self._bounds(epoch, k)
+        return slice(a, b, 1)
+
+
+class _Shuffled:
+    """The (seed, epoch) -> permutation map with a one-epoch cache (permuting costs O(n))."""
+
+    def _permutation(self, epoch):
+        cached = getattr(self, "_cache", None)
+        if cached is None or cached[0] != (self.seed, epoch):
+            perm = Generator(seed=mix_seed(self.seed, epoch)).permutation(self.num_examples)
+            self._cache = cached = ((self.seed, epoch), perm)
+        return cached[1]
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_cache", None)
+        return state
+
+
+class ShuffledScheme(_Shuffled, _BatchScheme):
+    """Batches of a fresh permutation each epoch; the permutation is a function of (seed, epoch)."""
+
+    def __init__(self, num_examples, batch_size, seed: int | None = None, drop_last=False):
+        super().__init__(num_examples, batch_size, drop_last)
+        self.seed = fresh_seed(seed)
+
+    def request(self, epoch, k):
+        a, b = self._bounds(epoch, k)
+        return self._permutation(epoch)[a:b]
+
+    def _config(self):
+        return {**super()._config(), "seed": self.seed}
+
+
+class SequentialExampleScheme(Scheme):
+    """One example per request, in order."""
+
+    batched = False
+
+    def __init__(self, num_examples: int):
+        self.num_examples = int(num_examples)
+
+    def num_requests(self, epoch):
+        return self.num_examples
+
+    def request(self, epoch, k):
+        self._check_k(epoch, k)
+        return k
+
+    def _config(self):
+        return {"num_examples": self.num_examples}
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.num_examples})"
+
+
+class ShuffledExampleScheme(_Shuffled, SequentialExampleScheme):
+    """One example per request, in a fresh permutation each epoch (a function of seed, epoch)."""
+
+    def __init__(self, num_examples, seed: int | None = None):
+        super().__init__(num_examples)
+        self.seed = fresh_seed(seed)
+
+    def request(self, epoch, k):
+        self._check_k(epoch, k)
+        return int(self._permutation(epoch)[k])
+
+    def _config(self):
+        return {**super()._config(), "seed": self.seed}
+
+
+class ShardedScheme(Scheme):
+    """Worker or rank ``index`` of ``count``: its share of another scheme's requests.
+
+    A batch scheme is sharded *within* each batch (rank ``i`` gets the ``i``-th contiguous part of
+    every batch), so all ranks see the same number of batches and together exactly the global
+    batch: data-parallel training with gradient averaging then matches one process. An example
+    scheme is sharded by request (every ``count``-th), truncated so every rank has the same count.
+    """
+
+    def __init__(self, scheme: Scheme, index: int, count: int):
+        if not 0 <= index < count:
+            raise DataError(f"ShardedScheme: need 0 <= index < count, got index={index}, "
+                            f"count={count}")
+        self.base, self.index, self.count = scheme, int(index), int(count)
+        self.batched = scheme.batched
+
+    def num_requests(self, epoch):
+        n = self.base.num_requests(epoch)
+        return n if self.batched else n // self.count
+
+    def request(self, epoch, k):
+        self._check_k(epoch, k)
+        if not self.batched:
+            return self.base.request(epoch, k * self.count + self.index)
+        r = self.base.request(epoch, k)
+        if isinstance(r, slice):
+            n = len(range(r.start, r.stop, r.step))
+            a, b = _share(n, self.index, self.count)
+            return slice(r.start + a * r.step, r.start + b * r.step, r.step)
+        a, b = _share(len(r), self.index, self.count)
+        return r[a:b]
+
+    def state_dict(self):
+        return {"type": "ShardedScheme", "index": self.index, "count": self.count,
+                "base": self.base.state_dict()}
+
+    def load_state_dict(self, state):
+        if (state.get("index"), state.get("count")) != (self.index, self.count):
+            raise DataError(f"ShardedScheme.load_state_dict: the state is for shard "
+                            f"{state.get('index')} of {state.get('count')}, this is shard "
+                            f"{self.index} of {self.count}")
+        self.base.load_state_dict(state["base"])
+
+    def __repr__(self):
+        return f"ShardedScheme({self.base!r}, index={self.index}, count={self.count})"
+
+
+def _share(n: int, i: int, count: int) -> tuple[int, int]:
+    base, extra = divmod(n, count)
+    start = i * base + min(i, extra)
+    return start, start + base + (1 if i < extra else 0)

@@ -1,0 +1,307 @@
+"""Streams: iterate a dataset epoch by epoch, with a state that is data.
+
+Every stream has ``epoch`` and ``position`` (items delivered in this epoch), and
+``state_dict()`` / ``load_state_dict()`` of JSON values: seeds, epochs and positions, never a live
+iterator. ``for item in stream`` yields the *rest of the current epoch* as dicts
+``{source: array}``, then moves the stream to the next epoch. Break out anywhere, save
+``stream.state_dict()``, load it into the same pipeline built in another process, and iterating
+continues with exactly the items the first one would have produced.
+
+There are two kinds of stage:
+
+- **indexed** stages (``DataStream`` and per-item transformers over it) can produce item ``k`` of
+  epoch ``e`` directly, as a pure function of ``(e, k)`` and their seeds. Random ones draw from a
+  counter-based generator keyed by ``(seed, e, k)``. That is what lets worker processes
+  (``Parallel``) prepare items in any order and still give the same sequence.
+- **sequential** stages (``Batch``, ``Unpack``, ``Filter``, ``Bucket``, ``Prefetch``) consume
+  their upstream in order; each keeps what it needs to resume (at most one buffer's worth of
+  upstream state to replay).
+
+Examples
+--------
+>>> import numpy as np
+>>> from labkit.data import DataStream, IndexableDataset
+>>> ds = IndexableDataset({"x": np.arange(10)})
+>>> stream = DataStream(ds, batch_size=4, shuffle=True, seed=0)
+>>> first = next(iter(stream))["x"]          # one batch of epoch 0
+>>> state = stream.state_dict()
+>>> rest = [b["x"] for b in stream]          # the rest of epoch 0
+>>> stream.load_state_dict(state)
+>>> [b["x"].tolist() for b in stream] == [r.tolist() for r in rest]
+True
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend.random import Generator
+from ..errors import DataError
+from .datasets import Dataset
+from .schemes import (
+    Scheme,
+    SequentialExampleScheme,
+    SequentialScheme,
+    ShuffledExampleScheme,
+    ShuffledScheme,
+    fresh_seed,
+    mix_seed,
+)
+
+
+class Stream:
+    """The interface of every stream and transformer."""
+
+    #: True if item ``k`` of epoch ``e`` can be produced directly (``get_item(e, k)``).
+    indexed = False
+    #: True if items are single examples, False if batches.
+    produces_examples = False
+    #: True for stages that do not change items or state (``Parallel``): left out of the state.
+    transparent = False
+    sources: tuple[str, ...] = ()
+    stream: Stream | None = None
+
+    def __init__(self):
+        self.epoch = 0
+        self.position = 0
+
+    # -- iteration
+    def __iter__(self):
+        if self.indexed:
+            n = self.num_items(self.epoch)
+            while self.position < n:
+                item = self.get_item(self.epoch, self.position)
+                self.position += 1
+                yield item
+        # NOTE: an upstream that already finished this epoch has nothing left for it (this
+        # happens when a state was saved right after the last item of an epoch).
+        elif self.stream.epoch <= self.epoch:
+            for item in self._iterate():
+                self.position += 1
+                yield item
+        self.epoch += 1
+        self.position = 0
+        self._new_epoch()
+
+    def _new_epoch(self) -> None:
+        """Called when an epoch ends: drop any position within it."""
+
+    def _iterate(self):
+        raise NotImplementedError
+
+    def num_items(self, epoch: int) -> int:
+        raise DataError(f"{type(self).__name__} is sequential: it has no item count in advance")
+
+    def get_item(self, epoch: int, k: int) -> dict:
+        raise DataError(f"{type(self).__name__} is sequential: it cannot produce item {k} "
+                        "directly")
+
+    # -- state
+    def state_dict(self) -> dict:
+        """Everything that determines the rest of the sequence, as JSON values."""
+        if self.indexed:
+            return {"epoch": self.epoch, "position": self.position,
+                    "stages": [s._own_state() for s in self.stages()]}
+        return {"type": type(self).__name__, "epoch": self.epoch, "position": self.position,
+                **self._own_state(), "stream": self._upstream_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state`` (from ``state_dict()`` of a stream built the same way)."""
+        if not isinstance(state, dict):
+            raise DataError(f"{type(self).__name__}.load_state_dict: expected a dict from "
+                            f"state_dict(), got {type(state).__name__}")
+        if self.indexed:
+            stages = self.stages()
+            saved = state.get("stages")
+            have = [s._own_state().get("type") for s in stages]
+            got = ([s.get("type") for s in saved] if isinstance(saved, list)
+                   else f"none (it is the state of a {state.get('type')})")
+            if got != have:
+                raise DataError(f"{type(self).__name__}.load_state_dict: the state has stages "
+                                f"{got}, this stream has {have}; build the pipeline as it was "
+                                "when the state was saved")
+            for s, own in zip(stages, saved):
+                s._load_own_state(own)
+            s = self
+            while s is not None and s.indexed:
+                s._reset()
+                s = s.stream
+        else:
+            if state.get("type") != type(self).__name__:
+                raise DataError(f"{type(self).__name__}.load_state_dict: the state is for a "
+                                f"{state.get('type')}; build the pipeline as it was when the "
+                                "state was saved")
+            self._load_own_state(state)
+            self._load_upstream_state(state["stream"])
+            self._reset()
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+    def stages(self) -> list[Stream]:
+        """The indexed stages from the dataset's stream up to this one."""
+        chain, s = [], self
+        while s is not None and s.indexed:
+            if not s.transparent:
+                chain.append(s)
+            s = s.stream
+        return chain[::-1]
+
+    def _own_state(self) -> dict:
+        return {"type": type(self).__name__}
+
+    def _load_own_state(self, state: dict) -> None:
+        pass
+
+    def _upstream_state(self) -> dict:
+        return self.stream.state_dict()
+
+    def _load_upstream_state(self, state: dict) -> None:
+        self.stream.load_state_dict(state)
+
+    def _reset(self) -> None:
+        """Forget buffers and in-flight work (called on load_state_dict)."""
+
+    # -- resources
+    def close(self) -> None:
+        """Stop worker processes and threads and close files, here and upstream."""
+        if self.stream is not None:
+            self.stream.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.stream!r})"
+
+
+class DataStream(Stream):
+    """A dataset read by an iteration scheme: the first stage of every pipeline.
+
+    ``DataStream(dataset, scheme)``, or ``DataStream(dataset, batch_size=128, shuffle=True,
+    seed=0)`` for the common schemes (``batch_size=None`` iterates single examples).
+    """
+
+    indexed = True
+
+    def __init__(self, dataset: Dataset, scheme: Scheme | None = None, *,
+                 batch_size: int | None = None, shuffle: bool = False, seed: int | None = None,
+                 sources=None):
+        super().__init__()
+        if not isinstance(dataset, Dataset):
+            raise DataError(f"DataStream: expected a labkit.data dataset, got "
+                            f"{type(dataset).__name__} (wrap arrays in IndexableDataset)")
+        if scheme is None:
+            n = dataset.num_examples
+            if batch_size is None:
+                scheme = ShuffledExampleScheme(n, seed) if shuffle else SequentialExampleScheme(n)
+            else:
+                scheme = (ShuffledScheme(n, batch_size, seed) if shuffle
+                          else SequentialScheme(n, batch_size))
+        elif batch_size is not None or shuffle or seed is not None:
+            raise DataError("DataStream: give a scheme or batch_size/shuffle/seed, not both")
+        if not isinstance(scheme, Scheme):
+            raise DataError(f"DataStream: scheme must be a labkit.data scheme, got "
+                            f"{type(scheme).__name__}")
+        self.dataset, self.scheme = dataset, scheme
+        self.sources = dataset._pick(sources)
+        self.produces_examples = not scheme.batched
+
+    def num_items(self, epoch):
+        return self.scheme.num_requests(epoch)
+
+    def get_item(self, epoch, k):
+        return self.dataset.get_data(self.scheme.request(epoch, k), self.sources)
+
+    def _own_state(self):
+        return {"type": "DataStream", "scheme": self.scheme.state_dict()}
+
+    def _load_own_state(self, state):
+        self.scheme.load_state_dict(state["scheme"])
+
+    def close(self):
+        close = getattr(self.dataset, "close", None)
+        if close is not None:
+            close()
+
+    def __repr__(self):
+        return f"DataStream({self.dataset!r}, {self.scheme!r})"
+
+
+class Transformer(Stream):
+    """A per-item stage: ``transform(item, epoch, k)`` maps one item (an example or a batch).
+
+    Over an indexed stream it is indexed too (so it can run in worker processes); over a
+    sequential one it maps items as they come. Subclasses override ``transform`` and, if they
+    change the sources, set ``self.sources``. ``which_sources`` limits a transformer to some
+    sources (default: all).
+    """
+
+    def __init__(self, stream: Stream, which_sources=None):
+        super().__init__()
+        if not isinstance(stream, Stream):
+            raise DataError(f"{type(self).__name__}: expected a stream, got "
+                            f"{type(stream).__name__} (wrap a dataset in DataStream first)")
+        self.stream = stream
+        self.indexed = stream.indexed
+        self.produces_examples = stream.produces_examples
+        self.sources = stream.sources
+        if which_sources is None:
+            self.which_sources = self.sources
+        else:
+            ws = (which_sources,) if isinstance(which_sources, str) else tuple(which_sources)
+            missing = [s for s in ws if s not in self.sources]
+            if missing:
+                raise DataError(f"{type(self).__name__}: no source {missing[0]!r} in the stream; "
+                                f"its sources are {list(self.sources)}")
+            self.which_sources = ws
+
+    def transform(self, item: dict, epoch: int, k: int) -> dict:
+        out = dict(item)
+        for s in self.which_sources:
+            out[s] = self.transform_source(s, item[s], epoch, k)
+        return out
+
+    def transform_source(self, name: str, value, epoch: int, k: int):
+        raise NotImplementedError
+
+    def num_items(self, epoch):
+        return self.stream.num_items(epoch)
+
+    def get_item(self, epoch, k):
+        return self.transform(self.stream.get_item(epoch, k), epoch, k)
+
+    def _iterate(self):
+        for item in self.stream:
+            yield self.transform(item, self.epoch, self.position)
+
+
+class RandomTransformer(Transformer):
+    """A transformer that draws random numbers: ``self.rng(epoch, k)`` is its generator for one
+    item, keyed by ``(seed, epoch, k)``, so the draws do not depend on which process or in which
+    order items are made. The seed is the state."""
+
+    def __init__(self, stream, which_sources=None, seed: int | None = None):
+        super().__init__(stream, which_sources)
+        self.seed = fresh_seed(seed)
+
+    def rng(self, epoch: int, k: int) -> Generator:
+        return Generator(seed=mix_seed(self.seed, epoch, k))
+
+    def _own_state(self):
+        return {"type": type(self).__name__, "seed": self.seed}
+
+    def _load_own_state(self, state):
+        self.seed = int(state["seed"])
+
+
+def stack(values: list):
+    """Stack examples into a batch; examples of different shapes become an object array."""
+    first = np.asarray(values[0])
+    if first.dtype != object and all(np.shape(v) == first.shape for v in values):
+        return np.stack(values)
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = np.asarray(v)
+    return out

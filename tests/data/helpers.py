@@ -1,0 +1,108 @@
+"""Functions the data tests send to worker processes (they must be importable there)."""
+
+import os
+import time
+
+import numpy as np
+
+from labkit.data import (
+    Batch,
+    Bucket,
+    DataStream,
+    Filter,
+    IndexableDataset,
+    Mapping,
+    NGrams,
+    Normalize,
+    OneHot,
+    Padding,
+    Parallel,
+    Prefetch,
+    RandomCrop,
+    RandomFlip,
+    ScaleAndShift,
+    ShardedScheme,
+    ShuffledScheme,
+    SortByLength,
+    Unpack,
+)
+
+
+def square_features(item):
+    return {**item, "features": item["features"] ** 2}
+
+
+def fail_on_item_5(item):
+    if 5 in np.atleast_1d(item["index"]):
+        raise ValueError("bad example 5")
+    return item
+
+
+def die_on_item_5(item):
+    if 5 in np.atleast_1d(item["index"]):
+        os._exit(3)
+    return item
+
+
+def hang_on_item_5(item):
+    if 5 in np.atleast_1d(item["index"]):
+        time.sleep(60)
+    return item
+
+
+def keep_even(item):
+    return int(np.asarray(item["index"]).reshape(-1)[0]) % 2 == 0
+
+
+def images(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    return IndexableDataset({
+        "features": rng.integers(0, 255, (n, 1, 10, 12)).astype(np.uint8),
+        "targets": rng.integers(0, 10, n),
+        "index": np.arange(n),
+    })
+
+
+def sentences(n=50, seed=0):
+    rng = np.random.default_rng(seed)
+    seqs = [rng.integers(1, 20, rng.integers(1, 15)).astype(np.int32) for _ in range(n)]
+    return IndexableDataset({"text": seqs, "index": np.arange(n)})
+
+
+def image_pipeline(workers=0, seed=7):
+    s = DataStream(images(), ShuffledScheme(60, 8, seed=seed))
+    s = ScaleAndShift(s, 1 / 255, which_sources="features")
+    s = RandomCrop(s, (8, 8), seed=seed + 1)
+    s = RandomFlip(s, seed=seed + 2)
+    s = Mapping(s, square_features)
+    s = OneHot(s, 10)
+    return Parallel(s, workers=workers)
+
+
+def example_pipeline(workers=0, seed=7):
+    """Examples shuffled in workers, then sequential stages in the main process."""
+    s = DataStream(images(), batch_size=7, shuffle=True, seed=seed)
+    s = Normalize(RandomFlip(s, seed=seed), 100.0, 50.0, which_sources="features")
+    s = Unpack(Parallel(s, workers=workers))
+    s = Filter(s, keep_even)
+    return Prefetch(Batch(s, 5), size=3)
+
+
+def text_pipeline(workers=0, seed=7):
+    s = DataStream(sentences(), batch_size=None, shuffle=True, seed=seed)
+    s = Bucket(Parallel(s, workers=workers), "text", batch_size=4, pool=3, seed=seed)
+    return Padding(SortByLength(s, "text"), which_sources="text")
+
+
+def ngram_pipeline(workers=0, seed=7):
+    s = DataStream(sentences(), batch_size=6, shuffle=True, seed=seed)
+    return Parallel(NGrams(s, 3, source="text"), workers=workers)
+
+
+def sharded_pipeline(workers=0, seed=7, index=1, count=3):
+    s = DataStream(images(), ShardedScheme(ShuffledScheme(60, 9, seed=seed), index, count))
+    return Parallel(RandomFlip(s, seed=seed), workers=workers)
+
+
+PIPELINES = {"image": image_pipeline, "examples": example_pipeline, "text": text_pipeline,
+             "ngrams": ngram_pipeline, "sharded": sharded_pipeline}

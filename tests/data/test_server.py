@@ -1,0 +1,163 @@
+"""Worker processes: errors that name the worker, clear refusals, clean shutdown."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from labkit.data import Batch, DataStream, Mapping, Parallel
+from labkit.errors import DataError, WorkerError
+
+from . import helpers
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def stream(fn, workers=2, **kw):
+    return Parallel(Mapping(DataStream(helpers.images(), batch_size=None), fn), workers=workers,
+                    **kw)
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead too
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_worker_exception_names_worker_item_and_traceback():
+    s = stream(helpers.fail_on_item_5)
+    with pytest.raises(WorkerError, match=r"data worker 1 \(pid \d+\) raised while preparing "
+                                          r"item 5 of epoch 0:\nValueError: bad example 5") as e:
+        list(s)
+    assert "fail_on_item_5" in str(e.value)  # the worker's traceback
+    assert s._procs == []
+
+
+def test_dead_worker_is_an_error_not_a_hang():
+    s = stream(helpers.die_on_item_5)
+    t = time.monotonic()
+    with pytest.raises(WorkerError, match=r"data worker 1 \(pid \d+\) exited with code 3"):
+        list(s)
+    assert time.monotonic() - t < 30
+
+
+def test_hung_worker_times_out_with_its_name():
+    s = stream(helpers.hang_on_item_5, timeout=1.0)
+    with pytest.raises(WorkerError, match=r"data worker 1 .* has not returned item 5 of epoch 0 "
+                                          r"after 1 s"):
+        list(s)
+
+
+def test_unsendable_function_gets_a_clear_message():
+    with pytest.raises(DataError, match=r"Mapping.fn = .*lambda.* cannot be sent to a worker "
+                                        r"process.*module level"):
+        stream(lambda item: item)
+    stream(lambda item: item, workers=0)  # fine in process
+
+
+def test_function_from_a_notebook_is_refused(monkeypatch):
+    import types
+
+    fake_main = types.ModuleType("__main__")  # like a notebook kernel: no __file__
+    monkeypatch.setitem(sys.modules, "__main__", fake_main)
+
+    def from_notebook(item):
+        return item
+    from_notebook.__module__ = "__main__"
+    fake_main.from_notebook = from_notebook
+    with pytest.raises(DataError, match="defined in the notebook.*Move it into a .py file"):
+        stream(from_notebook)
+
+
+def test_sequential_stage_under_parallel_is_refused():
+    s = Batch(DataStream(helpers.images(), batch_size=None), 4)
+    with pytest.raises(DataError, match=r"Batch is a sequential stage.*Batch\(Parallel\(...\)\)"):
+        Parallel(s, workers=2)
+
+
+def test_close_leaves_no_process_and_workers_use_one_blas_thread():
+    s = stream(helpers.square_features)
+    next(iter(s))
+    pids = [p.pid for p in s._procs]
+    assert len(pids) == 2 and all(alive(p) for p in pids)
+    env = open(f"/proc/{pids[0]}/environ", "rb").read().split(b"\0")
+    assert b"OMP_NUM_THREADS=1" in env
+    s.close()
+    assert not any(alive(p) for p in pids)
+
+
+def _child(tmp_path, body):
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, time
+        from tests.data import helpers
+        from tests.data.test_server import stream
+        if __name__ == "__main__":
+            s = stream(helpers.square_features)
+            it = iter(s)
+            next(it)
+            print(" ".join(str(p.pid) for p in s._procs), flush=True)
+            {body}
+    """))
+    p = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    pids = [int(x) for x in p.stdout.readline().split()]
+    assert len(pids) == 2, p.stderr.read()
+    return p, pids
+
+
+def _gone(pids, within=10.0):
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not any(alive(p) for p in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_no_orphans_when_the_main_process_is_killed(tmp_path):
+    p, pids = _child(tmp_path, "time.sleep(60)")
+    p.send_signal(signal.SIGKILL)
+    p.wait(10)
+    assert _gone(pids), "workers outlived a SIGKILLed main process"
+
+
+def test_ctrl_c_stops_cleanly(tmp_path):
+    p, pids = _child(tmp_path, textwrap.indent(textwrap.dedent("""
+        try:
+            for item in it:
+                time.sleep(0.05)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            raise SystemExit(0)
+    """), " " * 12).lstrip())
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=20)
+    assert p.returncode == 0, err
+    assert "interrupted" in out
+    assert "Traceback" not in err  # workers ignore Ctrl-C: no traceback spam from them
+    assert _gone(pids)
+
+
+def test_same_items_as_in_process():
+    a = list(stream(helpers.square_features, workers=0))
+    with stream(helpers.square_features, workers=3, prefetch=2) as s:
+        b = list(s)
+    assert len(a) == len(b) == 60
+    for x, y in zip(a, b):
+        assert np.array_equal(x["features"], y["features"])
