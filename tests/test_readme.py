@@ -14,6 +14,7 @@ def test_readme_python_blocks_run(capsys):
         exec(compile(code, str(README), "exec"), ns)  # noqa: S102 - our own documentation
     out = capsys.readouterr().out
     assert "Device('cpu')" in out and "cl:0" in out
+    assert "resumed bit for bit: True" in out
 
 
 def test_readme_names_the_two_commands():

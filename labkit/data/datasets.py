@@ -422,7 +422,24 @@ class H5Dataset(Dataset):
         if source in self.ragged:
             return self._read_ragged(source, rows)
         d = self.file[source]
-        return self._guard(lambda: d[rows], source, _show(rows))
+        if isinstance(rows, slice) or d.chunks is None:
+            return self._guard(lambda: d[rows], source, _show(rows))
+        # NOTE: h5py's fancy indexing of a chunked dataset walks a point selection through every
+        # chunk (~8 ms for 128 random rows of 28x28 here); one slice read per run of consecutive
+        # rows is ~1.7 ms for the same bytes.
+        out = np.empty((len(rows), *d.shape[1:]), dtype=d.dtype)
+        if not len(rows):
+            return out
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        starts = np.concatenate([[0], breaks])
+        stops = np.concatenate([breaks, [len(rows)]])
+
+        def read():
+            for a, b in zip(starts.tolist(), stops.tolist()):
+                r0 = int(rows[a])
+                out[a:b] = d[r0:r0 + b - a]
+            return out
+        return self._guard(read, source, _show(rows))
 
     def _read_ragged(self, source, rows):
         offsets_d = self.file[f"_ragged/{source}"]
