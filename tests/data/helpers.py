@@ -8,8 +8,10 @@ import numpy as np
 from labkit.data import (
     Batch,
     Bucket,
+    Cast,
     DataStream,
     Filter,
+    Flatten,
     IndexableDataset,
     Mapping,
     NGrams,
@@ -21,6 +23,8 @@ from labkit.data import (
     RandomCrop,
     RandomFlip,
     ScaleAndShift,
+    SequentialExampleScheme,
+    SequentialScheme,
     ShardedScheme,
     ShuffledScheme,
     SortByLength,
@@ -104,5 +108,47 @@ def sharded_pipeline(workers=0, seed=7, index=1, count=3):
     return Parallel(RandomFlip(s, seed=seed), workers=workers)
 
 
-PIPELINES = {"image": image_pipeline, "examples": example_pipeline, "text": text_pipeline,
-             "ngrams": ngram_pipeline, "sharded": sharded_pipeline}
+def plain_pipeline(workers=0, seed=7):
+    """Sequential schemes, Cast and Flatten, batches and examples."""
+    s = DataStream(images(), SequentialScheme(60, 11))
+    s = Flatten(Cast(Parallel(s, workers=workers), np.float64, "features"), "features")
+    ex = Batch(DataStream(images(seed=1), SequentialExampleScheme(60)), 11)
+    return _Zip(s, ex)
+
+
+class _Zip:
+    """Two streams side by side (to resume two pipelines at once in one test)."""
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    @property
+    def epoch(self):
+        return self.a.epoch
+
+    def __iter__(self):
+        for x, y in zip(self.a, self.b):
+            yield {**x, **{f"ex_{k}": v for k, v in y.items()}}
+        for _ in self.b:  # both finish the epoch
+            pass
+
+    def state_dict(self):
+        return {"a": self.a.state_dict(), "b": self.b.state_dict()}
+
+    def load_state_dict(self, state):
+        self.a.load_state_dict(state["a"])
+        self.b.load_state_dict(state["b"])
+
+    def close(self):
+        self.a.close()
+        self.b.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+PIPELINES = {"plain": plain_pipeline, "image": image_pipeline, "examples": example_pipeline,
+             "text": text_pipeline, "ngrams": ngram_pipeline, "sharded": sharded_pipeline}

@@ -66,9 +66,10 @@ def test_uninterrupted_sequence_is_the_same_for_any_worker_count(name):
         got = run_to(s, 2)
     assert len(got) == len(ref)
     assert all(same(a, b) for a, b in zip(ref, got))
-    # and the two epochs differ (the shuffle is per epoch)
+    # and the two epochs differ (the shuffle and the random draws are per epoch)
     half = len(ref) // 2
-    assert not all(same(a, b) for a, b in zip(ref[:half], ref[half:]))
+    if name != "plain":
+        assert not all(same(a, b) for a, b in zip(ref[:half], ref[half:]))
 
 
 @pytest.mark.parametrize("name", sorted(PIPELINES))
