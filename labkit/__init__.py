@@ -14,7 +14,7 @@ The public API, as explicit re-exports::
     opt = lk.optimizers.Adam(lr=1e-3).setup(model)
 """
 
-from . import autograd, bricks, data, optimizers, regularizers, roles
+from . import autograd, bricks, checkpoint, data, optimizers, regularizers, roles, runs, training
 from .autograd import Function, Tensor, enable_grad, grad, no_grad, tensor
 from .backend import (
     Device,
@@ -27,6 +27,7 @@ from .backend import (
 )
 from .backend.random import Generator
 from .errors import (
+    CheckpointError,
     DataError,
     DeviceError,
     DeviceMismatchError,
@@ -37,14 +38,14 @@ from .errors import (
     WorkerError,
 )
 from .graph import Graph
+from .training import resume
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DataError", "Device", "DeviceError", "DeviceMismatchError", "DTypeError", "Function",
-    "Generator", "Graph", "KernelBuildError", "LabkitError", "ShapeError", "Tensor",
-    "WorkerError", "__version__",
-    "asarray", "autograd", "best_device", "bricks", "data", "default_device", "device", "devices",
-    "enable_grad", "get_array_module", "grad", "no_grad", "optimizers", "regularizers",
-    "roles", "tensor",
+    "CheckpointError", "DataError", "Device", "DeviceError", "DeviceMismatchError", "DTypeError",
+    "Function", "Generator", "Graph", "KernelBuildError", "LabkitError", "ShapeError", "Tensor",
+    "WorkerError", "__version__", "asarray", "autograd", "best_device", "bricks", "checkpoint",
+    "data", "default_device", "device", "devices", "enable_grad", "get_array_module", "grad",
+    "no_grad", "optimizers", "regularizers", "resume", "roles", "runs", "tensor", "training",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import sys
 import time
@@ -85,7 +86,19 @@ def doctor(args) -> int:
 
 
 def demo(args) -> int:
-    """Until the training stack lands: a real computation on every device, checked vs NumPy."""
+    """Train an MLP on the shipped digits set (``--check-devices``: the forward-pass check)."""
+    if not args.check_devices:
+        from .training.demo import main as train_demo
+
+        cfg = {"epochs": args.epochs}
+        if args.device:
+            cfg["device"] = args.device
+        return train_demo(cfg)
+    return check_devices()
+
+
+def check_devices() -> int:
+    """A real computation on every device, checked vs NumPy."""
     from .backend import Device, devices
     from .backend.random import Generator
 
@@ -156,14 +169,97 @@ def convert(args) -> int:
     return 0
 
 
+def _when(t) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
+
+
+def runs_cmd(args) -> int:
+    from . import runs
+    from .runs import RunStoreError
+
+    action = args.action or "ls"
+    try:
+        if action == "ls":
+            rows = runs.list(status=getattr(args, "status", None))
+            if not rows:
+                print(f"no runs in {runs.store().path}")
+                return 0
+            print(f"{'id':24s} {'name':16s} {'status':12s} {'created':16s} {'epoch':>5s} "
+                  f"{'iter':>7s}  last")
+            for r in rows:
+                pr = r["progress"] or {}
+                last = ", ".join(f"{k} {v:.4g}" for k, v in list(pr.get("last", {}).items())[:3]
+                                 if not k.startswith("time"))
+                print(f"{r['id']:24s} {(r['name'] or '-')[:16]:16s} {r['status']:12s} "
+                      f"{_when(r['created']):16s} {pr.get('epoch', 0):5d} "
+                      f"{pr.get('iteration', 0):7d}  {last}")
+        elif action == "show":
+            r = runs.get(args.id)
+            print(f"run {r['id']}  ({r['name'] or 'unnamed'})  status {r['status']}")
+            print(f"  created {_when(r['created'])}, host {r['host']}, pid {r['pid']}, source "
+                  f"{r['source']}")
+            if r["parent_run"]:
+                print(f"  forked from {r['parent_run']} at {r['parent_checkpoint']}")
+            if r["error"]:
+                print(f"  error: {r['error']}")
+            print(f"  config: {json.dumps(r['config'])}")
+            print(f"  progress: {json.dumps(r['progress'])}")
+            for k, m in runs.metrics(args.id).items():
+                if m["value"]:
+                    print(f"  metric {k}: {len(m['value'])} points, last {m['value'][-1]:.5g} "
+                          f"at step {m['step'][-1]}")
+            for c in runs.checkpoints(args.id):
+                print(f"  checkpoint step {c['step']:>6d}  {c['size'] / 1e6:7.2f} MB  "
+                      f"{'valid' if c['valid'] else 'INVALID'}  {c['path']}")
+        elif action == "rm":
+            runs.delete(args.id, files=not args.keep_files)
+            print(f"deleted run {args.id}")
+    except RunStoreError as e:
+        print(f"labkit runs {action}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def resume_cmd(args) -> int:
+    from .errors import LabkitError
+    from .training import resume
+
+    try:
+        loop = resume(args.id)
+    except LabkitError as e:
+        print(f"labkit resume: {e}", file=sys.stderr)
+        return 1
+    print(f"run {loop.run_id}: {loop.status['iteration']} batches, epoch {loop.status['epoch']}; "
+          f"last checkpoint {loop.last_checkpoint}")
+    loop.close()
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="labkit", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("doctor", help="list OpenCL platforms and devices, self-test each")
     p.add_argument("--clear-cache", action="store_true", help="delete the kernel binary cache")
     p.set_defaults(func=doctor)
-    p = sub.add_parser("demo", help="run a real computation on every device, checked vs NumPy")
+    p = sub.add_parser("demo", help="train an MLP on the shipped digits set (about 1 s on a CPU)")
+    p.add_argument("--device", help="cpu, cl or cl:N (default: a GPU if there is one, else cpu)")
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--check-devices", action="store_true",
+                   help="instead: a forward pass on every device, checked against NumPy")
     p.set_defaults(func=demo)
+    p = sub.add_parser("runs", help="list, show or delete runs in the run store")
+    rs = p.add_subparsers(dest="action")
+    q = rs.add_parser("ls", help="list runs (default)")
+    q.add_argument("--status", help="created, running, paused, finished, failed, interrupted, dead")
+    q = rs.add_parser("show", help="a run's config, progress, metrics and checkpoints")
+    q.add_argument("id")
+    q = rs.add_parser("rm", help="delete a run and its checkpoints")
+    q.add_argument("id")
+    q.add_argument("--keep-files", action="store_true", help="keep the checkpoint directory")
+    p.set_defaults(func=runs_cmd)
+    p = sub.add_parser("resume", help="continue a run from its newest valid checkpoint")
+    p.add_argument("id", help="a run id, a checkpoint directory or a run directory")
+    p.set_defaults(func=resume_cmd)
     p = sub.add_parser("convert", help="write a dataset in labkit's HDF5 layout",
                        description="Write a dataset in labkit's HDF5 layout (default: "
                        "$LABKIT_HOME/datasets/NAME.h5). Nothing is downloaded: digits ships with "

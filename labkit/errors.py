@@ -42,3 +42,7 @@ class DataError(LabkitError, ValueError):
 
 class WorkerError(LabkitError, RuntimeError):
     """A data worker process died, hung or raised; the message names the worker and the batch."""
+
+
+class CheckpointError(LabkitError, ValueError):
+    """A checkpoint that is incomplete, corrupted, of another format, or a state it cannot hold."""

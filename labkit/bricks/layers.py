@@ -305,19 +305,22 @@ class LayerNorm(Brick):
 class Dropout(Brick):
     """Dropout with its own counter-based generator, seeded by ``seed``.
 
-    NOTE: the generator's state (``brick.generator.state_dict()``, two integers) is not part of
-    the brick's ``state_dict()`` of arrays; the checkpoint format saves it beside."""
+    ``seed=None`` derives the seed from ``lk.bricks.set_seed`` like parameter initialization, so
+    two Dropout bricks draw different masks.
 
-    def __init__(self, ratio=0.5, seed=0, name=None):
-        super().__init__(name)
+    NOTE: the generator's state (``brick.generator.state_dict()``, two integers) is not part of
+    the brick's ``state_dict()`` of arrays; checkpoints save every brick's generators beside."""
+
+    def __init__(self, ratio=0.5, seed=None, name=None):
+        super().__init__(name, seed=seed)
         self.ratio = ratio
-        self.generator = None
-        self.gen_seed = seed
+        self.generator = Generator(self.seed, "cpu")
         self.built = True
 
     def forward(self, x):
-        if self.generator is None or self.generator.device != x.device:
-            self.generator = Generator(self.gen_seed, x.device)
+        if self.generator.device != x.device:
+            # the counter carries over: moving a model does not replay old masks
+            self.generator.device = x.device
         return F.dropout(x, self.ratio, training=self.training, generator=self.generator)
 
 

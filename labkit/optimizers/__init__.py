@@ -297,6 +297,14 @@ class Optimizer:
     def lr(self):
         return _value(self.rules[-1].hyper.get("lr"), self.t)
 
+    @lr.setter
+    def lr(self, value):
+        """Set the learning rate of the rule that has one (the last such rule)."""
+        rule = next((r for r in reversed(self.rules) if "lr" in r.hyper), None)
+        if rule is None:
+            raise TypeError(f"{self!r} has no rule with a learning rate")
+        rule.hyper["lr"] = value
+
     def state_dict(self) -> dict:
         """``{"t": steps taken, "state": {param name: {rule_i.key: ndarray}}}``."""
         names = list(self.params)

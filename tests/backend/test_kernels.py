@@ -55,7 +55,7 @@ def test_doctor_lists_devices_and_self_tests():
 
 
 def test_demo_runs_on_every_device_and_matches_numpy():
-    out = subprocess.run([sys.executable, "-m", "labkit.cli", "demo"], capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "labkit.cli", "demo", "--check-devices"],
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count(" ok") >= 2 and "MISMATCH" not in out.stdout

@@ -1,0 +1,494 @@
+"""The extensions that ship with labkit: monitoring, stopping, schedules, guards, checkpoints,
+printing and a progress bar. Each is a small class; see ``Extension`` for writing your own."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .. import checkpoint as ckpt
+from ..autograd import no_grad
+from ..errors import LabkitError
+from .loop import Extension, TrainingError, _scalar
+
+__all__ = ["Checkpoint", "DataStreamMonitoring", "EarlyStopping", "FinishAfter",
+           "LearningRateSchedule", "NaNGuard", "NonFiniteError", "Printing", "ProgressBar",
+           "Timing", "TrainingDataMonitoring"]
+
+
+def _numeric(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+class FinishAfter(Extension):
+    """Stop after ``epochs`` epochs, ``batches`` batches or ``seconds`` of training (whichever
+    comes first; counted over the whole run, across resumes)."""
+
+    every = None
+    stops_training = True
+
+    def __init__(self, epochs: int | None = None, batches: int | None = None,
+                 seconds: float | None = None):
+        super().__init__()
+        if epochs is None and batches is None and seconds is None:
+            raise TrainingError("FinishAfter: give epochs=, batches= or seconds=")
+        self.epochs, self.batches, self.seconds = epochs, batches, seconds
+
+    def after_batch(self, loop):
+        if self.batches is not None and loop.status["iteration"] >= self.batches:
+            loop.stop(f"FinishAfter: {self.batches} batches")
+        elif self.seconds is not None and loop.elapsed >= self.seconds:
+            loop.stop(f"FinishAfter: {self.seconds:g} s")
+
+    def after_epoch(self, loop):
+        if self.epochs is not None and loop.status["epoch"] >= self.epochs:
+            loop.stop(f"FinishAfter: {self.epochs} epochs")
+
+    def on_resumption(self, loop):
+        # a run resumed (or forked) past its end stops at once instead of training one more
+        if self.epochs is not None and loop.status["epoch"] >= self.epochs:
+            loop.stop(f"FinishAfter: {self.epochs} epochs")
+        elif self.batches is not None and loop.status["iteration"] >= self.batches:
+            loop.stop(f"FinishAfter: {self.batches} batches")
+
+
+class Timing(Extension):
+    """Report ``time_read`` (waiting for data) and ``time_step`` per batch, and ``time_epoch``
+    and ``time_total`` per epoch."""
+
+    every = None
+    priority = 90
+
+    def __init__(self):
+        super().__init__()
+        self._epoch_start = None
+
+    def before_epoch(self, loop):
+        self._epoch_start = time.perf_counter()
+
+    def after_batch(self, loop):
+        loop.log.report(time_read=loop.timing["read"], time_step=loop.timing["step"])
+
+    def after_epoch(self, loop):
+        start = self._epoch_start or time.perf_counter()
+        loop.log.report(time_epoch=time.perf_counter() - start, time_total=loop.elapsed)
+
+
+class TrainingDataMonitoring(Extension):
+    """The mean of reported values over the batches since it last fired (default: each epoch),
+    reported as ``train_<key>``. ``keys``: which values (default: every number the step reports
+    except timings)."""
+
+    priority = 100
+
+    def __init__(self, keys=None, every=1, unit="epochs", prefix="train_"):
+        super().__init__(every=every, unit=unit)
+        self.keys = None if keys is None else list(keys)
+        self.prefix = prefix
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    def after_batch(self, loop):
+        row = loop.log[-1]
+        for k in (self.keys if self.keys is not None else loop.step_keys):
+            v = row.get(k)
+            if not _numeric(v):
+                continue
+            self.sums[k] = self.sums.get(k, 0.0) + float(v)
+            self.counts[k] = self.counts.get(k, 0) + 1
+
+    def __call__(self, loop):
+        loop.log.report(**{self.prefix + k: self.sums[k] / self.counts[k] for k in self.sums})
+        self.sums, self.counts = {}, {}
+
+    def state_dict(self):
+        return {"sums": self.sums, "counts": self.counts}
+
+    def load_state_dict(self, state):
+        self.sums, self.counts = dict(state["sums"]), dict(state["counts"])
+
+
+class DataStreamMonitoring(Extension):
+    """Evaluate on another stream (one full epoch of it, model in eval mode, no gradients) and
+    report the example-weighted means as ``<prefix><key>``.
+
+    ``metrics_fn(model, batch)`` returns a dict of scalars (Tensors or numbers); by default the
+    loop's ``loss_fn`` (its loss and the other values it returns).
+    """
+
+    priority = 100
+
+    def __init__(self, stream, metrics_fn=None, prefix="valid_", every=1, unit="epochs",
+                 before_training=False):
+        super().__init__(every=every, unit=unit)
+        self.stream, self.metrics_fn, self.prefix = stream, metrics_fn, prefix
+        self._before = before_training
+
+    def before_training(self, loop):
+        if self._before:
+            self(loop)
+
+    def evaluate(self, loop) -> dict:
+        fn = self.metrics_fn or loop.loss_fn
+        if fn is None:
+            raise TrainingError("DataStreamMonitoring: the loop has a step, not a loss_fn; give "
+                                "metrics_fn(model, batch)")
+        was_training = loop.model.training
+        loop.model.eval()
+        sums, total = {}, 0
+        try:
+            with no_grad():
+                for batch in self.stream:
+                    out = fn(loop.model, batch)
+                    out = out if isinstance(out, dict) else {"loss": out}
+                    n = len(next(iter(batch.values())))
+                    total += n
+                    for k, v in out.items():
+                        sums[k] = sums.get(k, 0.0) + float(_scalar(v)) * n
+        finally:
+            loop.model.train(was_training)
+        if not total:
+            raise TrainingError("DataStreamMonitoring: the stream yielded no batches")
+        return {self.prefix + k: v / total for k, v in sums.items()}
+
+    def __call__(self, loop):
+        loop.log.report(**self.evaluate(loop))
+
+    def state_dict(self):
+        return {"stream": self.stream.state_dict()}
+
+    def load_state_dict(self, state):
+        self.stream.load_state_dict(state["stream"])
+
+
+class EarlyStopping(Extension):
+    """Stop when ``metric`` has not improved by ``min_delta`` for ``patience`` checks (each
+    epoch by default); keeps the best parameters and, with ``restore_best``, puts them back in
+    the model when training ends. Reports ``best_<metric>``."""
+
+    priority = -5
+    stops_training = True
+
+    def __init__(self, metric="valid_loss", patience=5, mode="min", min_delta=0.0,
+                 restore_best=True, every=1, unit="epochs"):
+        super().__init__(every=every, unit=unit)
+        if mode not in ("min", "max"):
+            raise TrainingError(f"EarlyStopping: mode must be 'min' or 'max', got {mode!r}")
+        self.metric, self.patience, self.mode = metric, int(patience), mode
+        self.min_delta, self.restore_best = float(min_delta), restore_best
+        self.best, self.best_iteration, self.bad = None, None, 0
+        self.best_params: dict | None = None
+
+    def _better(self, v):
+        if self.best is None:
+            return True
+        return v < self.best - self.min_delta if self.mode == "min" else \
+            v > self.best + self.min_delta
+
+    def __call__(self, loop):
+        row = loop.log[-1] if len(loop.log) else {}
+        if self.metric not in row:
+            raise TrainingError(f"EarlyStopping: no {self.metric!r} in the log when it checks "
+                                f"(iteration {loop.status['iteration']}); report it first, e.g. "
+                                "with DataStreamMonitoring(valid_stream), which reports valid_loss")
+        v = float(row[self.metric])
+        if self._better(v):
+            self.best, self.best_iteration, self.bad = v, loop.status["iteration"], 0
+            self.best_params = loop.model.state_dict()
+        else:
+            self.bad += 1
+        loop.log.report(**{f"best_{self.metric}": self.best})
+        if self.bad >= self.patience:
+            loop.stop(f"EarlyStopping: {self.metric} did not improve for {self.patience} checks "
+                      f"(best {self.best:.6g} at iteration {self.best_iteration})")
+
+    def after_training(self, loop):
+        if self.restore_best and self.best_params is not None:
+            loop.model.load_state_dict(self.best_params)
+
+    def state_dict(self):
+        return {"best": self.best, "best_iteration": self.best_iteration, "bad": self.bad,
+                "best_params": self.best_params}
+
+    def load_state_dict(self, state):
+        self.best, self.best_iteration = state["best"], state["best_iteration"]
+        self.bad = int(state["bad"])
+        self.best_params = {k: np.array(v) for k, v in state["best_params"].items()} \
+            if state["best_params"] is not None else None
+
+
+class LearningRateSchedule(Extension):
+    """Set the optimizer's learning rate to ``schedule(epoch)`` before each epoch (or
+    ``schedule(iteration)`` before each batch with ``unit="batches"``), and report it as
+    ``lr``. ``schedule`` is any callable, e.g. ``lk.optimizers.Cosine(0.1, total=30)``."""
+
+    every = None
+
+    def __init__(self, schedule, unit="epochs"):
+        super().__init__(unit=unit)
+        if not callable(schedule):
+            raise TrainingError("LearningRateSchedule: schedule must be callable (epoch -> lr)")
+        if unit not in ("epochs", "batches"):
+            raise TrainingError("LearningRateSchedule: unit must be 'epochs' or 'batches'")
+        self.schedule = schedule
+
+    def before_epoch(self, loop):
+        if self.unit == "epochs":
+            loop.optimizer.lr = float(self.schedule(loop.status["epoch"]))
+
+    def before_batch(self, loop):
+        if self.unit == "batches":
+            loop.optimizer.lr = float(self.schedule(loop.status["iteration"]))
+
+    def after_batch(self, loop):
+        loop.log.report(lr=float(loop.optimizer.lr))
+
+
+class NonFiniteError(LabkitError, FloatingPointError):
+    """A loss, parameter or gradient became NaN or infinite (raised by NaNGuard)."""
+
+
+class NaNGuard(Extension):
+    """Stop with a diagnosis when the loss is not finite (checked every batch), or when a
+    parameter or gradient is not finite (checked every ``check_every`` batches and whenever
+    the loss is bad). The error names the first non-finite parameter or gradient, its brick
+    and role."""
+
+    every = None
+    priority = 95
+
+    def __init__(self, check_every: int = 50, key: str = "loss"):
+        super().__init__()
+        self.check_every, self.key = int(check_every), key
+
+    def after_batch(self, loop):
+        v = loop.log[-1].get(self.key)
+        bad_loss = v is not None and _numeric(v) and not math.isfinite(v)
+        if bad_loss or loop.status["iteration"] % self.check_every == 0:
+            culprit = self.first_non_finite(loop.model)
+            if bad_loss or culprit:
+                st = loop.status
+                where = (f"at iteration {st['iteration']} (epoch {st['epoch']}, batch "
+                         f"{st['epoch_iteration']})")
+                what = f"the {self.key} is {v}" if bad_loss else f"the {self.key} is still finite"
+                raise NonFiniteError(f"NaNGuard: {where}, {what}; "
+                                     + (culprit or "every parameter and gradient is finite, so "
+                                        "the loss itself overflowed (log of 0? division by 0?)"))
+
+    @staticmethod
+    def first_non_finite(model) -> str | None:
+        for name, p in model.params().items():
+            for kind, arr in (("parameter", p.data), ("gradient of", p.grad.data if
+                                                      p.grad is not None else None)):
+                if arr is None:
+                    continue
+                a = np.asarray(arr if isinstance(arr, np.ndarray) else arr.get())
+                finite = np.isfinite(a)
+                if not finite.all():
+                    n_nan, n_inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
+                    brick = name.rsplit(".", 1)[0]
+                    role = getattr(p, "role", None)
+                    return (f"first non-finite: {kind} {name} (brick {brick}, role {role}): "
+                            f"{n_nan} nan and {n_inf} inf of {a.size} values")
+        return None
+
+
+class Checkpoint(Extension):
+    """Save a checkpoint every ``every`` ``unit`` (default: each epoch), on Ctrl-C and when
+    training ends; keep the newest ``keep_last`` and, with ``keep_best="valid_loss"``, the best
+    by that metric (``mode`` min or max). ``directory``: default the run's directory."""
+
+    priority = -10
+
+    def __init__(self, every=1, unit="epochs", keep_last: int | None = 3, keep_best=None,
+                 mode="min", directory=None, on_interrupt=True, after_training=True):
+        super().__init__(every=every, unit=unit)
+        self.keep_last, self.keep_best, self.mode = keep_last, keep_best, mode
+        self.directory = Path(directory) if directory is not None else None
+        self._on_interrupt, self._after_training = on_interrupt, after_training
+        self.saved: list[dict] = []
+
+    def __call__(self, loop):
+        self.save(loop)
+
+    def save(self, loop):
+        if loop._checkpointed_at == loop.status["iteration"] and self.saved:
+            return
+        value = loop.log[-1].get(self.keep_best) if (self.keep_best and len(loop.log)) else None
+        entry = {"step": loop.status["iteration"], "metric": value, "path": None}
+        self.saved = [s for s in self.saved if s["step"] != entry["step"]] + [entry]
+        # NOTE: the entry is in self.saved before the state is taken, so the checkpoint knows
+        # about itself (its path is filled in below; it is the newest)
+        path = loop.save_checkpoint(self.directory)
+        entry["path"] = str(path)
+        self._prune(loop)
+
+    def _prune(self, loop):
+        keep = set()
+        done = [s for s in self.saved if s["path"]]
+        if self.keep_last:
+            keep |= {s["path"] for s in done[-self.keep_last:]}
+        if self.keep_best:
+            scored = [s for s in done if _numeric(s["metric"])]
+            if scored:
+                pick = min if self.mode == "min" else max
+                keep.add(pick(scored, key=lambda s: s["metric"])["path"])
+        if self.keep_last is None:
+            return
+        for s in done:
+            if s["path"] not in keep:
+                ckpt.remove(s["path"])
+                if loop._store is not None:
+                    for c in loop._store.checkpoints(loop.run_id):
+                        if c["path"] == s["path"]:
+                            loop._store.remove_checkpoint(c["id"])
+        self.saved = [s for s in self.saved if s["path"] in keep or not s["path"]]
+
+    def best(self) -> Path | None:
+        scored = [s for s in self.saved if s["path"] and _numeric(s["metric"])]
+        if not scored:
+            return None
+        pick = min if self.mode == "min" else max
+        return Path(pick(scored, key=lambda s: s["metric"])["path"])
+
+    def on_interrupt(self, loop):
+        if self._on_interrupt:
+            self.save(loop)
+
+    def after_training(self, loop):
+        if self._after_training:
+            self.save(loop)
+
+    def state_dict(self):
+        return {"saved": [dict(s) for s in self.saved]}
+
+    def load_state_dict(self, state):
+        self.saved = [dict(s) for s in state["saved"]]
+
+    def on_resumption(self, loop):
+        # the newest entry is the checkpoint that was being written when the state was taken
+        directory = self.directory or loop.directory / "checkpoints"
+        for s in self.saved:
+            if s["path"] is None:
+                p = directory / f"ckpt-{s['step']:08d}"
+                s["path"] = str(p) if p.exists() else None
+        self.saved = [s for s in self.saved if s["path"]]
+
+
+class Printing(Extension):
+    """Print the log's current row (default: after each epoch, and when training ends)."""
+
+    priority = -50
+
+    def __init__(self, every=1, unit="epochs", file=None, digits=4):
+        super().__init__(every=every, unit=unit)
+        self.file, self.digits = file, digits
+
+    def __call__(self, loop):
+        row = loop.log[-1] if len(loop.log) else {}
+        parts = [f"epoch {loop.status['epoch']}", f"iteration {loop.status['iteration']}"]
+        for k, v in row.items():
+            if k in ("iteration", "epoch") or k.startswith("time_") and k != "time_total":
+                continue
+            parts.append(f"{k} {v:.{self.digits}g}" if _numeric(v) else f"{k} {v}")
+        print("  ".join(parts), file=self.file or sys.stdout, flush=True)
+
+    def after_training(self, loop):
+        reason = loop._stop_reason or "finished"
+        print(f"training finished at epoch {loop.status['epoch']}, iteration "
+              f"{loop.status['iteration']} ({reason})", file=self.file or sys.stdout, flush=True)
+
+
+class ProgressBar(Extension):
+    """A one-line terminal progress bar: epoch, batch i/n, samples/s, ETA of the epoch and the
+    last loss. Redrawn at most ``fps`` times a second; when the output is not a terminal (CI
+    logs, nbconvert) it prints a line every ``quiet_seconds`` instead."""
+
+    every = None
+    priority = 10
+
+    def __init__(self, file=None, fps: float = 5.0, quiet_seconds: float = 10.0, width=24):
+        super().__init__()
+        self.file, self.fps, self.quiet, self.width = file, fps, quiet_seconds, width
+        self._last_draw = 0.0
+        self._epoch_t0 = None
+        self._samples = 0
+
+    @property
+    def out(self):
+        return self.file or sys.stderr
+
+    def _tty(self):
+        return getattr(self.out, "isatty", lambda: False)()
+
+    def before_epoch(self, loop):
+        self._epoch_t0 = time.perf_counter()
+        self._samples = 0
+        self._start_iter = loop.status["epoch_iteration"]
+
+    on_resumption = before_epoch
+
+    def after_batch(self, loop):
+        if self._epoch_t0 is None:
+            self.before_epoch(loop)
+        self._samples += loop.batch_size
+        st = loop.status
+        try:
+            n = loop.stream.num_items(loop.stream.epoch) if loop.stream.indexed else None
+        except LabkitError:
+            n = None
+        self._snap = (st["epoch"] + 1, st["epoch_iteration"], n, loop.log[-1].get("loss"))
+        now = time.perf_counter()
+        interval = 1.0 / self.fps if self._tty() else self.quiet
+        if now - self._last_draw < interval:
+            return
+        self._last_draw = now
+        self.draw(now)
+
+    def draw(self, now, final=False):
+        epoch, i, n, loss = self._snap
+        dt = max(now - (self._epoch_t0 or now), 1e-9)
+        done = max(i - getattr(self, "_start_iter", 0), 0)
+        rate = self._samples / dt
+        parts = [f"epoch {epoch}"]
+        if n:
+            frac = min(i / n, 1.0)
+            filled = int(frac * self.width)
+            bar = "#" * filled + "-" * (self.width - filled)
+            eta = (n - i) * dt / done if done else float("nan")
+            parts.append(f"[{bar}] {i}/{n}")
+            if not final:
+                parts.append(f"ETA {_hms(eta)}")
+        else:
+            parts.append(f"batch {i}")
+        parts.append(f"{rate:,.0f} samples/s")
+        if _numeric(loss):
+            parts.append(f"loss {loss:.4g}")
+        line = "  ".join(parts)
+        if self._tty():
+            print("\r" + line.ljust(100)[:100], end="\n" if final else "", file=self.out,
+                  flush=True)
+        else:
+            print(line, file=self.out, flush=True)
+
+    def after_epoch(self, loop):
+        now = time.perf_counter()
+        # on a terminal each epoch ends with its full line; in a log, only every quiet_seconds
+        if getattr(self, "_snap", None) is not None and (self._tty() or now - self._last_draw
+                                                         >= self.quiet):
+            self._last_draw = now
+            self.draw(now, final=True)
+        self._epoch_t0 = None
+
+
+def _hms(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    s = int(seconds)
+    if s >= 3600:
+        return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+    return f"{s // 60}:{s % 60:02d}"

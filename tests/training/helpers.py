@@ -1,0 +1,45 @@
+"""Loops the training tests build (importable, so subprocesses and resume can rebuild them)."""
+
+import numpy as np
+
+import labkit as lk
+import labkit.bricks as B
+import labkit.functions as F
+from labkit import training as T
+from labkit.data import DataStream, IndexableDataset, Parallel, RandomFlip
+
+
+def dataset(n=96, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 1, 4, 4)).astype(np.float32)
+    y = (x[:, 0, :, :2].sum(axis=(1, 2)) > x[:, 0, :, 2:].sum(axis=(1, 2))).astype(np.int64)
+    return IndexableDataset({"features": x, "targets": y})
+
+
+def make_loop(config=None):
+    """Shuffling, random flips in the pipeline, dropout in the model: everything random."""
+    cfg = {"device": "cpu", "epochs": 3, "batch_size": 8, "lr": 0.01, "hidden": 32,
+           "workers": 0, "checkpoint_every": 0, "width": 0, **(config or {})}
+    dev = lk.device(cfg["device"])
+    lk.bricks.set_seed(1)
+    layers = [B.Flatten(), B.Linear(16, cfg["hidden"]), B.Tanh(), B.Dropout(0.2)]
+    if cfg["width"]:  # a bigger model: checkpoint writes take a while
+        layers += [B.Linear(cfg["hidden"], cfg["width"]), B.ReLU(),
+                   B.Linear(cfg["width"], cfg["hidden"])]
+    model = B.Sequence(*layers, B.Linear(cfg["hidden"], 2)).to(dev)
+    opt = lk.optimizers.chain(lk.optimizers.GradientClipping(1.0),
+                              lk.optimizers.Adam(lr=cfg["lr"])).setup(model)
+    s = DataStream(dataset(), batch_size=cfg["batch_size"], shuffle=True, seed=5)
+    s = RandomFlip(s, seed=6)
+    if cfg["workers"]:
+        s = Parallel(s, workers=cfg["workers"])
+
+    def loss_fn(model, batch):
+        logits = model(lk.tensor(batch["features"], device=dev))
+        return {"loss": F.softmax_cross_entropy(logits, batch["targets"]),
+                "accuracy": F.accuracy(logits, batch["targets"])}
+
+    ext = [T.TrainingDataMonitoring(), T.FinishAfter(epochs=cfg["epochs"])]
+    if cfg["checkpoint_every"]:
+        ext.append(T.Checkpoint(every=cfg["checkpoint_every"], unit="batches", keep_last=2))
+    return T.MainLoop(model, opt, s, loss_fn, extensions=ext, name="helper", config=cfg)

@@ -1,0 +1,222 @@
+"""The main loop: events, triggers, priorities, the log, and every extension."""
+
+import io
+import math
+
+import numpy as np
+import pytest
+
+import labkit as lk
+import labkit.functions as F
+from labkit import training as T
+from labkit.data import DataStream
+from labkit.training import TrainingError
+
+from .helpers import dataset, make_loop
+
+
+class Spy(T.Extension):
+    """Records every event, and its trigger calls."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.seen = []
+        for ev in T.EVENTS:
+            setattr(self, ev, lambda loop, ev=ev: self.seen.append((ev, loop.status["iteration"])))
+
+    def __call__(self, loop):
+        self.seen.append(("fire", loop.status["iteration"]))
+
+
+def test_events_in_order_and_triggers():
+    loop = make_loop({"epochs": 2, "batch_size": 32})  # 3 batches per epoch
+    spy = loop.add(Spy(every=2, unit="batches"))
+    loop.run()
+    names = [e for e, _ in spy.seen]
+    assert names[0] == "before_training" and names[-1] == "after_training"
+    assert names.count("before_epoch") == names.count("after_epoch") == 2
+    assert names.count("before_batch") == names.count("after_batch") == 6
+    assert [i for e, i in spy.seen if e == "fire"] == [2, 4, 6]
+    epoch_spy = Spy(every=1, unit="epochs")
+    loop2 = make_loop({"epochs": 2, "batch_size": 32})
+    loop2.add(epoch_spy)
+    loop2.run()
+    assert [i for e, i in epoch_spy.seen if e == "fire"] == [3, 6]
+    assert "on_interrupt" not in names and "on_resumption" not in names
+
+
+def test_priorities_and_plain_callables():
+    order = []
+    loop = make_loop({"epochs": 1, "batch_size": 48})
+    loop.add(lambda loop: order.append("low"), event="after_epoch", priority=-1)
+    loop.add(lambda loop: order.append("high"), event="after_epoch", priority=5)
+    loop.add(lambda loop: order.append(f"every {loop.status['iteration']}"), every=1,
+             unit="batches")
+    loop.run()
+    assert order == ["every 1", "every 2", "high", "low"]
+
+
+def test_signatures_are_checked_when_registered():
+    loop = make_loop()
+    with pytest.raises(TrainingError, match=r"extension two\(a, b\) must take one argument, the "
+                                            r"loop"):
+        def two(a, b):
+            pass
+        loop.add(two)
+    with pytest.raises(TrainingError, match="unknown event 'after_step'"):
+        loop.add(lambda loop: None, event="after_step")
+
+    class Bad(T.Extension):
+        def after_batch(self):
+            pass
+    with pytest.raises(TrainingError, match=r"Bad.after_batch\(\) must take one argument"):
+        loop.add(Bad())
+    with pytest.raises(TrainingError, match=r"loss_fn\(model\) must take two arguments"):
+        T.MainLoop(loop.model, loop.optimizer, loop.stream, lambda model: 0)
+    with pytest.raises(TrainingError, match="optimizer.setup"):
+        T.MainLoop(loop.model, lk.optimizers.Adam().setup({}), loop.stream, lambda m, b: 0)
+
+
+def test_a_loop_needs_a_stop_condition_and_a_scalar_loss():
+    loop = make_loop()
+    loop.extensions = [e for e in loop.extensions if not isinstance(e, T.FinishAfter)]
+    with pytest.raises(TrainingError, match="nothing would stop this loop; add"):
+        loop.run()
+    loop.run(max_batches=3)
+    assert loop.status["iteration"] == 3
+    loop.run(max_batches=2)  # continues: the loop was paused
+    assert loop.status["iteration"] == 5
+    bad = T.MainLoop(loop.model, loop.optimizer, loop.stream,
+                     lambda m, b: m(lk.tensor(b["features"])), store=False)
+    with pytest.raises(TrainingError, match=r"scalar Tensor.*of shape \(8, 2\)"):
+        bad.run(max_batches=1)
+
+
+def test_log_and_training_data_monitoring():
+    loop = make_loop({"epochs": 2, "batch_size": 32})
+    loop.run()
+    its, losses = loop.log.series("loss")
+    assert its == list(range(1, 7)) and all(math.isfinite(v) for v in losses)
+    _, train_loss = loop.log.series("train_loss")
+    assert train_loss == pytest.approx([np.mean(losses[:3]), np.mean(losses[3:])], rel=1e-12)
+    assert loop.log.last("train_accuracy") == pytest.approx(np.mean(loop.log.series(
+        "accuracy")[1][3:]))
+    assert loop.log[-1]["epoch"] == 1 and "loss" in loop.log.keys()
+
+
+def test_data_stream_monitoring_matches_a_manual_evaluation():
+    loop = make_loop({"epochs": 1})
+    valid = DataStream(dataset(40, seed=3), batch_size=16)
+    loop.add(T.DataStreamMonitoring(valid))
+    loop.run()
+    assert loop.model.training  # put back in training mode after validating
+    loop.model.eval()
+    x, y = dataset(40, seed=3).data["features"], dataset(40, seed=3).data["targets"]
+    with lk.no_grad():
+        logits = loop.model(lk.tensor(x))
+    want = float(F.softmax_cross_entropy(logits, y).item())
+    assert loop.log.last("valid_loss") == pytest.approx(want, rel=1e-5)
+    assert loop.log.last("valid_accuracy") == pytest.approx(F.accuracy(logits, y))
+
+
+def test_finish_after_batches_and_seconds():
+    loop = make_loop({"epochs": 100})
+    loop.add(T.FinishAfter(batches=7))
+    loop.run()
+    assert loop.status["iteration"] == 7
+    loop = make_loop({"epochs": 10_000})
+    loop.add(T.FinishAfter(seconds=0.3))
+    loop.run()
+    assert 0.3 <= loop.elapsed < 5
+    with pytest.raises(TrainingError, match="give epochs="):
+        T.FinishAfter()
+
+
+def test_early_stopping_keeps_and_restores_the_best():
+    loop = make_loop({"epochs": 50})
+    scores = iter([5.0, 4.0, 3.0, 3.5, 3.2, 3.1, 3.9, 1.0])
+    snapshots = {}
+
+    def fake_valid(loop):
+        loop.log.report(valid_loss=next(scores))
+        snapshots[loop.status["epoch"]] = loop.model.state_dict()
+    loop.add(fake_valid, event="after_epoch", priority=100)
+    es = loop.add(T.EarlyStopping(patience=3))
+    loop.run()
+    assert loop.status["epoch"] == 6  # best at epoch 3, then 3 checks without improvement
+    assert es.best == 3.0 and "EarlyStopping" in loop._stop_reason
+    assert loop.log.last("best_valid_loss") == 3.0
+    for k, v in loop.model.state_dict().items():
+        assert np.array_equal(v, snapshots[3][k])
+    missing = make_loop({"epochs": 2})
+    missing.add(T.EarlyStopping())
+    with pytest.raises(TrainingError, match="no 'valid_loss' in the log.*DataStreamMonitoring"):
+        missing.run()
+
+
+def test_learning_rate_schedule():
+    loop = make_loop({"epochs": 3, "batch_size": 48})
+    loop.add(T.LearningRateSchedule(lambda epoch: 0.1 / (epoch + 1)))
+    loop.run()
+    assert loop.log.series("lr")[1] == pytest.approx([0.1, 0.1, 0.05, 0.05, 0.1 / 3, 0.1 / 3])
+    loop = make_loop({"epochs": 1, "batch_size": 48})
+    loop.add(T.LearningRateSchedule(lk.optimizers.Cosine(0.1, total=2), unit="batches"))
+    loop.run()
+    assert loop.log.series("lr")[1] == pytest.approx([0.1, 0.05])
+
+
+def test_nan_guard_names_the_first_bad_parameter_or_gradient():
+    loop = make_loop({"epochs": 5})
+    loop.add(T.NaNGuard())
+
+    def poison(loop):
+        if loop.status["iteration"] == 4:
+            w = loop.model.params()["/sequence/linear_1.W"]
+            w.data = w.data * np.float32("nan")
+    loop.add(poison, event="before_batch")
+    with pytest.raises(T.NonFiniteError, match=r"at iteration 5 \(epoch 0, batch 5\), the loss "
+                                               r"is nan; first non-finite: parameter "
+                                               r"/sequence/linear_1.W \(brick "
+                                               r"/sequence/linear_1, "
+                                               r"role WEIGHT\): 512 nan and 0 inf of 512"):
+        loop.run()
+    assert lk.runs.get(loop.run_id)["status"] == "failed"
+    assert "NonFiniteError" in lk.runs.get(loop.run_id)["error"]
+
+
+def test_checkpoint_keeps_the_last_k_and_the_best(tmp_path):
+    loop = make_loop({"epochs": 6, "batch_size": 48})
+    vals = iter([3.0, 1.0, 2.0, 2.5, 2.2, 2.4])
+    loop.add(lambda loop: loop.log.report(valid_loss=next(vals)), event="after_epoch",
+             priority=100)
+    c = loop.add(T.Checkpoint(keep_last=2, keep_best="valid_loss", directory=tmp_path))
+    loop.run()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["ckpt-00000004", "ckpt-00000010", "ckpt-00000012"]
+    assert c.best().name == "ckpt-00000004"
+    stored = [cp["step"] for cp in lk.runs.checkpoints(loop.run_id)]
+    assert stored == [4, 10, 12]
+
+
+def test_printing_progress_bar_and_timing():
+    out, bar = io.StringIO(), io.StringIO()
+    loop = make_loop({"epochs": 2, "batch_size": 32})
+    loop.add(T.Printing(file=out))
+    loop.add(T.ProgressBar(file=bar, quiet_seconds=0.0))
+    loop.add(T.Timing())
+    loop.run()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("epoch 1  iteration 3  loss ")
+    assert lines[-1] == "training finished at epoch 2, iteration 6 (FinishAfter: 2 epochs)"
+    b = bar.getvalue()
+    assert "epoch 1  [" in b and "3/3" in b and "samples/s" in b and "ETA" in b
+    assert loop.log[-1]["time_step"] > 0 and loop.log[-1]["time_total"] > 0
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    t = Tty()
+    loop = make_loop({"epochs": 1, "batch_size": 32})
+    loop.add(T.ProgressBar(file=t, fps=1e9))
+    loop.run()
+    assert t.getvalue().count("\r") >= 3 and t.getvalue().endswith("\n")
