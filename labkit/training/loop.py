@@ -233,6 +233,7 @@ class MainLoop:
         self.directory: Path | None = None
         self.factory: str | None = None
         self.extensions: list[Extension] = []
+        self._plans: dict = {}
         for e in extensions:
             if isinstance(e, tuple):
                 self.add(e[0], **e[1])
@@ -249,6 +250,7 @@ class MainLoop:
         self._interrupt = 0
         self._resumed = False
         self._pending_metrics: list = []
+        self._writer = None
         self._sent = (-1, set())  # (log row, keys already sent to the store)
         self._last_flush = 0.0
         self._last_heartbeat = 0.0
@@ -286,12 +288,23 @@ class MainLoop:
         return [e for e in self.extensions if isinstance(e, cls)]
 
     def dispatch(self, event: str) -> None:
-        order = sorted(enumerate(self.extensions), key=lambda ie: (-ie[1].priority, ie[0]))
-        for _, ext in order:
-            hook = getattr(ext, event, None)
+        """Call every extension's hook for ``event`` (and, after a batch or an epoch, the
+        extensions whose trigger fires), highest priority first."""
+        key = (event, id(self.extensions), len(self.extensions))
+        plan = self._plans.get(key)
+        if plan is None:
+            # NOTE: built once per event and extension list: dispatch runs ~3 times a batch
+            order = [e for _, e in sorted(enumerate(self.extensions),
+                                          key=lambda ie: (-ie[1].priority, ie[0]))]
+            plan = [(getattr(e, event, None), e if event in ("after_batch", "after_epoch")
+                     and e.every is not None and type(e).__call__ is not Extension.__call__
+                     else None) for e in order]
+            plan = [(h, e) for h, e in plan if h is not None or e is not None]
+            self._plans[key] = plan
+        for hook, ext in plan:
             if hook is not None:
                 hook(self)
-            if event in ("after_batch", "after_epoch") and ext.fires(self, event):
+            if ext is not None and ext.fires(self, event):
                 ext(self)
 
     # -- control
@@ -368,23 +381,26 @@ class MainLoop:
                 st["epoch_started"] = True
                 self.dispatch("before_epoch")
             t_read = time.perf_counter()
+            timing, dispatch, perf = self.timing, self.dispatch, time.perf_counter
             for batch in self.stream:
-                now = time.perf_counter()
-                self.timing["read"] = now - t_read
+                now = perf()
+                timing["read"] = now - t_read
                 first = next(iter(batch.values()), None)
                 self.batch_size = len(first) if hasattr(first, "__len__") else 1
-                self.dispatch("before_batch")
+                dispatch("before_batch")
                 values = self._step(batch)
-                self.step_keys = list(values)
-                t_read = time.perf_counter()
-                self.timing["step"] = t_read - now
+                self.step_keys = values.keys()
+                t_read = perf()
+                timing["step"] = t_read - now
                 st["iteration"] += 1
                 st["epoch_iteration"] += 1
                 self._live_time = st["time_total"] + (t_read - t0)
-                self.log.new_row(st["iteration"], st["epoch"], values)
-                self.dispatch("after_batch")
-                self._mirror()
-                t_read = time.perf_counter()
+                self.log.rows.append({"iteration": st["iteration"], "epoch": st["epoch"],
+                                      **values})
+                dispatch("after_batch")
+                if self._store is not None:
+                    self._mirror()
+                t_read = perf()
                 if self._interrupt:
                     return "interrupted"
                 if self._stop_reason is not None:
@@ -395,7 +411,7 @@ class MainLoop:
             st["epoch_iteration"] = 0
             st["epoch_started"] = False
             self.dispatch("after_epoch")
-            self._mirror(force=True)
+            self._mirror()
             if self._interrupt:
                 return "interrupted"
 
@@ -592,7 +608,7 @@ class MainLoop:
     def _finish_store(self, outcome, error=None):
         if self._store is None:
             return
-        self._mirror(force=True)
+        self._mirror(force=True, wait=True)
         fields = {"ended": time.time()} if outcome in ("finished", "failed", "interrupted") else {}
         if error:
             fields["error"] = error
@@ -611,7 +627,9 @@ class MainLoop:
                 "epoch_iteration": st["epoch_iteration"], "epoch_length": length,
                 "elapsed": round(self.elapsed, 3), "last": last}
 
-    def _mirror(self, force=False):
+    def _mirror(self, force=False, wait=False):
+        """Send the log's new values to the run store: every second, or now with ``force``;
+        ``wait`` until they are written."""
         if self._store is None:
             return
         if len(self.log):
@@ -625,14 +643,20 @@ class MainLoop:
                     self._pending_metrics.append((row["iteration"], row["epoch"], k, v, now))
                     sent.add(k)
         now = time.monotonic()
-        if self._pending_metrics and (force or len(self._pending_metrics) >= 200
+        writer = self._writer
+        if writer is None:
+            writer = self._writer = _Writer()
+        if self._pending_metrics and (force or len(self._pending_metrics) >= 5000
                                       or now - self._last_flush > 1.0):
-            self._store.add_metrics(self.run_id, self._pending_metrics)
+            writer.submit(self._store.add_metrics, self.run_id, self._pending_metrics)
             self._pending_metrics = []
             self._last_flush = now
         if force or now - self._last_heartbeat > 5.0:
-            self._store.update_run(self.run_id, heartbeat=time.time(), progress=self.progress())
+            writer.submit(self._store.update_run, self.run_id, heartbeat=time.time(),
+                          progress=self.progress())
             self._last_heartbeat = now
+        if wait:
+            writer.drain()
 
     def close(self) -> None:
         """Stop the stream's worker processes and threads."""
@@ -642,6 +666,44 @@ class MainLoop:
         st = self.status
         return (f"MainLoop(run={self.run_id}, epoch={st['epoch']}, iteration={st['iteration']}, "
                 f"extensions={[e.name for e in self.extensions]})")
+
+
+class _Writer:
+    """Run-store writes on a background thread, in order (SQLite releases the GIL), so a
+    training step never waits for the disk; ``drain()`` waits for them and re-raises any
+    error."""
+
+    def __init__(self):
+        import queue
+
+        self._q = queue.Queue()
+        self._error = None
+        self._thread = threading.Thread(target=self._run, name="labkit-run-store",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while True:
+            fn, args, kwargs = self._q.get()
+            try:
+                fn(*args, **kwargs)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the training thread
+                self._error = e
+            finally:
+                self._q.task_done()
+
+    def submit(self, fn, *args, **kwargs):
+        self._raise()
+        self._q.put((fn, args, kwargs))
+
+    def drain(self):
+        self._q.join()
+        self._raise()
+
+    def _raise(self):
+        if self._error is not None:
+            e, self._error = self._error, None
+            raise e
 
 
 def _check_two_args(fn, what):
