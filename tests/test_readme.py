@@ -15,6 +15,7 @@ def test_readme_python_blocks_run(capsys):
     out = capsys.readouterr().out
     assert "Device('cpu')" in out and "cl:0" in out
     assert "resumed bit for bit: True" in out
+    assert "ResumeCheck: identical" in out and "finished [" in out
 
 
 def test_readme_names_the_two_commands():
