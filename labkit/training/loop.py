@@ -43,8 +43,13 @@ class Extension:
     priority = 0
     every: int | None = 1
     unit: str = "epochs"
+    #: fire only the first time the trigger matches (the state remembers that it fired)
+    once: bool = False
 
-    def __init__(self, every=None, unit=None, priority=None, name=None):
+    def __init__(self, every=None, unit=None, priority=None, name=None, once=None):
+        if once is not None:
+            self.once = once
+        self.fired = False
         if every is not None:
             self.every = every
         if unit is not None:
@@ -60,6 +65,13 @@ class Extension:
 
     def fires(self, loop, event) -> bool:
         """Whether the trigger fires at ``event`` (``after_batch`` or ``after_epoch``)."""
+        if self.once and self.fired:
+            return False
+        hit = self._fires(loop, event)
+        self.fired |= hit
+        return hit
+
+    def _fires(self, loop, event) -> bool:
         if self.every is None or type(self).__call__ is Extension.__call__:
             return False
         if self.unit == "batches":
@@ -92,15 +104,27 @@ class Extension:
 
 
 class _Callable(Extension):
-    def __init__(self, fn, every, unit, priority, event, name):
-        super().__init__(every=every, unit=unit or "batches", priority=priority, name=name)
+    def __init__(self, fn, every, unit, priority, event, name, once):
+        super().__init__(every=every, unit=unit or "batches", priority=priority, name=name,
+                         once=once)
         self.fn, self.event = fn, event
         if event is not None:
             self.every = None
-            setattr(self, event, fn)
+            setattr(self, event, self._on_event)
+
+    def _on_event(self, loop):
+        if not (self.once and self.fired):
+            self.fired = True
+            self.fn(loop)
 
     def __call__(self, loop):
         self.fn(loop)
+
+    def state_dict(self):
+        return {"fired": self.fired}
+
+    def load_state_dict(self, state):
+        self.fired = bool(state.get("fired", False))
 
 
 def _check_takes_loop(fn, what: str) -> None:
@@ -258,9 +282,11 @@ class MainLoop:
         self._checkpointed_at = None
 
     # -- extensions
-    def add(self, ext, every=None, unit=None, priority=0, event=None, name=None) -> Extension:
+    def add(self, ext, every=None, unit=None, priority=0, event=None, name=None,
+            once=False) -> Extension:
         """Register an Extension, or a callable ``fn(loop)`` with a trigger (``every`` N
-        ``unit``) or an ``event`` name. Returns the registered extension."""
+        ``unit``, or ``once``: at the first match only) or an ``event`` name. Returns the
+        registered extension."""
         if not isinstance(ext, Extension):
             if not callable(ext):
                 raise TrainingError(f"MainLoop.add: {ext!r} is neither an Extension nor callable")
@@ -269,7 +295,8 @@ class MainLoop:
                                     f"{', '.join(EVENTS)}")
             label = name or getattr(ext, "__name__", type(ext).__name__)
             _check_takes_loop(ext, f"extension {label}")
-            ext = _Callable(ext, every if event is None else None, unit, priority, event, label)
+            ext = _Callable(ext, every if event is None else None, unit, priority, event, label,
+                            once)
         else:
             for ev in EVENTS:
                 hook = getattr(ext, ev, None)
@@ -809,6 +836,12 @@ def resume(run_or_path, make_loop=None, run: bool = True) -> MainLoop:
     if checkpoint_path is None:
         directory = Path(record["directory"]) / "checkpoints" if record.get("directory") else None
         checkpoint_path = ckpt.latest(directory) if directory else None
+        # checkpoints newer than the one chosen were skipped as corrupted: say so in the store
+        store = runs.store()
+        for c in store.checkpoints(run_id):
+            if c["valid"] and (checkpoint_path is None or c["step"] > ckpt.manifest(
+                    checkpoint_path)["step"]) and ckpt.verify(c["path"]) is not None:
+                store.set_checkpoint(c["id"], valid=0)
         if checkpoint_path is None and record.get("parent_checkpoint"):
             checkpoint_path = Path(record["parent_checkpoint"])
         if checkpoint_path is None:

@@ -220,3 +220,41 @@ def test_printing_progress_bar_and_timing():
     loop.add(T.ProgressBar(file=t, fps=1e9))
     loop.run()
     assert t.getvalue().count("\r") >= 3 and t.getvalue().endswith("\n")
+
+
+def test_once_triggers_survive_a_resume(tmp_path):
+    calls = []
+    loop = make_loop({"epochs": 2})
+    loop.add(lambda loop: calls.append(loop.status["iteration"]), every=5, unit="batches",
+             once=True, name="at5")
+    loop.add(lambda loop: calls.append(("first epoch", loop.status["epoch"])),
+             event="after_epoch", once=True, name="first")
+    loop.run()
+    assert calls == [5, ("first epoch", 1)]
+    calls.clear()
+    again = make_loop({"epochs": 3})
+    again.add(lambda loop: calls.append(loop.status["iteration"]), every=5, unit="batches",
+              once=True, name="at5")
+    again.add(lambda loop: calls.append("epoch"), event="after_epoch", once=True, name="first")
+    again.load_checkpoint(loop.save_checkpoint(tmp_path))
+    again.run()
+    assert calls == []  # both already fired before the checkpoint
+
+
+def test_on_error_runs_and_the_run_is_marked_failed():
+    seen = []
+    loop = make_loop()
+    inner = loop.loss_fn
+
+    def broken(model, batch):
+        if loop.status["iteration"] == 3:
+            raise RuntimeError("boom")
+        return inner(model, batch)
+    loop.loss_fn = broken
+    loop.add(lambda loop: seen.append(type(loop._error).__name__), event="on_error")
+    with pytest.raises(RuntimeError, match="boom"):
+        loop.run()
+    assert seen == ["RuntimeError"]
+    rec = lk.runs.get(loop.run_id)
+    assert rec["status"] == "failed" and rec["error"] == "RuntimeError: boom"
+    assert loop.status["iteration"] == 3

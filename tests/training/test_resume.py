@@ -289,3 +289,19 @@ def test_sigkill_in_the_middle_of_a_checkpoint_write(tmp_path):
     assert resumed.log.series("loss") == ref.log.series("loss")
     for k, v in ref.model.state_dict().items():
         assert np.array_equal(resumed.model.state_dict()[k], v)
+
+
+def test_resume_skips_a_corrupted_newest_checkpoint_and_marks_it(tmp_path):
+    with lk.runs.use_store(tmp_path / "runs.sqlite"):
+        loop = T.build(make_loop, {"epochs": 2, "checkpoint_every": 4})
+        loop.run(max_batches=9)
+        newest = checkpoint.latest(loop.directory / "checkpoints")
+        assert newest.name == "ckpt-00000008"
+        f = newest / "tensors.safetensors"
+        raw = f.read_bytes()
+        f.write_bytes(raw[:-1] + bytes([raw[-1] ^ 1]))
+        with pytest.warns(UserWarning, match="skipping checkpoint .*ckpt-00000008.*CRC-32"):
+            resumed = lk.resume(loop.run_id, run=False)
+        assert resumed.status["iteration"] == 4
+        valid = {c["step"]: c["valid"] for c in lk.runs.checkpoints(loop.run_id)}
+        assert valid == {4: True, 8: False}
