@@ -272,6 +272,9 @@ class MainLoop:
         self.step_keys: list[str] = []
         self._stop_reason = None
         self._interrupt = 0
+        self._paused = False
+        self._checkpoint_requested = False
+        self._ctl = threading.Condition()
         self._resumed = False
         self._pending_metrics: list = []
         self._writer = None
@@ -339,6 +342,96 @@ class MainLoop:
         """Stop after the current batch (and its extensions); ``after_training`` runs."""
         if self._stop_reason is None:
             self._stop_reason = reason
+        with self._ctl:
+            self._ctl.notify_all()
+
+    # -- training in the background (notebooks): start, pause, resume, checkpoint, wait
+    def start(self, max_batches: int | None = None) -> MainLoop:
+        """Train on a background thread and return at once (``run()`` blocks). The notebook
+        stays responsive: ``pause()``, ``resume()``, ``stop()`` and ``request_checkpoint()``
+        act after the current batch; ``wait()`` joins and re-raises a training error."""
+        if self.running:
+            raise TrainingError("MainLoop.start: this loop is already training")
+        self.error = None
+
+        def target():
+            try:
+                self.run(max_batches=max_batches)
+            except BaseException as e:  # noqa: BLE001 - kept for wait()
+                self.error = e
+
+        self._thread = threading.Thread(target=target, name=f"labkit-train-{self.run_id}",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def running(self) -> bool:
+        t = getattr(self, "_thread", None)
+        return t is not None and t.is_alive()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def pause(self) -> None:
+        """Pause after the current batch (the run's status becomes ``paused``)."""
+        self._paused = True
+
+    def resume(self) -> None:
+        """Continue after ``pause()``. (To continue a run from a checkpoint, see
+        ``lk.resume``.)"""
+        with self._ctl:
+            self._paused = False
+            self._ctl.notify_all()
+
+    def request_checkpoint(self) -> None:
+        """Write a checkpoint after the current batch (at once if paused); when the loop is not
+        training, write it now."""
+        if not self.running:
+            self.save_checkpoint()
+            return
+        with self._ctl:
+            self._checkpoint_requested = True
+            self._ctl.notify_all()
+
+    def wait(self, timeout: float | None = None) -> MainLoop:
+        """Wait for background training to end; re-raise its error, if any."""
+        t = getattr(self, "_thread", None)
+        if t is not None:
+            t.join(timeout)
+        if getattr(self, "error", None) is not None:
+            e, self.error = self.error, None
+            raise e
+        return self
+
+    def _control(self) -> None:
+        """Between batches: handle a checkpoint request and wait while paused."""
+        if self._checkpoint_requested:
+            self._checkpoint_requested = False
+            self.save_checkpoint()
+        if not self._paused:
+            return
+        self._set_status("paused")
+        self.dispatch_transient("on_pause")
+        with self._ctl:
+            while self._paused and self._stop_reason is None and not self._interrupt:
+                if self._checkpoint_requested:
+                    self._checkpoint_requested = False
+                    self._ctl.release()
+                    try:
+                        self.save_checkpoint()
+                    finally:
+                        self._ctl.acquire()
+                self._ctl.wait(0.2)
+        self._set_status("running")
+        self.dispatch_transient("on_unpause")
+
+    def dispatch_transient(self, event: str) -> None:
+        for e in self.extensions:
+            hook = getattr(e, event, None)
+            if hook is not None:
+                hook(self)
 
     @property
     def device(self):
@@ -427,6 +520,8 @@ class MainLoop:
                 dispatch("after_batch")
                 if self._store is not None:
                     self._mirror()
+                if self._paused or self._checkpoint_requested:
+                    self._control()
                 t_read = perf()
                 if self._interrupt:
                     return "interrupted"
@@ -506,7 +601,8 @@ class MainLoop:
             "rng": {"dropout": {d: g.state_dict() for d, g in noise._default.items()},
                     "bricks": {k: g.state_dict() for k, g in _brick_generators(self.model)}},
             "log": self.log.state_dict(),
-            "extensions": {e.name: e.state_dict() for e in self.extensions},
+            "extensions": {e.name: e.state_dict() for e in self.extensions
+                           if not getattr(e, "transient", False)},
             "run": {"id": self.run_id, "name": self.name, "config": self.config},
         }
 
@@ -515,14 +611,20 @@ class MainLoop:
 
         if state.get("format") != "labkit-mainloop":
             raise CheckpointError("MainLoop.load_state_dict: not the state of a MainLoop")
-        have = {e.name for e in self.extensions}
-        saved = set(state["extensions"])
-        if have != saved:
+        mine = {e.name: e for e in self.extensions if not getattr(e, "transient", False)}
+        saved = state["extensions"]
+        lost = sorted(k for k, v in saved.items() if k not in mine and v)
+        if lost:
             raise CheckpointError(
-                f"MainLoop.load_state_dict: the checkpoint has extensions {sorted(saved)}, this "
-                f"loop has {sorted(have)}; build the loop as it was when it was saved"
-                + (f" (missing here: {sorted(saved - have)})" if saved - have else "")
-                + (f" (not in the checkpoint: {sorted(have - saved)})" if have - saved else ""))
+                f"MainLoop.load_state_dict: the checkpoint has state for extensions {lost}, "
+                f"which this loop lacks (it has {sorted(mine)}); build the loop as it was when "
+                "it was saved")
+        fresh = sorted(k for k, e in mine.items() if k not in saved and e.state_dict())
+        if fresh:
+            import warnings
+
+            warnings.warn(f"extensions {fresh} are not in the checkpoint: they start fresh",
+                          stacklevel=3)
         try:
             self.model.load_state_dict(state["model"])
         except KeyError as e:
@@ -539,8 +641,9 @@ class MainLoop:
                                       f"generator {k} that this model lacks")
             gens[k].load_state_dict(g)
         self.log.load_state_dict(state["log"])
-        for e in self.extensions:
-            e.load_state_dict(state["extensions"][e.name])
+        for name, e in mine.items():
+            if name in saved:
+                e.load_state_dict(saved[name])
         self.status = dict(state["status"])
         self._resumed = True
 

@@ -258,3 +258,47 @@ def test_on_error_runs_and_the_run_is_marked_failed():
     rec = lk.runs.get(loop.run_id)
     assert rec["status"] == "failed" and rec["error"] == "RuntimeError: boom"
     assert loop.status["iteration"] == 3
+
+
+def test_background_training_pause_checkpoint_resume(tmp_path):
+    import time
+
+    ref = make_loop({"epochs": 4}).run()
+    loop = make_loop({"epochs": 4})
+    slow = lambda loop: time.sleep(0.01)  # noqa: E731 - a step slow enough to catch
+    loop.add(slow, event="after_batch")
+    loop.start()
+    with pytest.raises(TrainingError, match="already training"):
+        loop.start()
+    while loop.status["iteration"] < 3:
+        time.sleep(0.005)
+    loop.pause()
+    time.sleep(0.1)
+    at = loop.status["iteration"]
+    time.sleep(0.2)
+    assert loop.status["iteration"] == at and loop.paused and loop.running
+    assert lk.runs.get(loop.run_id)["status"] == "paused"
+    loop.request_checkpoint()
+    deadline = time.monotonic() + 10
+    while loop.last_checkpoint is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert lk.checkpoint.manifest(loop.last_checkpoint)["step"] == at
+    paused_checkpoint = loop.last_checkpoint
+    loop.resume()
+    loop.wait()
+    assert not loop.running and loop.status["iteration"] == 48
+    assert lk.runs.get(loop.run_id)["status"] == "finished"
+    # the checkpoint taken while paused continues bit for bit
+    again = make_loop({"epochs": 4})
+    again.add(slow, event="after_batch")
+    again.load_checkpoint(paused_checkpoint)
+    again.run()
+    assert again.log.series("loss") == ref.log.series("loss")
+
+
+def test_wait_reraises_a_background_error():
+    loop = make_loop()
+    loop.loss_fn = lambda model, batch: 1 / 0
+    loop.start()
+    with pytest.raises(ZeroDivisionError):
+        loop.wait()
