@@ -13,7 +13,7 @@ from ..autograd import function as _fn
 from ..autograd.tensor import Tensor
 from ..backend.device import device as _device
 from ..backend.random import Generator
-from ..errors import DeviceMismatchError
+from ..errors import DeviceMismatchError, LabkitError
 
 _SEED = {"seed": 0, "count": 0}
 
@@ -142,6 +142,23 @@ class Brick:
         _fn._state.brick = self.path
         try:
             out = self.forward(*inputs, **kwargs)
+        except LabkitError as e:
+            # NOTE: the innermost brick that fails attaches the graph computed so far (its
+            # inputs' history), so lk.notebook.GraphView(error) can draw where it broke
+            if getattr(e, "graph", None) is None:
+                from ..graph import Graph
+
+                ts = [x for x in inputs if isinstance(x, Tensor)]
+                try:
+                    e.graph = Graph(ts) if ts else None
+                except RuntimeError:
+                    e.graph = None
+                e.brick = self.path
+                if e.graph is not None and not getattr(e, "_noted", False):
+                    e._noted = True
+                    e.add_note(f"(in brick {self.path}; lk.notebook.GraphView(error) draws the "
+                               f"graph up to it: {len(e.graph.nodes)} ops)")
+            raise
         finally:
             _fn._state.brick = prev
         for o in out if isinstance(out, tuple) else (out,):

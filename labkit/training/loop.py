@@ -365,6 +365,12 @@ class MainLoop:
         self._thread.start()
         return self
 
+    def show(self, **kwargs):
+        """A ``lk.notebook.Dashboard`` of this loop (display it, or make it a cell's value)."""
+        from ..notebook import Dashboard
+
+        return Dashboard(self, **kwargs)
+
     @property
     def running(self) -> bool:
         t = getattr(self, "_thread", None)
