@@ -233,8 +233,8 @@ class GraphView:
                                   f"({len(node['members'])} nodes)")
             self.redraw()
             return self.details.value
-        parts = [f"<b>{html.escape(node['kind'])} {html.escape(node.get('op') or node.get('name') or '')}"
-                 f"</b>"]
+        label = node.get("op") or node.get("name") or ""
+        parts = [f"<b>{html.escape(node['kind'])} {html.escape(label)}</b>"]
         for k in ("brick", "role", "dtype", "device"):
             if node.get(k):
                 parts.append(f"{k}: {html.escape(str(node[k]))}")
