@@ -42,10 +42,20 @@ from .training import resume
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name):
+    # NOTE: the widgets import ipywidgets and bokeh: only when first used (lk.notebook....)
+    if name == "notebook":
+        import importlib
+
+        return importlib.import_module(".notebook", __name__)
+    raise AttributeError(f"module 'labkit' has no attribute {name!r}")
+
 __all__ = [
     "CheckpointError", "DataError", "Device", "DeviceError", "DeviceMismatchError", "DTypeError",
     "Function", "Generator", "Graph", "KernelBuildError", "LabkitError", "ShapeError", "Tensor",
     "WorkerError", "__version__", "asarray", "autograd", "best_device", "bricks", "checkpoint",
     "data", "default_device", "device", "devices", "enable_grad", "get_array_module", "grad",
-    "no_grad", "optimizers", "regularizers", "resume", "roles", "runs", "tensor", "training",
+    "no_grad", "notebook", "optimizers", "regularizers", "resume", "roles", "runs", "tensor",
+    "training",
 ]

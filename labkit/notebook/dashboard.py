@@ -86,6 +86,8 @@ class Dashboard:
         from bokeh.models import ColumnDataSource  # noqa: F401 - fail early without bokeh
 
         self.loop = source if isinstance(source, MainLoop) else None
+        if self.loop is not None:
+            self.loop._ensure_run()  # the run exists (status "created") before it trains
         self.run_id = source.run_id if self.loop is not None else str(source)
         self.metrics = None if metrics is None else list(metrics)
         self.max_rate, self.max_points, self.tail = float(max_rate), int(max_points), int(tail)

@@ -226,7 +226,10 @@ class GraphView:
 
     def select(self, node_id: str) -> str:
         """Show ``node_id``'s details (a brick node: expand it). Returns the details' HTML."""
-        node = next(n for n in self.current["nodes"] if n["id"] == node_id)
+        node = next((n for n in (*self.current["nodes"], *self.full["nodes"])
+                     if n["id"] == node_id), None)
+        if node is None:
+            raise KeyError(f"GraphView.select: no node {node_id!r}")
         if node["kind"] == "brick":
             self.expanded.add(node["brick"])
             self.details.value = (f"<b>{html.escape(node['brick'])}</b>: expanded "
