@@ -18,21 +18,39 @@ def require():
                           "pip install 'labkit[notebook]'") from None
 
 
-def setup(force: bool = False) -> None:
-    """Load BokehJS into the page from the installed bokeh package (no network: the default
-    CDN resources leave plots blank offline). Done once per kernel; widgets call it."""
-    require()
-    if _loaded["done"] and not force:
-        return
-    from bokeh.io import output_notebook
-    from bokeh.resources import INLINE
-
+def _in_kernel() -> bool:
     try:
         from IPython import get_ipython
     except ImportError:  # pragma: no cover - IPython comes with ipywidgets
-        get_ipython = None
-    if get_ipython is not None and get_ipython() is not None:
-        output_notebook(resources=INLINE, hide_banner=True)
+        return False
+    return get_ipython() is not None
+
+
+def loader_js() -> str:
+    """BokehJS from the installed bokeh package, run only if the page lacks it."""
+    import bokeh
+    from bokeh.resources import INLINE
+
+    body = "\n".join(INLINE.js_raw)
+    # NOTE: the bundle sets ``this.Bokeh``; JupyterLab runs output JavaScript with another
+    # ``this``, so it is called on ``window``
+    return (f"if (typeof window.Bokeh === 'undefined' || window.Bokeh.version !== "
+            f"'{bokeh.__version__}') {{ (function() {{\n{body}\n}}).call(window); }}")
+
+
+def setup(force: bool = False) -> None:
+    """Make sure the page has BokehJS, from the installed bokeh package (no network: the
+    default CDN resources leave plots blank offline).
+
+    NOTE: the kernel cannot know whether *this page* has BokehJS (a reload, or a second
+    browser tab, starts without it while the kernel lives on), so every labkit plot widget is
+    preceded by a guarded loader that does nothing when BokehJS is already there."""
+    require()
+    if not _in_kernel():
+        return
+    from IPython.display import display
+
+    display({"application/javascript": loader_js()}, raw=True)
     _loaded["done"] = True
 
 
@@ -40,5 +58,4 @@ def model(fig):
     """A ``jupyter_bokeh.BokehModel`` widget showing ``fig``."""
     from jupyter_bokeh import BokehModel
 
-    setup()
     return BokehModel(fig)

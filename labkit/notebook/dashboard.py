@@ -94,6 +94,7 @@ class Dashboard:
         self.pushes = 0
         self._lock = threading.RLock()
         self._figures: dict = {}
+        self._groups: dict[str, list[str]] = {}
         self._sources: dict = {}
         self._last_push = 0.0
         self._row_mark = (0, set())  # (first log row not fully sent, keys sent of that row)
@@ -132,6 +133,7 @@ class Dashboard:
 
     # -- display
     def _repr_mimebundle_(self, **kwargs):
+        _bokeh.setup()  # BokehJS into this page first, if it is not there
         bundle = self.widget._repr_mimebundle_(**kwargs)
         if isinstance(bundle, dict):
             bundle["text/plain"] = repr(self)
@@ -154,9 +156,9 @@ class Dashboard:
         if self.loop is not None:
             loop = self.loop
             st = loop.status
-            state = ("paused" if loop.paused and loop.running else
-                     "training" if loop.running else
-                     "finished" if st["finished"] else "idle")
+            state = ("finished" if st["finished"] else
+                     "paused" if loop.paused and loop.running else
+                     "training" if loop.running else "idle")
             return f"{state}, epoch {st['epoch']}, iteration {st['iteration']}"
         from .. import runs
 
@@ -217,32 +219,50 @@ class Dashboard:
 
     # -- data
     def _figure_for(self, key):
+        g = group_of(key)
+        keys = self._groups.setdefault(g, [])
+        if key not in keys:
+            keys.append(key)
+            self._build_group(g)
+        return self._sources[key]
+
+    def _build_group(self, g):
+        """(Re)build the figure of metric group ``g`` with all its curves.
+
+        NOTE: a curve added to a figure already shown did not always reach the browser (seen in
+        JupyterLab with jupyter_bokeh 4.1), so a new curve rebuilds its figure's widget, with
+        the points so far; after that, points arrive by ``ColumnDataSource.stream``."""
         from bokeh.models import ColumnDataSource, HoverTool
         from bokeh.plotting import figure
 
-        g = group_of(key)
-        if g not in self._figures:
-            fig = figure(height=220, sizing_mode="stretch_width", title=g,
-                         x_axis_label="iteration", tools="pan,wheel_zoom,box_zoom,reset,save")
-            fig.add_tools(HoverTool(tooltips=[("metric", "$name"), ("iteration", "@x"),
-                                              ("value", "@y{0.0000}")]))
-            fig.toolbar.logo = None
-            widget = _bokeh.model(fig)
-            self._figures[g] = (fig, widget)
-            self.plots.children = (*self.plots.children, widget)
-        fig, _ = self._figures[g]
-        if key not in self._sources:
-            src = ColumnDataSource(data={"x": [], "y": []})
-            color = PALETTE[len(fig.renderers) % len(PALETTE)]
+        fig = figure(height=220, sizing_mode="stretch_width", title=g,
+                     x_axis_label="iteration", tools="pan,wheel_zoom,box_zoom,reset,save")
+        fig.add_tools(HoverTool(tooltips=[("metric", "$name"), ("iteration", "@x"),
+                                          ("value", "@y{0.0000}")]))
+        fig.toolbar.logo = None
+        for i, key in enumerate(self._groups[g]):
+            old = self._sources.get(key)
+            data = {"x": list(old.data["x"]), "y": list(old.data["y"])} if old is not None \
+                else {"x": [], "y": []}
+            src = ColumnDataSource(data=data)
+            color = PALETTE[i % len(PALETTE)]
             dense = key == g  # the per-batch curve: thin; epoch-level ones: lines with dots
             fig.line("x", "y", source=src, legend_label=key, color=color, name=key,
                      line_width=1 if dense else 2, alpha=0.6 if dense else 1.0)
             if not dense:
                 fig.scatter("x", "y", source=src, color=color, size=5, name=key)
-            fig.legend.location = "top_right"
-            fig.legend.click_policy = "hide"
             self._sources[key] = src
-        return self._sources[key]
+        fig.legend.location = "top_right"
+        fig.legend.click_policy = "hide"
+        widget = _bokeh.model(fig)
+        children = list(self.plots.children)
+        if g in self._figures:
+            old_widget = self._figures[g][1]
+            children[children.index(old_widget)] = widget
+        else:
+            children.append(widget)
+        self._figures[g] = (fig, widget)
+        self.plots.children = tuple(children)
 
     def _wanted(self, key) -> bool:
         return self.metrics is None or key in self.metrics or group_of(key) in self.metrics

@@ -117,7 +117,7 @@ class GraphView:
     device, brick and role; a click shows the value's and gradient's statistics and a
     histogram, or expands a collapsed brick (click it again in the list to collapse)."""
 
-    def __init__(self, target, depth: int = 2, width: int = 900, height: int = 500):
+    def __init__(self, target, depth: int = 2, width: int = 640, height: int = 420):
         from ..graph import Graph
 
         _bokeh.require()
@@ -260,6 +260,7 @@ class GraphView:
 
     # -- display
     def _repr_mimebundle_(self, **kwargs):
+        _bokeh.setup()  # BokehJS into this page first, if it is not there
         bundle = self.widget._repr_mimebundle_(**kwargs)
         if isinstance(bundle, dict):
             bundle["text/plain"] = repr(self)
