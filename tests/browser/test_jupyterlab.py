@@ -63,7 +63,8 @@ def lab(tmp_path_factory):
             break
         except OSError:
             if proc.poll() is not None or time.monotonic() - t > 90:
-                raise RuntimeError("JupyterLab did not start:\n" + (tmp / "lab.log").read_text())
+                raise RuntimeError("JupyterLab did not start:\n"
+                                   + (tmp / "lab.log").read_text()) from None
             time.sleep(0.3)
     yield url, token
     os.killpg(proc.pid, signal.SIGTERM)
