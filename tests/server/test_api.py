@@ -1,0 +1,120 @@
+"""The run store's REST API: every endpoint, auth, bad and traversal-shaped ids, concurrency."""
+
+import asyncio
+import json
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+import labkit as lk
+
+from ..training.helpers import make_loop
+
+
+@pytest.fixture
+def trained():
+    loop = lk.training.build(make_loop, {"epochs": 2, "checkpoint_every": 6})
+    loop.run()
+    return loop
+
+
+async def call(jp_fetch, *path, method="GET", body=None, **params):
+    kw = {"method": method, "params": params}
+    if body is not None:
+        kw["body"] = json.dumps(body)
+    elif method == "POST":
+        kw["body"] = "{}"
+    try:
+        r = await jp_fetch("labkit", "api", *path, **kw)
+    except HTTPClientError as e:
+        return e.code, json.loads(e.response.body)
+    return r.code, json.loads(r.body)
+
+
+async def test_runs_run_metrics_checkpoints(jp_fetch, trained):
+    code, body = await call(jp_fetch, "runs")
+    assert code == 200 and [r["id"] for r in body["runs"]][0] == trained.run_id
+    code, body = await call(jp_fetch, "runs", status="finished", name="helper")
+    assert [r["id"] for r in body["runs"]] == [trained.run_id]
+    code, run = await call(jp_fetch, "runs", trained.run_id)
+    assert code == 200 and run["status"] == "finished" and run["config"]["epochs"] == 2
+    assert run["progress"]["iteration"] == 24 and run["children"] == []
+    code, m = await call(jp_fetch, "runs", trained.run_id, "metrics", keys="loss",
+                         since_step="20")
+    assert m["metrics"]["loss"]["step"] == [21, 22, 23, 24]
+    assert "train_loss" in m["keys"]
+    code, m = await call(jp_fetch, "runs", trained.run_id, "metrics", keys="loss",
+                         max_points="5")
+    assert len(m["metrics"]["loss"]["step"]) == 5 and m["metrics"]["loss"]["step"][-1] == 24
+    code, cks = await call(jp_fetch, "runs", trained.run_id, "checkpoints")
+    assert [c["step"] for c in cks["checkpoints"]][-2:] == [18, 24]
+    assert all("path" not in c for c in cks["checkpoints"])  # ids cross the API, not paths
+
+
+async def test_fork_and_delete(jp_fetch, trained):
+    cks = lk.runs.checkpoints(trained.run_id)
+    code, body = await call(jp_fetch, "runs", trained.run_id, "fork", method="POST",
+                            body={"checkpoint": cks[0]["id"], "changes": {"lr": 0.1}})
+    assert code == 201
+    child = body["run"]
+    assert child["parent_run"] == trained.run_id and child["config"]["lr"] == 0.1
+    code, run = await call(jp_fetch, "runs", trained.run_id)
+    assert run["children"] == [child["id"]]
+    code, body = await call(jp_fetch, "runs", trained.run_id, "fork", method="POST",
+                            body={"changes": {"nope": 1}})
+    assert code == 400 and "not in the config" in body["message"]
+    code, body = await call(jp_fetch, "runs", trained.run_id, "checkpoints",
+                            str(cks[0]["id"]), method="DELETE")
+    assert code == 200 and len(lk.runs.checkpoints(trained.run_id)) == len(cks) - 1
+    code, body = await call(jp_fetch, "runs", child["id"], method="DELETE")
+    assert code == 200
+    code, body = await call(jp_fetch, "runs", child["id"])
+    assert code == 404 and body["message"] == f"no run {child['id']}"
+
+
+@pytest.mark.parametrize("bad", ["not-a-run", "..", "%2E%2E%2F%2E%2E%2Fetc%2Fpasswd",
+                                 "20261203-000000-zzzzzz", "20261203-000000-abcdef/../../x"])
+async def test_bad_and_traversal_shaped_ids_are_refused(jp_fetch, trained, bad):
+    code, body = await call(jp_fetch, "runs", bad, "metrics")
+    assert code in (400, 404) and "message" in body
+    code, body = await call(jp_fetch, "runs", trained.run_id, "checkpoints", "99999",
+                            method="DELETE")
+    assert code == 404 and "no checkpoint 99999" in body["message"]
+
+
+async def test_requests_without_a_token_are_refused(http_server_client, jp_base_url, trained):
+    r = await http_server_client.fetch(f"{jp_base_url}labkit/api/runs", raise_error=False)
+    assert r.code == 403
+    r = await http_server_client.fetch(f"{jp_base_url}labkit/api/runs/{trained.run_id}",
+                                       method="DELETE", raise_error=False)
+    assert r.code == 403 and lk.runs.get(trained.run_id)
+
+
+async def test_concurrent_requests_while_training_writes(jp_fetch):
+    import time
+
+    loop = make_loop({"epochs": 100})
+    loop.add(lambda loop: time.sleep(0.002), event="after_batch")
+    loop.start()
+    try:
+        while loop.run_id is None or not lk.runs.metrics(loop.run_id).get("loss"):
+            await asyncio.sleep(0.05)
+        results = await asyncio.gather(*[
+            call(jp_fetch, "runs", loop.run_id, "metrics", keys="loss") for _ in range(20)],
+            *[call(jp_fetch, "runs") for _ in range(10)])
+        assert all(code == 200 for code, _ in results)
+        steps = [r["metrics"]["loss"]["step"] for _, r in results[:20]]
+        assert all(s == list(range(1, len(s) + 1)) for s in steps)  # no gaps, in order
+    finally:
+        loop.stop()
+        loop.wait()
+
+
+class TestUnderABaseUrl:
+    @pytest.fixture
+    def jp_base_url(self):
+        return "/user/test/"
+
+    async def test_api_lives_under_the_base_url(self, jp_fetch, trained):
+        code, body = await call(jp_fetch, "runs")
+        assert code == 200 and body["runs"][0]["id"] == trained.run_id
