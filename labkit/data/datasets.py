@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..checkpoint import _fsync_dir
 from ..errors import DataError
 
 FORMAT_VERSION = 1
@@ -159,17 +160,6 @@ class IndexableDataset(Dataset):
 
 
 # ---- writing --------------------------------------------------------------------------------
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. Windows
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_h5(path, sources: Mapping[str, object],
              splits: Mapping[str, tuple[int, int]] | None = None,
              *, axis_labels: Mapping[str, Sequence[str]] | None = None,

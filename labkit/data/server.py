@@ -26,7 +26,7 @@ import weakref
 
 from ..errors import DataError, WorkerError
 from .streams import Stream
-from .transformers import check_sendable
+from .transformers import _walk, check_sendable
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -115,7 +115,7 @@ class Parallel(Stream):
         if not isinstance(stream, Stream):
             raise DataError(f"Parallel: expected a stream, got {type(stream).__name__}")
         if not stream.indexed:
-            seq = next(s for s in _chain(stream) if not s.indexed)
+            seq = next(s for s in _walk(stream) if not s.indexed)
             raise DataError(f"Parallel: {type(seq).__name__} is a sequential stage, which worker "
                             f"processes cannot split; put Parallel below it, e.g. "
                             f"{type(seq).__name__}(Parallel(...))")
@@ -238,9 +238,3 @@ class Parallel(Stream):
                        f"{key[1]} of epoch {key[0]} after {self.timeout:.0f} s (timeout="
                        f"{self.timeout:g}); it is hung or the item is very slow to prepare")
 
-
-def _chain(stream):
-    s = stream
-    while s is not None:
-        yield s
-        s = s.stream

@@ -54,6 +54,22 @@ def setup(force: bool = False) -> None:
     _loaded["done"] = True
 
 
+class WidgetRepr:
+    """The display protocol of labkit's widgets: the ipywidget in ``self.widget``, with this
+    object's ``repr`` as the plain-text form (terminals, nbconvert). ``plots = True`` first
+    makes sure the page has BokehJS."""
+
+    plots = False
+
+    def _repr_mimebundle_(self, **kwargs):
+        if self.plots:
+            setup()  # BokehJS into this page first, if it is not there
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        if isinstance(bundle, dict):
+            bundle["text/plain"] = repr(self)
+        return bundle
+
+
 def model(fig):
     """A ``jupyter_bokeh.BokehModel`` widget showing ``fig``."""
     from jupyter_bokeh import BokehModel

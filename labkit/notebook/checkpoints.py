@@ -10,7 +10,7 @@ from pathlib import Path
 from . import _bokeh
 
 
-class CheckpointBrowser:
+class CheckpointBrowser(_bokeh.WidgetRepr):
     """Runs from the run store and their checkpoints with metrics.
 
     **Restore** loads the selected checkpoint into ``loop`` (or, without one, rebuilds the run's
@@ -144,12 +144,6 @@ class CheckpointBrowser:
         runs.store().remove_checkpoint(c["id"])
         self._show_run()
         return f"deleted checkpoint step {c['step']}"
-
-    def _repr_mimebundle_(self, **kwargs):
-        bundle = self.widget._repr_mimebundle_(**kwargs)
-        if isinstance(bundle, dict):
-            bundle["text/plain"] = repr(self)
-        return bundle
 
     def __repr__(self):
         n = len(self.checkpoints.options)

@@ -69,7 +69,7 @@ def _widgets():
     return ipywidgets
 
 
-class Dashboard:
+class Dashboard(_bokeh.WidgetRepr):
     """``Dashboard(loop)`` or ``Dashboard(run_id)``: progress, live plots of the metrics
     (training and validation on one figure per metric), the tail of the log, and **Pause**,
     **Resume**, **Stop** and **Checkpoint** buttons that work while ``loop.start()`` trains.
@@ -79,6 +79,8 @@ class Dashboard:
     run id the history comes from the run store (so a new kernel redraws the full curves), and
     a run still training elsewhere is followed by polling the store.
     """
+
+    plots = True
 
     def __init__(self, source, metrics=None, max_rate: float = 4.0, max_points: int = 2000,
                  tail: int = 5, poll: float = 1.0):
@@ -132,13 +134,6 @@ class Dashboard:
             self._poller.start()
 
     # -- display
-    def _repr_mimebundle_(self, **kwargs):
-        _bokeh.setup()  # BokehJS into this page first, if it is not there
-        bundle = self.widget._repr_mimebundle_(**kwargs)
-        if isinstance(bundle, dict):
-            bundle["text/plain"] = repr(self)
-        return bundle
-
     def __repr__(self):
         st = self._status_text()
         last = ", ".join(f"{k} {v:.4g}" for k, v in self._last_values().items())
@@ -342,6 +337,9 @@ class Dashboard:
         if isinstance(loss, float):
             parts.append(f"loss {loss:.4g}")
         self.info.value = f"<span class='labkit-progress'>{' · '.join(parts)}</span>"
+        self._show_title()
+
+    def _show_title(self):
         self.title.value = (f"<b>run {html.escape(self.run_id or '(not started)')}</b> "
                             f"<span class='labkit-status'>{html.escape(self._status_text())}"
                             "</span>")
@@ -370,9 +368,7 @@ class Dashboard:
                 self._last_step[k] = m["step"][-1]
         self._stream(points)
         self._refresh_controls()
-        self.title.value = (f"<b>run {html.escape(self.run_id)}</b> "
-                            f"<span class='labkit-status'>{html.escape(self._status_text())}"
-                            "</span>")
+        self._show_title()
 
     def _poll(self, every):
         from .. import runs
@@ -390,9 +386,7 @@ class Dashboard:
                     points[k] = (m["step"], m["value"])
             if points:
                 self._stream(points)
-            self.title.value = (f"<b>run {html.escape(self.run_id)}</b> "
-                                f"<span class='labkit-status'>"
-                                f"{html.escape(self._status_text())}</span>")
+            self._show_title()
             if rec["status"] not in ("running", "paused", "created"):
                 return
 

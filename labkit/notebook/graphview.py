@@ -110,12 +110,14 @@ def _stats(arr) -> dict:
             "non_finite": int(a.size - finite.size)}
 
 
-class GraphView:
+class GraphView(_bokeh.WidgetRepr):
     """``GraphView(loss)`` (or a ``lk.Graph``, or an error carrying ``.graph``): the graph as
     layers from inputs and parameters to the output. Parameters are squares coloured by role,
     inputs triangles, ops circles, collapsed bricks hexagons. Hover shows op, shapes, dtype,
     device, brick and role; a click shows the value's and gradient's statistics and a
     histogram, or expands a collapsed brick (click it again in the list to collapse)."""
+
+    plots = True
 
     def __init__(self, target, depth: int = 2, width: int = 640, height: int = 420):
         from ..graph import Graph
@@ -259,13 +261,6 @@ class GraphView:
             self.redraw()
 
     # -- display
-    def _repr_mimebundle_(self, **kwargs):
-        _bokeh.setup()  # BokehJS into this page first, if it is not there
-        bundle = self.widget._repr_mimebundle_(**kwargs)
-        if isinstance(bundle, dict):
-            bundle["text/plain"] = repr(self)
-        return bundle
-
     def __repr__(self):
         kinds = {}
         for n in self.current["nodes"]:
