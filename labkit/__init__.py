@@ -51,6 +51,12 @@ def __getattr__(name):
         return importlib.import_module(".notebook", __name__)
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")
 
+
+def _jupyter_labextension_paths():
+    # for `jupyter labextension develop --overwrite .`: link the built frontend into JupyterLab
+    return [{"src": "labextension", "dest": "labkit-runs"}]
+
+
 __all__ = [
     "CheckpointError", "DataError", "Device", "DeviceError", "DeviceMismatchError", "DTypeError",
     "Function", "Generator", "Graph", "KernelBuildError", "LabkitError", "ShapeError", "Tensor",

@@ -70,8 +70,27 @@ class WidgetRepr:
         return bundle
 
 
-def model(fig):
-    """A ``jupyter_bokeh.BokehModel`` widget showing ``fig``."""
-    from jupyter_bokeh import BokehModel
+_model_class = None
 
-    return BokehModel(fig)
+
+def model(fig):
+    """A ``jupyter_bokeh.BokehModel`` widget showing ``fig``, that loses no change made before
+    the browser shows it.
+
+    NOTE: BokehJS's view of the widget draws the document serialized when the widget was
+    created, and changes reach it as messages that only a view already shown receives (seen:
+    points streamed right after a figure was built never appeared). So until the frontend
+    reports a view (``_view_count``), each change also re-serializes the document into the
+    widget's state, which the view draws from when it appears."""
+    global _model_class
+    if _model_class is None:
+        from jupyter_bokeh import BokehModel
+
+        class Model(BokehModel):
+            def _document_patched(self, event):
+                super()._document_patched(event)
+                if not self._view_count and event.setter is not self:
+                    self.render_bundle = self._model_to_traits(self._model)
+
+        _model_class = Model
+    return _model_class(fig, _view_count=0)

@@ -213,20 +213,13 @@ class Dashboard(_bokeh.WidgetRepr):
         self.checkpoint_button.disabled = loop is None
 
     # -- data
-    def _figure_for(self, key):
-        g = group_of(key)
-        keys = self._groups.setdefault(g, [])
-        if key not in keys:
-            keys.append(key)
-            self._build_group(g)
-        return self._sources[key]
-
-    def _build_group(self, g):
-        """(Re)build the figure of metric group ``g`` with all its curves.
+    def _build_group(self, g, new_points):
+        """(Re)build the figure of metric group ``g`` with all its curves: the points so far
+        plus ``new_points`` (key: (xs, ys)).
 
         NOTE: a curve added to a figure already shown did not always reach the browser (seen in
-        JupyterLab with jupyter_bokeh 4.1), so a new curve rebuilds its figure's widget, with
-        the points so far; after that, points arrive by ``ColumnDataSource.stream``."""
+        JupyterLab with jupyter_bokeh 4.1), so a new curve rebuilds its figure's widget; after
+        that, points arrive by ``ColumnDataSource.stream``."""
         from bokeh.models import ColumnDataSource, HoverTool
         from bokeh.plotting import figure
 
@@ -237,9 +230,11 @@ class Dashboard(_bokeh.WidgetRepr):
         fig.toolbar.logo = None
         for i, key in enumerate(self._groups[g]):
             old = self._sources.get(key)
-            data = {"x": list(old.data["x"]), "y": list(old.data["y"])} if old is not None \
-                else {"x": [], "y": []}
-            src = ColumnDataSource(data=data)
+            xs, ys = (list(old.data["x"]), list(old.data["y"])) if old is not None else ([], [])
+            more_x, more_y = new_points.get(key, ((), ()))
+            n = self.max_points
+            xs, ys = (xs + list(more_x))[-n:], (ys + list(more_y))[-n:]
+            src = ColumnDataSource(data={"x": xs, "y": ys})
             color = PALETTE[i % len(PALETTE)]
             dense = key == g  # the per-batch curve: thin; epoch-level ones: lines with dots
             fig.line("x", "y", source=src, legend_label=key, color=color, name=key,
@@ -264,9 +259,18 @@ class Dashboard(_bokeh.WidgetRepr):
 
     def _stream(self, points: dict) -> None:
         with self._lock:
+            points = {k: v for k, v in points.items() if v[0] and self._wanted(k)}
+            rebuild = set()
+            for key in points:
+                keys = self._groups.setdefault(group_of(key), [])
+                if key not in keys:
+                    keys.append(key)
+                    rebuild.add(group_of(key))
+            for g in rebuild:  # these figures get this push's points when they are built
+                self._build_group(g, points)
             for key, (xs, ys) in points.items():
-                if xs and self._wanted(key):
-                    self._figure_for(key).stream({"x": xs, "y": ys}, rollover=self.max_points)
+                if group_of(key) not in rebuild:
+                    self._sources[key].stream({"x": xs, "y": ys}, rollover=self.max_points)
             self.pushes += 1
 
     def _load_rows(self, rows):

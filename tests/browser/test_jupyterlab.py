@@ -1,101 +1,36 @@
-"""In a real browser: JupyterLab started by the test, Debian's Chromium driven by Playwright.
+"""Tutorials in a real browser: JupyterLab started by the test, Debian's Chromium driven by
+Playwright (the harness is in conftest.py).
 
 Tutorial 04: the Dashboard's plot gains points while training runs, Pause stops the step
 counter, Resume continues it, Checkpoint writes a checkpoint that the CheckpointBrowser lists.
 Tutorial 02: GraphView draws nodes; hover shows a node's details, clicks expand a brick and
-show a parameter's statistics. Screenshots go to $LABKIT_TEST_ARTIFACTS (default
-test-artifacts/ in the repository).
+show a parameter's statistics.
 """
 
-import os
 import re
-import secrets
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
-if not Path(CHROMIUM).exists():
-    pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run does)",
-                allow_module_level=True)
-sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+from .conftest import ROOT, open_notebook, require_browser, shot, start_lab, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = Path(os.environ.get("LABKIT_TEST_ARTIFACTS", ROOT / "test-artifacts"))
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+require_browser()
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
+    import shutil
+
     tmp = tmp_path_factory.mktemp("lab")
-    root = tmp / "root"
-    shutil.copytree(ROOT / "notebooks", root)
-    port, token = free_port(), secrets.token_hex(16)
-    env = {**os.environ, "LABKIT_HOME": str(tmp / "home"), "LABKIT_TUTORIAL_SECONDS": "120",
-           "OMP_NUM_THREADS": "1", "JUPYTER_CONFIG_DIR": str(tmp / "config"),
-           "JUPYTER_RUNTIME_DIR": str(tmp / "runtime")}
-    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-           f"--ServerApp.port={port}", f"--IdentityProvider.token={token}",
-           f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={tmp / 'settings'}",
-           f"--LabApp.workspaces_dir={tmp / 'workspaces'}", "--allow-root"]
-    log = open(tmp / "lab.log", "w")
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    t = time.monotonic()
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() - t > 90:
-                raise RuntimeError("JupyterLab did not start:\n"
-                                   + (tmp / "lab.log").read_text()) from None
-            time.sleep(0.3)
-    yield url, token
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-    log.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
-def shot(page, name):
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+    shutil.copytree(ROOT / "notebooks", tmp / "root")
+    with start_lab(tmp, tmp / "root", tmp / "home",
+                   extra_env={"LABKIT_TUTORIAL_SECONDS": "120"}) as lab:
+        yield lab
 
 
 def open_and_run(browser, lab, notebook, steps, until):
     """Open ``notebook`` with a fresh kernel view and Shift+Enter through ``steps`` cells."""
-    url, token = lab
-    page = browser.new_page(viewport={"width": 1400, "height": 1100})
-    page.goto(f"{url}/lab/tree/{notebook}?reset&token={token}")
-    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=90_000)
-    # the kernel is up
-    page.wait_for_selector(".jp-StatusBar-TextItem:has-text('Idle')", timeout=90_000)
+    page = open_notebook(browser, lab, notebook)
     page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first.click()
     for _ in range(steps):
         page.keyboard.press("Shift+Enter")
@@ -111,17 +46,6 @@ NEWEST = """() => { let n = 0;
     const x = data instanceof Map ? data.get("x") : data["x"];
     if (x && x.length) n = Math.max(n, x[x.length - 1]); }
   return n; }"""
-
-
-def wait_for(cond, timeout=60.0, what="condition"):
-    t = time.monotonic()
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() - t > timeout:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def test_dashboard_plots_live_and_its_buttons_work(browser, lab):

@@ -7,15 +7,40 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, InputDialog, MainAreaWidget } from '@jupyterlab/apputils';
+import {
+  ICommandPalette,
+  InputDialog,
+  MainAreaWidget,
+  showErrorMessage
+} from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
 import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
 import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
+import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 const PLUGIN_ID = 'labkit-runs:plugin';
+
+/** The sidebar's icon: a rising-then-falling training curve. */
+export const runsIcon = new LabIcon({
+  name: 'labkit-runs:runs',
+  svgstr:
+    '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 16 16">' +
+    '<path class="jp-icon3" fill="none" stroke="#616161" stroke-width="1.6" ' +
+    'd="M1.5 2.5 C4 9 6 12 14.5 13"/><path class="jp-icon3" fill="#616161" ' +
+    'd="M1 14.2h14v1H1zM1 1h1v14H1z"/></svg>'
+});
+
+/** The code a command inserts: it works in a notebook that has not imported labkit. */
+export function resumeCode(id: string): string {
+  return `import labkit as lk\n\nrun = lk.resume("${id}")`;
+}
+
+export function dashboardCode(id: string): string {
+  return `import labkit as lk\n\nlk.notebook.Dashboard("${id}")`;
+}
 
 /** Command ids, in one place. */
 export namespace CommandIDs {
@@ -98,8 +123,26 @@ export function sparkline(values: (number | null)[], width = 90, height = 20): S
     line.setAttribute('fill', 'none');
     line.setAttribute('stroke', 'var(--jp-brand-color1)');
     svg.appendChild(line);
+  } else if (ys.length === 1) {
+    const dot = document.createElementNS(ns, 'circle');
+    dot.setAttribute('cx', String(width / 2));
+    dot.setAttribute('cy', String(height / 2));
+    dot.setAttribute('r', '2.5');
+    dot.setAttribute('fill', 'var(--jp-brand-color1)');
+    svg.appendChild(dot);
   }
   return svg;
+}
+
+/** "iteration 40 · epoch 2, batch 19/21", or "iteration 42 · 2 epochs done". */
+export function progressText(p: IRun['progress']): string {
+  const it = `iteration ${p.iteration ?? 0}`;
+  const done = p.epoch ?? 0;
+  if (p.epoch_iteration) {
+    const of = p.epoch_length ? `/${p.epoch_length}` : '';
+    return `${it} · epoch ${done + 1}, batch ${p.epoch_iteration}${of}`;
+  }
+  return `${it} · ${done} epoch${done === 1 ? '' : 's'} done`;
 }
 
 function fmt(v: unknown): string {
@@ -113,6 +156,7 @@ export class RunsPanel extends Widget {
     this.id = 'labkit-runs';
     this.title.caption = 'labkit runs';
     this.title.label = 'Runs';
+    this.title.icon = runsIcon;
     this.addClass('labkit-runs');
     const bar = el('div', 'labkit-runs-toolbar');
     this.filter = el('input');
@@ -153,21 +197,21 @@ export class RunsPanel extends Widget {
   private delay = 2;
   private sparks = new Map<string, (number | null)[]>();
 
-  /** Poll while visible, with backoff after errors; paused while hidden. */
-  schedule(seconds = this.delay): void {
+  /**
+   * Poll with backoff after errors. While the sidebar is closed only the run list is fetched,
+   * five times less often, for the status bar; nothing is fetched while the page is hidden.
+   */
+  schedule(seconds?: number): void {
     window.clearTimeout(this.timer);
-    if (!this.isVisible || document.hidden) {
+    if (document.hidden) {
       return;
     }
-    this.timer = window.setTimeout(() => void this.refresh(), seconds * 1000);
+    const wait = seconds ?? (this.isVisible ? this.delay : Math.max(this.delay, this.interval * 5));
+    this.timer = window.setTimeout(() => void this.refresh(), wait * 1000);
   }
 
   protected onAfterShow(): void {
     this.schedule(0);
-  }
-
-  protected onAfterHide(): void {
-    window.clearTimeout(this.timer);
   }
 
   async refresh(): Promise<void> {
@@ -176,8 +220,10 @@ export class RunsPanel extends Widget {
       this.runs = body.runs;
       this.error.textContent = '';
       this.delay = this.interval;
-      await this.loadSparklines();
-      this.render();
+      if (this.isVisible) {
+        await this.loadSparklines();
+        this.render();
+      }
       this.changed();
     } catch (e) {
       this.delay = Math.min(this.delay * 2, this.maxBackoff);
@@ -240,104 +286,179 @@ export class RunsPanel extends Widget {
         el('span', `labkit-run-status labkit-status-${r.status}`, r.status)
       );
       const p = r.progress || {};
-      const prog =
-        p.epoch_length && p.epoch_iteration !== undefined
-          ? `epoch ${p.epoch} · batch ${p.epoch_iteration}/${p.epoch_length}`
-          : `epoch ${p.epoch ?? 0} · iteration ${p.iteration ?? 0}`;
+      const prog = progressText(p);
       const last = Object.entries(p.last || {})
         .filter(([k]) => !k.startsWith('time'))
         .slice(0, 3)
         .map(([k, v]) => `${k} ${fmt(v)}`)
         .join(', ');
-      const line = el('div', 'labkit-run-last', `${prog}${last ? ' · ' + last : ''}`);
-      line.appendChild(sparkline(this.sparks.get(r.id) || []));
-      row.append(head, el('div', 'labkit-run-id', r.id), line);
+      const text = el('div', 'labkit-run-text');
+      text.append(head, el('div', 'labkit-run-id', r.id),
+                  el('div', 'labkit-run-last', `${prog}${last ? ' · ' + last : ''}`));
+      row.append(text, sparkline(this.sparks.get(r.id) || [], 70, 28));
       row.onclick = () => void this.app.commands.execute(CommandIDs.open, { id: r.id });
       this.list.appendChild(row);
     }
   }
 }
 
-/** One run: metric charts, config, checkpoints and lineage. */
+/** One run: metric charts, config, checkpoints and lineage; refreshed while it trains. */
 export class RunPanel extends Widget {
-  constructor(readonly runId: string) {
+  constructor(
+    readonly runId: string,
+    private app: JupyterFrontEnd,
+    private interval = () => 2
+  ) {
     super();
     this.addClass('labkit-run-panel');
     this.id = `labkit-run-${runId}`;
     this.title.label = `run ${runId}`;
     this.title.closable = true;
+    const bar = el('div', 'labkit-run-toolbar');
+    const button = (label: string, run: () => unknown) => {
+      const b = el('button', 'jp-mod-styled', label);
+      b.onclick = () => void run();
+      bar.appendChild(b);
+    };
+    button('Refresh', () => this.load());
+    button('Resume in notebook', () =>
+      app.commands.execute(CommandIDs.resume, { id: runId })
+    );
+    button('Dashboard in notebook', () =>
+      app.commands.execute(CommandIDs.dashboard, { id: runId })
+    );
+    button('Fork...', () => app.commands.execute(CommandIDs.fork, { id: runId }));
+    this.body = el('div', 'labkit-run-body', 'loading...');
+    this.node.append(bar, this.body);
     void this.load();
   }
 
+  private body: HTMLDivElement;
+  private timer: number | undefined;
+
+  protected onAfterShow(): void {
+    void this.load();
+  }
+
+  protected onBeforeDetach(): void {
+    window.clearTimeout(this.timer);
+  }
+
   async load(): Promise<void> {
-    this.node.textContent = 'loading...';
+    window.clearTimeout(this.timer);
+    let run: IRun;
     try {
-      const [run, metrics, cks] = await Promise.all([
+      const [r, metrics, cks] = await Promise.all([
         api<IRun>(`runs/${this.runId}`),
         api<{ metrics: Record<string, ISeries> }>(`runs/${this.runId}/metrics?max_points=400`),
         api<{ checkpoints: Record<string, unknown>[] }>(`runs/${this.runId}/checkpoints`)
       ]);
-      this.node.textContent = '';
-      this.node.append(
-        el('h2', undefined, `${run.name || 'unnamed'} · ${run.status}`),
-        el('div', 'labkit-run-id', run.id)
-      );
-      const charts = el('div', 'labkit-charts');
-      for (const [key, s] of Object.entries(metrics.metrics)) {
-        if (key.startsWith('time') || !s.value.length) {
-          continue;
-        }
-        const box = el('div', 'labkit-chart');
-        box.append(el('div', undefined, `${key}: ${fmt(s.value[s.value.length - 1])}`));
-        box.appendChild(sparkline(s.value, 260, 80));
-        charts.appendChild(box);
-      }
-      this.node.append(el('h3', undefined, 'metrics'), charts);
-      this.node.append(el('h3', undefined, 'config'));
-      this.node.append(el('pre', undefined, JSON.stringify(run.config, null, 1)));
-      this.node.append(el('h3', undefined, 'checkpoints'));
-      const table = el('table', 'labkit-checkpoints');
-      const head = el('tr');
-      for (const h of ['id', 'step', 'epoch', 'MB', 'valid']) {
-        head.appendChild(el('th', undefined, h));
-      }
-      table.appendChild(head);
-      for (const c of cks.checkpoints) {
-        const tr = el('tr');
-        tr.append(
-          el('td', undefined, fmt(c.id)),
-          el('td', undefined, fmt(c.step)),
-          el('td', undefined, fmt(c.epoch)),
-          el('td', undefined, ((c.size as number) / 1e6).toFixed(2)),
-          el('td', undefined, c.valid ? 'yes' : 'NO')
-        );
-        table.appendChild(tr);
-      }
-      this.node.appendChild(table);
-      this.node.append(el('h3', undefined, 'lineage'));
-      const lineage = [
-        run.parent_run ? `forked from ${run.parent_run}` : 'not a fork',
-        run.children && run.children.length ? `forks: ${run.children.join(', ')}` : 'no forks'
-      ];
-      this.node.append(el('div', 'labkit-lineage', lineage.join(' · ')));
+      run = r;
+      this.render(run, metrics.metrics, cks.checkpoints);
     } catch (e) {
-      this.node.textContent = `labkit: ${(e as Error).message}`;
+      this.body.textContent = `labkit: ${(e as Error).message}`;
+      return;
     }
+    if (run.status === 'running' && this.isVisible && !document.hidden) {
+      this.timer = window.setTimeout(() => void this.load(), this.interval() * 1000);
+    }
+  }
+
+  private render(
+    run: IRun,
+    metrics: Record<string, ISeries>,
+    checkpoints: Record<string, unknown>[]
+  ): void {
+    const body = this.body;
+    body.textContent = '';
+    const p = run.progress || {};
+    body.append(
+      el('h2', undefined, `${run.name || 'unnamed'} · ${run.status}`),
+      el(
+        'div',
+        'labkit-run-id',
+        `${run.id} · ${progressText(p)}`
+      )
+    );
+    const charts = el('div', 'labkit-charts');
+    for (const [key, s] of Object.entries(metrics)) {
+      if (key.startsWith('time') || !s.value.length) {
+        continue;
+      }
+      const box = el('div', 'labkit-chart');
+      box.dataset.key = key;
+      const last = s.value[s.value.length - 1];
+      const ys = s.value.filter((v): v is number => v !== null && isFinite(v));
+      const n = s.value.length;
+      box.append(
+        el('div', undefined, `${key}: ${fmt(last)} at step ${s.step[n - 1]}`)
+      );
+      box.appendChild(sparkline(s.value, 260, 80));
+      const range = ys.length
+        ? `${n} point${n === 1 ? '' : 's'} · steps ${s.step[0]}-${s.step[n - 1]} · ` +
+          `min ${fmt(Math.min(...ys))} · max ${fmt(Math.max(...ys))}`
+        : 'no finite values';
+      box.append(el('div', 'labkit-chart-range', range));
+      charts.appendChild(box);
+    }
+    body.append(el('h3', undefined, 'metrics'), charts);
+    body.append(el('h3', undefined, 'config'));
+    body.append(el('pre', 'labkit-run-config', JSON.stringify(run.config, null, 1)));
+    body.append(el('h3', undefined, 'checkpoints'));
+    const table = el('table', 'labkit-checkpoints');
+    const head = el('tr');
+    for (const h of ['id', 'step', 'epoch', 'MB', 'valid', '']) {
+      head.appendChild(el('th', undefined, h));
+    }
+    table.appendChild(head);
+    for (const c of checkpoints) {
+      const tr = el('tr');
+      const fork = el('button', 'jp-mod-styled', 'fork');
+      fork.onclick = () =>
+        void this.app.commands.execute(CommandIDs.fork, { id: run.id, checkpoint: c.id as number });
+      const cell = el('td');
+      cell.appendChild(fork);
+      tr.append(
+        el('td', undefined, fmt(c.id)),
+        el('td', undefined, fmt(c.step)),
+        el('td', undefined, fmt(c.epoch)),
+        el('td', undefined, ((c.size as number) / 1e6).toFixed(2)),
+        el('td', undefined, c.valid ? 'yes' : 'NO'),
+        cell
+      );
+      table.appendChild(tr);
+    }
+    if (!checkpoints.length) {
+      body.appendChild(el('div', undefined, 'no checkpoints'));
+    }
+    body.appendChild(table);
+    body.append(el('h3', undefined, 'lineage'));
+    const lineage = [
+      run.parent_run ? `forked from ${run.parent_run}` : 'not a fork',
+      run.children && run.children.length ? `forks: ${run.children.join(', ')}` : 'no forks'
+    ];
+    body.append(el('div', 'labkit-lineage', lineage.join(' · ')));
   }
 }
 
-function insertCell(tracker: INotebookTracker, code: string): boolean {
+/** Put ``code`` into the active notebook and show it. */
+function insertCell(shell: ILabShell, tracker: INotebookTracker, code: string): boolean {
   const panel = tracker.currentWidget;
   if (!panel) {
     return false;
   }
   const notebook = panel.content;
-  NotebookActions.insertBelow(notebook);
+  const active = notebook.activeCell;
+  // an empty cell where the user is gets the code; otherwise a new cell below it
+  if (!active || active.model.type !== 'code' || active.model.sharedModel.getSource().trim()) {
+    NotebookActions.insertBelow(notebook);
+  }
   const cell = notebook.activeCell;
   if (!cell) {
     return false;
   }
   cell.model.sharedModel.setSource(code);
+  shell.activateById(panel.id);
   return true;
 }
 
@@ -357,65 +478,107 @@ const plugin: JupyterFrontEndPlugin<void> = {
   ) => {
     const panel = new RunsPanel(app);
     shell.add(panel, 'left', { rank: 600 });
-    const runFromArgs = (args: Record<string, unknown>): string | null => {
+    /** The run a command is for: its ``id`` argument, the row right-clicked, or one the user
+     * picks (from the palette). */
+    const runFromArgs = async (args: Record<string, unknown>): Promise<string | null> => {
       if (typeof args.id === 'string') {
         return args.id;
       }
       const node = app.contextMenuHitTest(n => !!(n as HTMLElement).dataset?.runId);
-      return node ? (node as HTMLElement).dataset.runId || null : null;
+      if (node) {
+        return (node as HTMLElement).dataset.runId || null;
+      }
+      if (!panel.runs.length) {
+        await panel.refresh();
+      }
+      if (!panel.runs.length) {
+        void showErrorMessage('labkit', 'There are no runs in this workspace yet.');
+        return null;
+      }
+      const labels = panel.runs.map(r => `${r.id} · ${r.name || 'unnamed'} · ${r.status}`);
+      const answer = await InputDialog.getItem({ title: 'Which labkit run?', items: labels });
+      if (!answer.button.accept || !answer.value) {
+        return null;
+      }
+      return answer.value.split(' ')[0];
+    };
+    const insertOrSay = (code: string) => {
+      if (!insertCell(shell, tracker, code)) {
+        void showErrorMessage(
+          'labkit',
+          'Open a notebook first: this command inserts a cell into the active notebook.'
+        );
+      }
     };
     app.commands.addCommand(CommandIDs.open, {
       label: 'Open labkit run',
-      execute: args => {
-        const id = runFromArgs(args);
+      execute: async args => {
+        const id = await runFromArgs(args);
         if (!id) {
           return;
         }
-        const widget = new MainAreaWidget({ content: new RunPanel(id) });
-        widget.id = `labkit-run-area-${id}`;
+        const areaId = `labkit-run-area-${id}`;
+        const open = Array.from(shell.widgets('main')).find(w => w.id === areaId);
+        if (open) {
+          shell.activateById(areaId);
+          return;
+        }
+        const content = new RunPanel(id, app, () => panel.interval);
+        const widget = new MainAreaWidget({ content });
+        widget.id = areaId;
         widget.title.label = `run ${id}`;
+        widget.title.icon = runsIcon;
         shell.add(widget, 'main');
         shell.activateById(widget.id);
       }
     });
     app.commands.addCommand(CommandIDs.resume, {
       label: 'Resume labkit run in the notebook',
-      execute: args => {
-        const id = runFromArgs(args);
-        if (id && !insertCell(tracker, `run = lk.resume("${id}")`)) {
-          window.alert('Open a notebook first: the command inserts a cell into it.');
+      caption: 'Insert a cell that continues the run from its newest checkpoint',
+      execute: async args => {
+        const id = await runFromArgs(args);
+        if (id) {
+          insertOrSay(resumeCode(id));
         }
       }
     });
     app.commands.addCommand(CommandIDs.dashboard, {
       label: 'Open a labkit Dashboard of the run in the notebook',
-      execute: args => {
-        const id = runFromArgs(args);
+      caption: 'Insert a cell that shows the run live, from the run store',
+      execute: async args => {
+        const id = await runFromArgs(args);
         if (id) {
-          insertCell(tracker, `lk.notebook.Dashboard("${id}")`);
+          insertOrSay(dashboardCode(id));
         }
       }
     });
     app.commands.addCommand(CommandIDs.fork, {
       label: 'Fork labkit run...',
+      caption: 'A new run from a checkpoint, with config changes',
       execute: async args => {
-        const id = runFromArgs(args);
+        const id = await runFromArgs(args);
         if (!id) {
           return;
         }
+        const checkpoint = typeof args.checkpoint === 'number' ? args.checkpoint : null;
         const answer = await InputDialog.getText({
-          title: `Fork run ${id}: config changes as JSON`,
+          title: `Fork run ${id}${checkpoint === null ? '' : ` from checkpoint ${checkpoint}`}: config changes as JSON`,
           text: '{}'
         });
         if (!answer.button.accept) {
           return;
         }
-        const body = await api<{ run: IRun }>(`runs/${id}/fork`, {
-          method: 'POST',
-          body: JSON.stringify({ changes: JSON.parse(answer.value || '{}') })
-        });
-        await panel.refresh();
-        insertCell(tracker, `run = lk.resume("${body.run.id}")`);
+        try {
+          const changes = JSON.parse(answer.value || '{}');
+          const body = await api<{ run: IRun }>(`runs/${id}/fork`, {
+            method: 'POST',
+            body: JSON.stringify({ checkpoint, changes })
+          });
+          await panel.refresh();
+          insertOrSay(resumeCode(body.run.id));
+        } catch (e) {
+          void showErrorMessage('labkit: fork failed', (e as Error).message);
+        }
       }
     });
     app.commands.addCommand(CommandIDs.refresh, {
@@ -427,8 +590,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       app.contextMenu.addItem({ command, selector: '.labkit-run-row' });
     }
     if (palette) {
-      for (const command of [CommandIDs.resume, CommandIDs.fork, CommandIDs.dashboard,
-                             CommandIDs.refresh]) {
+      for (const command of [CommandIDs.open, CommandIDs.resume, CommandIDs.fork,
+                             CommandIDs.dashboard, CommandIDs.refresh]) {
         palette.addItem({ command, category: 'labkit' });
       }
     }

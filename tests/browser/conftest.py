@@ -1,0 +1,122 @@
+"""The real-browser harness: JupyterLab started by the test, Debian's Chromium driven by
+Python Playwright. Screenshots go to $LABKIT_TEST_ARTIFACTS (default test-artifacts/ in the
+repository)."""
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(os.environ.get("LABKIT_TEST_ARTIFACTS", ROOT / "test-artifacts"))
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def require_browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run does)",
+                    allow_module_level=True)
+    return pytest.importorskip("playwright.sync_api").sync_playwright
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Lab:
+    """A running JupyterLab: ``url`` ends with the base URL's slash, ``token`` logs in."""
+
+    def __init__(self, url, token, root, env, log):
+        self.url, self.token, self.root, self.env, self.log = url, token, root, env, log
+
+    def page_url(self, path):
+        return f"{self.url}{path}{'&' if '?' in path else '?'}token={self.token}"
+
+
+@contextmanager
+def start_lab(tmp, root, home, base_url="/", extra_env=None):
+    """Start JupyterLab on a free port with its own config, runtime, settings and workspaces
+    under ``tmp``, the labkit home ``home``, serving ``root``."""
+    port, token = free_port(), secrets.token_hex(16)
+    env = {**os.environ, "LABKIT_HOME": str(home), "OMP_NUM_THREADS": "1",
+           "JUPYTER_CONFIG_DIR": str(tmp / "config"), "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+           **(extra_env or {})}
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+           f"--ServerApp.port={port}", f"--IdentityProvider.token={token}",
+           f"--ServerApp.base_url={base_url}",
+           f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={tmp / 'settings'}",
+           f"--LabApp.workspaces_dir={tmp / 'workspaces'}", "--allow-root"]
+    # no "notified about official Jupyter news?" toast over the screenshots
+    news = tmp / "settings" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True, exist_ok=True)
+    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    log_path = tmp / "lab.log"
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}{base_url}"
+    t = time.monotonic()
+    try:
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() - t > 90:
+                    raise RuntimeError("JupyterLab did not start:\n"
+                                       + log_path.read_text()) from None
+                time.sleep(0.3)
+        yield Lab(url, token, root, env, log_path)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_playwright = require_browser()
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def shot(page, name):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+def wait_for(cond, timeout=60.0, what="condition"):
+    t = time.monotonic()
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() - t > timeout:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def open_notebook(browser, lab, notebook):
+    """A new page with ``notebook`` open and its kernel idle."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    page.goto(lab.page_url(f"lab/tree/{notebook}?reset"))
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=90_000)
+    page.wait_for_selector(".jp-StatusBar-TextItem:has-text('Idle')", timeout=90_000)
+    return page

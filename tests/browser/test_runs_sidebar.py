@@ -1,0 +1,151 @@
+"""The labkit-runs JupyterLab extension in a real browser, under a non-root base URL.
+
+The store is seeded by real trainings (the digits demo): one paused after 40 batches, one
+finished. JupyterLab serves at ``/user/test/`` as behind JupyterHub. The Runs sidebar lists
+both runs with status, progress and a sparkline; the status filter works; a click opens the run
+panel with its metrics, config and checkpoint; the run's context menu inserts
+``run = lk.resume("<id>")`` into the open notebook, and running that cell finishes the run, which
+the sidebar shows without a reload; the palette's Dashboard command asks which run and inserts a
+Dashboard that draws.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .conftest import open_notebook, require_browser, shot, start_lab, wait_for
+
+require_browser()
+
+BASE = "/user/test/"
+SEED = """
+import json, labkit as lk
+from labkit.training import build, demo
+paused = build(demo.make_loop, {"epochs": 6, "device": "cpu"})
+paused.run(max_batches=40)
+paused.close()
+done = build(demo.make_loop, {"epochs": 2, "device": "cpu", "hidden": 32})
+done.run()
+done.close()
+print(json.dumps({"paused": paused.run_id, "finished": done.run_id}))
+"""
+
+
+def notebook(*sources):
+    cells = [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+              "source": s} for s in sources]
+    return {"cells": cells, "metadata": {"kernelspec": {"name": "python3",
+                                                        "display_name": "Python 3",
+                                                        "language": "python"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("runs-lab")
+    root, home = tmp / "root", tmp / "home"
+    root.mkdir()
+    (root / "scratch.ipynb").write_text(json.dumps(notebook("import labkit as lk")))
+    env = {**os.environ, "LABKIT_HOME": str(home), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", SEED], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    ids = json.loads(out.stdout.strip().splitlines()[-1])
+    with start_lab(tmp, root, home, base_url=BASE) as lab:
+        lab.ids = ids
+        yield lab
+
+
+def row(page, run_id):
+    return page.locator(f".labkit-run-row[data-run-id='{run_id}']")
+
+
+def cell_with(page, text):
+    return page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell", has_text=text)
+
+
+def run_cell(page, cell):
+    """Run ``cell`` and wait for its execution count (the kernel finished it)."""
+    cell.locator(".jp-InputPrompt").click()
+    page.keyboard.press("Shift+Enter")
+    wait_for(lambda: "[*]" not in cell.locator(".jp-InputPrompt").inner_text()
+             and any(c.isdigit() for c in cell.locator(".jp-InputPrompt").inner_text()),
+             timeout=120, what="the cell to run")
+
+
+def test_runs_sidebar_panel_and_commands(browser, lab):
+    paused, finished = lab.ids["paused"], lab.ids["finished"]
+    page = open_notebook(browser, lab, "scratch.ipynb")
+    assert lab.url.endswith(BASE) and page.url.startswith(lab.url + "lab/")
+    run_cell(page, cell_with(page, "import labkit as lk"))
+
+    # the sidebar: both runs, their status, progress and sparkline
+    page.locator(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']").click()
+    wait_for(lambda: row(page, paused).count() and row(page, finished).count(),
+             what="both runs in the sidebar")
+    assert "paused" in row(page, paused).locator(".labkit-run-status").inner_text()
+    assert "finished" in row(page, finished).locator(".labkit-run-status").inner_text()
+    # 40 batches, 21 per epoch
+    assert "iteration 40 · epoch 2, batch 19/21" in row(page, paused).inner_text()
+    assert "iteration 42 · 2 epochs done" in row(page, finished).inner_text()
+    assert "loss" in row(page, paused).inner_text()
+    wait_for(lambda: row(page, finished).locator("polyline").count() == 1, what="a sparkline")
+    assert page.locator(".labkit-statusbar").inner_text() == "labkit: 0 training"
+    shot(page, "08-runs-sidebar")
+
+    # filter by status
+    page.locator(".labkit-runs-toolbar select").first.select_option("paused")
+    wait_for(lambda: row(page, finished).count() == 0, what="the filter to hide a run")
+    assert row(page, paused).count() == 1
+    page.locator(".labkit-runs-toolbar select").first.select_option("all")
+
+    # the run panel
+    row(page, paused).click()
+    run_panel = page.locator(f"#labkit-run-area-{paused} .labkit-run-panel")
+    wait_for(lambda: run_panel.locator(".labkit-chart").count() >= 2, what="the run's charts")
+    keys = [run_panel.locator(".labkit-chart").nth(i).get_attribute("data-key")
+            for i in range(run_panel.locator(".labkit-chart").count())]
+    assert "loss" in keys and "valid_accuracy" in keys, keys
+    assert "at step 40" in run_panel.locator(".labkit-chart[data-key='loss']").inner_text()
+    assert '"epochs": 6' in run_panel.locator(".labkit-run-config").inner_text()
+    assert run_panel.locator(".labkit-checkpoints tr").count() == 2    # header + one
+    assert "not a fork" in run_panel.locator(".labkit-lineage").inner_text()
+    shot(page, "08-run-panel")
+
+    # resume from the run's context menu: a cell in the notebook, which finishes the run
+    row(page, paused).click(button="right")
+    page.locator(".lm-Menu-item", has_text="Resume labkit run in the notebook").click()
+    page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="scratch.ipynb").click()
+    resume = cell_with(page, f'run = lk.resume("{paused}")')
+    wait_for(lambda: resume.count() == 1, what="the inserted resume cell")
+    # it went into the empty cell the notebook had, not below it
+    assert page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").count() == 2
+    run_cell(page, resume)
+    assert "Traceback" not in resume.inner_text(), resume.inner_text()
+    assert "training finished at epoch 6" in resume.inner_text()
+    wait_for(lambda: "finished" in row(page, paused).locator(".labkit-run-status").inner_text(),
+             timeout=30, what="the sidebar to show the resumed run finished")
+    shot(page, "08-resumed")
+
+    # the palette's Dashboard command asks which run
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+Shift+c")
+    page.locator(".lm-CommandPalette-input").fill("labkit Dashboard")
+    page.keyboard.press("Enter")
+    dialog = page.locator(".jp-Dialog")
+    dialog.locator("select").select_option(index=[
+        dialog.locator("option").nth(i).inner_text().startswith(finished)
+        for i in range(dialog.locator("option").count())].index(True))
+    dialog.locator(".jp-Dialog-button.jp-mod-accept").click()
+    dash_cell = cell_with(page, f'lk.notebook.Dashboard("{finished}")')
+    wait_for(lambda: dash_cell.count() == 1, what="the inserted Dashboard cell")
+    run_cell(page, dash_cell)
+    wait_for(lambda: dash_cell.locator(".labkit-dashboard canvas").count(), timeout=60,
+             what="the Dashboard to draw")
+    time.sleep(1.0)
+    shot(page, "08-dashboard-from-palette")
+    page.close()
