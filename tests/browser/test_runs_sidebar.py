@@ -11,6 +11,7 @@ Dashboard that draws.
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -148,4 +149,49 @@ def test_runs_sidebar_panel_and_commands(browser, lab):
              what="the Dashboard to draw")
     time.sleep(1.0)
     shot(page, "08-dashboard-from-palette")
+    page.close()
+
+
+TRAIN_ELSEWHERE = """
+import time, labkit as lk
+from labkit.training import build, demo
+loop = build(demo.make_loop, {"epochs": 1000, "device": "cpu"})
+loop.add(lambda loop: time.sleep(0.02), event="after_batch")
+loop.add(lambda loop: print(loop.run_id, flush=True), event="before_training")
+loop.run()
+"""
+
+
+def test_a_run_training_in_a_script_shows_live(browser, lab):
+    """A script trains: the status bar counts it, its row's iteration grows without a reload,
+    and Ctrl-C in the script shows as interrupted."""
+    import signal
+
+    page = open_notebook(browser, lab, "scratch.ipynb")
+    page.locator(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']").click()
+    wait_for(lambda: page.locator(".labkit-run-row").count() >= 2, what="the runs")
+    proc = subprocess.Popen([sys.executable, "-c", TRAIN_ELSEWHERE], env=lab.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        run_id = proc.stdout.readline().strip()
+        r = row(page, run_id)
+        wait_for(lambda: r.count() and "running" in r.inner_text(), timeout=30,
+                 what="the new run, running")
+        wait_for(lambda: page.locator(".labkit-statusbar").inner_text() == "labkit: 1 training",
+                 timeout=30, what="the status bar to count it")
+
+        def iteration():
+            return int(re.search(r"iteration (\d+)", r.inner_text()).group(1))
+        first = iteration()
+        wait_for(lambda: iteration() > first + 20, timeout=30, what="live progress")
+        shot(page, "08-training-elsewhere")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+        wait_for(lambda: "interrupted" in r.locator(".labkit-run-status").inner_text(),
+                 timeout=30, what="the run to show interrupted")
+        wait_for(lambda: page.locator(".labkit-statusbar").inner_text() == "labkit: 0 training",
+                 timeout=30, what="the status bar to count none")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     page.close()
