@@ -549,16 +549,33 @@ def _swap_last(x):
     return transpose(x, axes)
 
 
+def _outer_product_blas(a, b):
+    """``a @ b`` for NumPy arrays when the inner dimension is 1, through BLAS.
+
+    NOTE: NumPy's matmul does not call BLAS when the inner dimension is 1 (an outer product,
+    e.g. a weight gradient at batch 1): 456 us for (512, 1) @ (1, 784) here, and 33 us with an
+    inner dimension of 2. So a zero column and row are appended: every element is
+    ``a_i * b_j + 0 * 0``, the same value (only a -0.0 becomes +0.0)."""
+    a2 = np.zeros((a.shape[0], 2), a.dtype)
+    a2[:, :1] = a
+    b2 = np.zeros((2, b.shape[1]), b.dtype)
+    b2[:1] = b
+    return a2 @ b2
+
+
 class MatMul(Function):
     name = "matmul"
 
     def forward(self, a, b):
+        if (type(a) is np.ndarray and a.ndim == 2 and b.ndim == 2 and a.shape[1] == 1
+                and a.dtype == b.dtype and a.shape[0] * b.shape[1] >= 4096):
+            return _outer_product_blas(a, b)
         return a @ b
 
     def backward(self, inputs, gy):
         a, b = inputs
-        return (sum_to(matmul(gy, _swap_last(b)), a.shape),
-                sum_to(matmul(_swap_last(a), gy), b.shape))
+        return (sum_to(matmul(gy, _swap_last(b)), a.shape) if a.requires_grad else None,
+                sum_to(matmul(_swap_last(a), gy), b.shape) if b.requires_grad else None)
 
 
 def matmul(a, b):
