@@ -54,7 +54,12 @@ def doctor(args) -> int:
         print(f"default device: {default_device()}  (set LABKIT_DEVICE=cpu|cl|cl:N)")
     except LabkitError as e:
         print(f"default device: ERROR {e}")
-    print("\ncpu: NumPy", np.__version__)
+    from .backend import memory
+
+    kept = memory.applied
+    print("\ncpu: NumPy", np.__version__, "; freed host memory kept for reuse: "
+          + (f"up to {kept['trim_threshold'] >> 20} MiB (LABKIT_KEEP_FREED_MEMORY=0 turns it off)"
+             if kept else "no"))
     found = probe()
     if not found:
         print(f"\nOpenCL: {NO_PLATFORM_HELP}")

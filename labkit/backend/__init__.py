@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import memory
 from .device import Device, best_device, default_device, device, devices
+
+memory._at_import()
 
 
 def get_array_module(*arrays):

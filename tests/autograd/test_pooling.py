@@ -1,0 +1,78 @@
+"""Max pooling's fast path (windows that tile the input, NumPy) against references: ties share
+the gradient as in the general path, any memory layout, and its gradient differentiates
+again."""
+
+import numpy as np
+import pytest
+
+import labkit as lk
+import labkit.functions as F
+from labkit.functions.pooling import TiledMax
+
+
+def np_pool_grad(x, g, k):
+    """d/dx of sum(g * maxpool(x)) with ties sharing: (N, C, H, W)."""
+    n, c, h, w = x.shape
+    win = x.reshape(n, c, h // k, k, w // k, k)
+    top = win.max(axis=(3, 5), keepdims=True)
+    m = (win == top).astype(np.float64)
+    m /= m.sum(axis=(3, 5), keepdims=True)
+    return (m * g[:, :, :, None, :, None]).reshape(x.shape)
+
+
+def test_ties_share_the_gradient_like_the_general_path(rng):
+    x = rng.integers(0, 3, (2, 3, 6, 8)).astype(np.float32)  # many ties
+    g = rng.standard_normal((2, 3, 3, 4)).astype(np.float32)
+    t = lk.tensor(x, requires_grad=True)
+    y = F.max_pool2d(t, 2)
+    assert isinstance(y.creator, TiledMax)
+    np.testing.assert_array_equal(y.numpy(), x.reshape(2, 3, 3, 2, 4, 2).max(axis=(3, 5)))
+    (y * lk.tensor(g)).sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), np_pool_grad(x, g, 2), rtol=1e-6)
+    # the general path (padding 0 given as a window copy: stride 1 then every second output)
+    t2 = lk.tensor(x, requires_grad=True)
+    y2 = F.max_pool2d(t2, 2, 1)[:, :, ::2, ::2]
+    np.testing.assert_array_equal(y2.numpy(), y.numpy())
+    (y2 * lk.tensor(g)).sum().backward()
+    np.testing.assert_allclose(t2.grad.numpy(), t.grad.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "cnhw", "strided"])
+def test_any_memory_layout(layout, rng):
+    base = rng.standard_normal((3, 4, 8, 12)).astype(np.float32)
+    if layout == "cnhw":  # a convolution's output
+        x = np.ascontiguousarray(base.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
+    elif layout == "strided":
+        x = np.repeat(base, 2, axis=3)[..., ::2]
+    else:
+        x = base
+    g = rng.standard_normal((3, 4, 4, 6)).astype(np.float32)
+    t = lk.tensor(x, requires_grad=True)
+    y = F.max_pool2d(t, 2)
+    np.testing.assert_array_equal(y.numpy(), base.reshape(3, 4, 4, 2, 6, 2).max(axis=(3, 5)))
+    (y * lk.tensor(g)).sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), np_pool_grad(base, g, 2), rtol=1e-6)
+
+
+def test_its_gradient_differentiates_again(rng):
+    x = rng.standard_normal((2, 2, 4, 6))
+    x[0, 0, 0, :2] = 5.0  # a tie in one tile
+    t = lk.tensor(x, requires_grad=True)
+    u = lk.tensor(rng.standard_normal((2, 2, 2, 3)), requires_grad=True)
+    v = rng.standard_normal(x.shape)
+    gx, = lk.grad([F.max_pool2d(t, 2)], [t], grad_outputs=[u], create_graph=True)
+    np.testing.assert_allclose(gx.numpy(), np_pool_grad(x, u.numpy(), 2))
+    gu, = lk.grad([(gx * lk.tensor(v)).sum()], [u], create_graph=True)
+    # gx is linear in u: d/du sum(v * gx) = the tile sums of v at the winners, shared
+    n, c, h, w = x.shape
+    win = x.reshape(n, c, h // 2, 2, w // 2, 2)
+    m = (win == win.max(axis=(3, 5), keepdims=True)).astype(float)
+    m /= m.sum(axis=(3, 5), keepdims=True)
+    np.testing.assert_allclose(gu.numpy(), (m * v.reshape(win.shape)).sum(axis=(3, 5)))
+    # and once more: d/dv of sum(w * gu) goes back through TileScatter
+    vt = lk.tensor(v, requires_grad=True)
+    gx2, = lk.grad([F.max_pool2d(t, 2)], [t], grad_outputs=[u], create_graph=True)
+    gu2, = lk.grad([(gx2 * vt).sum()], [u], create_graph=True)
+    wgt = rng.standard_normal(gu2.shape)
+    gv, = lk.grad([(gu2 * lk.tensor(wgt)).sum()], [vt])
+    np.testing.assert_allclose(gv.numpy(), np_pool_grad(x, wgt, 2))
