@@ -57,7 +57,7 @@ def doctor(args) -> int:
     from .backend import memory
 
     kept = memory.applied
-    print("\ncpu: NumPy", np.__version__, "; freed host memory kept for reuse: "
+    print(f"\ncpu: NumPy {np.__version__}; freed host memory kept for reuse: "
           + (f"up to {kept['trim_threshold'] >> 20} MiB (LABKIT_KEEP_FREED_MEMORY=0 turns it off)"
              if kept else "no"))
     found = probe()

@@ -1,6 +1,9 @@
-"""conv2d's one-node NumPy path (Conv2d, Conv2dGradX, Conv2dGradW) against the direct
-definition and against the composed path that ``cl`` runs: every memory layout of x, padding,
-stride and dilation, and gradients of gradients."""
+"""The NumPy-only fast paths against references.
+
+conv2d's one-node path (Conv2d, Conv2dGradX, Conv2dGradW) against the direct definition and
+the composed path that ``cl`` runs: both memory layouts of x, padding, stride and dilation, and
+gradients of gradients. Outer products (an inner dimension of 1) through BLAS: the same values
+as NumPy's own loop."""
 
 import numpy as np
 import pytest
@@ -50,3 +53,19 @@ def test_values_and_gradients_match_the_composed_path(cfg, layout, rng):
 def test_a_bad_window_is_a_clear_error():
     with pytest.raises(lk.ShapeError, match="does not fit an input of 2x2"):
         F.conv2d(lk.tensor(np.zeros((1, 1, 2, 2))), lk.tensor(np.zeros((1, 1, 3, 3))))
+
+
+def test_outer_products_through_blas_are_exact(rng):
+    from labkit.functions.math import MatMul
+
+    a = rng.standard_normal((512, 1)).astype(np.float32)
+    b = rng.standard_normal((1, 784)).astype(np.float32)
+    a[0, 0] = 0.0
+    y = MatMul().forward(a, b)
+    np.testing.assert_array_equal(y, np.multiply(a, b))  # bit for bit
+    assert y.shape == (512, 784) and y.dtype == np.float32
+    # a weight gradient at batch 1 goes that way, and matches the reference
+    x = lk.tensor(b, requires_grad=False)
+    W = lk.tensor(rng.standard_normal((512, 784)).astype(np.float32), requires_grad=True)
+    F.linear(x, W).sum().backward()
+    np.testing.assert_array_equal(W.grad.numpy(), np.broadcast_to(b, (512, 784)))
