@@ -6,7 +6,7 @@ both runs with status, progress and a sparkline; the status filter works; a clic
 panel with its metrics, config and checkpoint; the run's context menu inserts
 ``run = lk.resume("<id>")`` into the open notebook, and running that cell finishes the run, which
 the sidebar shows without a reload; the palette's Dashboard command asks which run and inserts a
-Dashboard that draws.
+Dashboard that draws; Fork in the run panel creates a run with the config change and lineage.
 """
 
 import json
@@ -149,6 +149,26 @@ def test_runs_sidebar_panel_and_commands(browser, lab):
              what="the Dashboard to draw")
     time.sleep(1.0)
     shot(page, "08-dashboard-from-palette")
+
+    # fork from the run panel: a new run with the change, and its resume cell
+    page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=f"run {paused}").click()
+    run_panel.locator(".labkit-run-toolbar button", has_text="Fork...").click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.locator("input").fill('{"lr": 0.001}')
+    dialog.locator(".jp-Dialog-button.jp-mod-accept").click()
+    rows = page.locator(".labkit-run-row")
+    wait_for(lambda: rows.count() == 3, what="the fork in the sidebar")
+    fork = next(i for i in (rows.nth(k).get_attribute("data-run-id") for k in range(3))
+                if i not in (paused, finished))
+    wait_for(lambda: cell_with(page, f'run = lk.resume("{fork}")').count() == 1,
+             what="the fork's resume cell")
+    row(page, fork).click()
+    fork_panel = page.locator(f"#labkit-run-area-{fork} .labkit-run-panel")
+    wait_for(lambda: f"forked from {paused}" in fork_panel.locator(".labkit-lineage")
+             .inner_text(), what="the fork's lineage")
+    assert "at checkpoint" in fork_panel.locator(".labkit-lineage").inner_text()
+    assert '"lr": 0.001' in fork_panel.locator(".labkit-run-config").inner_text()
+    shot(page, "08-fork")
     page.close()
 
 

@@ -401,7 +401,8 @@ export class RunPanel extends Widget {
       box.append(el('div', 'labkit-chart-range', range));
       charts.appendChild(box);
     }
-    body.append(el('h3', undefined, 'metrics'), charts);
+    body.append(el('h3', undefined, 'metrics'),
+                charts.childElementCount ? charts : el('div', undefined, 'no metrics yet'));
     body.append(el('h3', undefined, 'config'));
     body.append(el('pre', 'labkit-run-config', JSON.stringify(run.config, null, 1)));
     body.append(el('h3', undefined, 'checkpoints'));
@@ -428,16 +429,34 @@ export class RunPanel extends Widget {
       );
       table.appendChild(tr);
     }
-    if (!checkpoints.length) {
-      body.appendChild(el('div', undefined, 'no checkpoints'));
-    }
-    body.appendChild(table);
+    body.appendChild(checkpoints.length ? table : el('div', undefined, 'no checkpoints yet'));
     body.append(el('h3', undefined, 'lineage'));
-    const lineage = [
-      run.parent_run ? `forked from ${run.parent_run}` : 'not a fork',
-      run.children && run.children.length ? `forks: ${run.children.join(', ')}` : 'no forks'
-    ];
-    body.append(el('div', 'labkit-lineage', lineage.join(' · ')));
+    const lineage = el('div', 'labkit-lineage');
+    const link = (id: string) => {
+      const a = el('a', 'labkit-run-link', id);
+      a.href = '#';
+      a.onclick = e => {
+        e.preventDefault();
+        void this.app.commands.execute(CommandIDs.open, { id });
+      };
+      return a;
+    };
+    if (run.parent_run) {
+      const at = run.parent_checkpoint
+        ? ` at checkpoint ${run.parent_checkpoint.split(/[\\/]/).filter(Boolean).pop()}`
+        : '';
+      lineage.append('forked from ', link(run.parent_run), at);
+    } else {
+      lineage.append('not a fork');
+    }
+    lineage.append(' · ');
+    if (run.children && run.children.length) {
+      lineage.append('forks: ');
+      run.children.forEach((c, i) => lineage.append(...(i ? [', ', link(c)] : [link(c)])));
+    } else {
+      lineage.append('no forks');
+    }
+    body.append(lineage);
   }
 }
 
