@@ -73,24 +73,43 @@ class WidgetRepr:
 _model_class = None
 
 
-def model(fig):
+def model(fig, lock=None):
     """A ``jupyter_bokeh.BokehModel`` widget showing ``fig``, that loses no change made before
-    the browser shows it.
+    the browser shows it, and shows none twice. ``lock``: held while it touches the figure's
+    data (the lock of whoever streams into it from another thread).
 
     NOTE: BokehJS's view of the widget draws the document serialized when the widget was
     created, and changes reach it as messages that only a view already shown receives (seen:
-    points streamed right after a figure was built never appeared). So until the frontend
-    reports a view (``_view_count``), each change also re-serializes the document into the
-    widget's state, which the view draws from when it appears."""
+    points streamed right after a figure was built never appeared; and a stretch of a curve
+    drawn twice, when a view drew the refreshed state and then applied a patch it already
+    held). So (1) until the frontend reports a view (``_view_count``), each change also
+    re-serializes the document into the widget's state, which a view draws from when it
+    appears; (2) each time a view appears, every data source is sent again whole, which
+    replaces whatever the views hold with the kernel's data."""
     global _model_class
     if _model_class is None:
+        import contextlib
+
+        from bokeh.models import ColumnDataSource
         from jupyter_bokeh import BokehModel
 
         class Model(BokehModel):
+            def __init__(self, fig, lock=None, **kwargs):
+                self._data_lock = lock or contextlib.nullcontext()
+                super().__init__(fig, **kwargs)
+                self.observe(self._on_views, names="_view_count")
+
             def _document_patched(self, event):
                 super()._document_patched(event)
                 if not self._view_count and event.setter is not self:
                     self.render_bundle = self._model_to_traits(self._model)
 
+            def _on_views(self, change):
+                if (change["new"] or 0) <= (change["old"] or 0):
+                    return
+                with self._data_lock:
+                    for src in self._model.select(type=ColumnDataSource):
+                        src.data = {k: list(v) for k, v in src.data.items()}
+
         _model_class = Model
-    return _model_class(fig, _view_count=0)
+    return _model_class(fig, lock, _view_count=0)

@@ -244,7 +244,7 @@ class Dashboard(_bokeh.WidgetRepr):
             self._sources[key] = src
         fig.legend.location = "top_right"
         fig.legend.click_policy = "hide"
-        widget = _bokeh.model(fig)
+        widget = _bokeh.model(fig, self._lock)
         children = list(self.plots.children)
         if g in self._figures:
             old_widget = self._figures[g][1]

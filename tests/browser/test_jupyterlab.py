@@ -48,6 +48,17 @@ NEWEST = """() => { let n = 0;
   return n; }"""
 
 
+# curves whose iterations do not strictly increase (points drawn twice, or out of order)
+REPEATS = """() => { const bad = [];
+  for (const d of Bokeh.documents) for (const m of d._all_models.values()) {
+    const data = m.data; if (!data || m.type !== "ColumnDataSource") continue;
+    const x = Array.from(data instanceof Map ? data.get("x") : data["x"]);
+    for (let i = 1; i < x.length; i++)
+      if (!(x[i] > x[i - 1])) { bad.push(x.slice(0, i + 1)); break; }
+  }
+  return bad; }"""
+
+
 def test_dashboard_plots_live_and_its_buttons_work(browser, lab):
     page = open_and_run(browser, lab, "04_live_training_dashboard.ipynb", 5,
                         ".labkit-checkpoint-browser")
@@ -59,7 +70,9 @@ def test_dashboard_plots_live_and_its_buttons_work(browser, lab):
 
     first = wait_for(lambda: page.evaluate(NEWEST), what="plot points")
     wait_for(lambda: page.evaluate(NEWEST) > first + 10, what="new points while training")
+    dash.evaluate("e => e.scrollIntoView()")
     shot(page, "04-dashboard-training")
+    assert page.evaluate(REPEATS) == []
     dash.locator("button", has_text="Pause").click()
     wait_for(lambda: "paused" in dash.locator(".labkit-status").inner_text(), what="paused")
     paused_at = iteration()
@@ -78,6 +91,7 @@ def test_dashboard_plots_live_and_its_buttons_work(browser, lab):
     shot(page, "04-checkpoint-browser")
     dash.locator("button", has_text="Stop").click()
     wait_for(lambda: "finished" in dash.locator(".labkit-status").inner_text(), what="stop")
+    assert page.evaluate(REPEATS) == []
     page.close()
 
 

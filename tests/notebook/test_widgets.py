@@ -119,7 +119,10 @@ def test_plot_widgets_lose_no_change_made_before_the_browser_shows_them(patches)
     src.stream({"x": [2], "y": [0.25]})
     # not shown yet: the change is in the state a new view draws from
     assert "0.25" in str(bundle_json(widget))
-    widget._view_count = 1  # the frontend reports a view
+    before = len(patches)
+    widget._view_count = 1  # the frontend reports a view: the data is sent again, whole
+    resent = " ".join(str(p.get("payload")) for p in patches[before:])
+    assert "ColumnDataChanged" in resent and "[0.5,0.25]" in resent
     src.stream({"x": [3], "y": [0.125]})
     assert "0.125" not in str(bundle_json(widget))
     assert sum(p.get("msg") == "patch" for p in patches) >= 6  # and as patches to the view
