@@ -82,10 +82,11 @@ def model(fig, lock=None):
     created, and changes reach it as messages that only a view already shown receives (seen:
     points streamed right after a figure was built never appeared; and a stretch of a curve
     drawn twice, when a view drew the refreshed state and then applied a patch it already
-    held). So (1) until the frontend reports a view (``_view_count``), each change also
-    re-serializes the document into the widget's state, which a view draws from when it
-    appears; (2) each time a view appears, every data source is sent again whole, which
-    replaces whatever the views hold with the kernel's data."""
+    held, or a patch that had waited for the view to draw). So (1) until the frontend reports
+    a view (``_view_count``), changes are not sent as patches but re-serialized into the
+    widget's state, which a view draws from when it appears; (2) each time a view appears,
+    every data source is sent again whole, which replaces whatever the views hold with the
+    kernel's data; after that, changes go as patches."""
     global _model_class
     if _model_class is None:
         import contextlib
@@ -100,8 +101,9 @@ def model(fig, lock=None):
                 self.observe(self._on_views, names="_view_count")
 
             def _document_patched(self, event):
-                super()._document_patched(event)
-                if not self._view_count and event.setter is not self:
+                if self._view_count:
+                    super()._document_patched(event)
+                elif event.setter is not self:
                     self.render_bundle = self._model_to_traits(self._model)
 
             def _on_views(self, change):

@@ -49,6 +49,10 @@ def test_dashboard_streams_throttled_and_bounded(patches):
     assert dash._sources["train_loss"].data["x"][-1] == 480
     # a few pushes per second, not one per batch
     assert dash.pushes <= secs * 5.0 + 6, (dash.pushes, secs)
+    # no browser showed the figures: nothing went as patches, all of it is in their state
+    assert not [p for p in patches if p.get("msg") == "patch"]
+    assert repr(float(loss["y"][-1])) in str(bundle_json(dash._figures["loss"][1]))
+    dash._figures["loss"][1]._view_count = 1  # a browser shows one: its data is sent
     assert 0 < len([p for p in patches if p.get("msg") == "patch"])
     assert dash.progress.max == 12 and "epoch 40" in dash.info.value
     assert "finished" in repr(dash) and "loss" in repr(dash)
@@ -117,8 +121,9 @@ def test_plot_widgets_lose_no_change_made_before_the_browser_shows_them(patches)
     fig.line("x", "y", source=src)
     widget = _bokeh.model(fig)
     src.stream({"x": [2], "y": [0.25]})
-    # not shown yet: the change is in the state a new view draws from
+    # not shown yet: the change is in the state a new view draws from, and not sent
     assert "0.25" in str(bundle_json(widget))
+    assert not patches
     before = len(patches)
     widget._view_count = 1  # the frontend reports a view: the data is sent again, whole
     resent = " ".join(str(p.get("payload")) for p in patches[before:])
