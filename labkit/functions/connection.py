@@ -90,6 +90,22 @@ class Im2Col(Function):
         return Col2Im(self.k, self.s, self.d, self.in_shape, self.cfirst).apply((gy,))
 
 
+def _sum_windows_cnhw(out, col, k, s, d, out_hw):
+    """Add each window slice ``col[:, i, j]`` ((C, kh, kw, N, OH, OW) columns) into ``out``
+    (C, N, H, W) at its strided position; returns ``out``.
+
+    NOTE: summed in (C, N, H, W) order, where each window slice of col is contiguous (the
+    caller returns a transposed view): 4.2 ms -> 1.6 ms for the CNN benchmark's second
+    convolution."""
+    (kh, kw), (sh, sw), (dh, dw) = k, s, d
+    oh, ow = out_hw
+    for i in range(kh):
+        for j in range(kw):
+            out[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh,
+                j * dw: j * dw + sw * (ow - 1) + 1: sw] += col[:, i, j]
+    return out
+
+
 class Col2Im(Function):
     """The adjoint of Im2Col: windows summed back into (N, C, H, W)."""
 
@@ -106,14 +122,8 @@ class Col2Im(Function):
             if (sh, sw) == (kh, kw) and (dh, dw) == (1, 1) and (h, w) == (oh * kh, ow * kw):
                 col = col.transpose(3, 0, 1, 2, 4, 5)
                 return col.transpose(0, 1, 4, 2, 5, 3).reshape(self.shape)
-            # NOTE: summed in (C, N, H, W) order, where each window slice of col is contiguous,
-            # and returned as a transposed view: 4.2 ms -> 1.6 ms for the CNN benchmark's
-            # second convolution
-            out = zeros((c, n, h, w), col.dtype, col)
-            for i in range(kh):
-                for j in range(kw):
-                    out[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh,
-                        j * dw: j * dw + sw * (ow - 1) + 1: sw] += col[:, i, j]
+            out = _sum_windows_cnhw(zeros((c, n, h, w), col.dtype, col), col, self.k, self.s,
+                                    self.d, (oh, ow))
             return out.transpose(1, 0, 2, 3)
         if (sh, sw) == (kh, kw) and (dh, dw) == (1, 1) and (h, w) == (oh * kh, ow * kw):
             # windows tile the input exactly (pooling): col2im is a permutation, one copy
@@ -253,15 +263,10 @@ class Conv2dGradX(Function):
         g = self.g
         o, c, kh, kw = W.shape
         n = gy.shape[0]
-        (sh, sw), (ph, pw), (dh, dw) = g.s, g.p, g.d
-        (h, w), (oh, ow) = g.in_hw, g.out_hw
+        (ph, pw), (h, w), (oh, ow) = g.p, g.in_hw, g.out_hw
         gcol = (W.reshape(o, -1).T @ _np_gy2(gy)).reshape(c, kh, kw, n, oh, ow)
-        # summed in (C, N, H, W) order, where each window slice of gcol is contiguous
-        out = np.zeros((c, n, h + 2 * ph, w + 2 * pw), gcol.dtype)
-        for i in range(kh):
-            for j in range(kw):
-                out[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh,
-                    j * dw: j * dw + sw * (ow - 1) + 1: sw] += gcol[:, i, j]
+        out = _sum_windows_cnhw(np.zeros((c, n, h + 2 * ph, w + 2 * pw), gcol.dtype), gcol,
+                                g.k, g.s, g.d, g.out_hw)
         return out[:, :, ph:ph + h, pw:pw + w].transpose(1, 0, 2, 3)
 
     def backward(self, inputs, ggx):

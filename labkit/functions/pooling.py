@@ -7,7 +7,7 @@ import numpy as np
 from ..autograd.function import Function
 from ..errors import ShapeError
 from .array import expand_dims
-from .connection import _im2col, _pair
+from .connection import _cnhw, _im2col, _pair
 from .math import MulConstant, mean
 
 
@@ -61,11 +61,8 @@ def _canonical(a):
     """``a`` (N, C, H, W) as a C-contiguous array with the same last two axes, and the
     permutation (its own inverse) that gives it: a convolution's output is laid out
     (C, N, H, W) in memory."""
-    if a.flags["C_CONTIGUOUS"]:
-        return a, (0, 1, 2, 3)
-    t = a.transpose(1, 0, 2, 3)
-    if t.flags["C_CONTIGUOUS"]:
-        return t, (1, 0, 2, 3)
+    if _cnhw(a):
+        return a.transpose(1, 0, 2, 3), (1, 0, 2, 3)
     return np.ascontiguousarray(a), (0, 1, 2, 3)
 
 
@@ -112,7 +109,18 @@ class TiledMax(Function):
         return TileScatter(winners, share, self.k, self.perm).apply((gy,))
 
 
-class TileScatter(Function):
+class _TileLinear(Function):
+    """What TileScatter and TileGather (each the other's adjoint) share: the winners of each
+    tile position, their ``share``, the window and the layout."""
+
+    def __init__(self, winners, share, k, perm):
+        self.winners, self.share, self.k, self.perm = winners, share, k, perm
+
+    def _apply_other(self, cls, g):
+        return cls(self.winners, self.share, self.k, self.perm).apply((g,))
+
+
+class TileScatter(_TileLinear):
     """``gy`` (N, C, OH, OW) given to the tile positions that won (``winners``: a bool
     (N, C, OH, OW) array per position i*kw + j, in the layout ``perm``), times ``share``
     (1 / the winners in the tile; None: one winner each). Linear in ``gy``; its adjoint is
@@ -122,9 +130,6 @@ class TileScatter(Function):
     measured 3x slower."""
 
     name = "max_pool2d_grad"
-
-    def __init__(self, winners, share, k, perm):
-        self.winners, self.share, self.k, self.perm = winners, share, k, perm
 
     def forward(self, gy):
         kh, kw = self.k
@@ -138,17 +143,14 @@ class TileScatter(Function):
         return gx.transpose(self.perm)
 
     def backward(self, inputs, ggx):
-        return TileGather(self.winners, self.share, self.k, self.perm).apply((ggx,))
+        return self._apply_other(TileGather, ggx)
 
 
-class TileGather(Function):
+class TileGather(_TileLinear):
     """The adjoint of TileScatter: the sum over each tile of the winners' values, times
     ``share``."""
 
     name = "max_pool2d_grad_t"
-
-    def __init__(self, winners, share, k, perm):
-        self.winners, self.share, self.k, self.perm = winners, share, k, perm
 
     def forward(self, g):
         kh, kw = self.k
@@ -162,7 +164,7 @@ class TileGather(Function):
         return out.transpose(self.perm)
 
     def backward(self, inputs, gout):
-        return TileScatter(self.winners, self.share, self.k, self.perm).apply((gout,))
+        return self._apply_other(TileScatter, gout)
 
 
 def max_pool2d(x, ksize, stride=None, pad=0):

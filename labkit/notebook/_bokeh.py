@@ -1,8 +1,7 @@
-"""Bokeh inside ipywidgets, offline: BokehJS is loaded inline, once per kernel session."""
+"""Bokeh inside ipywidgets, offline: BokehJS is loaded inline (guarded) before each plot
+widget, and the widgets lose no change made before the browser shows them."""
 
 from __future__ import annotations
-
-_loaded = {"done": False}
 
 
 def require():
@@ -38,7 +37,7 @@ def loader_js() -> str:
             f"'{bokeh.__version__}') {{ (function() {{\n{body}\n}}).call(window); }}")
 
 
-def setup(force: bool = False) -> None:
+def setup() -> None:
     """Make sure the page has BokehJS, from the installed bokeh package (no network: the
     default CDN resources leave plots blank offline).
 
@@ -51,7 +50,6 @@ def setup(force: bool = False) -> None:
     from IPython.display import display
 
     display({"application/javascript": loader_js()}, raw=True)
-    _loaded["done"] = True
 
 
 class WidgetRepr:

@@ -551,26 +551,35 @@ const plugin: JupyterFrontEndPlugin<void> = {
         shell.activateById(widget.id);
       }
     });
-    app.commands.addCommand(CommandIDs.resume, {
-      label: 'Resume labkit run in the notebook',
-      caption: 'Insert a cell that continues the run from its newest checkpoint',
-      execute: async args => {
-        const id = await runFromArgs(args);
-        if (id) {
-          insertOrSay(resumeCode(id));
+    /** A command that inserts ``code(id)`` for the run into the active notebook. */
+    const addInsertCommand = (
+      command: string,
+      label: string,
+      caption: string,
+      code: (id: string) => string
+    ) =>
+      app.commands.addCommand(command, {
+        label,
+        caption,
+        execute: async args => {
+          const id = await runFromArgs(args);
+          if (id) {
+            insertOrSay(code(id));
+          }
         }
-      }
-    });
-    app.commands.addCommand(CommandIDs.dashboard, {
-      label: 'Open a labkit Dashboard of the run in the notebook',
-      caption: 'Insert a cell that shows the run live, from the run store',
-      execute: async args => {
-        const id = await runFromArgs(args);
-        if (id) {
-          insertOrSay(dashboardCode(id));
-        }
-      }
-    });
+      });
+    addInsertCommand(
+      CommandIDs.resume,
+      'Resume labkit run in the notebook',
+      'Insert a cell that continues the run from its newest checkpoint',
+      resumeCode
+    );
+    addInsertCommand(
+      CommandIDs.dashboard,
+      'Open a labkit Dashboard of the run in the notebook',
+      'Insert a cell that shows the run live, from the run store',
+      dashboardCode
+    );
     app.commands.addCommand(CommandIDs.fork, {
       label: 'Fork labkit run...',
       caption: 'A new run from a checkpoint, with config changes',
