@@ -14,7 +14,18 @@ The public API, as explicit re-exports::
     opt = lk.optimizers.Adam(lr=1e-3).setup(model)
 """
 
-from . import autograd, bricks, checkpoint, data, optimizers, regularizers, roles, runs, training
+from . import (
+    autograd,
+    bricks,
+    checkpoint,
+    config,
+    data,
+    optimizers,
+    regularizers,
+    roles,
+    runs,
+    training,
+)
 from .autograd import Function, Tensor, enable_grad, grad, no_grad, tensor
 from .backend import (
     Device,
@@ -28,13 +39,16 @@ from .backend import (
 from .backend.random import Generator
 from .errors import (
     CheckpointError,
+    ConfigError,
     DataError,
     DeviceError,
     DeviceMismatchError,
     DTypeError,
     KernelBuildError,
     LabkitError,
+    RunStoreError,
     ShapeError,
+    TrainingError,
     WorkerError,
 )
 from .graph import Graph
@@ -58,9 +72,10 @@ def _jupyter_labextension_paths():
 
 
 __all__ = [
-    "CheckpointError", "DataError", "Device", "DeviceError", "DeviceMismatchError", "DTypeError",
-    "Function", "Generator", "Graph", "KernelBuildError", "LabkitError", "ShapeError", "Tensor",
-    "WorkerError", "__version__", "asarray", "autograd", "best_device", "bricks", "checkpoint",
+    "CheckpointError", "ConfigError", "DataError", "Device", "DeviceError",
+    "DeviceMismatchError", "DTypeError", "Function", "Generator", "Graph", "KernelBuildError",
+    "LabkitError", "RunStoreError", "ShapeError", "Tensor", "TrainingError", "WorkerError",
+    "__version__", "asarray", "autograd", "best_device", "bricks", "checkpoint", "config",
     "data", "default_device", "device", "devices", "enable_grad", "get_array_module", "grad",
     "no_grad", "notebook", "optimizers", "regularizers", "resume", "roles", "runs", "tensor",
     "training",

@@ -46,3 +46,24 @@ class WorkerError(LabkitError, RuntimeError):
 
 class CheckpointError(LabkitError, ValueError):
     """A checkpoint that is incomplete, corrupted, of another format, or a state it cannot hold."""
+
+
+class ConfigError(LabkitError, ValueError):
+    """A ``LABKIT_*`` setting with a value labkit cannot use; names the setting and what it
+    accepts (see ``labkit.config``)."""
+
+
+class TrainingError(LabkitError):
+    """The loop cannot run as configured (no stop condition, a bad extension, ...)."""
+
+
+class NonFiniteError(LabkitError, FloatingPointError):
+    """A loss, parameter or gradient became NaN or infinite (raised by NaNGuard)."""
+
+
+class RunStoreError(LabkitError, KeyError):
+    """No such run or checkpoint, a request the store refuses, or a store file that cannot be
+    read (the message names the file and what to do)."""
+
+    def __str__(self):  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""

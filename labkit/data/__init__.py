@@ -26,7 +26,6 @@ from .converters import (
     convert_text,
     dataset_path,
     get,
-    home,
     read_idx,
 )
 from .datasets import Dataset, H5Dataset, IndexableDataset, write_h5
@@ -66,5 +65,5 @@ __all__ = [
     "Scheme", "SequentialExampleScheme", "SequentialScheme", "ShardedScheme",
     "ShuffledExampleScheme", "ShuffledScheme", "SortByLength", "Stream", "Transformer", "Unpack",
     "convert_cifar10", "convert_digits", "convert_mnist", "convert_npz", "convert_text",
-    "dataset_path", "get", "home", "read_idx", "write_h5",
+    "dataset_path", "get", "read_idx", "write_h5",
 ]

@@ -20,7 +20,6 @@ use; the converter can also write anywhere:
 from __future__ import annotations
 
 import gzip
-import os
 import struct
 import tarfile
 from collections import Counter
@@ -29,20 +28,16 @@ from pathlib import Path
 import numpy as np
 
 from ..backend.random import Generator
+from ..config import datasets_dir
 from ..errors import DataError
 from .datasets import H5Dataset, write_h5
 
 IMAGE_LABELS = {"features": ("batch", "channel", "height", "width"), "targets": ("batch",)}
 
 
-def home() -> Path:
-    """``$LABKIT_HOME`` (default ``~/.labkit``): datasets, the run store, checkpoints."""
-    return Path(os.environ.get("LABKIT_HOME") or Path.home() / ".labkit")
-
-
 def dataset_path(name: str) -> Path:
     """Where the standard file of dataset ``name`` lives: ``$LABKIT_HOME/datasets/NAME.h5``."""
-    return home() / "datasets" / f"{name}.h5"
+    return datasets_dir() / f"{name}.h5"
 
 
 # ---- digits ---------------------------------------------------------------------------------
@@ -271,4 +266,4 @@ def _corrupt(path) -> bool:
 
 
 __all__ = ["CONVERTERS", "convert_cifar10", "convert_digits", "convert_mnist", "convert_npz",
-           "convert_text", "dataset_path", "get", "home", "read_idx"]
+           "convert_text", "dataset_path", "get", "read_idx"]

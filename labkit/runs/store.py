@@ -18,7 +18,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import LabkitError
+from ..config import home
+from ..errors import RunStoreError
 
 STATUSES = ("created", "running", "paused", "finished", "failed", "interrupted")
 #: a running run whose heartbeat is older than this many seconds is shown as dead
@@ -44,16 +45,7 @@ CREATE INDEX IF NOT EXISTS checkpoints_run ON checkpoints (run_id, step);
 """
 
 
-class RunStoreError(LabkitError, KeyError):
-    """No such run or checkpoint, or a store that cannot be opened."""
-
-    def __str__(self):  # KeyError would repr() the message
-        return str(self.args[0]) if self.args else ""
-
-
 def default_path() -> Path:
-    from ..data.converters import home
-
     return home() / "runs.sqlite"
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import checkpoint as ckpt
 from ..autograd import no_grad
-from ..errors import LabkitError
+from ..errors import LabkitError, NonFiniteError
 from .loop import Extension, TrainingError, _scalar
 
 __all__ = ["Checkpoint", "DataStreamMonitoring", "EarlyStopping", "FinishAfter",
@@ -246,10 +246,6 @@ class LearningRateSchedule(Extension):
 
     def after_batch(self, loop):
         loop.log.report(lr=float(loop.optimizer.lr))
-
-
-class NonFiniteError(LabkitError, FloatingPointError):
-    """A loss, parameter or gradient became NaN or infinite (raised by NaNGuard)."""
 
 
 class NaNGuard(Extension):

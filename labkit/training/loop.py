@@ -18,15 +18,12 @@ import numpy as np
 from .. import checkpoint as ckpt
 from ..autograd import Tensor
 from ..backend.random import Generator
-from ..errors import CheckpointError, LabkitError
+from ..config import home
+from ..errors import CheckpointError, LabkitError, TrainingError
 
 EVENTS = ("before_training", "before_epoch", "before_batch", "after_batch", "after_epoch",
           "after_training", "on_interrupt", "on_error", "on_resumption")
 UNITS = ("batches", "epochs", "seconds")
-
-
-class TrainingError(LabkitError):
-    """The loop cannot run as configured (no stop condition, a bad extension, ...)."""
 
 
 # ---- extensions -----------------------------------------------------------------------------
@@ -707,8 +704,6 @@ class MainLoop:
 
                 self._store = runs.store()
             return
-        from ..data.converters import home
-
         if self.use_store:
             from .. import runs
 
@@ -726,8 +721,6 @@ class MainLoop:
     def attach(self, run_id: str) -> None:
         """Continue recording into the existing run ``run_id`` (used by ``resume``)."""
         from .. import runs
-        from ..data.converters import home
-
         run = runs.get(run_id)
         self.run_id = run_id
         self.directory = Path(run["directory"]) if run.get("directory") else home() / "runs" / \

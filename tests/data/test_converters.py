@@ -32,7 +32,7 @@ def test_digits_from_the_shipped_file(tmp_path):
 
 def test_get_builds_digits_and_rebuilds_a_corrupted_file():
     train = lk.data.get("digits")
-    assert train.num_examples == 1297 and train.path.parent == lk.data.home() / "datasets"
+    assert train.num_examples == 1297 and train.path.parent == lk.config.datasets_dir()
     raw = bytearray(train.path.read_bytes())
     import h5py
 

@@ -1,0 +1,69 @@
+"""Atomic files: written beside their final name, fsynced, renamed into place, and the directory
+fsynced, so a process killed at any instant leaves the old file or the new one, never half of
+one. Every file labkit writes for later (datasets, tuning results, kernel binaries, the
+checkpoint files) goes through here.
+
+Examples
+--------
+>>> import tempfile, pathlib
+>>> from labkit._fs import atomic_write
+>>> p = pathlib.Path(tempfile.mkdtemp()) / "tuning.json"
+>>> atomic_write(p, b'{"ok": 1}')
+>>> p.read_bytes()
+b'{"ok": 1}'
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+#: the prefix of every temporary file or directory labkit writes: what a crash can leave behind
+TMP_PREFIX = ".labkit-tmp-"
+
+
+def fsync_dir(path) -> None:
+    """Make a rename or a new entry in directory ``path`` durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - not on POSIX
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path) -> None:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+@contextmanager
+def atomic_path(path):
+    """Yield a temporary path beside ``path``; when the block ends without an error, the file
+    written there is fsynced and renamed to ``path``. On an error it is removed and ``path`` is
+    untouched. For writers that open files by name (h5py)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.")
+    os.close(fd)
+    tmp = Path(tmp)
+    try:
+        yield tmp
+        fsync_file(tmp)
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def atomic_write(path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` atomically (see the module docstring)."""
+    if isinstance(data, str):
+        data = data.encode()
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)
