@@ -49,11 +49,13 @@ class CheckpointBrowser(_bokeh.WidgetRepr):
 
     def refresh(self, select=None):
         from .. import runs
+        from ..runs import printable
 
         rows = runs.list()
         current = select or self.runs.value
-        self.runs.options = [(f"{r['id']}  {r['name'] or ''}  [{r['status']}]", r["id"])
-                             for r in rows]
+        # NOTE: option labels are shown as text (ipywidgets sets textContent), not HTML
+        self.runs.options = [(f"{r['id']}  {printable(r['name'] or '')}  [{r['status']}]",
+                              r["id"]) for r in rows]
         ids = [r["id"] for r in rows]
         if current in ids:
             self.runs.value = current
@@ -72,20 +74,21 @@ class CheckpointBrowser(_bokeh.WidgetRepr):
         recs = self._records()
         keys = []
         for c in recs:
-            keys += [k for k in c["metrics"] if k not in keys and not k.startswith("time")]
+            keys += [k for k in c["metrics"] if k not in keys and not str(k).startswith("time")]
         keys = keys[:6]
-        head = "".join(f"<th>{html.escape(k)}</th>" for k in ["step", "epoch", *keys, "MB",
-                                                             "valid", "written"])
+        # NOTE: every value is escaped here, at the boundary: names and metric keys are data
+        head = "".join(f"<th>{_cell(k)}</th>" for k in ["iteration", "epoch", *keys, "MB",
+                                                       "valid", "written"])
         body = ""
         for c in recs:
-            cells = [c["step"], c["epoch"], *[_fmt(c["metrics"].get(k)) for k in keys],
+            cells = [c["iteration"], c["epoch"], *[_fmt(c["metrics"].get(k)) for k in keys],
                      f"{c['size'] / 1e6:.2f}", "yes" if c["valid"] else "NO",
                      time.strftime("%H:%M:%S", time.localtime(c["created"]))]
-            body += "<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>"
+            body += "<tr>" + "".join(f"<td>{_cell(cell)}</td>" for cell in cells) + "</tr>"
         self.table.value = (f"<table class='labkit-checkpoints'><tr>{head}</tr>{body}</table>"
                             if recs else "<i>no checkpoints</i>")
-        self.checkpoints.options = [(f"step {c['step']}  {Path(c['path']).name}", c["id"])
-                                    for c in recs]
+        self.checkpoints.options = [(f"iteration {c['iteration']}  {Path(c['path']).name}",
+                                     c["id"]) for c in recs]
         if recs:
             self.checkpoints.value = recs[-1]["id"]
 
@@ -113,11 +116,11 @@ class CheckpointBrowser(_bokeh.WidgetRepr):
             if self.loop.running:
                 raise RuntimeError("the loop is training; pause or stop it before restoring")
             self.loop.load_checkpoint(c["path"])
-            return f"restored step {c['step']} into the loop"
+            return f"restored iteration {c['iteration']} into the loop"
         from ..training import resume
 
         self.loop = resume(c["path"], run=False)
-        return f"restored step {c['step']}: the loop is browser.loop"
+        return f"restored iteration {c['iteration']}: the loop is browser.loop"
 
     def fork(self) -> str:
         from .. import runs
@@ -131,24 +134,29 @@ class CheckpointBrowser(_bokeh.WidgetRepr):
                 from None
         if not isinstance(changes, dict):
             raise ValueError('changes must be a JSON object, e.g. {"lr": 0.001}')
-        child = runs.fork(c["run_id"], c["id"], **changes)
+        child = runs.fork(c["run_id"], c["id"], changes)
         self.last_fork = child
         self.refresh(select=self.runs.value)
         return f"forked run {child}; train it with lk.resume({child!r})"
 
     def delete(self) -> str:
-        from .. import checkpoint, runs
+        from .. import runs
 
         c = self._selected()
-        checkpoint.remove(c["path"])
-        runs.store().remove_checkpoint(c["id"])
+        files = runs.delete_checkpoint(c["id"])
         self._show_run()
-        return f"deleted checkpoint step {c['step']}"
+        kept = "" if files else " (its files were kept: see the log)"
+        return f"deleted checkpoint {c['id']} (iteration {c['iteration']}){kept}"
 
     def __repr__(self):
         n = len(self.checkpoints.options)
         return f"CheckpointBrowser(run {self.runs.value}: {n} checkpoints)"
 
 
-def _fmt(v):
-    return f"{v:.4g}" if isinstance(v, float) else html.escape("" if v is None else str(v))
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else "" if v is None else str(v)
+
+
+def _cell(v) -> str:
+    """``v`` as HTML text: ``<``, ``&`` and quotes escaped."""
+    return html.escape(str(v), quote=True)

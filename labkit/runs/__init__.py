@@ -5,22 +5,35 @@
     import labkit as lk
     lk.runs.list(status="running")          # newest first; "dead" = heartbeat stopped
     run = lk.runs.get(run_id)               # status, config, progress, parent_run, ...
-    lk.runs.metrics(run_id, ["loss"], since_step=100, max_points=500)
-    lk.runs.checkpoints(run_id)             # step, path, size, metrics, valid
+    lk.runs.metrics(run_id, ["loss"], since_iteration=100, max_points=500)
+    lk.runs.checkpoints(run_id)             # id, iteration, epoch, path, size, metrics, valid
     child = lk.runs.fork(run_id, lr=0.01)   # a new run from its newest checkpoint, config changed
+    child = lk.runs.fork(run_id, 12, {"checkpoint": "x"})   # from checkpoint 12; any key
     lk.resume(child)                        # trains it
+    lk.runs.delete_checkpoint(12)           # its files (only inside its run's folder) and record
+    lk.runs.delete(run_id)                  # refused while it trains (force=True to insist)
 
 The store is ``$LABKIT_HOME/runs.sqlite`` (default ``~/.labkit``); ``use_store(path)`` points
-this process elsewhere for a while.
+this process elsewhere for a while. Every failure is a ``RunStoreError``; its ``reason`` says
+which kind: ``"not_found"``, ``"deleted"`` (a write for a run deleted meanwhile), ``"invalid"``
+(a value the store refuses), ``"live"`` (deleting a training run), ``"damaged"`` (the file),
+``"failed"`` (locked, disk, newer schema). Configs are JSON objects of at most
+``MAX_CONFIG_BYTES``; ``printable(text)`` makes a stored name safe for a terminal.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from .store import DEAD_AFTER, STATUSES, RunStore, RunStoreError, default_path
+from ..errors import RunStoreError
+from .checks import MAX_CONFIG_BYTES, printable, refuse
+from .ids import RUN_ID, is_run_id, new_run_id
+from .store import DEAD_AFTER, STATUSES, RunStore, default_path
+
+log = logging.getLogger("labkit.runs")
 
 _override: list[Path] = []
 _stores: dict[Path, RunStore] = {}
@@ -52,52 +65,141 @@ def get(run_id: str) -> dict:
     return store().get(run_id)
 
 
-def metrics(run_id: str, keys=None, since_step=None, max_points=None) -> dict:
-    return store().metrics(run_id, keys, since_step, max_points)
+def metrics(run_id: str, keys=None, since_iteration=None, max_points=None, *,
+            since_step=None) -> dict:
+    return store().metrics(run_id, keys, since_iteration, max_points, since_step=since_step)
 
 
 def checkpoints(run_id: str) -> list[dict]:
     return store().checkpoints(run_id)
 
 
-def fork(run_id: str, checkpoint=None, **changes) -> str:
-    """A new run that starts from ``checkpoint`` of ``run_id`` (an id from ``checkpoints()``, a
-    path, or None for the newest valid one) with its config updated by ``changes``. The lineage
-    is recorded; ``lk.resume(new_id)`` trains it."""
+def _fork_point(s: RunStore, run_id: str, checkpoint):
+    """(record or None, path) of the checkpoint a fork of ``run_id`` starts from."""
+    from .. import checkpoint as ckpt
+
+    if checkpoint is None:
+        for c in reversed(s.checkpoints(run_id)):
+            if c["valid"] and Path(c["path"]).is_dir() and ckpt.verify(c["path"]) is None:
+                return c, Path(c["path"])
+        raise refuse(f"fork: run {run_id!r} has no valid checkpoint to start from", "invalid")
+    if isinstance(checkpoint, bool) or not isinstance(checkpoint, (int, str, Path)):
+        raise TypeError("fork: checkpoint must be a checkpoint id (int), a path or None, got "
+                        f"{type(checkpoint).__name__}")
+    if isinstance(checkpoint, int):
+        rec = s.checkpoint(checkpoint)
+        if rec["run_id"] != run_id:
+            raise refuse(f"fork: checkpoint {checkpoint} belongs to run {rec['run_id']}, not "
+                         f"to {run_id}", "invalid")
+        return rec, Path(rec["path"])
+    path = Path(checkpoint)
+    rec = next((c for c in s.checkpoints(run_id) if Path(c["path"]) == path), None)
+    return rec, path
+
+
+def fork(run_id: str, checkpoint=None, /, changes: dict | None = None, **kw) -> str:
+    """A new run that starts from ``checkpoint`` of ``run_id`` (an id from ``checkpoints()``,
+    a path, or None for the newest valid one) with its config updated by ``changes`` and the
+    keyword arguments (``changes`` can hold any key, also ``"checkpoint"`` or ``"run_id"``).
+    The lineage is recorded; ``lk.resume(new_id)`` trains it."""
+    from .. import checkpoint as ckpt
+
+    if changes is None:
+        changes = {}
+    elif not isinstance(changes, dict):
+        raise TypeError(f"fork: changes must be a dict, got {type(changes).__name__}")
+    twice = sorted(set(changes) & set(kw))
+    if twice:
+        raise TypeError(f"fork: {twice} given both in changes and as keyword arguments")
+    changes = {**changes, **kw}
+    s = store()
+    parent = s.get(run_id)
+    rec, path = _fork_point(s, run_id, checkpoint)
+    problem = ckpt.verify(path)
+    if problem:
+        what = (f"checkpoint {rec['id']} (iteration {rec['iteration']}) of run {run_id}"
+                if rec else f"checkpoint {path}")
+        raise refuse(f"fork: {what} cannot be used: {problem}", "invalid")
+    unknown = sorted(set(changes) - set(parent["config"]))
+    if unknown and parent["config"]:
+        raise refuse(f"fork: {unknown} are not in the config of run {run_id!r} "
+                     f"(its keys: {sorted(parent['config'])})", "invalid")
+    return s.create_run(name=parent["name"], config={**parent["config"], **changes},
+                        source=parent["source"], factory=parent["factory"], parent_run=run_id,
+                        parent_checkpoint=str(path),
+                        parent_checkpoint_id=rec["id"] if rec else None)
+
+
+def _inside(path: Path, folder) -> str | None:
+    """None if ``path`` is a real directory strictly inside ``folder``, else why not."""
+    if not folder:
+        return "its run has no folder"
+    if path.is_symlink():
+        return "it is a symbolic link"
+    try:
+        if Path(folder).resolve() not in path.resolve().parents:
+            return f"it lies outside its run's folder {folder}"
+    except (OSError, RuntimeError) as e:
+        return str(e)
+    return None
+
+
+def delete_checkpoint(checkpoint_id: int, *, run_id: str | None = None,
+                      files: bool = True, inside=None) -> bool:
+    """Delete checkpoint ``checkpoint_id``: its directory (only if it is a checkpoint that lies
+    inside its own run's folder, or inside ``inside``: the folder a loop was told to write its
+    checkpoints to; otherwise the files are kept and a warning logged), then its record. With
+    ``run_id``, a checkpoint of another run is refused. Returns whether files were removed.
+    The one way labkit deletes a checkpoint (the loop's pruning, the REST API and the
+    CheckpointBrowser all call it)."""
     from .. import checkpoint as ckpt
 
     s = store()
-    parent = s.get(run_id)
-    if checkpoint is None:
-        valid = [c for c in s.checkpoints(run_id) if c["valid"] and Path(c["path"]).exists()]
-        path = next((Path(c["path"]) for c in reversed(valid)
-                     if ckpt.verify(c["path"]) is None), None)
-        if path is None:
-            raise RunStoreError(f"fork: run {run_id!r} has no valid checkpoint to start from")
-    elif isinstance(checkpoint, int):
-        path = Path(s.checkpoint(checkpoint)["path"])
-    else:
-        path = Path(checkpoint)
-    problem = ckpt.verify(path)
-    if problem:
-        raise RunStoreError(f"fork: checkpoint {path} cannot be used: {problem}")
-    unknown = sorted(set(changes) - set(parent["config"]))
-    if unknown and parent["config"]:
-        raise RunStoreError(f"fork: {unknown} are not in the config of run {run_id!r} "
-                            f"(its keys: {sorted(parent['config'])})")
-    return s.create_run(name=parent["name"], config={**parent["config"], **changes},
-                        source=parent["source"], factory=parent["factory"], parent_run=run_id,
-                        parent_checkpoint=str(path))
+    rec = s.checkpoint(checkpoint_id)
+    if run_id is not None and rec["run_id"] != run_id:
+        raise refuse(f"run {run_id} has no checkpoint {checkpoint_id}", "not_found")
+    path = Path(rec["path"])
+    removed = False
+    if files and (path.exists() or path.is_symlink()):
+        try:
+            why = _inside(path, inside if inside is not None else
+                          s.get(rec["run_id"]).get("directory"))
+        except RunStoreError:
+            why = "its run no longer exists"
+        if why is None and not ((path / "manifest.json").is_file()
+                                or path.name.startswith("ckpt-")):
+            why = "it is not a checkpoint directory"
+        if why is None:
+            ckpt.remove(path)
+            removed = True
+        else:
+            log.warning("labkit: kept the files of checkpoint %s at %s: %s", rec["id"], path,
+                        why)
+    s.remove_checkpoint(rec["id"])
+    return removed
 
 
-def delete(run_id: str, files: bool = True) -> None:
-    """Delete a run from the store and, with ``files``, its checkpoint directory."""
-    s = store()
-    run = s.get(run_id)
-    s.delete(run_id)
-    if files and run.get("directory"):
-        shutil.rmtree(run["directory"], ignore_errors=True)
+def delete(run_id: str, files: bool = True, force: bool = False) -> None:
+    """Delete a run from the store and, with ``files``, its folder (only a real folder named
+    after the run). A run that is training is refused (``RunStoreError``, reason ``"live"``)
+    unless ``force``: its trainer would then fail at its next write."""
+    run = store().delete(run_id, force=force)
+    folder = run.get("directory")
+    if files and folder:
+        p = Path(folder)
+        if p.is_dir() and not p.is_symlink() and p.name == run["id"]:
+            shutil.rmtree(p, ignore_errors=True)
+        elif p.exists() or p.is_symlink():
+            log.warning("labkit: kept %s (not a folder named after run %s)", p, run["id"])
 
 
-__all__ = ["DEAD_AFTER", "STATUSES", "RunStore", "RunStoreError", "checkpoints", "default_path",
-           "delete", "fork", "get", "list", "metrics", "store", "use_store"]
+def remove_orphans() -> dict:
+    """Delete metric and checkpoint rows whose run is gone (left by older labkit); returns
+    ``{"metrics": n, "checkpoints": n}``."""
+    return store().remove_orphans()
+
+
+__all__ = ["DEAD_AFTER", "MAX_CONFIG_BYTES", "RUN_ID", "STATUSES", "RunStore", "RunStoreError",
+           "checkpoints", "default_path", "delete", "delete_checkpoint", "fork", "get",
+           "is_run_id", "list", "metrics", "new_run_id", "printable", "remove_orphans", "store",
+           "use_store"]

@@ -1,112 +1,108 @@
 """The run store: one SQLite file (WAL) that every process, widget and tool reads and writes.
 
-Tables: ``runs`` (status, times, heartbeat, host, pid, source, config, lineage), ``metrics``
-(run, step, epoch, key, value, time), ``checkpoints`` (run, step, path, size, metrics, valid).
-Writes use ``BEGIN IMMEDIATE`` (a deferred transaction that reads and then writes can fail with
-"database is locked" whatever the timeout), a busy timeout, and batches of metric rows.
+Tables (see ``schema.py`` for their versions): ``runs`` (status, times, heartbeat, host, pid,
+source, config, lineage), ``metrics`` (run, iteration, epoch, key, value, time; one row per
+run, key and iteration), ``checkpoints`` (run, iteration, epoch, path, size, metrics, valid).
+
+- Every write is one ``BEGIN IMMEDIATE`` transaction; a write for a run checks, inside it,
+  that the run exists, so a run deleted meanwhile never leaves rows behind: the write raises
+  ``RunStoreError`` (reason ``"deleted"``) instead.
+- Every public method reports SQLite's errors, and rows a damaged file yields, as
+  ``RunStoreError`` naming the file and what to do (``_db.guarded``).
+- A run that is training (status running or paused, a fresh heartbeat, and on this host a live
+  process) is not deleted unless ``force=True``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
 import socket
 import sqlite3
 import threading
 import time
-from contextlib import contextmanager
+import warnings
 from pathlib import Path
 
 from ..config import home
 from ..errors import RunStoreError
+from . import schema
+from ._db import connect, explain, guarded, pid_alive, transaction
+from .checks import config_json, refuse
+from .ids import new_run_id
+
+__all__ = ["DEAD_AFTER", "STATUSES", "RunStore", "RunStoreError", "default_path", "new_run_id"]
 
 STATUSES = ("created", "running", "paused", "finished", "failed", "interrupted")
 #: a running run whose heartbeat is older than this many seconds is shown as dead
 DEAD_AFTER = 60.0
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY, name TEXT, status TEXT NOT NULL, created REAL, started REAL,
-    ended REAL, heartbeat REAL, host TEXT, pid INTEGER, source TEXT, factory TEXT,
-    config TEXT, parent_run TEXT, parent_checkpoint TEXT, progress TEXT, error TEXT,
-    directory TEXT
-);
-CREATE TABLE IF NOT EXISTS metrics (
-    run_id TEXT NOT NULL, step INTEGER NOT NULL, epoch INTEGER, key TEXT NOT NULL,
-    value REAL, time REAL
-);
-CREATE INDEX IF NOT EXISTS metrics_run_key_step ON metrics (run_id, key, step);
-CREATE TABLE IF NOT EXISTS checkpoints (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, step INTEGER, epoch INTEGER,
-    path TEXT NOT NULL, size INTEGER, metrics TEXT, valid INTEGER, created REAL
-);
-CREATE INDEX IF NOT EXISTS checkpoints_run ON checkpoints (run_id, step);
-"""
+#: SQLite's integer range: query bounds outside it are clamped, not an OverflowError
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+_UPDATABLE = ("name", "status", "started", "ended", "heartbeat", "pid", "host", "progress",
+              "error", "config", "directory", "factory", "source")
 
 
 def default_path() -> Path:
     return home() / "runs.sqlite"
 
 
-def new_run_id() -> str:
-    """Sortable by creation time, unique across processes: ``20261203-081500-3fa9c1``."""
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+class _Renamed(dict):
+    """A record that still answers the old key ``"step"`` (deprecated: ``"iteration"``), until
+    every caller says ``iteration``. The alias is not a key: it never reaches JSON."""
+
+    def __missing__(self, key):
+        if key == "step":
+            warnings.warn('run store records say "iteration" now, not "step"',
+                          DeprecationWarning, stacklevel=2)
+            return self["iteration"]
+        raise KeyError(key)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return True
+def _bound(v) -> int:
+    return max(_INT_MIN, min(_INT_MAX, int(v)))
 
 
 class RunStore:
-    """The store at ``path`` (default ``$LABKIT_HOME/runs.sqlite``). Thread-safe; one
-    connection per thread."""
+    """The store at ``path`` (default ``$LABKIT_HOME/runs.sqlite``), created or migrated to
+    the current schema when opened. Thread-safe (one connection per thread) and safe across
+    processes."""
 
     def __init__(self, path=None):
         self.path = Path(path) if path is not None else default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._conn().executescript(_SCHEMA)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise refuse(f"{self.path}: cannot create the run store's folder ({e})",
+                         "failed") from None
+        self._conn()
+
+    def __repr__(self):
+        return f"RunStore({str(self.path)!r})"
 
     def _conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "conn", None)
         if c is None or getattr(self._local, "pid", None) != os.getpid():
+            c = connect(self.path)
             try:
-                c = sqlite3.connect(self.path, timeout=30.0, isolation_level=None,
-                                    check_same_thread=False)
-                c.execute("PRAGMA journal_mode=WAL")
-                c.execute("PRAGMA synchronous=NORMAL")
-                c.execute("PRAGMA busy_timeout=30000")
-            except sqlite3.DatabaseError as e:
-                raise RunStoreError(f"{self.path}: cannot open the run store ({e}); move the file "
-                                    "away to start a new one") from None
-            c.row_factory = sqlite3.Row
+                schema.ensure(c, self.path)
+            except BaseException:
+                c.close()
+                raise
             self._local.conn, self._local.pid = c, os.getpid()
         return c
 
-    @contextmanager
-    def _write(self):
-        c = self._conn()
-        c.execute("BEGIN IMMEDIATE")
-        try:
-            yield c
-        except BaseException:
-            c.execute("ROLLBACK")
-            raise
-        else:
-            c.execute("COMMIT")
+    def _damaged(self, what: str, e: Exception) -> RunStoreError:
+        return explain(self.path, ValueError(f"{what} cannot be read: {e}"))
+
+    def _require_run(self, c, run_id: str) -> None:
+        """Inside a write: the run exists, or the write is refused (no orphan rows)."""
+        if c.execute("SELECT 1 FROM runs WHERE id = ?", (str(run_id),)).fetchone() is None:
+            raise refuse(f"run {run_id!r} was deleted (or never existed) in {self.path}: "
+                         "nothing was written", "deleted")
 
     def close(self) -> None:
+        """Close this thread's connection (a later call opens a new one)."""
         c = getattr(self._local, "conn", None)
         if c is not None:
             c.close()
@@ -114,159 +110,283 @@ class RunStore:
 
     # ---- runs ---------------------------------------------------------------------------
     def create_run(self, name=None, config=None, source=None, factory=None, parent_run=None,
-                   parent_checkpoint=None, directory=None, status="created") -> str:
-        rid = new_run_id()
+                   parent_checkpoint=None, directory=None, status="created",
+                   parent_checkpoint_id=None) -> str:
+        """A new run; its id is sortable by time and unique (see ``labkit.runs.ids``)."""
+        text = config_json(config)
+        if status not in STATUSES:
+            raise ValueError(f"create_run: status must be one of {STATUSES}, got {status!r}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"create_run: name must be a string, got {type(name).__name__}")
         now = time.time()
-        with self._write() as c:
-            c.execute("INSERT INTO runs (id, name, status, created, host, pid, source, factory, "
-                      "config, parent_run, parent_checkpoint, directory, heartbeat) VALUES "
-                      "(?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                      (rid, name, status, now, socket.gethostname(), os.getpid(), source,
-                       factory, json.dumps(config or {}), parent_run, parent_checkpoint,
-                       str(directory) if directory else None, now))
-        return rid
+        for _ in range(8):
+            rid = new_run_id()
+            try:
+                with transaction(self._conn()) as c:
+                    c.execute("INSERT INTO runs (id, name, status, created, host, pid, source, "
+                              "factory, config, parent_run, parent_checkpoint, "
+                              "parent_checkpoint_id, directory, heartbeat) VALUES "
+                              "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                              (rid, name, status, now, socket.gethostname(), os.getpid(), source,
+                               factory, text, parent_run, parent_checkpoint,
+                               parent_checkpoint_id, str(directory) if directory else None,
+                               now))
+                return rid
+            except sqlite3.IntegrityError as e:
+                if "runs.id" not in str(e):
+                    raise
+        raise refuse(f"{self.path}: no unused run id in 8 tries (is the clock or the random "
+                     "generator stuck?)", "failed")
 
     def update_run(self, run_id: str, **fields) -> None:
-        allowed = {"name", "status", "started", "ended", "heartbeat", "pid", "host", "progress",
-                   "error", "config", "directory", "factory", "source"}
-        bad = set(fields) - allowed
+        """Set ``fields`` (name, status, started, ended, heartbeat, pid, host, progress,
+        error, config, directory, factory, source) of an existing run."""
+        bad = set(fields) - set(_UPDATABLE)
         if bad:
             raise ValueError(f"update_run: unknown fields {sorted(bad)}")
         if "status" in fields and fields["status"] not in STATUSES:
             raise ValueError(f"update_run: status must be one of {STATUSES}, got "
                              f"{fields['status']!r}")
-        for k in ("progress", "config"):
-            if k in fields and not isinstance(fields[k], str):
-                fields[k] = json.dumps(fields[k])
+        if "config" in fields:
+            cfg = fields["config"]
+            fields["config"] = config_json(json.loads(cfg) if isinstance(cfg, str) else cfg)
+        if "progress" in fields and not isinstance(fields["progress"], str):
+            fields["progress"] = json.dumps(fields["progress"])
+        if not fields:
+            return
         cols = ", ".join(f"{k} = ?" for k in fields)
-        with self._write() as c:
+        with transaction(self._conn()) as c:
             n = c.execute(f"UPDATE runs SET {cols} WHERE id = ?",  # noqa: S608 - names checked
-                          (*fields.values(), run_id)).rowcount
-        if not n:
-            raise RunStoreError(f"no run {run_id!r} in {self.path}")
+                          (*fields.values(), str(run_id))).rowcount
+            if not n:
+                self._require_run(c, run_id)
 
     def get(self, run_id: str) -> dict:
-        row = self._conn().execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        row = self._conn().execute("SELECT * FROM runs WHERE id = ?", (str(run_id),)).fetchone()
         if row is None:
-            raise RunStoreError(f"no run {run_id!r} in {self.path} (`labkit runs ls` lists them)")
+            raise refuse(f"no run {run_id!r} in {self.path} (`labkit runs ls` lists them)",
+                         "not_found")
         return self._run_dict(row)
 
+    def exists(self, run_id: str) -> bool:
+        return self._conn().execute("SELECT 1 FROM runs WHERE id = ?",
+                                    (str(run_id),)).fetchone() is not None
+
     def list(self, status: str | None = None, name: str | None = None) -> list[dict]:
-        """Runs, newest first; ``status`` may also be ``"dead"`` (running, heartbeat stopped)."""
+        """Runs, newest first; ``status`` may also be ``"dead"`` (running, heartbeat stopped);
+        ``name`` matches part of the name, literally."""
+        if status is not None and status not in (*STATUSES, "dead"):
+            raise refuse(f"list: status must be one of {(*STATUSES, 'dead')}, got {status!r}",
+                         "invalid")
         q, args = "SELECT * FROM runs", []
         if name:
-            q += " WHERE name LIKE ?"
-            args.append(f"%{name}%")
+            q += " WHERE name LIKE ? ESCAPE '\\'"
+            args.append("%" + str(name).replace("\\", "\\\\").replace("%", "\\%")
+                        .replace("_", "\\_") + "%")
         rows = [self._run_dict(r) for r in
-                self._conn().execute(q + " ORDER BY created DESC", args).fetchall()]
+                self._conn().execute(q + " ORDER BY created DESC, id DESC", args).fetchall()]
         return [r for r in rows if status is None or r["status"] == status]
+
+    def children(self, run_id: str) -> list[str]:
+        """The ids of the runs forked from ``run_id``, oldest first."""
+        return [r[0] for r in self._conn().execute(
+            "SELECT id FROM runs WHERE parent_run = ? ORDER BY created, id", (str(run_id),))]
 
     def _run_dict(self, row) -> dict:
         d = dict(row)
-        d["config"] = json.loads(d["config"] or "{}")
-        d["progress"] = json.loads(d["progress"]) if d.get("progress") else {}
-        d["stored_status"] = d["status"]
-        if d["status"] == "running":
-            stale = time.time() - (d["heartbeat"] or 0) > DEAD_AFTER
-            gone = d["host"] == socket.gethostname() and d["pid"] and not _pid_alive(d["pid"])
-            if stale or gone:
-                d["status"] = "dead"
+        try:
+            d["config"] = json.loads(d["config"] or "{}")
+            d["progress"] = json.loads(d["progress"]) if d.get("progress") else {}
+            if not isinstance(d["config"], dict) or not isinstance(d["progress"], dict):
+                raise ValueError("config and progress must be JSON objects")
+            d["stored_status"] = d["status"]
+            if d["status"] == "running":
+                stale = time.time() - (d["heartbeat"] or 0) > DEAD_AFTER
+                gone = d["host"] == socket.gethostname() and d["pid"] and \
+                    not pid_alive(d["pid"])
+                if stale or gone:
+                    d["status"] = "dead"
+        except (TypeError, ValueError) as e:
+            raise self._damaged(f"run {d.get('id')!r}", e) from e
         return d
 
-    def delete(self, run_id: str) -> None:
-        """Delete a run, its metrics and checkpoint records (and not the files: see
-        ``labkit.runs.delete``)."""
-        self.get(run_id)
-        with self._write() as c:
-            c.execute("DELETE FROM metrics WHERE run_id = ?", (run_id,))
-            c.execute("DELETE FROM checkpoints WHERE run_id = ?", (run_id,))
-            c.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+    def is_live(self, run: dict) -> bool:
+        """Whether ``run`` (a record from ``get``) is training now: running or paused, with a
+        heartbeat from the last ``DEAD_AFTER`` seconds and, on this host, a live process."""
+        if run.get("stored_status", run.get("status")) not in ("running", "paused"):
+            return False
+        try:
+            if time.time() - float(run.get("heartbeat") or 0) > DEAD_AFTER:
+                return False
+        except (TypeError, ValueError):
+            return False
+        return run.get("host") != socket.gethostname() or pid_alive(run.get("pid"))
+
+    def delete(self, run_id: str, force: bool = False) -> dict:
+        """Delete a run, its metrics and checkpoint records (not its files: see
+        ``labkit.runs.delete``), in one transaction; return the deleted record. A run that is
+        training is refused (reason ``"live"``) unless ``force``."""
+        with transaction(self._conn()) as c:
+            row = c.execute("SELECT * FROM runs WHERE id = ?", (str(run_id),)).fetchone()
+            if row is None:
+                raise refuse(f"no run {run_id!r} in {self.path}", "not_found")
+            run = self._run_dict(row)
+            if not force and self.is_live(run):
+                raise refuse(f"run {run_id} is training (pid {run['pid']} on {run['host']}, "
+                             f"status {run['stored_status']}): stop it first, or delete it "
+                             "with force=True (its trainer then fails at its next write)",
+                             "live")
+            c.execute("DELETE FROM metrics WHERE run_id = ?", (str(run_id),))
+            c.execute("DELETE FROM checkpoints WHERE run_id = ?", (str(run_id),))
+            c.execute("DELETE FROM runs WHERE id = ?", (str(run_id),))
+        return run
+
+    def remove_orphans(self) -> dict:
+        """Delete metric and checkpoint rows whose run no longer exists (older labkit left
+        them when a run was deleted while it trained); return how many of each. The files of
+        orphan checkpoints are not touched."""
+        with transaction(self._conn()) as c:
+            n = {t: c.execute(f"DELETE FROM {t} WHERE run_id NOT IN "  # noqa: S608 - fixed names
+                              "(SELECT id FROM runs)").rowcount
+                 for t in ("metrics", "checkpoints")}
+        return n
 
     # ---- metrics ------------------------------------------------------------------------
     def add_metrics(self, run_id: str, rows) -> None:
-        """Insert ``(step, epoch, key, value, time)`` rows in one transaction."""
-        rows = [(run_id, int(s), int(e) if e is not None else None, str(k), float(v), float(t))
-                for s, e, k, v, t in rows]
-        if rows:
-            with self._write() as c:
-                c.executemany("INSERT INTO metrics VALUES (?,?,?,?,?,?)", rows)
+        """Store ``(iteration, epoch, key, value, time)`` rows in one transaction. A row for a
+        (key, iteration) the run already has replaces it: every row is stored once, the newest
+        value wins (a resumed run may log an iteration again)."""
+        rows = [(str(run_id), int(i), int(e) if e is not None else None, str(k), float(v),
+                 float(t)) for i, e, k, v, t in rows]
+        if not rows:
+            return
+        with transaction(self._conn()) as c:
+            self._require_run(c, run_id)
+            c.executemany("INSERT INTO metrics (run_id, iteration, epoch, key, value, time) "
+                          "VALUES (?,?,?,?,?,?) ON CONFLICT (run_id, key, iteration) DO UPDATE "
+                          "SET epoch = excluded.epoch, value = excluded.value, "
+                          "time = excluded.time", rows)
 
-    def truncate_metrics(self, run_id: str, after_step: int) -> None:
-        """Delete the metrics of ``run_id`` logged after ``after_step`` (before a resume)."""
-        with self._write() as c:
-            c.execute("DELETE FROM metrics WHERE run_id = ? AND step > ?", (run_id,
-                                                                           int(after_step)))
+    def truncate_metrics(self, run_id: str, after_iteration: int | None = None, *,
+                         after_step: int | None = None) -> None:
+        """Delete the metrics of ``run_id`` logged after ``after_iteration`` (before a resume).
+        ``after_step`` is the old name (deprecated)."""
+        if after_step is not None:
+            warnings.warn("truncate_metrics(after_step=) is now after_iteration=",
+                          DeprecationWarning, stacklevel=3)
+            after_iteration = after_step
+        if after_iteration is None:
+            raise TypeError("truncate_metrics: give after_iteration")
+        with transaction(self._conn()) as c:
+            c.execute("DELETE FROM metrics WHERE run_id = ? AND iteration > ?",
+                      (str(run_id), _bound(after_iteration)))
+
+    def max_iteration(self, run_id: str) -> int:
+        """The last iteration ``run_id`` has metrics for, or -1."""
+        row = self._conn().execute("SELECT MAX(iteration) FROM metrics WHERE run_id = ?",
+                                   (str(run_id),)).fetchone()
+        return -1 if row[0] is None else int(row[0])
 
     def max_step(self, run_id: str) -> int:
-        row = self._conn().execute("SELECT MAX(step) FROM metrics WHERE run_id = ?",
-                                   (run_id,)).fetchone()
-        return -1 if row[0] is None else int(row[0])
+        """Deprecated name of ``max_iteration``."""
+        warnings.warn("RunStore.max_step is now max_iteration", DeprecationWarning,
+                      stacklevel=3)
+        return self.max_iteration(run_id)
 
     def metric_keys(self, run_id: str) -> list[str]:
         return [r[0] for r in self._conn().execute(
-            "SELECT DISTINCT key FROM metrics WHERE run_id = ? ORDER BY key", (run_id,))]
+            "SELECT DISTINCT key FROM metrics WHERE run_id = ? ORDER BY key", (str(run_id),))]
 
-    def metrics(self, run_id: str, keys=None, since_step: int | None = None,
-                max_points: int | None = None) -> dict[str, dict[str, list]]:
-        """``{key: {"step": [...], "epoch": [...], "value": [...], "time": [...]}}``, by step.
-
-        ``max_points`` downsamples each key evenly (keeping the last point)."""
+    def metrics(self, run_id: str, keys=None, since_iteration: int | None = None,
+                max_points: int | None = None, *, since_step: int | None = None
+                ) -> dict[str, dict[str, list]]:
+        """``{key: {"iteration": [...], "epoch": [...], "value": [...], "time": [...]}}`` in
+        iteration order, after ``since_iteration`` if given. ``max_points`` (at least 2)
+        downsamples each key evenly, keeping the first and last points. ``since_step`` is the
+        old name (deprecated)."""
+        if since_step is not None:
+            warnings.warn("metrics(since_step=) is now since_iteration=", DeprecationWarning,
+                          stacklevel=3)
+            since_iteration = since_step
+        if max_points is not None and (isinstance(max_points, bool) or int(max_points) < 2):
+            raise refuse(f"metrics: max_points must be at least 2, got {max_points!r}",
+                         "invalid")
         keys = self.metric_keys(run_id) if keys is None else (
-            [keys] if isinstance(keys, str) else list(keys))
+            [keys] if isinstance(keys, str) else [str(k) for k in keys])
         out = {}
         for k in keys:
-            q = "SELECT step, epoch, value, time FROM metrics WHERE run_id = ? AND key = ?"
-            args = [run_id, k]
-            if since_step is not None:
-                q += " AND step > ?"
-                args.append(int(since_step))
-            rows = self._conn().execute(q + " ORDER BY step, rowid", args).fetchall()
-            if max_points and len(rows) > max_points > 1:
+            q = "SELECT iteration, epoch, value, time FROM metrics WHERE run_id = ? AND key = ?"
+            args = [str(run_id), k]
+            if since_iteration is not None:
+                q += " AND iteration > ?"
+                args.append(_bound(since_iteration))
+            rows = self._conn().execute(q + " ORDER BY iteration", args).fetchall()
+            if max_points and len(rows) > max_points:
                 n = len(rows)
                 pick = sorted({round(i * (n - 1) / (max_points - 1)) for i in range(max_points)})
                 rows = [rows[i] for i in pick]
-            out[k] = {"step": [r[0] for r in rows], "epoch": [r[1] for r in rows],
-                      "value": [r[2] for r in rows], "time": [r[3] for r in rows]}
+            out[k] = _Renamed(iteration=[r[0] for r in rows], epoch=[r[1] for r in rows],
+                              value=[r[2] for r in rows], time=[r[3] for r in rows])
         return out
 
     # ---- checkpoints --------------------------------------------------------------------
-    def add_checkpoint(self, run_id, step, epoch, path, size, metrics=None, valid=True) -> int:
-        with self._write() as c:
-            return c.execute("INSERT INTO checkpoints (run_id, step, epoch, path, size, metrics, "
-                             "valid, created) VALUES (?,?,?,?,?,?,?,?)",
-                             (run_id, int(step), int(epoch), str(path), int(size),
-                              json.dumps(metrics or {}), int(bool(valid)), time.time())).lastrowid
+    def add_checkpoint(self, run_id, iteration, epoch, path, size, metrics=None,
+                       valid=True) -> int:
+        """Record a checkpoint written at ``iteration``; return its id."""
+        values = (str(run_id), int(iteration), int(epoch), str(path), int(size),
+                  json.dumps(metrics or {}), int(bool(valid)), time.time())
+        with transaction(self._conn()) as c:
+            self._require_run(c, run_id)
+            return c.execute("INSERT INTO checkpoints (run_id, iteration, epoch, path, size, "
+                             "metrics, valid, created) VALUES (?,?,?,?,?,?,?,?)",
+                             values).lastrowid
+
+    def _checkpoint_dict(self, row) -> dict:
+        d = _Renamed(row)
+        try:
+            d["metrics"] = json.loads(d["metrics"] or "{}")
+            if not isinstance(d["metrics"], dict):
+                raise ValueError("metrics must be a JSON object")
+        except (TypeError, ValueError) as e:
+            raise self._damaged(f"checkpoint {d.get('id')!r}", e) from e
+        d["valid"] = bool(d["valid"])
+        return d
 
     def checkpoints(self, run_id: str) -> list[dict]:
-        rows = self._conn().execute("SELECT * FROM checkpoints WHERE run_id = ? ORDER BY step, id",
-                                    (run_id,)).fetchall()
-        out = []
-        for r in rows:
-            d = dict(r)
-            d["metrics"] = json.loads(d["metrics"] or "{}")
-            d["valid"] = bool(d["valid"])
-            out.append(d)
-        return out
+        """The checkpoints of ``run_id``, oldest first: id, run_id, iteration, epoch, path,
+        size, metrics, valid, created."""
+        rows = self._conn().execute("SELECT * FROM checkpoints WHERE run_id = ? "
+                                    "ORDER BY iteration, id", (str(run_id),)).fetchall()
+        return [self._checkpoint_dict(r) for r in rows]
 
     def checkpoint(self, checkpoint_id: int) -> dict:
         r = self._conn().execute("SELECT * FROM checkpoints WHERE id = ?",
-                                 (int(checkpoint_id),)).fetchone()
+                                 (_bound(checkpoint_id),)).fetchone()
         if r is None:
-            raise RunStoreError(f"no checkpoint {checkpoint_id!r} in {self.path}")
-        d = dict(r)
-        d["metrics"] = json.loads(d["metrics"] or "{}")
-        d["valid"] = bool(d["valid"])
-        return d
+            raise refuse(f"no checkpoint {checkpoint_id!r} in {self.path}", "not_found")
+        return self._checkpoint_dict(r)
 
     def set_checkpoint(self, checkpoint_id: int, **fields) -> None:
         bad = set(fields) - {"valid", "path"}
         if bad:
             raise ValueError(f"set_checkpoint: unknown fields {sorted(bad)}")
+        if not fields:
+            return
         cols = ", ".join(f"{k} = ?" for k in fields)
-        with self._write() as c:
+        with transaction(self._conn()) as c:
             c.execute(f"UPDATE checkpoints SET {cols} WHERE id = ?",  # noqa: S608
-                      (*fields.values(), int(checkpoint_id)))
+                      (*fields.values(), _bound(checkpoint_id)))
 
-    def remove_checkpoint(self, checkpoint_id: int) -> None:
-        with self._write() as c:
-            c.execute("DELETE FROM checkpoints WHERE id = ?", (int(checkpoint_id),))
+    def remove_checkpoint(self, checkpoint_id: int) -> bool:
+        """Delete a checkpoint's record (not its files: see ``labkit.runs.delete_checkpoint``);
+        False if there was none."""
+        with transaction(self._conn()) as c:
+            return c.execute("DELETE FROM checkpoints WHERE id = ?",
+                             (_bound(checkpoint_id),)).rowcount > 0
+
+
+# every public method (and opening) reports damage as RunStoreError: one wrapper, not copies
+for _name, _fn in list(vars(RunStore).items()):
+    if callable(_fn) and (not _name.startswith("_") or _name == "__init__"):
+        setattr(RunStore, _name, guarded(_fn))
+del _name, _fn

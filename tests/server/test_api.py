@@ -40,14 +40,19 @@ async def test_runs_run_metrics_checkpoints(jp_fetch, trained):
     assert code == 200 and run["status"] == "finished" and run["config"]["epochs"] == 2
     assert run["progress"]["iteration"] == 24 and run["children"] == []
     code, m = await call(jp_fetch, "runs", trained.run_id, "metrics", keys="loss",
-                         since_step="20")
-    assert m["metrics"]["loss"]["step"] == [21, 22, 23, 24]
+                         since_iteration="20")
+    assert m["metrics"]["loss"]["iteration"] == [21, 22, 23, 24]
+    assert "step" not in m["metrics"]["loss"]
+    code, old = await call(jp_fetch, "runs", trained.run_id, "metrics", keys="loss",
+                           since_step="20")  # the old name of the parameter still works
+    assert code == 200 and old == m
     assert "train_loss" in m["keys"]
     code, m = await call(jp_fetch, "runs", trained.run_id, "metrics", keys="loss",
                          max_points="5")
-    assert len(m["metrics"]["loss"]["step"]) == 5 and m["metrics"]["loss"]["step"][-1] == 24
+    its = m["metrics"]["loss"]["iteration"]
+    assert len(its) == 5 and its[-1] == 24
     code, cks = await call(jp_fetch, "runs", trained.run_id, "checkpoints")
-    assert [c["step"] for c in cks["checkpoints"]][-2:] == [18, 24]
+    assert [c["iteration"] for c in cks["checkpoints"]][-2:] == [18, 24]
     assert all("path" not in c for c in cks["checkpoints"])  # ids cross the API, not paths
 
 
@@ -58,6 +63,8 @@ async def test_fork_and_delete(jp_fetch, trained):
     assert code == 201
     child = body["run"]
     assert child["parent_run"] == trained.run_id and child["config"]["lr"] == 0.1
+    assert child["parent_checkpoint"] == cks[0]["id"]  # an id, not a path
+    assert "directory" not in child
     code, run = await call(jp_fetch, "runs", trained.run_id)
     assert run["children"] == [child["id"]]
     code, body = await call(jp_fetch, "runs", trained.run_id, "fork", method="POST",
@@ -103,8 +110,8 @@ async def test_concurrent_requests_while_training_writes(jp_fetch):
             call(jp_fetch, "runs", loop.run_id, "metrics", keys="loss") for _ in range(20)],
             *[call(jp_fetch, "runs") for _ in range(10)])
         assert all(code == 200 for code, _ in results)
-        steps = [r["metrics"]["loss"]["step"] for _, r in results[:20]]
-        assert all(s == list(range(1, len(s) + 1)) for s in steps)  # no gaps, in order
+        its = [r["metrics"]["loss"]["iteration"] for _, r in results[:20]]
+        assert all(s == list(range(1, len(s) + 1)) for s in its)  # no gaps, in order
     finally:
         loop.stop()
         loop.wait()

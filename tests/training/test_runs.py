@@ -35,7 +35,7 @@ def test_four_processes_write_at_once_and_lose_nothing(tmp_path):
         assert p.exitcode == 0
     m = store.metrics(rid)
     assert sorted(m) == ["w0", "w1", "w2", "w3"]
-    assert all(m[k]["step"] == list(range(10_000)) for k in m)
+    assert all(m[k]["iteration"] == list(range(10_000)) for k in m)
     assert store._conn().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
@@ -61,14 +61,14 @@ def test_metrics_queries_and_errors(tmp_path):
     rid = store.create_run("q", config={"lr": 0.1})
     store.add_metrics(rid, [(i, i // 10, "loss", 1.0 / (i + 1), 0.0) for i in range(100)])
     store.add_metrics(rid, [(i, i // 10, "acc", i / 100, 0.0) for i in range(0, 100, 10)])
-    m = store.metrics(rid, ["loss"], since_step=89)
-    assert m["loss"]["step"] == list(range(90, 100)) and m["loss"]["epoch"][0] == 9
+    m = store.metrics(rid, ["loss"], since_iteration=89)
+    assert m["loss"]["iteration"] == list(range(90, 100)) and m["loss"]["epoch"][0] == 9
     d = store.metrics(rid, "loss", max_points=5)["loss"]
-    assert d["step"] == [0, 25, 50, 74, 99]
+    assert d["iteration"] == [0, 25, 50, 74, 99]
     assert store.metric_keys(rid) == ["acc", "loss"]
     assert store.get(rid)["config"] == {"lr": 0.1}
-    store.truncate_metrics(rid, after_step=49)
-    assert store.max_step(rid) == 49
+    store.truncate_metrics(rid, after_iteration=49)
+    assert store.max_iteration(rid) == 49
     with pytest.raises(RunStoreError, match="no run 'nope'"):
         store.get("nope")
     with pytest.raises(ValueError, match="status must be one of"):
@@ -88,11 +88,30 @@ def test_a_loop_mirrors_its_log_to_the_store(tmp_path):
     assert rec["status"] == "finished" and rec["name"] == "helper"
     assert rec["progress"]["iteration"] == 24 and rec["progress"]["epoch_length"] == 12
     assert m["loss"]["value"] == loop.log.series("loss")[1]
-    assert m["train_loss"]["step"] == [12, 24]
+    assert m["train_loss"]["iteration"] == [12, 24]
+
+
+def test_the_old_step_names_still_work_for_now(tmp_path):
+    """Deprecated aliases, until every caller says ``iteration``: ``max_step``,
+    ``truncate_metrics(after_step=)``, ``metrics(since_step=)`` and records' ``["step"]``."""
+    store = RunStore(tmp_path / "runs.sqlite")
+    rid = store.create_run("old names")
+    store.add_metrics(rid, [(i, 0, "loss", float(i), 0.0) for i in range(10)])
+    store.add_checkpoint(rid, 9, 0, tmp_path / "ckpt", 1)
+    with pytest.deprecated_call():
+        assert store.max_step(rid) == 9
+    with pytest.deprecated_call():
+        store.truncate_metrics(rid, after_step=7)
+    with pytest.deprecated_call():
+        assert store.metrics(rid, since_step=5)["loss"]["step"] == [6, 7]
+    with pytest.deprecated_call():
+        assert store.checkpoints(rid)[0]["step"] == 9
+    assert "step" not in store.checkpoints(rid)[0]  # an alias, not a key: JSON never sees it
 
 
 def test_a_corrupt_store_file_is_reported(tmp_path):
     bad = tmp_path / "runs.sqlite"
     bad.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(RunStoreError, match="cannot open the run store"):
+    with pytest.raises(RunStoreError, match="run store is damaged.*Move the file away") as e:
         RunStore(bad)
+    assert str(bad) in str(e.value) and e.value.reason == "damaged"

@@ -1,0 +1,88 @@
+"""Values that enter or leave the run store: configs (bounded, plain JSON) and text for a
+terminal (control characters escaped)."""
+
+from __future__ import annotations
+
+import json
+import math
+import unicodedata
+
+from ..errors import RunStoreError
+
+#: the largest config a run may have, as JSON (a config is hyperparameters, not data: every
+#: run-list request carries every run's config)
+MAX_CONFIG_BYTES = 64 * 1024
+#: how deeply a config may nest dicts and lists
+MAX_CONFIG_DEPTH = 32
+
+
+def refuse(message: str, reason: str) -> RunStoreError:
+    """A ``RunStoreError`` with ``reason``: ``"not_found"``, ``"deleted"``, ``"invalid"``,
+    ``"live"``, ``"damaged"`` or ``"failed"`` (the REST API maps it to 404, 404, 400, 409,
+    503, 503)."""
+    e = RunStoreError(message)
+    e.reason = reason
+    return e
+
+
+def config_json(config, what: str = "config") -> str:
+    """``config`` as JSON text, checked: a dict with string keys at every level, values that
+    are strings, finite numbers, booleans, None, lists or dicts, nested at most
+    ``MAX_CONFIG_DEPTH`` deep and at most ``MAX_CONFIG_BYTES`` long."""
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
+        raise refuse(f"{what} must be a dict (a JSON object), got {type(config).__name__}",
+                     "invalid")
+    # NOTE: iterative, so a hostile config nested 100,000 deep is refused, not a RecursionError
+    todo = [(config, what, 1)]
+    while todo:
+        v, where, depth = todo.pop()
+        if depth > MAX_CONFIG_DEPTH:
+            raise refuse(f"{what} nests deeper than {MAX_CONFIG_DEPTH} levels (at {where})",
+                         "invalid")
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if not isinstance(k, str):
+                    raise refuse(f"{what} keys must be strings, got {k!r} in {where}",
+                                 "invalid")
+                todo.append((x, f"{where}[{k[:40]!r}]", depth + 1))
+        elif isinstance(v, (list, tuple)):
+            todo.extend((x, f"{where}[{i}]", depth + 1) for i, x in enumerate(v))
+        elif isinstance(v, float) and not math.isfinite(v):
+            raise refuse(f"{what} values must be finite numbers, got {v} at {where}", "invalid")
+        elif not (v is None or isinstance(v, (str, int, float, bool))):
+            raise refuse(f"{what} values must be JSON values (str, number, bool, None, list, "
+                         f"dict), got {type(v).__name__} at {where}", "invalid")
+    text = json.dumps(config, allow_nan=False, separators=(",", ":"))
+    if len(text.encode()) > MAX_CONFIG_BYTES:
+        raise refuse(f"{what} is {len(text.encode()):,} bytes as JSON; the limit is "
+                     f"{MAX_CONFIG_BYTES:,} (labkit.runs.MAX_CONFIG_BYTES): keep data and "
+                     "long lists out of it and store a path or a name instead", "invalid")
+    return text
+
+
+# control, format (bidi overrides, zero-width), line/paragraph separators, lone surrogates
+_HIDDEN = ("Cc", "Cf", "Zl", "Zp", "Cs")
+_JOINERS = "\u200c\u200d"  # scripts and emoji sequences need them; they move nothing
+
+
+def printable(text) -> str:
+    """``text`` safe to print on a terminal: control and format characters (escape sequences,
+    carriage returns, bidirectional overrides, line and paragraph separators) become visible
+    escapes like ``\\x1b`` and ``\\u202e``; everything else is kept.
+
+    >>> printable("ok\\x1b[2Jname\\u202e")
+    'ok\\\\x1b[2Jname\\\\u202e'
+    """
+    if text is None:
+        return ""
+    out = []
+    for ch in str(text):
+        if unicodedata.category(ch) in _HIDDEN and ch not in _JOINERS:
+            n = ord(ch)
+            out.append(f"\\x{n:02x}" if n < 0x100 else
+                       f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)

@@ -1,0 +1,95 @@
+"""The run store's tables, their version (``PRAGMA user_version``) and the migrations.
+
+=======  ======================================================================================
+version  what changed
+=======  ======================================================================================
+0        the first store (no version set): the step counter is ``step``; metric rows may repeat
+2        ``step`` is ``iteration`` in ``metrics`` and ``checkpoints`` (one name for the counter,
+         as in the loop and its log); one metric row per (run, key, iteration), written as an
+         upsert; ``runs.parent_checkpoint_id`` (the checkpoint a fork started from, by id)
+=======  ======================================================================================
+
+An old store is migrated when a newer labkit first opens it, in one transaction: all of it or
+none of it. A store written by a newer labkit is refused, not guessed at.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from .checks import refuse
+
+VERSION = 2
+
+_TABLES = [
+    """CREATE TABLE IF NOT EXISTS runs (
+        id TEXT PRIMARY KEY, name TEXT, status TEXT NOT NULL, created REAL, started REAL,
+        ended REAL, heartbeat REAL, host TEXT, pid INTEGER, source TEXT, factory TEXT,
+        config TEXT, parent_run TEXT, parent_checkpoint TEXT, progress TEXT, error TEXT,
+        directory TEXT, parent_checkpoint_id INTEGER)""",
+    """CREATE TABLE IF NOT EXISTS metrics (
+        run_id TEXT NOT NULL, iteration INTEGER NOT NULL, epoch INTEGER, key TEXT NOT NULL,
+        value REAL, time REAL)""",
+    """CREATE TABLE IF NOT EXISTS checkpoints (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, iteration INTEGER,
+        epoch INTEGER, path TEXT NOT NULL, size INTEGER, metrics TEXT, valid INTEGER,
+        created REAL)""",
+]
+_INDEXES = [
+    "CREATE UNIQUE INDEX IF NOT EXISTS metrics_run_key_iteration "
+    "ON metrics (run_id, key, iteration)",
+    "CREATE INDEX IF NOT EXISTS checkpoints_run_iteration ON checkpoints (run_id, iteration)",
+    "CREATE INDEX IF NOT EXISTS runs_parent ON runs (parent_run)",
+]
+
+
+def _columns(c: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in c.execute(f"PRAGMA table_info({table})")]
+
+
+def _from_0(c: sqlite3.Connection) -> None:
+    """``step`` → ``iteration``; metric rows de-duplicated (the newest row of each run, key
+    and iteration wins, as an upsert would have); ``parent_checkpoint_id`` filled in from the
+    recorded path."""
+    if "parent_checkpoint_id" not in _columns(c, "runs"):
+        c.execute("ALTER TABLE runs ADD COLUMN parent_checkpoint_id INTEGER")
+    if "step" in _columns(c, "metrics"):
+        c.execute("DROP INDEX IF EXISTS metrics_run_key_step")
+        c.execute("ALTER TABLE metrics RENAME TO metrics_v0")
+        c.execute(_TABLES[1])
+        c.execute("INSERT INTO metrics (run_id, iteration, epoch, key, value, time) "
+                  "SELECT run_id, step, epoch, key, value, time FROM metrics_v0 WHERE rowid IN "
+                  "(SELECT MAX(rowid) FROM metrics_v0 GROUP BY run_id, key, step) "
+                  "ORDER BY rowid")
+        c.execute("DROP TABLE metrics_v0")
+    if "step" in _columns(c, "checkpoints"):
+        c.execute("DROP INDEX IF EXISTS checkpoints_run")
+        c.execute("ALTER TABLE checkpoints RENAME COLUMN step TO iteration")
+    c.execute("UPDATE runs SET parent_checkpoint_id = (SELECT k.id FROM checkpoints k "
+              "WHERE k.path = runs.parent_checkpoint ORDER BY k.id DESC LIMIT 1) "
+              "WHERE parent_checkpoint IS NOT NULL AND parent_checkpoint_id IS NULL")
+
+
+def ensure(c: sqlite3.Connection, path) -> None:
+    """Create the tables of a new store, or migrate an old one to ``VERSION``."""
+    version = c.execute("PRAGMA user_version").fetchone()[0]
+    if version == VERSION:
+        return
+    if version > VERSION:
+        raise refuse(f"{path}: this run store was written by a newer labkit (schema version "
+                     f"{version}; this labkit knows {VERSION}): upgrade labkit", "failed")
+    c.execute("BEGIN IMMEDIATE")
+    try:
+        # another process may have migrated it while this one waited for the write lock
+        version = c.execute("PRAGMA user_version").fetchone()[0]
+        if version < VERSION:
+            old = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if "runs" in old:
+                _from_0(c)
+            for statement in _TABLES + _INDEXES:
+                c.execute(statement)
+            c.execute(f"PRAGMA user_version = {VERSION}")
+    except BaseException:
+        c.execute("ROLLBACK")
+        raise
+    c.execute("COMMIT")

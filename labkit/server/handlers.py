@@ -1,0 +1,320 @@
+"""The REST handlers (paired with ``extensions/labkit-runs/src/api.ts``).
+
+Every request is checked before the store is touched: ids against ``labkit.runs.RUN_ID``,
+query values by type, range and length, bodies as UTF-8 JSON objects of known fields. Anything
+else is a 4xx with a JSON ``{"message": ...}``, never a 500 and never a change to the store.
+Responses carry ids, never filesystem paths: a run's ``directory`` stays on the server, its
+``parent_checkpoint`` is a checkpoint id, ``source`` is a file name, and paths in messages
+become ``<path>``. Config values are passed through as their owner wrote them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+from pathlib import PurePath
+
+import tornado.web
+from jupyter_server.base.handlers import APIHandler
+
+from .. import runs
+from ..errors import RunStoreError
+from ..runs import RUN_ID, STATUSES, is_run_id
+
+#: the largest request body (a fork's changes are a config: 64 KiB of JSON at most)
+MAX_BODY = 256 * 1024
+#: the longest query value (a list of metric keys)
+MAX_QUERY = 4096
+#: RunStoreError.reason → HTTP status
+STATUS_FOR = {"not_found": 404, "deleted": 404, "invalid": 400, "live": 409, "damaged": 503,
+              "failed": 503}
+_INT_RE = re.compile(r"-?[0-9]{1,18}")
+# an absolute path (or ~/...) not glued to a word: what `scrub` hides
+_PATH_RE = re.compile(r"(?<![\w.~/-])~?/[^\s'\"`<>|,;:()\[\]{}]+")
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def scrub(text) -> str:
+    """``text`` without filesystem paths: the store's file becomes "the run store", any other
+    absolute path ``<path>``."""
+    text = str(text)
+    try:
+        text = text.replace(str(runs.store().path), "the run store")
+    except RunStoreError:
+        pass
+    return _PATH_RE.sub("<path>", text)
+
+
+def _clean(v):
+    """JSON-safe: NaN and infinities become None (JSON has neither)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+def _scrub_strings(v):
+    if isinstance(v, str):
+        return scrub(v)
+    if isinstance(v, dict):
+        return {k: _scrub_strings(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_scrub_strings(x) for x in v]
+    return v
+
+
+def public_run(run: dict) -> dict:
+    """A run record as the API shows it: no paths."""
+    out = {k: v for k, v in run.items()
+           if k not in ("directory", "parent_checkpoint", "parent_checkpoint_id")}
+    out["parent_checkpoint"] = run.get("parent_checkpoint_id") if run.get("parent_run") \
+        else None
+    src = run.get("source")
+    out["source"] = PurePath(src).name if isinstance(src, str) and "/" in src else src
+    out["error"] = scrub(run["error"]) if run.get("error") else run.get("error")
+    out["progress"] = _scrub_strings(run.get("progress") or {})
+    return out
+
+
+def public_checkpoint(c: dict) -> dict:
+    return {k: v for k, v in c.items() if k != "path"}
+
+
+def endpoint(method):
+    """An authenticated handler method whose ``BadRequest`` and ``RunStoreError`` become JSON
+    errors with the right status (and no paths)."""
+
+    @functools.wraps(method)
+    def call(self, *args):
+        try:
+            return method(self, *args)
+        except BadRequest as e:
+            self.fail(e.status, e.message)
+        except RunStoreError as e:
+            status = STATUS_FOR.get(getattr(e, "reason", None), 500)
+            if status >= 500:
+                self.log.error("labkit: %s", e)
+            self.fail(status, scrub(e))
+
+    return tornado.web.authenticated(call)
+
+
+class Base(APIHandler):
+    def write_json(self, obj, status=200):
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(_clean(obj), allow_nan=False))
+
+    def fail(self, status, message):
+        self.write_json({"message": message}, status)
+
+    def write_error(self, status_code, **kwargs):
+        # NOTE: an unexpected exception's text may hold paths: the log gets it, not the client
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, tornado.web.HTTPError):
+            msg = exc.log_message or self._reason
+        else:
+            msg = f"{self._reason or 'error'} (the Jupyter server's log has the details)"
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"message": scrub(msg)}))
+
+    # -- checked inputs
+    def query(self, name: str, default=None) -> str | None:
+        v = self.get_query_argument(name, None)
+        if v is None or v == "":
+            return default
+        if len(v) > MAX_QUERY:
+            raise BadRequest(f"{name} is {len(v)} characters long; at most {MAX_QUERY}")
+        return v
+
+    def int_query(self, name: str, lo: int, hi: int, alias: str | None = None) -> int | None:
+        v = self.query(name)
+        if v is None and alias is not None:
+            v, name = self.query(alias), alias
+        if v is None:
+            return None
+        if not _INT_RE.fullmatch(v) or not lo <= int(v) <= hi:
+            raise BadRequest(f"{name} must be an integer from {lo} to {hi}, got {v[:40]!r}")
+        return int(v)
+
+    def body_object(self, fields: tuple) -> dict:
+        """The body as a JSON object with only ``fields`` (an empty body is ``{}``)."""
+        raw = self.request.body or b""
+        if len(raw) > MAX_BODY:
+            raise BadRequest(f"the body is {len(raw):,} bytes; at most {MAX_BODY:,}", 413)
+        if not raw.strip():
+            return {}
+        want = "the body must be a JSON object: {" + ", ".join(f'"{f}": ...' for f in fields) \
+            + "}"
+        try:
+            body = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+        except UnicodeDecodeError:
+            raise BadRequest(f"{want}, in UTF-8") from None
+        except (ValueError, RecursionError) as e:
+            raise BadRequest(f"{want} ({str(e)[:80]})") from None
+        if not isinstance(body, dict):
+            raise BadRequest(f"{want}, got {type(body).__name__}")
+        unknown = sorted(set(body) - set(fields))
+        if unknown:
+            raise BadRequest(f"{want}; unknown fields {[u[:40] for u in unknown[:5]]}")
+        return body
+
+    def run_or_404(self, run_id) -> dict:
+        if not is_run_id(run_id):
+            raise BadRequest(f"not a run id: {run_id[:40]!r}")
+        try:
+            return runs.get(run_id)
+        except RunStoreError as e:
+            if getattr(e, "reason", None) == "not_found":
+                raise BadRequest(f"no run {run_id}", 404) from None
+            raise
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+class Runs(Base):
+    @endpoint
+    def get(self):
+        status = self.query("status")
+        if status == "all":
+            status = None
+        if status is not None and status not in (*STATUSES, "dead"):
+            raise BadRequest(f"status must be one of {['all', *STATUSES, 'dead']}, got "
+                             f"{status[:40]!r}")
+        name = self.query("name")
+        if name is not None and len(name) > 200:
+            raise BadRequest("name is longer than 200 characters")
+        shown = []
+        for r in runs.list(status=status, name=name):
+            if is_run_id(r["id"]):
+                shown.append(public_run(r))
+            else:  # the API could not address it: never list it
+                self.log.warning("labkit: run %r in the store is not a valid run id; the API "
+                                 "skips it", str(r["id"])[:80])
+        self.write_json({"runs": shown})
+
+
+class Run(Base):
+    @endpoint
+    def get(self, run_id):
+        run = public_run(self.run_or_404(run_id))
+        run["children"] = [c for c in runs.store().children(run_id) if is_run_id(c)]
+        self.write_json(run)
+
+    @endpoint
+    def delete(self, run_id):
+        self.run_or_404(run_id)
+        force = self.query("force", "0")
+        if force not in ("0", "1", "true", "false"):
+            raise BadRequest(f"force must be 0, 1, true or false, got {force[:40]!r}")
+        runs.delete(run_id, files=True, force=force in ("1", "true"))
+        self.write_json({"deleted": run_id})
+
+
+class Metrics(Base):
+    @endpoint
+    def get(self, run_id):
+        self.run_or_404(run_id)
+        keys = self.query("keys")
+        since = self.int_query("since_iteration", -(2**62), 2**62, alias="since_step")
+        mp = self.int_query("max_points", 2, 100_000)
+        store = runs.store()
+        known = store.metric_keys(run_id)
+        wanted = known if not keys else [k for k in keys.split(",") if k]
+        missing = [k for k in wanted if k not in known]
+        if missing:
+            raise BadRequest(f"run {run_id} has no metric {missing[0][:80]!r} (it has "
+                             f"{known[:50]})", 404)
+        self.write_json({"keys": known, "metrics": store.metrics(run_id, wanted, since, mp)})
+
+
+class Checkpoints(Base):
+    @endpoint
+    def get(self, run_id):
+        self.run_or_404(run_id)
+        self.write_json({"checkpoints": [public_checkpoint(c)
+                                         for c in runs.checkpoints(run_id)]})
+
+
+def _own_checkpoint(run_id: str, cid: int) -> dict:
+    try:
+        rec = runs.store().checkpoint(cid)
+    except RunStoreError as e:
+        if getattr(e, "reason", None) != "not_found":
+            raise
+        rec = None
+    if rec is None or rec["run_id"] != run_id:
+        raise BadRequest(f"run {run_id} has no checkpoint {cid}", 404)
+    return rec
+
+
+class Checkpoint(Base):
+    @endpoint
+    def delete(self, run_id, cid):
+        self.run_or_404(run_id)
+        rec = _own_checkpoint(run_id, int(cid))
+        files = runs.delete_checkpoint(rec["id"], run_id=run_id)
+        self.write_json({"deleted": rec["id"], "files_removed": files})
+
+
+class Fork(Base):
+    @endpoint
+    def post(self, run_id):
+        self.run_or_404(run_id)
+        body = self.body_object(("checkpoint", "changes"))
+        cid, changes = body.get("checkpoint"), body.get("changes")
+        if cid is not None and (isinstance(cid, bool) or not isinstance(cid, int)
+                                or not 1 <= cid < 2**63):
+            raise BadRequest(f"checkpoint must be a checkpoint id (a positive integer) or null, "
+                             f"got {json.dumps(cid)[:40]}")
+        if changes is not None and not isinstance(changes, dict):
+            raise BadRequest(f"changes must be an object of config keys and values, got "
+                             f"{type(changes).__name__}")
+        if cid is not None:
+            _own_checkpoint(run_id, cid)
+        child = runs.fork(run_id, cid, changes or {})
+        self.write_json({"run": public_run(runs.get(child))}, 201)
+
+
+class NoSuchEndpoint(Base):
+    """A valid run id followed by a path the API does not have."""
+
+    @endpoint
+    def get(self, run_id, rest):
+        raise BadRequest(f"no such endpoint: runs/{run_id}/{rest[:40]}", 404)
+
+    delete = post = put = patch = get
+
+
+class BadId(Base):
+    """Anything under runs/ that is not a run id (e.g. ``..%2F..%2Fetc``) is refused."""
+
+    @endpoint
+    def get(self, what, rest=None):
+        raise BadRequest(f"not a run id: {what[:40]!r}")
+
+    delete = post = put = patch = get
+
+
+HANDLERS = [
+    (r"runs/?", Runs),
+    (rf"runs/({RUN_ID})/?", Run),
+    (rf"runs/({RUN_ID})/metrics/?", Metrics),
+    (rf"runs/({RUN_ID})/checkpoints/?", Checkpoints),
+    (rf"runs/({RUN_ID})/checkpoints/([0-9]{{1,18}})/?", Checkpoint),
+    (rf"runs/({RUN_ID})/fork/?", Fork),
+    (rf"runs/({RUN_ID})/(.+)", NoSuchEndpoint),
+    (r"runs/([^/]+)(/.*)?", BadId),
+]
