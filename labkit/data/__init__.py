@@ -37,7 +37,6 @@ from .schemes import (
     ShuffledExampleScheme,
     ShuffledScheme,
 )
-from .server import Parallel
 from .streams import DataStream, RandomTransformer, Stream, Transformer
 from .transformers import (
     Batch,
@@ -57,6 +56,7 @@ from .transformers import (
     SortByLength,
     Unpack,
 )
+from .workers import Parallel
 
 __all__ = [
     "CONVERTERS", "Batch", "Bucket", "Cast", "DataStream", "Dataset", "Filter", "Flatten",

@@ -104,7 +104,7 @@ def _child(tmp_path, body):
     script.write_text(textwrap.dedent(f"""
         import sys, time
         from tests.data import helpers
-        from tests.data.test_server import stream
+        from tests.data.test_workers import stream
         if __name__ == "__main__":
             s = stream(helpers.square_features)
             it = iter(s)
