@@ -57,6 +57,17 @@ from .training import resume
 __version__ = "0.1.0"
 
 
+def _dashboard(loop, **kwargs):
+    import importlib
+
+    return importlib.import_module(".notebook", __name__).Dashboard(loop, **kwargs)
+
+
+# NOTE: the package root wires the layers: loop.show() is a notebook Dashboard, and the
+# training layer never imports the notebook layer above it
+training.loop.set_viewer(_dashboard)
+
+
 def __getattr__(name):
     # NOTE: the widgets import ipywidgets and bokeh: only when first used (lk.notebook....)
     if name == "notebook":

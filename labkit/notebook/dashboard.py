@@ -7,7 +7,7 @@ import math
 import threading
 import time
 
-from ..training.loop import Extension, MainLoop
+from ..training import Extension, MainLoop
 from . import _bokeh
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -89,7 +89,7 @@ class Dashboard(_bokeh.WidgetRepr):
 
         self.loop = source if isinstance(source, MainLoop) else None
         if self.loop is not None:
-            self.loop._ensure_run()  # the run exists (status "created") before it trains
+            self.loop.ensure_run()  # the run exists (status "created") before it trains
         self.run_id = source.run_id if self.loop is not None else str(source)
         self.metrics = None if metrics is None else list(metrics)
         self.max_rate, self.max_points, self.tail = float(max_rate), int(max_points), int(tail)
@@ -99,7 +99,7 @@ class Dashboard(_bokeh.WidgetRepr):
         self._groups: dict[str, list[str]] = {}
         self._sources: dict = {}
         self._last_push = 0.0
-        self._row_mark = (0, set())  # (first log row not fully sent, keys sent of that row)
+        self._cursor = None  # a read cursor on the loop's log: each value is sent once
         self._rate = (time.perf_counter(), 0)
         self._last_step: dict[str, int] = {}
         self._stopped_polling = threading.Event()
@@ -125,7 +125,8 @@ class Dashboard(_bokeh.WidgetRepr):
         self.widget.add_class("labkit-dashboard")
         if self.loop is not None:
             self._feed = self.loop.add(_Feed(self))
-            self._load_rows(self.loop.log.rows)
+            self._cursor = self.loop.log.cursor()
+            self._load_history()
             self._update(self.loop, force=True)
         else:
             self._load_store()
@@ -273,14 +274,9 @@ class Dashboard(_bokeh.WidgetRepr):
                     self._sources[key].stream({"x": xs, "y": ys}, rollover=self.max_points)
             self.pushes += 1
 
-    def _load_rows(self, rows):
-        points: dict = {}
-        for r in rows:
-            for k, v in r.items():
-                if _plottable(k, v):
-                    points.setdefault(k, ([], []))
-                    points[k][0].append(r["iteration"])
-                    points[k][1].append(v)
+    def _load_history(self):
+        """The whole log so far (read through the cursor, so nothing is sent twice)."""
+        points = self._collect()
         # NOTE: long histories are thinned to max_points evenly (the newest point kept)
         for k, (xs, ys) in points.items():
             if len(xs) > self.max_points:
@@ -289,21 +285,14 @@ class Dashboard(_bokeh.WidgetRepr):
                               | {len(xs) - 1})
                 points[k] = ([xs[i] for i in pick], [ys[i] for i in pick])
         self._stream(points)
-        self._row_mark = (len(rows) - 1, set(rows[-1])) if rows else (0, set())
 
-    def _collect(self, rows) -> dict:
-        start, sent = self._row_mark
+    def _collect(self) -> dict:
         points: dict = {}
-        for i in range(start, len(rows)):
-            r = rows[i]
-            done = sent if i == start else set()
-            for k, v in r.items():
-                if k not in done and _plottable(k, v):
-                    points.setdefault(k, ([], []))
-                    points[k][0].append(r["iteration"])
-                    points[k][1].append(v)
-        if rows:
-            self._row_mark = (len(rows) - 1, set(rows[-1]))
+        for it, _, k, v in self._cursor.read():
+            if _plottable(k, v):
+                xs, ys = points.setdefault(k, ([], []))
+                xs.append(it)
+                ys.append(v)
         return points
 
     def _update(self, loop, force=False):
@@ -312,7 +301,7 @@ class Dashboard(_bokeh.WidgetRepr):
             return
         self._last_push = now
         with self._lock:
-            self._stream(self._collect(loop.log.rows))
+            self._stream(self._collect())
             self._show_progress(loop, now)
             self._show_tail(loop.log.rows)
         self._refresh_controls()
@@ -365,11 +354,11 @@ class Dashboard(_bokeh.WidgetRepr):
         from .. import runs
 
         data = runs.metrics(self.run_id, max_points=self.max_points)
-        points = {k: (m["step"], m["value"]) for k, m in data.items()
+        points = {k: (m["iteration"], m["value"]) for k, m in data.items()
                   if m["value"] and _plottable(k, m["value"][-1])}
         for k, m in data.items():
-            if m["step"]:
-                self._last_step[k] = m["step"][-1]
+            if m["iteration"]:
+                self._last_step[k] = m["iteration"][-1]
         self._stream(points)
         self._refresh_controls()
         self._show_title()
@@ -384,10 +373,11 @@ class Dashboard(_bokeh.WidgetRepr):
                 return
             points = {}
             for k in runs.store().metric_keys(self.run_id):
-                m = runs.metrics(self.run_id, [k], since_step=self._last_step.get(k, -1))[k]
-                if m["step"]:
-                    self._last_step[k] = m["step"][-1]
-                    points[k] = (m["step"], m["value"])
+                m = runs.metrics(self.run_id, [k],
+                                 since_iteration=self._last_step.get(k, -1))[k]
+                if m["iteration"]:
+                    self._last_step[k] = m["iteration"][-1]
+                    points[k] = (m["iteration"], m["value"])
             if points:
                 self._stream(points)
             self._show_title()
@@ -398,7 +388,7 @@ class Dashboard(_bokeh.WidgetRepr):
         """Stop following the run and detach from the loop."""
         self._stopped_polling.set()
         if self.loop is not None and self._feed in self.loop.extensions:
-            self.loop.extensions.remove(self._feed)
+            self.loop.remove(self._feed)
         self.widget.close()
 
 

@@ -13,10 +13,17 @@
     loop.log.series("valid_loss")  # the log, also in the run store (lk.runs)
     lk.resume(loop.run_id)         # continue a run from its newest valid checkpoint
 
-``check_resume(make_loop, at_batch=k)`` trains once straight through and once stopped at batch
-``k`` and resumed from a checkpoint, and reports the first difference (there should be none).
+``check_resume(make_loop, at_iteration=k)`` trains once straight through and once stopped at
+iteration ``k`` and resumed from a checkpoint, and reports the first difference (there should
+be none).
+
+The parts: ``loop`` (MainLoop), ``events`` (Extension, triggers, dispatch), ``log`` (the log
+and its read cursors), ``control`` (pause, stop, Ctrl-C), ``recorder`` (the run store),
+``resume`` (build, resume, check_resume), ``extensions`` (the ones that ship).
 """
 
+from ..errors import NonFiniteError, TrainingError
+from .events import EVENTS, UNITS, Extension
 from .extensions import (
     Checkpoint,
     DataStreamMonitoring,
@@ -24,27 +31,17 @@ from .extensions import (
     FinishAfter,
     LearningRateSchedule,
     NaNGuard,
-    NonFiniteError,
     Printing,
     ProgressBar,
     Timing,
     TrainingDataMonitoring,
 )
-from .loop import (
-    EVENTS,
-    Extension,
-    Log,
-    MainLoop,
-    ResumeCheck,
-    TrainingError,
-    build,
-    check_resume,
-    load_factory,
-    resume,
-)
+from .log import Cursor, Log
+from .loop import MainLoop
+from .resume import ResumeCheck, build, check_resume, load_factory, resume
 
-__all__ = ["EVENTS", "Checkpoint", "DataStreamMonitoring", "EarlyStopping", "Extension",
-           "FinishAfter", "LearningRateSchedule", "Log", "MainLoop", "NaNGuard",
+__all__ = ["EVENTS", "UNITS", "Checkpoint", "Cursor", "DataStreamMonitoring", "EarlyStopping",
+           "Extension", "FinishAfter", "LearningRateSchedule", "Log", "MainLoop", "NaNGuard",
            "NonFiniteError", "Printing", "ProgressBar", "ResumeCheck", "Timing",
            "TrainingDataMonitoring", "TrainingError", "build", "check_resume", "load_factory",
            "resume"]

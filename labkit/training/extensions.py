@@ -4,16 +4,17 @@ printing and a progress bar. Each is a small class; see ``Extension`` for writin
 from __future__ import annotations
 
 import math
+import re
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from .. import checkpoint as ckpt
 from ..autograd import no_grad
-from ..errors import LabkitError, NonFiniteError
-from .loop import Extension, TrainingError, _scalar
+from ..errors import CheckpointError, LabkitError, NonFiniteError, TrainingError
+from .events import Extension
+from .loop import _scalar
 
 __all__ = ["Checkpoint", "DataStreamMonitoring", "EarlyStopping", "FinishAfter",
            "LearningRateSchedule", "NaNGuard", "NonFiniteError", "Printing", "ProgressBar",
@@ -24,23 +25,45 @@ def _numeric(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _positive(value, what, kind=int):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) \
+            or not value > 0:
+        raise TrainingError(f"{what} must be a positive {'number' if kind is float else 'integer'}"
+                            f", got {value!r}")
+    return value
+
+
 class FinishAfter(Extension):
-    """Stop after ``epochs`` epochs, ``batches`` batches or ``seconds`` of training (whichever
-    comes first; counted over the whole run, across resumes)."""
+    """Stop after ``epochs`` epochs, ``iterations`` iterations (batches) or ``seconds`` of
+    training (whichever comes first; counted over the whole run, across resumes).
+    ``batches=`` is an older name of ``iterations=``."""
 
     every = None
     stops_training = True
 
-    def __init__(self, epochs: int | None = None, batches: int | None = None,
-                 seconds: float | None = None):
+    def __init__(self, epochs: int | None = None, iterations: int | None = None,
+                 seconds: float | None = None, *, batches: int | None = None):
         super().__init__()
-        if epochs is None and batches is None and seconds is None:
-            raise TrainingError("FinishAfter: give epochs=, batches= or seconds=")
-        self.epochs, self.batches, self.seconds = epochs, batches, seconds
+        if batches is not None:
+            if iterations is not None:
+                raise TrainingError("FinishAfter: give iterations= (batches= is its older name), "
+                                    "not both")
+            iterations = batches
+        if epochs is None and iterations is None and seconds is None:
+            raise TrainingError("FinishAfter: give epochs=, iterations= or seconds=")
+        self.epochs = _positive(epochs, "FinishAfter: epochs")
+        self.iterations = _positive(iterations, "FinishAfter: iterations")
+        self.seconds = _positive(seconds, "FinishAfter: seconds", float)
+
+    @property
+    def batches(self):  # the older name
+        return self.iterations
 
     def after_batch(self, loop):
-        if self.batches is not None and loop.status["iteration"] >= self.batches:
-            loop.stop(f"FinishAfter: {self.batches} batches")
+        if self.iterations is not None and loop.status["iteration"] >= self.iterations:
+            loop.stop(f"FinishAfter: {self.iterations} iterations")
         elif self.seconds is not None and loop.elapsed >= self.seconds:
             loop.stop(f"FinishAfter: {self.seconds:g} s")
 
@@ -52,8 +75,8 @@ class FinishAfter(Extension):
         # a run resumed (or forked) past its end stops at once instead of training one more
         if self.epochs is not None and loop.status["epoch"] >= self.epochs:
             loop.stop(f"FinishAfter: {self.epochs} epochs")
-        elif self.batches is not None and loop.status["iteration"] >= self.batches:
-            loop.stop(f"FinishAfter: {self.batches} batches")
+        elif self.iterations is not None and loop.status["iteration"] >= self.iterations:
+            loop.stop(f"FinishAfter: {self.iterations} iterations")
 
 
 class Timing(Extension):
@@ -223,7 +246,7 @@ class EarlyStopping(Extension):
 
 class LearningRateSchedule(Extension):
     """Set the optimizer's learning rate to ``schedule(epoch)`` before each epoch (or
-    ``schedule(iteration)`` before each batch with ``unit="batches"``), and report it as
+    ``schedule(iteration)`` before each batch with ``unit="iterations"``), and report it as
     ``lr``. ``schedule`` is any callable, e.g. ``lk.optimizers.Cosine(0.1, total=30)``."""
 
     every = None
@@ -232,8 +255,8 @@ class LearningRateSchedule(Extension):
         super().__init__(unit=unit)
         if not callable(schedule):
             raise TrainingError("LearningRateSchedule: schedule must be callable (epoch -> lr)")
-        if unit not in ("epochs", "batches"):
-            raise TrainingError("LearningRateSchedule: unit must be 'epochs' or 'batches'")
+        if self.unit not in ("epochs", "iterations"):
+            raise TrainingError("LearningRateSchedule: unit must be 'epochs' or 'iterations'")
         self.schedule = schedule
 
     def before_epoch(self, loop):
@@ -241,7 +264,7 @@ class LearningRateSchedule(Extension):
             loop.optimizer.lr = float(self.schedule(loop.status["epoch"]))
 
     def before_batch(self, loop):
-        if self.unit == "batches":
+        if self.unit == "iterations":
             loop.optimizer.lr = float(self.schedule(loop.status["iteration"]))
 
     def after_batch(self, loop):
@@ -293,63 +316,76 @@ class NaNGuard(Extension):
         return None
 
 
+_CKPT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")
+
+
 class Checkpoint(Extension):
     """Save a checkpoint every ``every`` ``unit`` (default: each epoch), on Ctrl-C and when
     training ends; keep the newest ``keep_last`` and, with ``keep_best="valid_loss"``, the best
-    by that metric (``mode`` min or max). ``directory``: default the run's directory."""
+    by that metric (``mode`` min or max). ``directory``: default the run's checkpoint directory.
+
+    Pruning only ever deletes checkpoints that this run wrote into that directory (their
+    manifest names this run, and the run store records them as this run's): a fork never
+    touches its parent's checkpoints, and a checkpoint's saved state cannot name a directory
+    to delete (it holds names inside the directory, which are checked when loaded).
+    """
 
     priority = -10
 
     def __init__(self, every=1, unit="epochs", keep_last: int | None = 3, keep_best=None,
                  mode="min", directory=None, on_interrupt=True, after_training=True):
         super().__init__(every=every, unit=unit)
-        self.keep_last, self.keep_best, self.mode = keep_last, keep_best, mode
+        if mode not in ("min", "max"):
+            raise TrainingError(f"Checkpoint: mode must be 'min' or 'max', got {mode!r}")
+        self.keep_last = _positive(keep_last, "Checkpoint: keep_last")
+        self.keep_best, self.mode = keep_best, mode
         self.directory = Path(directory) if directory is not None else None
         self._on_interrupt, self._after_training = on_interrupt, after_training
+        #: ``{"iteration", "metric", "name"}`` of the checkpoints kept, oldest first
         self.saved: list[dict] = []
+        self._dir: Path | None = self.directory
 
     def __call__(self, loop):
         self.save(loop)
 
     def save(self, loop):
-        if loop._checkpointed_at == loop.status["iteration"] and self.saved:
+        it = loop.status["iteration"]
+        if loop.last_checkpoint_iteration == it and self.saved:
             return
         value = loop.log[-1].get(self.keep_best) if (self.keep_best and len(loop.log)) else None
-        entry = {"step": loop.status["iteration"], "metric": value, "path": None}
-        self.saved = [s for s in self.saved if s["step"] != entry["step"]] + [entry]
+        entry = {"iteration": it, "metric": value if _numeric(value) else None, "name": None}
+        self.saved = [s for s in self.saved if s["iteration"] != it] + [entry]
         # NOTE: the entry is in self.saved before the state is taken, so the checkpoint knows
-        # about itself (its path is filled in below; it is the newest)
+        # about itself (its name is filled in below, and on resumption)
         path = loop.save_checkpoint(self.directory)
-        entry["path"] = str(path)
+        self._dir = path.parent
+        entry["name"] = path.name
         self._prune(loop)
 
-    def _prune(self, loop):
-        keep = set()
-        done = [s for s in self.saved if s["path"]]
-        if self.keep_last:
-            keep |= {s["path"] for s in done[-self.keep_last:]}
-        if self.keep_best:
-            scored = [s for s in done if _numeric(s["metric"])]
-            if scored:
-                pick = min if self.mode == "min" else max
-                keep.add(pick(scored, key=lambda s: s["metric"])["path"])
-        if self.keep_last is None:
-            return
-        for s in done:
-            if s["path"] not in keep:
-                ckpt.remove(s["path"])
-                if loop._store is not None:
-                    for c in loop._store.checkpoints(loop.run_id):
-                        if c["path"] == s["path"]:
-                            loop._store.remove_checkpoint(c["id"])
-        self.saved = [s for s in self.saved if s["path"] in keep or not s["path"]]
-
-    def best(self) -> Path | None:
-        scored = [s for s in self.saved if s["path"] and _numeric(s["metric"])]
+    def _pick_best(self, entries):
+        scored = [s for s in entries if s["name"] and _numeric(s["metric"])]
         if not scored:
             return None
         pick = min if self.mode == "min" else max
-        return Path(pick(scored, key=lambda s: s["metric"])["path"])
+        return pick(scored, key=lambda s: s["metric"])
+
+    def _prune(self, loop):
+        if self.keep_last is None:
+            return
+        done = [s for s in self.saved if s["name"]]
+        keep = {s["name"] for s in done[-self.keep_last:]}
+        best = self._pick_best(done) if self.keep_best else None
+        if best is not None:
+            keep.add(best["name"])
+        for s in done:
+            if s["name"] not in keep:
+                loop.recorder.delete_checkpoint(self._dir / s["name"], self._dir)
+        self.saved = [s for s in self.saved if s["name"] in keep or not s["name"]]
+
+    def best(self) -> Path | None:
+        """The kept checkpoint with the best ``keep_best`` metric."""
+        best = self._pick_best(self.saved)
+        return None if best is None or self._dir is None else self._dir / best["name"]
 
     def on_interrupt(self, loop):
         if self._on_interrupt:
@@ -363,16 +399,39 @@ class Checkpoint(Extension):
         return {"saved": [dict(s) for s in self.saved]}
 
     def load_state_dict(self, state):
-        self.saved = [dict(s) for s in state["saved"]]
+        saved = state.get("saved") if isinstance(state, dict) else None
+        if not isinstance(saved, list):
+            raise CheckpointError("Checkpoint: the saved state must be {'saved': [...]}")
+        entries = []
+        for i, s in enumerate(saved):
+            if not isinstance(s, dict):
+                raise CheckpointError(f"Checkpoint: saved[{i}] must be an object")
+            if "path" in s and "name" not in s:  # written by labkit 0.1: absolute paths
+                s = {"iteration": s.get("step"), "metric": s.get("metric"),
+                     "name": Path(s["path"]).name if isinstance(s["path"], str) else None}
+            it, metric, name = s.get("iteration"), s.get("metric"), s.get("name")
+            if isinstance(it, bool) or not isinstance(it, int) or it < 0:
+                raise CheckpointError(f"Checkpoint: saved[{i}]['iteration'] must be an integer "
+                                      f">= 0, got {it!r}")
+            if metric is not None and not _numeric(metric):
+                raise CheckpointError(f"Checkpoint: saved[{i}]['metric'] must be a number or "
+                                      f"null, got {metric!r}")
+            if name is not None and not (isinstance(name, str) and _CKPT_NAME.match(name)):
+                raise CheckpointError(f"Checkpoint: saved[{i}]['name'] must be the name of a "
+                                      f"checkpoint directory, got {name!r}")
+            entries.append({"iteration": it, "metric": metric, "name": name})
+        self.saved = entries
 
     def on_resumption(self, loop):
-        # the newest entry is the checkpoint that was being written when the state was taken
-        directory = self.directory or loop.directory / "checkpoints"
+        # the newest entry is the checkpoint that was being written when the state was taken;
+        # entries this run did not write (a fork holds its parent's) are forgotten, not pruned
+        self._dir = self.directory or loop.checkpoint_dir
         for s in self.saved:
-            if s["path"] is None:
-                p = directory / f"ckpt-{s['step']:08d}"
-                s["path"] = str(p) if p.exists() else None
-        self.saved = [s for s in self.saved if s["path"]]
+            if s["name"] is None:
+                name = f"ckpt-{s['iteration']:08d}"
+                s["name"] = name if (self._dir / name).is_dir() else None
+        self.saved = [s for s in self.saved if s["name"] and loop.recorder.owns_checkpoint(
+            self._dir / s["name"], self._dir)]
 
 
 class Printing(Extension):
@@ -394,7 +453,7 @@ class Printing(Extension):
         print("  ".join(parts), file=self.file or sys.stdout, flush=True)
 
     def after_training(self, loop):
-        reason = loop._stop_reason or "finished"
+        reason = loop.stop_reason or "finished"
         print(f"training finished at epoch {loop.status['epoch']}, iteration "
               f"{loop.status['iteration']} ({reason})", file=self.file or sys.stdout, flush=True)
 

@@ -1,16 +1,18 @@
-"""The main loop: events, extensions, the log, checkpoints of everything, exact resume."""
+"""The main loop: a model, an optimizer and a stream, trained batch by batch, with extensions
+called at events, its whole state checkpointed, and every run recorded in the run store.
+
+The parts live beside it: ``events`` (extensions, triggers, dispatch), ``log`` (the rows and
+their read cursors), ``control`` (pause, stop, checkpoint requests, Ctrl-C), ``recorder`` (the
+run store) and ``resume`` (building, resuming, checking resume).
+"""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
-import math
-import os
-import signal
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -18,183 +20,25 @@ import numpy as np
 from .. import checkpoint as ckpt
 from ..autograd import Tensor
 from ..backend.random import Generator
-from ..config import home
 from ..errors import CheckpointError, LabkitError, TrainingError
+from .control import Control
+from .events import Extension, Extensions
+from .log import Log
+from .recorder import Recorder
 
-EVENTS = ("before_training", "before_epoch", "before_batch", "after_batch", "after_epoch",
-          "after_training", "on_interrupt", "on_error", "on_resumption")
-UNITS = ("batches", "epochs", "seconds")
+#: the loop's status entries and their types, as saved in checkpoints
+STATUS = {"iteration": int, "epoch": int, "epoch_iteration": int, "epoch_started": bool,
+          "training_started": bool, "finished": bool, "time_total": float,
+          "resumed_from": (str, type(None))}
 
-
-# ---- extensions -----------------------------------------------------------------------------
-class Extension:
-    """Something the loop calls: hooks named after events, and ``__call__(loop)`` whenever its
-    trigger fires (``every`` batches, epochs or seconds).
-
-    Subclasses define any of the event methods (``before_training(loop)``, ``after_batch(loop)``,
-    ...) and/or ``__call__``; state that must survive a restart goes in ``state_dict()``.
-    ``priority``: higher runs first within an event (monitoring 100, default 0, checkpoints
-    -10, printing -50).
-    """
-
-    priority = 0
-    every: int | None = 1
-    unit: str = "epochs"
-    #: fire only the first time the trigger matches (the state remembers that it fired)
-    once: bool = False
-
-    def __init__(self, every=None, unit=None, priority=None, name=None, once=None):
-        if once is not None:
-            self.once = once
-        self.fired = False
-        if every is not None:
-            self.every = every
-        if unit is not None:
-            self.unit = unit
-        if priority is not None:
-            self.priority = priority
-        self.name = name or type(self).__name__
-        if self.unit not in UNITS:
-            raise TrainingError(f"{self.name}: unit must be one of {UNITS}, got {self.unit!r}")
-        if self.every is not None and self.every <= 0:
-            raise TrainingError(f"{self.name}: every must be positive, got {self.every}")
-        self._last_fired = None
-
-    def fires(self, loop, event) -> bool:
-        """Whether the trigger fires at ``event`` (``after_batch`` or ``after_epoch``)."""
-        if self.once and self.fired:
-            return False
-        hit = self._fires(loop, event)
-        self.fired |= hit
-        return hit
-
-    def _fires(self, loop, event) -> bool:
-        if self.every is None or type(self).__call__ is Extension.__call__:
-            return False
-        if self.unit == "batches":
-            return event == "after_batch" and loop.status["iteration"] % self.every == 0
-        if self.unit == "epochs":
-            return event == "after_epoch" and loop.status["epoch"] % self.every == 0
-        if event != "after_batch":
-            return False
-        now = time.monotonic()
-        if self._last_fired is None:
-            self._last_fired = now
-            return False
-        if now - self._last_fired >= self.every:
-            self._last_fired = now
-            return True
-        return False
-
-    def __call__(self, loop):
-        pass
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
-
-    def __repr__(self):
-        trig = "" if self.every is None else f", every {self.every} {self.unit}"
-        return f"<{self.name}{trig}, priority {self.priority}>"
+_viewer = None
 
 
-class _Callable(Extension):
-    def __init__(self, fn, every, unit, priority, event, name, once):
-        super().__init__(every=every, unit=unit or "batches", priority=priority, name=name,
-                         once=once)
-        self.fn, self.event = fn, event
-        if event is not None:
-            self.every = None
-            setattr(self, event, self._on_event)
-
-    def _on_event(self, loop):
-        if not (self.once and self.fired):
-            self.fired = True
-            self.fn(loop)
-
-    def __call__(self, loop):
-        self.fn(loop)
-
-    def state_dict(self):
-        return {"fired": self.fired}
-
-    def load_state_dict(self, state):
-        self.fired = bool(state.get("fired", False))
-
-
-def _check_takes_loop(fn, what: str) -> None:
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return
-    try:
-        sig.bind(object())
-    except TypeError:
-        raise TrainingError(f"{what}{sig} must take one argument, the loop: "
-                            f"def {getattr(fn, '__name__', 'fn')}(loop): ...") from None
-
-
-# ---- the log --------------------------------------------------------------------------------
-class Log:
-    """One row per iteration: ``{"iteration", "epoch", <reported values>}``.
-
-    ``log[-1]`` is the current row; ``log.report(key=value)`` adds to it;
-    ``log.series("loss")`` gives ``(iterations, values)``; ``log.last("valid_loss")`` the most
-    recent value.
-    """
-
-    def __init__(self):
-        self.rows: list[dict] = []
-        self._unsent = 0
-
-    def new_row(self, iteration: int, epoch: int, values: dict) -> dict:
-        row = {"iteration": iteration, "epoch": epoch, **values}
-        self.rows.append(row)
-        return row
-
-    def report(self, **values) -> None:
-        if not self.rows:
-            self.rows.append({"iteration": 0, "epoch": 0})
-        self.rows[-1].update(values)
-
-    def series(self, key: str):
-        its = [r["iteration"] for r in self.rows if key in r]
-        return its, [r[key] for r in self.rows if key in r]
-
-    def last(self, key: str, default=None):
-        for r in reversed(self.rows):
-            if key in r:
-                return r[key]
-        return default
-
-    def keys(self) -> list[str]:
-        seen = {}
-        for r in self.rows:
-            seen.update(dict.fromkeys(r))
-        return [k for k in seen if k not in ("iteration", "epoch")]
-
-    def __getitem__(self, i):
-        return self.rows[i]
-
-    def __len__(self):
-        return len(self.rows)
-
-    def state_dict(self) -> dict:
-        return {"rows": [{k: _json_value(v) for k, v in r.items()} for r in self.rows]}
-
-    def load_state_dict(self, state) -> None:
-        self.rows = [dict(r) for r in state["rows"]]
-
-    def __repr__(self):
-        return f"Log({len(self.rows)} rows, keys={self.keys()})"
-
-
-def _json_value(v):
-    if isinstance(v, (np.generic,)):
-        return v.item()
-    return v
+def set_viewer(factory) -> None:
+    """Register what ``MainLoop.show()`` returns: ``factory(loop, **kwargs)``. ``import labkit``
+    registers the notebook Dashboard (a layer above this one, imported only when used)."""
+    global _viewer
+    _viewer = factory
 
 
 def _scalar(v):
@@ -205,7 +49,25 @@ def _scalar(v):
     return float(v) if isinstance(v, (int, float, np.generic, np.ndarray)) else v
 
 
-# ---- the loop -------------------------------------------------------------------------------
+def _check_args(fn, n: int, what: str, names: str) -> None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(*[object()] * n)
+    except TypeError:
+        count = "one argument" if n == 1 else "two arguments"
+        raise TrainingError(f"{what}{sig} must take {count} {names}") from None
+
+
+def _brick_generators(model):
+    for b in model.bricks():
+        for attr, v in vars(b).items():
+            if isinstance(v, Generator):
+                yield f"{b.path}.{attr}", v
+
+
 class MainLoop:
     """Train ``model`` with ``optimizer`` on ``stream``, calling ``extensions`` at events.
 
@@ -218,13 +80,15 @@ class MainLoop:
         other values to report (Tensors or numbers). The loop does zero_grad, backward, update.
     step : instead of ``loss_fn``, ``step(loop, batch)`` that does everything and returns a dict
         of values to report.
-    extensions : ``Extension`` objects, or ``(callable, {"every": 10, "unit": "batches"})``.
+    extensions : ``Extension`` objects, or ``(callable, {"every": 10, "unit": "iterations"})``.
     name, config : recorded in the run store (config: JSON values, e.g. hyperparameters).
     store : record the run in the run store (default True).
 
     ``run()`` trains until an extension stops it (``FinishAfter``, ``EarlyStopping``), Ctrl-C,
-    or ``max_batches`` more batches. Ctrl-C once: the current batch finishes, a checkpoint is
-    written and the loop stops; twice: it stops at once.
+    or ``max_iterations`` more iterations. Ctrl-C once: the current batch finishes, a
+    checkpoint is written and the loop stops; twice: it stops at once. The iteration counter
+    (``status["iteration"]``, the log's ``iteration`` column, the run store's ``iteration``)
+    counts the batches trained over the whole run.
     """
 
     def __init__(self, model, optimizer, stream, loss_fn=None, *, step=None, extensions=(),
@@ -244,17 +108,17 @@ class MainLoop:
         if not isinstance(stream, Stream):
             raise TrainingError(f"MainLoop: stream must be a labkit.data stream (it has the state "
                                 f"that makes resume exact), got {type(stream).__name__}")
-        fn = loss_fn if loss_fn is not None else step
-        _check_two_args(fn, "loss_fn" if loss_fn is not None else "step")
+        if loss_fn is not None:
+            _check_args(loss_fn, 2, "loss_fn", "(model, batch)")
+        else:
+            _check_args(step, 2, "step", "(loop, batch)")
         self.model, self.optimizer, self.stream = model, optimizer, stream
         self.loss_fn, self.step_fn = loss_fn, step
         self.name, self.config = name, dict(config or {})
-        self.use_store = store
-        self.run_id: str | None = None
-        self.directory: Path | None = None
         self.factory: str | None = None
-        self.extensions: list[Extension] = []
-        self._plans: dict = {}
+        self.recorder = Recorder(enabled=store)
+        self.control = Control()
+        self._extensions = Extensions(self)
         for e in extensions:
             if isinstance(e, tuple):
                 self.add(e[0], **e[1])
@@ -267,197 +131,156 @@ class MainLoop:
         self.timing = {"read": 0.0, "step": 0.0}
         self.batch_size = 0
         self.step_keys: list[str] = []
-        self._stop_reason = None
-        self._interrupt = 0
-        self._paused = False
-        self._checkpoint_requested = False
-        self._ctl = threading.Condition()
-        self._resumed = False
-        self._pending_metrics: list = []
-        self._writer = None
-        self._sent = (-1, set())  # (log row, keys already sent to the store)
-        self._last_flush = 0.0
-        self._last_heartbeat = 0.0
+        #: the exception that ended the last run (None if it did not fail)
+        self.error: BaseException | None = None
         self.last_checkpoint: Path | None = None
-        self._checkpointed_at = None
+        #: the iteration of the last checkpoint written (None before the first)
+        self.last_checkpoint_iteration: int | None = None
+        self._resumed = False
+        self._thread: threading.Thread | None = None
+        self._background_error: BaseException | None = None
+        self._live_time: float | None = None
 
     # -- extensions
+    @property
+    def extensions(self) -> Extensions:
+        """The registered extensions (``add``/``remove`` change them)."""
+        return self._extensions
+
+    @extensions.setter
+    def extensions(self, extensions) -> None:
+        registry = Extensions(self)
+        for e in extensions:
+            registry.add(e)
+        self._extensions = registry
+
     def add(self, ext, every=None, unit=None, priority=0, event=None, name=None,
             once=False) -> Extension:
         """Register an Extension, or a callable ``fn(loop)`` with a trigger (``every`` N
         ``unit``, or ``once``: at the first match only) or an ``event`` name. Returns the
         registered extension."""
-        if not isinstance(ext, Extension):
-            if not callable(ext):
-                raise TrainingError(f"MainLoop.add: {ext!r} is neither an Extension nor callable")
-            if event is not None and event not in EVENTS:
-                raise TrainingError(f"MainLoop.add: unknown event {event!r}; the events are "
-                                    f"{', '.join(EVENTS)}")
-            label = name or getattr(ext, "__name__", type(ext).__name__)
-            _check_takes_loop(ext, f"extension {label}")
-            ext = _Callable(ext, every if event is None else None, unit, priority, event, label,
-                            once)
-        else:
-            for ev in EVENTS:
-                hook = getattr(ext, ev, None)
-                if hook is not None:
-                    _check_takes_loop(hook, f"{ext.name}.{ev}")
-        taken = {e.name for e in self.extensions}
-        base, n = ext.name, 2
-        while ext.name in taken:
-            ext.name = f"{base}#{n}"
-            n += 1
-        self.extensions.append(ext)
-        return ext
+        return self._extensions.add(ext, every=every, unit=unit, priority=priority, event=event,
+                                    name=name, once=once)
 
-    def find(self, cls):
+    def remove(self, ext) -> None:
+        """Unregister an extension (e.g. a closed widget's feed)."""
+        self._extensions.remove(ext)
+
+    def find(self, cls) -> list:
         """The registered extensions of class ``cls``."""
-        return [e for e in self.extensions if isinstance(e, cls)]
+        return self._extensions.find(cls)
 
     def dispatch(self, event: str) -> None:
         """Call every extension's hook for ``event`` (and, after a batch or an epoch, the
         extensions whose trigger fires), highest priority first."""
-        key = (event, id(self.extensions), len(self.extensions))
-        plan = self._plans.get(key)
-        if plan is None:
-            # NOTE: built once per event and extension list: dispatch runs ~3 times a batch
-            order = [e for _, e in sorted(enumerate(self.extensions),
-                                          key=lambda ie: (-ie[1].priority, ie[0]))]
-            plan = [(getattr(e, event, None), e if event in ("after_batch", "after_epoch")
-                     and e.every is not None and type(e).__call__ is not Extension.__call__
-                     else None) for e in order]
-            plan = [(h, e) for h, e in plan if h is not None or e is not None]
-            self._plans[key] = plan
-        for hook, ext in plan:
-            if hook is not None:
-                hook(self)
-            if ext is not None and ext.fires(self, event):
-                ext(self)
+        self._extensions.dispatch(event)
 
     # -- control
     def stop(self, reason: str = "stopped") -> None:
         """Stop after the current batch (and its extensions); ``after_training`` runs."""
-        if self._stop_reason is None:
-            self._stop_reason = reason
-        with self._ctl:
-            self._ctl.notify_all()
-
-    # -- training in the background (notebooks): start, pause, resume, checkpoint, wait
-    def start(self, max_batches: int | None = None) -> MainLoop:
-        """Train on a background thread and return at once (``run()`` blocks). The notebook
-        stays responsive: ``pause()``, ``resume()``, ``stop()`` and ``request_checkpoint()``
-        act after the current batch; ``wait()`` joins and re-raises a training error."""
-        if self.running:
-            raise TrainingError("MainLoop.start: this loop is already training")
-        self.error = None
-
-        def target():
-            try:
-                self.run(max_batches=max_batches)
-            except BaseException as e:  # noqa: BLE001 - kept for wait()
-                self.error = e
-
-        self._thread = threading.Thread(target=target, name=f"labkit-train-{self.run_id}",
-                                        daemon=True)
-        self._thread.start()
-        return self
-
-    def show(self, **kwargs):
-        """A ``lk.notebook.Dashboard`` of this loop (display it, or make it a cell's value)."""
-        from ..notebook import Dashboard
-
-        return Dashboard(self, **kwargs)
+        self.control.stop(reason)
 
     @property
-    def running(self) -> bool:
-        t = getattr(self, "_thread", None)
-        return t is not None and t.is_alive()
+    def stop_reason(self) -> str | None:
+        """Why the loop stops (set by ``stop``), or None."""
+        return self.control.stop_reason
 
     @property
     def paused(self) -> bool:
-        return self._paused
+        return self.control.paused
 
     def pause(self) -> None:
         """Pause after the current batch (the run's status becomes ``paused``)."""
-        self._paused = True
+        self.control.pause()
 
     def resume(self) -> None:
         """Continue after ``pause()``. (To continue a run from a checkpoint, see
         ``lk.resume``.)"""
-        with self._ctl:
-            self._paused = False
-            self._ctl.notify_all()
+        self.control.unpause()
 
     def request_checkpoint(self) -> None:
         """Write a checkpoint after the current batch (at once if paused); when the loop is not
         training, write it now."""
         if not self.running:
             self.save_checkpoint()
-            return
-        with self._ctl:
-            self._checkpoint_requested = True
-            self._ctl.notify_all()
+        else:
+            self.control.request_checkpoint()
+
+    def start(self, max_iterations: int | None = None, *, max_batches: int | None = None):
+        """Train on a background thread and return at once (``run()`` blocks). The notebook
+        stays responsive: ``pause()``, ``resume()``, ``stop()`` and ``request_checkpoint()``
+        act after the current batch; ``wait()`` joins and re-raises a training error."""
+        if self.running:
+            raise TrainingError("MainLoop.start: this loop is already training")
+        self._background_error = None
+
+        def target():
+            try:
+                self.run(max_iterations, max_batches=max_batches)
+            except BaseException as e:  # noqa: BLE001 - kept for wait()
+                self._background_error = e
+
+        self._thread = threading.Thread(target=target, name=f"labkit-train-{self.run_id}",
+                                        daemon=True)
+        self._thread.start()
+        return self
 
     def wait(self, timeout: float | None = None) -> MainLoop:
-        """Wait for background training to end; re-raise its error, if any."""
-        t = getattr(self, "_thread", None)
-        if t is not None:
-            t.join(timeout)
-        if getattr(self, "error", None) is not None:
-            e, self.error = self.error, None
+        """Wait for background training to end; re-raise its error, if any (once)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        e, self._background_error = self._background_error, None
+        if e is not None:
             raise e
         return self
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def show(self, **kwargs):
+        """A ``lk.notebook.Dashboard`` of this loop (display it, or make it a cell's value)."""
+        if _viewer is None:
+            raise TrainingError("MainLoop.show: no notebook viewer is registered; import "
+                                "labkit (pip install 'labkit[notebook]' for the widgets)")
+        return _viewer(self, **kwargs)
+
     def _control(self) -> None:
         """Between batches: handle a checkpoint request and wait while paused."""
-        if self._checkpoint_requested:
-            self._checkpoint_requested = False
+        if self.control.take_checkpoint_request():
             self.save_checkpoint()
-        if not self._paused:
+        if not self.control.paused:
             return
-        self._set_status("paused")
-        self.dispatch_transient("on_pause")
-        with self._ctl:
-            while self._paused and self._stop_reason is None and not self._interrupt:
-                if self._checkpoint_requested:
-                    self._checkpoint_requested = False
-                    self._ctl.release()
-                    try:
-                        self.save_checkpoint()
-                    finally:
-                        self._ctl.acquire()
-                self._ctl.wait(0.2)
-        self._set_status("running")
-        self.dispatch_transient("on_unpause")
-
-    def dispatch_transient(self, event: str) -> None:
-        for e in self.extensions:
-            hook = getattr(e, event, None)
-            if hook is not None:
-                hook(self)
+        self.recorder.set_status("paused", self.progress())
+        self.dispatch("on_pause")
+        self.control.wait_while_paused(self.save_checkpoint)
+        self.recorder.set_status("running", self.progress())
+        self.dispatch("on_unpause")
 
     @property
     def device(self):
-        p = next(iter(self.optimizer.params.values()))
-        return p.device
+        return next(iter(self.optimizer.params.values())).device
 
     # -- running
-    def run(self, max_batches: int | None = None) -> MainLoop:
-        """Train (blocking) until an extension stops the loop, Ctrl-C, or ``max_batches`` more
-        batches (then the run is *paused*: ``run()`` again continues)."""
-        from .extensions import FinishAfter
-
-        if max_batches is None and not self.find(FinishAfter) and not any(
-                hasattr(e, "stops_training") for e in self.extensions):
+    def run(self, max_iterations: int | None = None, *, max_batches: int | None = None):
+        """Train (blocking) until an extension stops the loop, Ctrl-C, or ``max_iterations``
+        more iterations (then the run is *paused*: ``run()`` again continues)."""
+        limit = max_iterations if max_iterations is not None else max_batches
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 0):
+            raise TrainingError(f"MainLoop.run: max_iterations must be an integer >= 0, got "
+                                f"{limit!r}")
+        if limit is None and not any(e.stops_training for e in self._extensions):
             raise TrainingError("MainLoop.run: nothing would stop this loop; add "
-                                "lk.training.FinishAfter(epochs=N) (or batches=, seconds=), or "
-                                "call run(max_batches=N)")
-        self._stop_reason = None
-        self._interrupt = 0
-        budget_end = None if max_batches is None else self.status["iteration"] + int(max_batches)
-        self._ensure_run()
-        self._set_status("running", started=time.time())
-        restore_sigint = self._install_sigint()
+                                "lk.training.FinishAfter(epochs=N) (or iterations=, seconds=), "
+                                "or call run(max_iterations=N)")
+        self.control.reset()
+        self.error = None
+        budget_end = None if limit is None else self.status["iteration"] + limit
+        self.ensure_run()
+        self.recorder.follow(self.log, at_end=True)
+        self.recorder.set_status("running", self.progress(), started=time.time())
+        restore_sigint = self.control.install_sigint()
         t0 = time.perf_counter()
         outcome = "paused"
         try:
@@ -473,7 +296,7 @@ class MainLoop:
                 self.dispatch("after_training")
             elif outcome == "interrupted":
                 self.dispatch("on_interrupt")
-                if self._checkpointed_at != self.status["iteration"]:
+                if self.last_checkpoint_iteration != self.status["iteration"]:
                     self.save_checkpoint()
                 print(f"[labkit] interrupted at iteration {self.status['iteration']}; "
                       f"checkpoint {self.last_checkpoint}", file=sys.stderr)
@@ -482,23 +305,27 @@ class MainLoop:
             raise
         except BaseException as e:
             outcome = "failed"
-            self._error = e
+            self.error = e
             try:
                 self.dispatch("on_error")
             finally:
-                self._finish_store("failed", error=f"{type(e).__name__}: {e}")
+                self.recorder.finish("failed", self.progress, error=f"{type(e).__name__}: {e}")
             raise
         finally:
             self.status["time_total"] += time.perf_counter() - t0
+            self._live_time = None
             restore_sigint()
-            if outcome != "failed":
-                self._finish_store(outcome)
+            try:
+                if outcome not in ("failed", "deleted"):
+                    self.recorder.finish(outcome, self.progress)
+            finally:
+                self.recorder.close()
         return self
 
     def _epochs(self, budget_end, t0) -> str:
-        st = self.status
+        st, control, recorder = self.status, self.control, self.recorder
         while True:
-            if self._stop_reason is not None:
+            if control.stop_reason is not None:
                 return "finished"
             if not st["epoch_started"]:
                 st["epoch_started"] = True
@@ -512,7 +339,7 @@ class MainLoop:
                 self.batch_size = len(first) if hasattr(first, "__len__") else 1
                 dispatch("before_batch")
                 values = self._step(batch)
-                self.step_keys = values.keys()
+                self.step_keys = list(values)
                 t_read = perf()
                 timing["step"] = t_read - now
                 st["iteration"] += 1
@@ -521,14 +348,15 @@ class MainLoop:
                 self.log.rows.append({"iteration": st["iteration"], "epoch": st["epoch"],
                                       **values})
                 dispatch("after_batch")
-                if self._store is not None:
-                    self._mirror()
-                if self._paused or self._checkpoint_requested:
+                recorder.mirror(self.progress)
+                if recorder.deleted:
+                    return "deleted"
+                if control.pending:
                     self._control()
                 t_read = perf()
-                if self._interrupt:
+                if control.interrupts:
                     return "interrupted"
-                if self._stop_reason is not None:
+                if control.stop_reason is not None:
                     return "finished"
                 if budget_end is not None and st["iteration"] >= budget_end:
                     return "paused"
@@ -536,14 +364,16 @@ class MainLoop:
             st["epoch_iteration"] = 0
             st["epoch_started"] = False
             self.dispatch("after_epoch")
-            self._mirror()
-            if self._interrupt:
+            recorder.mirror(self.progress)
+            if recorder.deleted:
+                return "deleted"
+            if control.interrupts:
                 return "interrupted"
 
     @property
     def elapsed(self) -> float:
         """Seconds of training so far (across resumes)."""
-        return getattr(self, "_live_time", self.status["time_total"])
+        return self._live_time if self._live_time is not None else self.status["time_total"]
 
     def _step(self, batch) -> dict:
         if self.step_fn is not None:
@@ -569,27 +399,6 @@ class MainLoop:
         self.optimizer.update()
         return {"loss": out.item(), **{k: _scalar(v) for k, v in extra.items()}}
 
-    # -- Ctrl-C
-    def _install_sigint(self):
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        previous = signal.getsignal(signal.SIGINT)
-
-        def handler(signum, frame):
-            self._interrupt += 1
-            if self._interrupt == 1:
-                print("\n[labkit] Ctrl-C: finishing the current batch, then writing a checkpoint "
-                      "and stopping. Press Ctrl-C again to stop at once, without a checkpoint.",
-                      file=sys.stderr, flush=True)
-            else:
-                print("\n[labkit] Ctrl-C again: stopping now; no checkpoint is written.",
-                      file=sys.stderr, flush=True)
-                signal.signal(signal.SIGINT, previous)
-                raise KeyboardInterrupt
-
-        signal.signal(signal.SIGINT, handler)
-        return lambda: signal.signal(signal.SIGINT, previous)
-
     # -- state
     def state_dict(self) -> dict:
         """Everything that determines the rest of the run (arrays and JSON values)."""
@@ -604,17 +413,16 @@ class MainLoop:
             "rng": {"dropout": {d: g.state_dict() for d, g in noise._default.items()},
                     "bricks": {k: g.state_dict() for k, g in _brick_generators(self.model)}},
             "log": self.log.state_dict(),
-            "extensions": {e.name: e.state_dict() for e in self.extensions
-                           if not getattr(e, "transient", False)},
+            "extensions": {n: e.state_dict() for n, e in self._extensions.saved().items()},
             "run": {"id": self.run_id, "name": self.name, "config": self.config},
         }
 
     def load_state_dict(self, state: dict) -> None:
-        from ..functions import noise
-
-        if state.get("format") != "labkit-mainloop":
-            raise CheckpointError("MainLoop.load_state_dict: not the state of a MainLoop")
-        mine = {e.name: e for e in self.extensions if not getattr(e, "transient", False)}
+        """Restore everything from ``state``. A state that does not fit this loop (another
+        model, damaged values) raises ``CheckpointError`` naming the part, and leaves the
+        loop as it was."""
+        _check_state(state)
+        mine = self._extensions.saved()
         saved = state["extensions"]
         lost = sorted(k for k, v in saved.items() if k not in mine and v)
         if lost:
@@ -622,419 +430,148 @@ class MainLoop:
                 f"MainLoop.load_state_dict: the checkpoint has state for extensions {lost}, "
                 f"which this loop lacks (it has {sorted(mine)}); build the loop as it was when "
                 "it was saved")
+        gens = dict(_brick_generators(self.model))
+        unknown = sorted(set(state["rng"]["bricks"]) - set(gens))
+        if unknown:
+            raise CheckpointError(f"MainLoop.load_state_dict: the checkpoint has random "
+                                  f"generators {unknown} that this model lacks")
         fresh = sorted(k for k, e in mine.items() if k not in saved and e.state_dict())
         if fresh:
-            import warnings
-
             warnings.warn(f"extensions {fresh} are not in the checkpoint: they start fresh",
                           stacklevel=3)
+        before = self.state_dict()
         try:
-            self.model.load_state_dict(state["model"])
-        except KeyError as e:
-            raise CheckpointError(f"MainLoop.load_state_dict: the model does not match the "
-                                  f"checkpoint: {e}") from None
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.stream.load_state_dict(state["stream"])
-        for dev, g in state["rng"]["dropout"].items():
-            noise.default_generator(dev).load_state_dict(g)
-        gens = dict(_brick_generators(self.model))
-        for k, g in state["rng"]["bricks"].items():
-            if k not in gens:
-                raise CheckpointError(f"MainLoop.load_state_dict: the checkpoint has a random "
-                                      f"generator {k} that this model lacks")
-            gens[k].load_state_dict(g)
-        self.log.load_state_dict(state["log"])
-        for name, e in mine.items():
-            if name in saved:
-                e.load_state_dict(saved[name])
-        self.status = dict(state["status"])
+            self._load_parts(state, mine, gens)
+        except BaseException:
+            self._load_parts(before, mine, gens)  # leave the loop as it was
+            raise
         self._resumed = True
+
+    def _load_parts(self, state, extensions, gens) -> None:
+        from ..functions import noise
+
+        parts = [("model", self.model.load_state_dict, state["model"]),
+                 ("optimizer", self.optimizer.load_state_dict, state["optimizer"]),
+                 ("stream", self.stream.load_state_dict, state["stream"]),
+                 ("log", self.log.load_state_dict, state["log"])]
+        parts += [(f"dropout generator of {d}", noise.default_generator(d).load_state_dict, g)
+                  for d, g in state["rng"]["dropout"].items()]
+        parts += [(f"generator {k}", gens[k].load_state_dict, g)
+                  for k, g in state["rng"]["bricks"].items()]
+        parts += [(f"extension {n}", e.load_state_dict, state["extensions"][n])
+                  for n, e in extensions.items() if n in state["extensions"]]
+        for what, load, value in parts:
+            try:
+                load(value)
+            except CheckpointError as e:
+                raise CheckpointError(f"MainLoop.load_state_dict: {what}: {e}") from e
+            except (LabkitError, KeyError, TypeError, ValueError, AttributeError,
+                    IndexError) as e:
+                raise CheckpointError(f"MainLoop.load_state_dict: the saved {what} does not fit "
+                                      f"this loop ({type(e).__name__}: {e})") from e
+        self.status = {k: state["status"][k] for k in STATUS}
 
     def save_checkpoint(self, directory=None) -> Path:
         """Write a checkpoint of everything (atomically) and record it in the run store."""
-        self._ensure_run()
-        directory = Path(directory) if directory is not None else self.directory / "checkpoints"
-        metrics = {k: v for k, v in (self.log[-1].items() if len(self.log) else ())
-                   if k not in ("iteration", "epoch") and isinstance(v, (int, float))}
-        path = ckpt.save(directory, self.state_dict(), step=self.status["iteration"],
-                         epoch=self.status["epoch"], metrics=metrics, run_id=self.run_id)
-        self.last_checkpoint = path
-        self._checkpointed_at = self.status["iteration"]
-        if self._store is not None:
-            size = sum(f.stat().st_size for f in path.iterdir())
-            self._store.add_checkpoint(self.run_id, self.status["iteration"],
-                                       self.status["epoch"], path, size, metrics)
+        self.ensure_run()
+        directory = Path(directory) if directory is not None else self.checkpoint_dir
+        metrics = self.log.last_metrics()
+        it = self.status["iteration"]
+        path = ckpt.save(directory, self.state_dict(), step=it, epoch=self.status["epoch"],
+                         metrics=metrics, run_id=self.run_id)
+        self.last_checkpoint, self.last_checkpoint_iteration = path, it
+        self.recorder.add_checkpoint(path, it, self.status["epoch"], metrics)
         return path
 
     def load_checkpoint(self, path=None) -> Path:
         """Restore everything from the checkpoint at ``path`` (default: this run's newest valid
         one); the next ``run()`` continues exactly where it was saved."""
         if path is None:
-            if self.directory is None:
+            if self.checkpoint_dir is None:
                 raise CheckpointError("load_checkpoint: give a path (this loop has no run "
                                       "directory yet)")
-            path = ckpt.latest(self.directory / "checkpoints")
+            path = ckpt.latest(self.checkpoint_dir)
             if path is None:
-                raise CheckpointError(f"no valid checkpoint in {self.directory / 'checkpoints'}")
+                raise CheckpointError(f"no valid checkpoint in {self.checkpoint_dir}")
         path = Path(path)
-        self.load_state_dict(ckpt.load(path))
+        try:
+            self.load_state_dict(ckpt.load(path))
+        except CheckpointError as e:
+            raise CheckpointError(f"{path}: {e}") from e
         self.status["resumed_from"] = str(path)
-        if len(self.log):
-            self._sent = (len(self.log) - 1, set(self.log[-1]))
-        if self._store is not None:
-            # the store may hold rows logged after this checkpoint (a killed run) and may lack
-            # rows logged before it (not yet flushed when it was killed): make it match the log
-            it = self.status["iteration"]
-            self._store.truncate_metrics(self.run_id, after_step=it)
-            have = self._store.max_step(self.run_id)
-            missing = [(r["iteration"], r["epoch"], k, v, time.time()) for r in self.log.rows
-                       if r["iteration"] > have for k, v in r.items()
-                       if k not in ("iteration", "epoch") and isinstance(v, (int, float))
-                       and not isinstance(v, bool)]
-            self._store.add_metrics(self.run_id, missing)
+        self.recorder.sync_to_log(self.log, self.status["iteration"])
         return path
 
     # -- the run store
-    _store = None
+    @property
+    def run_id(self) -> str | None:
+        return self.recorder.run_id
 
-    def _ensure_run(self):
-        if self.run_id is not None:
-            if self._store is None and self.use_store:
-                from .. import runs
+    @property
+    def directory(self) -> Path | None:
+        """This run's directory (``$LABKIT_HOME/runs/<run id>``)."""
+        return self.recorder.directory
 
-                self._store = runs.store()
-            return
-        if self.use_store:
-            from .. import runs
+    @property
+    def checkpoint_dir(self) -> Path | None:
+        """Where this run's checkpoints go by default."""
+        return self.recorder.checkpoint_dir
 
-            self._store = runs.store()
-            self.run_id = self._store.create_run(name=self.name, config=self.config,
-                                                 source=_source(), factory=self.factory)
-        else:
-            from ..runs.store import new_run_id
+    def ensure_run(self) -> str:
+        """Create this loop's run (status ``created``) if it has none yet; returns its id."""
+        return self.recorder.ensure_run(self.name, self.config, self.factory)
 
-            self.run_id = new_run_id()
-        self.directory = home() / "runs" / self.run_id
-        if self._store is not None:
-            self._store.update_run(self.run_id, directory=str(self.directory))
-
-    def attach(self, run_id: str) -> None:
-        """Continue recording into the existing run ``run_id`` (used by ``resume``)."""
-        from .. import runs
-        run = runs.get(run_id)
-        self.run_id = run_id
-        self.directory = Path(run["directory"]) if run.get("directory") else home() / "runs" / \
-            run_id
-        self._store = runs.store() if self.use_store else None
-        if self._store is not None:
-            self._store.update_run(run_id, directory=str(self.directory), pid=os.getpid())
-
-    def _set_status(self, status, **fields):
-        if self._store is not None:
-            self._store.update_run(self.run_id, status=status, heartbeat=time.time(),
-                                   pid=os.getpid(), progress=self.progress(), **fields)
-
-    def _finish_store(self, outcome, error=None):
-        if self._store is None:
-            return
-        self._mirror(force=True, wait=True)
-        fields = {"ended": time.time()} if outcome in ("finished", "failed", "interrupted") else {}
-        if error:
-            fields["error"] = error
-        self._set_status(outcome, **fields)
+    def attach(self, record: dict) -> None:
+        """Continue recording into the existing run ``record`` (used by ``resume``)."""
+        self.recorder.attach(record)
 
     def progress(self) -> dict:
+        """Where the run is: iteration, epoch, batch of the epoch, elapsed time, last metrics
+        (what the run store, the Runs sidebar and the Dashboard show)."""
         st = self.status
         try:
             length = self.stream.num_items(self.stream.epoch) if self.stream.indexed else None
         except LabkitError:
             length = None
-        last = {k: v for k, v in (self.log[-1].items() if len(self.log) else ())
-                if k not in ("iteration", "epoch") and isinstance(v, (int, float))
-                and math.isfinite(v)}
         return {"iteration": st["iteration"], "epoch": st["epoch"],
                 "epoch_iteration": st["epoch_iteration"], "epoch_length": length,
-                "elapsed": round(self.elapsed, 3), "last": last}
-
-    def _mirror(self, force=False, wait=False):
-        """Send the log's new values to the run store: every second, or now with ``force``;
-        ``wait`` until they are written."""
-        if self._store is None:
-            return
-        if len(self.log):
-            index, row = len(self.log) - 1, self.log[-1]
-            if self._sent[0] != index:
-                self._sent = (index, set())
-            sent, now = self._sent[1], time.time()
-            for k, v in row.items():
-                if k not in sent and k not in ("iteration", "epoch") and isinstance(
-                        v, (int, float)) and not isinstance(v, bool):
-                    self._pending_metrics.append((row["iteration"], row["epoch"], k, v, now))
-                    sent.add(k)
-        now = time.monotonic()
-        writer = self._writer
-        if writer is None:
-            writer = self._writer = _Writer()
-        if self._pending_metrics and (force or len(self._pending_metrics) >= 5000
-                                      or now - self._last_flush > 1.0):
-            writer.submit(self._store.add_metrics, self.run_id, self._pending_metrics)
-            self._pending_metrics = []
-            self._last_flush = now
-        # progress once a second, with the metrics: what the Runs sidebar and Dashboards show
-        if force or now - self._last_heartbeat > 1.0:
-            writer.submit(self._store.update_run, self.run_id, heartbeat=time.time(),
-                          progress=self.progress())
-            self._last_heartbeat = now
-        if wait:
-            writer.drain()
+                "elapsed": round(self.elapsed, 3), "last": self.log.last_metrics(finite=True)}
 
     def close(self) -> None:
-        """Stop the stream's worker processes and threads."""
+        """Stop the stream's worker processes and the run-store writer thread."""
+        self.recorder.close()
         self.stream.close()
 
     def __repr__(self):
         st = self.status
         return (f"MainLoop(run={self.run_id}, epoch={st['epoch']}, iteration={st['iteration']}, "
-                f"extensions={[e.name for e in self.extensions]})")
+                f"extensions={[e.name for e in self._extensions]})")
 
 
-class _Writer:
-    """Run-store writes on a background thread, in order (SQLite releases the GIL), so a
-    training step never waits for the disk; ``drain()`` waits for them and re-raises any
-    error."""
+def _check_state(state) -> None:
+    """The shape of a saved loop state, checked before anything is loaded."""
+    def bad(what):
+        return CheckpointError(f"MainLoop.load_state_dict: {what}")
 
-    def __init__(self):
-        import queue
-
-        self._q = queue.Queue()
-        self._error = None
-        self._thread = threading.Thread(target=self._run, name="labkit-run-store",
-                                        daemon=True)
-        self._thread.start()
-
-    def _run(self):
-        while True:
-            fn, args, kwargs = self._q.get()
-            try:
-                fn(*args, **kwargs)
-            except BaseException as e:  # noqa: BLE001 - re-raised in the training thread
-                self._error = e
-            finally:
-                self._q.task_done()
-
-    def submit(self, fn, *args, **kwargs):
-        self._raise()
-        self._q.put((fn, args, kwargs))
-
-    def drain(self):
-        self._q.join()
-        self._raise()
-
-    def _raise(self):
-        if self._error is not None:
-            e, self._error = self._error, None
-            raise e
-
-
-def _check_two_args(fn, what):
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return
-    try:
-        sig.bind(object(), object())
-    except TypeError:
-        args = "(model, batch)" if what == "loss_fn" else "(loop, batch)"
-        raise TrainingError(f"{what}{sig} must take two arguments {args}") from None
-
-
-def _brick_generators(model):
-    for b in model.bricks():
-        for attr, v in vars(b).items():
-            if isinstance(v, Generator):
-                yield f"{b.path}.{attr}", v
-
-
-def _source() -> str:
-    nb = os.environ.get("JPY_SESSION_NAME")
-    if nb:
-        return nb
-    main = sys.modules.get("__main__")
-    f = getattr(main, "__file__", None)
-    return str(Path(f).resolve()) if f else "<interactive>"
-
-
-# ---- building, resuming, checking -----------------------------------------------------------
-def _factory_name(fn) -> str | None:
-    mod = getattr(fn, "__module__", None)
-    qual = getattr(fn, "__qualname__", "")
-    if not mod or "<" in qual:
-        return None
-    if mod == "__main__":
-        f = getattr(sys.modules.get("__main__"), "__file__", None)
-        return f"{Path(f).resolve()}:{qual}" if f else None
-    return f"{mod}:{qual}"
-
-
-def load_factory(name: str):
-    """Import ``module:function`` or ``/path/to/script.py:function``."""
-    target, _, qual = name.rpartition(":")
-    if not target or not qual:
-        raise TrainingError(f"bad factory {name!r}: expected 'module:function'")
-    if target.endswith(".py"):
-        spec = importlib.util.spec_from_file_location("__labkit_factory__", target)
-        if spec is None or not Path(target).exists():
-            raise TrainingError(f"the run was built by {name}, but {target} does not exist")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    else:
-        mod = importlib.import_module(target)
-    obj = mod
-    for part in qual.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def build(make_loop, config: dict | None = None, name: str | None = None) -> MainLoop:
-    """``make_loop(config)`` -> MainLoop, recorded so that ``lk.resume(run_id)`` and ``labkit
-    resume`` can rebuild it. ``make_loop`` must be importable (defined in a module or a script,
-    not in a notebook cell) for ``resume`` to find it without being passed it."""
-    config = dict(config or {})
-    loop = make_loop(config)
-    if not isinstance(loop, MainLoop):
-        raise TrainingError(f"build: make_loop returned {type(loop).__name__}, not a MainLoop")
-    loop.config = {**config, **loop.config}
-    loop.factory = _factory_name(make_loop)
-    if name is not None:
-        loop.name = name
-    return loop
-
-
-def resume(run_or_path, make_loop=None, run: bool = True) -> MainLoop:
-    """Rebuild a run's loop, load its newest valid checkpoint and continue training.
-
-    ``run_or_path``: a run id, a checkpoint directory, or a run directory. ``make_loop``: the
-    function that built the loop (needed when it was defined in a notebook). A forked run (see
-    ``lk.runs.fork``) starts from its parent's checkpoint with its own config.
-    """
-    from .. import runs
-
-    p = Path(str(run_or_path))
-    checkpoint_path, run_id = None, None
-    if p.is_dir() and (p / "manifest.json").exists():
-        checkpoint_path = p
-        run_id = ckpt.manifest(p).get("run_id")
-    elif p.is_dir() and (p / "checkpoints").is_dir():
-        checkpoint_path = ckpt.latest(p / "checkpoints")
-        run_id = p.name
-    else:
-        run_id = str(run_or_path)
-    record = None
-    if run_id:
-        try:
-            record = runs.get(run_id)
-        except runs.RunStoreError:
-            if checkpoint_path is None:
-                raise
-    if checkpoint_path is None:
-        directory = Path(record["directory"]) / "checkpoints" if record.get("directory") else None
-        checkpoint_path = ckpt.latest(directory) if directory else None
-        # checkpoints newer than the one chosen were skipped as corrupted: say so in the store
-        store = runs.store()
-        for c in store.checkpoints(run_id):
-            if c["valid"] and (checkpoint_path is None or c["step"] > ckpt.manifest(
-                    checkpoint_path)["step"]) and ckpt.verify(c["path"]) is not None:
-                store.set_checkpoint(c["id"], valid=0)
-        if checkpoint_path is None and record.get("parent_checkpoint"):
-            checkpoint_path = Path(record["parent_checkpoint"])
-        if checkpoint_path is None:
-            raise CheckpointError(f"run {run_id} has no valid checkpoint to resume from")
-    if make_loop is None:
-        factory = record.get("factory") if record else None
-        if not factory:
-            raise TrainingError(f"resume: run {run_id} does not say how to rebuild its loop "
-                                "(it was not made with lk.training.build from an importable "
-                                "function); pass make_loop=<the function that builds it>")
-        make_loop = load_factory(factory)
-    config = record["config"] if record else {}
-    loop = make_loop(config)
-    loop.config = dict(config)
-    loop.factory = record.get("factory") if record else _factory_name(make_loop)
-    if record is not None:
-        loop.name = record.get("name")
-        loop.attach(run_id)
-    loop.load_checkpoint(checkpoint_path)
-    if record is not None and record.get("parent_checkpoint") and not ckpt.list_checkpoints(
-            loop.directory / "checkpoints"):
-        loop.log.report(forked_from=record.get("parent_run"))
-    if run:
-        loop.run()
-    return loop
-
-
-class ResumeCheck:
-    """The result of ``check_resume``: ``identical``, ``first_difference`` and a readable repr."""
-
-    def __init__(self, at_batch, compared, first_difference):
-        self.at_batch, self.compared = at_batch, compared
-        self.first_difference = first_difference
-        self.identical = first_difference is None
-
-    def __bool__(self):
-        return self.identical
-
-    def __repr__(self):
-        if self.identical:
-            return (f"ResumeCheck: identical - stopped at batch {self.at_batch}, resumed from the "
-                    f"checkpoint, {self.compared} values compared bit for bit")
-        return f"ResumeCheck: DIFFERENT after resuming at batch {self.at_batch}: " + \
-            self.first_difference
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or (math.isnan(a) and math.isnan(b))
-    return a == b
-
-
-def check_resume(make_loop, at_batch: int, directory=None) -> ResumeCheck:
-    """Train ``make_loop()`` uninterrupted; train another ``make_loop()`` for ``at_batch``
-    batches, checkpoint it, resume a third from that checkpoint; compare the logs (every
-    reported value except timings) and the final parameters bit for bit."""
-    import tempfile
-
-    from .. import runs
-
-    with tempfile.TemporaryDirectory() as tmp, runs.use_store(Path(tmp) / "runs.sqlite"):
-        a = make_loop()
-        a.run()
-        a.close()
-        b = make_loop()
-        b.run(max_batches=at_batch)
-        path = b.save_checkpoint(directory or Path(tmp) / "check")
-        b.close()
-        c = make_loop()
-        c.load_checkpoint(path)
-        c.run()
-        c.close()
-        compared = 0
-        if len(a.log) != len(c.log):
-            return ResumeCheck(at_batch, compared, f"the uninterrupted run logged {len(a.log)} "
-                               f"iterations, the resumed one {len(c.log)}")
-        for ra, rc in zip(a.log.rows, c.log.rows):
-            for k in ra:
-                if k.startswith("time") or k == "forked_from":
-                    continue
-                if k not in rc or not _same(ra[k], rc[k]):
-                    return ResumeCheck(at_batch, compared, f"iteration {ra['iteration']}, {k!r}: "
-                                       f"uninterrupted {ra.get(k)!r}, resumed {rc.get(k)!r}")
-                compared += 1
-        pa, pc = a.model.state_dict(), c.model.state_dict()
-        for k in pa:
-            compared += 1
-            if not np.array_equal(pa[k], pc[k], equal_nan=True):
-                diff = float(np.nanmax(np.abs(pa[k].astype(np.float64) - pc[k])))
-                return ResumeCheck(at_batch, compared, f"final parameter {k}: max |difference| "
-                                   f"{diff:.3g}")
-        return ResumeCheck(at_batch, compared, None)
-
+    if not isinstance(state, dict) or state.get("format") != "labkit-mainloop":
+        raise bad("not the state of a MainLoop")
+    for key in ("status", "model", "optimizer", "stream", "rng", "log", "extensions"):
+        if not isinstance(state.get(key), dict):
+            raise bad(f"'{key}' must be an object, got {type(state.get(key)).__name__}")
+    for key, kind in STATUS.items():
+        if key not in state["status"] and key != "resumed_from":
+            raise bad(f"status lacks '{key}'")
+        v = state["status"].get(key)
+        if kind is int and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise bad(f"status['{key}'] must be an integer >= 0, got {v!r}")
+        if kind is float and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or not v >= 0):
+            raise bad(f"status['{key}'] must be a number >= 0, got {v!r}")
+        if kind is bool and not isinstance(v, bool):
+            raise bad(f"status['{key}'] must be true or false, got {v!r}")
+        if isinstance(kind, tuple) and not isinstance(v, kind):
+            raise bad(f"status['{key}'] must be a string or null, got {v!r}")
+    for key in ("dropout", "bricks"):
+        gens = state["rng"].get(key)
+        if not isinstance(gens, dict) or not all(isinstance(g, dict) for g in gens.values()):
+            raise bad(f"rng['{key}'] must be an object of generator states")

@@ -144,7 +144,7 @@ def test_early_stopping_keeps_and_restores_the_best():
     es = loop.add(T.EarlyStopping(patience=3))
     loop.run()
     assert loop.status["epoch"] == 6  # best at epoch 3, then 3 checks without improvement
-    assert es.best == 3.0 and "EarlyStopping" in loop._stop_reason
+    assert es.best == 3.0 and "EarlyStopping" in loop.stop_reason
     assert loop.log.last("best_valid_loss") == 3.0
     for k, v in loop.model.state_dict().items():
         assert np.array_equal(v, snapshots[3][k])
@@ -251,7 +251,7 @@ def test_on_error_runs_and_the_run_is_marked_failed():
             raise RuntimeError("boom")
         return inner(model, batch)
     loop.loss_fn = broken
-    loop.add(lambda loop: seen.append(type(loop._error).__name__), event="on_error")
+    loop.add(lambda loop: seen.append(type(loop.error).__name__), event="on_error")
     with pytest.raises(RuntimeError, match="boom"):
         loop.run()
     assert seen == ["RuntimeError"]

@@ -1,0 +1,278 @@
+"""The recorder: a loop's one connection to the run store.
+
+It creates the run (or attaches to one being resumed), keeps its status, progress and
+heartbeat, sends the log's metrics through a ``Cursor`` from a background thread (SQLite
+releases the GIL, so a step never waits for the disk), and records and deletes the run's
+checkpoints. With ``store=False`` the loop still gets a run id and directory, and nothing is
+written to the store.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .. import checkpoint as ckpt
+from ..config import runs_dir
+from ..errors import RunStoreError
+from .log import is_metric
+
+#: metrics and progress reach the store at most this often (seconds), unless forced
+FLUSH_EVERY = 1.0
+#: ... or when this many metric rows are waiting
+FLUSH_ROWS = 5000
+
+
+class _Writer:
+    """Store writes on a background thread, in order; ``drain()`` waits for them and re-raises
+    the first error; ``close()`` ends the thread."""
+
+    def __init__(self):
+        self._q: queue.Queue = queue.Queue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="labkit-run-store", daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while True:
+            job = self._q.get()
+            try:
+                if job is None:
+                    return
+                if self._error is None:  # after an error, the rest is dropped (re-raised once)
+                    fn, args, kwargs = job
+                    fn(*args, **kwargs)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the training thread
+                self._error = e
+            finally:
+                self._q.task_done()
+
+    def submit(self, fn, *args, **kwargs):
+        self.check()
+        self._q.put((fn, args, kwargs))
+
+    def drain(self):
+        self._q.join()
+        self.check()
+
+    def check(self):
+        if self._error is not None:
+            e, self._error = self._error, None
+            raise e
+
+    def close(self):
+        self._q.put(None)
+        self._thread.join()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+
+class Recorder:
+    """Mirrors one loop into the run store (``enabled``) or only names its run (not)."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.store = None
+        self.run_id: str | None = None
+        self.directory: Path | None = None
+        #: set when the run was deleted from the store while training
+        self.deleted = False
+        self._cursor = None
+        self._pending: list = []
+        self._writer: _Writer | None = None
+        self._last_flush = 0.0
+        self._last_heartbeat = 0.0
+
+    # -- the run
+    def ensure_run(self, name, config, factory) -> str:
+        """Create the run (status ``created``) on first use; returns its id."""
+        if self.run_id is not None:
+            return self.run_id
+        if self.enabled:
+            from .. import runs
+
+            self.store = runs.store()
+            self.run_id = self.store.create_run(name=name, config=config, source=_source(),
+                                                factory=factory)
+        else:
+            from ..runs.store import new_run_id
+
+            self.run_id = new_run_id()
+        self.directory = runs_dir() / self.run_id
+        if self.store is not None:
+            self.store.update_run(self.run_id, directory=str(self.directory))
+        return self.run_id
+
+    def attach(self, record: dict) -> None:
+        """Record into the existing run ``record`` (a run being resumed)."""
+        from .. import runs
+
+        self.run_id = record["id"]
+        self.directory = Path(record["directory"]) if record.get("directory") else \
+            runs_dir() / self.run_id
+        self.store = runs.store() if self.enabled else None
+        if self.store is not None:
+            self.store.update_run(self.run_id, directory=str(self.directory), pid=os.getpid())
+
+    @property
+    def checkpoint_dir(self) -> Path | None:
+        return None if self.directory is None else self.directory / "checkpoints"
+
+    def set_status(self, status: str, progress: dict, **fields) -> None:
+        if self.store is not None:
+            self._guard(self.store.update_run, self.run_id, status=status,
+                        heartbeat=time.time(), pid=os.getpid(), progress=progress, **fields)
+
+    # -- metrics
+    def follow(self, log, at_end: bool = False) -> None:
+        """Send ``log``'s values from now on (``at_end``: not those it already holds)."""
+        self._cursor = log.cursor(at_end=at_end)
+
+    def mirror(self, progress, force: bool = False, wait: bool = False) -> None:
+        """Queue the log's new values; write them (and ``progress()``) every second, or now with
+        ``force``; ``wait`` until they are written."""
+        if self.store is None:
+            return
+        now = time.time()
+        if self._cursor is not None:
+            self._pending += [(it, ep, k, v, now) for it, ep, k, v in self._cursor.read()
+                              if is_metric(v)]
+        mono = time.monotonic()
+        writer = self._writer
+        if writer is None:
+            writer = self._writer = _Writer()
+        try:
+            if self._pending and (force or len(self._pending) >= FLUSH_ROWS
+                                  or mono - self._last_flush > FLUSH_EVERY):
+                writer.submit(self.store.add_metrics, self.run_id, self._pending)
+                self._pending = []
+                self._last_flush = mono
+            # progress once a second, with the metrics: what the Runs sidebar and widgets show
+            if force or mono - self._last_heartbeat > FLUSH_EVERY:
+                writer.submit(self.store.update_run, self.run_id, heartbeat=time.time(),
+                              progress=progress())
+                self._last_heartbeat = mono
+            if wait:
+                writer.drain()
+        except RunStoreError as e:
+            self._store_failed(e)
+
+    def sync_to_log(self, log, iteration: int) -> None:
+        """After loading a checkpoint at ``iteration``: make the store's metrics match the log
+        (rows logged after the checkpoint by a killed process go; rows up to it are written
+        again, once each: the store keeps one value per run, key and iteration)."""
+        self.follow(log, at_end=True)
+        if self.store is None:
+            return
+        self._guard(self.store.truncate_metrics, self.run_id, after_iteration=iteration)
+        now = time.time()
+        rows = [(r["iteration"], r["epoch"], k, v, now) for r in log.rows
+                for k, v in r.items() if k not in ("iteration", "epoch") and is_metric(v)]
+        self._guard(self.store.add_metrics, self.run_id, rows)
+
+    def finish(self, status: str, progress, error: str | None = None) -> None:
+        """Write what is pending, then the final status."""
+        if self.store is None:
+            return
+        self.mirror(progress, force=True, wait=True)
+        if self.store is None:  # deleted meanwhile
+            return
+        fields = {"ended": time.time()} if status in ("finished", "failed", "interrupted") \
+            else {}
+        if error:
+            fields["error"] = error
+        self.set_status(status, progress(), **fields)
+
+    def close(self) -> None:
+        """Wait for pending writes and end the writer thread."""
+        w, self._writer = self._writer, None
+        if w is not None:
+            try:
+                w.drain()
+            except RunStoreError as e:
+                self._store_failed(e)
+            finally:
+                w.close()
+
+    # -- checkpoints
+    def add_checkpoint(self, path: Path, iteration: int, epoch: int, metrics: dict) -> None:
+        if self.store is not None:
+            size = sum(f.stat().st_size for f in path.iterdir())
+            self._guard(self.store.add_checkpoint, self.run_id, iteration, epoch, path, size,
+                        metrics)
+
+    def owns_checkpoint(self, path, directory=None) -> bool:
+        """Whether ``path`` is a checkpoint this run wrote: directly inside ``directory`` (this
+        run's checkpoint directory by default; not through a link), its manifest naming this
+        run, and — with a store — a record of this run."""
+        path = Path(path)
+        directory = Path(directory) if directory is not None else self.checkpoint_dir
+        try:
+            if directory is None or path.is_symlink() or \
+                    path.parent.resolve() != directory.resolve():
+                return False
+            if ckpt.manifest(path).get("run_id") != self.run_id:
+                return False
+        except (OSError, ckpt.CheckpointError):
+            return False
+        return self.store is None or any(
+            Path(c["path"]) == path for c in self._guard(self.store.checkpoints, self.run_id,
+                                                         default=[]))
+
+    def delete_checkpoint(self, path, directory=None) -> bool:
+        """Delete ``path`` and its record if this run owns it (see ``owns_checkpoint``);
+        returns whether it did."""
+        if not self.owns_checkpoint(path, directory):
+            return False
+        from .. import runs
+
+        if self.store is None:
+            ckpt.remove(path)
+            return True
+        for c in self._guard(self.store.checkpoints, self.run_id, default=[]):
+            if Path(c["path"]) == Path(path):
+                self._guard(runs.delete_checkpoint, c["id"], run_id=self.run_id,
+                            inside=directory or self.checkpoint_dir)
+        return True
+
+    # -- failures
+    def _guard(self, fn, *args, default=None, **kwargs):
+        if self.store is None:
+            return default
+        try:
+            return fn(*args, **kwargs)
+        except RunStoreError as e:
+            self._store_failed(e)
+            return default
+
+    def _store_failed(self, error: RunStoreError) -> None:
+        """A store error while training: a deleted run stops the recording (the loop stops
+        after this batch); anything else is raised."""
+        try:
+            gone = not self.store.exists(self.run_id)
+        except RunStoreError:
+            gone = False
+        if not gone:
+            raise error
+        if not self.deleted:
+            self.deleted = True
+            print(f"[labkit] run {self.run_id} was deleted from the run store while it trained; "
+                  "training stops after this batch and nothing more is recorded",
+                  file=sys.stderr, flush=True)
+        self.store = None
+        self._pending = []
+
+
+def _source() -> str:
+    nb = os.environ.get("JPY_SESSION_NAME")
+    if nb:
+        return nb
+    main = sys.modules.get("__main__")
+    f = getattr(main, "__file__", None)
+    return str(Path(f).resolve()) if f else "<interactive>"

@@ -1,0 +1,230 @@
+"""Building loops so they can be rebuilt, resuming runs, and checking that resume is exact.
+
+``build(make_loop, config)`` records which importable function made the loop, so
+``resume(run_id)`` (and ``labkit resume``) can rebuild it in another process, load its newest
+valid checkpoint and continue. ``check_resume`` trains once straight through and once stopped
+and resumed, and names the first difference.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .. import checkpoint as ckpt
+from ..errors import CheckpointError, RunStoreError, TrainingError
+from .loop import MainLoop
+
+
+def factory_name(fn) -> str | None:
+    """``module:qualname`` (or ``/path/script.py:qualname``) of ``fn``, if it is importable."""
+    mod = getattr(fn, "__module__", None)
+    qual = getattr(fn, "__qualname__", "")
+    if not mod or "<" in qual:
+        return None
+    if mod == "__main__":
+        f = getattr(sys.modules.get("__main__"), "__file__", None)
+        return f"{Path(f).resolve()}:{qual}" if f else None
+    return f"{mod}:{qual}"
+
+
+def load_factory(name: str):
+    """Import ``module:function`` or ``/path/to/script.py:function``."""
+    if not isinstance(name, str):
+        raise TrainingError(f"bad factory {name!r}: expected 'module:function'")
+    target, _, qual = name.rpartition(":")
+    if not target or not qual:
+        raise TrainingError(f"bad factory {name!r}: expected 'module:function'")
+    if target.endswith(".py"):
+        if not Path(target).is_file():
+            raise TrainingError(f"the run was built by {name}, but {target} does not exist")
+        spec = importlib.util.spec_from_file_location("__labkit_factory__", target)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    else:
+        try:
+            mod = importlib.import_module(target)
+        except ImportError as e:
+            raise TrainingError(f"the run was built by {name}, but {target} cannot be imported "
+                                f"({e}); pass make_loop=<the function that builds it>") from None
+    obj = mod
+    for part in qual.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise TrainingError(f"the run was built by {name}, but {target} has no {qual}; pass "
+                                "make_loop=<the function that builds it>") from None
+    return obj
+
+
+def build(make_loop, config: dict | None = None, name: str | None = None) -> MainLoop:
+    """``make_loop(config)`` -> MainLoop, recorded so that ``lk.resume(run_id)`` and ``labkit
+    resume`` can rebuild it. ``make_loop`` must be importable (defined in a module or a script,
+    not in a notebook cell) for ``resume`` to find it without being passed it."""
+    config = dict(config or {})
+    loop = make_loop(config)
+    if not isinstance(loop, MainLoop):
+        raise TrainingError(f"build: make_loop returned {type(loop).__name__}, not a MainLoop")
+    loop.config = {**config, **loop.config}
+    loop.factory = factory_name(make_loop)
+    if name is not None:
+        loop.name = name
+    return loop
+
+
+def _iteration(path) -> int:
+    m = ckpt.manifest(path)
+    return int(m.get("iteration", m.get("step", -1)))
+
+
+def _locate(run_or_path):
+    """(checkpoint path or None, run id or None) for a run id, a checkpoint or a run
+    directory."""
+    p = Path(str(run_or_path))
+    if p.is_dir() and (p / "manifest.json").exists():
+        return p, ckpt.manifest(p).get("run_id")
+    if p.is_dir() and (p / "checkpoints").is_dir():
+        return ckpt.latest(p / "checkpoints"), p.name
+    return None, str(run_or_path)
+
+
+def _newest_valid(record: dict):
+    """The newest valid checkpoint of a stored run; newer ones that fail their checks are
+    marked invalid in the store, and a fork with none of its own starts from its parent's."""
+    from .. import runs
+
+    directory = Path(record["directory"]) / "checkpoints" if record.get("directory") else None
+    path = ckpt.latest(directory) if directory else None
+    at = _iteration(path) if path is not None else -1
+    store = runs.store()
+    for c in store.checkpoints(record["id"]):
+        if c["valid"] and c["iteration"] > at and ckpt.verify(c["path"]) is not None:
+            store.set_checkpoint(c["id"], valid=0)
+    if path is None and record.get("parent_checkpoint"):
+        path = Path(record["parent_checkpoint"])
+    if path is None:
+        raise CheckpointError(f"run {record['id']} has no valid checkpoint to resume from")
+    return path
+
+
+def resume(run_or_path, make_loop=None, run: bool = True) -> MainLoop:
+    """Rebuild a run's loop, load its newest valid checkpoint and continue training.
+
+    ``run_or_path``: a run id, a checkpoint directory, or a run directory. ``make_loop``: the
+    function that built the loop (needed when it was defined in a notebook). A forked run (see
+    ``lk.runs.fork``) starts from its parent's checkpoint with its own config.
+    """
+    from .. import runs
+
+    checkpoint_path, run_id = _locate(run_or_path)
+    record = None
+    if run_id:
+        try:
+            record = runs.get(run_id)
+        except RunStoreError:
+            if checkpoint_path is None:
+                raise
+    if checkpoint_path is None:
+        checkpoint_path = _newest_valid(record)
+    if make_loop is None:
+        factory = record.get("factory") if record else None
+        if not factory:
+            raise TrainingError(f"resume: run {run_id} does not say how to rebuild its loop "
+                                "(it was not made with lk.training.build from an importable "
+                                "function); pass make_loop=<the function that builds it>")
+        make_loop = load_factory(factory)
+    config = record["config"] if record else {}
+    loop = make_loop(config)
+    if not isinstance(loop, MainLoop):
+        raise TrainingError(f"resume: make_loop returned {type(loop).__name__}, not a MainLoop")
+    loop.config = dict(config)
+    loop.factory = record.get("factory") if record else factory_name(make_loop)
+    if record is not None:
+        loop.name = record.get("name")
+        loop.attach(record)
+    loop.load_checkpoint(checkpoint_path)
+    if record is not None and record.get("parent_checkpoint") and not ckpt.list_checkpoints(
+            loop.checkpoint_dir):
+        loop.log.report(forked_from=record.get("parent_run"))
+    if run:
+        loop.run()
+    return loop
+
+
+class ResumeCheck:
+    """The result of ``check_resume``: ``identical``, ``first_difference`` and a readable repr."""
+
+    def __init__(self, at_iteration, compared, first_difference):
+        self.at_iteration, self.compared = at_iteration, compared
+        self.first_difference = first_difference
+        self.identical = first_difference is None
+
+    @property
+    def at_batch(self):  # the older name
+        return self.at_iteration
+
+    def __bool__(self):
+        return self.identical
+
+    def __repr__(self):
+        if self.identical:
+            return (f"ResumeCheck: identical - stopped at iteration {self.at_iteration}, resumed "
+                    f"from the checkpoint, {self.compared} values compared bit for bit")
+        return f"ResumeCheck: DIFFERENT after resuming at iteration {self.at_iteration}: " + \
+            self.first_difference
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+def check_resume(make_loop, at_iteration: int | None = None, directory=None, *,
+                 at_batch: int | None = None) -> ResumeCheck:
+    """Train ``make_loop()`` uninterrupted; train another ``make_loop()`` for ``at_iteration``
+    iterations, checkpoint it, resume a third from that checkpoint; compare the logs (every
+    reported value except timings) and the final parameters bit for bit."""
+    from .. import runs
+
+    at = at_iteration if at_iteration is not None else at_batch
+    if at is None:
+        raise TrainingError("check_resume: give at_iteration=N")
+    with tempfile.TemporaryDirectory() as tmp, runs.use_store(Path(tmp) / "runs.sqlite"):
+        a = make_loop()
+        a.run()
+        a.close()
+        b = make_loop()
+        b.run(max_iterations=at)
+        path = b.save_checkpoint(directory or Path(tmp) / "check")
+        b.close()
+        c = make_loop()
+        c.load_checkpoint(path)
+        c.run()
+        c.close()
+        compared = 0
+        if len(a.log) != len(c.log):
+            return ResumeCheck(at, compared, f"the uninterrupted run logged {len(a.log)} "
+                               f"iterations, the resumed one {len(c.log)}")
+        for ra, rc in zip(a.log.rows, c.log.rows):
+            for k in ra:
+                if k.startswith("time") or k == "forked_from":
+                    continue
+                if k not in rc or not _same(ra[k], rc[k]):
+                    return ResumeCheck(at, compared, f"iteration {ra['iteration']}, {k!r}: "
+                                       f"uninterrupted {ra.get(k)!r}, resumed {rc.get(k)!r}")
+                compared += 1
+        pa, pc = a.model.state_dict(), c.model.state_dict()
+        for k in pa:
+            compared += 1
+            if not np.array_equal(pa[k], pc[k], equal_nan=True):
+                diff = float(np.nanmax(np.abs(pa[k].astype(np.float64) - pc[k])))
+                return ResumeCheck(at, compared, f"final parameter {k}: max |difference| "
+                                   f"{diff:.3g}")
+        return ResumeCheck(at, compared, None)
