@@ -12,24 +12,18 @@ import inspect
 import sys
 import threading
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
 
 from .. import checkpoint as ckpt
 from ..autograd import Tensor
-from ..backend.random import Generator
 from ..errors import CheckpointError, LabkitError, TrainingError
+from . import state
 from .control import Control
 from .events import Extension, Extensions
 from .log import Log
 from .recorder import Recorder
-
-#: the loop's status entries and their types, as saved in checkpoints
-STATUS = {"iteration": int, "epoch": int, "epoch_iteration": int, "epoch_started": bool,
-          "training_started": bool, "finished": bool, "time_total": float,
-          "resumed_from": (str, type(None))}
 
 _viewer = None
 
@@ -59,13 +53,6 @@ def _check_args(fn, n: int, what: str, names: str) -> None:
     except TypeError:
         count = "one argument" if n == 1 else "two arguments"
         raise TrainingError(f"{what}{sig} must take {count} {names}") from None
-
-
-def _brick_generators(model):
-    for b in model.bricks():
-        for attr, v in vars(b).items():
-            if isinstance(v, Generator):
-                yield f"{b.path}.{attr}", v
 
 
 class MainLoop:
@@ -402,78 +389,22 @@ class MainLoop:
     # -- state
     def state_dict(self) -> dict:
         """Everything that determines the rest of the run (arrays and JSON values)."""
-        from ..functions import noise
+        return state.loop_state(self)
 
-        return {
-            "format": "labkit-mainloop", "version": 1,
-            "status": dict(self.status),
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "stream": self.stream.state_dict(),
-            "rng": {"dropout": {d: g.state_dict() for d, g in noise._default.items()},
-                    "bricks": {k: g.state_dict() for k, g in _brick_generators(self.model)}},
-            "log": self.log.state_dict(),
-            "extensions": {n: e.state_dict() for n, e in self._extensions.saved().items()},
-            "run": {"id": self.run_id, "name": self.name, "config": self.config},
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore everything from ``state``. A state that does not fit this loop (another
+    def load_state_dict(self, saved: dict) -> None:
+        """Restore everything from ``saved``. A state that does not fit this loop (another
         model, damaged values) raises ``CheckpointError`` naming the part, and leaves the
         loop as it was."""
-        _check_state(state)
-        mine = self._extensions.saved()
-        saved = state["extensions"]
-        lost = sorted(k for k, v in saved.items() if k not in mine and v)
-        if lost:
-            raise CheckpointError(
-                f"MainLoop.load_state_dict: the checkpoint has state for extensions {lost}, "
-                f"which this loop lacks (it has {sorted(mine)}); build the loop as it was when "
-                "it was saved")
-        gens = dict(_brick_generators(self.model))
-        unknown = sorted(set(state["rng"]["bricks"]) - set(gens))
-        if unknown:
-            raise CheckpointError(f"MainLoop.load_state_dict: the checkpoint has random "
-                                  f"generators {unknown} that this model lacks")
-        fresh = sorted(k for k, e in mine.items() if k not in saved and e.state_dict())
-        if fresh:
-            warnings.warn(f"extensions {fresh} are not in the checkpoint: they start fresh",
-                          stacklevel=3)
-        before = self.state_dict()
-        try:
-            self._load_parts(state, mine, gens)
-        except BaseException:
-            self._load_parts(before, mine, gens)  # leave the loop as it was
-            raise
+        state.load_loop_state(self, saved)
         self._resumed = True
 
-    def _load_parts(self, state, extensions, gens) -> None:
-        from ..functions import noise
-
-        parts = [("model", self.model.load_state_dict, state["model"]),
-                 ("optimizer", self.optimizer.load_state_dict, state["optimizer"]),
-                 ("stream", self.stream.load_state_dict, state["stream"]),
-                 ("log", self.log.load_state_dict, state["log"])]
-        parts += [(f"dropout generator of {d}", noise.default_generator(d).load_state_dict, g)
-                  for d, g in state["rng"]["dropout"].items()]
-        parts += [(f"generator {k}", gens[k].load_state_dict, g)
-                  for k, g in state["rng"]["bricks"].items()]
-        parts += [(f"extension {n}", e.load_state_dict, state["extensions"][n])
-                  for n, e in extensions.items() if n in state["extensions"]]
-        for what, load, value in parts:
-            try:
-                load(value)
-            except CheckpointError as e:
-                raise CheckpointError(f"MainLoop.load_state_dict: {what}: {e}") from e
-            except (LabkitError, KeyError, TypeError, ValueError, AttributeError,
-                    IndexError) as e:
-                raise CheckpointError(f"MainLoop.load_state_dict: the saved {what} does not fit "
-                                      f"this loop ({type(e).__name__}: {e})") from e
-        self.status = {k: state["status"][k] for k in STATUS}
-
-    def save_checkpoint(self, directory=None) -> Path:
-        """Write a checkpoint of everything (atomically) and record it in the run store."""
+    def save_checkpoint(self, directory=None) -> Path | None:
+        """Write a checkpoint of everything (atomically) and record it in the run store.
+        Returns its path; None when the run was deleted from the store meanwhile (nothing is
+        written then, and the loop stops after this batch)."""
         self.ensure_run()
+        if not self.recorder.check_alive():
+            return None
         directory = Path(directory) if directory is not None else self.checkpoint_dir
         metrics = self.log.last_metrics()
         it = self.status["iteration"]
@@ -546,32 +477,3 @@ class MainLoop:
         st = self.status
         return (f"MainLoop(run={self.run_id}, epoch={st['epoch']}, iteration={st['iteration']}, "
                 f"extensions={[e.name for e in self._extensions]})")
-
-
-def _check_state(state) -> None:
-    """The shape of a saved loop state, checked before anything is loaded."""
-    def bad(what):
-        return CheckpointError(f"MainLoop.load_state_dict: {what}")
-
-    if not isinstance(state, dict) or state.get("format") != "labkit-mainloop":
-        raise bad("not the state of a MainLoop")
-    for key in ("status", "model", "optimizer", "stream", "rng", "log", "extensions"):
-        if not isinstance(state.get(key), dict):
-            raise bad(f"'{key}' must be an object, got {type(state.get(key)).__name__}")
-    for key, kind in STATUS.items():
-        if key not in state["status"] and key != "resumed_from":
-            raise bad(f"status lacks '{key}'")
-        v = state["status"].get(key)
-        if kind is int and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise bad(f"status['{key}'] must be an integer >= 0, got {v!r}")
-        if kind is float and (isinstance(v, bool) or not isinstance(v, (int, float))
-                              or not v >= 0):
-            raise bad(f"status['{key}'] must be a number >= 0, got {v!r}")
-        if kind is bool and not isinstance(v, bool):
-            raise bad(f"status['{key}'] must be true or false, got {v!r}")
-        if isinstance(kind, tuple) and not isinstance(v, kind):
-            raise bad(f"status['{key}'] must be a string or null, got {v!r}")
-    for key in ("dropout", "bricks"):
-        gens = state["rng"].get(key)
-        if not isinstance(gens, dict) or not all(isinstance(g, dict) for g in gens.values()):
-            raise bad(f"rng['{key}'] must be an object of generator states")

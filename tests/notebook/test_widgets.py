@@ -83,8 +83,8 @@ def test_dashboard_buttons_control_the_loop(patches, tmp_path):
     dash.stop_button.click()
     loop.wait()
     assert lk.runs.get(loop.run_id)["status"] == "finished"
-    assert loop._stop_reason == "stopped from the dashboard"
-    assert [c["step"] for c in lk.runs.checkpoints(loop.run_id)][0] == at
+    assert loop.stop_reason == "stopped from the dashboard"
+    assert [c["iteration"] for c in lk.runs.checkpoints(loop.run_id)][0] == at
 
 
 def test_dashboard_of_a_stored_run_redraws_its_history(patches):
