@@ -8,20 +8,26 @@ import numpy as np
 
 from ..autograd.tensor import Tensor
 from ..backend import opencl as cl
-from ..errors import DeviceMismatchError
+from ..errors import DeviceMismatchError, DTypeError
 
 
 def is_scalar(x) -> bool:
     return isinstance(x, (numbers.Number, np.generic))
 
 
-def as_tensor(x, like: Tensor, op: str) -> Tensor:
-    """A Tensor for ``x`` on ``like``'s device (arrays must already be there)."""
+def as_tensor(x, like: Tensor, op: str, name: str = "operand") -> Tensor:
+    """A Tensor for the constant operand ``x`` of an op whose other operand is ``like``.
+
+    Scalars and lists are values: they become an array on ``like``'s device (floats in its
+    dtype). Arrays are data with a place: a NumPy array beside a tensor on an OpenCL device is
+    an error, not a hidden host-to-device copy per op (0-d arrays excepted)."""
     if isinstance(x, Tensor):
         return x
     if isinstance(x, cl.ndarray):
         return Tensor(x)
     if isinstance(x, np.ndarray):
+        if x.dtype.kind not in "biuf":
+            raise DTypeError(f"{op}: {name} must hold numbers, got dtype {x.dtype}")
         if isinstance(like.data, cl.ndarray) and x.ndim > 0:
             raise DeviceMismatchError(
                 f"{op}: got a NumPy array (cpu) and a tensor on {like.device}; make it a "
@@ -29,8 +35,27 @@ def as_tensor(x, like: Tensor, op: str) -> Tensor:
         if isinstance(like.data, cl.ndarray):
             return Tensor(cl.asarray(x, device=like.data.rt))
         return Tensor(x)
+    if not isinstance(x, (list, tuple, numbers.Number, np.generic)):
+        raise DTypeError(f"{op}: {name} must be a Tensor, a number or a list of numbers, got "
+                         f"{type(x).__name__}; make it a tensor with lk.tensor(x, "
+                         f"device='{like.device}')")
     arr = np.asarray(x, dtype=like.dtype if like.dtype.kind == "f" else None)
-    return as_tensor(arr, like, op)
+    if arr.dtype.kind not in "biuf":
+        raise DTypeError(f"{op}: {name} must hold numbers, got {x!r}")
+    if isinstance(like.data, cl.ndarray):
+        return Tensor(cl.asarray(arr, device=like.data.rt))
+    return Tensor(arr)
+
+
+def operands(a, b, op: str, names=("a", "b")):
+    """``a`` and ``b`` as Tensors, one of which must already be a Tensor (the arithmetic ops'
+    rule: the other may be a number, a list or an array on the same device)."""
+    if isinstance(a, Tensor):
+        return a, as_tensor(b, a, op, names[1])
+    if isinstance(b, Tensor):
+        return as_tensor(a, b, op, names[0]), b
+    raise DTypeError(f"{op}: expected at least one Tensor, got {type(a).__name__} and "
+                     f"{type(b).__name__}; make one with lk.tensor(x, device=...)")
 
 
 def xp_of(a):

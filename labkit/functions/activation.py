@@ -8,6 +8,7 @@ import math as _m
 import numpy as np
 
 from ..autograd.function import Function
+from . import _check
 from ._util import xp_of
 from .math import MulConstant, erf, exp, logsumexp, mul, where
 
@@ -36,14 +37,18 @@ class ReLUGrad(Function):
 
     def forward(self, gy):
         if isinstance(gy, np.ndarray):
-            # NOTE: the mask written as floats (in x's memory layout: a convolution's output is
-            # (C, N, H, W) in memory), then multiplied in place: 32 us for (256, 512)
-            # against 47 us for gy * (x > 0) (a bool operand is cast on the fly), and
-            # np.where(mask, gy, 0) measured 6x slower
+            # NOTE: gy's bits ANDed with a mask of all-ones where x > 0, written in x's memory
+            # layout (a convolution's output is (C, N, H, W) in memory): as fast as the float
+            # mask multiplied in place (55 us against 60 us for (256, 512)), and like the cl
+            # kernel it gives exactly gy where x > 0 and 0 elsewhere, where a product gave
+            # nan for a nan or inf gy (0 * inf). np.where and np.copyto(where=) measured 15x
+            # slower.
             out = (np.empty_like(self.x, dtype=gy.dtype) if gy.shape == self.x.shape
                    else np.empty(np.broadcast_shapes(gy.shape, self.x.shape), gy.dtype))
-            np.greater(self.x, 0, out=out, casting="unsafe")
-            out *= gy
+            bits = out.view(_BITS[gy.dtype.itemsize])
+            np.greater(self.x, 0, out=bits, casting="unsafe")  # 1 where x > 0
+            np.negative(bits, out=bits)                        # all ones there
+            np.bitwise_and(bits, gy.view(bits.dtype), out=bits)
             return out
         return xp_of(gy).where(self.x > 0, gy, 0)  # one kernel
 
@@ -51,16 +56,25 @@ class ReLUGrad(Function):
         return ReLUGrad(self.x).apply((ggy,))
 
 
+_BITS = {2: np.int16, 4: np.int32, 8: np.int64}
+
+
 def relu(x):
-    return ReLU().apply((x,))
+    """max(x, 0); the gradient is the upstream gradient where x > 0 (nan and inf included)
+    and 0 elsewhere, on every device."""
+    return ReLU().apply((_check.tensor(x, "relu"),))
 
 
 def leaky_relu(x, slope=0.2):
+    _check.tensor(x, "leaky_relu")
+    _check.scalar(slope, "leaky_relu", "slope")
     d = x.data
     return MulConstant(((d > 0) * (1 - slope) + slope).astype(d.dtype)).apply((x,))
 
 
 def elu(x, alpha=1.0):
+    _check.tensor(x, "elu")
+    _check.scalar(alpha, "elu", "alpha")
     # NOTE: where(), not a mask product: exp(x) overflows for large x and inf * 0 is nan.
     neg_part = mul(exp(where(x.data > 0, 0.0, x)) - 1.0, alpha)
     return where(x.data > 0, x, neg_part)
@@ -68,13 +82,16 @@ def elu(x, alpha=1.0):
 
 def gelu(x):
     """x * Phi(x) with the exact normal CDF (erf), as in PyTorch's default."""
+    _check.tensor(x, "gelu")
     return x * (erf(mul(x, 1 / _m.sqrt(2))) + 1.0) * 0.5
 
 
 def log_softmax(x, axis=1):
     """x - logsumexp(x): stable for logits of any size."""
+    _check.axis(axis, _check.tensor(x, "log_softmax").ndim, "log_softmax", x.shape)
     return x - logsumexp(x, axis=axis, keepdims=True)
 
 
 def softmax(x, axis=1):
+    _check.axis(axis, _check.tensor(x, "softmax").ndim, "softmax", x.shape)
     return exp(log_softmax(x, axis=axis))

@@ -9,15 +9,18 @@ from ..autograd.function import Function
 from ..autograd.tensor import Tensor
 from ..backend import full, split_bounds, zeros
 from ..backend import opencl as cl
-from ..errors import ShapeError
+from ..errors import DeviceError, DTypeError, ShapeError
+from . import _check
 from ._util import xp_of
 from .math import broadcast_to, reshape, transpose  # noqa: F401 - part of this family
 
 
 def expand_dims(x, axis):
-    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
-    nd = x.ndim + len(axes)
-    axes = sorted(a % nd for a in axes)
+    """``x`` with new axes of size 1 at ``axis`` (an int or a tuple; positions in the
+    result)."""
+    _check.tensor(x, "expand_dims")
+    nd = x.ndim + (len(axis) if isinstance(axis, (tuple, list)) else 1)
+    axes = _check.axes(axis, nd, "expand_dims", x.shape)
     shape = list(x.shape)
     for a in axes:
         shape.insert(a, 1)
@@ -25,9 +28,11 @@ def expand_dims(x, axis):
 
 
 def squeeze(x, axis=None):
+    """``x`` without the axes of size 1 in ``axis`` (default: every one)."""
+    _check.tensor(x, "squeeze")
     if axis is None:
         return reshape(x, tuple(d for d in x.shape if d != 1))
-    axes = {a % x.ndim for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
+    axes = _check.axes(axis, x.ndim, "squeeze", x.shape)
     for a in axes:
         if x.shape[a] != 1:
             raise ShapeError(f"squeeze: axis {a} has size {x.shape[a]}, not 1 (shape {x.shape})")
@@ -36,7 +41,7 @@ def squeeze(x, axis=None):
 
 def flatten(x):
     """All but the first axis merged: (N, ...) -> (N, prod(...)); 1-D and 0-D give 1-D."""
-    if x.ndim <= 1:
+    if _check.tensor(x, "flatten").ndim <= 1:
         return reshape(x, (-1,))
     return reshape(x, (x.shape[0], -1))
 
@@ -114,8 +119,9 @@ def _int_index(k):
 
 
 def getitem(x, key):
-    """``x[key]`` with slices, ints, None, Ellipsis, integer arrays and boolean masks."""
-    return GetItem(_raw_key(key)).apply((x,))
+    """``x[key]`` with slices, ints, None, Ellipsis, integer arrays and boolean masks (bounds
+    as NumPy: IndexError)."""
+    return GetItem(_raw_key(key)).apply((_check.tensor(x, "getitem"),))
 
 
 # ---- concat / stack / split / pad ------------------------------------------------------------
@@ -141,28 +147,42 @@ class Concat(Function):
 
 
 def concat(xs, axis=0):
-    xs = list(xs)
-    if not xs:
-        raise ValueError("concat: need at least one tensor")
+    """Tensors of one dtype joined along ``axis``; every other axis must match."""
+    xs = _check.tensors(xs, "concat")
     nd = xs[0].ndim
+    ax = _check.axis(axis, nd, "concat", xs[0].shape, what="xs[0]")
     for i, x in enumerate(xs):
         if x.ndim != nd or any(a != b for k, (a, b) in enumerate(zip(x.shape, xs[0].shape))
-                               if k != axis % nd):
+                               if k != ax):
             raise ShapeError(f"concat: tensor {i} has shape {x.shape} but tensor 0 has "
                              f"{xs[0].shape}; all dimensions except axis {axis} must match")
-    return Concat(axis % nd).apply(tuple(xs))
+    return Concat(ax).apply(tuple(xs))
 
 
 def stack(xs, axis=0):
-    xs = list(xs)
+    """Tensors of one shape and dtype joined along a new ``axis``."""
+    xs = _check.tensors(xs, "stack")
+    _check.axis(axis, xs[0].ndim + 1, "stack", xs[0].shape, what="xs[0]")
+    for i, x in enumerate(xs):
+        if x.shape != xs[0].shape:
+            raise ShapeError(f"stack: tensor {i} has shape {x.shape} but tensor 0 has "
+                             f"{xs[0].shape}; stacked tensors must have one shape")
     return concat([expand_dims(x, axis) for x in xs], axis=axis)
 
 
 def split(x, indices_or_sections, axis=0):
-    n = x.shape[axis]
-    bounds = split_bounds(n, indices_or_sections, axis)
+    """``x`` cut along ``axis`` into equal sections (an int) or at the given indices."""
+    ax = _check.axis(axis, _check.tensor(x, "split").ndim, "split", x.shape)
+    n = x.shape[ax]
+    if isinstance(indices_or_sections, (tuple, list)):
+        ios = [_check.integer(i, "split", "indices") for i in indices_or_sections]
+    else:
+        ios = _check.integer(indices_or_sections, "split", "indices_or_sections")
+        if ios <= 0:
+            raise ValueError(f"split: the number of sections must be positive, got {ios}")
+    bounds = split_bounds(n, ios, ax)
     edges = [0] + bounds + [n]
-    pre = (slice(None),) * (axis % x.ndim)
+    pre = (slice(None),) * ax
     return tuple(getitem(x, pre + (slice(s, e),)) for s, e in zip(edges[:-1], edges[1:]))
 
 
@@ -187,13 +207,17 @@ class Pad(Function):
 
 def pad(x, pad_width, value=0.0):
     """Constant padding; ``pad_width`` is an int, a (before, after) pair, or one per axis."""
+    _check.tensor(x, "pad")
+    _check.scalar(value, "pad", "value")
     if isinstance(pad_width, int):
         pw = ((pad_width, pad_width),) * x.ndim
     elif len(pad_width) == 2 and all(isinstance(p, int) for p in pad_width):
         pw = (tuple(pad_width),) * x.ndim
     else:
         pw = tuple(tuple(p) for p in pad_width)
-    if len(pw) != x.ndim or any(lo < 0 or hi < 0 for lo, hi in pw):
+    if len(pw) != x.ndim or any(len(p) != 2 or not all(isinstance(v, (int, np.integer))
+                                                       for v in p) for p in pw) or any(
+            lo < 0 or hi < 0 for lo, hi in pw):
         raise ShapeError(f"pad: pad_width {pad_width} does not fit a tensor of shape {x.shape}")
     return Pad(pw, value).apply((x,))
 
@@ -216,7 +240,13 @@ class Cast(Function):
 
 
 def cast(x, dtype):
-    if x.dtype == np.dtype(dtype):
+    """``x`` as ``dtype`` (the gradient is cast back)."""
+    _check.tensor(x, "cast")
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise DTypeError(f"cast: {dtype!r} is not a dtype; give one such as np.float32") from None
+    if x.dtype == dtype:
         return x
     return Cast(dtype).apply((x,))
 
@@ -238,7 +268,16 @@ class ToDevice(Function):
 
 
 def to_device(x, device):
-    return ToDevice(device).apply((x,))
+    """``x`` on ``device`` (``"cpu"``, ``"cl"``, ``"cl:N"`` or a Device); the gradient goes
+    back."""
+    from ..backend.device import device as _device
+
+    _check.tensor(x, "to_device")
+    try:
+        dev = _device(device)
+    except DeviceError as e:
+        raise type(e)(f"to_device: {e}") from None
+    return ToDevice(dev).apply((x,))
 
 
 __all__ = ["broadcast_to", "cast", "concat", "expand_dims", "flatten", "getitem", "pad",

@@ -7,6 +7,7 @@ import numpy as np
 from ..autograd.function import Function
 from ..backend import zeros
 from ..errors import ShapeError
+from . import _check
 from ._util import strided_view, xp_of
 from .array import concat, getitem, pad, reshape
 from .math import add, matmul, transpose
@@ -14,6 +15,14 @@ from .math import add, matmul, transpose
 
 def linear(x, W, b=None):
     """``x @ W.T + b`` with ``W`` of shape (out, in), as PyTorch."""
+    _check.tensor(x, "linear", "x")
+    _check.tensor(W, "linear", "W")
+    if b is not None:
+        _check.tensor(b, "linear", "b")
+    _check.same_dtype("linear", x=x, W=W, b=b)
+    if x.ndim == 0:
+        raise ShapeError("linear: x must have at least one dimension (features last), got a "
+                         "0-dimensional x")
     if W.ndim != 2:
         raise ShapeError(f"linear: W must be 2-D (out, in), got W.shape={W.shape}")
     if x.shape[-1] != W.shape[1]:
@@ -53,12 +62,9 @@ class Linear(Function):
         return gx, gW, _sum(gy, axis=0) if inputs[2].requires_grad else None
 
 
-def _pair(v, name):
-    if isinstance(v, int):
-        return (v, v)
-    if len(v) != 2:
-        raise ValueError(f"conv: {name} must be an int or a pair, got {v!r}")
-    return tuple(int(a) for a in v)
+def _pair(v, name, op="conv2d", low=0):
+    """An int or a pair of ints, each at least ``low``, as a pair."""
+    return _check.window(v, op, name, low)
 
 
 def _out_size(n, k, s, p, d):
@@ -277,6 +283,14 @@ class Conv2dGradX(Function):
 
 def conv2d(x, W, b=None, stride=1, pad=0, dilation=1, groups=1):
     """2-D convolution (cross-correlation), NCHW, ``W`` of shape (out, in/groups, kh, kw)."""
+    _check.tensor(x, "conv2d", "x")
+    _check.tensor(W, "conv2d", "W")
+    if b is not None:
+        _check.tensor(b, "conv2d", "b")
+    _check.same_dtype("conv2d", x=x, W=W, b=b)
+    groups = _check.integer(groups, "conv2d", "groups")
+    if groups < 1:
+        raise ValueError(f"conv2d: groups must be at least 1, got {groups}")
     if x.ndim != 4 or W.ndim != 4:
         raise ShapeError(f"conv2d: x must be (N, C, H, W) and W (out, in/groups, kh, kw); got "
                          f"x.shape={x.shape}, W.shape={W.shape}")
@@ -288,7 +302,8 @@ def conv2d(x, W, b=None, stride=1, pad=0, dilation=1, groups=1):
                          f"W.shape={W.shape}")
     if b is not None and b.shape != (o,):
         raise ShapeError(f"conv2d: b must have shape ({o},), got {b.shape}")
-    s, p, d = _pair(stride, "stride"), _pair(pad, "pad"), _pair(dilation, "dilation")
+    s, p, d = _pair(stride, "stride", low=1), _pair(pad, "pad"), _pair(dilation, "dilation",
+                                                                      low=1)
     if groups == 1 and type(x.data) is np.ndarray:
         h, w = x.shape[2:]
         oh, ow = _out_size(h, kh, s[0], p[0], d[0]), _out_size(w, kw, s[1], p[1], d[1])
@@ -312,15 +327,29 @@ def conv2d(x, W, b=None, stride=1, pad=0, dilation=1, groups=1):
 
 def conv_transpose2d(x, W, b=None, stride=1, pad=0, dilation=1, output_padding=0):
     """The transpose (gradient) of conv2d w.r.t. its input; ``W`` is (in, out, kh, kw)."""
+    op = "conv_transpose2d"
+    _check.tensor(x, op, "x")
+    _check.tensor(W, op, "W")
+    if b is not None:
+        _check.tensor(b, op, "b")
+    _check.same_dtype(op, x=x, W=W, b=b)
     if x.ndim != 4 or W.ndim != 4 or x.shape[1] != W.shape[0]:
         raise ShapeError(f"conv_transpose2d: x (N, C, H, W) with C == W.shape[0]; got "
                          f"x.shape={x.shape}, W.shape={W.shape}")
     n, c, h, w = x.shape
     _, o, kh, kw = W.shape
-    s, p, d = _pair(stride, "stride"), _pair(pad, "pad"), _pair(dilation, "dilation")
-    op = _pair(output_padding, "output_padding")
-    hout = (h - 1) * s[0] - 2 * p[0] + d[0] * (kh - 1) + 1 + op[0]
-    wout = (w - 1) * s[1] - 2 * p[1] + d[1] * (kw - 1) + 1 + op[1]
+    if b is not None and b.shape != (o,):
+        raise ShapeError(f"{op}: b must have shape ({o},), got {b.shape}")
+    s, p = _pair(stride, "stride", op, 1), _pair(pad, "pad", op)
+    d, q = _pair(dilation, "dilation", op, 1), _pair(output_padding, "output_padding", op)
+    if q[0] >= s[0] and q[0] >= d[0] or q[1] >= s[1] and q[1] >= d[1]:
+        raise ValueError(f"{op}: output_padding {q} must be smaller than the stride {s} or "
+                         f"the dilation {d} (it adds rows the windows never reach)")
+    hout = (h - 1) * s[0] - 2 * p[0] + d[0] * (kh - 1) + 1 + q[0]
+    wout = (w - 1) * s[1] - 2 * p[1] + d[1] * (kw - 1) + 1 + q[1]
+    if hout <= 0 or wout <= 0:
+        raise ShapeError(f"{op}: padding {p} leaves no output for an input of {h}x{w} and a "
+                         f"{kh}x{kw} window (output {hout}x{wout})")
     col = matmul(transpose(reshape(W, (c, o * kh * kw))), reshape(x, (n, c, h * w)))
     col = reshape(col, (n, o, kh, kw, h, w))
     full = Col2Im((kh, kw), s, d, (n, o, hout + 2 * p[0], wout + 2 * p[1])).apply((col,))
@@ -330,12 +359,11 @@ def conv_transpose2d(x, W, b=None, stride=1, pad=0, dilation=1, output_padding=0
 
 
 def embed_id(ids, W):
-    """Rows of ``W`` (vocab, dim) picked by integer ``ids`` of any shape."""
-    from ..autograd.tensor import Tensor
-
-    d = ids.data if isinstance(ids, Tensor) else ids
-    if isinstance(d, (list, tuple)):
-        d = np.asarray(d)
-    if d.dtype.kind not in "iu":
-        raise TypeError(f"embed_id: ids must be integers, got dtype {d.dtype}")
+    """Rows of ``W`` (vocab, dim) picked by integer ``ids`` of any shape, each in
+    ``[0, vocab)`` (checked on an OpenCL device when ``LABKIT_CHECK_INDICES`` is on)."""
+    _check.tensor(W, "embed_id", "W")
+    if W.ndim != 2:
+        raise ShapeError(f"embed_id: W must be 2-D (vocab, dim), got W.shape={W.shape}")
+    d = _check.integers(_check.data(ids, W, "embed_id", "ids", move=False), "embed_id", "ids")
+    _check.indices(d, W.shape[0], "embed_id", "ids", f"W of {W.shape[0]} rows")
     return getitem(W, d)

@@ -8,22 +8,30 @@ import numpy as np
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
 from ..errors import ShapeError
-from ._util import xp_of
+from . import _check
+from ._util import operands, xp_of
 from .activation import relu
 from .math import MulConstant, abs, exp, log1p, mean, mul, neg, sum
 
 
-def _labels(t, x, op):
-    d = t.data if isinstance(t, Tensor) else t
-    xd = x.data
-    if isinstance(d, (list, tuple)) or (isinstance(d, np.ndarray) and xp_of(xd) is not np):
-        d = np.asarray(d)
-        if xp_of(xd) is not np:
-            from ..backend import opencl
+def _labels(t, x, op, ignore_label, name="labels"):
+    """Integer labels of the shape of ``x`` without its class axis 1, each a class in
+    ``[0, C)`` or ``ignore_label``, on ``x``'s device.
 
-            d = opencl.asarray(d, device=xd.rt)
-    if d.dtype.kind not in "iu":
-        raise TypeError(f"{op}: labels must be integers, got dtype {d.dtype}")
+    NOTE: labels given as NumPy arrays or lists are checked on the host before they are
+    copied; labels already on an OpenCL device only when ``LABKIT_CHECK_INDICES`` is on (a
+    device-to-host read of one flag)."""
+    d = _check.integers(_check.data(t, x, op, name, move=False), op, name)
+    if x.ndim < 2 or tuple(d.shape) != x.shape[:1] + x.shape[2:]:
+        raise ShapeError(f"{op}: {name} of shape {tuple(d.shape)} do not match x of shape "
+                         f"{x.shape}; expected {name} of shape {x.shape[:1] + x.shape[2:]} "
+                         f"(x is (N, C, ...) with the classes on axis 1)")
+    _check.indices(d, x.shape[1], op, name, f"x with {x.shape[1]} classes",
+                   ignore=ignore_label)
+    if isinstance(d, np.ndarray) and xp_of(x.data) is not np:
+        from ..backend import opencl
+
+        d = opencl.asarray(d, device=x.data.rt)
     return d
 
 
@@ -31,18 +39,18 @@ def softmax_cross_entropy(logits, labels, reduce="mean", ignore_label=-1):
     """Cross-entropy of ``softmax(logits)`` (N, C, ...) against integer ``labels`` (N, ...).
 
     ``reduce``: "mean" (over labels that are not ``ignore_label``), "sum" or "none".
-    Stable for logits of any magnitude (log_softmax through logsumexp).
+    Stable for logits of any magnitude (log_softmax through logsumexp). A label outside
+    ``[0, C)`` that is not ``ignore_label`` (None: none is ignored) raises ``IndexError``.
     """
-    if reduce not in ("mean", "sum", "none"):
-        raise ValueError(f"softmax_cross_entropy: reduce must be 'mean', 'sum' or 'none', "
-                         f"got {reduce!r}")
-    t = _labels(labels, logits, "softmax_cross_entropy")
-    x = logits
-    if x.ndim < 2 or t.shape != x.shape[:1] + x.shape[2:]:
-        raise ShapeError(f"softmax_cross_entropy: labels of shape {t.shape} do not match "
-                         f"logits of shape {x.shape}; expected labels of shape "
-                         f"{x.shape[:1] + x.shape[2:]} (logits are (N, C, ...))")
-    return SoftmaxCrossEntropy(t, reduce, ignore_label).apply((x,))
+    op = "softmax_cross_entropy"
+    _check.choice(reduce, ("mean", "sum", "none"), op, "reduce")
+    _check.floating(logits, op, "logits")
+    if ignore_label is not None:
+        ignore_label = _check.integer(ignore_label, op, "ignore_label")
+    t = _labels(labels, logits, op, ignore_label)
+    # NOTE: with ignore_label=None every label is a class (checked), so -1 matches none
+    return SoftmaxCrossEntropy(t, reduce, -1 if ignore_label is None else ignore_label).apply(
+        (logits,))
 
 
 class SoftmaxCrossEntropy(Function):
@@ -103,15 +111,21 @@ class SoftmaxCrossEntropy(Function):
 def sigmoid_cross_entropy(x, t, reduce="mean"):
     """Binary cross-entropy of sigmoid(x) against targets t in [0, 1], stable for any x:
     max(x, 0) - x t + log(1 + e^-|x|)."""
-    td = t.data if isinstance(t, Tensor) else t
+    op = "sigmoid_cross_entropy"
+    _check.floating(x, op)
+    _check.choice(reduce, ("mean", "sum", "none"), op, "reduce")
+    td = _check.data(t, x, op, "t", move=False)
     if tuple(td.shape) != x.shape:
-        raise ShapeError(f"sigmoid_cross_entropy: targets of shape {td.shape} do not match "
-                         f"x of shape {x.shape}")
+        raise ShapeError(f"sigmoid_cross_entropy: targets of shape {tuple(td.shape)} do not "
+                         f"match x of shape {x.shape}")
     loss = relu(x) - MulConstant(td.astype(x.dtype)).apply((x,)) + log1p(exp(neg(abs(x))))
     return mean(loss) if reduce == "mean" else (sum(loss) if reduce == "sum" else loss)
 
 
 def mean_squared_error(a, b):
+    """mean((a - b) ** 2) over every element; one of ``a``, ``b`` may be a constant (an array
+    or a list, as for ``sub``)."""
+    a, b = operands(a, b, "mean_squared_error")
     if a.shape != b.shape:
         raise ShapeError(f"mean_squared_error: shapes {a.shape} and {b.shape} differ")
     d = a - b
@@ -120,7 +134,8 @@ def mean_squared_error(a, b):
 
 def accuracy(y, t, ignore_label=None):
     """Fraction of rows whose argmax matches ``t`` (not differentiable); a float."""
-    td = _labels(t, y, "accuracy")
+    _check.tensor(y, "accuracy", "y")
+    td = _labels(t, y, "accuracy", ignore_label, "t")
     pred = y.data.argmax(axis=1)
     hit = pred == td
     if ignore_label is not None:

@@ -9,8 +9,10 @@ import numpy as np
 
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
-from ..errors import ShapeError
-from ._util import as_tensor, is_scalar, normalize_axes, sigmoid_array, xp_of
+from ..backend import zeros
+from ..errors import DTypeError, ShapeError
+from . import _check
+from ._util import as_tensor, is_scalar, normalize_axes, operands, sigmoid_array, xp_of
 
 
 def _const_on(c, a):
@@ -40,9 +42,15 @@ class BroadcastTo(Function):
 
 
 def broadcast_to(x, shape):
-    shape = tuple(shape)
+    """``x`` repeated along axes of size 1 and new leading axes to ``shape`` (NumPy's rule)."""
+    _check.tensor(x, "broadcast_to")
+    shape = _check.shape(shape, "broadcast_to")
     if x.shape == shape:
         return x
+    if len(shape) < x.ndim or _check.broadcast("broadcast_to", x.shape, shape,
+                                               ("x", "shape")) != shape:
+        raise ShapeError(f"broadcast_to: x of shape {x.shape} cannot be broadcast to {shape}; "
+                         f"each axis of x must be 1 or equal the target's trailing axes")
     return BroadcastTo(shape).apply((x,))
 
 
@@ -69,9 +77,16 @@ class SumTo(Function):
 
 
 def sum_to(x, shape):
-    shape = tuple(shape)
+    """``x`` summed down to ``shape`` (the adjoint of broadcast_to: ``x.shape`` must be
+    ``shape`` broadcast)."""
+    _check.tensor(x, "sum_to")
+    shape = _check.shape(shape, "sum_to")
     if x.shape == shape:
         return x
+    if len(shape) > x.ndim or _check.broadcast("sum_to", shape, x.shape,
+                                               ("shape", "x")) != x.shape:
+        raise ShapeError(f"sum_to: x of shape {x.shape} is not {shape} broadcast; each axis "
+                         f"of shape must be 1 or equal x's trailing axes")
     return SumTo(shape).apply((x,))
 
 
@@ -217,16 +232,18 @@ class Pow(Function):
 def _binary(x, y, op, cls, scalar_right, scalar_left):
     if isinstance(x, Tensor):
         if isinstance(y, Tensor):
+            if x.shape != y.shape:
+                _check.broadcast(op, x.shape, y.shape, ("x", "y"))
             return cls().apply((x, y))
         if is_scalar(y):
             return scalar_right(x, y)
-        return cls().apply((x, as_tensor(y, x, op)))
+        return _binary(x, as_tensor(y, x, op, "y"), op, cls, None, None)
     if isinstance(y, Tensor):
         if is_scalar(x):
             return scalar_left(x, y)
-        return cls().apply((as_tensor(x, y, op), y))
-    raise TypeError(f"{op}: expected at least one Tensor, got {type(x).__name__} and "
-                    f"{type(y).__name__}; wrap arrays with lk.tensor(...)")
+        return _binary(as_tensor(x, y, op, "x"), y, op, cls, None, None)
+    raise DTypeError(f"{op}: expected at least one Tensor, got {type(x).__name__} and "
+                     f"{type(y).__name__}; make one with lk.tensor(x, device=...)")
 
 
 def add(x, y):
@@ -251,14 +268,45 @@ def div(x, y):
 
 
 def neg(x):
-    return Neg().apply((x,))
+    return Neg().apply((_check.tensor(x, "neg"),))
+
+
+class RPowConstant(Function):
+    """``c ** x`` for a scalar base ``c``: computed as a power (not exp(x log c)), so ``0.0``,
+    negative bases and integer exponents give NumPy's values."""
+
+    name = "pow"
+
+    def __init__(self, c):
+        self.c = c
+
+    def forward(self, x):
+        c = x.dtype.type(self.c) if x.dtype.kind == "f" else self.c
+        return xp_of(x).power(c, x)
+
+    def backward(self, inputs, gy):
+        (x,) = inputs
+        c = self.c
+        if c == 0:
+            # NOTE: 0 ** x is constant (0) for x > 0; PyTorch's convention extends the zero
+            # gradient to x <= 0, where ln(0) * 0 ** x would be nan
+            return mul(gy, 0.0)
+        # a negative base has no real logarithm: nan, as NumPy's log and PyTorch's gradient
+        return mul(gy * pow(c, x), _m.log(c) if c > 0 else float("nan"))
 
 
 def pow(x, y):  # noqa: A001 - the op's name
+    """``x ** y`` with broadcasting; either may be a scalar (NumPy's values for a zero or
+    negative base, and for integer exponents)."""
+    # NOTE: a NumPy scalar as a Python one: np.float64(2) would promote float32 to float64
+    if isinstance(y, np.generic):
+        y = y.item()
+    if isinstance(x, np.generic):
+        x = x.item()
     if isinstance(x, Tensor) and is_scalar(y):
         return PowConstant(y).apply((x,))
     if is_scalar(x) and isinstance(y, Tensor):
-        return exp(mul(y, _m.log(x)))
+        return RPowConstant(x).apply((y,))
     return _binary(x, y, "pow", Pow, None, None)
 
 
@@ -356,16 +404,16 @@ class Abs(_Unary):
         return MulConstant(xp_of(x.data).sign(x.data)).apply((gy,))
 
 
-def exp(x): return Exp().apply((x,))
-def log(x): return Log().apply((x,))
-def log1p(x): return Log1p().apply((x,))
-def sqrt(x): return Sqrt().apply((x,))
-def sin(x): return Sin().apply((x,))
-def cos(x): return Cos().apply((x,))
-def tanh(x): return Tanh().apply((x,))
-def sigmoid(x): return Sigmoid().apply((x,))
-def erf(x): return Erf().apply((x,))
-def abs(x): return Abs().apply((x,))  # noqa: A001
+def exp(x): return Exp().apply((_check.tensor(x, "exp"),))
+def log(x): return Log().apply((_check.tensor(x, "log"),))
+def log1p(x): return Log1p().apply((_check.tensor(x, "log1p"),))
+def sqrt(x): return Sqrt().apply((_check.tensor(x, "sqrt"),))
+def sin(x): return Sin().apply((_check.tensor(x, "sin"),))
+def cos(x): return Cos().apply((_check.tensor(x, "cos"),))
+def tanh(x): return Tanh().apply((_check.tensor(x, "tanh"),))
+def sigmoid(x): return Sigmoid().apply((_check.tensor(x, "sigmoid"),))
+def erf(x): return Erf().apply((_check.tensor(x, "erf"),))
+def abs(x): return Abs().apply((_check.tensor(x, "abs"),))  # noqa: A001
 
 
 def softplus(x):
@@ -373,12 +421,13 @@ def softplus(x):
     stable and its gradient is sigmoid(x) without a class of its own."""
     from .activation import relu
 
+    _check.tensor(x, "softplus")
     return relu(x) + log1p(exp(neg(abs(x))))
 
 
 def log_sigmoid(x):
     """log(sigmoid(x)) = -softplus(-x), stable for any x."""
-    return neg(softplus(neg(x)))
+    return neg(softplus(neg(_check.tensor(x, "log_sigmoid"))))
 
 
 class Where(Function):
@@ -395,7 +444,8 @@ class Where(Function):
 
     def backward(self, inputs, gy):
         a, b = inputs
-        z = MulConstant(0.0).apply((gy,))
+        # NOTE: zeros, not gy * 0: the branch not taken gets 0 even where gy is nan or inf
+        z = Tensor(zeros(gy.shape, gy.dtype, gy.data))
         return (sum_to(Where(self.cond).apply((gy, z)), a.shape),
                 sum_to(Where(self.cond).apply((z, gy)), b.shape))
 
@@ -403,36 +453,53 @@ class Where(Function):
 def where(cond, a, b):
     """Elementwise ``a if cond else b``; ``cond`` is a boolean array or tensor (not
     differentiated)."""
-    c = cond.data if isinstance(cond, Tensor) else cond
-    like = a if isinstance(a, Tensor) else b
-    if not isinstance(like, Tensor):
-        raise TypeError("where: a or b must be a Tensor")
-    a = as_tensor(a, like, "where")
-    b = as_tensor(b, like, "where")
+    a, b = operands(a, b, "where")
+    c = _check.data(cond, a, "where", "cond")
+    if c.dtype.kind != "b":
+        raise DTypeError(f"where: cond must be boolean, got dtype {c.dtype}; compare first "
+                         f"(e.g. cond != 0)")
+    _check.broadcast("where", tuple(c.shape), _check.broadcast("where", a.shape, b.shape),
+                     ("cond", "a and b"))
     return Where(c).apply((a, b))
 
 
 def maximum(a, b):
     """Elementwise max; the gradient goes to ``a`` where a >= b, else to ``b``."""
-    like = a if isinstance(a, Tensor) else b
-    a, b = as_tensor(a, like, "maximum"), as_tensor(b, like, "maximum")
+    a, b = operands(a, b, "maximum")
     return where(a.data >= b.data, a, b)
 
 
 def minimum(a, b):
-    like = a if isinstance(a, Tensor) else b
-    a, b = as_tensor(a, like, "minimum"), as_tensor(b, like, "minimum")
+    a, b = operands(a, b, "minimum")
     return where(a.data <= b.data, a, b)
 
 
+class Clip(Function):
+    """A class, not x * inside + clipped * outside: that gives nan for an infinite x (inf * 0)
+    and for a nan gradient outside [lo, hi]."""
+
+    name = "clip"
+
+    def __init__(self, lo, hi):
+        self.lo, self.hi = lo, hi
+
+    def forward(self, x):
+        xp = xp_of(x)
+        self.inside = xp.logical_and(x >= self.lo, x <= self.hi)
+        return xp.clip(x, x.dtype.type(self.lo), x.dtype.type(self.hi))
+
+    def backward(self, inputs, gy):
+        return Where(self.inside).apply((gy, Tensor(zeros(gy.shape, gy.dtype, gy.data))))
+
+
 def clip(x, lo, hi):
-    """Clamp to [lo, hi]; the gradient passes where lo <= x <= hi."""
-    d = x.data
-    xp = xp_of(d)
-    y = xp.clip(d, lo, hi)
-    inside = (d >= lo) & (d <= hi) if xp is np else xp.logical_and(d >= lo, d <= hi)
-    return add(MulConstant(inside.astype(d.dtype)).apply((x,)),
-               Tensor(y * xp.logical_not(inside).astype(d.dtype)))
+    """Clamp to [lo, hi]; the gradient passes where lo <= x <= hi (0 elsewhere, and for nan)."""
+    _check.floating(x, "clip")
+    _check.scalar(lo, "clip", "lo")
+    _check.scalar(hi, "clip", "hi")
+    if not lo <= hi:
+        raise ValueError(f"clip: lo must be at most hi, got lo={lo}, hi={hi}")
+    return Clip(lo, hi).apply((x,))
 
 
 # ---- reductions ----------------------------------------------------------------------------
@@ -457,21 +524,33 @@ class Sum(Function):
         return broadcast_to(reshape(gy, _keep_shape(self.in_shape, axes)), self.in_shape)
 
 
+def _reduction(x, axis, op, empty_ok=True):
+    """The checked axes of a reduction of ``x`` (None: all); a max or min over no elements
+    is an error (it has no value)."""
+    _check.tensor(x, op)
+    axes = None if axis is None else _check.axes(axis, x.ndim, op, x.shape)
+    if not empty_ok and x.size == 0:
+        raise ShapeError(f"{op}: x of shape {x.shape} has no elements along axis {axis}; a "
+                         f"{op} of nothing has no value")
+    return axes
+
+
 def sum(x, axis=None, keepdims=False):  # noqa: A001
-    return Sum(axis, keepdims).apply((x,))
+    return Sum(_reduction(x, axis, "sum"), keepdims).apply((x,))
 
 
 def mean(x, axis=None, keepdims=False):
-    axes = normalize_axes(axis, x.ndim)
+    axes = normalize_axes(_reduction(x, axis, "mean"), x.ndim)
     n = 1
     for a in axes:
         n *= x.shape[a]
-    return mul(sum(x, axis=axis, keepdims=keepdims), 1.0 / n if n else float("nan"))
+    return mul(sum(x, axis=axes, keepdims=keepdims), 1.0 / n if n else float("nan"))
 
 
 def var(x, axis=None, keepdims=False):
-    d = x - mean(x, axis=axis, keepdims=True)
-    return mean(d * d, axis=axis, keepdims=keepdims)
+    axes = _reduction(x, axis, "var")
+    d = x - mean(x, axis=axes, keepdims=True)
+    return mean(d * d, axis=axes, keepdims=keepdims)
 
 
 class _Extreme(Function):
@@ -505,11 +584,11 @@ class Min(_Extreme):
 
 
 def max(x, axis=None, keepdims=False):  # noqa: A001
-    return Max(axis, keepdims).apply((x,))
+    return Max(_reduction(x, axis, "max", empty_ok=False), keepdims).apply((x,))
 
 
 def min(x, axis=None, keepdims=False):  # noqa: A001
-    return Min(axis, keepdims).apply((x,))
+    return Min(_reduction(x, axis, "min", empty_ok=False), keepdims).apply((x,))
 
 
 class LogSumExp(Function):
@@ -537,7 +616,7 @@ class LogSumExp(Function):
 
 def logsumexp(x, axis=None, keepdims=False):
     """log(sum(exp(x))), stable for any magnitude (the max is subtracted first)."""
-    return LogSumExp(axis, keepdims).apply((x,))
+    return LogSumExp(_reduction(x, axis, "logsumexp"), keepdims).apply((x,))
 
 
 # ---- matmul --------------------------------------------------------------------------------
@@ -579,9 +658,9 @@ class MatMul(Function):
 
 
 def matmul(a, b):
-    """Matrix product with NumPy's rules: 1-D operands are promoted, batch dims broadcast."""
-    like = a if isinstance(a, Tensor) else b
-    a, b = as_tensor(a, like, "matmul"), as_tensor(b, like, "matmul")
+    """Matrix product with NumPy's rules: 1-D operands are promoted, batch dims broadcast,
+    dtypes promote as in the other arithmetic ops (layers such as linear insist on one)."""
+    a, b = operands(a, b, "matmul")
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"matmul: operands need at least one dimension, got shapes {a.shape} "
                          f"and {b.shape}; use mul for scalars")
@@ -590,6 +669,8 @@ def matmul(a, b):
     if ka != kb:
         raise ShapeError(f"matmul: a has {ka} columns but b has {kb} rows; a.shape={a.shape}, "
                          f"b.shape={b.shape}")
+    if a.ndim > 2 and b.ndim > 2:
+        _check.broadcast("matmul", a.shape[:-2], b.shape[:-2], ("a's batch", "b's batch"))
     if a.ndim == 1:
         return reshape(matmul(reshape(a, (1, -1)), b), b.shape[:-2] + b.shape[-1:])
     if b.ndim == 1:
@@ -615,9 +696,15 @@ class Reshape(Function):
 
 
 def reshape(x, shape):
-    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    """``x`` with the same elements in ``shape`` (one entry may be -1: inferred)."""
+    _check.tensor(x, "reshape")
+    shape = _check.shape(shape, "reshape", allow_minus_one=True)
     if x.shape == shape:
         return x
+    known = _m.prod(d for d in shape if d != -1)
+    if (known != x.size) if -1 not in shape else (known == 0 or x.size % known):
+        raise ShapeError(f"reshape: x of shape {x.shape} has {x.size} elements, which do not "
+                         f"fill shape {shape}; the sizes must multiply to {x.size}")
     return Reshape(shape).apply((x,))
 
 
@@ -636,5 +723,8 @@ class Transpose(Function):
 
 
 def transpose(x, axes=None):
-    axes = tuple(range(x.ndim))[::-1] if axes is None else tuple(a % x.ndim for a in axes)
+    """``x`` with its axes permuted by ``axes`` (default: reversed)."""
+    _check.tensor(x, "transpose")
+    axes = (tuple(range(x.ndim))[::-1] if axes is None else
+            _check.permutation(axes, x.ndim, "transpose", x.shape))
     return Transpose(axes).apply((x,))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from ..backend.random import Generator
+from ..errors import DeviceMismatchError, DTypeError
+from . import _check
 from .math import MulConstant
 
 _default: dict = {}
@@ -19,13 +21,19 @@ def default_generator(device) -> Generator:
 
 def dropout(x, ratio=0.5, training=True, generator=None):
     """Zero each element with probability ``ratio`` and scale the rest by 1/(1-ratio)."""
+    _check.floating(x, "dropout")
+    _check.scalar(ratio, "dropout", "ratio")
+    if generator is not None and not isinstance(generator, Generator):
+        raise DTypeError(f"dropout: generator must be a labkit Generator, got "
+                         f"{type(generator).__name__}")
     if not 0.0 <= ratio < 1.0:
         raise ValueError(f"dropout: ratio must be in [0, 1), got {ratio}")
     if not training or ratio == 0.0:
         return x
     g = generator if generator is not None else default_generator(x.device)
     if g.device != x.device:
-        raise ValueError(f"dropout: the generator is on {g.device} but x on {x.device}")
+        raise DeviceMismatchError(f"dropout: the generator is on {g.device} but x on "
+                                  f"{x.device}; create it with Generator(seed, x.device)")
     keep = g.bernoulli(x.shape, 1.0 - ratio)
     scale = keep.astype(x.dtype) * x.dtype.type(1.0 / (1.0 - ratio))
     return MulConstant(scale).apply((x,))

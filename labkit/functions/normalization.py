@@ -4,7 +4,8 @@ layer_normalization."""
 from __future__ import annotations
 
 from ..autograd.tensor import Tensor
-from ..errors import ShapeError
+from ..errors import DeviceMismatchError, DTypeError, ShapeError
+from . import _check
 from .array import reshape
 from .math import mean, sqrt
 
@@ -21,7 +22,31 @@ def batch_normalization(x, gamma, beta, running_mean=None, running_var=None, tra
     x's device, updated in place) move by ``momentum``; in inference, the running statistics
     are used.
     """
+    op = "batch_normalization"
+    _check.floating(x, op)
+    _check.tensor(gamma, op, "gamma")
+    _check.tensor(beta, op, "beta")
+    _check.same_dtype(op, x=x, gamma=gamma, beta=beta)
+    if x.ndim < 2:
+        raise ShapeError(f"{op}: x must be (N, C, ...), got shape {x.shape}")
     c = x.shape[1]
+    if (running_mean is None) != (running_var is None):
+        raise ValueError(f"{op}: give both running_mean and running_var, or neither")
+    for name, r in (("running_mean", running_mean), ("running_var", running_var)):
+        if r is not None:
+            if isinstance(r, Tensor):
+                raise DTypeError(f"{op}: {name} must be an array on x's device (updated in "
+                                 f"place), got a Tensor; pass its .data")
+            if tuple(r.shape) != (c,):
+                raise ShapeError(f"{op}: {name} must have shape ({c},) for x of shape "
+                                 f"{x.shape}, got {tuple(r.shape)}")
+            if type(r) is not type(x.data):
+                raise DeviceMismatchError(f"{op}: {name} is not on x's device ({x.device}); "
+                                          f"move the brick with .to('{x.device}')")
+    if not 0.0 <= _check.scalar(momentum, op, "momentum") <= 1.0:
+        raise ValueError(f"{op}: momentum must be in [0, 1], got {momentum}")
+    if not _check.scalar(eps, op, "eps") >= 0:
+        raise ValueError(f"{op}: eps must be non-negative, got {eps}")
     if gamma.shape != (c,) or beta.shape != (c,):
         raise ShapeError(f"batch_normalization: gamma and beta must have shape ({c},) for x of "
                          f"shape {x.shape}; got {gamma.shape} and {beta.shape}")
@@ -49,6 +74,19 @@ def batch_normalization(x, gamma, beta, running_mean=None, running_var=None, tra
 
 def layer_normalization(x, gamma=None, beta=None, eps=1e-5):
     """Normalize over the last axis, then scale by ``gamma`` and shift by ``beta``."""
+    op = "layer_normalization"
+    _check.floating(x, op)
+    if x.ndim < 1:
+        raise ShapeError(f"{op}: x must have at least one axis, got a 0-dimensional x")
+    for name, g in (("gamma", gamma), ("beta", beta)):
+        if g is not None:
+            _check.tensor(g, op, name)
+            if g.shape != x.shape[-1:]:
+                raise ShapeError(f"{op}: {name} must have shape {x.shape[-1:]} for x of shape "
+                                 f"{x.shape}, got {g.shape}")
+    _check.same_dtype(op, x=x, gamma=gamma, beta=beta)
+    if not _check.scalar(eps, op, "eps") >= 0:
+        raise ValueError(f"{op}: eps must be non-negative, got {eps}")
     m = mean(x, axis=-1, keepdims=True)
     d = x - m
     v = mean(d * d, axis=-1, keepdims=True)

@@ -6,19 +6,27 @@ import numpy as np
 
 from ..autograd.function import Function
 from ..errors import ShapeError
+from . import _check
 from .array import expand_dims
 from .connection import _cnhw, _im2col, _pair
 from .math import MulConstant, mean
 
 
-def _windows(x, ksize, stride, pad, value, op):
+def _check_pool(x, ksize, stride, pad, op):
+    """The window, stride and padding of a pooling of ``x``, checked."""
+    _check.tensor(x, op)
     if x.ndim != 4:
         raise ShapeError(f"{op}: x must be (N, C, H, W), got shape {x.shape}")
-    k = _pair(ksize, "ksize")
-    s = _pair(stride if stride is not None else ksize, "stride")
-    p = _pair(pad, "pad")
+    k = _pair(ksize, "ksize", op, 1)
+    s = _pair(stride if stride is not None else ksize, "stride", op, 1)
+    p = _pair(pad, "pad", op)
     if p[0] * 2 > k[0] or p[1] * 2 > k[1]:
         raise ShapeError(f"{op}: padding {p} must be at most half the window {k}")
+    return k, s, p
+
+
+def _windows(x, ksize, stride, pad, value, op):
+    k, s, p = _check_pool(x, ksize, stride, pad, op)
     # NOTE: a contiguous copy of the windows: NumPy reduced the strided view 2x slower than
     # it copies and reduces (CNN step 118 ms vs 50 ms)
     col, _ = _im2col(x, k, s, p, (1, 1), value)
@@ -169,6 +177,7 @@ class TileGather(_TileLinear):
 
 def max_pool2d(x, ksize, stride=None, pad=0):
     """Max over ``ksize`` windows (stride defaults to ksize; padding never wins)."""
+    _check_pool(x, ksize, stride, pad, "max_pool2d")
     k = _tiles(x, ksize, stride, pad)
     if k is not None:
         return TiledMax(k).apply((x,))
