@@ -6,9 +6,18 @@ stages' seeds, so the sequence is the same for any N (0 runs in this process). T
 wrapped stream's own state, so a state saved with 2 workers loads with 0, 1 or 4.
 
 Workers are started with ``spawn`` (safe in notebooks and on macOS) on the first item. A worker
-that dies, raises or exceeds ``timeout`` seconds on one item becomes a ``WorkerError`` naming it;
-workers ignore Ctrl-C (the main process handles it and shuts them down), exit when the main
-process dies, and are stopped by ``close()``, by garbage collection or at interpreter exit.
+that dies, raises, returns an item that cannot be sent back, or spends more than ``timeout``
+seconds on one item becomes a ``WorkerError`` naming it and the item it was preparing. Workers
+ignore Ctrl-C (the main process handles it and shuts them down) and are stopped by ``close()``,
+by garbage collection or at interpreter exit. They never outlive the main process, even when it
+is killed while they are inside a long transformer call: on Linux the kernel kills them with it
+(``PR_SET_PDEATHSIG``); everywhere, a thread in each worker exits the process as soon as the
+pipe from the main process closes. Nothing else is left behind: the pipes and the small shared
+progress table need no resource tracker, and multiprocessing's own tracker exits once the
+workers are gone.
+
+Items travel between labkit's own processes as pickles over pipes (the main process only ever
+unpickles what its own workers sent).
 
 In a script, create the stream under ``if __name__ == "__main__":``; with ``spawn`` each worker
 imports the script's module again.
@@ -16,57 +25,180 @@ imports the script's module again.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
 import queue
 import signal
+import sys
+import threading
 import time
 import traceback
 import weakref
+from multiprocessing import connection
+from multiprocessing.reduction import ForkingPickler
 
 from ..errors import DataError, WorkerError
 from .streams import Stream
 from .transformers import _walk, check_sendable
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+#: ask the kernel to kill each worker when the main process dies (Linux); tests turn it off to
+#: exercise the fallback (the worker's pipe-watching thread)
+_PDEATHSIG = True
+_PR_SET_PDEATHSIG = 1
+#: a worker's exit code when its result pipe failed other than by the main process closing it
+_SEND_FAILED = 75
+# The progress table: per worker [sequence number, generation, epoch, item, phase], written by
+# the worker before and after each item, so the main process knows what a dead or slow worker
+# was doing (a result already sent can be lost with a crashed process; this cannot).
+_SLOTS = 5
+_STARTING, _IDLE, _BUSY = 0, 1, 2
 
 
-def _worker_main(index, stream, tasks, results, parent_pid):
-    """A worker's loop: ('get', gen, epoch, k) -> results; ('state', gen, stages); None stops."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    stages = stream.stages()
-    while True:
+# ---- the worker side ------------------------------------------------------------------------
+def _die_with_parent(parent_pid: int, use_prctl: bool) -> None:
+    if use_prctl and sys.platform.startswith("linux"):
         try:
-            task = tasks.get(timeout=0.5)
-        except queue.Empty:
-            if os.getppid() != parent_pid:  # the main process died: do not linger as an orphan
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no prctl: the fallback remains
+            pass
+    # NOTE: a parent that died before prctl took effect sent no signal; we are re-parented then.
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+
+def _receive(tasks, inbox, parent_pid, latest):
+    """Thread: move tasks from the pipe to ``inbox`` at once (so the main process never blocks
+    sending them, whatever the worker is doing) and end the process when the main one is gone."""
+    try:
+        while True:
+            if not tasks.poll(1.0):
+                if os.getppid() != parent_pid:
+                    os._exit(0)
+                continue
+            task = tasks.recv()
+            if task is not None and task[0] == "state":
+                latest[0] = task[1]
+            inbox.put(task)
+            if task is None:
                 return
-            continue
+    except (EOFError, OSError):
+        os._exit(0)  # the main process closed the pipe: it died or is shutting us down
+    except BaseException:  # noqa: BLE001 - a worker that cannot receive must not wait forever
+        traceback.print_exc()
+        os._exit(_SEND_FAILED)
+
+
+def _send(results, outbox):
+    """Thread: send pickled results, so the worker prepares its next item meanwhile."""
+    while True:
+        payload = outbox.get()
+        if payload is None:
+            return
+        try:
+            results.send_bytes(payload)
+        except BrokenPipeError:
+            os._exit(0)  # the main process is gone or closed the pipe
+        except BaseException:  # noqa: BLE001 - reported through the exit code
+            traceback.print_exc()
+            os._exit(_SEND_FAILED)
+
+
+def _format(e: BaseException) -> str:
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    return f"{type(e).__name__}: {e}\n{tb}"
+
+
+def _worker_main(index, stream, tasks, results, progress, parent_pid, use_prctl):
+    """A worker: ('get', gen, epoch, k) -> a result; ('state', gen, stages); None stops."""
+    _die_with_parent(parent_pid, use_prctl)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    inbox, outbox, latest = queue.SimpleQueue(), queue.SimpleQueue(), [0]
+    threading.Thread(target=_receive, args=(tasks, inbox, parent_pid, latest),
+                     name="labkit-worker-receive", daemon=True).start()
+    threading.Thread(target=_send, args=(results, outbox), name="labkit-worker-send",
+                     daemon=True).start()
+    base = index * _SLOTS
+    stages = stream.stages()
+    progress[base + 4] = _IDLE
+    while True:
+        task = inbox.get()
         if task is None:
-            # NOTE: results not yet read are not wanted any more; without this the worker would
-            # block on exit, flushing them into a pipe nobody reads.
-            results.cancel_join_thread()
             break
         if task[0] == "state":
             for s, own in zip(stages, task[2]):
                 s._load_own_state(own)
             continue
         _, gen, epoch, k = task
+        if gen < latest[0]:
+            continue  # asked for before a load_state_dict: nobody wants it any more
+        progress[base + 1], progress[base + 2], progress[base + 3] = gen, epoch, k
+        progress[base + 4] = _BUSY
+        progress[base] += 1
         try:
-            item = stream.get_item(epoch, k)
-            results.put((gen, epoch, k, item, None))
+            result = (gen, epoch, k, stream.get_item(epoch, k), None, None)
         except BaseException as e:  # noqa: BLE001 - sent to the main process with its traceback
-            tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-            results.put((gen, epoch, k, None, f"{type(e).__name__}: {e}\n{tb}"))
+            result = (gen, epoch, k, None, "raised", _format(e))
+        try:
+            payload = ForkingPickler.dumps(result)
+        except BaseException as e:  # noqa: BLE001 - unpicklable, too large: say so at once
+            payload = ForkingPickler.dumps((gen, epoch, k, None, "unsendable", _format(e)))
+        progress[base + 4] = _IDLE
+        outbox.put(payload)
     stream.close()
 
 
-def _shutdown(procs, task_queues, results):
-    for q in task_queues:
+# ---- the main-process side ------------------------------------------------------------------
+_launcher_lock = threading.Lock()
+_launcher: tuple | None = None  # (pid, queue) of the thread that starts workers
+
+
+def _launch_loop(jobs):
+    while True:
+        fn, box, done = jobs.get()
         try:
-            q.put_nowait(None)
+            box.append(fn())
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller
+            box.append(e)
+        done.set()
+
+
+def _on_long_lived_thread(fn):
+    """Run ``fn()`` on a thread that lives as long as this process.
+
+    The kernel's parent-death signal fires when the *thread* that started a worker ends, not the
+    process; workers started from a thread that may end (a notebook's training thread) would die
+    with it. The main thread ends only with the process, so it starts workers itself."""
+    global _launcher
+    if threading.current_thread() is threading.main_thread():
+        return fn()
+    with _launcher_lock:
+        if _launcher is None or _launcher[0] != os.getpid():
+            jobs: queue.SimpleQueue = queue.SimpleQueue()
+            threading.Thread(target=_launch_loop, args=(jobs,), name="labkit-worker-launcher",
+                             daemon=True).start()
+            _launcher = (os.getpid(), jobs)
+        jobs = _launcher[1]
+    box: list = []
+    done = threading.Event()
+    jobs.put((fn, box, done))
+    done.wait()
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
+
+
+def _shutdown(procs, tasks, results):
+    for c in tasks:
+        try:
+            c.send(None)
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass
+    # NOTE: closing the result pipes unblocks a worker stuck sending a result nobody will read.
+    for c in [*tasks, *results]:
+        c.close()
     deadline = time.monotonic() + 2.0
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
@@ -77,9 +209,6 @@ def _shutdown(procs, task_queues, results):
         if p.is_alive():
             p.kill()
             p.join(1.0)
-    for q in [*task_queues, results]:
-        q.cancel_join_thread()
-        q.close()
 
 
 def _describe_exit(code) -> str:
@@ -90,6 +219,9 @@ def _describe_exit(code) -> str:
             return f"was killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"was killed by signal {-code}"
+    if code == _SEND_FAILED:
+        return (f"exited with code {code} (its result pipe failed; its error is on the main "
+                "process's stderr)")
     return f"exited with code {code}"
 
 
@@ -102,7 +234,8 @@ class Parallel(Stream):
         stages (``Batch``, ``Filter``, ...) go on top of ``Parallel``, not under it.
     workers : number of processes; 0 computes in this process (same items, same order).
     prefetch : items in flight at most (default ``2 * workers``).
-    timeout : seconds one item may take before the worker preparing it is reported as hung.
+    timeout : seconds a worker may spend on one item (counted from when it starts the item)
+        before it is reported as hung; a worker gets ``max(timeout, 60)`` seconds to start.
     """
 
     indexed = True
@@ -128,11 +261,14 @@ class Parallel(Stream):
         if self.workers:
             check_sendable(stream)
         self._procs: list = []
-        self._tasks: list = []
-        self._results = None
+        self._tasks: list = []     # per worker: the pipe tasks go down
+        self._results: list = []   # per worker: the pipe results come up
+        self._progress = None
+        self._seen: list = []      # per worker: (sequence number, when first seen busy)
+        self._started = 0.0
         self._gen = 0
-        self._pending: dict = {}   # (epoch, k) -> (worker, time sent)
-        self._done: dict = {}      # (epoch, k) -> item
+        self._pending: set = set()  # (epoch, k) asked for and not yet received
+        self._done: dict = {}       # (epoch, k) -> item
         self._finalizer = None
 
     # -- the Stream interface
@@ -156,14 +292,14 @@ class Parallel(Stream):
             self._pending.clear()
             self._done.clear()
             own = [s._own_state() for s in self.stream.stages()]
-            for q in self._tasks:
-                q.put(("state", self._gen, own))
+            for w in range(self.workers):
+                self._send(w, ("state", self._gen, own), None)
 
     def close(self):
         if self._finalizer is not None:
             self._finalizer()
             self._finalizer = None
-        self._procs, self._tasks, self._results = [], [], None
+        self._procs, self._tasks, self._results, self._progress = [], [], [], None
         self._pending.clear()
         self._done.clear()
         self.stream.close()
@@ -174,67 +310,140 @@ class Parallel(Stream):
     # -- workers
     def _start(self):
         ctx = mp.get_context("spawn")
-        self._results = ctx.Queue()
-        self._tasks = [ctx.Queue() for _ in range(self.workers)]
-        saved = {v: os.environ.get(v) for v in _THREAD_VARS}
-        # NOTE: one BLAS thread per worker, or N workers fight over the cores.
-        os.environ.update({v: "1" for v in _THREAD_VARS})
+        self._progress = ctx.RawArray("q", _SLOTS * self.workers)
+        self._seen = [(0, 0.0)] * self.workers
+        ends = []
+
+        def start():
+            saved = {v: os.environ.get(v) for v in _THREAD_VARS}
+            # NOTE: one BLAS thread per worker, or N workers fight over the cores.
+            os.environ.update({v: "1" for v in _THREAD_VARS})
+            try:
+                for i in range(self.workers):
+                    task_r, task_w = ctx.Pipe(duplex=False)
+                    result_r, result_w = ctx.Pipe(duplex=False)
+                    self._tasks.append(task_w)
+                    self._results.append(result_r)
+                    ends.extend([task_r, result_w])
+                    p = ctx.Process(target=_worker_main, name=f"labkit-data-worker-{i}",
+                                    args=(i, self.stream, task_r, result_w, self._progress,
+                                          os.getpid(), _PDEATHSIG), daemon=True)
+                    p.start()
+                    self._procs.append(p)
+            finally:
+                for v, old in saved.items():
+                    if old is None:
+                        os.environ.pop(v, None)
+                    else:
+                        os.environ[v] = old
+                # NOTE: the workers hold these ends now; ours would keep the pipes open after
+                # a worker dies (no end-of-file to see) or after we die (no exit for it).
+                for c in ends:
+                    c.close()
+
         try:
-            for i in range(self.workers):
-                p = ctx.Process(target=_worker_main, name=f"labkit-data-worker-{i}",
-                                args=(i, self.stream, self._tasks[i], self._results,
-                                      os.getpid()), daemon=True)
-                p.start()
-                self._procs.append(p)
+            _on_long_lived_thread(start)
         except Exception as e:
             _shutdown(self._procs, self._tasks, self._results)
-            self._procs = []
+            self._procs, self._tasks, self._results = [], [], []
             raise DataError(f"Parallel: could not start worker processes: {e}") from e
-        finally:
-            for v, old in saved.items():
-                if old is None:
-                    os.environ.pop(v, None)
-                else:
-                    os.environ[v] = old
+        self._started = time.monotonic()
         self._finalizer = weakref.finalize(self, _shutdown, list(self._procs), list(self._tasks),
-                                           self._results)
+                                           list(self._results))
+
+    def _send(self, w, message, key):
+        try:
+            self._tasks[w].send(message)
+        except OSError:
+            self._died(w, key)
 
     def _submit(self, epoch, k):
-        w = k % self.workers
-        self._tasks[w].put(("get", self._gen, epoch, k))
-        self._pending[(epoch, k)] = (w, time.monotonic())
+        self._send(k % self.workers, ("get", self._gen, epoch, k), (epoch, k))
+        self._pending.add((epoch, k))
 
     def _fail(self, message):
         self.close()
         raise WorkerError(message)
 
+    def _name(self, w) -> str:
+        return f"data worker {w} (pid {self._procs[w].pid})"
+
+    def _doing(self, w) -> str:
+        """What worker ``w`` is doing, from the progress table."""
+        base = w * _SLOTS
+        seq, gen, epoch, k, phase = self._progress[base:base + _SLOTS]
+        if phase == _STARTING:
+            return "while starting (importing modules and receiving the stream)"
+        if phase == _IDLE:
+            return "between items" if seq else "before its first item"
+        when = "" if gen == self._gen else " (asked for before the last load_state_dict)"
+        return f"while preparing item {k} of epoch {epoch}{when}"
+
+    def _died(self, w, key):
+        p = self._procs[w]
+        p.join(5.0)
+        awaited = f"; the main process was waiting for item {key[1]} of epoch {key[0]}" if key \
+            else ""
+        self._fail(f"{self._name(w)} {_describe_exit(p.exitcode)} {self._doing(w)}{awaited}. "
+                   "Out of memory, or a crash in native code? Try workers=0 to see the error in "
+                   "this process.")
+
+    def _receive(self, w, key):
+        try:
+            gen, e, j, item, kind, err = self._results[w].recv()
+        except (EOFError, OSError):
+            self._died(w, key)
+        except Exception as exc:  # noqa: BLE001 - a result this process cannot unpickle
+            self._fail(f"{self._name(w)} sent a result this process cannot read "
+                       f"({type(exc).__name__}: {exc})")
+        if gen != self._gen:
+            return  # from before a load_state_dict
+        self._pending.discard((e, j))
+        if kind == "raised":
+            self._fail(f"{self._name(w)} raised while preparing item {j} of epoch {e}:\n{err}")
+        if kind == "unsendable":
+            self._fail(f"{self._name(w)} prepared item {j} of epoch {e} but could not send it to "
+                       "the main process (items must pickle: arrays, numbers, strings, and "
+                       f"lists and dicts of them):\n{err}")
+        self._done[(e, j)] = item
+
     def _wait(self, epoch, k):
         key = (epoch, k)
+        index = {c: w for w, c in enumerate(self._results)}
+        index.update({p.sentinel: w for w, p in enumerate(self._procs)})
         while key not in self._done:
-            try:
-                gen, e, j, item, err = self._results.get(timeout=0.2)
-            except queue.Empty:
+            ready = connection.wait(list(index), timeout=0.2)
+            dead = []
+            for obj in ready:
+                w = index[obj]
+                if obj is self._results[w]:
+                    self._receive(w, key)
+                else:
+                    dead.append(w)
+            for w in dead:
+                while self._results[w].poll(0):  # what it sent before it died
+                    self._receive(w, key)
+                if key not in self._done:  # else it is reported with the next item awaited
+                    self._died(w, key)
+            if key not in self._done:
                 self._check(key)
-                continue
-            if gen != self._gen:
-                continue  # from before a load_state_dict
-            w, _ = self._pending.pop((e, j), (j % self.workers, 0))
-            if err is not None:
-                self._fail(f"data worker {w} (pid {self._procs[w].pid}) raised while preparing "
-                           f"item {j} of epoch {e}:\n{err}")
-            self._done[(e, j)] = item
         return self._done.pop(key)
 
     def _check(self, key):
-        for i, p in enumerate(self._procs):
-            if not p.is_alive():
-                self._fail(f"data worker {i} (pid {p.pid}) {_describe_exit(p.exitcode)} while "
-                           f"preparing items; the item awaited was {key[1]} of epoch {key[0]}. "
-                           "Out of memory, or a crash in native code? Try workers=0 to see the "
-                           "error in this process.")
-        w, sent = self._pending[key]
-        if time.monotonic() - sent > self.timeout:
-            self._fail(f"data worker {w} (pid {self._procs[w].pid}) has not returned item "
-                       f"{key[1]} of epoch {key[0]} after {self.timeout:.0f} s (timeout="
-                       f"{self.timeout:g}); it is hung or the item is very slow to prepare")
-
+        now = time.monotonic()
+        for w in range(self.workers):
+            base = w * _SLOTS
+            seq, gen, epoch, k, phase = self._progress[base:base + _SLOTS]
+            if phase == _STARTING:
+                limit = max(self.timeout, 60.0)
+                if now - self._started > limit:
+                    self._fail(f"{self._name(w)} has not started after {limit:.0f} s (importing "
+                               "modules or receiving the stream); the main process was waiting "
+                               f"for item {key[1]} of epoch {key[0]}")
+            elif phase == _BUSY:
+                if self._seen[w][0] != seq:
+                    self._seen[w] = (seq, now)
+                elif now - self._seen[w][1] > self.timeout:
+                    self._fail(f"{self._name(w)} has not returned item {k} of epoch {epoch} after "
+                               f"{self.timeout:.0f} s (timeout={self.timeout:g}); it is hung or "
+                               "the item is very slow to prepare")

@@ -1,6 +1,8 @@
 """Functions the data tests send to worker processes (they must be importable there)."""
 
+import ctypes
 import os
+import threading
 import time
 
 import numpy as np
@@ -51,6 +53,45 @@ def die_on_item_5(item):
 def hang_on_item_5(item):
     if 5 in np.atleast_1d(item["index"]):
         time.sleep(60)
+    return item
+
+
+def die_on_item_5_while_4_blocks(item):
+    """Worker 1 dies preparing item 5 while the main process waits for item 4 (worker 0's)."""
+    i = int(np.asarray(item["index"]).reshape(-1)[0])
+    if i == 4:
+        time.sleep(3600)  # until the test closes the stream
+    if i == 5:
+        os._exit(3)
+    return item
+
+
+def unsendable_on_item_5(item):
+    if 5 in np.atleast_1d(item["index"]):
+        return {**item, "lock": threading.Lock()}
+    return item
+
+
+def _announce_block(item):
+    if 3 not in np.atleast_1d(item["index"]):
+        return False
+    print(f"blocking {os.getpid()}", flush=True)  # the worker's stdout is the trainer's
+    return True
+
+
+def block_on_item_3(item):
+    """Blocks forever in a call that releases the GIL."""
+    if _announce_block(item):
+        while True:
+            time.sleep(3600)
+    return item
+
+
+def block_on_item_3_holding_the_gil(item):
+    """Blocks forever in C code that keeps the GIL: no other thread of the worker can run."""
+    if _announce_block(item):
+        while True:
+            ctypes.PyDLL(None).sleep(3600)
     return item
 
 

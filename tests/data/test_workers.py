@@ -1,10 +1,11 @@
-"""Worker processes: errors that name the worker, clear refusals, clean shutdown."""
+"""Worker processes: errors that name the worker, clear refusals, clean shutdown, no orphans."""
 
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -46,12 +47,31 @@ def test_worker_exception_names_worker_item_and_traceback():
     assert s._procs == []
 
 
+@pytest.mark.timeout(60)
 def test_dead_worker_is_an_error_not_a_hang():
     s = stream(helpers.die_on_item_5)
-    t = time.monotonic()
     with pytest.raises(WorkerError, match=r"data worker 1 \(pid \d+\) exited with code 3"):
         list(s)
-    assert time.monotonic() - t < 30
+
+
+@pytest.mark.timeout(60)
+def test_dead_worker_is_reported_with_the_item_it_was_preparing():
+    s = stream(helpers.die_on_item_5_while_4_blocks)  # worker 0 never returns item 4
+    with pytest.raises(WorkerError, match=r"data worker 1 \(pid \d+\) exited with code 3 while "
+                                          r"preparing item 5 of epoch 0; the main process was "
+                                          r"waiting for item 4 of epoch 0"):
+        s.get_item(0, 4)  # asks for items 4..7: worker 1 gets 5 and 7
+    assert s._procs == []
+
+
+@pytest.mark.timeout(60)
+def test_unsendable_result_is_reported_at_once():
+    s = stream(helpers.unsendable_on_item_5)  # the default timeout is 120 s
+    with pytest.raises(WorkerError, match=r"(?s)data worker 1 \(pid \d+\) prepared item 5 of "
+                                          r"epoch 0 but could not send it.*TypeError: cannot "
+                                          r"pickle '_thread.lock' object"):
+        list(s)
+    assert s._procs == []
 
 
 def test_hung_worker_times_out_with_its_name():
@@ -139,19 +159,110 @@ def test_no_orphans_when_the_main_process_is_killed(tmp_path):
 def test_ctrl_c_stops_cleanly(tmp_path):
     p, pids = _child(tmp_path, textwrap.indent(textwrap.dedent("""
         try:
-            for item in it:
-                time.sleep(0.05)
+            print("iterating", flush=True)
+            while True:
+                for item in it:
+                    pass
+                it = iter(s)
         except KeyboardInterrupt:
             print("interrupted", flush=True)
             raise SystemExit(0)
     """), " " * 12).lstrip())
-    time.sleep(0.5)
+    assert p.stdout.readline().strip() == "iterating"  # the child is inside the loop
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=20)
     assert p.returncode == 0, err
     assert "interrupted" in out
     assert "Traceback" not in err  # workers ignore Ctrl-C: no traceback spam from them
     assert _gone(pids)
+
+
+def descendants(pid):
+    """Every process below ``pid`` (Linux /proc), found while ``pid`` is alive."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _describe(pids):
+    out = []
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode()
+            out.append(f"{p}: {cmd[:120]}")
+        except FileNotFoundError:
+            pass
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("block, prctl", [
+    ("block_on_item_3", True),
+    ("block_on_item_3_holding_the_gil", True),  # only the kernel's signal can end this worker
+    ("block_on_item_3", False),                 # the fallback: the worker's pipe-watching thread
+])
+def test_no_orphans_when_the_trainer_is_killed_mid_item(tmp_path, block, prctl):
+    script = tmp_path / "trainer.py"
+    script.write_text(textwrap.dedent(f"""
+        from labkit.data import DataStream, Mapping, Parallel, workers
+        from tests.data import helpers
+        if __name__ == "__main__":
+            workers._PDEATHSIG = {prctl}
+            s = Parallel(Mapping(DataStream(helpers.images(), batch_size=None),
+                                 helpers.{block}), workers=2)
+            for item in s:
+                pass
+    """))
+    p = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        line = p.stdout.readline()  # a worker is inside the transformer, blocked for good
+        assert line.startswith("blocking "), p.stderr.read()
+        blocked = int(line.split()[1])
+        family = descendants(p.pid)
+        assert blocked in family and len(family) >= 3, _describe(family)  # 2 workers + tracker
+    finally:
+        p.kill()
+        p.wait(30)
+    assert _gone(family, within=60), f"outlived the trainer: {_describe(family)}"
+
+
+@pytest.mark.timeout(120)
+def test_workers_started_from_a_thread_outlive_the_thread():
+    """The parent-death signal follows the thread that started a worker: workers started from
+    a thread that ends (a notebook's training thread) must keep working."""
+    s = stream(helpers.square_features)
+    native = []
+
+    def first():
+        native.append(threading.get_native_id())
+        s.get_item(0, 0)
+    t = threading.Thread(target=first)
+    t.start()
+    t.join()
+    if sys.platform.startswith("linux"):  # until the thread is gone from the kernel too
+        deadline = time.monotonic() + 30
+        while os.path.exists(f"/proc/self/task/{native[0]}") and time.monotonic() < deadline:
+            time.sleep(0.01)
+    pids = [p.pid for p in s._procs]
+    items = list(s)
+    assert len(items) == 60 and all(alive(p) for p in pids)
+    s.close()
 
 
 def test_same_items_as_in_process():
