@@ -166,13 +166,13 @@ def delete_checkpoint(checkpoint_id: int, *, run_id: str | None = None,
                           s.get(rec["run_id"]).get("directory"))
         except RunStoreError:
             why = "its run no longer exists"
-        if why is None and not ((path / "manifest.json").is_file()
-                                or path.name.startswith("ckpt-")):
-            why = "it is not a checkpoint directory"
         if why is None:
-            ckpt.remove(path)
-            removed = True
-        else:
+            try:
+                ckpt.remove(path)  # refuses what is not a checkpoint directory
+                removed = True
+            except ckpt.CheckpointError as e:
+                why = str(e)
+        if why is not None:
             log.warning("labkit: kept the files of checkpoint %s at %s: %s", rec["id"], path,
                         why)
     s.remove_checkpoint(rec["id"])

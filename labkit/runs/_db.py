@@ -43,7 +43,8 @@ def guarded(fn):
     def call(self, *args, **kwargs):
         try:
             return fn(self, *args, **kwargs)
-        except sqlite3.Error as e:
+        # NOTE: text that is not UTF-8 (a damaged page) leaves sqlite3 as UnicodeDecodeError
+        except (sqlite3.Error, UnicodeDecodeError) as e:
             raise explain(self.path, e) from e
 
     call.guarded = True

@@ -58,6 +58,17 @@ class _Renamed(dict):
         raise KeyError(key)
 
 
+def _parsed(config):
+    """A config given as JSON text (as older callers did) is checked like a dict."""
+    if not isinstance(config, str):
+        return config
+    try:
+        return json.loads(config)
+    except ValueError:
+        raise refuse(f"config must be a dict (a JSON object), got the text {config[:40]!r}",
+                     "invalid") from None
+
+
 def _bound(v) -> int:
     return max(_INT_MIN, min(_INT_MAX, int(v)))
 
@@ -148,8 +159,7 @@ class RunStore:
             raise ValueError(f"update_run: status must be one of {STATUSES}, got "
                              f"{fields['status']!r}")
         if "config" in fields:
-            cfg = fields["config"]
-            fields["config"] = config_json(json.loads(cfg) if isinstance(cfg, str) else cfg)
+            fields["config"] = config_json(_parsed(fields["config"]))
         if "progress" in fields and not isinstance(fields["progress"], str):
             fields["progress"] = json.dumps(fields["progress"])
         if not fields:

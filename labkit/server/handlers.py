@@ -130,7 +130,7 @@ class Base(APIHandler):
 
     # -- checked inputs
     def query(self, name: str, default=None) -> str | None:
-        v = self.get_query_argument(name, None)
+        v = self.get_query_argument(name, None, strip=False)
         if v is None or v == "":
             return default
         if len(v) > MAX_QUERY:

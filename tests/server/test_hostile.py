@@ -1,0 +1,268 @@
+"""Hostile requests against the REST API: a table of malformed bodies, odd query values, wrong
+methods and odd paths. Every one gets a 4xx with a JSON message, none creates or deletes a run,
+and no response (of these or of ordinary requests) carries a filesystem path."""
+
+import json
+import os
+import time
+import urllib.parse
+
+import numpy as np
+import pytest
+
+import labkit as lk
+from labkit import checkpoint as ckpt
+
+DEEP = "[" * 100_000 + "]" * 100_000
+NESTED = {"lr": 1}
+for _ in range(60):
+    NESTED = {"lr": NESTED}
+
+# (what, method, path, query, body, statuses): {run} is a run with checkpoints, {ck} one of
+# them, {other_ck} a checkpoint of another run, {absent} a well-formed id of no run
+FORK = "runs/{run}/fork"
+TABLE = [
+    # bodies that are not an object of the known fields
+    ("body []", "POST", FORK, "", b"[]", {400}),
+    ("body null", "POST", FORK, "", b"null", {400}),
+    ("body string", "POST", FORK, "", b'"fork it"', {400}),
+    ("body number", "POST", FORK, "", b"42", {400}),
+    ("body true", "POST", FORK, "", b"true", {400}),
+    ("body not JSON", "POST", FORK, "", b"{", {400}),
+    ("body nested 100,000 deep", "POST", FORK, "", DEEP.encode(), {400}),
+    ("body invalid UTF-8", "POST", FORK, "", b'{"changes": {"lr": "\xff\xfe"}}', {400}),
+    ("body UTF-16", "POST", FORK, "", '{"changes": {}}'.encode("utf-16"), {400}),
+    ("body with a BOM", "POST", FORK, "", "\ufeff{}".encode(), {400}),
+    ("body NaN", "POST", FORK, "", b'{"changes": {"lr": NaN}}', {400}),
+    ("body Infinity", "POST", FORK, "", b'{"changes": {"lr": -Infinity}}', {400}),
+    ("body 1e400", "POST", FORK, "", b'{"changes": {"lr": 1e400}}', {400}),
+    ("body unknown field", "POST", FORK, "", b'{"checkpoints": 1}', {400}),
+    ("body over 256 KiB", "POST", FORK, "", b'{"changes": {"lr": "' + b"x" * 300_000 + b'"}}',
+     {413}),
+    # changes that are not an object, or not a config
+    ("changes list", "POST", FORK, "", b'{"changes": [["lr", 1]]}', {400}),
+    ("changes string", "POST", FORK, "", b'{"changes": "lr=1"}', {400}),
+    ("changes number", "POST", FORK, "", b'{"changes": 1}', {400}),
+    ("changes true", "POST", FORK, "", b'{"changes": true}', {400}),
+    ("changes unknown key", "POST", FORK, "", b'{"changes": {"nope": 1}}', {400}),
+    ("changes empty key", "POST", FORK, "", b'{"changes": {"": 1}}', {400}),
+    ("changes nested 61 deep", "POST", FORK, "", json.dumps({"changes": NESTED}).encode(), {400}),
+    ("changes over 64 KiB", "POST", FORK, "", json.dumps(
+        {"changes": {"lr": "x" * 70_000}}).encode(), {400}),
+    # checkpoints that are not an id of this run
+    ("checkpoint string", "POST", FORK, "", b'{"checkpoint": "1"}', {400}),
+    ("checkpoint path", "POST", FORK, "", b'{"checkpoint": "/etc"}', {400}),
+    ("checkpoint float", "POST", FORK, "", b'{"checkpoint": 1.0}', {400}),
+    ("checkpoint true", "POST", FORK, "", b'{"checkpoint": true}', {400}),
+    ("checkpoint false", "POST", FORK, "", b'{"checkpoint": false}', {400}),
+    ("checkpoint 0", "POST", FORK, "", b'{"checkpoint": 0}', {400}),
+    ("checkpoint -1", "POST", FORK, "", b'{"checkpoint": -1}', {400}),
+    ("checkpoint 2**70", "POST", FORK, "", b'{"checkpoint": 1180591620717411303424}', {400}),
+    ("checkpoint object", "POST", FORK, "", b'{"checkpoint": {"id": 1}}', {400}),
+    ("checkpoint list", "POST", FORK, "", b'{"checkpoint": [1]}', {400}),
+    ("checkpoint absent", "POST", FORK, "", b'{"checkpoint": 987654}', {404}),
+    ("checkpoint of another run", "POST", FORK, "", b'{"checkpoint": {other_ck}}', {404}),
+    ("fork of no run", "POST", "runs/{absent}/fork", "", b"{}", {404}),
+    # query values
+    ("status unknown", "GET", "runs", "status=bogus", None, {400}),
+    ("status markup", "GET", "runs", "status=%3Cscript%3E", None, {400}),
+    ("name 5000 chars", "GET", "runs", "name=" + "x" * 5000, None, {400}),
+    ("query invalid UTF-8", "GET", "runs", "name=%FF%FE", None, {400}),
+    ("max_points -5", "GET", "runs/{run}/metrics", "max_points=-5", None, {400}),
+    ("max_points 0", "GET", "runs/{run}/metrics", "max_points=0", None, {400}),
+    ("max_points 1", "GET", "runs/{run}/metrics", "max_points=1", None, {400}),
+    ("max_points 1e3", "GET", "runs/{run}/metrics", "max_points=1e3", None, {400}),
+    ("max_points huge", "GET", "runs/{run}/metrics", "max_points=" + "9" * 400, None, {400}),
+    ("max_points 100001", "GET", "runs/{run}/metrics", "max_points=100001", None, {400}),
+    ("since huge", "GET", "runs/{run}/metrics", "since_iteration=" + "9" * 5000, None, {400}),
+    ("since below int64", "GET", "runs/{run}/metrics",
+     "since_iteration=-9223372036854775809", None, {400}),
+    ("since text", "GET", "runs/{run}/metrics", "since_iteration=abc", None, {400}),
+    ("since float", "GET", "runs/{run}/metrics", "since_step=1.5", None, {400}),
+    ("since spaced", "GET", "runs/{run}/metrics", "since_iteration=%205", None, {400}),
+    ("keys unknown", "GET", "runs/{run}/metrics", "keys=nope", None, {404}),
+    ("keys 10,000 commas", "GET", "runs/{run}/metrics", "keys=" + "," * 10_000, None, {400}),
+    ("force maybe", "DELETE", "runs/{run}", "force=maybe", None, {400}),
+    # methods an endpoint does not have
+    ("PUT runs", "PUT", "runs", "", b"{}", {405}),
+    ("POST runs", "POST", "runs", "", b"{}", {405}),
+    ("DELETE runs", "DELETE", "runs", "", None, {405}),
+    ("PATCH run", "PATCH", "runs/{run}", "", b"{}", {405}),
+    ("POST run", "POST", "runs/{run}", "", b"{}", {405}),
+    ("PUT run", "PUT", "runs/{run}", "", b"{}", {405}),
+    ("GET fork", "GET", FORK, "", None, {405}),
+    ("DELETE fork", "DELETE", FORK, "", None, {405}),
+    ("POST metrics", "POST", "runs/{run}/metrics", "", b"{}", {405}),
+    ("DELETE metrics", "DELETE", "runs/{run}/metrics", "", None, {405}),
+    ("POST checkpoints", "POST", "runs/{run}/checkpoints", "", b"{}", {405}),
+    ("GET checkpoint", "GET", "runs/{run}/checkpoints/{ck}", "", None, {405}),
+    ("PUT checkpoint", "PUT", "runs/{run}/checkpoints/{ck}", "", b"{}", {405}),
+    # paths
+    ("unknown endpoint", "GET", "runs/{run}/nope", "", None, {404}),
+    ("not an id", "GET", "runs/not-a-run", "", None, {400}),
+    ("upper-case id", "GET", "runs/20261203-000000-ABCDEF", "", None, {400}),
+    ("id with a suffix", "GET", "runs/{run}x", "", None, {400}),
+    ("id of 17 hex digits", "GET", "runs/20261203-000000-0123456789abcdef0", "", None, {400}),
+    ("encoded traversal", "GET", "runs/..%2F..%2Fetc%2Fpasswd", "", None, {400, 404}),
+    ("encoded NUL", "GET", "runs/%00", "", None, {400}),
+    ("encoded newline after id", "GET", "runs/{run}%0A", "", None, {400}),
+    ("absent run", "GET", "runs/{absent}", "", None, {404}),
+    ("delete absent run", "DELETE", "runs/{absent}", "", None, {404}),
+    ("checkpoint id text", "DELETE", "runs/{run}/checkpoints/abc", "", None, {404}),
+    ("checkpoint id negative", "DELETE", "runs/{run}/checkpoints/-1", "", None, {404}),
+    ("checkpoint id 19 digits", "DELETE", "runs/{run}/checkpoints/9223372036854775808", "",
+     None, {404}),
+    ("checkpoint of another run", "DELETE", "runs/{run}/checkpoints/{other_ck}", "", None,
+     {404}),
+    ("checkpoint absent", "DELETE", "runs/{run}/checkpoints/987654", "", None, {404}),
+]
+
+
+def seed(store, home):
+    """Two runs with real checkpoints in their folders, without training."""
+    out = {}
+    for name in ("run", "other"):
+        rid = store.create_run(name, config={"lr": 0.1, "epochs": 2}, source="/src/train.py",
+                               factory="tests.training.helpers:make_loop")
+        folder = home / "runs" / rid
+        store.update_run(rid, directory=str(folder), status="finished")
+        p = ckpt.save(folder / "checkpoints", {"w": np.arange(4.0)}, name="ckpt-00000004")
+        out[name], out[f"{name}_ck"] = rid, store.add_checkpoint(rid, 4, 1, p, 100,
+                                                                 {"loss": 0.5})
+        store.add_metrics(rid, [(i, i // 2, "loss", 1.0 / i, 0.0) for i in range(1, 5)])
+    out["ck"], out["absent"] = out.pop("run_ck"), "20200101-000000-0123456789abcdef"
+    return out
+
+
+async def raw(http_server_client, jp_base_url, jp_auth_header, method, path, query="",
+              body=None):
+    url = f"{jp_base_url}labkit/api/{path}" + (f"?{query}" if query else "")
+    return await http_server_client.fetch(url, method=method, body=body, raise_error=False,
+                                          headers=dict(jp_auth_header), request_timeout=60,
+                                          allow_nonstandard_methods=True)
+
+
+def secrets_in(text: str, tmp_path) -> list[str]:
+    """The filesystem paths a response must not carry."""
+    homes = [str(tmp_path), os.environ["LABKIT_HOME"], str(lk.config.home())]
+    return [h for h in homes if h in text] + (["/src/"] if "/src/" in text else [])
+
+
+async def test_hostile_requests_get_4xx_json_and_change_nothing(
+        http_server_client, jp_base_url, jp_auth_header, fresh_store, tmp_path):
+    ids = seed(fresh_store, tmp_path)
+    before = sorted(r["id"] for r in lk.runs.list())
+    t0, failures = time.perf_counter(), []
+    for what, method, path, query, body, statuses in TABLE:
+        path = path.format(**ids)
+        if body is not None:
+            body = body.replace(b"{other_ck}", str(ids["other_ck"]).encode())
+        r = await raw(http_server_client, jp_base_url, jp_auth_header, method, path, query, body)
+        text = r.body.decode("utf-8", "replace")
+        try:
+            message = json.loads(text)["message"]
+        except (ValueError, KeyError, TypeError):
+            message = None
+        problems = []
+        if r.code not in statuses:
+            problems.append(f"status {r.code}, expected {sorted(statuses)}")
+        if not isinstance(message, str) or not message:
+            problems.append("no JSON message")
+        if not r.headers.get("Content-Type", "").startswith("application/json"):
+            problems.append(f"Content-Type {r.headers.get('Content-Type')}")
+        if secrets_in(text, tmp_path):
+            problems.append(f"a path in the response: {secrets_in(text, tmp_path)}")
+        if problems:
+            failures.append(f"{what} ({method} {path[:60]}?{query[:30]}): {'; '.join(problems)}"
+                            f" -- {text[:160]}")
+    after = sorted(r["id"] for r in lk.runs.list())
+    held = len(TABLE) - len(failures)
+    print(f"\nhostile requests: {len(TABLE)} tried, {held} held, "
+          f"{time.perf_counter() - t0:.1f} s")
+    assert failures == [], "\n".join(failures)
+    assert after == before, "a hostile request created or deleted a run"
+    assert [c["id"] for c in lk.runs.checkpoints(ids["run"])] == [ids["ck"]]
+    assert [c["id"] for c in lk.runs.checkpoints(ids["other"])] == [ids["other_ck"]]
+
+
+async def test_no_response_carries_a_path(http_server_client, jp_base_url, jp_auth_header,
+                                          fresh_store, tmp_path):
+    ids = seed(fresh_store, tmp_path)
+    run = ids["run"]
+    fresh_store.update_run(run, error=f'Traceback:\n  File "{tmp_path}/train.py", line 3\n'
+                                      f"OSError: cannot read {tmp_path / 'data.h5'}")
+    # a checkpoint that fails verification: fork's error names it
+    bad = fresh_store.checkpoint(ids["other_ck"])["path"]
+    with open(os.path.join(bad, "manifest.json"), "a") as f:
+        f.write("garbage")
+    responses = []
+    calls = [("GET", "runs", ""), ("GET", f"runs/{run}", ""), ("GET", f"runs/{run}/metrics", ""),
+             ("GET", f"runs/{run}/checkpoints", ""), ("GET", f"runs/{ids['absent']}", ""),
+             ("POST", f"runs/{ids['other']}/fork", json.dumps({"checkpoint": ids["other_ck"]})),
+             ("POST", f"runs/{ids['other']}/fork", "{}"),
+             ("POST", f"runs/{run}/fork", json.dumps({"checkpoint": ids["ck"],
+                                                      "changes": {"lr": 0.2}}))]
+    for method, path, body in calls:
+        r = await raw(http_server_client, jp_base_url, jp_auth_header, method, path,
+                      body=body.encode() if method == "POST" else None)
+        responses.append((method, path, r.code, r.body.decode()))
+    child = json.loads(responses[-1][3])["run"]
+    assert responses[-1][2] == 201 and child["parent_checkpoint"] == ids["ck"]
+    assert child["parent_run"] == run and "directory" not in child
+    assert child["source"] == "train.py"
+    assert responses[5][2] == 400 and "cannot be used" in responses[5][3]
+    r = await raw(http_server_client, jp_base_url, jp_auth_header, "GET", f"runs/{child['id']}")
+    responses.append(("GET", "child", r.code, r.body.decode()))
+    r = await raw(http_server_client, jp_base_url, jp_auth_header, "DELETE",
+                  f"runs/{run}/checkpoints/{ids['ck']}")
+    responses.append(("DELETE", "checkpoint", r.code, r.body.decode()))
+    leaks = [(m, p, c, secrets_in(b, tmp_path), b[:200]) for m, p, c, b in responses
+             if secrets_in(b, tmp_path)]
+    assert leaks == []
+    run_json = json.loads(responses[1][3])
+    assert "<path>" in run_json["error"] and "directory" not in run_json
+
+
+async def test_a_run_the_api_cannot_address_is_not_listed(jp_fetch, fresh_store, tmp_path,
+                                                          caplog):
+    good = fresh_store.create_run("good")
+    for bad in ["../../etc", "20261203-000000-ABCDEF", "x" * 500, "20261203-000000-abcdef\n"]:
+        fresh_store._conn().execute("INSERT INTO runs (id, name, status, created) VALUES "
+                                    "(?,?,?,?)", (bad, "bad", "created", time.time()))
+    r = await jp_fetch("labkit", "api", "runs")
+    assert [x["id"] for x in json.loads(r.body)["runs"]] == [good]
+
+
+async def test_deleting_a_training_run_is_refused_unless_forced(jp_fetch, fresh_store):
+    from tornado.httpclient import HTTPClientError
+
+    rid = fresh_store.create_run("training")
+    fresh_store.update_run(rid, status="running", heartbeat=time.time(), pid=os.getpid())
+    with pytest.raises(HTTPClientError) as e:
+        await jp_fetch("labkit", "api", "runs", rid, method="DELETE")
+    assert e.value.code == 409 and "is training" in json.loads(e.value.response.body)["message"]
+    assert lk.runs.get(rid)
+    r = await jp_fetch("labkit", "api", "runs", rid, method="DELETE", params={"force": "1"})
+    assert r.code == 200 and not fresh_store.exists(rid)
+
+
+async def test_a_damaged_store_is_a_503_with_a_message(jp_fetch, fresh_store, tmp_path):
+    from tornado.httpclient import HTTPClientError
+
+    broken = tmp_path / "broken.sqlite"
+    broken.write_bytes(b"SQLite format 3\x00" + b"\xff" * 4000)
+    lk.runs._override.append(broken)  # the next store() opens the damaged file
+    try:
+        with pytest.raises(HTTPClientError) as e:
+            await jp_fetch("labkit", "api", "runs")
+    finally:
+        lk.runs._override.pop()
+    body = json.loads(e.value.response.body)
+    assert e.value.code == 503 and "damaged" in body["message"]
+    assert str(tmp_path) not in body["message"] and "the run store" in body["message"]
+
+
+def test_the_table_is_large_and_every_path_is_urlsafe():
+    assert len(TABLE) >= 80
+    for _, _, path, query, _, _ in TABLE:
+        assert " " not in path and (not query or urllib.parse.parse_qs(query) is not None)
