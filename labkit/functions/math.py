@@ -202,6 +202,9 @@ class PowConstant(Function):
         self.c = c
 
     def forward(self, x):
+        if self.c == 0.5:
+            # NOTE: NumPy computes x ** 0.5 as sqrt(x): nan for -inf, where pow() gives +inf
+            return xp_of(x).sqrt(x)
         return x ** self.c
 
     def backward(self, inputs, gy):

@@ -113,7 +113,13 @@ class TiledMax(Function):
         count = winners[0].view(np.uint8).copy()
         for w in winners[1:]:
             count += w.view(np.uint8)
-        share = None if count.max() <= 1 else (1 / count).astype(self.yt.dtype)
+        if count.max() <= 1 and count.min() == 1:
+            share = None
+        else:
+            # NOTE: a window whose max is nan has no winner (nan != nan): its share 1/0 = inf
+            # makes its whole gradient nan, as the general path (0/0) and F.max give
+            with np.errstate(divide="ignore"):
+                share = (1 / count).astype(self.yt.dtype)
         return TileScatter(winners, share, self.k, self.perm).apply((gy,))
 
 
