@@ -21,6 +21,7 @@ from .converters import (
     CONVERTERS,
     convert_cifar10,
     convert_digits,
+    convert_h5,
     convert_mnist,
     convert_npz,
     convert_text,
@@ -64,6 +65,6 @@ __all__ = [
     "Parallel", "Prefetch", "RandomCrop", "RandomFlip", "RandomTransformer", "ScaleAndShift",
     "Scheme", "SequentialExampleScheme", "SequentialScheme", "ShardedScheme",
     "ShuffledExampleScheme", "ShuffledScheme", "SortByLength", "Stream", "Transformer", "Unpack",
-    "convert_cifar10", "convert_digits", "convert_mnist", "convert_npz", "convert_text",
-    "dataset_path", "get", "read_idx", "write_h5",
+    "convert_cifar10", "convert_digits", "convert_h5", "convert_mnist", "convert_npz",
+    "convert_text", "dataset_path", "get", "read_idx", "write_h5",
 ]

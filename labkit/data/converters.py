@@ -30,7 +30,8 @@ import numpy as np
 from ..backend.random import Generator
 from ..config import datasets_dir
 from ..errors import DataError
-from .datasets import H5Dataset, write_h5
+from .datasets import H5Dataset
+from .layout import check_container, write_h5
 
 IMAGE_LABELS = {"features": ("batch", "channel", "height", "width"), "targets": ("batch",)}
 
@@ -214,6 +215,24 @@ def convert_text(file, path=None, level: str = "char", valid_fraction: float = 0
                     description=f"{level}-level corpus from {file.name}")
 
 
+# ---- labkit's own files, rewritten ---------------------------------------------------------
+def convert_h5(file, path=None) -> Path:
+    """A file in labkit's HDF5 layout rewritten in the current format (by default in place,
+    atomically): every source, split, axis label, metadata entry, name and description. Use it
+    on files in HDF5's old file format, whose metadata has no checksums."""
+    file = Path(file)
+    ds = H5Dataset(file, split=[])
+    rows = slice(0, ds._num_rows)
+    sources = {}
+    for s in ds.all_sources:
+        data = ds._read_rows(s, rows)
+        sources[s] = list(data) if s in ds.ragged else data
+    ds.close()
+    return write_h5(path or file, sources, ds.splits, axis_labels=ds.axis_labels_all,
+                    metadata={k: ds.metadata(k) for k in ds.metadata_keys},
+                    name=ds.info.get("name"), description=ds.info.get("description"))
+
+
 # ---- npz ------------------------------------------------------------------------------------
 def convert_npz(file, path=None, splits: dict | None = None) -> Path:
     """Every array of a ``.npz`` file as a source (loaded with ``allow_pickle=False``)."""
@@ -230,7 +249,7 @@ def convert_npz(file, path=None, splits: dict | None = None) -> Path:
 
 
 CONVERTERS = {"digits": convert_digits, "mnist": convert_mnist, "cifar10": convert_cifar10,
-              "text": convert_text, "npz": convert_npz}
+              "text": convert_text, "npz": convert_npz, "h5": convert_h5}
 
 
 def get(name: str, split: str = "train", **kwargs) -> H5Dataset:
@@ -242,6 +261,8 @@ def get(name: str, split: str = "train", **kwargs) -> H5Dataset:
     """
     path = dataset_path(name)
     if name == "digits":
+        if path.exists() and _old_format(path):
+            path.unlink()  # labkit's own copy, rebuilt in the checksummed format
         if path.exists() and _corrupt(path):
             import warnings
 
@@ -256,6 +277,14 @@ def get(name: str, split: str = "train", **kwargs) -> H5Dataset:
     return H5Dataset(path, split=split, **kwargs)
 
 
+def _old_format(path) -> bool:
+    """A digits file written before labkit used HDF5's checksummed format (rebuilt quietly)."""
+    try:
+        return check_container(path) < 2
+    except DataError:
+        return False
+
+
 def _corrupt(path) -> bool:
     try:
         ds = H5Dataset(path, split=list(DIGITS_SPLITS))
@@ -265,5 +294,5 @@ def _corrupt(path) -> bool:
         return True
 
 
-__all__ = ["CONVERTERS", "convert_cifar10", "convert_digits", "convert_mnist", "convert_npz",
-           "convert_text", "dataset_path", "get", "read_idx"]
+__all__ = ["CONVERTERS", "convert_cifar10", "convert_digits", "convert_h5", "convert_mnist",
+           "convert_npz", "convert_text", "dataset_path", "get", "read_idx"]

@@ -3,19 +3,9 @@
 A dataset is stateless: it answers ``get_data(request)`` with a dict ``{source: array}`` whose
 first axis is the request's examples. Streams decide which requests to make.
 
-labkit's HDF5 layout (version 1), which ``write_h5`` writes and ``H5Dataset`` reads:
-
-- the root group has the attribute ``labkit_dataset = 1`` (the format version) and ``splits``,
-  a JSON object ``{"train": [start, stop], ...}`` of row ranges; optional ``name`` and
-  ``description`` attributes;
-- every *source* is a dataset in the root group whose first axis is the example axis (all
-  splits, concatenated); its ``axis_labels`` attribute is a JSON list such as
-  ``["batch", "channel", "height", "width"]``;
-- a *ragged* source (sequences of different lengths) is stored flat with the attribute
-  ``ragged = 1``; its ``N + 1`` row offsets are ``/_ragged/<source>`` (int64);
-- metadata such as a vocabulary is JSON, stored as uint8 bytes in ``/_meta/<key>``;
-- data is chunked in small row chunks (about 16 KiB, so random minibatches read little more than
-  they need) with ``fletcher32`` checksums, so corrupted data raises instead of being read.
+``H5Dataset`` reads files in labkit's HDF5 layout, which ``write_h5`` writes (see
+``labkit.data.layout``): every field is checked once when the file is opened, so a damaged or
+hand-made file raises ``DataError`` naming the file and the field instead of reading wrong rows.
 
 Examples
 --------
@@ -40,19 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..checkpoint import _fsync_dir
 from ..errors import DataError
-
-FORMAT_VERSION = 1
-_CHUNK_BYTES = 16 * 1024
-
-
-def _h5py():
-    try:
-        import h5py
-    except ImportError:  # pragma: no cover - h5py is a dependency
-        raise DataError("HDF5 datasets need h5py: pip install h5py") from None
-    return h5py
+from .layout import (  # noqa: F401 - FORMAT_VERSION and write_h5 are re-exported
+    FORMAT_VERSION,
+    open_h5,
+    read_layout,
+    warn_old_format,
+    write_h5,
+)
 
 
 # ---- requests -------------------------------------------------------------------------------
@@ -159,113 +144,11 @@ class IndexableDataset(Dataset):
         return f"IndexableDataset({self.num_examples} examples, sources={list(self.sources)})"
 
 
-# ---- writing --------------------------------------------------------------------------------
-def write_h5(path, sources: Mapping[str, object],
-             splits: Mapping[str, tuple[int, int]] | None = None,
-             *, axis_labels: Mapping[str, Sequence[str]] | None = None,
-             metadata: Mapping[str, object] | None = None, name: str | None = None,
-             description: str | None = None, checksums: bool = True) -> Path:
-    """Write ``sources`` in labkit's HDF5 layout at ``path``, atomically; returns the path.
-
-    ``sources`` maps names to arrays with a common first axis, or to lists of 1-D arrays (ragged
-    sequences). ``splits`` maps split names to ``(start, stop)`` row ranges (default: one
-    ``"all"`` split). The file is written under a temporary name, flushed to disk and renamed, so
-    readers never see half a file. ``checksums=False`` writes contiguous data without fletcher32.
-    """
-    h5py = _h5py()
-    path = Path(path)
-    if not sources:
-        raise DataError(f"write_h5({path}): give at least one source")
-    lengths = {}
-    prepared = {}
-    for src, value in sources.items():
-        if src.startswith("_") or "/" in src:
-            raise DataError(f"write_h5({path}): source name {src!r} may not start with '_' or "
-                            "contain '/'")
-        if isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray)
-                                                 and value.dtype == object):
-            seqs = [np.asarray(v) for v in value]
-            if any(s.ndim != 1 for s in seqs):
-                raise DataError(f"write_h5({path}): ragged source {src!r} must hold 1-D sequences")
-            dtype = np.result_type(*[s.dtype for s in seqs]) if seqs else np.int64
-            offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
-            np.cumsum([len(s) for s in seqs], out=offsets[1:])
-            flat = (np.concatenate(seqs).astype(dtype, copy=False) if seqs
-                    else np.zeros(0, dtype=dtype))
-            prepared[src] = ("ragged", flat, offsets)
-            lengths[src] = len(seqs)
-        else:
-            arr = np.ascontiguousarray(value)
-            if arr.ndim == 0:
-                raise DataError(f"write_h5({path}): source {src!r} is a scalar")
-            if arr.dtype == object or arr.dtype.kind == "U":
-                raise DataError(f"write_h5({path}): source {src!r} has dtype {arr.dtype}; store "
-                                "numbers (encode strings as token ids and keep a vocabulary in "
-                                "metadata)")
-            prepared[src] = ("dense", arr, None)
-            lengths[src] = len(arr)
-    if len(set(lengths.values())) != 1:
-        raise DataError(f"write_h5({path}): sources differ in length: {lengths}")
-    n = next(iter(lengths.values()))
-    splits = dict(splits) if splits else {"all": (0, n)}
-    for split, rng in splits.items():
-        start, stop = (int(v) for v in rng)
-        if not 0 <= start <= stop <= n:
-            raise DataError(f"write_h5({path}): split {split!r} = {rng} is outside 0..{n}")
-        splits[split] = [start, stop]
-
-    def chunked(shape, itemsize):
-        row = int(np.prod(shape[1:], dtype=np.int64)) * itemsize
-        rows = max(1, min(shape[0], _CHUNK_BYTES // max(row, 1)))
-        return (rows,) + tuple(shape[1:])
-
-    def create(group, key, arr):
-        opts = {}
-        if checksums and arr.size:
-            opts = {"chunks": chunked(arr.shape, arr.dtype.itemsize), "fletcher32": True}
-        return group.create_dataset(key, data=arr, **opts)
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["labkit_dataset"] = FORMAT_VERSION
-            f.attrs["splits"] = json.dumps(splits)
-            if name:
-                f.attrs["name"] = name
-            if description:
-                f.attrs["description"] = description
-            for src, (kind, arr, offsets) in prepared.items():
-                d = create(f, src, arr)
-                if kind == "ragged":
-                    d.attrs["ragged"] = 1
-                    create(f.require_group("_ragged"), src, offsets)
-                labels = (axis_labels or {}).get(src)
-                if labels is not None:
-                    labels = list(labels)
-                    ndim = 2 if kind == "ragged" else arr.ndim
-                    if len(labels) != ndim:
-                        raise DataError(f"write_h5({path}): axis_labels for {src!r} has "
-                                        f"{len(labels)} names but the source has {ndim} axes")
-                    d.attrs["axis_labels"] = json.dumps(labels)
-            for key, value in (metadata or {}).items():
-                raw = np.frombuffer(json.dumps(value).encode(), dtype=np.uint8)
-                create(f.require_group("_meta"), key, raw)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
-
-
 # ---- reading --------------------------------------------------------------------------------
 def _is_corruption(err: Exception) -> bool:
     text = str(err).lower()
     return any(w in text for w in ("checksum", "filter", "fletcher", "read failed",
-                                   "can't read data", "wrong b-tree", "bad object"))
+                                   "can't read data", "wrong b-tree", "bad object", "corrupt"))
 
 
 class H5Dataset(Dataset):
@@ -291,10 +174,19 @@ class H5Dataset(Dataset):
         self._file = None
         self._pid = None
         self._memory: dict[str, np.ndarray] | None = None
-        with self._open_file() as f:
-            info = self._read_layout(f)
-        self.all_sources, self.ragged, splits, self.axis_labels_all, self.metadata_keys = info
-        self.splits = splits
+        f, version = open_h5(self.path)
+        with f:
+            layout = read_layout(f, self.path)
+        warn_old_format(self.path, version)
+        self.all_sources, self.ragged = layout.sources, layout.ragged
+        self.splits, self.axis_labels_all = layout.splits, layout.axis_labels
+        self._metadata = layout.metadata
+        self._num_rows, self.info = layout.num_rows, layout.info
+        self.metadata_keys = tuple(layout.metadata)
+        splits = self.splits
+        bad = [s for s in self.split if not isinstance(s, str)]
+        if bad:
+            raise DataError(f"{self.path}: a split is named by a string, got {bad[0]!r}")
         missing = [s for s in self.split if s not in splits]
         if missing:
             raise DataError(f"{self.path}: no split {missing[0]!r}; the file has splits "
@@ -318,55 +210,7 @@ class H5Dataset(Dataset):
 
     # -- file handling
     def _open_file(self):
-        h5py = _h5py()
-        if not self.path.exists():
-            raise DataError(f"{self.path}: no such dataset file (build it with `labkit convert` "
-                            "or labkit.data.write_h5)")
-        try:
-            return h5py.File(self.path, "r")
-        except OSError as e:
-            raise DataError(f"{self.path}: cannot open as HDF5 ({e}); the file is truncated or "
-                            "is not an HDF5 file - rebuild it") from None
-
-    def _read_layout(self, f):
-        version = f.attrs.get("labkit_dataset")
-        if version is None:
-            raise DataError(f"{self.path} is not a labkit dataset: its root group has no "
-                            "'labkit_dataset' attribute (write one with labkit.data.write_h5 or "
-                            "`labkit convert`)")
-        if int(version) > FORMAT_VERSION:
-            raise DataError(f"{self.path} uses labkit dataset format {int(version)}; this labkit "
-                            f"reads format {FORMAT_VERSION} - upgrade labkit")
-        try:
-            splits = {k: (int(v[0]), int(v[1])) for k, v in json.loads(f.attrs["splits"]).items()}
-        except (KeyError, ValueError, TypeError, IndexError):
-            raise DataError(f"{self.path}: the 'splits' attribute is missing or is not a JSON "
-                            "object of [start, stop] ranges") from None
-        sources, ragged, labels = [], set(), {}
-        lengths = {}
-        for key, obj in f.items():
-            if key.startswith("_") or not hasattr(obj, "shape"):
-                continue
-            sources.append(key)
-            if obj.attrs.get("ragged"):
-                ragged.add(key)
-                if f"_ragged/{key}" not in f:
-                    raise DataError(f"{self.path}: ragged source {key!r} has no offsets "
-                                    f"/_ragged/{key}")
-                lengths[key] = f[f"_ragged/{key}"].shape[0] - 1
-            else:
-                lengths[key] = obj.shape[0] if obj.ndim else 0
-            if "axis_labels" in obj.attrs:
-                labels[key] = tuple(json.loads(obj.attrs["axis_labels"]))
-        if not sources:
-            raise DataError(f"{self.path}: the file holds no sources")
-        stop = max((b for _, b in splits.values()), default=0)
-        short = {k: n for k, n in lengths.items() if n < stop}
-        if short:
-            raise DataError(f"{self.path}: sources {short} are shorter than the splits need "
-                            f"({stop} rows); the file is truncated or inconsistent")
-        meta = tuple(f["_meta"].keys()) if "_meta" in f else ()
-        return tuple(sources), frozenset(ragged), splits, labels, meta
+        return open_h5(self.path)[0]
 
     @property
     def file(self):
@@ -393,13 +237,15 @@ class H5Dataset(Dataset):
         if key not in self.metadata_keys:
             raise DataError(f"{self.path}: no metadata {key!r}; the file has "
                             f"{list(self.metadata_keys)}")
-        return json.loads(self._guard(lambda: self.file[f"_meta/{key}"][()], key, "all").tobytes())
+        return json.loads(self._metadata[key])
 
     # -- reading
     def _guard(self, read, source, rows):
         try:
             return read()
-        except OSError as e:
+        except DataError:
+            raise
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
             if _is_corruption(e):
                 raise DataError(f"{self.path}: source {source!r}, rows {rows}: the data failed "
                                 f"its checksum or could not be decoded ({e}); the file is "
@@ -411,7 +257,7 @@ class H5Dataset(Dataset):
         """Rows of the file (a slice or a sorted unique int array) of one source."""
         if source in self.ragged:
             return self._read_ragged(source, rows)
-        d = self.file[source]
+        d = self._guard(lambda: self.file[source], source, _show(rows))
         if isinstance(rows, slice) or d.chunks is None:
             return self._guard(lambda: d[rows], source, _show(rows))
         # NOTE: h5py's fancy indexing of a chunked dataset walks a point selection through every
@@ -432,14 +278,14 @@ class H5Dataset(Dataset):
         return self._guard(read, source, _show(rows))
 
     def _read_ragged(self, source, rows):
-        offsets_d = self.file[f"_ragged/{source}"]
-        flat = self.file[source]
+        offsets_d, flat = self._guard(lambda: (self.file[f"_ragged/{source}"], self.file[source]),
+                                      source, _show(rows))
         if isinstance(rows, slice):
             rows = np.arange(rows.start, rows.stop, rows.step or 1)
         if rows.size == 0:
             return np.empty(0, dtype=object)
         lo, hi = int(rows[0]), int(rows[-1]) + 2
-        offs = self._guard(lambda: offsets_d[lo:hi], source, _show(rows))
+        offs = self._guard(lambda: offsets_d[lo:hi], source, _show(rows)).astype(np.int64)
         starts, stops = offs[rows - lo], offs[rows - lo + 1]
         span = int(stops[-1] - starts[0])
         out = np.empty(rows.size, dtype=object)

@@ -47,6 +47,24 @@ def test_get_builds_digits_and_rebuilds_a_corrupted_file():
         lk.data.get("mnist")
 
 
+def test_get_rebuilds_digits_written_in_the_old_hdf5_format(recwarn):
+    import h5py
+
+    path = lk.data.get("digits").path
+    with h5py.File(path) as f:  # the same content, in HDF5's old (unchecksummed) format
+        content = {k: f[k][()] for k in ("features", "targets")}
+        attrs = {k: f.attrs[k].decode() if isinstance(f.attrs[k], bytes) else f.attrs[k]
+                 for k in f.attrs}
+    with h5py.File(path, "w") as f:
+        f.attrs.update(attrs)
+        for k, v in content.items():
+            f[k] = v
+    assert path.read_bytes()[8] == 0
+    again = lk.data.get("digits", split="test")
+    assert path.read_bytes()[8] == 3 and again.num_examples == 300
+    assert not [w for w in recwarn if "old file format" in str(w.message)]
+
+
 def write_idx(path, arr, gz=False):
     codes = {np.uint8: 0x08}
     head = bytes([0, 0, codes[arr.dtype.type], arr.ndim]) + struct.pack(f">{arr.ndim}I",

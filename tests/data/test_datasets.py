@@ -164,3 +164,93 @@ def test_indexable_dataset():
         IndexableDataset({"x": np.zeros(3), "y": np.zeros(2)})
     with pytest.raises(DataError, match=r"no source 'z'; the sources are \['x', 's'\]"):
         ds.get_data(0, sources=["z"])
+
+
+# ---- the checksummed container and the layout checked at open --------------------------------
+def test_written_in_hdf5s_checksummed_format(h5file):
+    from labkit.data.layout import check_container
+
+    raw = h5file.read_bytes()
+    assert raw[8] == 3 and check_container(h5file) == 3  # superblock v3 (HDF5 1.10 format)
+    assert b"GCOL" not in raw  # no global heap: text attributes live in checksummed headers
+    with h5py.File(h5file) as f:
+        assert h5py.h5o.get_info(f["features"].id).hdr.version == 2
+        assert f.attrs["splits"].dtype.kind == "S"
+        assert H5Dataset(h5file).info == {"name": "toy"}
+
+
+def _old_format(path, arrays):
+    """A file as labkit wrote it before the checksummed format."""
+    with h5py.File(path, "w") as f:
+        f.attrs["labkit_dataset"] = 1
+        f.attrs["splits"] = '{"train": [0, 150], "test": [150, 200]}'
+        f.attrs["name"] = "old"
+        f["features"] = arrays["features"]
+        f["features"].attrs["axis_labels"] = '["batch", "channel", "time"]'
+        f["targets"] = arrays["targets"]
+    return path
+
+
+def test_old_format_is_read_with_a_warning_and_rewritten_by_convert_h5(tmp_path, arrays):
+    from labkit.data import convert_h5
+
+    old = _old_format(tmp_path / "old.h5", arrays)
+    with pytest.warns(UserWarning, match=r"old.h5 is in HDF5's old file format .*no checksums.*"
+                                         r"convert_h5"):
+        ds = H5Dataset(old, split="test")
+    assert np.array_equal(ds.get_data(slice(None))["features"], arrays["features"][150:])
+    new = convert_h5(old, tmp_path / "new.h5")
+    assert new.read_bytes()[8] == 3
+    again = H5Dataset(new, split="test")
+    assert again.info == {"name": "old"} and again.axis_labels["features"] == ("batch", "channel",
+                                                                              "time")
+    assert np.array_equal(again.get_data(slice(None))["features"], arrays["features"][150:])
+
+
+def _set(path, where, key, value):
+    with h5py.File(path, "r+") as f:
+        f[where].attrs[key] = value
+
+
+@pytest.mark.parametrize("value, message", [
+    ('{"train": [-10, -2]}', r"split 'train': expected 0 <= start <= stop <= 200 "
+                              r".*got \[-10, -2\]"),
+    ('{"train": [0, 7.5]}', r"split 'train': expected \[start, stop\] \(two integers\), got "
+                            r"\[0, 7.5\]"),
+    ('{"train": [0, true]}', r"split 'train': expected \[start, stop\] \(two integers\)"),
+    ('[[0, 150]]', r"expected a JSON object"),
+])
+def test_splits_are_checked_at_open(h5file, value, message):
+    _set(h5file, "/", "splits", value)
+    with pytest.raises(DataError, match=r"d.h5: attribute 'splits'.*" + message):
+        H5Dataset(h5file, split=[])
+
+
+def _swap_two(o):
+    i = 1 + int(np.flatnonzero(o[2:] > o[1:-1])[0])  # o[i] < o[i + 1]
+    o = o.copy()
+    o[i], o[i + 1] = o[i + 1], o[i]
+    return o
+
+
+@pytest.mark.parametrize("change, message", [
+    (_swap_two, r"offset \d+ is smaller than the one before it"),
+    (lambda o: np.r_[o[:-1], o[-1] + 1], r"expected offsets up to the data length"),
+    (lambda o: np.delete(o, 5), r"expected one number of rows for every source"),
+    (lambda o: o.astype(np.float64), r"expected N \+ 1 integer offsets"),
+])
+def test_ragged_offsets_are_checked_at_open(h5file, change, message):
+    with h5py.File(h5file, "r+") as f:
+        offsets = f["_ragged/text"][()]
+        del f["_ragged/text"]
+        f["_ragged/text"] = change(offsets)
+    with pytest.raises(DataError, match=message):
+        H5Dataset(h5file)
+
+
+def test_write_h5_refuses_splits_that_are_not_two_integers(tmp_path):
+    for rng in [(0, 7.5), (True, 2), (0, 1, 2), "0:3"]:
+        with pytest.raises(DataError, match=r"split 'train' = .*: expected a name and two "
+                                            r"integers"):
+            write_h5(tmp_path / "a.h5", {"x": np.zeros(9)}, {"train": rng})
+    assert not (tmp_path / "a.h5").exists()
