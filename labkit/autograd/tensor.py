@@ -293,7 +293,12 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False, name=None
         if arr.dtype == np.float64 and dtype is None:
             arr = arr.astype(_FLOAT_DEFAULT)
     if dev.kind == "cpu":
-        arr = arr.get() if isinstance(arr, opencl.ndarray) else np.array(arr, dtype=dtype)
+        if isinstance(arr, opencl.ndarray):
+            arr = arr.get()  # a fresh host copy: cast it in place of a second copy
+            if dtype is not None:
+                arr = arr.astype(dtype, copy=False)
+        else:
+            arr = np.array(arr, dtype=dtype)
     else:
         arr = opencl.asarray(arr, dtype=dtype, device=dev)
         if arr is data:

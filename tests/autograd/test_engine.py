@@ -281,3 +281,28 @@ def test_same_seed_same_bits_run_after_run(dev, rng):
         return W.grad.numpy().tobytes()
 
     assert run() == run()
+
+
+@pytest.mark.parametrize("target", ["cpu", "cl"])
+@pytest.mark.parametrize("dtype", [None, np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("source", ["numpy32", "numpy64", "int64", "list", "cl_array",
+                                    "cpu_tensor", "cl_tensor"])
+def test_tensor_honours_dtype_from_every_source_to_every_device(source, dtype, target):
+    # lk.tensor(cl_array, dtype=np.float64, device="cpu") used to ignore dtype
+    h = np.array([[1.5, -2.0, 3.0]])
+    src = {"numpy32": lambda: h.astype(np.float32), "numpy64": lambda: h.copy(),
+           "int64": lambda: h.astype(np.int64), "list": lambda: h.tolist(),
+           "cl_array": lambda: lk.asarray(h.astype(np.float32), device="cl"),
+           "cpu_tensor": lambda: lk.tensor(h.astype(np.float32)),
+           "cl_tensor": lambda: lk.tensor(h.astype(np.float32), device="cl")}[source]()
+    kept = {"numpy32": np.float32, "numpy64": np.float64, "int64": np.int64,
+            "list": np.float32}.get(source, np.float32)  # Python floats become float32
+    want = np.dtype(dtype if dtype is not None else kept)
+    x = lk.tensor(src, dtype=dtype, device=target)
+    assert x.dtype == want and x.device == lk.device(target), (x.dtype, x.device)
+    np.testing.assert_array_equal(x.numpy(), h.astype(kept).astype(want))
+    # always a new array: writing to it leaves the source alone
+    x.data[...] = 0
+    back = src.numpy() if isinstance(src, lk.Tensor) else np.asarray(
+        src.get() if hasattr(src, "get") else src)
+    np.testing.assert_array_equal(back, h.astype(back.dtype))
