@@ -123,3 +123,144 @@ def test_remove_and_overwrite(tmp_path, state):
     assert p == q and list(checkpoint.load(q)) == ["x"]
     checkpoint.remove(q)
     assert not q.exists() and not os.listdir(tmp_path)
+
+
+def test_non_finite_floats_and_colliding_keys_round_trip(tmp_path):
+    """The rule for non-finite numbers: floats in the state are written as NaN/Infinity and read
+    back as floats. Arrays whose paths spell the same key keep their own tensors."""
+    state = {"log": [float("nan"), float("inf"), -float("inf")],
+             "a/b": np.zeros(2), "a": {"b": np.ones(3)}}
+    got = checkpoint.load(checkpoint.save(tmp_path, state))
+    assert np.isnan(got["log"][0]) and got["log"][1:] == [float("inf"), -float("inf")]
+    assert np.array_equal(got["a/b"], np.zeros(2)) and np.array_equal(got["a"]["b"], np.ones(3))
+    with pytest.raises(CheckpointError, match=r"state\['x'\] has the key '__tensor__'"):
+        checkpoint.save(tmp_path, {"x": {"__tensor__": "a"}})
+
+
+def reseal(path):
+    """Make the manifest's sizes and CRC-32s match the files again (a crafted checkpoint)."""
+    import zlib
+
+    m = json.loads((path / "manifest.json").read_text())
+    for name in m["files"]:
+        raw = (path / name).read_bytes()
+        m["files"][name] = {"size": len(raw), "crc32": zlib.crc32(raw)}
+    (path / "manifest.json").write_text(json.dumps(m))
+
+
+def crafted(header, data=b""):
+    raw = json.dumps(header).encode()
+    return len(raw).to_bytes(8, "little") + raw + data
+
+
+@pytest.mark.parametrize("header, data, expect", [
+    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+      "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, bytes(8), "overlaps"),
+    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [-8, 0]}}, bytes(8),
+     r"data_offsets \[-8, 0\] do not lie inside"),
+    ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, bytes(8), "belong to no"),
+    ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, bytes(8), "after the last"),
+    ({"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}, bytes(8), "non-negative"),
+    ({"a": {"dtype": "F32", "shape": [2.0], "data_offsets": [0, 8]}}, bytes(8), "non-negative"),
+    ({"a": {"dtype": "F32", "shape": [True, 2], "data_offsets": [0, 8]}}, bytes(8), "integers"),
+    ({"a": {"dtype": "F32", "shape": [2 ** 62, 4], "data_offsets": [0, 8]}}, bytes(8), "needs"),
+    ({"a": {"dtype": "X", "shape": [2], "data_offsets": [0, 8]}}, bytes(8), "dtype 'X'"),
+    ({"a": None}, b"", "header entry is null"), ({"a": []}, b"", "header entry is a list"),
+    ({"__metadata__": {"k": 1}}, b"", "__metadata__"), ([], b"", "header is a list"),
+])
+def test_crafted_tensor_headers_are_refused_by_name(tmp_path, header, data, expect):
+    """Headers the safetensors library refuses (and more), even when the checksums match."""
+    with pytest.raises(CheckpointError, match=expect):
+        checkpoint.tensors_from_bytes(bytearray(crafted(header, data)), "x.safetensors")
+    older = checkpoint.save(tmp_path, {"w": np.ones(2)}, step=1)
+    newer = checkpoint.save(tmp_path, {"w": np.ones(2)}, step=2)
+    (newer / "tensors.safetensors").write_bytes(crafted(header, data))
+    reseal(newer)
+    with pytest.raises(CheckpointError, match=f"tensors.safetensors: .*{expect}"):
+        checkpoint.load(newer)
+    with pytest.warns(UserWarning, match="skipping checkpoint .*ckpt-00000002"):
+        assert checkpoint.latest(tmp_path) == older
+
+
+def test_duplicate_keys_are_refused(tmp_path):
+    raw = b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},' \
+          b'"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'
+    with pytest.raises(CheckpointError, match="'a' appears twice"):
+        checkpoint.tensors_from_bytes(bytearray(len(raw).to_bytes(8, "little") + raw + b"\1"))
+    path = checkpoint.save(tmp_path, {"w": np.ones(2)})
+    m = (path / "manifest.json").read_text()
+    (path / "manifest.json").write_text(m[:-1] + ', "step": 5}')
+    with pytest.raises(CheckpointError, match="'step' appears twice"):
+        checkpoint.manifest(path)
+
+
+def test_manifest_fields_are_checked_and_sealed(tmp_path):
+    path = checkpoint.save(tmp_path, {"w": np.ones(2)}, step=3, metrics={"loss": 0.5})
+    original = json.loads((path / "manifest.json").read_text())
+    assert isinstance(original["fields_crc32"], int)
+
+    def edited(**fields):
+        (path / "manifest.json").write_text(json.dumps({**original, **fields}))
+
+    edited(step=4)  # a changed field without a matching seal: damage, not a new step
+    with pytest.raises(CheckpointError, match="fields_crc32 does not match"):
+        checkpoint.manifest(path)
+    edited(fields_crc32=None)
+    with pytest.raises(CheckpointError, match="fields_crc32 does not match"):
+        checkpoint.manifest(path)
+    without = {k: v for k, v in original.items() if k != "fields_crc32"}
+    for field, value, expect in [("step", -1, "step is -1"), ("step", "3", "step is '3'"),
+                                 ("epoch", True, "epoch is True"),
+                                 ("metrics", {"loss": "x"}, "metrics"),
+                                 ("run_id", 7, "run_id is 7"), ("version", 2, "upgrade labkit"),
+                                 ("files", {**original["files"], "../../x": {"size": 1,
+                                                                              "crc32": 0}},
+                                  "unknown '../../x'")]:
+        (path / "manifest.json").write_text(json.dumps({**without, field: value}))
+        with pytest.raises(CheckpointError, match=expect):
+            checkpoint.manifest(path)
+    # a manifest of labkit before the seal: still read
+    (path / "manifest.json").write_text(json.dumps(without))
+    assert checkpoint.manifest(path)["step"] == 3
+    assert checkpoint.verify(path) is None
+
+
+def test_state_json_references_are_checked(tmp_path):
+    path = checkpoint.save(tmp_path, {"w": np.ones(2), "v": np.zeros(1)})
+    for tree, expect in [([1], "a list; a checkpoint's state is a JSON object"),
+                         ({"w": {"__tensor__": "w"}}, r"never refers to the tensors \['v'\]"),
+                         ({"w": {"__tensor__": "w"}, "v": {"__tensor__": "w"}},
+                          "'w' is referenced twice"),
+                         ({"w": {"__tensor__": "w", "x": 1}, "v": {"__tensor__": "v"}},
+                          "a reference to an array is exactly"),
+                         ({"w": {"__tensor__": "q"}, "v": {"__tensor__": "v"}}, "lacks")]:
+        (path / "state.json").write_text(json.dumps(tree))
+        reseal(path)
+        with pytest.raises(CheckpointError, match=f"state.json.*{expect}"):
+            checkpoint.load(path)
+
+
+def test_remove_refuses_what_is_not_a_checkpoint(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(CheckpointError, match="not a labkit checkpoint directory"):
+        checkpoint.remove(tmp_path / "mine")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+
+
+def test_a_killed_writers_leftovers_are_named_for_it_and_cleaned_by_the_next_save(tmp_path):
+    """The temporary directory carries pid, start time and host (tests/training/test_resume.py
+    and cleanup() rely on the '.<name>.tmp-' prefix); the next save removes a dead writer's."""
+    import subprocess
+    import sys
+
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    dead = int(child.stdout)
+    name = checkpoint._temp_name("ckpt-00000002", "tmp").replace(f"-{os.getpid()}-", "-0-")
+    assert name.startswith(".ckpt-00000002.tmp-")
+    left = tmp_path / f".ckpt-00000002.tmp-{dead}-1-{checkpoint._HOST}-0"
+    left.mkdir()
+    (left / "tensors.safetensors").write_bytes(b"half")
+    checkpoint.save(tmp_path, {"w": np.ones(1)}, step=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000003"]

@@ -1,0 +1,326 @@
+"""Fault injection for checkpoint writers: a child process SIGKILLs itself at chosen instants
+inside ``save`` and ``remove`` (after N bytes, before and between the renames, while deleting);
+afterwards the directory must hold only complete checkpoints, ``latest`` must return the newest
+complete one, and the next ``save`` must clean up what the killed writer left — but never what a
+live writer is still writing, and ``remove`` never deletes anything but a checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from labkit import checkpoint as C
+from labkit.errors import CheckpointError
+
+from . import damage as D
+
+pytestmark = [pytest.mark.timeout(120),
+              pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")]
+SEED = 14
+
+
+def hidden(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith("."))
+
+
+def dying_writer(limit: int):
+    """A stand-in for ``C._write_file`` that writes only the first ``limit`` bytes of the save
+    (across its files) and then SIGKILLs the process."""
+    real, written = C._write_file, [0]
+
+    def write(path, pieces):
+        data = b"".join(bytes(memoryview(p).cast("B")) for p in pieces)
+        if written[0] + len(data) > limit:
+            with open(path, "wb") as f:
+                f.write(data[:limit - written[0]])
+            D.die()
+        written[0] += len(data)
+        return real(path, [data])
+
+    return write
+
+
+def dying_at(module, name: str, call: int):
+    """Make ``module.name`` SIGKILL the process at its ``call``-th call (1-based)."""
+    real, calls = getattr(module, name), [0]
+
+    def fn(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == call:
+            D.die()
+        return real(*args, **kwargs)
+
+    setattr(module, name, fn)
+
+
+def kill_points(total: int, rng):
+    """(label, how to die, whether the new checkpoint is complete afterwards, overwrite?)"""
+    # NOTE: total - 40 is inside the manifest, whatever the length of its time stamp
+    for n in sorted(set(int(x) for x in rng.integers(0, total - 40, 14)) | {0, total - 40}):
+        yield f"after {n} of {total} bytes", lambda n=n: setattr(C, "_write_file",
+                                                                  dying_writer(n)), False, False
+    yield "before the rename", lambda: dying_at(os, "replace", 1), False, False
+    yield "after the rename, before the fsync", lambda: dying_at(C, "fsync_dir", 2), True, False
+    yield "overwrite: before moving the old one away", lambda: dying_at(os, "replace", 1), \
+        False, True
+    yield "overwrite: between the renames", lambda: dying_at(os, "replace", 2), False, True
+    yield "overwrite: while deleting the old one", lambda: dying_at(C.shutil, "rmtree", 1), \
+        True, True
+
+
+def test_killed_saves_leave_only_complete_checkpoints(tmp_path):
+    tally = D.Tally("checkpoint: saves killed at chosen instants")
+    state, new = D.sample_state(), D.sample_state(big=300)
+    new["opt"]["t"] = 99
+    probe = C.save(tmp_path / "probe", new, step=2, epoch=1)
+    total = sum(f.stat().st_size for f in probe.iterdir())
+    for i, (label, arm, complete, overwrite) in enumerate(kill_points(total, np.random.default_rng(
+            SEED))):
+        d = tmp_path / f"k{i}"
+        first = C.save(d, state, step=1)
+        if overwrite:
+            C.save(d, state, step=2)
+
+        def child(arm=arm, d=d):
+            arm()
+            C.save(d, new, step=2, epoch=1)
+
+        status = D.run_in_child(child)
+        tally.record(label, _after_kill(d, first, status, complete, overwrite, state, new))
+    assert tally.held == tally.tried >= 18, tally.report()
+
+
+def _after_kill(d, first, status, complete, overwrite, state, new) -> str | None:
+    if status != -9:
+        return f"the child was not killed (status {status})"
+    second = d / "ckpt-00000002"
+    listed = C.list_checkpoints(d)
+    if any(C.verify(c) is not None for c in listed):
+        return f"an incomplete checkpoint is visible: {[C.verify(c) for c in listed]}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing visible may be damaged
+        best = C.latest(d)
+    if complete:
+        if best != second or not D.same(C.load(second), new):
+            return f"latest gave {best}, expected the new checkpoint"
+    elif overwrite and second.exists():
+        if best != second or not D.same(C.load(second), state):
+            return "the replaced checkpoint changed"
+    elif best != (second if overwrite and second.exists() else first):
+        return f"latest gave {best}"
+    left = hidden(d)
+    C.save(d, {"x": np.ones(2)}, step=3)  # the next save cleans up
+    if hidden(d):
+        return f"the next save left {hidden(d)} (was {left})"
+    if overwrite and (not second.exists() or not D.same(C.load(second), new if complete
+                                                          else state)):
+        return "the replaced checkpoint was not restored"
+    return None if C.verify(first) is None else "the first checkpoint was damaged"
+
+
+def test_killed_removes_are_finished_by_the_next_save(tmp_path):
+    tally = D.Tally("checkpoint: removes killed at chosen instants")
+    for label, arm, gone in (("before the rename", lambda: dying_at(os, "replace", 1), False),
+                             ("while deleting", lambda: dying_at(C.shutil, "rmtree", 1), True)):
+        d = tmp_path / label.replace(" ", "-")
+        first, second = C.save(d, {"a": np.ones(3)}, step=1), C.save(d, {"a": np.ones(3)}, step=2)
+
+        def child(arm=arm, second=second):
+            arm()
+            C.remove(second)
+
+        status = D.run_in_child(child)
+        problem = None if status == -9 else f"status {status}"
+        if (C.latest(d) == first) != gone or C.verify(first) is not None:
+            problem = f"latest gave {C.latest(d)}"
+        C.save(d, {"a": np.ones(3)}, step=3)
+        if hidden(d):
+            problem = f"left {hidden(d)}"
+        tally.record(label, problem)
+    assert tally.held == tally.tried == 2, tally.report()
+
+
+# ---- live writers are never cleaned up ------------------------------------------------------
+def test_a_live_writer_in_another_process_is_left_alone(tmp_path):
+    """A child blocks in the middle of its save; the parent saves and cleans up into the same
+    directory meanwhile; the child then finishes its checkpoint."""
+    d = tmp_path / "ck"
+    C.save(d, {"a": np.ones(2)}, step=1)
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+
+    def child():
+        real = C._write_file
+
+        def slow(path, pieces):
+            out = real(path, pieces)
+            if path.name == "state.json":
+                os.write(ready_w, b"1")
+                os.read(go_r, 1)
+            return out
+
+        C._write_file = slow
+        C.save(d, {"a": np.full(2, 7.0)}, step=2)
+
+    pid_status = {}
+    t = threading.Thread(target=lambda: pid_status.update(s=D.run_in_child(child)))
+    t.start()
+    try:
+        assert os.read(ready_r, 1) == b"1"
+        (tmp,) = hidden(d)
+        C.save(d, {"a": np.zeros(2)}, step=3)
+        assert C.cleanup(d) == []
+        assert hidden(d) == [tmp], "a live writer's temporary directory was removed"
+    finally:
+        os.write(go_w, b"1")
+        t.join(30)
+    assert pid_status["s"] == 0
+    assert np.array_equal(C.load(d / "ckpt-00000002")["a"], [7.0, 7.0])
+    assert hidden(d) == []
+
+
+def test_a_live_writer_in_another_thread_is_left_alone(tmp_path, monkeypatch):
+    d = tmp_path / "ck"
+    inside, go = threading.Event(), threading.Event()
+    real = C._write_file
+
+    def slow(path, pieces):
+        out = real(path, pieces)
+        if threading.current_thread().name == "writer" and path.name == "state.json":
+            inside.set()
+            go.wait(30)
+        return out
+
+    monkeypatch.setattr(C, "_write_file", slow)
+    t = threading.Thread(target=C.save, args=(d, {"a": np.ones(2)}), kwargs={"step": 2},
+                         name="writer")
+    t.start()
+    try:
+        assert inside.wait(30)
+        (tmp,) = hidden(d)
+        C.save(d, {"a": np.zeros(2)}, step=1)
+        assert hidden(d) == [tmp]
+    finally:
+        go.set()
+        t.join(30)
+    assert [p.name for p in C.list_checkpoints(d)] == ["ckpt-00000001", "ckpt-00000002"]
+    assert hidden(d) == []
+
+
+def dead_pid() -> int:
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return pid
+
+
+def test_cleanup_judges_each_leftover_by_its_writer(tmp_path):
+    """Removed: a dead writer's leftovers, also of older labkit versions, and one whose pid now
+    belongs to a later process. Kept: a live writer's (before it even took its lock), one
+    whose lock is held, other hosts' and other programs' entries, links. Put back: a replaced
+    checkpoint whose replacement never arrived."""
+    d = tmp_path / "ck"
+    keep_old = C.save(d, {"a": np.ones(1)}, step=1)
+    me, start, host = os.getpid(), C._start_time(os.getpid()), C._HOST
+    dead = dead_pid()
+    names = {
+        f".ckpt-00000002.tmp-{dead}-{start}-{host}-0": "removed",
+        f".ckpt-00000002.tmp-{me}-{start + 1}-{host}-0": "removed",  # pid reused
+        f".ckpt-00000002.deleting-{dead}-1-{host}-0": "removed",
+        f".ckpt-00000002.tmp-{dead}-1": "removed",  # the name labkit used before
+        f".ckpt-00000002.old-{dead}": "removed",  # ckpt-00000002 is absent: put back
+        f".ckpt-00000001.old-{dead}-1-{host}-3": "removed",  # ckpt-00000001 is there
+        f".ckpt-00000002.tmp-{me}-{start}-{host}-9": "kept",  # alive, lock not yet taken
+        f".ckpt-00000002.tmp-{dead}-{start}-{host}-8": "locked",
+        f".ckpt-00000002.tmp-{dead}-{start}-0badf00d-0": "kept",  # another host
+        ".ckpt-00000002.tmp-x": "kept", ".git": "kept", ".ckpt-2.tmp-12-a": "kept",
+    }
+    for name in names:
+        if ".old-" in name and name.startswith(".ckpt-00000002"):  # a real replaced checkpoint
+            os.rename(C.save(tmp_path / "src", {"b": np.ones(1)}, step=2), d / name)
+        else:
+            (d / name).mkdir()
+            (d / name / "file").write_bytes(b"x")
+    link = d / f".ckpt-00000004.tmp-{dead}-{start}-{host}-0"
+    link.symlink_to(keep_old)
+    lock = C._lock(d / f".ckpt-00000002.tmp-{dead}-{start}-{host}-8")
+    try:
+        done = C.cleanup(d)
+    finally:
+        os.close(lock)
+    for name, fate in names.items():
+        assert (d / name).exists() == (fate in ("kept", "locked")), (name, fate, done)
+    assert link.is_symlink() and keep_old.is_dir()
+    restored = d / "ckpt-00000002"
+    assert np.array_equal(C.load(restored)["b"], [1.0])
+    assert any("restored" in x for x in done)
+    # the lock is gone now: the next cleanup removes that one too
+    C.cleanup(d)
+    assert not (d / f".ckpt-00000002.tmp-{dead}-{start}-{host}-8").exists()
+
+
+def test_remove_deletes_only_checkpoints(tmp_path):
+    tally = D.Tally("checkpoint: remove() on what is not a checkpoint")
+    d = tmp_path / "ck"
+    ck = C.save(d, {"a": np.ones(1)}, step=1)
+    victims = {}
+    victims["user directory"] = tmp_path / "mine"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    victims["empty directory"] = tmp_path / "empty"
+    (tmp_path / "empty").mkdir()
+    victims["file"] = tmp_path / "file.txt"
+    (tmp_path / "file.txt").write_text("keep me")
+    victims["link to a checkpoint"] = tmp_path / "link"
+    (tmp_path / "link").symlink_to(ck)
+    victims["foreign manifest"] = tmp_path / "other"
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "manifest.json").write_text('{"format": "npm"}')
+    (tmp_path / "other" / "index.js").write_text("keep me")
+    victims["run directory"] = d
+    for label, path in victims.items():
+        try:
+            C.remove(path)
+            tally.record(label, "removed")
+        except CheckpointError as e:
+            tally.record(label, None if str(path) in str(e) and os.path.lexists(path)
+                         else f"gone, or the error does not name it: {e}")
+    assert ck.is_dir() and C.verify(ck) is None
+    # what remove() does delete: checkpoints, their remains, leftovers of writers
+    damaged = C.save(d, {"a": np.ones(1)}, step=2)
+    (damaged / "manifest.json").unlink()
+    leftover = d / f".ckpt-00000003.tmp-{dead_pid()}-1-{C._HOST}-0"
+    leftover.mkdir()
+    for label, path in (("checkpoint", ck), ("checkpoint without manifest", damaged),
+                        ("leftover", leftover)):
+        C.remove(path)
+        tally.record(f"remove {label}", None if not path.exists() else "still there")
+    assert hidden(d) == [] and list(d.iterdir()) == []
+    C.remove(tmp_path / "never-existed")  # nothing to do
+    assert tally.held == tally.tried == 9, tally.report()
+
+
+def test_save_never_replaces_what_is_not_a_checkpoint(tmp_path):
+    (tmp_path / "best").mkdir()
+    (tmp_path / "best" / "notes.txt").write_text("keep me")
+    with pytest.raises(CheckpointError, match="best exists and is not a labkit checkpoint"):
+        C.save(tmp_path, {"a": np.ones(1)}, name="best")
+    assert (tmp_path / "best" / "notes.txt").read_text() == "keep me"
+    assert hidden(tmp_path) == []
+    for bad in ("", ".hidden", "a/b", "..", 7):
+        with pytest.raises(CheckpointError, match="name"):
+            C.save(tmp_path, {"a": np.ones(1)}, name=bad)
+    for kwargs, what in (({"step": -1}, "step"), ({"step": 1.5}, "step"), ({"epoch": "3"}, "epoch"),
+                         ({"run_id": 3}, "run_id")):
+        with pytest.raises(CheckpointError, match=what):
+            C.save(tmp_path, {"a": np.ones(1)}, **kwargs)
+    with pytest.raises(CheckpointError, match="holds a dict"):
+        C.save(tmp_path, [np.ones(1)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best"]
