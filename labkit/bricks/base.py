@@ -24,6 +24,15 @@ def set_seed(seed: int) -> None:
     _SEED["seed"], _SEED["count"] = int(seed), 0
 
 
+def add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)`` where Python has it (3.11+); on 3.10 the same ``__notes__``
+    list, which code that reports errors (IPython, pytest, the training loop) can read."""
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:
+        error.__notes__ = [*getattr(error, "__notes__", ()), note]
+
+
 def _next_init_seed() -> int:
     _SEED["count"] += 1
     return zlib.crc32(f"{_SEED['seed']}:{_SEED['count']}".encode())
@@ -156,8 +165,8 @@ class Brick:
                 e.brick = self.path
                 if e.graph is not None and not getattr(e, "_noted", False):
                     e._noted = True
-                    e.add_note(f"(in brick {self.path}; lk.notebook.GraphView(error) draws the "
-                               f"graph up to it: {len(e.graph.nodes)} ops)")
+                    add_note(e, f"(in brick {self.path}; lk.notebook.GraphView(error) draws "
+                                f"the graph up to it: {len(e.graph.nodes)} ops)")
             raise
         finally:
             _fn._state.brick = prev

@@ -16,6 +16,12 @@ ROLE_COLOR = {"WEIGHT": "#ff7f0e", "FILTER": "#ff7f0e", "BIAS": "#e377c2",
               "PARAMETER": "#8c564b"}
 
 
+def _within(path: str | None, brick: str) -> bool:
+    """Whether brick ``path`` is ``brick`` or inside it, segment by segment:
+    ``/mlp/linear_10`` is not inside ``/mlp/linear_1``."""
+    return path is not None and (path == brick or path.startswith(brick.rstrip("/") + "/"))
+
+
 def _brick_at(path: str | None, depth: int) -> str | None:
     """The ancestor of brick ``path`` at ``depth`` ("/a/b/c", 2 -> "/a/b")."""
     if not path:
@@ -168,8 +174,8 @@ class GraphView(_bokeh.WidgetRepr):
             role = (n.get("role") or "").strip("<>").split(".")[-1] or None
             color = ROLE_COLOR.get(role, KIND_COLOR.get(kind, "#1f77b4")) \
                 if kind == "parameter" else KIND_COLOR.get(kind, "#1f77b4")
-            failed = self.failed_brick is not None and (n.get("brick") or "").startswith(
-                self.failed_brick)
+            failed = self.failed_brick is not None and _within(n.get("brick"),
+                                                               self.failed_brick)
             rows["id"].append(n["id"])
             rows["kind"].append(kind)
             rows["marker"].append(KIND_MARKER.get(kind, "circle"))

@@ -293,14 +293,21 @@ class Optimizer:
             c(self.params)
         self.t += 1
 
+    def _lr_rule(self):
+        """The rule whose learning rate ``lr`` reads and sets: the last one that has one
+        (in ``chain(Adam(), GradientClipping())``, Adam)."""
+        return next((r for r in reversed(self.rules) if "lr" in r.hyper), None)
+
     @property
     def lr(self):
-        return _value(self.rules[-1].hyper.get("lr"), self.t)
+        """The learning rate in effect at this step (a schedule's value), of the last rule
+        that has one; None when no rule has a learning rate."""
+        rule = self._lr_rule()
+        return None if rule is None else _value(rule.hyper["lr"], self.t)
 
     @lr.setter
     def lr(self, value):
-        """Set the learning rate of the rule that has one (the last such rule)."""
-        rule = next((r for r in reversed(self.rules) if "lr" in r.hyper), None)
+        rule = self._lr_rule()
         if rule is None:
             raise TypeError(f"{self!r} has no rule with a learning rate")
         rule.hyper["lr"] = value

@@ -174,3 +174,25 @@ def test_load_state_dict_names_parameters_without_state():
     state["state"].pop("/linear.b")
     with pytest.raises(KeyError, match="no state for /linear.b"):
         O.Adam().setup(m).load_state_dict(state)
+
+
+def test_lr_reads_and_sets_the_same_rule():
+    # chain(Adam, GradientClipping): lr read the last rule (None) but set Adam's
+    p = B.Parameter(np.zeros(3, np.float32), role=lk.roles.WEIGHT)
+    adam, clip = O.Adam(lr=0.1), O.GradientClipping(1.0)
+    opt = O.chain(adam, clip).setup({"p": p})
+    assert opt.lr == 0.1
+    opt.lr = 0.5
+    assert opt.lr == 0.5 and adam.hyper["lr"] == 0.5 and "lr" not in clip.hyper
+    # and the step uses it: Adam's first step is lr * sign(g) (bias-corrected moments)
+    p.grad = lk.tensor(np.array([1e-3, -1e-3, 2e-3], np.float32))
+    opt.update()
+    np.testing.assert_allclose(p.numpy(), [-0.5, 0.5, -0.5], rtol=1e-4)
+    # a schedule reads as its value at the current step
+    opt.lr = O.StepDecay(1.0, every=1, gamma=0.5)
+    assert opt.t == 1 and opt.lr == 0.5
+    # no rule with a learning rate: reading gives None, setting is an error
+    bare = O.chain(O.GradientClipping(1.0)).setup({"p": p})
+    assert bare.lr is None
+    with pytest.raises(TypeError, match="no rule with a learning rate"):
+        bare.lr = 0.1
