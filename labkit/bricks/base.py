@@ -5,6 +5,7 @@ sizes given as None are resolved on the first call (construct, then call)."""
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -13,7 +14,7 @@ from ..autograd import function as _fn
 from ..autograd.tensor import Tensor
 from ..backend.device import device as _device
 from ..backend.random import Generator
-from ..errors import DeviceMismatchError, LabkitError
+from ..errors import CheckpointError, DeviceMismatchError, LabkitError
 
 _SEED = {"seed": 0, "count": 0}
 
@@ -22,6 +23,20 @@ def set_seed(seed: int) -> None:
     """Seed brick initialization: bricks constructed after this call, in the same order, get
     the same parameters (bit for bit, on every device)."""
     _SEED["seed"], _SEED["count"] = int(seed), 0
+
+
+def _host_array(v):
+    """A state value as a NumPy array (from NumPy, an OpenCL array or a Tensor), or None
+    when it is not an array at all (a list, a number, a string: refused, not converted)."""
+    if isinstance(v, np.ndarray):
+        return v
+    if isinstance(v, Tensor):
+        return v.numpy()
+    from ..backend import opencl
+
+    if isinstance(v, opencl.ndarray):
+        return v.get()
+    return None
 
 
 def add_note(error: BaseException, note: str) -> None:
@@ -230,40 +245,62 @@ class Brick:
         return out
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:
+        """Load parameters and buffers from ``state`` (``state_dict()``'s form).
+
+        Every array must have exactly the model's shape and dtype: nothing is cast or
+        broadcast. With ``strict`` (the default) every key must be there and no other. Nothing
+        is loaded unless everything fits; ``CheckpointError`` lists each key that does not,
+        with what the model expects and what the state holds.
+        """
         from ..backend import asarray
 
-        own = {**self.params(), **{k: None for k in self.buffers()}}
+        where = f"load_state_dict into {self.path}"
+        if not isinstance(state, Mapping):
+            raise CheckpointError(f"{where}: expected a dict of arrays keyed by parameter "
+                                  f"name (state_dict()'s form), got {type(state).__name__}")
+        params, buffers = self.params(), self.buffers()
+        own = {**{k: p.data for k, p in params.items()}, **buffers}
         missing = sorted(set(own) - set(state))
-        unexpected = sorted(set(state) - set(own))
-        mismatched = []
+        unexpected = sorted(map(str, set(state) - set(own)))
+        shapes, dtypes, kinds, arrays = [], [], [], {}
         for k in sorted(set(own) & set(state)):
-            want = own[k].shape if own[k] is not None else self.buffers()[k].shape
-            got = tuple(np.shape(state[k]))
-            if tuple(want) != got:
-                mismatched.append(f"{k}: checkpoint {got}, model {tuple(want)}")
-        if mismatched or (strict and (missing or unexpected)):
+            cur, arr = own[k], _host_array(state[k])
+            if arr is None:
+                kinds.append(f"{k}: {type(state[k]).__name__}, model an array "
+                             f"{cur.dtype}{tuple(cur.shape)}")
+            elif arr.shape != tuple(cur.shape):
+                shapes.append(f"{k}: checkpoint {arr.shape}, model {tuple(cur.shape)}")
+            elif arr.dtype != cur.dtype:
+                dtypes.append(f"{k}: checkpoint {arr.dtype}, model {cur.dtype}")
+            else:
+                arrays[k] = arr
+        if shapes or dtypes or kinds or (strict and (missing or unexpected)):
             parts = []
             if missing:
                 parts.append("missing keys: " + ", ".join(missing))
             if unexpected:
                 parts.append("unexpected keys: " + ", ".join(unexpected))
-            if mismatched:
-                parts.append("shape mismatches: " + "; ".join(mismatched))
+            if kinds:
+                parts.append("not arrays: " + "; ".join(kinds))
+            if shapes:
+                parts.append("shape mismatches: " + "; ".join(shapes))
+            if dtypes:
+                parts.append("dtype mismatches (nothing is cast; convert the state or the "
+                             "model first): " + "; ".join(dtypes))
             hint = "" if self.built or not missing else (
                 " (a brick with sizes left as None creates its parameters on its first call: "
                 "call the model once, or give every size)")
-            raise KeyError(f"load_state_dict into {self.path}: " + "; ".join(parts) + hint)
-        for k, v in state.items():
-            if k in own and own[k] is not None:
-                p = own[k]
-                arr = np.asarray(v, dtype=p.dtype)
+            raise CheckpointError(f"{where}: " + "; ".join(parts) + hint)
+        for k, arr in arrays.items():
+            if k in params:
+                p = params[k]
                 p.data = asarray(arr.copy(), device=p.device)
-            elif k in own:
+            else:
                 brick_path, name = k.rsplit(".", 1)
                 b = next(b for b in self.bricks() if b.path == brick_path)
                 cur = getattr(b, name)
                 dev = "cpu" if isinstance(cur, np.ndarray) else cur.device
-                object.__setattr__(b, name, asarray(np.array(v, dtype=cur.dtype), device=dev))
+                object.__setattr__(b, name, asarray(arr.copy(), device=dev))
 
     # ---- repr ---------------------------------------------------------------------------
     def n_params(self) -> int:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import fnmatch
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
 from .. import roles as _roles
 from ..backend import get_array_module, zeros
+from ..errors import CheckpointError
 
 # ---- schedules ----------------------------------------------------------------------------
 
@@ -324,21 +326,76 @@ class Optimizer:
         return {"t": self.t, "state": out}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict()``'s form: ``t`` a non-negative int, and for each parameter
+        with state, each rule's array with exactly that state's shape and dtype (nothing is
+        cast or broadcast). Nothing is loaded unless everything fits; ``CheckpointError``
+        names each key that does not, with what was expected and what was found."""
         from ..backend import asarray
 
+        where = "Optimizer.load_state_dict"
+        if not isinstance(state, Mapping):
+            raise CheckpointError(f"{where}: expected a dict with 't' and 'state' "
+                                  f"(state_dict()'s form), got {type(state).__name__}")
+        problems = []
+        extra = sorted(map(str, set(state) - {"t", "state"}))
+        if extra:
+            problems.append(f"unexpected keys {', '.join(extra)} (expected 't' and 'state')")
+        t = state.get("t")
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)) or t < 0:
+            problems.append(f"'t' (the steps taken) must be a non-negative int, got {t!r} "
+                            f"({type(t).__name__})")
+        saved = state.get("state")
+        if not isinstance(saved, Mapping):
+            raise CheckpointError(f"{where}: " + "; ".join(problems + [
+                f"'state' must be a dict of parameter name -> {{rule.key: array}}, got "
+                f"{type(saved).__name__}"]))
         names = list(self.params)
-        missing = [n for i, n in enumerate(names)
-                   if any(st[i] for st in self.states) and n not in state["state"]]
-        if missing:
-            raise KeyError(f"Optimizer.load_state_dict: no state for {', '.join(missing)}")
-        self.t = int(state["t"])
+        want = {}  # (param name, "rule.key") -> the current array (its shape and dtype)
         for ri, st in enumerate(self.states):
-            for i, name in enumerate(names):
-                for k in list(st[i]):
-                    arr = np.asarray(state["state"][name][f"{ri}.{k}"])
-                    cur = st[i][k]
+            for name, s in zip(names, st):
+                for k, v in s.items():
+                    want[name, f"{ri}.{k}"] = v
+        with_state = {n for n, _ in want}
+        missing = sorted(with_state - set(saved))
+        if missing:
+            problems.append(f"no state for {', '.join(missing)}")
+        unknown = sorted(map(str, set(saved) - with_state))
+        if unknown:
+            problems.append(f"state for parameters this optimizer has no state for: "
+                            f"{', '.join(unknown)}")
+        arrays = {}
+        for name in sorted(with_state & set(saved)):
+            entry = saved[name]
+            if not isinstance(entry, Mapping):
+                problems.append(f"state[{name!r}] must be a dict of rule.key -> array, got "
+                                f"{type(entry).__name__}")
+                continue
+            keys = {k for n, k in want if n == name}
+            for k in sorted(keys - set(entry)):
+                problems.append(f"state[{name!r}] has no {k!r}")
+            for k in sorted(map(str, set(entry) - keys)):
+                problems.append(f"state[{name!r}] has an unexpected {k!r} (this optimizer's "
+                                f"keys: {', '.join(sorted(keys))})")
+            for k in sorted(keys & set(entry)):
+                cur, v = want[name, k], entry[k]
+                arr = v if isinstance(v, np.ndarray) else None
+                if arr is None:
+                    problems.append(f"state[{name!r}][{k!r}] must be an array, got "
+                                    f"{type(v).__name__}")
+                elif arr.shape != tuple(cur.shape) or arr.dtype != cur.dtype:
+                    problems.append(f"state[{name!r}][{k!r}] is {arr.dtype}{arr.shape}, the "
+                                    f"parameter's state is {cur.dtype}{tuple(cur.shape)}")
+                else:
+                    arrays[name, k] = arr
+        if problems:
+            raise CheckpointError(f"{where}: " + "; ".join(problems))
+        self.t = int(t)
+        for ri, st in enumerate(self.states):
+            for name, s in zip(names, st):
+                for k in list(s):
+                    cur = s[k]
                     dev = "cpu" if isinstance(cur, np.ndarray) else cur.device
-                    st[i][k] = asarray(arr.astype(cur.dtype), device=dev)
+                    s[k] = asarray(arrays[name, f"{ri}.{k}"].copy(), device=dev)
 
     def __repr__(self):
         return f"Optimizer({self.rules}, t={self.t})"
