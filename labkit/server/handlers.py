@@ -4,8 +4,9 @@ Every request is checked before the store is touched: ids against ``labkit.runs.
 query values by type, range and length, bodies as UTF-8 JSON objects of known fields. Anything
 else is a 4xx with a JSON ``{"message": ...}``, never a 500 and never a change to the store.
 Responses carry ids, never filesystem paths: a run's ``directory`` stays on the server, its
-``parent_checkpoint`` is a checkpoint id, ``source`` is a file name, and paths in messages
-become ``<path>``. Config values are passed through as their owner wrote them.
+``parent_checkpoint`` is a checkpoint id, ``source`` and a script ``factory`` name only their
+file, and paths in messages become ``<path>``. Config values are passed through as their owner
+wrote them.
 """
 
 from __future__ import annotations
@@ -79,8 +80,11 @@ def public_run(run: dict) -> dict:
            if k not in ("directory", "parent_checkpoint", "parent_checkpoint_id")}
     out["parent_checkpoint"] = run.get("parent_checkpoint_id") if run.get("parent_run") \
         else None
-    src = run.get("source")
+    src, factory = run.get("source"), run.get("factory")
     out["source"] = PurePath(src).name if isinstance(src, str) and "/" in src else src
+    if isinstance(factory, str) and "/" in factory:  # "/path/script.py:make_loop"
+        where, _, qual = factory.rpartition(":")
+        out["factory"] = f"{PurePath(where).name}:{qual}"
     out["error"] = scrub(run["error"]) if run.get("error") else run.get("error")
     out["progress"] = _scrub_strings(run.get("progress") or {})
     return out

@@ -23,7 +23,8 @@ from .conftest import open_notebook, require_browser, shot, start_lab, wait_for
 require_browser()
 
 BASE = "/user/test/"
-SEED = """
+EVIL = '<img src=x onerror="window.__pwned=1">'
+SEED = f"EVIL = {EVIL!r}\n" + """
 import json, labkit as lk
 from labkit.training import build, demo
 paused = build(demo.make_loop, {"epochs": 6, "device": "cpu"})
@@ -32,7 +33,9 @@ paused.close()
 done = build(demo.make_loop, {"epochs": 2, "device": "cpu", "hidden": 32})
 done.run()
 done.close()
-print(json.dumps({"paused": paused.run_id, "finished": done.run_id}))
+# a run whose name is markup: the sidebar must show it as text
+evil = lk.runs.store().create_run(EVIL)
+print(json.dumps({"paused": paused.run_id, "finished": done.run_id, "evil": evil}))
 """
 
 
@@ -59,6 +62,15 @@ def lab(tmp_path_factory):
     with start_lab(tmp, root, home, base_url=BASE) as lab:
         lab.ids = ids
         yield lab
+
+
+def lk_checkpoint_ids(lab, run_id):
+    """The ids of the run's checkpoints, from the lab's store (read in a subprocess: this
+    process's store is another one)."""
+    code = f"import labkit as lk; print([c['id'] for c in lk.runs.checkpoints({run_id!r})])"
+    out = subprocess.run([sys.executable, "-c", code], env=lab.env, capture_output=True,
+                         text=True, timeout=120, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def row(page, run_id):
@@ -96,6 +108,10 @@ def test_runs_sidebar_panel_and_commands(browser, lab):
     assert "loss" in row(page, paused).inner_text()
     wait_for(lambda: row(page, finished).locator("polyline").count() == 1, what="a sparkline")
     assert page.locator(".labkit-statusbar").inner_text() == "labkit: 0 training"
+    # a name that is markup is shown as text, and runs nothing
+    assert row(page, lab.ids["evil"]).locator(".labkit-run-name").inner_text() == EVIL
+    assert page.locator(".labkit-runs-list img").count() == 0
+    assert page.evaluate("window.__pwned") is None
     shot(page, "08-runs-sidebar")
 
     # filter by status
@@ -111,7 +127,7 @@ def test_runs_sidebar_panel_and_commands(browser, lab):
     keys = [run_panel.locator(".labkit-chart").nth(i).get_attribute("data-key")
             for i in range(run_panel.locator(".labkit-chart").count())]
     assert "loss" in keys and "valid_accuracy" in keys, keys
-    assert "at step 40" in run_panel.locator(".labkit-chart[data-key='loss']").inner_text()
+    assert "at iteration 40" in run_panel.locator(".labkit-chart[data-key='loss']").inner_text()
     assert '"epochs": 6' in run_panel.locator(".labkit-run-config").inner_text()
     assert run_panel.locator(".labkit-checkpoints tr").count() == 2    # header + one
     assert "not a fork" in run_panel.locator(".labkit-lineage").inner_text()
@@ -157,16 +173,17 @@ def test_runs_sidebar_panel_and_commands(browser, lab):
     dialog.locator("input").fill('{"lr": 0.001}')
     dialog.locator(".jp-Dialog-button.jp-mod-accept").click()
     rows = page.locator(".labkit-run-row")
-    wait_for(lambda: rows.count() == 3, what="the fork in the sidebar")
-    fork = next(i for i in (rows.nth(k).get_attribute("data-run-id") for k in range(3))
-                if i not in (paused, finished))
+    wait_for(lambda: rows.count() == 4, what="the fork in the sidebar")
+    fork = next(i for i in (rows.nth(k).get_attribute("data-run-id") for k in range(4))
+                if i not in (paused, finished, lab.ids["evil"]))
     wait_for(lambda: cell_with(page, f'run = lk.resume("{fork}")').count() == 1,
              what="the fork's resume cell")
     row(page, fork).click()
     fork_panel = page.locator(f"#labkit-run-area-{fork} .labkit-run-panel")
     wait_for(lambda: f"forked from {paused}" in fork_panel.locator(".labkit-lineage")
              .inner_text(), what="the fork's lineage")
-    assert "at checkpoint" in fork_panel.locator(".labkit-lineage").inner_text()
+    ck = lk_checkpoint_ids(lab, paused)
+    assert f"at checkpoint {ck[-1]}" in fork_panel.locator(".labkit-lineage").inner_text()
     assert '"lr": 0.001' in fork_panel.locator(".labkit-run-config").inner_text()
     shot(page, "08-fork")
     page.close()

@@ -123,7 +123,7 @@ def seed(store, home):
     out = {}
     for name in ("run", "other"):
         rid = store.create_run(name, config={"lr": 0.1, "epochs": 2}, source="/src/train.py",
-                               factory="tests.training.helpers:make_loop")
+                               factory="/src/train.py:make_loop")
         folder = home / "runs" / rid
         store.update_run(rid, directory=str(folder), status="finished")
         p = ckpt.save(folder / "checkpoints", {"w": np.arange(4.0)}, name="ckpt-00000004")
@@ -209,7 +209,7 @@ async def test_no_response_carries_a_path(http_server_client, jp_base_url, jp_au
     child = json.loads(responses[-1][3])["run"]
     assert responses[-1][2] == 201 and child["parent_checkpoint"] == ids["ck"]
     assert child["parent_run"] == run and "directory" not in child
-    assert child["source"] == "train.py"
+    assert child["source"] == "train.py" and child["factory"] == "train.py:make_loop"
     assert responses[5][2] == 400 and "cannot be used" in responses[5][3]
     r = await raw(http_server_client, jp_base_url, jp_auth_header, "GET", f"runs/{child['id']}")
     responses.append(("GET", "child", r.code, r.body.decode()))
