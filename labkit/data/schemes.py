@@ -20,10 +20,57 @@ from __future__ import annotations
 
 import secrets
 
+import numpy as np
+
 from ..backend.random import Generator
 from ..errors import DataError
 
 _MASK64 = (1 << 64) - 1
+
+
+# ---- checking a saved state (from a checkpoint's state.json, possibly damaged) ---------------
+def check_state(state, where: str) -> dict:
+    """``state`` if it is a dict, else a ``DataError`` naming ``where``."""
+    if not isinstance(state, dict):
+        raise DataError(f"{where}: expected an object (a dict from state_dict()), got "
+                        f"{type(state).__name__}; the state is damaged or from another pipeline")
+    return state
+
+
+#: the range of counts (epochs, positions) and of seeds a state may hold
+COUNT = (0, 2 ** 63 - 1)
+SEED = (-(2 ** 63), 2 ** 64 - 1)
+
+
+def state_int(state: dict, key: str, where: str, low: int | None = None,
+              high: int | None = None) -> int:
+    """``state[key]`` as an int: present, an integer (not a bool or float), within bounds."""
+    if key not in state:
+        raise DataError(f"{where}: no {key!r} (an integer); the state is damaged or from another "
+                        "pipeline")
+    v = state[key]
+    if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)):
+        raise DataError(f"{where}[{key!r}] = {v!r}: expected an integer; the state is damaged")
+    v = int(v)
+    if (low is not None and v < low) or (high is not None and v > high):
+        span = f"{low}..{high}" if high is not None else f">= {low}"
+        raise DataError(f"{where}[{key!r}] = {v}: expected {span}; the state is damaged or from "
+                        "another pipeline")
+    return v
+
+
+def same_value(a, b) -> bool:
+    """Equal and of the same type (so ``True`` is not ``1`` and ``64.0`` is not ``64``)."""
+    return type(a) is type(b) and a == b
+
+
+def config_mismatch(state: dict, mine: dict, where: str, what: str) -> None:
+    """A ``DataError`` if ``state`` differs from this stage's configuration ``mine``."""
+    diff = {k: (state.get(k), v) for k, v in mine.items() if not same_value(state.get(k), v)}
+    if diff:
+        shown = ", ".join(f"{k}: saved {a!r}, here {b!r}" for k, (a, b) in diff.items())
+        raise DataError(f"{where}: the state is for a different {what} ({shown}); build the "
+                        "stream as it was when the state was saved")
 
 
 def mix_seed(*words: int) -> int:
@@ -58,16 +105,13 @@ class Scheme:
     def state_dict(self) -> dict:
         return {"type": type(self).__name__, **self._config()}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, where: str | None = None) -> None:
+        where = where or f"{type(self).__name__}.load_state_dict: state"
+        check_state(state, where)
         mine = self.state_dict()
-        diff = {k: (state.get(k), v) for k, v in mine.items() if k != "seed" and state.get(k) != v}
-        if diff:
-            shown = ", ".join(f"{k}: saved {a!r}, here {b!r}" for k, (a, b) in diff.items())
-            raise DataError(f"{type(self).__name__}.load_state_dict: the state is for a different "
-                            f"scheme ({shown}); build the stream as it was when the state was "
-                            "saved")
-        if "seed" in state:
-            self.seed = int(state["seed"])
+        config_mismatch(state, {k: v for k, v in mine.items() if k != "seed"}, where, "scheme")
+        if "seed" in mine:
+            self.seed = state_int(state, "seed", where, *SEED)
 
     def _config(self) -> dict:
         return {}
@@ -85,7 +129,8 @@ class _BatchScheme(Scheme):
         if num_examples < 0 or batch_size < 1:
             raise DataError(f"{type(self).__name__}: need num_examples >= 0 and batch_size >= 1, "
                             f"got {num_examples} and {batch_size}")
-        self.num_examples, self.batch_size, self.drop_last = num_examples, batch_size, drop_last
+        self.num_examples, self.batch_size = num_examples, batch_size
+        self.drop_last = bool(drop_last)
 
     def num_requests(self, epoch):
         full, rest = divmod(self.num_examples, self.batch_size)
@@ -216,12 +261,14 @@ class ShardedScheme(Scheme):
         return {"type": "ShardedScheme", "index": self.index, "count": self.count,
                 "base": self.base.state_dict()}
 
-    def load_state_dict(self, state):
-        if (state.get("index"), state.get("count")) != (self.index, self.count):
-            raise DataError(f"ShardedScheme.load_state_dict: the state is for shard "
-                            f"{state.get('index')} of {state.get('count')}, this is shard "
-                            f"{self.index} of {self.count}")
-        self.base.load_state_dict(state["base"])
+    def load_state_dict(self, state, where: str | None = None):
+        where = where or "ShardedScheme.load_state_dict: state"
+        check_state(state, where)
+        if not (same_value(state.get("index"), self.index)
+                and same_value(state.get("count"), self.count)):
+            raise DataError(f"{where}: the state is for shard {state.get('index')!r} of "
+                            f"{state.get('count')!r}, this is shard {self.index} of {self.count}")
+        self.base.load_state_dict(state.get("base"), f"{where}['base']")
 
     def __repr__(self):
         return f"ShardedScheme({self.base!r}, index={self.index}, count={self.count})"

@@ -39,13 +39,17 @@ from ..backend.random import Generator
 from ..errors import DataError
 from .datasets import Dataset
 from .schemes import (
+    COUNT,
+    SEED,
     Scheme,
     SequentialExampleScheme,
     SequentialScheme,
     ShuffledExampleScheme,
     ShuffledScheme,
+    check_state,
     fresh_seed,
     mix_seed,
+    state_int,
 )
 
 
@@ -105,36 +109,60 @@ class Stream:
         return {"type": type(self).__name__, "epoch": self.epoch, "position": self.position,
                 **self._own_state(), "stream": self._upstream_state()}
 
-    def load_state_dict(self, state: dict) -> None:
-        """Continue from ``state`` (from ``state_dict()`` of a stream built the same way)."""
-        if not isinstance(state, dict):
-            raise DataError(f"{type(self).__name__}.load_state_dict: expected a dict from "
-                            f"state_dict(), got {type(state).__name__}")
+    def load_state_dict(self, state: dict, _where: str | None = None) -> None:
+        """Continue from ``state`` (from ``state_dict()`` of a stream built the same way).
+
+        Every field is checked (a damaged ``state.json`` raises ``DataError`` naming the key and
+        what was expected); on an error the stream is left as it was."""
+        where = _where or f"{type(self).__name__}.load_state_dict: state"
+        check_state(state, where)
+        epoch = state_int(state, "epoch", where, *COUNT)
+        position = state_int(state, "position", where, *COUNT)
+        before = self.state_dict()
+        try:
+            self._load(state, where, epoch, position)
+        except BaseException:
+            self._load(before, where, before["epoch"], before["position"])
+            raise
+
+    def _load(self, state, where, epoch, position):
         if self.indexed:
             stages = self.stages()
             saved = state.get("stages")
             have = [s._own_state().get("type") for s in stages]
-            got = ([s.get("type") for s in saved] if isinstance(saved, list)
-                   else f"none (it is the state of a {state.get('type')})")
+            if isinstance(saved, list) and all(isinstance(s, dict) for s in saved):
+                got = [s.get("type") for s in saved]
+            elif isinstance(saved, list):
+                got = f"{saved!r}"[:80]
+            else:
+                got = f"none (it is the state of a {state.get('type')})"
             if got != have:
-                raise DataError(f"{type(self).__name__}.load_state_dict: the state has stages "
-                                f"{got}, this stream has {have}; build the pipeline as it was "
-                                "when the state was saved")
-            for s, own in zip(stages, saved):
-                s._load_own_state(own)
+                raise DataError(f"{where}['stages']: the state has stages {got}, this stream has "
+                                f"{have}; build the pipeline as it was when the state was saved")
+            for i, (s, own) in enumerate(zip(stages, saved)):
+                s._load_own_state(own, f"{where}['stages'][{i}]")
             s = self
             while s is not None and s.indexed:
                 s._reset()
                 s = s.stream
+            n = self.num_items(epoch)
+            if position > n:
+                raise DataError(f"{where}['position'] = {position}: expected 0..{n} (epoch "
+                                f"{epoch} has {n} items); the state is damaged or from another "
+                                "pipeline")
         else:
             if state.get("type") != type(self).__name__:
-                raise DataError(f"{type(self).__name__}.load_state_dict: the state is for a "
-                                f"{state.get('type')}; build the pipeline as it was when the "
-                                "state was saved")
-            self._load_own_state(state)
-            self._load_upstream_state(state["stream"])
+                raise DataError(f"{where}['type']: the state is for a {state.get('type')!r}, "
+                                f"this is a {type(self).__name__}; build the pipeline as it was "
+                                "when the state was saved")
+            self._load_own_state(state, where)
+            upstream = state.get("stream")
+            if not isinstance(upstream, dict):
+                raise DataError(f"{where}['stream']: expected the upstream's state (an object), "
+                                f"got {type(upstream).__name__}; the state is damaged")
+            self._load_upstream_state(upstream, f"{where}['stream']")
             self._reset()
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self.epoch, self.position = epoch, position
 
     def stages(self) -> list[Stream]:
         """The indexed stages from the dataset's stream up to this one."""
@@ -148,14 +176,14 @@ class Stream:
     def _own_state(self) -> dict:
         return {"type": type(self).__name__}
 
-    def _load_own_state(self, state: dict) -> None:
-        pass
+    def _load_own_state(self, state: dict, where: str = "state") -> None:
+        """Load this stage's own part of a state (checked: ``where`` names it in errors)."""
 
     def _upstream_state(self) -> dict:
         return self.stream.state_dict()
 
-    def _load_upstream_state(self, state: dict) -> None:
-        self.stream.load_state_dict(state)
+    def _load_upstream_state(self, state: dict, where: str = "state") -> None:
+        self.stream.load_state_dict(state, where)
 
     def _reset(self) -> None:
         """Forget buffers and in-flight work (called on load_state_dict)."""
@@ -217,8 +245,8 @@ class DataStream(Stream):
     def _own_state(self):
         return {"type": "DataStream", "scheme": self.scheme.state_dict()}
 
-    def _load_own_state(self, state):
-        self.scheme.load_state_dict(state["scheme"])
+    def _load_own_state(self, state, where="state"):
+        self.scheme.load_state_dict(state.get("scheme"), f"{where}['scheme']")
 
     def close(self):
         close = getattr(self.dataset, "close", None)
@@ -292,8 +320,8 @@ class RandomTransformer(Transformer):
     def _own_state(self):
         return {"type": type(self).__name__, "seed": self.seed}
 
-    def _load_own_state(self, state):
-        self.seed = int(state["seed"])
+    def _load_own_state(self, state, where="state"):
+        self.seed = state_int(state, "seed", where, *SEED)
 
 
 def stack(values: list):

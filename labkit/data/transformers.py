@@ -26,7 +26,7 @@ import numpy as np
 
 from ..backend.random import Generator
 from ..errors import DataError
-from .schemes import fresh_seed, mix_seed
+from .schemes import COUNT, SEED, config_mismatch, fresh_seed, mix_seed, state_int
 from .streams import RandomTransformer, Stream, Transformer, stack
 
 __all__ = [
@@ -310,6 +310,9 @@ class Batch(_Sequential):
     def _own_state(self):
         return {"batch_size": self.batch_size, "drop_last": self.drop_last}
 
+    def _load_own_state(self, state, where="state"):
+        config_mismatch(state, self._own_state(), where, "Batch")
+
 
 def _collate(examples, sources):
     return {s: stack([ex[s] for ex in examples]) for s in sources}
@@ -339,8 +342,11 @@ class _Replaying(_Sequential):
             buffer, skip = c[1] + 1, 0
         return {"buffer": buffer, "skip": skip, **self._config()}
 
-    def _load_own_state(self, state):
-        self._resume = (int(state["buffer"]), int(state["skip"]))
+    def _load_own_state(self, state, where="state"):
+        config_mismatch(state, {k: v for k, v in self._config().items() if k != "seed"}, where,
+                        type(self).__name__)
+        self._resume = (state_int(state, "buffer", where, *COUNT),
+                        state_int(state, "skip", where, *COUNT))
 
     def _upstream_state(self):
         return self._current[0] if self._partial() else self.stream.state_dict()
@@ -364,6 +370,10 @@ class _Replaying(_Sequential):
             items = self._fill(up, index)
             if items is None:
                 break
+            if skip > len(items):
+                raise DataError(f"{type(self).__name__}: the state resumes after item {skip} of "
+                                f"a buffer of {len(items)}; the state is damaged or from another "
+                                "pipeline")
             for t in range(skip, len(items)):
                 self._current = (before, index, t + 1, len(items))
                 yield items[t]
@@ -408,9 +418,10 @@ class Bucket(_Replaying):
     def _config(self):
         return {"seed": self.seed, "batch_size": self.batch_size, "pool": self.pool}
 
-    def _load_own_state(self, state):
-        super()._load_own_state(state)
-        self.seed = int(state["seed"])
+    def _load_own_state(self, state, where="state"):
+        seed = state_int(state, "seed", where, *SEED)
+        super()._load_own_state(state, where)
+        self.seed = seed
 
     def _fill(self, up, index):
         pool = list(itertools.islice(up, self.batch_size * self.pool))

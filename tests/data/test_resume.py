@@ -177,3 +177,89 @@ def test_restore_does_not_reread_the_epoch():
     s.load_state_dict({**s.state_dict(), "position": 9_990})
     assert len(list(s)) == 10
     assert Counting.reads == 10
+
+
+# ---- damaged states: a clear error naming the key, or exactly the same items ----------------
+def leaves(state, path=()):
+    """(path, value) of every value in a nested state (dicts and lists)."""
+    if isinstance(state, dict):
+        for k, v in state.items():
+            yield from leaves(v, (*path, k))
+    elif isinstance(state, list) and state and isinstance(state[0], dict):
+        for i, v in enumerate(state):
+            yield from leaves(v, (*path, i))
+    else:
+        yield path, state
+
+
+def replaced(state, path, value):
+    """A deep copy of ``state`` with ``path`` set to ``value`` (or removed, for ``DELETE``)."""
+    out = json.loads(json.dumps(state))
+    node = out
+    for p in path[:-1]:
+        node = node[p]
+    if value is DELETE:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return out
+
+
+DELETE = object()
+WRONG_TYPES = [None, True, False, 1.5, 7.0, float("nan"), "7", "", [], {}, [1, 2], {"a": 1}]
+OUT_OF_RANGE = {"seed": [2 ** 64, 10 ** 30, -(2 ** 64)],
+                "epoch": [-1, 2 ** 63, 10 ** 30],
+                "position": [-1, 10 ** 6, 2 ** 64],
+                "buffer": [-1, 2 ** 64], "skip": [-1, 10 ** 6, 2 ** 64]}
+
+
+def following(stream, n=4):
+    """The next ``n`` items, across epoch ends."""
+    out = []
+    for _ in range(3):
+        for item in stream:
+            out.append(item)
+            if len(out) == n:
+                return out
+    return out
+
+
+@pytest.mark.parametrize("name", ["image", "examples", "text", "ngrams", "sharded"])
+def test_damaged_state_gives_a_clear_error_or_the_same_items(name):
+    from labkit.errors import DataError
+
+    with PIPELINES[name](workers=0) as s:
+        consume(s, 3)
+        state = s.state_dict()
+    with PIPELINES[name](workers=0) as s:
+        s.load_state_dict(state)
+        want = following(s)
+    tried, failures = 0, []
+    for path, value in list(leaves(state)):
+        variants = [DELETE, *WRONG_TYPES, *OUT_OF_RANGE.get(path[-1], [])]
+        for bad in variants:
+            if bad is not DELETE and type(bad) is type(value) and bad == value:
+                continue
+            tried += 1
+            case = f"{'/'.join(map(str, path))} = {'(deleted)' if bad is DELETE else repr(bad)}"
+            with PIPELINES[name](workers=0) as s:
+                fresh = s.state_dict()
+                try:
+                    s.load_state_dict(replaced(state, path, bad))
+                except DataError as e:
+                    if s.state_dict() != fresh:
+                        failures.append(f"{case}: a failed load changed the stream")
+                    elif not any(str(k) in str(e) for k in path):
+                        failures.append(f"{case}: the error names no key of {path}: {e}")
+                    continue
+                except Exception as e:  # noqa: BLE001 - a raw error is a failure of the case
+                    failures.append(f"{case}: {type(e).__name__}: {e}")
+                    continue
+                try:
+                    got = following(s)
+                except DataError:
+                    continue
+                if len(got) != len(want) or not all(same(a, b) for a, b in zip(got, want)):
+                    failures.append(f"{case}: loaded silently, and the items differ")
+    assert tried > 50
+    assert not failures, f"{len(failures)} of {tried} damaged states:\n" + "\n".join(failures[:20])
