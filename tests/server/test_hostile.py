@@ -223,8 +223,7 @@ async def test_no_response_carries_a_path(http_server_client, jp_base_url, jp_au
     assert "<path>" in run_json["error"] and "directory" not in run_json
 
 
-async def test_a_run_the_api_cannot_address_is_not_listed(jp_fetch, fresh_store, tmp_path,
-                                                          caplog):
+async def test_a_run_the_api_cannot_address_is_not_listed(jp_fetch, fresh_store):
     good = fresh_store.create_run("good")
     for bad in ["../../etc", "20261203-000000-ABCDEF", "x" * 500, "20261203-000000-abcdef\n"]:
         fresh_store._conn().execute("INSERT INTO runs (id, name, status, created) VALUES "
