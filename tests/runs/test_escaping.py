@@ -60,3 +60,11 @@ def test_every_value_in_inserted_code_is_one_python_string_literal(tmp_path):
         node_ = ast.parse(literal, mode="eval").body
         assert isinstance(node_, ast.Constant) and node_.value == case, (case, literal)
     assert got["code"] == 'import labkit as lk\n\nrun = lk.resume("20261203-081500-3fa9c1")'
+
+
+def test_the_frontend_accepts_exactly_the_server_run_ids():
+    """``api.ts``'s RUN_ID is the server's pattern (names match across layers)."""
+    from labkit.runs import RUN_ID
+
+    src = (ROOT / "extensions" / "labkit-runs" / "src" / "api.ts").read_text()
+    assert f"export const RUN_ID = /^{RUN_ID}$/;" in src
