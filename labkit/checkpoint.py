@@ -73,6 +73,7 @@ FILES = ("tensors.safetensors", "state.json")
 _CHUNK = 8 << 20
 _MANIFEST_LIMIT = 4 << 20  # labkit's manifests are < 1 KB plus the metrics
 _INT64 = 1 << 63
+_MAX_DIMS = 64  # NumPy 2's limit
 
 _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
            "I32": np.int32, "I16": np.int16, "I8": np.int8, "U64": np.uint64, "U32": np.uint32,
@@ -96,17 +97,27 @@ def _unique_keys(pairs):
     return out
 
 
+def _small_int(text: str) -> int:
+    # NOTE: headers and manifests hold sizes, offsets, steps and CRCs (< 2**64); refusing longer
+    # digit strings keeps a crafted file from making int() (quadratic in the digits) stall
+    if len(text.lstrip("-")) > 40:
+        raise ValueError(f"an integer of {len(text)} digits")
+    return int(text)
+
+
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+_STRICT = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_int=_small_int)
 
 
-def _json(raw, where: str):
-    """Parse JSON strictly: UTF-8 only, no duplicate keys; every failure is a CheckpointError."""
+def _json(raw, where: str, strict: bool = True):
+    """Parse JSON: UTF-8 only, no duplicate keys, (``strict``) no integers of more than 40
+    digits; every failure is a CheckpointError."""
     try:
         text = bytes(raw).decode("utf-8")
     except UnicodeDecodeError as e:
         raise CheckpointError(f"{where}: not UTF-8 text ({e}); the file is corrupted") from None
     try:
-        return _DECODER.decode(text)
+        return (_STRICT if strict else _DECODER).decode(text)
     except _Duplicate as e:
         raise CheckpointError(f"{where}: the key {e.args[0]!r} appears twice in one object; labkit "
                               "never writes that, so the file was corrupted or edited") from None
@@ -222,7 +233,7 @@ class _Dir:
     block) and opened with O_NOFOLLOW|O_NONBLOCK relative to the directory's descriptor."""
 
     def __init__(self, path):
-        self.path = os.fspath(path)  # NOTE: a str: Path joins cost more than the reads here
+        self.path = os.fsdecode(path)  # NOTE: a str: Path joins cost more than the reads here
         self.fd = None
         try:
             st = os.lstat(self.path)
@@ -230,10 +241,12 @@ class _Dir:
             raise CheckpointError(f"{self.path}: no such checkpoint directory") from None
         except OSError as e:
             raise CheckpointError(f"{self.path}: {_os_problem(e)}") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise CheckpointError(f"{self.path}: a symbolic link; labkit loads checkpoints from "
+                                  "real directories only, not through links (pass the target)")
         if not stat.S_ISDIR(st.st_mode):
-            raise CheckpointError(f"{self.path}: {_what(st.st_mode)}, not a checkpoint directory; "
-                                  "labkit loads checkpoints from real directories only, not "
-                                  "through links (pass the target itself)")
+            raise CheckpointError(f"{self.path}: {_what(st.st_mode)}, not a checkpoint "
+                                  "directory")
         if _DIR_FD:
             try:
                 self.fd = os.open(self.path, os.O_RDONLY | _NOFOLLOW
@@ -354,19 +367,28 @@ def _tensor_entry(key, info, where: str, size: int):
     if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
         raise CheckpointError(f"{what}: shape {_brief(shape)} is not a list of non-negative "
                               "integers")
+    if len(shape) > _MAX_DIMS:
+        raise CheckpointError(f"{what}: shape has {len(shape)} dimensions; NumPy supports at "
+                              f"most {_MAX_DIMS}")
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_int, offsets))):
         raise CheckpointError(f"{what}: data_offsets {_brief(offsets)} is not a list of two "
                               "integers [begin, end]")
     begin, end = offsets
     if not 0 <= begin <= end <= size:
-        raise CheckpointError(f"{what}: data_offsets [{begin}, {end}] do not lie inside the "
+        raise CheckpointError(f"{what}: data_offsets {_brief(offsets)} do not lie inside the "
                               f"data region of {size} bytes (need 0 <= begin <= end <= {size}); "
                               "the file is truncated or corrupted")
     dt = np.dtype(_DTYPES[code]).newbyteorder("<")
-    need = math.prod(shape) * dt.itemsize  # NOTE: Python ints: np.prod would overflow silently
-    if end - begin != need:
+    # NOTE: Python ints (np.prod would overflow silently), cut short past the file's size
+    count = 0 if 0 in shape else 1
+    for d in shape:
+        count *= d
+        if count > size:
+            break
+    if end - begin != count * dt.itemsize:
+        need = count * dt.itemsize if count <= size else f"more than {size}"
         raise CheckpointError(f"{what}: data_offsets [{begin}, {end}] hold {end - begin} bytes "
-                              f"but shape {shape} of {code} needs {need}")
+                              f"but shape {_brief(shape)} of {code} needs {need}")
     return dt, tuple(shape), begin, end
 
 
@@ -658,7 +680,7 @@ def save(directory, state: dict, *, step: int = 0, epoch: int = 0,
     tmp = directory / _temp_name(name, "tmp")
     tmp.mkdir()
     lock = _lock(tmp)
-    old = None
+    olds: list[Path] = []
     try:
         files = {}
         files["tensors.safetensors"] = _write_file(tmp / "tensors.safetensors",
@@ -672,25 +694,42 @@ def save(directory, state: dict, *, step: int = 0, epoch: int = 0,
         m["fields_crc32"] = _fields_crc32(json.loads(json.dumps(m)))
         _write_file(tmp / MANIFEST, [json.dumps(m, indent=1).encode()])
         fsync_dir(tmp)
-        if os.path.lexists(final):
-            if not _is_checkpoint_dir(final):
-                raise CheckpointError(f"save: {final} exists and is not a labkit checkpoint; "
-                                      "refusing to replace it (choose another name)")
-            old = directory / _temp_name(name, "old")
-            os.replace(final, old)
-        os.replace(tmp, final)
+        _install(tmp, final, olds)
         fsync_dir(directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and not os.path.lexists(final):
-            os.replace(old, final)  # the replaced checkpoint stays
+        if olds and not os.path.lexists(final):
+            os.replace(olds[-1], final)  # the replaced checkpoint stays
+            olds.pop()
         raise
     finally:
         if lock is not None:
             os.close(lock)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        for old in olds:
+            shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _install(tmp: Path, final: Path, olds: list) -> None:
+    """Rename ``tmp`` to ``final``, moving a checkpoint already there aside (into ``olds``)."""
+    for attempt in itertools.count():
+        if os.path.lexists(final):
+            if not _is_checkpoint_dir(final):
+                raise CheckpointError(f"save: {final} exists and is not a labkit checkpoint; "
+                                      "refusing to replace it (choose another name)")
+            old = final.with_name(_temp_name(final.name, "old"))
+            try:
+                os.replace(final, old)
+                olds.append(old)
+            except FileNotFoundError:
+                pass  # another writer moved it first
+        try:
+            os.replace(tmp, final)
+            return
+        except OSError as e:
+            # NOTE: another writer of the same name got its rename in between: replace it too
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or attempt >= 16:
+                raise
 
 
 def _read(path):
@@ -700,7 +739,7 @@ def _read(path):
         blobs = {name: d.read(name, m["files"][name]["size"], m["files"][name]["crc32"])
                  for name in FILES}
     tensors = tensors_from_bytes(blobs[FILES[0]], os.path.join(d.path, FILES[0]))
-    tree = _json(blobs[FILES[1]], os.path.join(d.path, FILES[1]))
+    tree = _json(blobs[FILES[1]], os.path.join(d.path, FILES[1]), strict=False)
     return m, tensors, tree
 
 

@@ -212,7 +212,8 @@ def header_variants(header: dict, data: bytes, rng):
         shape = info["shape"]
         for s in [[-1], [1.0], [True], [2 ** 64], ["3"], None, {}, "3", [1] * 70, [],
                   shape + [1], shape[1:], shape[::-1], [0, *shape], [2 ** 62, 4],
-                  [size], [size // 2, 2], [*shape[:-1], (shape[-1] if shape else 1) + 1]]:
+                  [size], [size // 2, 2], [*shape[:-1], (shape[-1] if shape else 1) + 1],
+                  [2 ** 62] * 64, [2 ** 62] * 5000, [10 ** 39], [0, 2 ** 62] * 32]:
             if s != shape:
                 yield f"{key} shape {s!r}", D.safetensors_bytes(edited(key, "shape", s), data)
         for o in [[e, b], [b, b + 1], [b - 1, e - 1], [b + 1, e + 1], [-8, e - 8], [0, size],
