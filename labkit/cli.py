@@ -227,7 +227,7 @@ def runs_cmd(args) -> int:
             print(f"  checkpoint at iteration {c['iteration']:>6d}  {c['size'] / 1e6:7.2f} MB  "
                   f"{'valid' if c['valid'] else 'INVALID'}  {show(c['path'])}")
     elif action == "rm":
-        runs.delete(args.id, files=not args.keep_files)
+        runs.delete(args.id, files=not args.keep_files, force=args.force)
         print(f"deleted run {args.id}")
     return 0
 
@@ -304,6 +304,8 @@ def _parser() -> argparse.ArgumentParser:
     q = rs.add_parser("rm", help="delete a run and its checkpoints")
     q.add_argument("id")
     q.add_argument("--keep-files", action="store_true", help="keep the checkpoint directory")
+    q.add_argument("--force", action="store_true", help="delete it even while it trains (its "
+                   "trainer stops after that batch and writes nothing more)")
     p.set_defaults(func=runs_cmd)
     p = sub.add_parser("resume", help="continue a run from its newest valid checkpoint",
                        description="Rebuild a run's loop (with the function lk.training.build "

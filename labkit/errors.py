@@ -63,7 +63,12 @@ class NonFiniteError(LabkitError, FloatingPointError):
 
 class RunStoreError(LabkitError, KeyError):
     """No such run or checkpoint, a request the store refuses, or a store file that cannot be
-    read (the message names the file and what to do)."""
+    read (the message names the file and what to do). ``reason`` says which, for programs
+    (the REST API maps it to an HTTP status): ``"not_found"``, ``"deleted"`` (the run was
+    deleted meanwhile), ``"invalid"``, ``"live"`` (it is training), ``"damaged"`` or
+    ``"failed"``."""
+
+    reason = "failed"
 
     def __str__(self):  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""

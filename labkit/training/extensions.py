@@ -358,6 +358,9 @@ class Checkpoint(Extension):
         # NOTE: the entry is in self.saved before the state is taken, so the checkpoint knows
         # about itself (its name is filled in below, and on resumption)
         path = loop.save_checkpoint(self.directory)
+        if path is None:  # the run was deleted from the store: nothing was written
+            self.saved.remove(entry)
+            return
         self._dir = path.parent
         entry["name"] = path.name
         self._prune(loop)

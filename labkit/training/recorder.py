@@ -124,6 +124,14 @@ class Recorder:
     def checkpoint_dir(self) -> Path | None:
         return None if self.directory is None else self.directory / "checkpoints"
 
+    def check_alive(self) -> bool:
+        """Whether the run still exists in the store (always, without a store); asked before
+        each checkpoint, so a run deleted while training writes no more files."""
+        if self.store is not None and not self._guard(self.store.exists, self.run_id,
+                                                      default=True):
+            self._run_deleted()
+        return not self.deleted
+
     def set_status(self, status: str, progress: dict, **fields) -> None:
         if self.store is not None:
             self._guard(self.store.update_run, self.run_id, status=status,
@@ -254,16 +262,15 @@ class Recorder:
     def _store_failed(self, error: RunStoreError) -> None:
         """A store error while training: a deleted run stops the recording (the loop stops
         after this batch); anything else is raised."""
-        try:
-            gone = not self.store.exists(self.run_id)
-        except RunStoreError:
-            gone = False
-        if not gone:
+        if getattr(error, "reason", None) != "deleted":
             raise error
+        self._run_deleted()
+
+    def _run_deleted(self) -> None:
         if not self.deleted:
             self.deleted = True
             print(f"[labkit] run {self.run_id} was deleted from the run store while it trained; "
-                  "training stops after this batch and nothing more is recorded",
+                  "training stops after this batch and nothing more is recorded or written",
                   file=sys.stderr, flush=True)
         self.store = None
         self._pending = []
