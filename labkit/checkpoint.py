@@ -196,15 +196,18 @@ def _write_file(path: Path, pieces) -> tuple[int, int]:
     """Write byte buffers to ``path`` and fsync; returns (size, crc32)."""
     crc = _Crc()
     size = 0
-    with open(path, "wb") as f:
-        for piece in pieces:
-            for chunk in _chunks(memoryview(piece).cast("B")):
-                f.write(chunk)
-                crc.add(chunk)
-                size += len(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-    return size, crc.result()
+    try:
+        with open(path, "wb") as f:
+            for piece in pieces:
+                for chunk in _chunks(memoryview(piece).cast("B")):
+                    f.write(chunk)
+                    crc.add(chunk)
+                    size += len(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+    finally:
+        value = crc.result()  # NOTE: also on an error, so the helper thread always ends
+    return size, value
 
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -291,9 +294,13 @@ class _Dir:
             finally:
                 os.close(fd)
         except FileNotFoundError:
-            raise CheckpointError(f"{where}: missing; the checkpoint is incomplete") from None
+            raise _Missing(f"{where}: missing; the checkpoint is incomplete") from None
         except OSError as e:
             raise CheckpointError(f"{where}: {_os_problem(e)}") from None
+
+
+class _Missing(CheckpointError):
+    pass
 
 
 def _read_exact(fd: int, size: int, crc: int | None, where):
@@ -305,21 +312,23 @@ def _read_exact(fd: int, size: int, crc: int | None, where):
     mv = memoryview(buf)
     check = _Crc() if crc is not None and size > _CHUNK else None
     value = 0
-    for chunk in _chunks(mv):
-        got = 0
-        while got < len(chunk):
-            n = os.readv(fd, [chunk[got:]])
-            if not n:
-                raise CheckpointError(f"{where}: short read; the file is truncated")
-            got += n
+    try:
+        for chunk in _chunks(mv):
+            got = 0
+            while got < len(chunk):
+                n = os.readv(fd, [chunk[got:]])
+                if not n:
+                    raise CheckpointError(f"{where}: short read; the file is truncated")
+                got += n
+            if check is not None:
+                check.add(chunk)
+            elif crc is not None:
+                value = zlib.crc32(chunk, value)
+    finally:
         if check is not None:
-            check.add(chunk)
-        elif crc is not None:
-            value = zlib.crc32(chunk, value)
+            value = check.result()  # NOTE: also on an error, so the helper thread always ends
     if os.read(fd, 1):
         raise CheckpointError(f"{where}: longer than {size} bytes; the file was changed")
-    if check is not None:
-        value = check.result()
     if crc is not None and value != crc:
         raise CheckpointError(f"{where}: the CRC-32 does not match the manifest; the file is "
                               "corrupted")
@@ -567,8 +576,8 @@ def check_manifest(m, where="manifest.json") -> dict:
     if not _is_int(v) or v < 1:
         raise CheckpointError(f"{where}: version is {_brief(v)}, expected a positive integer")
     if v > VERSION:
-        raise CheckpointError(f"{where}: version {v}: checkpoint format {v}; this labkit "
-                              f"reads format {VERSION} - upgrade labkit")
+        raise CheckpointError(f"{where}: version is {v}, a newer checkpoint format; this "
+                              f"labkit reads format {VERSION} - upgrade labkit")
     _check_keys(m, ("format", "version", "step", "epoch", "files"),
                 ("labkit", "created", "run_id", "metrics", "fields_crc32"), where)
     for k in ("step", "epoch"):
@@ -615,12 +624,9 @@ def _manifest_of(d: _Dir) -> dict:
     where = os.path.join(d.path, MANIFEST)
     try:
         raw = d.read(MANIFEST, limit=_MANIFEST_LIMIT)
-    except CheckpointError as e:
-        if "missing" in str(e):
-            raise CheckpointError(f"{d.path}: no manifest.json; the checkpoint is incomplete (a "
-                                  "save was interrupted) or this is not a labkit checkpoint") \
-                from None
-        raise
+    except _Missing:
+        raise CheckpointError(f"{d.path}: no manifest.json; the checkpoint is incomplete (a "
+                              "save was interrupted) or this is not a labkit checkpoint") from None
     return check_manifest(_json(raw, where), where)
 
 
@@ -969,6 +975,9 @@ def cleanup(directory) -> list[str]:
                 continue
             if _alive(int(g["pid"]), int(g["start"]) if m is not None else None) or \
                     (g["kind"] == "tmp" and _locked(p)):
+                continue
+            # NOTE: the old names are plainer: take only what holds nothing but checkpoint files
+            if legacy is not None and not set(os.listdir(p)) <= {MANIFEST, *FILES}:
                 continue
             final = p.with_name(g["name"])
             if g["kind"] == "old" and not os.path.lexists(final):

@@ -235,6 +235,7 @@ def test_cleanup_judges_each_leftover_by_its_writer(tmp_path):
         f".ckpt-00000002.tmp-{me}-{start + 1}-{host}-0": "removed",  # pid reused
         f".ckpt-00000002.deleting-{dead}-1-{host}-0": "removed",
         f".ckpt-00000002.tmp-{dead}-1": "removed",  # the name labkit used before
+        f".ckpt-00000003.tmp-{dead}-1": "kept",  # ... but holding what a checkpoint never does
         f".ckpt-00000002.old-{dead}": "removed",  # ckpt-00000002 is absent: put back
         f".ckpt-00000001.old-{dead}-1-{host}-3": "removed",  # ckpt-00000001 is there
         f".ckpt-00000002.tmp-{me}-{start}-{host}-9": "kept",  # alive, lock not yet taken
@@ -247,7 +248,7 @@ def test_cleanup_judges_each_leftover_by_its_writer(tmp_path):
             os.rename(C.save(tmp_path / "src", {"b": np.ones(1)}, step=2), d / name)
         else:
             (d / name).mkdir()
-            (d / name / "file").write_bytes(b"x")
+            (d / name / ("notes.txt" if "00000003" in name else "state.json")).write_bytes(b"x")
     link = d / f".ckpt-00000004.tmp-{dead}-{start}-{host}-0"
     link.symlink_to(keep_old)
     lock = C._lock(d / f".ckpt-00000002.tmp-{dead}-{start}-{host}-8")
