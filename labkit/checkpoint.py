@@ -236,7 +236,9 @@ class _Dir:
     block) and opened with O_NOFOLLOW|O_NONBLOCK relative to the directory's descriptor."""
 
     def __init__(self, path):
-        self.path = os.fsdecode(path)  # NOTE: a str: Path joins cost more than the reads here
+        # NOTE: a str (Path joins cost more than the reads here), without trailing slashes:
+        # lstat("link/") would follow the link
+        self.path = os.fsdecode(path).rstrip("/") or "/"
         self.fd = None
         try:
             st = os.lstat(self.path)
@@ -460,8 +462,12 @@ def tensors_from_bytes(buf, where: str = "tensors") -> dict[str, np.ndarray]:
             else:
                 out[key] = np.frombuffer(buf, dtype=dt, count=(end - begin) // dt.itemsize,
                                          offset=base + begin).reshape(shape)
-        except ValueError as e:  # e.g. more dimensions than NumPy supports
+        except ValueError as e:
             raise CheckpointError(f"{where}: tensor {_brief(key, 80)}: {e}") from None
+        # NOTE: a BOOL byte other than 0 or 1 is no bool: NumPy would carry it along silently
+        if dt == np.bool_ and end > begin and out[key].view(np.uint8).max() > 1:
+            raise CheckpointError(f"{where}: tensor {_brief(key, 80)}: BOOL bytes other than 0 "
+                                  "and 1")
     return out
 
 
@@ -540,6 +546,9 @@ def join_state(tree, tensors, where: str = "state.json"):
             return [walk(x, f"{p}/{i}") for i, x in enumerate(v)]
         return v
 
+    if _REF in tree:
+        raise CheckpointError(f"{where}: the state itself is a reference to a tensor; a "
+                              "checkpoint's state is an object of named values")
     try:
         out = walk(tree, "state")
     except RecursionError:

@@ -258,6 +258,11 @@ def header_variants(header: dict, data: bytes, rng):
     yield "7 bytes", b"\x00" * 7
     yield "nothing", b""
     yield "data one short", D.safetensors_bytes(header, data[:-1])
+    for key in keys:  # a BOOL byte that is neither 0 nor 1
+        if header[key]["dtype"] == "BOOL":
+            b = header[key]["data_offsets"][0]
+            yield f"{key} holds the byte 2", D.safetensors_bytes(
+                header, data[:b] + b"\2" + data[b + 1:])
     yield "data one long", D.safetensors_bytes(header, data + b"\0")
     # random compositions of small edits to the numbers, seeded
     for i in range(400):
@@ -443,6 +448,7 @@ def test_hostile_manifest_fields(pair):
 def state_variants(tree: dict):
     """(label, state.json bytes, expected message fragment or None if it must load)."""
     yield "a list", D.dumps([tree]), "JSON object"
+    yield "a reference", D.dumps({"__tensor__": "model/w"}), "reference to a tensor"
     for v in ("x", 1, None, True):
         yield f"state {v!r}", D.dumps(v), "JSON object"
     t = json.loads(json.dumps(tree))
@@ -535,13 +541,15 @@ def test_only_regular_files_inside_the_directory_are_read(pair, tmp_path):
                      else f"latest gave {best}")
         tally.record("linked checkpoint directory: listed",
                      None if link not in C.list_checkpoints(pair.work) else "listed")
-        for fn in (C.load, C.manifest, C.remove):
+        for fn in (C.load, C.manifest, C.remove, lambda p: C.load(f"{p}/")):
             try:
                 fn(link)
                 tally.record(f"linked checkpoint directory: {fn.__name__}", "accepted")
             except CheckpointError as e:
                 tally.record(f"linked checkpoint directory: {fn.__name__}",
                              None if "link" in str(e) else str(e))
+            except Exception as e:  # noqa: BLE001
+                tally.record(f"linked checkpoint directory: {fn.__name__}", repr(e))
     finally:
         link.unlink()
     assert pair.newer.is_dir() and C.verify(pair.newer) is None
