@@ -1,8 +1,6 @@
 // labkit: helpers shared by every generated kernel.
 // Index arithmetic uses IDX (int when every offset fits in 31 bits, else long).
-#ifdef LK_FP64
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-#endif
+// The fp64 pragma, when a kernel needs double, comes first, from program.header().
 
 // NaN-propagating max/min, as NumPy's maximum/minimum (fmax/fmin ignore NaN).
 #define LK_FMAX(a, b) (((a) > (b) || isnan(a)) ? (a) : (b))

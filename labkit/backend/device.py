@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import functools
-import os
 
+import numpy
+
+from .. import config
 from ..errors import DeviceError
+from . import opencl
+from .opencl import context
 
 
 class Device:
-    """A place where arrays live and ops run: ``Device("cpu")`` or ``Device("cl:0")``.
+    """A place where arrays live and ops run: ``Device("cpu")`` or ``Device("cl", 0)``.
 
     Examples
     --------
@@ -33,9 +37,7 @@ class Device:
         """The probed OpenCL facts (name, vendor, fp64, ...); ``None`` for the cpu."""
         if self.kind == "cpu":
             return None
-        from .opencl.context import runtime
-
-        return runtime(self.index).info
+        return context.runtime(self.index).info
 
     @property
     def supports_float64(self) -> bool:
@@ -44,20 +46,12 @@ class Device:
     @property
     def xp(self):
         """The array namespace of this device: numpy, or labkit.backend.opencl."""
-        if self.kind == "cpu":
-            import numpy
-
-            return numpy
-        from . import opencl
-
-        return opencl
+        return numpy if self.kind == "cpu" else opencl
 
     def synchronize(self) -> None:
         """Wait until the work queued on this device has finished."""
         if self.kind == "cl":
-            from .opencl.context import runtime
-
-            runtime(self.index).finish()
+            context.runtime(self.index).finish()
 
     def __eq__(self, other) -> bool:
         if isinstance(other, str):
@@ -77,37 +71,23 @@ class Device:
         return self.name
 
 
+# NOTE: the OpenCL ndarray sits below this module, so its `device` (a Device) is attached here.
+opencl.ndarray.device = property(lambda a: Device("cl", a.rt.info.index),
+                                 doc="The Device this array lives on.")
+
+
 def devices() -> list[Device]:
     """Every device found: ``cpu`` first, then ``cl:0``, ``cl:1``, ... (all OpenCL platforms)."""
-    from .opencl.context import probe
-
-    return [Device("cpu")] + [Device("cl", info.index) for info, _ in probe()]
+    return [Device("cpu")] + [Device("cl", info.index) for info, _ in context.probe()]
 
 
 @functools.lru_cache(maxsize=64)
 def _parse(spec: str) -> Device:
-    from .opencl.context import NO_PLATFORM_HELP, probe
-
     s = spec.strip().lower()
     if s == "cpu":
         return Device("cpu")
     if s == "cl" or s.startswith("cl:"):
-        found = probe()
-        if not found:
-            raise DeviceError(f"device {spec!r}: {NO_PLATFORM_HELP}")
-        if s == "cl":
-            # the first GPU if there is one, else the first OpenCL device
-            gpus = [info.index for info, _ in found if "GPU" in info.type]
-            return Device("cl", gpus[0] if gpus else 0)
-        try:
-            idx = int(s[3:])
-        except ValueError:
-            raise DeviceError(f"device {spec!r}: expected 'cl:N' with an integer N") from None
-        if not 0 <= idx < len(found):
-            names = ", ".join(f"cl:{i.index} ({i.name})" for i, _ in found)
-            raise DeviceError(f"device {spec!r} does not exist; found {names}. Run "
-                              "`labkit doctor` to see every platform and device")
-        return Device("cl", idx)
+        return Device("cl", context.cl_index(spec))
     raise DeviceError(f"unknown device {spec!r}: use 'cpu', 'cl' (the first GPU, else the first "
                       "OpenCL device) or 'cl:N'; `labkit doctor` lists them")
 
@@ -124,10 +104,9 @@ def device(spec=None) -> Device:
 
 
 def default_device() -> Device:
-    """The device named by ``LABKIT_DEVICE`` (``cpu`` when unset)."""
-    spec = os.environ.get("LABKIT_DEVICE", "").strip()
-    if not spec:
-        return Device("cpu")
+    """The device named by ``LABKIT_DEVICE`` (``cpu`` when unset); a ConfigError for a value
+    that names no kind of device, a DeviceError for a device that does not exist."""
+    spec = config.get("LABKIT_DEVICE")
     try:
         return _parse(spec)
     except DeviceError as e:
@@ -136,7 +115,5 @@ def default_device() -> Device:
 
 def best_device() -> Device:
     """A GPU through OpenCL if there is one, else the cpu (NumPy's BLAS beats PoCL)."""
-    from .opencl.context import probe
-
-    gpus = [info.index for info, _ in probe() if "GPU" in info.type]
+    gpus = [info.index for info, _ in context.probe() if "GPU" in info.type]
     return Device("cl", gpus[0]) if gpus else Device("cpu")

@@ -7,7 +7,7 @@ which the kernel zeroes. Measured on the CNN benchmark (``benchmarks/bench_autog
 2 cores): 6,800 minor page faults and 43 ms per step; with freed memory kept, none and 32 ms.
 (PyTorch's CPU tuning guides recommend jemalloc or tcmalloc for the same reason.)
 
-``import labkit`` calls ``keep_freed_memory()`` unless ``LABKIT_KEEP_FREED_MEMORY=0``. The
+``import labkit`` calls ``keep_freed_memory()`` unless ``LABKIT_KEEP_FREED_MEMORY=off``. The
 cost: up to ``trim_threshold`` bytes of freed memory stay in the process instead of going back
 to the system, and blocks up to ``mmap_threshold`` come from the heap.
 """
@@ -15,8 +15,9 @@ to the system, and blocks up to ``mmap_threshold`` come from the heap.
 from __future__ import annotations
 
 import ctypes
-import os
 import platform
+
+from .. import config
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -46,7 +47,9 @@ def keep_freed_memory(mmap_threshold: int = 64 << 20, trim_threshold: int = 256 
     return ok
 
 
-def _at_import() -> None:
-    if os.environ.get("LABKIT_KEEP_FREED_MEMORY", "1").strip().lower() not in ("0", "false",
-                                                                               "no", "off"):
-        keep_freed_memory()
+def keep_freed_memory_unless_disabled() -> bool:
+    """``keep_freed_memory()`` unless the ``LABKIT_KEEP_FREED_MEMORY`` switch is off (run by
+    ``import labkit``); a value that is no switch is a ConfigError naming the setting."""
+    if config.get("LABKIT_KEEP_FREED_MEMORY"):
+        return keep_freed_memory()
+    return False

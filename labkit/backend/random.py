@@ -21,8 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import opencl
 from .device import Device
 from .device import device as _device
+from .opencl.context import runtime
+from .opencl.ndarray import CTYPES, check_dtype
+from .opencl.program import header, kernels, source
 
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
@@ -154,8 +158,6 @@ class Generator:
         r = (v % np.uint64(high - low)).astype(np.int64) + low
         r = r.reshape(shape)
         if self.device.kind == "cl":
-            from . import opencl
-
             return opencl.asarray(r, device=self.device)
         return r
 
@@ -171,32 +173,18 @@ class Generator:
 
     # ---- OpenCL -------------------------------------------------------------------------
     def _cl(self, kernel, dt, shape, n, start, extra, per=4):
-        from .opencl import ndarray as clndarray
-        from .opencl.context import runtime
-        from .opencl.ndarray import check_dtype
-        from .opencl.program import build, source
-
         rt = runtime(self.device.index)
         dt = np.dtype(dt)
         check_dtype(dt, rt, f"Generator.{kernel[7:]}")
-        out = clndarray(rt, shape, dt)
+        out = opencl.ndarray(rt, shape, dt)
         if n == 0:
             return out
-
-        def make():
-            head = ""
-            if dt != np.uint32:
-                ct = "double" if dt == np.float64 else "float"
-                head = f"#define T {ct}\n#define LK_DOUBLE {int(ct == 'double')}\n"
-                if ct == "double":
-                    head = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + head
-            prg = build(rt, head + source("random"), "", name=f"random.cl:{kernel}")
-            k = getattr(prg, kernel)
-            k.set_scalar_arg_dtypes([np.int64, None, np.uint64, np.uint32, np.uint32]
-                                    + [dt.type] * len(extra))
-            return k
-
-        k = rt.cached(("random", kernel, dt), make)
+        ct, defs = CTYPES[dt], {}
+        if dt != np.uint32:
+            defs = {"T": ct, "LK_DOUBLE": int(ct == "double")}
+        src = header(rt, (ct,), defs, what=f"Generator.{kernel[7:]}") + source("random")
+        arg_types = [np.int64, None, np.uint64, np.uint32, np.uint32] + [dt.type] * len(extra)
+        k = getattr(kernels(rt, src, {kernel: arg_types}, name=f"random.cl:{kernel}"), kernel)
         nb = -(-n // per)
         with rt.lock:
             k(rt.queue, (-(-nb // 64) * 64,), None, n, out.data, start, *self._key,

@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 
@@ -82,3 +84,85 @@ def test_matmul_shape_error_names_both_shapes():
         cp.ones((3, 4)) @ cp.ones((5, 2))
     with pytest.raises(lk.ShapeError, match="batch"):
         cp.ones((2, 3, 4)) @ cp.ones((3, 4, 2))
+
+
+# ---- tuning: only OpenCL failures skip a candidate; failed tunings are never cached --------------
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """A runtime that has tuned nothing, a cache dir of its own, and no forced blocking."""
+    from labkit.backend.opencl.context import Runtime, probe
+
+    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("LABKIT_GEMM_CONFIG", raising=False)
+    return Runtime(*probe()[0]), tmp_path / "kernels" / "gemm-tuning.json"
+
+
+def _fake_matmul(fail):
+    """A stand-in for the timed product: raises ``fail(cfg)`` when that is not None."""
+    def matmul2(a, b, cfg=None):
+        err = fail(cfg)
+        if err is not None:
+            raise err
+    return matmul2
+
+
+def test_a_programming_error_while_tuning_propagates_and_stores_nothing(fresh, monkeypatch):
+    from labkit.backend.opencl import gemm
+
+    rt, path = fresh
+    monkeypatch.setattr(gemm, "_matmul2", _fake_matmul(lambda cfg: TypeError("a bug")))
+    with pytest.raises(TypeError, match="a bug"):
+        gemm.config(rt, "float")
+    assert not path.exists() and not rt.tuned
+
+
+def test_opencl_failures_skip_candidates_and_an_all_failed_tuning_is_not_cached(fresh,
+                                                                                monkeypatch):
+    import pyopencl as cl
+
+    from labkit.backend.opencl import gemm
+
+    rt, path = fresh
+    monkeypatch.setattr(gemm, "_matmul2", _fake_matmul(
+        lambda cfg: cl.RuntimeError("CL_OUT_OF_RESOURCES")))
+    with pytest.warns(RuntimeWarning, match="no GEMM blocking could run.*without caching"):
+        assert gemm.config(rt, "float") == gemm.DEFAULT["float"]
+    assert not path.exists()  # the next process tunes again
+    # the candidates that fail are skipped, the others timed, and the choice is stored
+    ok = gemm.CANDIDATES["float"][1]
+    monkeypatch.setattr(gemm, "_matmul2", _fake_matmul(
+        lambda cfg: None if cfg == ok else lk.KernelBuildError(
+            "too many registers", device="cl:0", log="", source_name="gemm.cl")))
+    rt.tuned.clear()
+    assert gemm.config(rt, "float") == ok
+    (entry,) = json.loads(path.read_text()).values()
+    assert entry["config"] == list(ok) and list(entry["ms"]) == [",".join(map(str, ok))]
+
+
+def test_the_tuning_file_is_written_atomically_and_keeps_other_devices(fresh, monkeypatch):
+    from labkit.backend.opencl import gemm
+
+    rt, path = fresh
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"other|device|float": {"config": [4, 2, 16], "ms": {}}}))
+    # a file in the way of a fixed temporary name (another process writing) does not matter
+    (path.parent / "gemm-tuning.tmp").mkdir()
+    writes = []
+    real = gemm.atomic_write
+    monkeypatch.setattr(gemm, "atomic_write", lambda p, data: writes.append(p) or real(p, data))
+    monkeypatch.setattr(gemm, "_matmul2", _fake_matmul(lambda cfg: None))
+    cfg = gemm.config(rt, "float")
+    assert writes == [path]
+    stored = json.loads(path.read_text())
+    assert stored["other|device|float"]["config"] == [4, 2, 16]
+    assert tuple(stored[f"{gemm._device_key(rt)}|float"]["config"]) == cfg
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".labkit-tmp-")]
+    # a damaged entry is tuned again, not trusted
+    stored[f"{gemm._device_key(rt)}|float"]["config"] = [8, 2]
+    path.write_text(json.dumps(stored))
+    rt.tuned.clear()
+    tunings = []
+    monkeypatch.setattr(gemm, "tune", lambda rt, ct: tunings.append(ct) or ((4, 1, 16),
+                                                                            {"4,1,16": 1.0}))
+    assert gemm.config(rt, "float") == (4, 1, 16) and tunings == ["float"]
+    assert json.loads(path.read_text())[f"{gemm._device_key(rt)}|float"]["config"] == [4, 1, 16]

@@ -91,3 +91,73 @@ def test_boolean_masks(rng):
     idx = cp.nonzero(cp.asarray(m))
     for got, want in zip(idx, np.nonzero(m)):
         check(got, want)
+
+
+# ---- every index array is bounds-checked on its own axis -----------------------------------------
+SHAPE = (3, 4, 5)
+
+
+def _put(kind, idx):
+    return cp.asarray(np.asarray(idx)) if kind == "dev" else np.asarray(idx)
+
+
+KINDS = [("dev", "dev"), ("dev", "host"), ("host", "dev"), ("host", "host")]
+
+
+@pytest.mark.parametrize("kinds", KINDS, ids="-".join)
+@pytest.mark.parametrize("axes", [(0, 1), (1, 2)], ids=str)
+@pytest.mark.parametrize("bad", [0, 1])
+@pytest.mark.parametrize("sign", [1, -1], ids=["past_end", "before_start"])
+def test_two_index_arrays_check_every_axis(kinds, axes, bad, sign, rng):
+    h = rng.standard_normal(SHAPE).astype(np.float32)
+    size = SHAPE[axes[bad]]
+    wrong = size if sign > 0 else -size - 1
+    idx = [[0, -1], [1, 0]]
+    idx[bad] = [0, wrong]
+    key = (slice(None),) * axes[0] + tuple(_put(k, i) for k, i in zip(kinds, idx))
+    with pytest.raises(IndexError):
+        h[key]  # NumPy refuses it too
+    with pytest.raises(IndexError, match=f"index {wrong} is out of bounds for axis "
+                                         f"{axes[bad]} with size {size}"):
+        cp.asarray(h)[key]
+
+
+def test_the_reported_case_and_three_arrays(rng):
+    d = cp.ones((3, 4))
+    with pytest.raises(IndexError, match="index 5 is out of bounds for axis 1 with size 4"):
+        d[cp.asarray([0]), cp.asarray([5])]
+    h = rng.standard_normal(SHAPE).astype(np.float32)
+    i, j, k = np.array([2, -3]), np.array([-1, 3]), np.array([4, -5])
+    for kinds in [("dev",) * 3, ("host", "dev", "host"), ("dev", "host", "dev")]:
+        key = tuple(_put(kd, x) for kd, x in zip(kinds, (i, j, k)))
+        check(cp.asarray(h)[key], h[i, j, k])  # negatives wrap per axis
+        bad = key[:2] + (_put(kinds[2], [0, 5]),)
+        with pytest.raises(IndexError, match="index 5 is out of bounds for axis 2 with size 5"):
+            cp.asarray(h)[bad]
+    # an integer before the arrays shifts the axes they index
+    with pytest.raises(IndexError, match="index 5 is out of bounds for axis 2 with size 5"):
+        cp.asarray(h)[1, cp.asarray([0]), cp.asarray([5])]
+    check(cp.asarray(h)[1, cp.asarray([0, -1]), cp.asarray([4, -5])], h[1, [0, -1], [4, -5]])
+
+
+def test_index_checks_in_take_scatter_add_and_setitem():
+    d = cp.zeros((3, 4))
+    for idx in ([0, 4], cp.asarray([0, 4]), [-5], cp.asarray([-5])):
+        with pytest.raises(IndexError, match="out of bounds for axis 1 with size 4"):
+            cp.take(d, idx, axis=1)
+        with pytest.raises(IndexError, match="scatter_add: index .* out of bounds for axis 1 "
+                                             "with size 4"):
+            cp.scatter_add(d, idx, 1.0, axis=1)
+        with pytest.raises(IndexError, match="out of bounds for axis 1 with size 4"):
+            cp.add.at(d, (slice(None), idx), 1.0)
+    assert not d.get().any()  # nothing was written by the refused calls
+    cp.add.at(d, (slice(None), cp.asarray([-1, 3, 0])), 1.0)
+    np.testing.assert_array_equal(d.get(), np.tile([1, 0, 0, 2], (3, 1)))
+    with pytest.raises(IndexError, match=r"boolean index of shape \(2,\) does not match"):
+        d[np.array([True, False])] = 1.0
+    with pytest.raises(IndexError, match=r"boolean index of shape \(2, 4\) does not match"):
+        d[cp.asarray(np.ones((2, 4), bool))]
+    m = np.zeros((3, 4), bool)
+    m[1, 2] = True
+    d[cp.asarray(m)] = 7.0
+    assert d.get()[1, 2] == 7.0 and d.get().sum() == 7.0 + 9

@@ -29,11 +29,39 @@ def test_build_is_cached_in_memory_and_on_disk(tmp_path, monkeypatch):
     assert out.stdout.strip() == "ok", out.stderr
 
 
-def test_disk_cache_can_be_disabled(tmp_path, monkeypatch):
+@pytest.mark.parametrize("off", ["0", "off"])
+def test_disk_cache_can_be_disabled(tmp_path, monkeypatch, off):
     monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("LABKIT_KERNEL_CACHE", "0")
-    build(runtime(0), SRC % "5.0f")
+    monkeypatch.setenv("LABKIT_KERNEL_CACHE", off)
+    build(runtime(0), SRC % {"0": "5.0f", "off": "5.5f"}[off])  # a source not built before
     assert not list(tmp_path.glob("**/*.bin"))
+
+
+def test_binaries_are_written_atomically(tmp_path, monkeypatch):
+    from labkit.backend.opencl import program
+
+    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
+    writes = []
+    real = program.atomic_write
+    monkeypatch.setattr(program, "atomic_write", lambda p, data: writes.append(p) or real(p, data))
+    build(runtime(0), SRC % "9.0f")
+    (binary,) = (tmp_path / "kernels").iterdir()  # no temporary file left beside it
+    assert writes == [binary] and binary.suffix == ".bin" and binary.stat().st_size > 0
+
+
+def test_header_is_the_one_place_that_enables_fp64():
+    from labkit.backend.opencl.program import header
+    from labkit.backend.testing import device_without_fp64
+
+    rt = runtime(0)
+    assert header(rt, ("float", "int"), {"T": "float"}) == "#define T float\n"
+    assert header(rt, ("double",)).startswith("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+    assert header(rt, ()) == ""
+    no64 = runtime(device_without_fp64().index)
+    with pytest.raises(lk.DTypeError, match=r"sum: cl:\d+ \(.*\[no fp64\]\) has no float64"):
+        header(no64, ("double",), what="sum")
+    for path in kernels_dir().glob("*.cl"):  # no kernel source enables it by itself
+        assert "cl_khr_fp64" not in path.read_text(), path.name
 
 
 def test_build_failure_carries_log_and_device():

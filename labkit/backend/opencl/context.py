@@ -1,15 +1,20 @@
-"""OpenCL platforms and devices: probed once, each with a lazily created context, queue and pool."""
+"""OpenCL platforms and devices: probed once, each with a context, queue and memory pool made on
+first use (thread-safe: two threads that first use a device together get one runtime).
+
+``cl:N`` is the N-th device of all platforms. :func:`derive_device` adds further indices that
+reuse a probed device under changed facts (a device without fp64, for tests); they are reached by
+name (``cl:N``) but not listed by ``labkit.devices()``.
+
+This is the bottom of the OpenCL package: it imports nothing from the rest of labkit's backend.
+"""
 
 from __future__ import annotations
 
 import functools
-import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-import numpy as np
-
-from ...errors import DeviceError
+from ...errors import DeviceError, DTypeError
 
 NO_PLATFORM_HELP = (
     "no OpenCL platform was found. Install PoCL's CPU device with "
@@ -46,6 +51,13 @@ class DeviceInfo:
         return d
 
 
+# NOTE: one lock for the probe, the derived devices and runtime creation: each happens once per
+# process and takes milliseconds, so nothing is gained by finer locks.
+_lock = threading.RLock()
+_derived: list = []  # (DeviceInfo, pyopencl.Device) added by derive_device, indices after probe()
+_runtimes: dict = {}
+
+
 def _device_type_name(t: int) -> str:
     import pyopencl as cl
 
@@ -54,8 +66,9 @@ def _device_type_name(t: int) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def probe() -> tuple[tuple[DeviceInfo, object], ...]:
-    """All OpenCL devices of all platforms, in a fixed order: ``cl:N`` is the N-th."""
+def _probe() -> tuple:
+    # NOTE: pyopencl is imported here, not at the top: it takes ~0.6 s, which a cpu-only
+    # session never pays.
     try:
         import pyopencl as cl
     except ImportError as e:  # pragma: no cover - pyopencl is a hard dependency
@@ -72,8 +85,7 @@ def probe() -> tuple[tuple[DeviceInfo, object], ...]:
             continue
         for d in devs:
             exts = tuple(d.extensions.split())
-            fp64 = bool(d.double_fp_config) or "cl_khr_fp64" in exts
-            info = DeviceInfo(
+            found.append((DeviceInfo(
                 index=len(found),
                 name=d.name.strip(),
                 vendor=d.vendor.strip(),
@@ -87,12 +99,51 @@ def probe() -> tuple[tuple[DeviceInfo, object], ...]:
                 local_mem_size=d.local_mem_size,
                 global_mem_size=d.global_mem_size,
                 max_alloc_size=d.max_mem_alloc_size,
-                fp64=fp64,
+                fp64=bool(d.double_fp_config) or "cl_khr_fp64" in exts,
                 host_unified_memory=bool(getattr(d, "host_unified_memory", False)),
                 extensions=exts,
-            )
-            found.append((info, d))
+            ), d))
     return tuple(found)
+
+
+def probe() -> tuple[tuple[DeviceInfo, object], ...]:
+    """All OpenCL devices of all platforms, in a fixed order: ``cl:N`` is the N-th."""
+    with _lock:
+        return _probe()
+
+
+def known() -> tuple[tuple[DeviceInfo, object], ...]:
+    """The probed devices followed by the derived ones: every valid ``cl:N``."""
+    with _lock:
+        return _probe() + tuple(_derived)
+
+
+def derive_device(base: int = 0, *, fp64: bool | None = None, label: str = "derived") -> int:
+    """A new device index that reuses device ``cl:base`` with changed facts, e.g.
+    ``fp64=False`` to behave exactly as a device without float64 (arrays refuse float64 and
+    kernels are built without the fp64 pragma). It gets its own context, queue, pool and
+    kernel caches, and the name ``"<base name> [label]"``. Meant for tests.
+    """
+    with _lock:
+        devs = known()
+        if not 0 <= base < len(devs):
+            raise DeviceError(f"derive_device: no device cl:{base} to derive from "
+                              f"({len(devs)} known)")
+        info, d = devs[base]
+        changes = {"index": len(devs), "name": f"{info.name} [{label}]"}
+        if fp64 is not None:
+            changes["fp64"] = fp64
+            if not fp64:
+                changes["extensions"] = tuple(e for e in info.extensions if e != "cl_khr_fp64")
+        _derived.append((replace(info, **changes), d))
+        return len(devs)
+
+
+def no_fp64_error(info: DeviceInfo, op: str) -> DTypeError:
+    """The error for float64 on a device without fp64 (arrays and kernels say the same)."""
+    return DTypeError(f"{op}: cl:{info.index} ({info.name}) has no float64 support "
+                      "(cl_khr_fp64); use float32 (x.astype(np.float32)) or run on the cpu "
+                      "device")
 
 
 class Runtime:
@@ -136,27 +187,48 @@ class Runtime:
     def finish(self) -> None:
         self.queue.finish()
 
+    def __repr__(self) -> str:
+        return f"<Runtime cl:{self.info.index} {self.info.name}>"
 
-@functools.cache
+
 def runtime(index: int) -> Runtime:
-    devs = probe()
+    """The runtime of ``cl:index``, made on first use; the same object for every caller."""
+    rt = _runtimes.get(index)
+    if rt is not None:
+        return rt
+    with _lock:  # double-checked: two threads that miss together make one runtime
+        rt = _runtimes.get(index)
+        if rt is None:
+            devs = known()
+            if not devs:
+                raise DeviceError(f"device cl:{index}: {NO_PLATFORM_HELP}")
+            if not 0 <= index < len(devs):
+                raise DeviceError(
+                    f"device cl:{index} does not exist: {len(devs)} OpenCL device(s) found "
+                    f"(cl:0..cl:{len(devs) - 1}); run `labkit doctor` to list them")
+            rt = _runtimes[index] = Runtime(*devs[index])
+        return rt
+
+
+def cl_index(spec: str) -> int:
+    """The device index that ``"cl"`` (the first GPU, else the first device) or ``"cl:N"``
+    names; a DeviceError that says what exists otherwise."""
+    s = spec.strip().lower()
+    if s != "cl" and not s.startswith("cl:"):
+        raise DeviceError(f"{spec!r} is not an OpenCL device; use 'cl' or 'cl:N' (NumPy serves "
+                          "the cpu device)")
+    devs = known()
     if not devs:
-        raise DeviceError(f"device cl:{index}: {NO_PLATFORM_HELP}")
-    if not 0 <= index < len(devs):
-        raise DeviceError(
-            f"device cl:{index} does not exist: {len(devs)} OpenCL device(s) found "
-            f"(cl:0..cl:{len(devs) - 1}); run `labkit doctor` to list them"
-        )
-    info, d = devs[index]
-    return Runtime(info, d)
-
-
-def supports_dtype(info: DeviceInfo, dtype: np.dtype) -> bool:
-    return np.dtype(dtype) != np.float64 or info.fp64
-
-
-def env_flag(name: str, default: bool = True) -> bool:
-    v = os.environ.get(name)
-    if v is None:
-        return default
-    return v.strip().lower() not in ("0", "false", "no", "off", "")
+        raise DeviceError(f"device {spec!r}: {NO_PLATFORM_HELP}")
+    if s == "cl":
+        gpus = [info.index for info, _ in devs[:len(probe())] if "GPU" in info.type]
+        return gpus[0] if gpus else 0
+    try:
+        idx = int(s[3:])
+    except ValueError:
+        raise DeviceError(f"device {spec!r}: expected 'cl:N' with an integer N") from None
+    if not 0 <= idx < len(devs):
+        names = ", ".join(f"cl:{i.index} ({i.name})" for i, _ in devs)
+        raise DeviceError(f"device {spec!r} does not exist; found {names}. Run "
+                          "`labkit doctor` to see every platform and device")
+    return idx

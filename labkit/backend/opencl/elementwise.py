@@ -13,11 +13,9 @@ from string import Template
 
 import numpy as np
 
-from .ndarray import CTYPES, ndarray
-from .program import build, source
-
-_INT_MAX = 2**31 - 1
-_IDX_NP = {"int": np.int32, "long": np.int64}
+from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
+from .program import header, kernels, source
+from .shapes import collapse_dims
 
 
 def _plan(rt, name, expr, out, inputs, in_ctypes):
@@ -34,26 +32,9 @@ def _plan(rt, name, expr, out, inputs, in_ctypes):
             kinds.append("a")
         else:
             kinds.append("s")
-    # drop size-1 dims, then merge dims walked contiguously by every operand
-    dims = [i for i in range(nd) if shape[i] != 1]
-    cshape = [shape[i] for i in dims]
-    cst = [[st[i] for i in dims] for st in ops]
-    k = len(cshape) - 1
-    while k > 0:
-        if all(st[k - 1] == st[k] * cshape[k] for st in cst):
-            cshape[k - 1] *= cshape[k]
-            del cshape[k]
-            for st in cst:
-                st[k - 1] = st[k]
-                del st[k]
-        k -= 1
-    if not cshape:
-        cshape = [1]
-        cst = [[0] for _ in cst]
+    cshape, cst = collapse_dims(shape, ops)
     cnd = len(cshape)
-    wide = out._nbuf > _INT_MAX or any(
-        isinstance(x, ndarray) and x._nbuf > _INT_MAX for x in inputs)
-    idx = "long" if wide or out.size > _INT_MAX else "int"
+    idx = index_ctype(out, *inputs)
 
     # ---- source ---------------------------------------------------------------------------
     params, stride_args = [], []
@@ -97,15 +78,15 @@ def _plan(rt, name, expr, out, inputs, in_ctypes):
     octype = CTYPES[out.dtype]
     store = f"    o[{out_index}] = ({octype})({expr});"
     kname = f"ew_{name}"
-    src = source("common") + Template(source("elementwise")).substitute(
-        name=kname, params="".join(params) + dim_params, unravel="\n".join(unravel),
-        load="\n".join(loads), store=store)
-    fp64 = "double" in src
-    opts = f"-DIDX={idx}" + (" -DLK_FP64" if fp64 else "")
+    ctypes = {octype, *in_ctypes, *(CTYPES[x.dtype] for x in inputs if isinstance(x, ndarray))}
+    src = header(rt, ctypes, {"IDX": idx}, what=name) + source("common") + Template(
+        source("elementwise")).substitute(name=kname, params="".join(params) + dim_params,
+                                          unravel="\n".join(unravel), load="\n".join(loads),
+                                          store=store)
     # ---- argument layout ------------------------------------------------------------------
     # n, (buf, off, strides...) for out and each array input, scalars in their slots, dims.
-    arg_types = [_IDX_NP[idx]]
-    arg_types += [None, _IDX_NP[idx]] + [_IDX_NP[idx]] * patterns[0].count("s")
+    arg_types = [IDX_NP[idx]]
+    arg_types += [None, IDX_NP[idx]] + [IDX_NP[idx]] * patterns[0].count("s")
     per_operand_strides = []
     pos = 0
     for pat in patterns:
@@ -116,20 +97,15 @@ def _plan(rt, name, expr, out, inputs, in_ctypes):
     ai = 1
     for kind, ct in zip(kinds, in_ctypes):
         if kind == "a":
-            types_after_out += [None, _IDX_NP[idx]] + [_IDX_NP[idx]] * patterns[ai].count("s")
+            types_after_out += [None, IDX_NP[idx]] + [IDX_NP[idx]] * patterns[ai].count("s")
             ai += 1
         else:
             types_after_out.append(_CT_NP[ct])
-    arg_types += types_after_out + [_IDX_NP[idx]] * (cnd - 1)
+    arg_types += types_after_out + [IDX_NP[idx]] * (cnd - 1)
 
-    def make_kernel():
-        # the argument types follow from the source, so one typed kernel serves every plan
-        # with this source (new shapes with the same pattern)
-        k = getattr(build(rt, src, opts, name=f"elementwise.cl:{kname}"), kname)
-        k.set_scalar_arg_dtypes(arg_types)
-        return k
-
-    kernel = rt.cached(("elementwise-kernel", src, opts), make_kernel)
+    # NOTE: the argument types follow from the source, so one typed kernel serves every plan
+    # with this source (new shapes with the same pattern)
+    kernel = getattr(kernels(rt, src, {kname: arg_types}, name=f"elementwise.cl:{kname}"), kname)
     n = out.size
     ls = min(256, rt.info.max_work_group_size)
     gs = ((n + ls - 1) // ls) * ls

@@ -12,14 +12,19 @@ loads (B transposed, or rows not a multiple of the vector width apart), and for 
 from __future__ import annotations
 
 import json
-import os
 import time
+import warnings
 
 import numpy as np
 
-from ...errors import ShapeError
-from .ndarray import CTYPES, broadcast_shapes, broadcast_strides, ndarray, same_device
-from .program import build, cache_dir, source
+from ..._fs import atomic_write
+from ...config import SETTINGS, kernel_cache_dir
+from ...config import get as setting
+from ...errors import KernelBuildError, ShapeError
+from .core import asarray, assign, result_type
+from .ndarray import CTYPES, ndarray, same_device
+from .program import header, kernels, source
+from .shapes import broadcast_shapes, broadcast_strides
 
 CANDIDATES = {
     "float": [(8, 2, 16), (4, 2, 16), (8, 1, 16), (4, 4, 8), (8, 2, 8), (4, 1, 16), (6, 2, 16)],
@@ -32,39 +37,26 @@ _PACK_MIN_LD = 1024  # when B's rows are a page (4 KiB of floats) or more apart:
 # unpacked panel then touches a new page (TLB misses), which packing removes
 
 
+_GEN_ARGS = ([np.int32] * 5 + [None] + [np.int64] * 4 + [None] + [np.int64] * 4 + [None]
+             + [np.int64] * 4)
+_RB_ARGS = ([np.int32] + [None] + [np.int64] * 4 + [None] + [np.int64] * 4 + [None]
+            + [np.int64] * 4)
+
+
 def _program(rt, ct, cfg=None):
-    return rt.cached(("gemm-prg", ct, cfg), lambda: _make_program(rt, ct, cfg))
-
-
-def _make_program(rt, ct, cfg):
-    defs = f"#define T {ct}\n"
-    if ct == "double":
-        defs = "#define LK_FP64\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + defs
+    """``gemm_gen`` (and with a blocking ``cfg``, ``gemm_rb``) for element type ``ct``."""
+    defs = {"T": ct}
+    signatures = {"gemm_gen": _GEN_ARGS}
     if cfg is not None:
         rm, vn, vw = cfg
-        defs += f"#define VT {ct}{vw}\n#define VW {vw}\n#define RM {rm}\n#define VN {vn}\n"
-    built = build(rt, defs + source("gemm"), "", name=f"gemm.cl ({ct}, {cfg})")
-    prg = _Kernels(built, ["gemm_rb", "gemm_gen"] if cfg is not None else ["gemm_gen"])
-    if cfg is not None:
-        prg.gemm_rb.set_scalar_arg_dtypes(
-            [np.int32] + [None] + [np.int64] * 4 + [None] + [np.int64] * 4 + [None]
-            + [np.int64] * 4)
-    prg.gemm_gen.set_scalar_arg_dtypes(
-        [np.int32] * 5 + [None] + [np.int64] * 4 + [None] + [np.int64] * 4 + [None]
-        + [np.int64] * 4)
-    return prg
-
-
-class _Kernels:
-    """Kernel objects retrieved once (each attribute access on a Program makes a new one)."""
-
-    def __init__(self, prg, names):
-        for n in names:
-            setattr(self, n, getattr(prg, n))
+        defs.update(VT=f"{ct}{vw}", VW=vw, RM=rm, VN=vn)
+        signatures["gemm_rb"] = _RB_ARGS
+    src = header(rt, (ct,), defs, what="matmul") + source("gemm")
+    return kernels(rt, src, signatures, name=f"gemm.cl ({ct}, {cfg})")
 
 
 def _tuning_file():
-    return cache_dir() / "gemm-tuning.json"
+    return kernel_cache_dir() / "gemm-tuning.json"
 
 
 def _device_key(rt):
@@ -73,47 +65,66 @@ def _device_key(rt):
 
 
 def config(rt, ct):
-    """The blocking for ``gemm_rb`` on this device and type, tuned on first use."""
-    forced = os.environ.get("LABKIT_GEMM_CONFIG")
+    """The blocking ``(RM, VN, VW)`` for ``gemm_rb`` on this device and type: forced by
+    ``LABKIT_GEMM_CONFIG``, else tuned on first use and kept in memory and on disk."""
+    forced = setting("LABKIT_GEMM_CONFIG")
     if forced:
-        return tuple(int(x) for x in forced.split(","))
+        return forced
     got = rt.tuned.get(("gemm", ct))
     if got:
         return got
-    path = _tuning_file()
-    key = f"{_device_key(rt)}|{ct}"
-    try:
-        stored = json.loads(path.read_text())
-    except (OSError, ValueError):
-        stored = {}
-    if key in stored:
-        cfg = tuple(stored[key]["config"])
-    else:
-        cfg, timings = tune(rt, ct)
-        stored[key] = {"config": list(cfg), "ms": timings}
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(stored, indent=1))
-            os.replace(tmp, path)
-        except OSError:
-            pass
-    rt.tuned[("gemm", ct)] = cfg
+    with rt.build_lock:  # NOTE: two threads that miss together tune once
+        got = rt.tuned.get(("gemm", ct))
+        if got:
+            return got
+        key = f"{_device_key(rt)}|{ct}"
+        cfg = _stored_blocking(_read_tuning().get(key))
+        if cfg is None:
+            cfg, timings = tune(rt, ct)
+            if timings:  # NOTE: a default chosen because every candidate failed stays in memory
+                stored = _read_tuning()  # re-read: another process may have added its device
+                stored[key] = {"config": list(cfg), "ms": timings}
+                try:
+                    atomic_write(_tuning_file(), json.dumps(stored, indent=1))
+                except OSError:
+                    pass  # a read-only cache dir only costs tuning time in the next process
+        rt.tuned[("gemm", ct)] = cfg
     return cfg
 
 
+def _read_tuning() -> dict:
+    try:
+        stored = json.loads(_tuning_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return stored if isinstance(stored, dict) else {}
+
+
+def _stored_blocking(entry):
+    """The blocking of a tuning-file entry, or None when there is none or it is not valid
+    (an entry edited by hand, or from another version: tuned again)."""
+    try:
+        return SETTINGS["LABKIT_GEMM_CONFIG"].parse(",".join(map(str, entry["config"])))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def tune(rt, ct, n=768):
-    """Time every candidate blocking on an n x n x n product; return the best and the times."""
-    from .api import asarray
+    """Time every candidate blocking on an n x n x n product; return the best and the times
+    (milliseconds by ``"RM,VN,VW"``). A candidate that the device cannot build or run (an
+    OpenCL error) is skipped; any other error propagates. With no candidate left, the
+    default blocking and empty timings come back, with a warning."""
+    import pyopencl as cl  # NOTE: here, not at the top: cpu-only sessions never import it
 
     dt = np.float32 if ct == "float" else np.float64
     rng = np.random.default_rng(0)
     a = asarray(rng.standard_normal((n, n)).astype(dt), device=rt)
     b = asarray(rng.standard_normal((n, n)).astype(dt), device=rt)
-    timings = {}
+    timings, failed = {}, {}
     for cfg in CANDIDATES[ct]:
         if (cfg[1] * cfg[2]) > n:
             continue
+        name = ",".join(map(str, cfg))
         try:
             best = float("inf")
             for _ in range(5):
@@ -122,10 +133,14 @@ def tune(rt, ct, n=768):
                 _matmul2(a, b, cfg=cfg)
                 rt.finish()
                 best = min(best, time.perf_counter() - t)
-            timings[",".join(map(str, cfg))] = round(best * 1e3, 3)
-        except Exception:  # noqa: BLE001 - a blocking the device cannot build is skipped
+        except (cl.Error, KernelBuildError) as e:
+            failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             continue
+        timings[name] = round(best * 1e3, 3)
     if not timings:
+        warnings.warn(f"matmul: no GEMM blocking could run on cl:{rt.info.index} "
+                      f"({rt.info.name}): {failed}; using {DEFAULT[ct]} in this process "
+                      "without caching it", RuntimeWarning, stacklevel=3)
         return DEFAULT[ct], timings
     best = min(timings, key=timings.get)
     return tuple(int(x) for x in best.split(",")), timings
@@ -145,9 +160,7 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None):
     if M == 0 or N == 0:
         return
     if K == 0:
-        from .api import _assign
-
-        _assign(C[0], 0)
+        assign(C[0], 0)
         return
     fast = ct in ("float", "double") and M * N * K >= _FAST_MIN_WORK
     done_m = done_n = 0
@@ -197,13 +210,11 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None):
 def _pack_panels(rt, dt, nb, K, ncols, B, panel):
     """Copy B's first ``ncols`` columns panel after panel: (nb, ncols/panel, K, panel), as a
     BLAS packs its panels, so that each work-item reads its panel sequentially."""
-    from .api import _assign
-
     b, b_o, sbk, sbn, sbb = B
     npan = ncols // panel
     packed = ndarray(rt, (nb, npan, K, panel), dt)
     src = b._view((nb, npan, K, panel), (sbb, panel * sbn, sbk, sbn), b_o)
-    _assign(packed, src)
+    assign(packed, src)
     return packed
 
 
@@ -222,8 +233,6 @@ def _batch_strides(x, batch_shape, op):
 def matmul(a, b, out=None):
     """NumPy's matmul: 1-D operands are promoted and the added axis removed; batch dims
     broadcast."""
-    from .api import result_type
-
     rt = same_device("matmul", (a, b))
     if not isinstance(a, ndarray) or not isinstance(b, ndarray):
         raise TypeError("matmul: both operands must be arrays (scalars: use multiply)")
@@ -263,9 +272,7 @@ def matmul(a, b, out=None):
     shape = batch + ((M,) if not va else ()) + ((N,) if not vb else ())
     res = c.reshape(shape)
     if out is not None:
-        from .api import _assign
-
-        _assign(out, res)
+        assign(out, res)
         return out
     return res
 

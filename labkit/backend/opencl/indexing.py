@@ -1,84 +1,101 @@
-"""Gather (take, advanced indexing), deterministic scatter-add (``add.at``), concatenate, stack,
-split. Kernels in kernels_cl/indexing.cl."""
+"""Indexing: basic indexing (views), advanced indexing (integer arrays on adjacent axes, or one
+boolean mask), take, a deterministic scatter-add (``add.at``), concatenate, stack, split.
+Kernels in kernels_cl/indexing.cl.
+
+Every index array is checked against the size of the axis it indexes before a kernel reads
+through it: host arrays on the host, device arrays by one reduction and one read back of its
+result. ``LABKIT_CHECK_INDICES=off`` skips the device check (the kernels clamp, so an index out
+of range then reads a wrong element, never memory outside the array).
+"""
 
 from __future__ import annotations
 
-import os
+import builtins
+import operator
 
 import numpy as np
 
-from ...errors import ShapeError
-from .ndarray import CTYPES, broadcast_shapes, ndarray, normalize_axis, same_device
-from .program import build, source
+from ...config import get as setting
+from ...errors import DeviceMismatchError, ShapeError
+from .core import add as _add
+from .core import (
+    asarray,
+    assign,
+    astype,
+    full,
+    greater_equal,
+    less,
+    logical_or,
+    multiply,
+    result_type,
+    where,
+)
+from .ndarray import CTYPES, ndarray, same_device
+from .program import header, kernels, source
+from .reduce import any as any_
+from .shapes import broadcast_shapes, normalize_axis, split_bounds
+
+_TAKE_ARGS = [np.int64] * 4 + [None, None, np.int64, None, np.int64]
+_SCATTER_ARGS = [np.int64] * 4 + [None, np.int64, None, np.int64, None, None]
 
 
 def _program(rt, dt, it):
-    return rt.cached(("indexing", dt, it), lambda: _make_program(rt, dt, it))
-
-
-def _make_program(rt, dt, it):
     ct, ci = CTYPES[np.dtype(dt)], CTYPES[np.dtype(it)]
-    head = ("#define LK_FP64\n" if ct == "double" else "") + f"#define T {ct}\n#define I {ci}\n"
-    from .gemm import _Kernels
-
-    prg = _Kernels(build(rt, head + source("common") + source("indexing"), "",
-                         name=f"indexing.cl ({ct}, {ci})"), ["take", "scatter_add"])
-    prg.take.set_scalar_arg_dtypes([np.int64] * 4 + [None, None, np.int64, None, np.int64])
-    prg.scatter_add.set_scalar_arg_dtypes(
-        [np.int64] * 4 + [None, np.int64, None, np.int64, None, None])
-    return prg
+    src = header(rt, (ct, ci), {"T": ct, "I": ci}, what="indexing") + source("common") + \
+        source("indexing")
+    return kernels(rt, src, {"take": _TAKE_ARGS, "scatter_add": _SCATTER_ARGS},
+                   name=f"indexing.cl ({ct}, {ci})")
 
 
-def _check_indices_enabled() -> bool:
-    return os.environ.get("LABKIT_CHECK_INDICES", "1") not in ("0", "false", "no")
+# ---- index arrays -------------------------------------------------------------------------------
+def _check_host(h: np.ndarray, size: int, axis: int, op: str) -> None:
+    if h.size and (h.min() < -size or h.max() >= size):
+        first = h[(h < -size) | (h >= size)].flat[0]
+        raise IndexError(f"{op}: index {first} is out of bounds for axis {axis} with size {size}")
 
 
-def _index_array(idx, rt, size, axis, op):
-    """Indices as a contiguous int64 device array, bounds-checked against ``size``."""
-    from .api import any as _any
-    from .api import asarray, greater_equal, less, logical_or
-
+def index_array(idx, rt, size: int, axis: int, op: str) -> ndarray:
+    """``idx`` as a contiguous int64 array on ``rt``, every entry checked to lie in
+    ``[-size, size)`` (``axis`` and ``op`` name the culprit in the error)."""
     if isinstance(idx, ndarray):
         if idx.dtype.kind not in "iu":
             raise IndexError(f"{op}: indices must be integers, got {idx.dtype}")
         if idx.rt is not rt:
-            from ...errors import DeviceMismatchError
-
             raise DeviceMismatchError(
                 f"{op}: the indices are on cl:{idx.rt.info.index} but the array on "
                 f"cl:{rt.info.index}; move them with .to('cl:{rt.info.index}')")
-        dev = idx if idx.dtype == np.int64 and idx.is_contiguous else idx.astype(np.int64)
-        if _check_indices_enabled() and dev.size:
-            bad = _any(logical_or(less(dev, -size), greater_equal(dev, size))).item()
-            if bad:
-                h = dev.get()
-                first = h[(h < -size) | (h >= size)].flat[0]
-                raise IndexError(f"{op}: index {first} is out of bounds for axis {axis} with "
-                                 f"size {size}")
+        dev = idx if idx.dtype == np.int64 and idx.is_contiguous else astype(idx, np.int64)
+        if dev.size and setting("LABKIT_CHECK_INDICES"):
+            if any_(logical_or(less(dev, -size), greater_equal(dev, size))).item():
+                _check_host(dev.get(), size, axis, op)
         return dev
     h = np.asarray(idx)
+    if h.dtype == object:
+        raise IndexError(f"{op}: invalid index {idx!r}")
     if h.dtype.kind == "b":
         raise IndexError(f"{op}: boolean indices are handled by getitem, not take")
     if h.size and h.dtype.kind not in "iu":
         raise IndexError(f"{op}: indices must be integers, got {h.dtype}")
     h = h.astype(np.int64)
-    if h.size and (h.min() < -size or h.max() >= size):
-        first = h[(h < -size) | (h >= size)].flat[0]
-        raise IndexError(f"{op}: index {first} is out of bounds for axis {axis} with size {size}")
+    _check_host(h, size, axis, op)
     return asarray(h, device=rt)
 
 
+# ---- take and scatter_add -----------------------------------------------------------------------
 def take(a, indices, axis=None):
     """NumPy's take: ``a.shape[:axis] + indices.shape + a.shape[axis+1:]``."""
     if axis is None:
         a, axis = a.reshape(-1), 0
     axis = normalize_axis(axis, a.ndim, "take")
+    return _take(a, index_array(indices, a.rt, a.shape[axis], axis, "take"), axis)
+
+
+def _take(a, idx, axis):
+    """take with ``idx`` already a checked int64 device array."""
     rt = a.rt
     A = a.shape[axis]
-    idx = _index_array(indices, rt, A, axis, "take")
     inner = int(np.prod(a.shape[axis + 1:], dtype=np.int64))
-    out_shape = a.shape[:axis] + idx.shape + a.shape[axis + 1:]
-    out = ndarray(rt, out_shape, a.dtype)
+    out = ndarray(rt, a.shape[:axis] + idx.shape + a.shape[axis + 1:], a.dtype)
     n = out.size
     if n == 0:
         return out
@@ -102,20 +119,18 @@ def scatter_add(out, indices, values, axis=0):
     """
     axis = normalize_axis(axis, out.ndim, "scatter_add")
     rt = out.rt
-    same_device("scatter_add", (out, values))
+    same_device("scatter_add", (out, values, *(
+        [indices] if isinstance(indices, ndarray) else [])))
     A = out.shape[axis]
     h = indices.get() if isinstance(indices, ndarray) else np.asarray(indices)
+    if h.size and h.dtype.kind not in "iu":
+        raise IndexError(f"scatter_add: indices must be integers, got {h.dtype}")
     h = h.astype(np.int64).reshape(-1)
-    if h.size and (h.min() < -A or h.max() >= A):
-        first = h[(h < -A) | (h >= A)][0]
-        raise IndexError(f"scatter_add: index {first} is out of bounds for axis {axis} with "
-                         f"size {A}")
+    _check_host(h, A, axis, "scatter_add")  # NOTE: always: the indices are on the host anyway
     h = np.where(h < 0, h + A, h)
     J = h.size
     want = out.shape[:axis] + (J,) + out.shape[axis + 1:]
     if not isinstance(values, ndarray):
-        from .api import full
-
         values = full(want, values, out.dtype, rt)
     values = values.reshape(out.shape[:axis] + tuple(np.shape(h)) + out.shape[axis + 1:]) \
         if values.shape != want and values.size == int(np.prod(want)) else values
@@ -127,8 +142,6 @@ def scatter_add(out, indices, values, axis=0):
         values = values.copy()
     if out.size == 0 or J == 0:
         return out
-    from .api import asarray
-
     perm = np.argsort(h, kind="stable")
     starts = np.searchsorted(h[perm], np.arange(A + 1)).astype(np.int64)
     target = out if out.is_contiguous else out.copy()
@@ -140,9 +153,7 @@ def scatter_add(out, indices, values, axis=0):
         prg.scatter_add(rt.queue, (-(-n // 256) * 256,), None, n, A, J, inner, target.data,
                         target.offset, values.data, values.offset, dperm.data, dstarts.data)
     if target is not out:
-        from .api import _assign
-
-        _assign(out, target)
+        assign(out, target)
     return out
 
 
@@ -174,9 +185,11 @@ class with_at:
         return f"<labkit.backend.opencl ufunc {self.__name__!r}>"
 
 
-def concatenate(arrays, axis=0):
-    from .api import _assign, result_type
+#: NumPy's add, with ``add.at(a, index, b)`` as a deterministic scatter-add
+add = with_at(_add)
 
+
+def concatenate(arrays, axis=0):
     arrays = list(arrays)
     if not arrays:
         raise ValueError("concatenate: need at least one array")
@@ -192,7 +205,7 @@ def concatenate(arrays, axis=0):
                 f"concatenate: array {i} has shape {x.shape} but array 0 has {first.shape}; "
                 f"all dimensions except axis {axis} must match")
     dt = result_type(*arrays)
-    total = sum(x.shape[axis] for x in arrays)
+    total = builtins.sum(x.shape[axis] for x in arrays)
     shape = first.shape[:axis] + (total,) + first.shape[axis + 1:]
     out = ndarray(rt, shape, dt)
     pos = 0
@@ -200,7 +213,7 @@ def concatenate(arrays, axis=0):
         n = x.shape[axis]
         if n:
             sl = (slice(None),) * axis + (slice(pos, pos + n),)
-            _assign(out[sl], x)
+            assign(basic_index(out, sl), x)
         pos += n
     return out
 
@@ -217,8 +230,6 @@ def stack(arrays, axis=0):
 
 
 def split(a, indices_or_sections, axis=0):
-    from .. import split_bounds
-
     axis = normalize_axis(axis, a.ndim, "split")
     n = a.shape[axis]
     bounds = split_bounds(n, indices_or_sections, axis)
@@ -227,8 +238,77 @@ def split(a, indices_or_sections, axis=0):
     return [a[pre + (slice(s, e),)] for s, e in zip(edges[:-1], edges[1:])]
 
 
+# ---- getitem and setitem ----------------------------------------------------------------------
+def _is_advanced(k) -> bool:
+    return isinstance(k, (ndarray, np.ndarray, list)) and not (
+        isinstance(k, np.ndarray) and k.ndim == 0)
+
+
+def basic_index(a: ndarray, key: tuple):
+    """The view that ints, slices, None and Ellipsis in ``key`` select (no copy)."""
+    nindexed = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
+    if builtins.sum(1 for k in key if k is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if nindexed > a.ndim:
+        raise IndexError(f"too many indices for array: array is {a.ndim}-dimensional, but "
+                         f"{nindexed} were indexed")
+    shape, st, off = [], [], a.offset
+    dim = 0
+    for k in key:
+        if k is Ellipsis:
+            for _ in range(a.ndim - nindexed):
+                shape.append(a.shape[dim])
+                st.append(a._st[dim])
+                dim += 1
+        elif k is None:
+            shape.append(1)
+            st.append(0)
+        elif isinstance(k, slice):
+            start, stop, step = k.indices(a.shape[dim])
+            n = len(range(start, stop, step))
+            shape.append(n)
+            st.append(a._st[dim] * step)
+            if n:
+                off += start * a._st[dim]
+            dim += 1
+        else:
+            try:
+                i = operator.index(k)
+            except TypeError:
+                raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and integer "
+                                 f"or boolean arrays are valid indices, got {k!r}") from None
+            d = a.shape[dim]
+            if not -d <= i < d:
+                raise IndexError(f"index {i} is out of bounds for axis {dim} with size {d}")
+            off += (i % d) * a._st[dim]
+            dim += 1
+    for k in range(dim, a.ndim):
+        shape.append(a.shape[k])
+        st.append(a._st[k])
+    return a._view(tuple(shape), tuple(st), off)
+
+
+def getitem(a: ndarray, key):
+    if not isinstance(key, tuple):
+        key = (key,)
+    adv = [i for i, k in enumerate(key) if _is_advanced(k)]
+    if not adv:
+        return basic_index(a, key)
+    return advanced_getitem(a, key, adv)
+
+
+def setitem(a: ndarray, key, value) -> None:
+    if not isinstance(key, tuple):
+        key = (key,)
+    adv = [i for i, k in enumerate(key) if _is_advanced(k)]
+    if not adv:
+        assign(basic_index(a, key), value)
+        return
+    advanced_setitem(a, key, adv, value)
+
+
 # ---- advanced indexing ------------------------------------------------------------------------
-def _as_index(k, rt):
+def _as_index(k):
     if isinstance(k, ndarray):
         return k
     h = np.asarray(k)
@@ -238,66 +318,54 @@ def _as_index(k, rt):
 
 
 def advanced_getitem(a, key, adv):
-    """One boolean mask, or integer arrays on adjacent axes (NumPy's result layout)."""
-    from .api import _basic_index
-
-    rt = a.rt
-    ks = [_as_index(key[i], rt) for i in adv]
+    """One boolean mask, or integer arrays on adjacent axes (NumPy's result layout). Each
+    integer array, on the device or the host, is checked against the axis it indexes."""
+    ks = [_as_index(key[i]) for i in adv]
     if len(adv) == 1 and ks[0].dtype == np.bool_:
         return _mask_getitem(a, key, adv[0], ks[0])
-    if any(k.dtype == np.bool_ for k in ks):
+    if builtins.any(k.dtype == np.bool_ for k in ks):
         raise NotImplementedError("indexing with a boolean mask together with other arrays; "
                                   "index with the mask alone, or use nonzero(mask)")
     if adv != list(range(adv[0], adv[0] + len(adv))):
         raise NotImplementedError("integer-array indices on non-adjacent axes; index one axis "
                                   "at a time, or use take")
-    if any(k is Ellipsis for k in key):
+    if builtins.any(k is Ellipsis for k in key):
         raise NotImplementedError("integer-array indexing together with '...'; spell out the "
                                   "slices")
     # basic indexing first, keeping the advanced axes whole
     basic = tuple(slice(None) if i in adv else k for i, k in enumerate(key))
-    pre = [k for k in key[:adv[0]]]
-    # axis position of the first advanced index in the basic-indexed view
-    pos = sum(1 if (k is None or isinstance(k, slice)) else 0 for k in pre)
-    v = _basic_index(a, basic)
+    pre = key[:adv[0]]
+    pos = builtins.sum(1 for k in pre if k is None or isinstance(k, slice))  # in the view
+    axis0 = builtins.sum(1 for k in pre if k is not None)  # in `a`, for the error message
+    v = basic_index(a, basic)
     if v.ndim < pos + len(adv):
         raise IndexError(f"too many indices for array of shape {a.shape}")
-    if len(ks) == 1:
-        return take(v, ks[0], axis=pos)
     dims = v.shape[pos:pos + len(adv)]
-    # combine the index arrays into one flat index over the merged axes
-    shp = broadcast_shapes(*(k.shape for k in ks), op="indexing")
-    from .api import add, asarray, multiply
-
+    idx = [index_array(k, a.rt, d, axis0 + j, "getitem")
+           for j, (k, d) in enumerate(zip(ks, dims))]
+    if len(idx) == 1:
+        return _take(v, idx[0], pos)
+    # one flat index over the merged axes, negatives wrapped per axis
+    shp = broadcast_shapes(*(k.shape for k in idx), op="indexing")
     flat = None
-    for k, d in zip(ks, dims):
-        if isinstance(k, ndarray):
-            k = k.astype(np.int64)
-            kk = add(k, multiply(k < 0, d))  # wrap negatives per axis
-        else:
-            h = np.asarray(k, dtype=np.int64)
-            if h.size and (h.min() < -d or h.max() >= d):
-                first = h[(h < -d) | (h >= d)].flat[0]
-                raise IndexError(f"index {first} is out of bounds for size {d}")
-            kk = asarray(np.where(h < 0, h + d, h), device=rt)
-        flat = kk if flat is None else add(multiply(flat, d), kk)
+    for k, d in zip(idx, dims):
+        k = _add(k, multiply(less(k, 0), d))
+        flat = k if flat is None else _add(multiply(flat, d), k)
     flat = flat.broadcast_to(shp).copy() if flat.shape != shp else flat
-    merged_shape = v.shape[:pos] + (int(np.prod(dims)),) + v.shape[pos + len(adv):]
-    vv = v.reshape(merged_shape)
-    return take(vv, flat, axis=pos)
+    merged = v.reshape(v.shape[:pos] + (int(np.prod(dims)),) + v.shape[pos + len(adv):])
+    return _take(merged, flat, pos)
 
 
 def _mask_getitem(a, key, i, mask):
-    from .api import _basic_index
-
     if isinstance(mask, ndarray):
         mask = mask.get()
+
     def whole(k):
         return k is Ellipsis or (isinstance(k, slice) and k == slice(None))
 
-    if i != 0 or not all(whole(k) for k in key[1:]):
-        v = _basic_index(a, tuple(slice(None) if j == i else k for j, k in enumerate(key)))
-        pos = sum(1 for k in key[:i] if k is None or isinstance(k, slice))
+    if i != 0 or not builtins.all(whole(k) for k in key[1:]):
+        v = basic_index(a, tuple(slice(None) if j == i else k for j, k in enumerate(key)))
+        pos = builtins.sum(1 for k in key[:i] if k is None or isinstance(k, slice))
     else:
         v, pos = a, 0
     md = mask.ndim
@@ -305,24 +373,29 @@ def _mask_getitem(a, key, i, mask):
         raise IndexError(f"boolean index of shape {mask.shape} does not match the indexed "
                          f"dimensions {v.shape[pos:pos + md]} of an array of shape {a.shape}")
     merged = v.reshape(v.shape[:pos] + (-1,) + v.shape[pos + md:])
-    return take(merged, np.flatnonzero(mask), axis=pos)
+    return _take(merged, asarray(np.flatnonzero(mask), device=a.rt), pos)
 
 
 def advanced_setitem(a, key, adv, value):
-    from .api import _assign, where
-
+    """``a[mask] = value`` for a boolean mask of ``a``'s shape (the one form supported)."""
     if len(adv) == 1 and len(key) == 1:
-        k = _as_index(key[0], a.rt)
-        if k.dtype == np.bool_ and k.shape == a.shape:
-            m = k if isinstance(k, ndarray) else np.asarray(k)
-            from .api import asarray
-
-            md = m if isinstance(m, ndarray) else asarray(m, device=a.rt)
+        k = _as_index(key[0])
+        if k.dtype == np.bool_:
+            if k.shape != a.shape[:k.ndim]:
+                raise IndexError(f"setitem: boolean index of shape {k.shape} does not match "
+                                 f"the indexed dimensions {a.shape[:k.ndim]} of an array of "
+                                 f"shape {a.shape}")
+            if k.shape != a.shape:
+                raise NotImplementedError(
+                    f"a[mask] = value with a mask of shape {k.shape} on an array of shape "
+                    f"{a.shape}: only a mask of the array's shape is supported; broadcast the "
+                    "mask, e.g. a[mask[:, None] & (a == a)] = value, or use where()")
             if isinstance(value, ndarray) and value.shape not in ((), (1,)):
                 raise NotImplementedError(
                     "a[mask] = array: only a scalar (or a full-shape array through "
                     "where(mask, values, a)) can be assigned through a mask")
-            _assign(a, where(md, value, a))
+            md = k if isinstance(k, ndarray) else asarray(k, device=a.rt)
+            assign(a, where(md, value, a))
             return
     raise NotImplementedError(
         "assignment through integer arrays is not supported on OpenCL arrays; use "

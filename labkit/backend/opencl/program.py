@@ -1,22 +1,23 @@
 """Kernel sources and builds: each program is built once per (device, source, options).
 
 Builds are cached in memory (per device) and on disk as device binaries under
-``$LABKIT_CACHE_DIR`` (default: the user cache dir, e.g. ``~/.cache/labkit/kernels``).
-Set ``LABKIT_KERNEL_CACHE=0`` to disable the disk cache; delete the folder, or run
-``labkit doctor --clear-cache``, to clear it.
+``config.kernel_cache_dir()`` (``$LABKIT_CACHE_DIR/kernels``, default the user cache dir).
+``LABKIT_KERNEL_CACHE=off`` disables the disk cache; ``labkit doctor --clear-cache`` clears it.
+
+Every kernel source starts with :func:`header` (the one place that enables fp64) and every
+kernel object comes from :func:`kernels` (retrieved once, typed once, cached per device).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
+from ... import config
+from ..._fs import atomic_write
 from ...errors import KernelBuildError
-from .context import Runtime, env_flag
+from .context import Runtime, no_fp64_error
 
 
 @functools.lru_cache(maxsize=1)
@@ -38,19 +39,18 @@ def source(name: str) -> str:
     return (kernels_dir() / f"{name}.cl").read_text()
 
 
-def cache_dir() -> Path:
-    d = os.environ.get("LABKIT_CACHE_DIR")
-    if d:
-        return Path(d) / "kernels"
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("labkit")) / "kernels"
-
-
-def clear_disk_cache() -> Path:
-    d = cache_dir()
-    shutil.rmtree(d, ignore_errors=True)
-    return d
+def header(rt: Runtime, ctypes=(), defines=None, *, what: str = "kernel") -> str:
+    """The first lines of every kernel source: the fp64 pragma when one of ``ctypes`` (OpenCL
+    type names) is ``double``, then ``#define K V`` for each of
+    ``defines``. ``double`` on a device without fp64 is a DTypeError naming ``what``, so no
+    kernel reaches the compiler with a type the device lacks."""
+    lines = []
+    if "double" in ctypes:
+        if not rt.info.fp64:
+            raise no_fp64_error(rt.info, what)
+        lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+    lines += [f"#define {k} {v}" for k, v in (defines or {}).items()]
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def _key(rt: Runtime, src: str, options: str) -> str:
@@ -73,15 +73,13 @@ def build(rt: Runtime, src: str, options: str = "", *, name: str = "<generated>"
 def _build(rt: Runtime, src: str, options: str, name: str):
     import pyopencl as cl
 
-    key = _key(rt, src, options)
-
-    use_disk = env_flag("LABKIT_KERNEL_CACHE", True)
-    path = cache_dir() / f"{key}.bin"
+    use_disk = config.get("LABKIT_KERNEL_CACHE")
+    path = config.kernel_cache_dir() / f"{_key(rt, src, options)}.bin"
     prg = None
     if use_disk and path.is_file():
         try:
-            binary = path.read_bytes()
-            prg = cl.Program(rt.context, [rt.cl_device], [binary]).build(options=options)
+            prg = cl.Program(rt.context, [rt.cl_device], [path.read_bytes()]).build(
+                options=options)
         except (cl.Error, OSError):
             prg = None  # a stale or damaged binary: rebuild from source below
     if prg is None:
@@ -100,12 +98,28 @@ def _build(rt: Runtime, src: str, options: str, name: str):
 
 
 def _store(path: Path, binary: bytes) -> None:
-    # NOTE: written to a temp file and renamed, so a crash never leaves a half binary behind.
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(binary)
-        os.replace(tmp, path)
+        atomic_write(path, binary)
     except OSError:
         pass  # a read-only cache dir only costs rebuild time
+
+
+class Kernels:
+    """The kernel objects of one program, each retrieved once and given its argument types.
+
+    NOTE: every attribute access on a pyopencl Program makes a new kernel object (and warns
+    after the first), and ``set_scalar_arg_dtypes`` is worth doing once: hence this holder.
+    """
+
+    def __init__(self, program, signatures: dict):
+        for kname, arg_types in signatures.items():
+            k = getattr(program, kname)
+            k.set_scalar_arg_dtypes(arg_types)
+            setattr(self, kname, k)
+
+
+def kernels(rt: Runtime, src: str, signatures: dict, *, name: str, options: str = ""):
+    """The kernels named in ``signatures`` (name -> argument dtypes, None for buffers) of
+    ``src`` built for ``rt``: built, retrieved and typed once per device, then one lookup."""
+    key = ("kernels", src, options, tuple(signatures))
+    return rt.cached(key, lambda: Kernels(build(rt, src, options, name=name), signatures))

@@ -9,11 +9,10 @@ from string import Template
 import numpy as np
 
 from ...errors import ShapeError
-from .ndarray import CTYPES, check_dtype, ndarray, normalize_axis
-from .program import build, source
-
-_INT_MAX = 2**31 - 1
-_IDX_NP = {"int": np.int32, "long": np.int64}
+from .core import add, exp, full, isfinite, log, sqrt, square, subtract, true_divide, where
+from .ndarray import CTYPES, IDX_NP, check_dtype, index_ctype, ndarray
+from .program import header, kernels, source
+from .shapes import collapse_dims, normalize_axis
 
 _INT_LIMITS = {"char": ("CHAR_MIN", "CHAR_MAX"), "uchar": ("0", "UCHAR_MAX"),
                "short": ("SHRT_MIN", "SHRT_MAX"), "ushort": ("0", "USHRT_MAX"),
@@ -32,17 +31,8 @@ def _axes(a: ndarray, axis, op: str) -> tuple:
 
 
 def _collapse(dims, st):
-    dims, st = list(dims), list(st)
-    keep = [i for i, d in enumerate(dims) if d != 1]
-    dims, st = [dims[i] for i in keep], [st[i] for i in keep]
-    k = len(dims) - 1
-    while k > 0:
-        if st[k - 1] == st[k] * dims[k]:
-            dims[k - 1] *= dims[k]
-            st[k - 1] = st[k]
-            del dims[k], st[k]
-        k -= 1
-    return dims or [1], st or [0]
+    shape, (strides,) = collapse_dims(dims, [st])
+    return shape, strides
 
 
 def _offset_code(var, idx_var, tag, dims, st, params, args, idx):
@@ -53,7 +43,7 @@ def _offset_code(var, idx_var, tag, dims, st, params, args, idx):
         iv = f"{tag}{j}"
         if j:
             params.append(f", const IDX {tag}d{j}")
-            args.append((_IDX_NP[idx], dims[j]))
+            args.append((IDX_NP[idx], dims[j]))
             lines.append(f"    const IDX {iv} = {idx_var} % {tag}d{j}; {idx_var} /= {tag}d{j};")
         else:
             lines.append(f"    const IDX {iv} = {idx_var};")
@@ -61,7 +51,7 @@ def _offset_code(var, idx_var, tag, dims, st, params, args, idx):
             terms.append(iv)
         elif st[j] != 0:
             params.append(f", const IDX {tag}s{j}")
-            args.append((_IDX_NP[idx], st[j]))
+            args.append((IDX_NP[idx], st[j]))
             terms.append(f"{iv}*{tag}s{j}")
     lines.append(f"    const IDX {var} = {' + '.join(terms) or '0'};")
     return "\n".join("    " + ln for ln in lines)
@@ -85,8 +75,6 @@ def _reduce(op: str, a: ndarray, axis, keepdims: bool, *, acc_dt, out_dt, map_="
     if out.size == 0:
         return out.reshape(full_shape) if keepdims else out
     if n_red == 0:
-        from .api import full
-
         out = full(out_shape, neutral_value(neutral), out_dt, rt)
         return out.reshape(full_shape) if keepdims else out
     outer = _collapse([a.shape[i] for i in kept], [a._st[i] for i in kept])
@@ -122,8 +110,7 @@ def _run(op, a, out, n_out, n_red, n_seg, outer, inner, acc_dt, map_, combine, n
     rt = a.rt
     od, os_ = outer_override if outer_override else outer
     idd, ist = inner_override if inner_override else inner
-    wide = a._nbuf > _INT_MAX or out._nbuf > _INT_MAX
-    idx = "long" if wide else "int"
+    idx = index_ctype(a, out)
     key = ("reduce", op, a.dtype, out.dtype, acc_dt, tuple(od), tuple(os_), tuple(idd),
            tuple(ist), use_wi, idx, n_seg > 1, ls)
     plan = rt.kernels.get(key)
@@ -151,17 +138,13 @@ def _plan(rt, op, a, out, od, os_, idd, ist, idx, acc_dt, map_, combine, neutral
         defs["BETTER(x,b)"] = better
     else:
         defs["COMBINE(a,b)"] = combine
-    fp64 = "double" in (defs["IN"], ct_acc, defs["OUT"])
-    head = ("#define LK_FP64\n" if fp64 else "") + "".join(
-        f"#define {k} {v}\n" for k, v in defs.items())
-    src = head + source("common") + Template(source("reduce")).substitute(
-        name=name, params="".join(params), outer=outer_code, inner=inner_code)
+    src = header(rt, (defs["IN"], ct_acc, defs["OUT"]), defs, what=op) + source("common") + \
+        Template(source("reduce")).substitute(name=name, params="".join(params),
+                                              outer=outer_code, inner=inner_code)
     kname = f"{name}_wi" if use_wi else f"{name}_wg"
-    kernel = rt.cached(("reduce-kernel", src, kname), lambda: getattr(
-        build(rt, src, "", name=f"reduce.cl:{name}"), kname))
-    it = _IDX_NP[idx]
-    head = [it, it] + ([] if use_wi else [it]) + [None, it, None, it]
-    kernel.set_scalar_arg_dtypes(head + [t for t, _ in args])
+    it = IDX_NP[idx]
+    arg_types = [it, it] + ([] if use_wi else [it]) + [None, it, None, it] + [t for t, _ in args]
+    kernel = getattr(kernels(rt, src, {kname: arg_types}, name=f"reduce.cl:{name}"), kname)
     return kernel, tuple(v for _, v in args)
 
 
@@ -217,14 +200,10 @@ def mean(a, axis=None, dtype=None, keepdims=False):
         n *= a.shape[i]
     s = _reduce("sum", a, axis, keepdims, acc_dt=dt, out_dt=dt, combine="((a) + (b))",
                 neutral="0")
-    from .api import true_divide
-
     return true_divide(s, dt.type(n) if n else dt.type(np.nan))
 
 
 def var(a, axis=None, ddof=0, keepdims=False, dtype=None):
-    from .api import square, subtract, true_divide
-
     m = mean(a, axis=axis, dtype=dtype, keepdims=True)
     d = square(subtract(a.astype(m.dtype, copy=False), m))
     axes = _axes(a, axis, "var")
@@ -236,8 +215,6 @@ def var(a, axis=None, ddof=0, keepdims=False, dtype=None):
 
 
 def std(a, axis=None, ddof=0, keepdims=False, dtype=None):
-    from .api import sqrt
-
     return sqrt(var(a, axis=axis, ddof=ddof, keepdims=keepdims, dtype=dtype))
 
 
@@ -293,8 +270,6 @@ def all(a, axis=None, keepdims=False):  # noqa: A001
 
 def logsumexp(a, axis=None, keepdims=False):
     """log(sum(exp(a))) computed stably (max subtracted first)."""
-    from .api import add, exp, isfinite, log, subtract, where
-
     m = max(a, axis=axis, keepdims=True)
     m = where(isfinite(m), m, 0)
     s = sum(exp(subtract(a, m)), axis=axis, keepdims=True)

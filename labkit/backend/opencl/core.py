@@ -1,0 +1,343 @@
+"""The elementwise core of labkit's OpenCL namespace: array creation, NumPy's elementwise
+operations with broadcasting and dtype promotion, ``where``, ``copy``, ``astype`` and
+assignment. The reductions, GEMM and indexing modules build on this one (and import it at the
+top); ``api.py`` re-exports the public names.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from ... import config
+from ...errors import DeviceMismatchError, DTypeError, ShapeError
+from .context import Runtime, cl_index, runtime
+from .elementwise import launch
+from .ndarray import CTYPES, check_dtype, ndarray, same_device
+from .shapes import broadcast_shapes, broadcast_strides
+
+
+def resolve(device) -> Runtime:
+    """The Runtime ``device`` names: None (the default device, ``LABKIT_DEVICE``, when it is
+    an OpenCL one, else cl:0), ``"cl"``, ``"cl:N"``, a Device (by its name) or a Runtime."""
+    if isinstance(device, Runtime):
+        return device
+    if device is None:
+        spec = config.get("LABKIT_DEVICE")
+        return runtime(0 if spec == "cpu" else cl_index(spec))
+    return runtime(cl_index(str(device)))
+
+
+# ---- creation ---------------------------------------------------------------------------------
+def empty(shape, dtype=np.float32, device=None) -> ndarray:
+    rt = resolve(device)
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+    if builtins.any(d < 0 for d in shape):
+        raise ShapeError(f"empty: negative dimensions are not allowed, got shape {shape}")
+    return ndarray(rt, shape, check_dtype(dtype, rt, "empty"))
+
+
+def full(shape, fill_value, dtype=None, device=None) -> ndarray:
+    if dtype is None:
+        dtype = np.result_type(fill_value)
+    out = empty(shape, dtype, device)
+    return launch("fill", "v0", out, [fill_value], (CTYPES[out.dtype],))
+
+
+def zeros(shape, dtype=np.float32, device=None) -> ndarray:
+    return full(shape, 0, dtype, device)
+
+
+def ones(shape, dtype=np.float32, device=None) -> ndarray:
+    return full(shape, 1, dtype, device)
+
+
+def empty_like(a, dtype=None) -> ndarray:
+    return empty(a.shape, a.dtype if dtype is None else dtype, a.rt)
+
+
+def zeros_like(a, dtype=None) -> ndarray:
+    return zeros(a.shape, a.dtype if dtype is None else dtype, a.rt)
+
+
+def ones_like(a, dtype=None) -> ndarray:
+    return ones(a.shape, a.dtype if dtype is None else dtype, a.rt)
+
+
+def full_like(a, fill_value, dtype=None) -> ndarray:
+    return full(a.shape, fill_value, a.dtype if dtype is None else dtype, a.rt)
+
+
+def asarray(obj, dtype=None, device=None) -> ndarray:
+    """An OpenCL array from a NumPy array, a list, a scalar or another OpenCL array."""
+    import pyopencl as cl  # NOTE: not at the top: cpu-only sessions never pay its import
+
+    if isinstance(obj, ndarray):
+        rt = obj.rt if device is None else resolve(device)
+        if rt is not obj.rt:
+            obj = obj.get()
+        else:
+            return obj if dtype is None or np.dtype(dtype) == obj.dtype else astype(obj, dtype)
+    rt = resolve(device)
+    host = np.asarray(obj, dtype=dtype)
+    check_dtype(host.dtype, rt, "asarray")
+    if not host.flags.c_contiguous:
+        host = host.copy(order="C")  # NOTE: np.ascontiguousarray would make 0-d arrays 1-d
+    out = ndarray(rt, host.shape, host.dtype)
+    if host.size:
+        cl.enqueue_copy(rt.queue, out.data, host, is_blocking=True)
+    return out
+
+
+array = asarray
+
+
+def ascontiguousarray(a) -> ndarray:
+    return a if a.is_contiguous else copy(a)
+
+
+def arange(start, stop=None, step=1, dtype=None, device=None) -> ndarray:
+    # NOTE: computed by NumPy and uploaded, so values match NumPy's bit for bit.
+    return asarray(np.arange(start, stop, step, dtype=dtype), device=device)
+
+
+def linspace(start, stop, num=50, dtype=np.float32, device=None) -> ndarray:
+    return asarray(np.linspace(start, stop, num, dtype=dtype), device=device)
+
+
+def eye(n, m=None, dtype=np.float32, device=None) -> ndarray:
+    return asarray(np.eye(n, m, dtype=dtype), device=device)
+
+
+def asnumpy(a):
+    return a.get() if isinstance(a, ndarray) else np.asarray(a)
+
+
+# ---- elementwise ops --------------------------------------------------------------------------
+def _is_float(dt) -> bool:
+    return dt.kind == "f"
+
+
+def _operand(x):
+    """Arrays stay; NumPy 0-d arrays and scalars become scalars (weakly typed if Python's)."""
+    if isinstance(x, ndarray):
+        return x
+    if isinstance(x, np.ndarray):
+        if x.ndim == 0:
+            return x[()]
+        return x  # same_device() reports it
+    if isinstance(x, (bool, int, float, np.generic)):
+        return x
+    if isinstance(x, (list, tuple)):
+        raise TypeError("a list or tuple cannot be an operand of an OpenCL array op; convert "
+                        "it with labkit.backend.opencl.asarray(...)")
+    raise TypeError(f"unsupported operand of type {type(x).__name__}")
+
+
+def _float_of(dt):
+    # NumPy turns integers into float64 for transcendental ops (bools and small ints into
+    # float16, which OpenCL lacks; labkit uses float32 there).
+    if dt.kind == "f":
+        return dt
+    return np.dtype(np.float64) if dt.itemsize >= 4 and dt.kind != "b" else np.dtype(np.float32)
+
+
+def _prepare_out(op, out, shape, dt, rt):
+    if out is None:
+        return ndarray(rt, shape, check_dtype(dt, rt, op))
+    if not isinstance(out, ndarray):
+        raise TypeError(f"{op}: out must be an OpenCL ndarray, got {type(out).__name__}")
+    if out.shape != shape:
+        raise ShapeError(f"{op}: out has shape {out.shape} but the result has shape {shape}")
+    if out.rt is not rt:
+        raise DeviceMismatchError(f"{op}: out is on cl:{out.rt.info.index}, the inputs on "
+                                  f"cl:{rt.info.index}")
+    return out
+
+
+def _elementwise(op, exprs, xs, kind="same", out=None):
+    """``exprs``: {"f": float expression, "i": integer/bool expression} over v0, v1, ...
+
+    ``kind``: "same" (result in the promoted dtype), "float" (ints promoted to float),
+    "bool" (comparisons, compute in the promoted dtype), "bitwise" (integers only).
+    """
+    xs = [_operand(x) for x in xs]
+    rt = same_device(op, xs)
+    cdt = result_type(*xs)
+    if kind == "float":
+        cdt = _float_of(cdt)
+    elif kind == "divide" and cdt.kind != "f":
+        cdt = np.dtype(np.float64)  # NumPy: true division of integers or bools is float64
+    elif kind == "bitwise" and cdt.kind not in "iub":
+        raise DTypeError(f"{op}: needs integer or bool arrays, got {cdt}")
+    check_dtype(cdt, rt, op)
+    odt = np.dtype(np.bool_) if kind == "bool" else cdt
+    expr = exprs["f"] if _is_float(cdt) else exprs.get("i", exprs["f"])
+    if expr is None:
+        raise DTypeError(f"{op}: not defined for {cdt} arrays; use a float dtype")
+    shape = broadcast_shapes(*(x.shape for x in xs if isinstance(x, ndarray)), op=op)
+    o = _prepare_out(op, out, shape, odt, rt)
+    ct = CTYPES[cdt]
+    return launch(op, expr, o, xs, (ct,) * len(xs))
+
+
+def _binary(name, f_expr, i_expr=None, kind="same"):
+    exprs = {"f": f_expr, "i": i_expr if i_expr is not None else f_expr}
+
+    def op(a, b, out=None):
+        return _elementwise(name, exprs, (a, b), kind, out)
+
+    op.__name__ = name
+    op.__doc__ = f"Elementwise ``{name}`` with NumPy broadcasting and dtype promotion."
+    return op
+
+
+def _unary(name, f_expr, i_expr=None, kind="same"):
+    exprs = {"f": f_expr, "i": i_expr if i_expr is not None else f_expr}
+
+    def op(a, out=None):
+        return _elementwise(name, exprs, (a,), kind, out)
+
+    op.__name__ = name
+    op.__doc__ = f"Elementwise ``{name}``."
+    return op
+
+
+add = _binary("add", "(v0 + v1)")
+subtract = _binary("subtract", "(v0 - v1)")
+multiply = _binary("multiply", "(v0 * v1)")
+true_divide = _binary("true_divide", "(v0 / v1)", kind="divide")
+divide = true_divide
+floor_divide = _binary("floor_divide", "floor(v0 / v1)", "lk_floordiv(v0, v1)")
+mod = _binary("mod", "(v0 - floor(v0 / v1) * v1)", "lk_mod(v0, v1)")
+remainder = mod
+power = _binary("power", "pow(v0, v1)", "lk_powi(v0, v1)")
+maximum = _binary("maximum", "LK_FMAX(v0, v1)", "LK_IMAX(v0, v1)")
+minimum = _binary("minimum", "LK_FMIN(v0, v1)", "LK_IMIN(v0, v1)")
+arctan2 = _binary("arctan2", "atan2(v0, v1)", kind="float")
+equal = _binary("equal", "(v0 == v1)", kind="bool")
+not_equal = _binary("not_equal", "(v0 != v1)", kind="bool")
+less = _binary("less", "(v0 < v1)", kind="bool")
+less_equal = _binary("less_equal", "(v0 <= v1)", kind="bool")
+greater = _binary("greater", "(v0 > v1)", kind="bool")
+greater_equal = _binary("greater_equal", "(v0 >= v1)", kind="bool")
+logical_and = _binary("logical_and", "((v0 != 0) && (v1 != 0))", kind="bool")
+logical_or = _binary("logical_or", "((v0 != 0) || (v1 != 0))", kind="bool")
+logical_xor = _binary("logical_xor", "((v0 != 0) != (v1 != 0))", kind="bool")
+bitwise_and = _binary("bitwise_and", None, "(v0 & v1)", kind="bitwise")
+bitwise_or = _binary("bitwise_or", None, "(v0 | v1)", kind="bitwise")
+bitwise_xor = _binary("bitwise_xor", None, "(v0 ^ v1)", kind="bitwise")
+
+negative = _unary("negative", "(-v0)")
+absolute = _unary("absolute", "fabs(v0)", "((v0) < 0 ? -(v0) : (v0))")
+abs = absolute  # noqa: A001 - NumPy's name
+sign = _unary("sign", "(isnan(v0) ? v0 : (((v0) > 0) - ((v0) < 0)))", "(((v0) > 0) - ((v0) < 0))")
+square = _unary("square", "(v0 * v0)")
+reciprocal = _unary("reciprocal", "(1 / v0)")
+exp = _unary("exp", "exp(v0)", kind="float")
+expm1 = _unary("expm1", "expm1(v0)", kind="float")
+log = _unary("log", "log(v0)", kind="float")
+log1p = _unary("log1p", "log1p(v0)", kind="float")
+log2 = _unary("log2", "log2(v0)", kind="float")
+sqrt = _unary("sqrt", "sqrt(v0)", kind="float")
+tanh = _unary("tanh", "tanh(v0)", kind="float")
+sin = _unary("sin", "sin(v0)", kind="float")
+cos = _unary("cos", "cos(v0)", kind="float")
+tan = _unary("tan", "tan(v0)", kind="float")
+arctan = _unary("arctan", "atan(v0)", kind="float")
+erf = _unary("erf", "erf(v0)", kind="float")
+floor = _unary("floor", "floor(v0)", "v0")
+ceil = _unary("ceil", "ceil(v0)", "v0")
+trunc = _unary("trunc", "trunc(v0)", "v0")
+rint = _unary("rint", "rint(v0)", "v0")
+isnan = _unary("isnan", "isnan(v0)", "0", kind="bool")
+isinf = _unary("isinf", "isinf(v0)", "0", kind="bool")
+isfinite = _unary("isfinite", "isfinite(v0)", "1", kind="bool")
+logical_not = _unary("logical_not", "(v0 == 0)", kind="bool")
+
+
+def invert(a, out=None):
+    if isinstance(a, ndarray) and a.dtype == np.bool_:
+        return logical_not(a, out=out)
+    return _elementwise("invert", {"f": None, "i": "(~v0)"}, (a,), "bitwise", out)
+
+
+def sigmoid(a, out=None):
+    """Numerically stable logistic function (not in NumPy; provided for both namespaces)."""
+    expr = "(v0 >= 0 ? 1 / (1 + exp(-v0)) : exp(v0) / (1 + exp(v0)))"
+    return _elementwise("sigmoid", {"f": expr}, (a,), "float", out)
+
+
+def where(cond, a=None, b=None):
+    """``where(cond, a, b)`` elementwise; ``where(cond)`` is ``nonzero(cond)``."""
+    if a is None and b is None:
+        return nonzero(cond)
+    xs = [_operand(x) for x in (cond, a, b)]
+    rt = same_device("where", xs)
+    if not isinstance(xs[0], ndarray):
+        xs[0] = asarray(bool(xs[0]), device=rt)
+    dt = result_type(*xs[1:])
+    check_dtype(dt, rt, "where")
+    shape = broadcast_shapes(*(x.shape for x in xs if isinstance(x, ndarray)), op="where")
+    out = ndarray(rt, shape, dt)
+    ct = CTYPES[dt]
+    cct = CTYPES[xs[0].dtype]
+    return launch("where", "((v0 != 0) ? v1 : v2)", out, xs, (cct, ct, ct))
+
+
+def clip(a, a_min=None, a_max=None, out=None):
+    if a_min is None and a_max is None:
+        raise ValueError("clip: give a_min, a_max or both")
+    r = a
+    if a_min is not None:
+        r = maximum(r, a_min, out=out if a_max is None else None)
+    if a_max is not None:
+        r = minimum(r, a_max, out=out)
+    return r
+
+
+def copy(a) -> ndarray:
+    out = ndarray(a.rt, a.shape, a.dtype)
+    ct = CTYPES[a.dtype]
+    return launch("copy", "v0", out, [a], (ct,))
+
+
+def astype(a, dt) -> ndarray:
+    dt = check_dtype(dt, a.rt, "astype")
+    out = ndarray(a.rt, a.shape, dt)
+    if dt == np.bool_ and a.dtype != np.bool_:
+        return launch("astype_bool", "(v0 != 0)", out, [a], (CTYPES[a.dtype],))
+    return launch("astype", "v0", out, [a], (CTYPES[dt],))
+
+
+def assign(view: ndarray, value) -> None:
+    """``view[...] = value`` (broadcast; a value that overlaps ``view`` is copied first)."""
+    value = _operand(value)
+    same_device("setitem", (view, value))
+    if isinstance(value, ndarray):
+        broadcast_strides(value.shape, value._st, view.shape, "setitem")
+        if _overlaps(view, value):
+            value = copy(value)
+    launch("assign", "v0", view, [value], (CTYPES[view.dtype],))
+
+
+def _overlaps(a: ndarray, b: ndarray) -> bool:
+    return a.data is b.data or (a.base is not None and a.base is b.base)
+
+
+def nonzero(a):
+    """Indices of the non-zero elements (reads the array back to the host)."""
+    return tuple(asarray(i, device=a.rt) for i in np.nonzero(a.get()))
+
+
+def result_type(*xs):
+    return np.result_type(*(x.dtype if isinstance(x, ndarray) else x for x in xs))
+
+
+def to(a: ndarray, device):
+    """``a`` on ``device``: a NumPy array for ``"cpu"``, else an OpenCL array (``a`` itself
+    when it is there already)."""
+    if str(device).strip().lower() == "cpu":
+        return a.get()
+    return asarray(a, device=device)

@@ -1,0 +1,87 @@
+"""The one place that gives :class:`ndarray` its NumPy methods and operators.
+
+They run kernels, which sit above ``ndarray.py`` (the elementwise core, reductions, GEMM and
+indexing all import it), so ``ndarray.py`` cannot call them itself: :func:`install` attaches
+them, once, when ``labkit.backend.opencl`` is imported.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import core, gemm, indexing, reduce
+from .ndarray import ndarray
+
+
+def _astype(self, dtype, copy=True):
+    dt = np.dtype(dtype)
+    if dt == self.dtype and not copy:
+        return self
+    return core.astype(self, dt)
+
+
+def _fill(self, value) -> None:
+    indexing.setitem(self, Ellipsis, value)
+
+
+def _reflected(f):
+    return lambda self, other: f(other, self)
+
+
+def _inplace(f):
+    return lambda self, other: f(self, other, out=self)
+
+
+def _keywords(f, *names):
+    """A method ``a.f(axis=None, ...)`` that passes its arguments on as keywords (NumPy's
+    positional order for the method may differ from the function's)."""
+    def method(self, *args, **kwargs):
+        kwargs.update(zip(names, args))
+        return f(self, **kwargs)
+
+    method.__name__ = f.__name__
+    method.__doc__ = f.__doc__
+    return method
+
+
+METHODS = {
+    # copies, casts, transfers
+    "copy": core.copy, "astype": _astype, "fill": _fill, "to": core.to,
+    "__getitem__": indexing.getitem, "__setitem__": indexing.setitem,
+    # reductions
+    "sum": _keywords(reduce.sum, "axis", "dtype", "keepdims"),
+    "mean": _keywords(reduce.mean, "axis", "dtype", "keepdims"),
+    "prod": _keywords(reduce.prod, "axis", "keepdims"),
+    "max": _keywords(reduce.max, "axis", "keepdims"),
+    "min": _keywords(reduce.min, "axis", "keepdims"),
+    "argmax": _keywords(reduce.argmax, "axis", "keepdims"),
+    "argmin": _keywords(reduce.argmin, "axis", "keepdims"),
+    "var": _keywords(reduce.var, "axis", "ddof", "keepdims"),
+    "std": _keywords(reduce.std, "axis", "ddof", "keepdims"),
+    "any": _keywords(reduce.any, "axis", "keepdims"),
+    "all": _keywords(reduce.all, "axis", "keepdims"),
+    # others
+    "clip": lambda self, lo=None, hi=None: core.clip(self, lo, hi),
+    "dot": gemm.matmul, "take": _keywords(indexing.take, "indices", "axis"),
+    # operators
+    "__add__": core.add, "__radd__": _reflected(core.add),
+    "__sub__": core.subtract, "__rsub__": _reflected(core.subtract),
+    "__mul__": core.multiply, "__rmul__": _reflected(core.multiply),
+    "__truediv__": core.true_divide, "__rtruediv__": _reflected(core.true_divide),
+    "__floordiv__": core.floor_divide, "__rfloordiv__": _reflected(core.floor_divide),
+    "__mod__": core.mod, "__pow__": core.power, "__rpow__": _reflected(core.power),
+    "__matmul__": gemm.matmul, "__rmatmul__": _reflected(gemm.matmul),
+    "__neg__": core.negative, "__pos__": lambda self: self, "__abs__": core.absolute,
+    "__invert__": core.invert, "__and__": core.bitwise_and, "__or__": core.bitwise_or,
+    "__xor__": core.bitwise_xor,
+    "__eq__": core.equal, "__ne__": core.not_equal, "__lt__": core.less,
+    "__le__": core.less_equal, "__gt__": core.greater, "__ge__": core.greater_equal,
+    "__iadd__": _inplace(core.add), "__isub__": _inplace(core.subtract),
+    "__imul__": _inplace(core.multiply), "__itruediv__": _inplace(core.true_divide),
+}
+
+
+def install() -> None:
+    """Attach :data:`METHODS` to :class:`ndarray` (idempotent)."""
+    for name, f in METHODS.items():
+        setattr(ndarray, name, f)
