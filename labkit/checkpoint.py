@@ -684,9 +684,9 @@ def save(directory, state: dict, *, step: int = 0, epoch: int = 0,
         raise CheckpointError(f"save: run_id is {_brief(run_id)}, expected a string or None")
     name = f"ckpt-{step:08d}" if name is None else name
     if not isinstance(name, str) or not name or name.startswith(".") or "/" in name or \
-            os.sep in name:
+            os.sep in name or "\0" in name:
         raise CheckpointError(f"save: name {_brief(name)} is not a plain directory name (not "
-                              "empty, no '/', not starting with '.')")
+                              "empty, no '/' or NUL, not starting with '.')")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     cleanup(directory)

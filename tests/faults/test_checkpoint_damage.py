@@ -516,15 +516,14 @@ def test_only_regular_files_inside_the_directory_are_read(pair, tmp_path):
         for kind in ("fifo", "symlink", "dangling", "directory", "missing"):
             try:
                 f = pair.touch(name)
-                f.unlink()
                 if kind == "fifo":
-                    os.mkfifo(f)
-                elif kind == "symlink":
-                    f.symlink_to(elsewhere / name)
-                elif kind == "dangling":
-                    f.symlink_to(tmp_path / "nothing")
-                elif kind == "directory":
-                    f.mkdir()
+                    D.make_fifo(f)
+                elif kind in ("symlink", "dangling"):
+                    D.link_in_place(f, elsewhere / name if kind == "symlink" else tmp_path / "no")
+                else:
+                    f.unlink()
+                    if kind == "directory":
+                        f.mkdir()
                 problem = check(pair)
                 if problem is None and C.verify(pair.newer) is None:
                     problem = "accepted"
