@@ -80,8 +80,6 @@ _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.in
            "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_}
 _CODES = {np.dtype(v): k for k, v in _DTYPES.items()}
 
-_fsync_dir = fsync_dir  # NOTE: labkit.data.datasets imports it from here
-
 
 # ---- reading and checking values ------------------------------------------------------------
 class _Duplicate(ValueError):
