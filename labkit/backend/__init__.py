@@ -6,6 +6,7 @@ import numpy as np
 
 from . import memory, opencl
 from .device import Device, best_device, default_device, device, devices
+from .device import device as _device  # NOTE: asarray's argument `device` shadows the name
 from .opencl.shapes import split_bounds
 
 memory.keep_freed_memory_unless_disabled()
@@ -47,8 +48,6 @@ def asarray(obj, device=None, dtype=None):
         return np.asarray(obj, dtype=dtype)
     return opencl.asarray(obj, dtype=dtype, device=dev)
 
-
-_device = device  # NOTE: asarray's argument `device` shadows the function
 
 __all__ = ["Device", "asarray", "best_device", "default_device", "device", "devices", "full",
            "get_array_module", "split_bounds", "zeros"]

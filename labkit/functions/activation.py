@@ -69,7 +69,10 @@ def leaky_relu(x, slope=0.2):
     _check.tensor(x, "leaky_relu")
     _check.scalar(slope, "leaky_relu", "slope")
     d = x.data
-    return MulConstant(((d > 0) * (1 - slope) + slope).astype(d.dtype)).apply((x,))
+    # NOTE: the mask in x's dtype and the slope as a Python float (weakly typed): under
+    # NumPy 2's rules bool * 0.8 and float32 * np.float64(0.8) are float64
+    s = float(slope)
+    return MulConstant((d > 0).astype(d.dtype) * (1 - s) + s).apply((x,))
 
 
 def elu(x, alpha=1.0):

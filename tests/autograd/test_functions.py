@@ -1,4 +1,5 @@
-"""Every op of labkit.functions through the shared checker, on cpu and cl."""
+"""Every op of labkit.functions through the shared checker, on cpu, cl and an OpenCL device
+without fp64 (float32 only there; see checker.py)."""
 
 import math
 
@@ -235,16 +236,16 @@ def case(request):
     return request.param
 
 
-def test_forward(case, dev, rng):
-    check_forward(case, dev, rng)
+def test_forward(case, op_dev, rng):
+    check_forward(case, op_dev, rng)
 
 
-def test_backward(case, dev, rng):
-    check_backward(case, dev, rng)
+def test_backward(case, op_dev, rng):
+    check_backward(case, op_dev, rng)
 
 
 # ops whose second derivative is zero almost everywhere (linear, piecewise-linear) are
 # declared double=False and not listed here
 @pytest.mark.parametrize("dcase", [c for c in CASES if c.double], ids=repr)
-def test_double_backward(dcase, dev, rng):
-    check_double_backward(dcase, dev, rng)
+def test_double_backward(dcase, op_dev, rng):
+    check_double_backward(dcase, op_dev, rng)

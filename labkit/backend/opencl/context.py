@@ -6,6 +6,10 @@ reuse a probed device under changed facts (a device without fp64, for tests); th
 name (``cl:N``) but not listed by ``labkit.devices()``.
 
 This is the bottom of the OpenCL package: it imports nothing from the rest of labkit's backend.
+
+NOTE: here and throughout the package, pyopencl is imported inside the functions that need it:
+its import takes ~0.6 s, which a cpu-only session never pays. Those are the package's only
+imports inside functions.
 """
 
 from __future__ import annotations
@@ -67,8 +71,6 @@ def _device_type_name(t: int) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _probe() -> tuple:
-    # NOTE: pyopencl is imported here, not at the top: it takes ~0.6 s, which a cpu-only
-    # session never pays.
     try:
         import pyopencl as cl
     except ImportError as e:  # pragma: no cover - pyopencl is a hard dependency

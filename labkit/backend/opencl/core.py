@@ -71,7 +71,7 @@ def full_like(a, fill_value, dtype=None) -> ndarray:
 
 def asarray(obj, dtype=None, device=None) -> ndarray:
     """An OpenCL array from a NumPy array, a list, a scalar or another OpenCL array."""
-    import pyopencl as cl  # NOTE: not at the top: cpu-only sessions never pay its import
+    import pyopencl as cl  # NOTE: see context.py
 
     if isinstance(obj, ndarray):
         rt = obj.rt if device is None else resolve(device)

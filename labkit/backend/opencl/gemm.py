@@ -114,7 +114,7 @@ def tune(rt, ct, n=768):
     (milliseconds by ``"RM,VN,VW"``). A candidate that the device cannot build or run (an
     OpenCL error) is skipped; any other error propagates. With no candidate left, the
     default blocking and empty timings come back, with a warning."""
-    import pyopencl as cl  # NOTE: here, not at the top: cpu-only sessions never import it
+    import pyopencl as cl  # NOTE: see context.py
 
     dt = np.float32 if ct == "float" else np.float64
     rng = np.random.default_rng(0)
