@@ -89,7 +89,7 @@ def same_dtype(op: str, **named) -> None:
             continue
         if first is None:
             first = (name, t.dtype)
-        elif t.dtype != first[1]:
+        elif t.dtype is not first[1] and t.dtype != first[1]:  # NOTE: `is` first: 10x faster
             raise DTypeError(f"{op}: {name} is {t.dtype} but {first[0]} is {first[1]}; cast "
                              f"one with .astype(...) (no silent promotion)")
 
@@ -124,6 +124,8 @@ def axes(value, ndim: int, op: str, shape, name: str = "axis", what: str = "x"):
     tuple/list of ints)."""
     if value is None:
         return None
+    if type(value) is int and 0 <= value < ndim:  # the common case, without calls
+        return (value,)
     if not isinstance(value, (tuple, list)):
         return (axis(value, ndim, op, shape, name, what),)
     out = tuple(axis(a, ndim, op, shape, name, what) for a in value)
@@ -152,6 +154,12 @@ def permutation(value, ndim: int, op: str, shape, what: str = "x") -> tuple:
 
 def shape(value, op: str, name: str = "shape", allow_minus_one: bool = False) -> tuple:
     """A shape as a tuple of non-negative ints (one ``-1`` where ``allow_minus_one``)."""
+    if type(value) is tuple:  # the common case, without calls
+        for d in value:
+            if type(d) is not int or d < 0:
+                break
+        else:
+            return value
     if not isinstance(value, (tuple, list)):
         value = (value,)
     out = tuple(integer(d, op, name) for d in value)
@@ -167,18 +175,21 @@ def broadcast(op: str, a, b, names=("a", "b")) -> tuple:
     axis that does not fit."""
     if a == b:
         return a
-    n = max(len(a), len(b))
-    pa, pb = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
-    out = []
-    for i, (x, y) in enumerate(zip(pa, pb)):
-        if x == y or y == 1:
-            out.append(x)
-        elif x == 1:
-            out.append(y)
-        else:
-            raise ShapeError(f"{op}: shapes {tuple(a)} and {tuple(b)} do not broadcast (axis "
-                             f"{i - n}: {x} against {y}); {names[0]}.shape={tuple(a)}, "
-                             f"{names[1]}.shape={tuple(b)}")
+    # NOTE: plain loops over the shorter shape (no padding, generators or zip): every
+    # broadcasting binary op calls this
+    long, short = (a, b) if len(a) >= len(b) else (b, a)
+    k = len(long) - len(short)
+    out = list(long)
+    for i in range(len(short)):
+        x, y = long[k + i], short[i]
+        if x != y:
+            if x == 1:
+                out[k + i] = y
+            elif y != 1:
+                ax = i - len(short)  # from the end: both shapes have this axis
+                raise ShapeError(f"{op}: shapes {tuple(a)} and {tuple(b)} do not broadcast "
+                                 f"(axis {ax}: {a[ax]} against {b[ax]}); {names[0]}.shape="
+                                 f"{tuple(a)}, {names[1]}.shape={tuple(b)}")
     return tuple(out)
 
 
@@ -248,7 +259,11 @@ def indices(d, n: int, op: str, name: str, what: str, ignore=None) -> None:
     if not d.size:
         return
     if isinstance(d, np.ndarray):
-        lo, hi = d.min(), d.max()
+        if d.size <= 256:  # NOTE: Python's min/max of a short list: 1 us, NumPy's: 5 us each
+            flat = d.ravel().tolist()
+            lo, hi = min(flat), max(flat)
+        else:
+            lo, hi = d.min(), d.max()
         if 0 <= lo and hi < n:
             return
         bad = (d >= n) | (d < 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd.function import Function
+from ..autograd.tensor import Tensor
 from ..backend import zeros
 from ..errors import ShapeError
 from . import _check
@@ -15,11 +16,15 @@ from .math import add, matmul, transpose
 
 def linear(x, W, b=None):
     """``x @ W.T + b`` with ``W`` of shape (out, in), as PyTorch."""
-    _check.tensor(x, "linear", "x")
-    _check.tensor(W, "linear", "W")
-    if b is not None:
+    # NOTE: the usual call passes with two type tests and two identity tests; the checker's
+    # calls (which word the error) run only when one fails: linear runs every layer, every step
+    if not (isinstance(x, Tensor) and isinstance(W, Tensor)
+            and (b is None or isinstance(b, Tensor))):
+        _check.tensor(x, "linear", "x")
+        _check.tensor(W, "linear", "W")
         _check.tensor(b, "linear", "b")
-    _check.same_dtype("linear", x=x, W=W, b=b)
+    if W.dtype is not x.dtype or (b is not None and b.dtype is not x.dtype):
+        _check.same_dtype("linear", x=x, W=W, b=b)
     if x.ndim == 0:
         raise ShapeError("linear: x must have at least one dimension (features last), got a "
                          "0-dimensional x")

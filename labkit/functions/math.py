@@ -43,7 +43,10 @@ class BroadcastTo(Function):
 
 def broadcast_to(x, shape):
     """``x`` repeated along axes of size 1 and new leading axes to ``shape`` (NumPy's rule)."""
-    _check.tensor(x, "broadcast_to")
+    if not isinstance(x, Tensor):
+        _check.tensor(x, "broadcast_to")
+    if x.shape == shape:  # NOTE: first: the common case in backward passes costs nothing more
+        return x
     shape = _check.shape(shape, "broadcast_to")
     if x.shape == shape:
         return x
@@ -79,7 +82,10 @@ class SumTo(Function):
 def sum_to(x, shape):
     """``x`` summed down to ``shape`` (the adjoint of broadcast_to: ``x.shape`` must be
     ``shape`` broadcast)."""
-    _check.tensor(x, "sum_to")
+    if not isinstance(x, Tensor):
+        _check.tensor(x, "sum_to")
+    if x.shape == shape:  # NOTE: first: every binary op's backward calls sum_to
+        return x
     shape = _check.shape(shape, "sum_to")
     if x.shape == shape:
         return x
@@ -700,7 +706,10 @@ class Reshape(Function):
 
 def reshape(x, shape):
     """``x`` with the same elements in ``shape`` (one entry may be -1: inferred)."""
-    _check.tensor(x, "reshape")
+    if not isinstance(x, Tensor):
+        _check.tensor(x, "reshape")
+    if x.shape == shape:
+        return x
     shape = _check.shape(shape, "reshape", allow_minus_one=True)
     if x.shape == shape:
         return x
