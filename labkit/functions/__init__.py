@@ -50,7 +50,7 @@ from .array import (
     stack,
     to_device,
 )
-from .connection import conv2d, conv_transpose2d, embed_id, linear
+from .connection import conv2d, conv_transpose2d, embed_id, linear, matmul
 from .loss import accuracy, mean_squared_error, sigmoid_cross_entropy, softmax_cross_entropy
 from .math import (
     abs,
@@ -64,12 +64,7 @@ from .math import (
     log,
     log1p,
     log_sigmoid,
-    logsumexp,
-    matmul,
-    max,
     maximum,
-    mean,
-    min,
     minimum,
     mul,
     neg,
@@ -80,17 +75,16 @@ from .math import (
     softplus,
     sqrt,
     sub,
-    sum,
     sum_to,
     tanh,
     transpose,
-    var,
     where,
 )
 from .noise import dropout
 from .normalization import batch_normalization, layer_normalization
 from .pooling import avg_pool2d, max_pool2d
 from .recurrent import lstm
+from .reduction import logsumexp, max, mean, min, sum, var
 
 __all__ = [
     "abs", "accuracy", "add", "avg_pool2d", "batch_normalization", "broadcast_to", "cast",

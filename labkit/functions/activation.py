@@ -10,7 +10,8 @@ import numpy as np
 from ..autograd.function import Function
 from . import _check
 from ._util import xp_of
-from .math import MulConstant, erf, exp, logsumexp, mul, where
+from .math import MulConstant, erf, exp, mul, where
+from .reduction import logsumexp
 
 
 class ReLU(Function):

@@ -11,7 +11,8 @@ from ..errors import ShapeError
 from . import _check
 from ._util import operands, xp_of
 from .activation import relu
-from .math import MulConstant, abs, exp, log1p, mean, mul, neg, sum
+from .math import MulConstant, abs, exp, log1p, mul, neg
+from .reduction import mean, sum
 
 
 def _labels(t, x, op, ignore_label, name="labels"):

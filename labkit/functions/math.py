@@ -1,5 +1,6 @@
-"""Arithmetic, elementwise math, reductions and matmul. Each op: its check, forward, backward
-(in labkit functions, so it can be differentiated again) and the function users call."""
+"""Arithmetic, elementwise math, broadcasting, reshape and transpose (reductions are in
+reduction.py, matmul in connection.py). Each op: its check, forward, backward (in labkit
+functions, so it can be differentiated again) and the function users call."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ..autograd.tensor import Tensor
 from ..backend import zeros
 from ..errors import DTypeError, ShapeError
 from . import _check
-from ._util import as_tensor, is_scalar, normalize_axes, operands, sigmoid_array, xp_of
+from ._util import as_tensor, is_scalar, operands, sigmoid_array, xp_of
 
 
 def _const_on(c, a):
@@ -509,182 +510,6 @@ def clip(x, lo, hi):
     if not lo <= hi:
         raise ValueError(f"clip: lo must be at most hi, got lo={lo}, hi={hi}")
     return Clip(lo, hi).apply((x,))
-
-
-# ---- reductions ----------------------------------------------------------------------------
-
-
-def _keep_shape(shape, axes):
-    return tuple(1 if i in axes else d for i, d in enumerate(shape))
-
-
-class Sum(Function):
-    name = "sum"
-
-    def __init__(self, axis, keepdims):
-        self.axis, self.keepdims = axis, keepdims
-
-    def forward(self, x):
-        self.in_shape = x.shape
-        return x.sum(axis=self.axis, keepdims=self.keepdims)
-
-    def backward(self, inputs, gy):
-        axes = normalize_axes(self.axis, len(self.in_shape))
-        return broadcast_to(reshape(gy, _keep_shape(self.in_shape, axes)), self.in_shape)
-
-
-def _reduction(x, axis, op, empty_ok=True):
-    """The checked axes of a reduction of ``x`` (None: all); a max or min over no elements
-    is an error (it has no value)."""
-    _check.tensor(x, op)
-    axes = None if axis is None else _check.axes(axis, x.ndim, op, x.shape)
-    if not empty_ok and x.size == 0:
-        raise ShapeError(f"{op}: x of shape {x.shape} has no elements along axis {axis}; a "
-                         f"{op} of nothing has no value")
-    return axes
-
-
-def sum(x, axis=None, keepdims=False):  # noqa: A001
-    return Sum(_reduction(x, axis, "sum"), keepdims).apply((x,))
-
-
-def mean(x, axis=None, keepdims=False):
-    axes = normalize_axes(_reduction(x, axis, "mean"), x.ndim)
-    n = 1
-    for a in axes:
-        n *= x.shape[a]
-    return mul(sum(x, axis=axes, keepdims=keepdims), 1.0 / n if n else float("nan"))
-
-
-def var(x, axis=None, keepdims=False):
-    axes = _reduction(x, axis, "var")
-    d = x - mean(x, axis=axes, keepdims=True)
-    return mean(d * d, axis=axes, keepdims=keepdims)
-
-
-class _Extreme(Function):
-    def __init__(self, axis, keepdims):
-        self.axis, self.keepdims = axis, keepdims
-
-    def forward(self, x):
-        self.y = y = getattr(x, self.op)(axis=self.axis, keepdims=True)
-        return y if self.keepdims else y.reshape(
-            tuple(d for i, d in enumerate(y.shape)
-                  if i not in normalize_axes(self.axis, x.ndim)))
-
-    def backward(self, inputs, gy):
-        (x,) = inputs
-        axes = normalize_axes(self.axis, x.ndim)
-        # ties share the gradient equally
-        m = (x.data == self.y).astype(x.dtype)
-        m = m / m.sum(axis=axes, keepdims=True)
-        g = broadcast_to(reshape(gy, _keep_shape(x.shape, axes)), x.shape)
-        return MulConstant(m).apply((g,))
-
-
-class Max(_Extreme):
-    name = "max"
-    op = "max"
-
-
-class Min(_Extreme):
-    name = "min"
-    op = "min"
-
-
-def max(x, axis=None, keepdims=False):  # noqa: A001
-    return Max(_reduction(x, axis, "max", empty_ok=False), keepdims).apply((x,))
-
-
-def min(x, axis=None, keepdims=False):  # noqa: A001
-    return Min(_reduction(x, axis, "min", empty_ok=False), keepdims).apply((x,))
-
-
-class LogSumExp(Function):
-    name = "logsumexp"
-
-    def __init__(self, axis, keepdims):
-        self.axis, self.keepdims = axis, keepdims
-
-    def forward(self, x):
-        xp = xp_of(x)
-        axes = normalize_axes(self.axis, x.ndim)
-        m = x.max(axis=axes, keepdims=True)
-        m = xp.where(xp.isfinite(m), m, 0)
-        y = xp.log(xp.exp(x - m).sum(axis=axes, keepdims=True)) + m
-        return y if self.keepdims else y.reshape(
-            tuple(d for i, d in enumerate(y.shape) if i not in axes))
-
-    def backward(self, inputs, gy):
-        (x,) = inputs
-        axes = normalize_axes(self.axis, x.ndim)
-        y = logsumexp(x, axis=self.axis, keepdims=True)
-        g = broadcast_to(reshape(gy, _keep_shape(x.shape, axes)), x.shape)
-        return g * exp(x - y)
-
-
-def logsumexp(x, axis=None, keepdims=False):
-    """log(sum(exp(x))), stable for any magnitude (the max is subtracted first)."""
-    return LogSumExp(_reduction(x, axis, "logsumexp"), keepdims).apply((x,))
-
-
-# ---- matmul --------------------------------------------------------------------------------
-
-
-def _swap_last(x):
-    axes = list(range(x.ndim))
-    axes[-1], axes[-2] = axes[-2], axes[-1]
-    return transpose(x, axes)
-
-
-def _outer_product_blas(a, b):
-    """``a @ b`` for NumPy arrays when the inner dimension is 1, through BLAS.
-
-    NOTE: NumPy's matmul does not call BLAS when the inner dimension is 1 (an outer product,
-    e.g. a weight gradient at batch 1): 456 us for (512, 1) @ (1, 784) here, and 33 us with an
-    inner dimension of 2. So a zero column and row are appended: every element is
-    ``a_i * b_j + 0 * 0``, the same value (only a -0.0 becomes +0.0)."""
-    a2 = np.zeros((a.shape[0], 2), a.dtype)
-    a2[:, :1] = a
-    b2 = np.zeros((2, b.shape[1]), b.dtype)
-    b2[:1] = b
-    return a2 @ b2
-
-
-class MatMul(Function):
-    name = "matmul"
-
-    def forward(self, a, b):
-        if (type(a) is np.ndarray and a.ndim == 2 and b.ndim == 2 and a.shape[1] == 1
-                and a.dtype == b.dtype and a.shape[0] * b.shape[1] >= 4096):
-            return _outer_product_blas(a, b)
-        return a @ b
-
-    def backward(self, inputs, gy):
-        a, b = inputs
-        return (sum_to(matmul(gy, _swap_last(b)), a.shape) if a.requires_grad else None,
-                sum_to(matmul(_swap_last(a), gy), b.shape) if b.requires_grad else None)
-
-
-def matmul(a, b):
-    """Matrix product with NumPy's rules: 1-D operands are promoted, batch dims broadcast,
-    dtypes promote as in the other arithmetic ops (layers such as linear insist on one)."""
-    a, b = operands(a, b, "matmul")
-    if a.ndim == 0 or b.ndim == 0:
-        raise ShapeError(f"matmul: operands need at least one dimension, got shapes {a.shape} "
-                         f"and {b.shape}; use mul for scalars")
-    ka = a.shape[-1]
-    kb = b.shape[0] if b.ndim == 1 else b.shape[-2]
-    if ka != kb:
-        raise ShapeError(f"matmul: a has {ka} columns but b has {kb} rows; a.shape={a.shape}, "
-                         f"b.shape={b.shape}")
-    if a.ndim > 2 and b.ndim > 2:
-        _check.broadcast("matmul", a.shape[:-2], b.shape[:-2], ("a's batch", "b's batch"))
-    if a.ndim == 1:
-        return reshape(matmul(reshape(a, (1, -1)), b), b.shape[:-2] + b.shape[-1:])
-    if b.ndim == 1:
-        return reshape(matmul(a, reshape(b, (-1, 1))), a.shape[:-1])
-    return MatMul().apply((a, b))
 
 
 # ---- shape (used above; the rest of the family is in array.py) -----------------------------

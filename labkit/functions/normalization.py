@@ -7,7 +7,8 @@ from ..autograd.tensor import Tensor
 from ..errors import DeviceMismatchError, DTypeError, ShapeError
 from . import _check
 from .array import reshape
-from .math import mean, sqrt
+from .math import sqrt
+from .reduction import mean
 
 
 def _bshape(x, axis=1):

@@ -9,7 +9,8 @@ from ..errors import ShapeError
 from . import _check
 from .array import expand_dims
 from .connection import _cnhw, _im2col, _pair
-from .math import MulConstant, mean
+from .math import MulConstant
+from .reduction import mean
 
 
 def _check_pool(x, ksize, stride, pad, op):

@@ -56,7 +56,7 @@ def test_a_bad_window_is_a_clear_error():
 
 
 def test_outer_products_through_blas_are_exact(rng):
-    from labkit.functions.math import MatMul
+    from labkit.functions.connection import MatMul
 
     a = rng.standard_normal((512, 1)).astype(np.float32)
     b = rng.standard_normal((1, 784)).astype(np.float32)

@@ -1,0 +1,125 @@
+"""Reductions: sum, mean, var, max, min, logsumexp. Each op: its check, forward, backward (in
+labkit functions, so it can be differentiated again) and the function users call; axes are
+checked (an axis out of range or named twice is an error, never wrapped)."""
+
+from __future__ import annotations
+
+from ..autograd.function import Function
+from ..errors import ShapeError
+from . import _check
+from ._util import normalize_axes, xp_of
+from .math import MulConstant, broadcast_to, exp, mul, reshape
+
+
+def _keep_shape(shape, axes):
+    return tuple(1 if i in axes else d for i, d in enumerate(shape))
+
+
+class Sum(Function):
+    name = "sum"
+
+    def __init__(self, axis, keepdims):
+        self.axis, self.keepdims = axis, keepdims
+
+    def forward(self, x):
+        self.in_shape = x.shape
+        return x.sum(axis=self.axis, keepdims=self.keepdims)
+
+    def backward(self, inputs, gy):
+        axes = normalize_axes(self.axis, len(self.in_shape))
+        return broadcast_to(reshape(gy, _keep_shape(self.in_shape, axes)), self.in_shape)
+
+
+def _reduction(x, axis, op, empty_ok=True):
+    """The checked axes of a reduction of ``x`` (None: all); a max or min over no elements
+    is an error (it has no value)."""
+    _check.tensor(x, op)
+    axes = None if axis is None else _check.axes(axis, x.ndim, op, x.shape)
+    if not empty_ok and x.size == 0:
+        raise ShapeError(f"{op}: x of shape {x.shape} has no elements along axis {axis}; a "
+                         f"{op} of nothing has no value")
+    return axes
+
+
+def sum(x, axis=None, keepdims=False):  # noqa: A001
+    return Sum(_reduction(x, axis, "sum"), keepdims).apply((x,))
+
+
+def mean(x, axis=None, keepdims=False):
+    axes = normalize_axes(_reduction(x, axis, "mean"), x.ndim)
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    return mul(sum(x, axis=axes, keepdims=keepdims), 1.0 / n if n else float("nan"))
+
+
+def var(x, axis=None, keepdims=False):
+    axes = _reduction(x, axis, "var")
+    d = x - mean(x, axis=axes, keepdims=True)
+    return mean(d * d, axis=axes, keepdims=keepdims)
+
+
+class _Extreme(Function):
+    def __init__(self, axis, keepdims):
+        self.axis, self.keepdims = axis, keepdims
+
+    def forward(self, x):
+        self.y = y = getattr(x, self.op)(axis=self.axis, keepdims=True)
+        return y if self.keepdims else y.reshape(
+            tuple(d for i, d in enumerate(y.shape)
+                  if i not in normalize_axes(self.axis, x.ndim)))
+
+    def backward(self, inputs, gy):
+        (x,) = inputs
+        axes = normalize_axes(self.axis, x.ndim)
+        # ties share the gradient equally
+        m = (x.data == self.y).astype(x.dtype)
+        m = m / m.sum(axis=axes, keepdims=True)
+        g = broadcast_to(reshape(gy, _keep_shape(x.shape, axes)), x.shape)
+        return MulConstant(m).apply((g,))
+
+
+class Max(_Extreme):
+    name = "max"
+    op = "max"
+
+
+class Min(_Extreme):
+    name = "min"
+    op = "min"
+
+
+def max(x, axis=None, keepdims=False):  # noqa: A001
+    return Max(_reduction(x, axis, "max", empty_ok=False), keepdims).apply((x,))
+
+
+def min(x, axis=None, keepdims=False):  # noqa: A001
+    return Min(_reduction(x, axis, "min", empty_ok=False), keepdims).apply((x,))
+
+
+class LogSumExp(Function):
+    name = "logsumexp"
+
+    def __init__(self, axis, keepdims):
+        self.axis, self.keepdims = axis, keepdims
+
+    def forward(self, x):
+        xp = xp_of(x)
+        axes = normalize_axes(self.axis, x.ndim)
+        m = x.max(axis=axes, keepdims=True)
+        m = xp.where(xp.isfinite(m), m, 0)
+        y = xp.log(xp.exp(x - m).sum(axis=axes, keepdims=True)) + m
+        return y if self.keepdims else y.reshape(
+            tuple(d for i, d in enumerate(y.shape) if i not in axes))
+
+    def backward(self, inputs, gy):
+        (x,) = inputs
+        axes = normalize_axes(self.axis, x.ndim)
+        y = logsumexp(x, axis=self.axis, keepdims=True)
+        g = broadcast_to(reshape(gy, _keep_shape(x.shape, axes)), x.shape)
+        return g * exp(x - y)
+
+
+def logsumexp(x, axis=None, keepdims=False):
+    """log(sum(exp(x))), stable for any magnitude (the max is subtracted first)."""
+    return LogSumExp(_reduction(x, axis, "logsumexp"), keepdims).apply((x,))
