@@ -57,9 +57,8 @@ def tensor(x, op: str, name: str = "x") -> Tensor:
 def tensors(xs, op: str, name: str = "xs") -> list:
     """A non-empty list or tuple of Tensors of one dtype, as a list."""
     if isinstance(xs, Tensor) or not isinstance(xs, (list, tuple)):
-        raise DTypeError(f"{op}: {name} must be a list or tuple of Tensors, got {_found(xs)}"
-                         + ("; split a tensor first with F.split" if isinstance(xs, Tensor)
-                            else ""))
+        raise DTypeError(f"{op}: {name} must be a list or tuple of Tensors, got {_found(xs)}; "
+                         f"pass a list such as [x, y]")
     if not xs:
         raise ValueError(f"{op}: {name} is empty; give at least one Tensor")
     for i, x in enumerate(xs):
@@ -98,6 +97,7 @@ def same_dtype(op: str, **named) -> None:
 
 
 def integer(v, op: str, name: str) -> int:
+    """A Python or NumPy integer as an int (a bool or a float is an error, not 1 or 1.0)."""
     if type(v) is int:
         return v
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Integral, np.integer)):
@@ -215,6 +215,7 @@ def scalar(v, op: str, name: str):
 
 
 def choice(v, options, op: str, name: str):
+    """One of ``options`` (``reduce="mean"``)."""
     if v not in options:
         raise ValueError(f"{op}: {name} must be one of {', '.join(map(repr, options))}, got "
                          f"{v!r}")
@@ -237,13 +238,14 @@ def data(v, like: Tensor, op: str, name: str, move: bool = True):
     if isinstance(d, cl.ndarray):
         if not isinstance(like.data, cl.ndarray) or d.rt is not like.data.rt:
             raise DeviceMismatchError(
-                f"{op}: {name} is on {d.device} but the tensor on {like.device}; move it with "
-                f"lk.tensor({name}, device='{like.device}')")
+                f"{op}: {name} is on {d.device} but the op's tensors are on {like.device}; move "
+                f"it with lk.tensor({name}, device='{like.device}')")
         return d
     raise DTypeError(f"{op}: {name} must be an array, a list or a Tensor, got {_found(v)}")
 
 
 def integers(d, op: str, name: str):
+    """An array of integers (labels, ids): a float array is refused, not truncated."""
     if d.dtype.kind not in "iu":
         raise DTypeError(f"{op}: {name} must be integers, got dtype {d.dtype}; cast them with "
                          f".astype(np.int64)")

@@ -100,7 +100,8 @@ ROWS = [
         "mul: got a NumPy array (cpu) and a tensor on cl:0; make it a tensor there",
         devices=("cl",)),
     Bad("concat_a_tensor", lambda d: F.concat(x23(d)), DTypeError,
-        "concat: xs must be a list or tuple of Tensors, got a Tensor; split a tensor first"),
+        "concat: xs must be a list or tuple of Tensors, got a Tensor; pass a list such as "
+        "[x, y]"),
     Bad("concat_numpy_item", lambda d: F.concat([x23(d), np.ones((2, 3))]), DTypeError,
         "concat: xs[1] must be a Tensor, got a numpy.ndarray"),
     Bad("concat_empty", lambda d: F.concat([]), ValueError, "concat: xs is empty"),
@@ -309,7 +310,8 @@ ROWS = [
         DTypeError, "softmax_cross_entropy: ignore_label must be an int"),
     Bad("sce_labels_other_device",
         lambda d: F.softmax_cross_entropy(LOGITS(d), lk.tensor([0, 1, 2], device="cl")),
-        DeviceMismatchError, "softmax_cross_entropy: labels is on cl:0 but the tensor on cpu",
+        DeviceMismatchError, "softmax_cross_entropy: labels is on cl:0 but the op's tensors are on "
+        "cpu",
         devices=("cpu",)),
     Bad("accuracy_label_too_large", lambda d: F.accuracy(LOGITS(d), [0, 1, 5]), IndexError,
         "accuracy: t[2] is 5, outside [0, 5)"),
