@@ -212,9 +212,11 @@ def runtime(index: int) -> Runtime:
         return rt
 
 
+@functools.lru_cache(maxsize=256)
 def cl_index(spec: str) -> int:
     """The device index that ``"cl"`` (the first GPU, else the first device) or ``"cl:N"``
-    names; a DeviceError that says what exists otherwise."""
+    names; a DeviceError that says what exists otherwise. (Cached: an index, once valid,
+    stays valid; errors are not cached, so a device derived later is found.)"""
     s = spec.strip().lower()
     if s != "cl" and not s.startswith("cl:"):
         raise DeviceError(f"{spec!r} is not an OpenCL device; use 'cl' or 'cl:N' (NumPy serves "
