@@ -85,7 +85,7 @@ def checkpoint_bench(tmp: Path, reps=5):
 
     for r in range(reps):
         t = time.perf_counter()
-        p = checkpoint.save(tmp / "ck", state, step=r)
+        p = checkpoint.save(tmp / "ck", state, iteration=r)
         res["save"].append(time.perf_counter() - t)
         t = time.perf_counter()
         checkpoint.load(p)

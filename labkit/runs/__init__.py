@@ -28,7 +28,7 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import RunStoreError
+from ..errors import CheckpointError, RunStoreError
 from .checks import MAX_CONFIG_BYTES, printable, refuse
 from .ids import RUN_ID, is_run_id, new_run_id
 from .store import DEAD_AFTER, STATUSES, RunStore, default_path
@@ -170,7 +170,7 @@ def delete_checkpoint(checkpoint_id: int, *, run_id: str | None = None,
             try:
                 ckpt.remove(path)  # refuses what is not a checkpoint directory
                 removed = True
-            except ckpt.CheckpointError as e:
+            except CheckpointError as e:
                 why = str(e)
         if why is not None:
             log.warning("labkit: kept the files of checkpoint %s at %s: %s", rec["id"], path,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .. import checkpoint as ckpt
 from ..config import runs_dir
-from ..errors import RunStoreError
+from ..errors import CheckpointError, RunStoreError
 from .log import is_metric
 
 #: metrics and progress reach the store at most this often (seconds), unless forced
@@ -227,7 +227,7 @@ class Recorder:
                 return False
             if ckpt.manifest(path).get("run_id") != self.run_id:
                 return False
-        except (OSError, ckpt.CheckpointError):
+        except (OSError, CheckpointError):
             return False
         return self.store is None or any(
             Path(c["path"]) == path for c in self._guard(self.store.checkpoints, self.run_id,

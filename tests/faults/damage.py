@@ -230,7 +230,7 @@ def reseal(ckpt, **changes) -> dict:
         else:
             m[k] = v
     if "fields_crc32" in m:
-        m["fields_crc32"] = checkpoint._fields_crc32(m)
+        m["fields_crc32"] = checkpoint._manifest.fields_crc32(m)
     (ckpt / "manifest.json").write_bytes(dumps(m))
     return m
 

@@ -42,10 +42,11 @@ class Pair:
     def __init__(self, work: Path):
         self.work = work
         self.state = D.sample_state()
-        self.older = C.save(work, {"x": np.ones(1)}, step=1)  # small: latest() falls back to it
+        # small: latest() falls back to it
+        self.older = C.save(work, {"x": np.ones(1)}, iteration=1)
         # NOTE: a fixed time stamp, so that the same bytes are damaged in every run
-        with mock.patch.object(C.time, "time", return_value=1700000000.25):
-            self.newer = C.save(work, self.state, step=2, epoch=1, metrics={"loss": 1e-05},
+        with mock.patch.object(C._directory.time, "time", return_value=1700000000.25):
+            self.newer = C.save(work, self.state, iteration=2, epoch=1, metrics={"loss": 1e-05},
                                 run_id="r1")
         self.files = {n: (self.newer / n).read_bytes() for n in (*C.FILES, C.MANIFEST)}
         self.manifest = C.manifest(self.newer)
@@ -379,10 +380,10 @@ def manifest_variants(m: dict):
     that the field checks themselves are reached."""
     def sealed(x):
         if isinstance(x, dict) and "fields_crc32" in x:
-            x = {**x, "fields_crc32": C._fields_crc32(x)}
+            x = {**x, "fields_crc32": C._manifest.fields_crc32(x)}
         return D.dumps(x)
 
-    for field in ("format", "version", "step", "epoch", "files", "labkit", "created", "run_id",
+    for field in ("format", "version", "iteration", "epoch", "files", "labkit", "created", "run_id",
                   "metrics"):
         for v in D.HOSTILE:
             ok = (field == "run_id" and (v is None or isinstance(v, str))) or \
@@ -392,12 +393,12 @@ def manifest_variants(m: dict):
                  all(type(x) in (int, float) for x in v.values()))
             if not ok:
                 yield f"{field} = {v!r}", sealed({**m, field: v}), field
-        if field in ("format", "version", "step", "epoch", "files"):
+        if field in ("format", "version", "iteration", "epoch", "files"):
             yield f"no {field}", sealed({k: x for k, x in m.items() if k != field}), field
     for v in D.HOSTILE:
         if v != m["fields_crc32"]:
             yield f"fields_crc32 = {v!r}", D.dumps({**m, "fields_crc32": v}), "fields_crc32"
-    for field, v in (("step", 3), ("run_id", "r2"), ("metrics", {"loss": 2.0})):
+    for field, v in (("iteration", 3), ("run_id", "r2"), ("metrics", {"loss": 2.0})):
         yield f"{field} changed, seal kept", D.dumps({**m, field: v}), "fields_crc32"
     yield "unknown field", sealed({**m, "extra": 1}), "extra"
     files = m["files"]
@@ -418,7 +419,7 @@ def manifest_variants(m: dict):
         yield f"files[{name}] = []", sealed({**m, "files": {**files, name: []}}), name
     for v in ("x", None, [1], {"a": 1}, True):
         yield f"metrics value {v!r}", sealed({**m, "metrics": {"loss": v}}), "metrics"
-    yield "duplicate step", D.with_duplicate_key(m, "step", m["step"]), "step"
+    yield "duplicate iteration", D.with_duplicate_key(m, "iteration", m["iteration"]), "iteration"
     yield "duplicate files", D.with_duplicate_key(m, "files", files), "files"
     yield "a list", D.dumps([m]), "object"
     yield "deep", D.deeply_nested(100_000), "nested"
@@ -559,7 +560,7 @@ def test_io_errors_are_checkpoint_errors_naming_the_file(pair, monkeypatch):
     """Every OSError (permissions, EIO, EISDIR, ...) in stat, open or read of any file is a
     CheckpointError naming the file, and latest skips the checkpoint."""
     tally = D.Tally("checkpoint: injected I/O errors")
-    real_read = C._read_exact
+    real_read = C._files.read_exact
     for name in pair.files:
         for code in D.ERRNOS:
             for call in ("stat", "open", "read"):
@@ -577,7 +578,7 @@ def test_io_errors_are_checkpoint_errors_naming_the_file(pair, monkeypatch):
 
                 if call == "read":
                     with monkeypatch.context() as mp:
-                        mp.setattr(C, "_read_exact", failing_read)
+                        mp.setattr(C._files, "read_exact", failing_read)
                         problem = _io_case(pair, name)
                 else:
                     with D.oserror(os, call, code, hit):
@@ -612,15 +613,16 @@ def test_the_checks_catch_broken_readers(pair, monkeypatch):
     rng = np.random.default_rng(SEED)
     caught = {}
     with monkeypatch.context() as mp:
-        mp.setattr(C, "_check_layout", lambda *a: None)
+        mp.setattr(C._tensors, "_check_layout", lambda *a: None)
         t = D.Tally("broken reader without the layout check (must fail)", must_fail=True)
         for label, crafted in header_variants(pair.header, pair.data, rng):
             if "shares" in label or "into the header" in label or "offsets" in label:
                 t.record(label, differential(crafted))
         caught["layout"] = t
     with monkeypatch.context() as mp:
-        real = C._read_exact
-        mp.setattr(C, "_read_exact", lambda fd, size, crc, where: real(fd, size, None, where))
+        real = C._files.read_exact
+        mp.setattr(C._files, "read_exact",
+                   lambda fd, size, crc, where: real(fd, size, None, where))
         t = D.Tally("broken reader without the CRC check (must fail)", must_fail=True)
         raw = pair.files["state.json"]
         run_cases(pair, t, ((f"state.json byte {i} bit {b}", "state.json", d, False)
@@ -628,7 +630,7 @@ def test_the_checks_catch_broken_readers(pair, monkeypatch):
                                                        rng)))
         caught["crc"] = t
     with monkeypatch.context() as mp:
-        mp.setattr(C, "check_manifest", lambda m, where="": m)
+        mp.setattr(C._manifest, "check_manifest", lambda m, where="": m)
         t = D.Tally("broken reader with the manifest unchecked (must fail)", must_fail=True)
         raw = pair.files[C.MANIFEST]
         run_cases(pair, t, ((f"manifest byte {i} bit {b}", C.MANIFEST, d, False)

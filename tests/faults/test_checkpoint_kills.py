@@ -30,9 +30,9 @@ def hidden(directory: Path) -> list[str]:
 
 
 def dying_writer(limit: int):
-    """A stand-in for ``C._write_file`` that writes only the first ``limit`` bytes of the save
+    """A stand-in for ``C._files.write_file`` that writes only the first ``limit`` bytes of the save
     (across its files) and then SIGKILLs the process."""
-    real, written = C._write_file, [0]
+    real, written = C._files.write_file, [0]
 
     def write(path, pieces):
         data = b"".join(bytes(memoryview(p).cast("B")) for p in pieces)
@@ -63,33 +63,34 @@ def kill_points(total: int, rng):
     """(label, how to die, whether the new checkpoint is complete afterwards, overwrite?)"""
     # NOTE: total - 40 is inside the manifest, whatever the length of its time stamp
     for n in sorted(set(int(x) for x in rng.integers(0, total - 40, 14)) | {0, total - 40}):
-        yield f"after {n} of {total} bytes", lambda n=n: setattr(C, "_write_file",
+        yield f"after {n} of {total} bytes", lambda n=n: setattr(C._files, "write_file",
                                                                   dying_writer(n)), False, False
     yield "before the rename", lambda: dying_at(os, "replace", 1), False, False
-    yield "after the rename, before the fsync", lambda: dying_at(C, "fsync_dir", 2), True, False
+    yield "after the rename, before the fsync", \
+        lambda: dying_at(C._directory, "fsync_dir", 2), True, False
     yield "overwrite: before moving the old one away", lambda: dying_at(os, "replace", 1), \
         False, True
     yield "overwrite: between the renames", lambda: dying_at(os, "replace", 2), False, True
-    yield "overwrite: while deleting the old one", lambda: dying_at(C.shutil, "rmtree", 1), \
-        True, True
+    yield "overwrite: while deleting the old one", \
+        lambda: dying_at(C._directory.shutil, "rmtree", 1), True, True
 
 
 def test_killed_saves_leave_only_complete_checkpoints(tmp_path):
     tally = D.Tally("checkpoint: saves killed at chosen instants")
     state, new = D.sample_state(), D.sample_state(big=300)
     new["opt"]["t"] = 99
-    probe = C.save(tmp_path / "probe", new, step=2, epoch=1)
+    probe = C.save(tmp_path / "probe", new, iteration=2, epoch=1)
     total = sum(f.stat().st_size for f in probe.iterdir())
     for i, (label, arm, complete, overwrite) in enumerate(kill_points(total, np.random.default_rng(
             SEED))):
         d = tmp_path / f"k{i}"
-        first = C.save(d, state, step=1)
+        first = C.save(d, state, iteration=1)
         if overwrite:
-            C.save(d, state, step=2)
+            C.save(d, state, iteration=2)
 
         def child(arm=arm, d=d):
             arm()
-            C.save(d, new, step=2, epoch=1)
+            C.save(d, new, iteration=2, epoch=1)
 
         status = D.run_in_child(child)
         tally.record(label, _after_kill(d, first, status, complete, overwrite, state, new))
@@ -115,7 +116,7 @@ def _after_kill(d, first, status, complete, overwrite, state, new) -> str | None
     elif best != (second if overwrite and second.exists() else first):
         return f"latest gave {best}"
     left = hidden(d)
-    C.save(d, {"x": np.ones(2)}, step=3)  # the next save cleans up
+    C.save(d, {"x": np.ones(2)}, iteration=3)  # the next save cleans up
     if hidden(d):
         return f"the next save left {hidden(d)} (was {left})"
     if overwrite and (not second.exists() or not D.same(C.load(second), new if complete
@@ -126,10 +127,12 @@ def _after_kill(d, first, status, complete, overwrite, state, new) -> str | None
 
 def test_killed_removes_are_finished_by_the_next_save(tmp_path):
     tally = D.Tally("checkpoint: removes killed at chosen instants")
+    sh = C._directory.shutil  # the module whose rmtree the child dies in
     for label, arm, gone in (("before the rename", lambda: dying_at(os, "replace", 1), False),
-                             ("while deleting", lambda: dying_at(C.shutil, "rmtree", 1), True)):
+                             ("while deleting", lambda: dying_at(sh, "rmtree", 1), True)):
         d = tmp_path / label.replace(" ", "-")
-        first, second = C.save(d, {"a": np.ones(3)}, step=1), C.save(d, {"a": np.ones(3)}, step=2)
+        first = C.save(d, {"a": np.ones(3)}, iteration=1)
+        second = C.save(d, {"a": np.ones(3)}, iteration=2)
 
         def child(arm=arm, second=second):
             arm()
@@ -139,7 +142,7 @@ def test_killed_removes_are_finished_by_the_next_save(tmp_path):
         problem = None if status == -9 else f"status {status}"
         if (C.latest(d) == first) != gone or C.verify(first) is not None:
             problem = f"latest gave {C.latest(d)}"
-        C.save(d, {"a": np.ones(3)}, step=3)
+        C.save(d, {"a": np.ones(3)}, iteration=3)
         if hidden(d):
             problem = f"left {hidden(d)}"
         tally.record(label, problem)
@@ -151,12 +154,12 @@ def test_a_live_writer_in_another_process_is_left_alone(tmp_path):
     """A child blocks in the middle of its save; the parent saves and cleans up into the same
     directory meanwhile; the child then finishes its checkpoint."""
     d = tmp_path / "ck"
-    C.save(d, {"a": np.ones(2)}, step=1)
+    C.save(d, {"a": np.ones(2)}, iteration=1)
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
 
     def child():
-        real = C._write_file
+        real = C._files.write_file
 
         def slow(path, pieces):
             out = real(path, pieces)
@@ -165,8 +168,8 @@ def test_a_live_writer_in_another_process_is_left_alone(tmp_path):
                 os.read(go_r, 1)
             return out
 
-        C._write_file = slow
-        C.save(d, {"a": np.full(2, 7.0)}, step=2)
+        C._files.write_file = slow
+        C.save(d, {"a": np.full(2, 7.0)}, iteration=2)
 
     pid_status = {}
     t = threading.Thread(target=lambda: pid_status.update(s=D.run_in_child(child)))
@@ -174,7 +177,7 @@ def test_a_live_writer_in_another_process_is_left_alone(tmp_path):
     try:
         assert os.read(ready_r, 1) == b"1"
         (tmp,) = hidden(d)
-        C.save(d, {"a": np.zeros(2)}, step=3)
+        C.save(d, {"a": np.zeros(2)}, iteration=3)
         assert C.cleanup(d) == []
         assert hidden(d) == [tmp], "a live writer's temporary directory was removed"
     finally:
@@ -188,7 +191,7 @@ def test_a_live_writer_in_another_process_is_left_alone(tmp_path):
 def test_a_live_writer_in_another_thread_is_left_alone(tmp_path, monkeypatch):
     d = tmp_path / "ck"
     inside, go = threading.Event(), threading.Event()
-    real = C._write_file
+    real = C._files.write_file
 
     def slow(path, pieces):
         out = real(path, pieces)
@@ -197,14 +200,14 @@ def test_a_live_writer_in_another_thread_is_left_alone(tmp_path, monkeypatch):
             go.wait(30)
         return out
 
-    monkeypatch.setattr(C, "_write_file", slow)
-    t = threading.Thread(target=C.save, args=(d, {"a": np.ones(2)}), kwargs={"step": 2},
+    monkeypatch.setattr(C._files, "write_file", slow)
+    t = threading.Thread(target=C.save, args=(d, {"a": np.ones(2)}), kwargs={"iteration": 2},
                          name="writer")
     t.start()
     try:
         assert inside.wait(30)
         (tmp,) = hidden(d)
-        C.save(d, {"a": np.zeros(2)}, step=1)
+        C.save(d, {"a": np.zeros(2)}, iteration=1)
         assert hidden(d) == [tmp]
     finally:
         go.set()
@@ -227,8 +230,8 @@ def test_cleanup_judges_each_leftover_by_its_writer(tmp_path):
     whose lock is held, other hosts' and other programs' entries, links. Put back: a replaced
     checkpoint whose replacement never arrived."""
     d = tmp_path / "ck"
-    keep_old = C.save(d, {"a": np.ones(1)}, step=1)
-    me, start, host = os.getpid(), C._start_time(os.getpid()), C._HOST
+    keep_old = C.save(d, {"a": np.ones(1)}, iteration=1)
+    me, start, host = os.getpid(), C._writers.start_time(os.getpid()), C._writers.HOST
     dead = dead_pid()
     names = {
         f".ckpt-00000002.tmp-{dead}-{start}-{host}-0": "removed",
@@ -245,13 +248,13 @@ def test_cleanup_judges_each_leftover_by_its_writer(tmp_path):
     }
     for name in names:
         if ".old-" in name and name.startswith(".ckpt-00000002"):  # a real replaced checkpoint
-            os.rename(C.save(tmp_path / "src", {"b": np.ones(1)}, step=2), d / name)
+            os.rename(C.save(tmp_path / "src", {"b": np.ones(1)}, iteration=2), d / name)
         else:
             (d / name).mkdir()
             (d / name / ("notes.txt" if "00000003" in name else "state.json")).write_bytes(b"x")
     link = d / f".ckpt-00000004.tmp-{dead}-{start}-{host}-0"
     link.symlink_to(keep_old)
-    lock = C._lock(d / f".ckpt-00000002.tmp-{dead}-{start}-{host}-8")
+    lock = C._writers.lock(d / f".ckpt-00000002.tmp-{dead}-{start}-{host}-8")
     try:
         done = C.cleanup(d)
     finally:
@@ -270,7 +273,7 @@ def test_cleanup_judges_each_leftover_by_its_writer(tmp_path):
 def test_remove_deletes_only_checkpoints(tmp_path):
     tally = D.Tally("checkpoint: remove() on what is not a checkpoint")
     d = tmp_path / "ck"
-    ck = C.save(d, {"a": np.ones(1)}, step=1)
+    ck = C.save(d, {"a": np.ones(1)}, iteration=1)
     victims = {}
     victims["user directory"] = tmp_path / "mine"
     (tmp_path / "mine").mkdir()
@@ -295,9 +298,9 @@ def test_remove_deletes_only_checkpoints(tmp_path):
                          else f"gone, or the error does not name it: {e}")
     assert ck.is_dir() and C.verify(ck) is None
     # what remove() does delete: checkpoints, their remains, leftovers of writers
-    damaged = C.save(d, {"a": np.ones(1)}, step=2)
+    damaged = C.save(d, {"a": np.ones(1)}, iteration=2)
     (damaged / "manifest.json").unlink()
-    leftover = d / f".ckpt-00000003.tmp-{dead_pid()}-1-{C._HOST}-0"
+    leftover = d / f".ckpt-00000003.tmp-{dead_pid()}-1-{C._writers.HOST}-0"
     leftover.mkdir()
     for label, path in (("checkpoint", ck), ("checkpoint without manifest", damaged),
                         ("leftover", leftover)):
@@ -318,8 +321,8 @@ def test_save_never_replaces_what_is_not_a_checkpoint(tmp_path):
     for bad in ("", ".hidden", "a/b", "..", 7):
         with pytest.raises(CheckpointError, match="name"):
             C.save(tmp_path, {"a": np.ones(1)}, name=bad)
-    for kwargs, what in (({"step": -1}, "step"), ({"step": 1.5}, "step"), ({"epoch": "3"}, "epoch"),
-                         ({"run_id": 3}, "run_id")):
+    for kwargs, what in (({"iteration": -1}, "iteration"), ({"iteration": 1.5}, "iteration"),
+                         ({"epoch": "3"}, "epoch"), ({"run_id": 3}, "run_id")):
         with pytest.raises(CheckpointError, match=what):
             C.save(tmp_path, {"a": np.ones(1)}, **kwargs)
     with pytest.raises(CheckpointError, match="holds a dict"):
@@ -330,7 +333,7 @@ def test_save_never_replaces_what_is_not_a_checkpoint(tmp_path):
 # ---- concurrent writers, readers and deleters -----------------------------------------------
 def _writer(d: Path, who: int, out: Path):
     for k in range(12):
-        C.save(d, {"a": np.full(500, float(who)), "who": who, "k": k}, step=k % 3)
+        C.save(d, {"a": np.full(500, float(who)), "who": who, "k": k}, iteration=k % 3)
 
 
 def _reader(d: Path, who: int, out: Path):
@@ -383,7 +386,7 @@ def test_concurrent_writers_readers_and_deleters(tmp_path):
     listed = C.list_checkpoints(d)
     tally.record("all visible intact", None if listed and all(C.verify(p) is None
                                                               for p in listed) else "damaged")
-    C.save(d, {"a": np.ones(1)}, step=7)
+    C.save(d, {"a": np.ones(1)}, iteration=7)
     tally.record("nothing left over", None if hidden(d) == [] else str(hidden(d)))
     assert tally.held == tally.tried, tally.report()
     assert sum(int((tmp_path / f"out{i}").read_text()) for i in (3, 4)) > 0  # reads happened
@@ -399,12 +402,12 @@ def test_a_writer_that_loses_the_rename_race_replaces_the_winner(tmp_path, monke
     def replace(src, dst):
         if ".tmp-" in str(src) and not raced and Path(dst).parent == d:
             raced.append(dst)
-            other = C.save(tmp_path / "other", {"a": np.zeros(2)}, step=5)
+            other = C.save(tmp_path / "other", {"a": np.zeros(2)}, iteration=5)
             real(other, dst)  # the other writer wins the race to the name
         return real(src, dst)
 
     monkeypatch.setattr(os, "replace", replace)
-    path = C.save(d, {"a": np.ones(2)}, step=5)
+    path = C.save(d, {"a": np.ones(2)}, iteration=5)
     monkeypatch.undo()
     assert raced == [path]
     assert np.array_equal(C.load(path)["a"], [1.0, 1.0])

@@ -76,7 +76,7 @@ def test_dashboard_buttons_control_the_loop(patches, tmp_path):
     assert dash.pause_button.disabled and not dash.resume_button.disabled
     dash.checkpoint_button.click()
     wait_for(lambda: loop.last_checkpoint is not None)
-    assert lk.checkpoint.manifest(loop.last_checkpoint)["step"] == at
+    assert lk.checkpoint.manifest(loop.last_checkpoint)["iteration"] == at
     wait_for(lambda: "written" in dash.message.value)
     dash.resume_button.click()
     wait_for(lambda: loop.status["iteration"] > at + 2)
@@ -204,13 +204,13 @@ def test_checkpoint_browser_restore_fork_delete():
     loop = T.build(make_loop, {"epochs": 2, "checkpoint_every": 6})
     loop.run()
     browser = CheckpointBrowser(loop)
-    steps = [c["step"] for c in lk.runs.checkpoints(loop.run_id)]
+    steps = [c["iteration"] for c in lk.runs.checkpoints(loop.run_id)]
     assert browser.runs.value == loop.run_id and len(browser.checkpoints.options) == len(steps)
     assert "valid" in browser.table.value and "<td>24</td>" in browser.table.value
     first = lk.runs.checkpoints(loop.run_id)[0]
     browser.checkpoints.value = first["id"]
     browser.restore_button.click()
-    assert loop.status["iteration"] == first["step"] and "restored" in browser.message.value
+    assert loop.status["iteration"] == first["iteration"] and "restored" in browser.message.value
     browser.changes.value = '{"lr": 0.001}'
     browser.checkpoints.value = first["id"]
     browser.fork_button.click()

@@ -32,12 +32,12 @@ def same(a, b):
 
 
 def test_round_trip_and_layout(tmp_path, state):
-    path = checkpoint.save(tmp_path, state, step=12, epoch=1, metrics={"loss": 0.5})
+    path = checkpoint.save(tmp_path, state, iteration=12, epoch=1, metrics={"loss": 0.5})
     assert path.name == "ckpt-00000012"
     assert sorted(p.name for p in path.iterdir()) == ["manifest.json", "state.json",
                                                       "tensors.safetensors"]
     m = json.loads((path / "manifest.json").read_text())
-    assert m["format"] == "labkit-checkpoint" and m["version"] == 1 and m["step"] == 12
+    assert m["format"] == "labkit-checkpoint" and m["version"] == 2 and m["iteration"] == 12
     assert m["metrics"] == {"loss": 0.5}
     assert set(m["files"]) == {"tensors.safetensors", "state.json"}
     assert same(checkpoint.load(path), state)
@@ -67,9 +67,9 @@ def test_values_a_checkpoint_cannot_hold_are_named(tmp_path):
 
 
 def test_crash_during_save_leaves_the_previous_checkpoint(tmp_path, state, monkeypatch):
-    good = checkpoint.save(tmp_path, state, step=1)
+    good = checkpoint.save(tmp_path, state, iteration=1)
     calls = {"n": 0}
-    real = checkpoint._write_file
+    real = checkpoint._files.write_file
 
     def dying(path, pieces):
         calls["n"] += 1
@@ -77,9 +77,9 @@ def test_crash_during_save_leaves_the_previous_checkpoint(tmp_path, state, monke
             raise OSError("disk full (simulated)")
         return real(path, pieces)
 
-    monkeypatch.setattr(checkpoint, "_write_file", dying)
+    monkeypatch.setattr(checkpoint._files, "write_file", dying)
     with pytest.raises(OSError, match="simulated"):
-        checkpoint.save(tmp_path, state, step=2)
+        checkpoint.save(tmp_path, state, iteration=2)
     monkeypatch.undo()
     assert checkpoint.list_checkpoints(tmp_path) == [good]
     assert checkpoint.latest(tmp_path) == good
@@ -91,8 +91,8 @@ def test_crash_during_save_leaves_the_previous_checkpoint(tmp_path, state, monke
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "no-manifest", "bad-json", "missing"])
 def test_corrupted_checkpoints_are_reported_and_skipped(tmp_path, state, damage):
-    older = checkpoint.save(tmp_path, state, step=1)
-    newer = checkpoint.save(tmp_path, state, step=2)
+    older = checkpoint.save(tmp_path, state, iteration=1)
+    newer = checkpoint.save(tmp_path, state, iteration=2)
     f = newer / "tensors.safetensors"
     if damage == "flip":
         raw = bytearray(f.read_bytes())
@@ -118,8 +118,8 @@ def test_corrupted_checkpoints_are_reported_and_skipped(tmp_path, state, damage)
 
 
 def test_remove_and_overwrite(tmp_path, state):
-    p = checkpoint.save(tmp_path, state, step=4)
-    q = checkpoint.save(tmp_path, {"x": np.ones(1)}, step=4)  # the same step again replaces it
+    p = checkpoint.save(tmp_path, state, iteration=4)
+    q = checkpoint.save(tmp_path, {"x": np.ones(1)}, iteration=4)  # the same step again replaces it
     assert p == q and list(checkpoint.load(q)) == ["x"]
     checkpoint.remove(q)
     assert not q.exists() and not os.listdir(tmp_path)
@@ -172,8 +172,8 @@ def test_crafted_tensor_headers_are_refused_by_name(tmp_path, header, data, expe
     """Headers the safetensors library refuses (and more), even when the checksums match."""
     with pytest.raises(CheckpointError, match=expect):
         checkpoint.tensors_from_bytes(bytearray(crafted(header, data)), "x.safetensors")
-    older = checkpoint.save(tmp_path, {"w": np.ones(2)}, step=1)
-    newer = checkpoint.save(tmp_path, {"w": np.ones(2)}, step=2)
+    older = checkpoint.save(tmp_path, {"w": np.ones(2)}, iteration=1)
+    newer = checkpoint.save(tmp_path, {"w": np.ones(2)}, iteration=2)
     (newer / "tensors.safetensors").write_bytes(crafted(header, data))
     reseal(newer)
     with pytest.raises(CheckpointError, match=f"tensors.safetensors: .*{expect}"):
@@ -189,30 +189,31 @@ def test_duplicate_keys_are_refused(tmp_path):
         checkpoint.tensors_from_bytes(bytearray(len(raw).to_bytes(8, "little") + raw + b"\1"))
     path = checkpoint.save(tmp_path, {"w": np.ones(2)})
     m = (path / "manifest.json").read_text()
-    (path / "manifest.json").write_text(m[:-1] + ', "step": 5}')
-    with pytest.raises(CheckpointError, match="'step' appears twice"):
+    (path / "manifest.json").write_text(m[:-1] + ', "iteration": 5}')
+    with pytest.raises(CheckpointError, match="'iteration' appears twice"):
         checkpoint.manifest(path)
 
 
 def test_manifest_fields_are_checked_and_sealed(tmp_path):
-    path = checkpoint.save(tmp_path, {"w": np.ones(2)}, step=3, metrics={"loss": 0.5})
+    path = checkpoint.save(tmp_path, {"w": np.ones(2)}, iteration=3, metrics={"loss": 0.5})
     original = json.loads((path / "manifest.json").read_text())
     assert isinstance(original["fields_crc32"], int)
 
     def edited(**fields):
         (path / "manifest.json").write_text(json.dumps({**original, **fields}))
 
-    edited(step=4)  # a changed field without a matching seal: damage, not a new step
+    edited(iteration=4)  # a changed field without a matching seal: damage, not a new value
     with pytest.raises(CheckpointError, match="fields_crc32 does not match"):
         checkpoint.manifest(path)
     edited(fields_crc32=None)
     with pytest.raises(CheckpointError, match="fields_crc32 does not match"):
         checkpoint.manifest(path)
     without = {k: v for k, v in original.items() if k != "fields_crc32"}
-    for field, value, expect in [("step", -1, "step is -1"), ("step", "3", "step is '3'"),
+    for field, value, expect in [("iteration", -1, "iteration is -1"),
+                                 ("iteration", "3", "iteration is '3'"),
                                  ("epoch", True, "epoch is True"),
                                  ("metrics", {"loss": "x"}, "metrics"),
-                                 ("run_id", 7, "run_id is 7"), ("version", 2, "upgrade labkit"),
+                                 ("run_id", 7, "run_id is 7"), ("version", 3, "upgrade labkit"),
                                  ("files", {**original["files"], "../../x": {"size": 1,
                                                                               "crc32": 0}},
                                   "unknown '../../x'")]:
@@ -221,7 +222,7 @@ def test_manifest_fields_are_checked_and_sealed(tmp_path):
             checkpoint.manifest(path)
     # a manifest of labkit before the seal: still read
     (path / "manifest.json").write_text(json.dumps(without))
-    assert checkpoint.manifest(path)["step"] == 3
+    assert checkpoint.manifest(path)["iteration"] == 3
     assert checkpoint.verify(path) is None
 
 
@@ -257,10 +258,25 @@ def test_a_killed_writers_leftovers_are_named_for_it_and_cleaned_by_the_next_sav
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                            capture_output=True, text=True, check=True)
     dead = int(child.stdout)
-    name = checkpoint._temp_name("ckpt-00000002", "tmp").replace(f"-{os.getpid()}-", "-0-")
+    name = checkpoint._writers.temp_name("ckpt-00000002", "tmp").replace(f"-{os.getpid()}-", "-0-")
     assert name.startswith(".ckpt-00000002.tmp-")
-    left = tmp_path / f".ckpt-00000002.tmp-{dead}-1-{checkpoint._HOST}-0"
+    left = tmp_path / f".ckpt-00000002.tmp-{dead}-1-{checkpoint._writers.HOST}-0"
     left.mkdir()
     (left / "tensors.safetensors").write_bytes(b"half")
-    checkpoint.save(tmp_path, {"w": np.ones(1)}, step=3)
+    checkpoint.save(tmp_path, {"w": np.ones(1)}, iteration=3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000003"]
+
+
+def test_format_1_manifests_are_still_read(tmp_path):
+    """labkit 0.1 wrote format 1, whose manifest says ``step``: read as the iteration."""
+    path = checkpoint.save(tmp_path, {"w": np.ones(2)}, iteration=3)
+    m = json.loads((path / "manifest.json").read_text())
+    m["version"], m["step"] = 1, m.pop("iteration")
+    del m["fields_crc32"]
+    (path / "manifest.json").write_text(json.dumps(m))
+    assert checkpoint.manifest(path)["iteration"] == 3
+    assert checkpoint.latest(tmp_path) == path
+    m["iteration"] = 3  # format 1 has no iteration field: refused, not half-believed
+    (path / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(CheckpointError, match="unknown 'iteration'"):
+        checkpoint.manifest(path)

@@ -194,7 +194,7 @@ def test_checkpoint_keeps_the_last_k_and_the_best(tmp_path):
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["ckpt-00000004", "ckpt-00000010", "ckpt-00000012"]
     assert c.best().name == "ckpt-00000004"
-    stored = [cp["step"] for cp in lk.runs.checkpoints(loop.run_id)]
+    stored = [cp["iteration"] for cp in lk.runs.checkpoints(loop.run_id)]
     assert stored == [4, 10, 12]
 
 
@@ -282,7 +282,7 @@ def test_background_training_pause_checkpoint_resume(tmp_path):
     deadline = time.monotonic() + 10
     while loop.last_checkpoint is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert lk.checkpoint.manifest(loop.last_checkpoint)["step"] == at
+    assert lk.checkpoint.manifest(loop.last_checkpoint)["iteration"] == at
     paused_checkpoint = loop.last_checkpoint
     loop.resume()
     loop.wait()

@@ -204,7 +204,7 @@ def test_a_checkpoints_state_cannot_name_a_directory_to_delete(tmp_path):
         state["extensions"]["Checkpoint"]["saved"] = [
             {"step": 2, "metric": None, "path": theirs[0]}] + state["extensions"][
             "Checkpoint"]["saved"]
-        path = checkpoint.save(tmp_path / "crafted", state, step=3, run_id=loop.run_id)
+        path = checkpoint.save(tmp_path / "crafted", state, iteration=3, run_id=loop.run_id)
         again = T.build(make_loop, {"epochs": 2, "checkpoint_every": 2})
         again.attach(lk.runs.get(loop.run_id))
         again.load_checkpoint(path)

@@ -1,0 +1,95 @@
+"""What every part of the checkpoint format shares: its names and limits, and JSON read
+strictly (UTF-8, no duplicate keys, no giant integers) with every failure a CheckpointError."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ..errors import CheckpointError
+
+FORMAT = "labkit-checkpoint"
+#: 2: the manifest says ``iteration`` (1 said ``step``; both are read)
+VERSION = 2
+MANIFEST = "manifest.json"
+#: the files a manifest lists (exactly these; it never names a path)
+FILES = ("tensors.safetensors", "state.json")
+CHUNK = 8 << 20
+MANIFEST_LIMIT = 4 << 20  # labkit's manifests are < 1 KB plus the metrics
+INT64 = 1 << 63
+MAX_DIMS = 64  # NumPy 2's limit
+
+DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
+          "I32": np.int32, "I16": np.int16, "I8": np.int8, "U64": np.uint64, "U32": np.uint32,
+          "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_}
+CODES = {np.dtype(v): k for k, v in DTYPES.items()}
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _unique_keys(pairs):
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Duplicate(k)
+        out[k] = v
+    return out
+
+
+def _small_int(text: str) -> int:
+    # NOTE: headers and manifests hold sizes, offsets, steps and CRCs (< 2**64); refusing longer
+    # digit strings keeps a crafted file from making int() (quadratic in the digits) stall
+    if len(text.lstrip("-")) > 40:
+        raise ValueError(f"an integer of {len(text)} digits")
+    return int(text)
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+_STRICT = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_int=_small_int)
+
+
+def read_json(raw, where: str, strict: bool = True):
+    """Parse JSON: UTF-8 only, no duplicate keys, (``strict``) no integers of more than 40
+    digits; every failure is a CheckpointError."""
+    try:
+        text = bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{where}: not UTF-8 text ({e}); the file is corrupted") from None
+    try:
+        return (_STRICT if strict else _DECODER).decode(text)
+    except _Duplicate as e:
+        raise CheckpointError(f"{where}: the key {e.args[0]!r} appears twice in one object; labkit "
+                              "never writes that, so the file was corrupted or edited") from None
+    except RecursionError:
+        raise CheckpointError(f"{where}: JSON nested too deeply to read") from None
+    except ValueError as e:
+        raise CheckpointError(f"{where}: not valid JSON ({e}); the file is corrupted") from None
+
+
+def is_int(v) -> bool:
+    return type(v) is int  # NOTE: not isinstance: True and False are ints too
+
+
+def kind(v) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            int: "an integer", float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def brief(v, n=60) -> str:
+    r = repr(v)
+    return r if len(r) <= n else r[:n] + "..."
+
+
+def check_keys(obj, required, optional, where):
+    missing = [k for k in required if k not in obj]
+    unknown = sorted(set(obj) - set(required) - set(optional))
+    if missing or unknown:
+        parts = ([f"lacks {missing}"] if missing else []) + \
+            ([f"has unknown {', '.join(brief(k, 30) for k in unknown[:5])}"] if unknown else [])
+        raise CheckpointError(f"{where} {' and '.join(parts)}; expected the keys "
+                              f"{list(required) + list(optional)}")
+
+
