@@ -5,7 +5,8 @@ non-finite inputs, and for the backward of an upstream gradient holding nan, +in
 The semantics are the devices' agreement, and for the masking ops one rule: a gradient that
 an op passes through (relu where x > 0, where's chosen branch, clip inside [lo, hi]) is the
 upstream value, nan and inf included, and the gradient it blocks is 0 whatever the upstream
-value (never 0 * inf = nan)."""
+value (never 0 * inf = nan). F.max, F.min and the poolings scale the upstream gradient by their
+winner mask instead, so a nan upstream value reaches its whole window, on both devices alike."""
 
 from __future__ import annotations
 
