@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import CheckpointError
 from . import opencl
 from .device import Device
 from .device import device as _device
@@ -69,11 +70,17 @@ class Generator:
         return {"seed": self.seed, "counter": self.counter}
 
     def load_state_dict(self, state: dict) -> None:
-        try:
-            self.seed, self.counter = int(state["seed"]), int(state["counter"])
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"Generator.load_state_dict: expected {{'seed': int, 'counter': "
-                             f"int}}, got {state!r}") from None
+        """Restore ``{"seed", "counter"}``: both integers (not bools, floats or strings) in
+        [0, 2**64); anything else is a ``CheckpointError`` and changes nothing."""
+        def value(key):
+            v = state.get(key) if isinstance(state, dict) else None
+            if type(v) is not int or not 0 <= v < 1 << 64:
+                raise CheckpointError(f"Generator.load_state_dict: {key!r} must be an integer in "
+                                      f"[0, 2**64), got {v!r:.60} (state {state!r:.80})")
+            return v
+
+        seed, counter = value("seed"), value("counter")
+        self.seed, self.counter = seed, counter
 
     def __repr__(self) -> str:
         return f"Generator(seed={self.seed}, counter={self.counter}, device='{self.device}')"

@@ -55,7 +55,7 @@ def test_state_round_trip_continues_exactly(dev):
     b = h.uniform((100,))
     a, b = (x if isinstance(x, np.ndarray) else x.get() for x in (a, b))
     assert a.tobytes() == b.tobytes()
-    with pytest.raises(ValueError, match="expected"):
+    with pytest.raises(ValueError, match="must be an integer"):
         h.load_state_dict({"seed": 1})
 
 
@@ -64,3 +64,18 @@ def test_permutation_is_a_permutation():
     assert sorted(p.tolist()) == list(range(1000))
     assert not np.array_equal(p, np.arange(1000))
     assert np.array_equal(p, Generator(1, "cl:0").permutation(1000))
+
+
+@pytest.mark.parametrize("state", [
+    {"seed": 1.0, "counter": 0}, {"seed": True, "counter": 0}, {"seed": "1", "counter": 0},
+    {"seed": 1, "counter": -1}, {"seed": 1, "counter": float("inf")}, {"seed": 1 << 64,
+                                                                       "counter": 0},
+    {"seed": 1}, [], None, {"seed": 1, "counter": None},
+])
+def test_a_damaged_generator_state_is_refused_and_changes_nothing(state):
+    g = lk.Generator(3, "cpu")
+    g.uniform((2,))
+    before = g.state_dict()
+    with pytest.raises(lk.CheckpointError, match="Generator.load_state_dict"):
+        g.load_state_dict(state)
+    assert g.state_dict() == before
