@@ -14,6 +14,7 @@ import queue
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 from .. import checkpoint as ckpt
@@ -241,7 +242,11 @@ class Recorder:
         from .. import runs
 
         if self.store is None:
-            ckpt.remove(path)
+            try:
+                ckpt.remove(path)
+            except CheckpointError as e:  # not a checkpoint after all: keep it, say so
+                warnings.warn(f"kept {path}: {e}", stacklevel=3)
+                return False
             return True
         for c in self._guard(self.store.checkpoints, self.run_id, default=[]):
             if Path(c["path"]) == Path(path):

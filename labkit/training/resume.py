@@ -87,6 +87,9 @@ def _locate(run_or_path):
     """(checkpoint path or None, run id or None) for a run id, a checkpoint or a run
     directory."""
     p = Path(str(run_or_path))
+    if p.is_symlink():
+        raise CheckpointError(f"{p}: a symbolic link; labkit resumes from real directories only "
+                              "(give the link's target)")
     if p.is_dir() and (p / "manifest.json").exists():
         return p, ckpt.manifest(p).get("run_id")
     if p.is_dir() and (p / "checkpoints").is_dir():
