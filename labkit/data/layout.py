@@ -287,11 +287,12 @@ class Layout(NamedTuple):
 
 
 def _no_duplicates(pairs):
-    keys = [k for k, _ in pairs]
-    if len(set(keys)) != len(keys):
-        dup = next(k for k in keys if keys.count(k) > 1)
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
         raise ValueError(f"the key {dup!r} appears twice")
-    return dict(pairs)
+    return out
 
 
 def _reject_constant(name):
