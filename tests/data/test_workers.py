@@ -75,9 +75,11 @@ def test_unsendable_result_is_reported_at_once():
 
 
 def test_hung_worker_times_out_with_its_name():
-    s = stream(helpers.hang_on_item_5, timeout=1.0)
+    # NOTE: the timeout counts from when the worker starts the item (not from when it was asked
+    # for, which included the workers' start-up), so only item 5 can exceed it.
+    s = stream(helpers.hang_on_item_5, timeout=3.0)
     with pytest.raises(WorkerError, match=r"data worker 1 .* has not returned item 5 of epoch 0 "
-                                          r"after 1 s"):
+                                          r"after 3 s"):
         list(s)
 
 
