@@ -228,3 +228,20 @@ def test_ops_from_several_threads_at_once(rng):
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_tanh_saturates_to_exactly_one(cp):
+    """PoCL's own tanh gives +-0.99999994 past |x| ~ 9 in float32; labkit's gives +-1 there, as
+    NumPy does (and tanh's gradient 1 - y*y is then exactly 0)."""
+    for dt, edge in ((np.float32, 10.0), (np.float64, 19.1)):
+        x = np.array([-np.inf, -40, -edge - 0.01, -5, -0.5, 0, 0.5, 5, edge + 0.01, 40, np.inf,
+                      np.nan], dt)
+        want = np.tanh(x)
+        got = cp.tanh(cp.asarray(x)).get()
+        assert got.dtype == dt
+        assert np.array_equal(got[np.abs(x) > edge], want[np.abs(x) > edge])
+        assert (np.abs(want[np.abs(x) > edge]) == 1).all()
+        assert np.isnan(got[-1])
+        np.testing.assert_allclose(got[:-1], want[:-1], rtol=4 * np.finfo(dt).eps, atol=0)
+    x = np.linspace(-12, 12, 4001, dtype=np.float32)
+    np.testing.assert_allclose(cp.tanh(cp.asarray(x)).get(), np.tanh(x), rtol=3e-7, atol=1e-7)

@@ -241,7 +241,11 @@ log = _unary("log", "log(v0)", kind="float")
 log1p = _unary("log1p", "log1p(v0)", kind="float")
 log2 = _unary("log2", "log2(v0)", kind="float")
 sqrt = _unary("sqrt", "sqrt(v0)", kind="float")
-tanh = _unary("tanh", "tanh(v0)", kind="float")
+# NOTE: PoCL's tanh gives +-0.99999994 for every float32 |x| past ~9, +-inf included, where
+# NumPy gives +-1 from |x| >= 10 (and 1 - y*y, tanh's gradient, must then be 0): from 10
+# (float) or 19.1 (double), where NumPy's tanh is +-1, the result is the sign itself
+tanh = _unary("tanh", "((fabs(v0) >= (sizeof(v0) == 4 ? 10.0f : 19.1f)) ? "
+              "(((v0) > 0) - ((v0) < 0)) : tanh(v0))", kind="float")
 sin = _unary("sin", "sin(v0)", kind="float")
 cos = _unary("cos", "cos(v0)", kind="float")
 tan = _unary("tan", "tan(v0)", kind="float")
