@@ -44,6 +44,7 @@ from .errors import (
     DeviceError,
     DeviceMismatchError,
     DTypeError,
+    IndexingError,
     KernelBuildError,
     LabkitError,
     RunStoreError,
@@ -84,7 +85,8 @@ def _jupyter_labextension_paths():
 
 __all__ = [
     "CheckpointError", "ConfigError", "DataError", "Device", "DeviceError",
-    "DeviceMismatchError", "DTypeError", "Function", "Generator", "Graph", "KernelBuildError",
+    "DeviceMismatchError", "DTypeError", "Function", "Generator", "Graph", "IndexingError",
+    "KernelBuildError",
     "LabkitError", "RunStoreError", "ShapeError", "Tensor", "TrainingError", "WorkerError",
     "__version__", "asarray", "autograd", "best_device", "bricks", "checkpoint", "config",
     "data", "default_device", "device", "devices", "enable_grad", "get_array_module", "grad",

@@ -165,7 +165,8 @@ def convert(args) -> int:
     name, out = args.name, args.output
     needs = {"mnist": "the directory with the four IDX files",
              "cifar10": "cifar-10-binary.tar.gz or its extracted directory",
-             "text": "a UTF-8 text file", "npz": "a .npz file"}
+             "text": "a UTF-8 text file", "npz": "a .npz file",
+             "h5": "a labkit HDF5 dataset file"}
     try:
         if name != "digits" and not args.source:
             raise DataError(f"give SOURCE: {needs[name]}")
@@ -316,9 +317,11 @@ def _parser() -> argparse.ArgumentParser:
                        description="Write a dataset in labkit's HDF5 layout (default: "
                        "$LABKIT_HOME/datasets/NAME.h5). Nothing is downloaded: digits ships with "
                        "labkit; the others read files you have.")
-    p.add_argument("name", choices=["digits", "mnist", "cifar10", "text", "npz"])
+    p.add_argument("name", choices=["digits", "mnist", "cifar10", "text", "npz", "h5"])
     p.add_argument("source", nargs="?", help="mnist: directory of IDX files; cifar10: "
-                   "cifar-10-binary.tar.gz or its directory; text: a UTF-8 file; npz: a .npz")
+                   "cifar-10-binary.tar.gz or its directory; text: a UTF-8 file; npz: a .npz; "
+                   "h5: a labkit dataset file, rewritten in the current format (in place "
+                   "unless -o)")
     p.add_argument("-o", "--output", help="the .h5 file to write")
     p.add_argument("--level", choices=["char", "word"], default="char", help="text: tokens")
     p.set_defaults(func=convert)

@@ -19,7 +19,13 @@ class DeviceMismatchError(DeviceError, ValueError):
 
 
 class DTypeError(LabkitError, TypeError):
-    """A dtype the operation or the device does not support."""
+    """A dtype the operation or the device does not support, or an argument of the wrong Python
+    type (a list where a Tensor is needed)."""
+
+
+class IndexingError(LabkitError, IndexError):
+    """An index, label or id out of bounds for its axis or class count, or something that is not
+    an index (NumPy raises IndexError for the same)."""
 
 
 class ShapeError(LabkitError, ValueError):

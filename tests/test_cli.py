@@ -96,3 +96,14 @@ def test_resuming_a_finished_run_says_so(store_with_runs):
     out = labkit("resume", ids[0], home=home)
     assert out.returncode == 0 and "already finished" in out.stdout, out.stdout + out.stderr
     assert "lk.runs.fork" in out.stdout
+
+
+def test_convert_says_what_a_file_is(tmp_path):
+    made = labkit("convert", "digits", "-o", str(tmp_path / "d.h5"), home=tmp_path)
+    assert made.returncode == 0, made.stderr
+    wrong = labkit("convert", "npz", str(tmp_path / "d.h5"), home=tmp_path)
+    assert wrong.returncode == 1 and "not a .npz file" in wrong.stderr
+    assert "labkit convert h5" in wrong.stderr and "pickle" not in wrong.stderr
+    again = labkit("convert", "h5", str(tmp_path / "d.h5"), "-o", str(tmp_path / "e.h5"),
+                   home=tmp_path)
+    assert again.returncode == 0 and "splits:  train 1297, valid 200, test 300" in again.stdout

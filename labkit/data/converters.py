@@ -238,6 +238,15 @@ def convert_npz(file, path=None, splits: dict | None = None) -> Path:
     """Every array of a ``.npz`` file as a source (loaded with ``allow_pickle=False``)."""
     file = Path(file)
     try:
+        with open(file, "rb") as f:
+            magic = f.read(8)
+    except OSError as e:
+        raise DataError(f"{file}: cannot be read ({e.strerror or e})") from None
+    if not magic.startswith(b"PK"):  # every .npz is a zip archive
+        hint = " (it is an HDF5 file: `labkit convert h5 FILE`)" if magic.startswith(
+            b"\x89HDF") else ""
+        raise DataError(f"{file}: not a .npz file: it does not start like a zip archive{hint}")
+    try:
         with np.load(file, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except ValueError as e:

@@ -28,7 +28,7 @@ import numpy as np
 from .. import config
 from ..autograd.tensor import Tensor
 from ..backend import opencl as cl
-from ..errors import DeviceMismatchError, DTypeError, ShapeError
+from ..errors import DeviceMismatchError, DTypeError, IndexingError, ShapeError
 
 
 def _found(v) -> str:
@@ -289,6 +289,6 @@ def indices(d, n: int, op: str, name: str, what: str, ignore=None) -> None:
     pos = tuple(int(i) for i in np.argwhere(bad)[0])
     val = int(h[pos])
     ign = "" if ignore is None else f" or ignore_label={ignore}"
-    raise IndexError(f"{op}: {name}{list(pos)} is {val}, outside [0, {n}) for {what}; "
+    raise IndexingError(f"{op}: {name}{list(pos)} is {val}, outside [0, {n}) for {what}; "
                      f"every {name[:-1] if name.endswith('s') else name} must be in "
                      f"[0, {n}){ign}")

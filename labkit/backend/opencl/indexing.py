@@ -16,7 +16,7 @@ import operator
 import numpy as np
 
 from ...config import get as setting
-from ...errors import DeviceMismatchError, ShapeError
+from ...errors import DeviceMismatchError, IndexingError, ShapeError
 from .core import add as _add
 from .core import (
     asarray,
@@ -51,7 +51,8 @@ def _program(rt, dt, it):
 def _check_host(h: np.ndarray, size: int, axis: int, op: str) -> None:
     if h.size and (h.min() < -size or h.max() >= size):
         first = h[(h < -size) | (h >= size)].flat[0]
-        raise IndexError(f"{op}: index {first} is out of bounds for axis {axis} with size {size}")
+        raise IndexingError(f"{op}: index {first} is out of bounds for axis {axis} with size "
+                            f"{size}")
 
 
 def index_array(idx, rt, size: int, axis: int, op: str) -> ndarray:
@@ -59,7 +60,7 @@ def index_array(idx, rt, size: int, axis: int, op: str) -> ndarray:
     ``[-size, size)`` (``axis`` and ``op`` name the culprit in the error)."""
     if isinstance(idx, ndarray):
         if idx.dtype.kind not in "iu":
-            raise IndexError(f"{op}: indices must be integers, got {idx.dtype}")
+            raise IndexingError(f"{op}: indices must be integers, got {idx.dtype}")
         if idx.rt is not rt:
             raise DeviceMismatchError(
                 f"{op}: the indices are on cl:{idx.rt.info.index} but the array on "
@@ -71,11 +72,11 @@ def index_array(idx, rt, size: int, axis: int, op: str) -> ndarray:
         return dev
     h = np.asarray(idx)
     if h.dtype == object:
-        raise IndexError(f"{op}: invalid index {idx!r}")
+        raise IndexingError(f"{op}: invalid index {idx!r}")
     if h.dtype.kind == "b":
-        raise IndexError(f"{op}: boolean indices are handled by getitem, not take")
+        raise IndexingError(f"{op}: boolean indices are handled by getitem, not take")
     if h.size and h.dtype.kind not in "iu":
-        raise IndexError(f"{op}: indices must be integers, got {h.dtype}")
+        raise IndexingError(f"{op}: indices must be integers, got {h.dtype}")
     h = h.astype(np.int64)
     _check_host(h, size, axis, op)
     return asarray(h, device=rt)
@@ -100,7 +101,7 @@ def _take(a, idx, axis):
     if n == 0:
         return out
     if A == 0:
-        raise IndexError(f"take: cannot take from an empty axis {axis} (shape {a.shape})")
+        raise IndexingError(f"take: cannot take from an empty axis {axis} (shape {a.shape})")
     src = a if a.is_contiguous else a.copy()
     prg = _program(rt, a.dtype, np.int64)
     gs = -(-n // 256) * 256
@@ -124,7 +125,7 @@ def scatter_add(out, indices, values, axis=0):
     A = out.shape[axis]
     h = indices.get() if isinstance(indices, ndarray) else np.asarray(indices)
     if h.size and h.dtype.kind not in "iu":
-        raise IndexError(f"scatter_add: indices must be integers, got {h.dtype}")
+        raise IndexingError(f"scatter_add: indices must be integers, got {h.dtype}")
     h = h.astype(np.int64).reshape(-1)
     _check_host(h, A, axis, "scatter_add")  # NOTE: always: the indices are on the host anyway
     h = np.where(h < 0, h + A, h)
@@ -248,9 +249,9 @@ def basic_index(a: ndarray, key: tuple):
     """The view that ints, slices, None and Ellipsis in ``key`` select (no copy)."""
     nindexed = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
     if builtins.sum(1 for k in key if k is Ellipsis) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
+        raise IndexingError("an index can only have a single ellipsis ('...')")
     if nindexed > a.ndim:
-        raise IndexError(f"too many indices for array: array is {a.ndim}-dimensional, but "
+        raise IndexingError(f"too many indices for array: array is {a.ndim}-dimensional, but "
                          f"{nindexed} were indexed")
     shape, st, off = [], [], a.offset
     dim = 0
@@ -275,11 +276,12 @@ def basic_index(a: ndarray, key: tuple):
             try:
                 i = operator.index(k)
             except TypeError:
-                raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and integer "
-                                 f"or boolean arrays are valid indices, got {k!r}") from None
+                raise IndexingError(f"only integers, slices (`:`), ellipsis (`...`), None and "
+                                    f"integer or boolean arrays are valid indices, got {k!r}"
+                                    ) from None
             d = a.shape[dim]
             if not -d <= i < d:
-                raise IndexError(f"index {i} is out of bounds for axis {dim} with size {d}")
+                raise IndexingError(f"index {i} is out of bounds for axis {dim} with size {d}")
             off += (i % d) * a._st[dim]
             dim += 1
     for k in range(dim, a.ndim):
@@ -313,7 +315,7 @@ def _as_index(k):
         return k
     h = np.asarray(k)
     if h.dtype == object:
-        raise IndexError(f"invalid index {k!r}")
+        raise IndexingError(f"invalid index {k!r}")
     return h
 
 
@@ -339,7 +341,7 @@ def advanced_getitem(a, key, adv):
     axis0 = builtins.sum(1 for k in pre if k is not None)  # in `a`, for the error message
     v = basic_index(a, basic)
     if v.ndim < pos + len(adv):
-        raise IndexError(f"too many indices for array of shape {a.shape}")
+        raise IndexingError(f"too many indices for array of shape {a.shape}")
     dims = v.shape[pos:pos + len(adv)]
     idx = [index_array(k, a.rt, d, axis0 + j, "getitem")
            for j, (k, d) in enumerate(zip(ks, dims))]
@@ -370,7 +372,7 @@ def _mask_getitem(a, key, i, mask):
         v, pos = a, 0
     md = mask.ndim
     if v.shape[pos:pos + md] != mask.shape:
-        raise IndexError(f"boolean index of shape {mask.shape} does not match the indexed "
+        raise IndexingError(f"boolean index of shape {mask.shape} does not match the indexed "
                          f"dimensions {v.shape[pos:pos + md]} of an array of shape {a.shape}")
     merged = v.reshape(v.shape[:pos] + (-1,) + v.shape[pos + md:])
     return _take(merged, asarray(np.flatnonzero(mask), device=a.rt), pos)
@@ -382,7 +384,7 @@ def advanced_setitem(a, key, adv, value):
         k = _as_index(key[0])
         if k.dtype == np.bool_:
             if k.shape != a.shape[:k.ndim]:
-                raise IndexError(f"setitem: boolean index of shape {k.shape} does not match "
+                raise IndexingError(f"setitem: boolean index of shape {k.shape} does not match "
                                  f"the indexed dimensions {a.shape[:k.ndim]} of an array of "
                                  f"shape {a.shape}")
             if k.shape != a.shape:
