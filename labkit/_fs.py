@@ -24,6 +24,12 @@ from pathlib import Path
 TMP_PREFIX = ".labkit-tmp-"
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # NOTE: the only way to read it; set back at once
+    os.umask(mask)
+    return mask
+
+
 def fsync_dir(path) -> None:
     """Make a rename or a new entry in directory ``path`` durable."""
     try:
@@ -49,6 +55,8 @@ def atomic_path(path):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.")
+    # NOTE: mkstemp makes the file private (0600); the file gets the mode a plain open() would
+    os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)
     tmp = Path(tmp)
     try:

@@ -9,7 +9,7 @@ PKG = Path(__file__).resolve().parents[1] / "labkit"
 
 # the first component of a module's path inside labkit -> its layer (DESIGN.md, bottom up)
 LAYERS = {
-    "config": 0, "errors": 0, "roles": 0, "_fs": 0,
+    "config": 0, "errors": 0, "roles": 0, "_fs": 0, "_proc": 0,
     "backend": 1,
     "data": 2, "checkpoint": 2, "runs": 2,
     "functions": 3, "autograd": 3,
@@ -68,3 +68,16 @@ def test_every_import_runs_down_the_layers():
                            f"{target} (layer {LAYERS[other]})")
     assert checked > 100
     assert not bad, "imports that run up the layers:\n" + "\n".join(bad)
+
+
+def test_atomic_files_get_the_mode_a_plain_open_would(tmp_path):
+    import os
+
+    from labkit._fs import atomic_write
+
+    mask = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "f.json", b"{}")
+        assert (tmp_path / "f.json").stat().st_mode & 0o777 == 0o644
+    finally:
+        os.umask(mask)

@@ -10,6 +10,7 @@ import socket
 import zlib
 from pathlib import Path
 
+from .._proc import alive, start_time
 from ._common import FILES, MANIFEST
 from ._files import NOFOLLOW
 
@@ -24,32 +25,12 @@ LEGACY_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old|deleting)-(?P<pid>\
 _SERIAL = itertools.count()
 
 
-def start_time(pid: int) -> int:
-    """The start time of process ``pid`` in clock ticks since boot (Linux), or 0 if unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
 HOST = f"{zlib.crc32(socket.gethostname().encode()):08x}"
 
 
 def temp_name(name: str, kind: str) -> str:
     pid = os.getpid()
     return f".{name}.{kind}-{pid}-{start_time(pid)}-{HOST}-{next(_SERIAL)}"
-
-
-def _alive(pid: int, start: int | None) -> bool:
-    """Whether process ``pid`` (started at ``start``, if known) may still be running here."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, ValueError):
-        return pid > 0
-    return not start or start_time(pid) in (0, start)
 
 
 def lock(path: Path):
@@ -111,7 +92,7 @@ def cleanup(directory) -> list[str]:
         try:
             if not e.is_dir(follow_symlinks=False):
                 continue
-            if _alive(int(g["pid"]), int(g["start"]) if m is not None else None) or \
+            if alive(int(g["pid"]), int(g["start"]) if m is not None else None) or \
                     (g["kind"] == "tmp" and _locked(p)):
                 continue
             # NOTE: the old names are plainer: take only what holds nothing but checkpoint files

@@ -134,9 +134,11 @@ def _worker_main(index, stream, tasks, results, progress, parent_pid, use_prctl)
         _, gen, epoch, k = task
         if gen < latest[0]:
             continue  # asked for before a load_state_dict: nobody wants it any more
+        # NOTE: the sequence number first, then BUSY: a reader that sees BUSY sees the new item's
+        # number too, and never times a fresh item by an old one's start
+        progress[base] += 1
         progress[base + 1], progress[base + 2], progress[base + 3] = gen, epoch, k
         progress[base + 4] = _BUSY
-        progress[base] += 1
         try:
             result = (gen, epoch, k, stream.get_item(epoch, k), None, None)
         except BaseException as e:  # noqa: BLE001 - sent to the main process with its traceback
@@ -440,7 +442,11 @@ class Parallel(Stream):
                     self._fail(f"{self._name(w)} has not started after {limit:.0f} s (importing "
                                "modules or receiving the stream); the main process was waiting "
                                f"for item {key[1]} of epoch {key[0]}")
-            elif phase == _BUSY:
+            elif phase != _BUSY:
+                # NOTE: the table is read without a lock; an idle worker restarts its clock, so
+                # a busy phase read together with an old sequence number times from now
+                self._seen[w] = (seq, now)
+            else:
                 if self._seen[w][0] != seq:
                     self._seen[w] = (seq, now)
                 elif now - self._seen[w][1] > self.timeout:

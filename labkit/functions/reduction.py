@@ -36,8 +36,10 @@ def _reduction(x, axis, op, empty_ok=True):
     _check.tensor(x, op)
     axes = None if axis is None else _check.axes(axis, x.ndim, op, x.shape)
     if not empty_ok and x.size == 0:
-        raise ShapeError(f"{op}: x of shape {x.shape} has no elements along axis {axis}; a "
-                         f"{op} of nothing has no value")
+        empty = [a for a in (range(x.ndim) if axes is None else axes) if x.shape[a] == 0]
+        if axes is None or empty:  # (a reduction over non-empty axes of an empty x is empty)
+            raise ShapeError(f"{op}: x of shape {x.shape} has no elements along axis "
+                             f"{empty[0] if empty else axis}; a {op} of nothing has no value")
     return axes
 
 

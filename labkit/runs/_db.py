@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import functools
-import os
 import sqlite3
 from contextlib import contextmanager
 
+from .._proc import alive
 from .checks import refuse
 
 #: seconds a call waits for another process's write lock before it gives up
@@ -84,16 +84,4 @@ def transaction(c: sqlite3.Connection):
 
 def pid_alive(pid) -> bool:
     """Whether process ``pid`` of this host runs (a zombie does not)."""
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    return alive(pid)

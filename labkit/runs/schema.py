@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from ._db import transaction
 from .checks import refuse
 
 VERSION = 2
@@ -78,8 +79,7 @@ def ensure(c: sqlite3.Connection, path) -> None:
     if version > VERSION:
         raise refuse(f"{path}: this run store was written by a newer labkit (schema version "
                      f"{version}; this labkit knows {VERSION}): upgrade labkit", "failed")
-    c.execute("BEGIN IMMEDIATE")
-    try:
+    with transaction(c):
         # another process may have migrated it while this one waited for the write lock
         version = c.execute("PRAGMA user_version").fetchone()[0]
         if version < VERSION:
@@ -89,7 +89,3 @@ def ensure(c: sqlite3.Connection, path) -> None:
             for statement in _TABLES + _INDEXES:
                 c.execute(statement)
             c.execute(f"PRAGMA user_version = {VERSION}")
-    except BaseException:
-        c.execute("ROLLBACK")
-        raise
-    c.execute("COMMIT")

@@ -197,19 +197,17 @@ class RunStore:
             if not isinstance(d["config"], dict) or not isinstance(d["progress"], dict):
                 raise ValueError("config and progress must be JSON objects")
             d["stored_status"] = d["status"]
-            if d["status"] == "running":
-                stale = time.time() - (d["heartbeat"] or 0) > DEAD_AFTER
-                gone = d["host"] == socket.gethostname() and d["pid"] and \
-                    not pid_alive(d["pid"])
-                if stale or gone:
-                    d["status"] = "dead"
+            if d["status"] in ("running", "paused") and not self.is_live(d):
+                d["status"] = "dead"
         except (TypeError, ValueError) as e:
             raise self._damaged(f"run {d.get('id')!r}", e) from e
         return d
 
     def is_live(self, run: dict) -> bool:
         """Whether ``run`` (a record from ``get``) is training now: running or paused, with a
-        heartbeat from the last ``DEAD_AFTER`` seconds and, on this host, a live process."""
+        heartbeat from the last ``DEAD_AFTER`` seconds (a paused loop keeps beating) and, on
+        this host, a live process. A running or paused run that is not live is listed as
+        ``dead``."""
         if run.get("stored_status", run.get("status")) not in ("running", "paused"):
             return False
         try:

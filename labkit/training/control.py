@@ -56,9 +56,10 @@ class Control:
             asked, self.checkpoint_requested = self.checkpoint_requested, False
             return asked
 
-    def wait_while_paused(self, save_checkpoint) -> None:
+    def wait_while_paused(self, save_checkpoint, beat=lambda: None) -> None:
         """Block the training thread while paused (a stop or a Ctrl-C ends the pause), writing
-        a checkpoint whenever one is requested meanwhile."""
+        a checkpoint whenever one is requested meanwhile and calling ``beat()`` every 0.2 s
+        (the run store's heartbeat: a paused run is alive)."""
         with self._cv:
             while self.paused and self.stop_reason is None and not self.interrupts:
                 if self.checkpoint_requested:
@@ -69,9 +70,14 @@ class Control:
                     finally:
                         self._cv.acquire()
                     continue
-                # NOTE: a timeout only so that a Ctrl-C (a flag set by the signal handler,
-                # which cannot notify) is seen within 0.2 s
+                # NOTE: a timeout so that a Ctrl-C (a flag set by the signal handler, which
+                # cannot notify) is seen within 0.2 s, and the heartbeat goes on
                 self._cv.wait(0.2)
+                self._cv.release()
+                try:
+                    beat()
+                finally:
+                    self._cv.acquire()
 
     def install_sigint(self):
         """Ctrl-C once: finish the batch, checkpoint, stop; twice: ``KeyboardInterrupt`` now.

@@ -240,7 +240,8 @@ class MainLoop:
             return
         self.recorder.set_status("paused", self.progress())
         self.dispatch("on_pause")
-        self.control.wait_while_paused(self.save_checkpoint)
+        self.control.wait_while_paused(self.save_checkpoint,
+                                       lambda: self.recorder.mirror(self.progress))
         self.recorder.set_status("running", self.progress())
         self.dispatch("on_unpause")
 

@@ -400,3 +400,15 @@ def test_constants_follow_one_rule(dev):
     # non-differentiable data may come from the host whatever the device
     assert F.where(np.array([True, False, True]), x, 0.0).device == dev
     assert F.embed_id([[1, 0]], T((2, 3), dev)).shape == (1, 2, 3)
+
+
+def test_max_and_min_over_non_empty_axes_of_an_empty_array(dev):
+    """NumPy reduces (0, 3) along axis 1 to shape (0,); only a reduction over an empty axis
+    (or over all of an empty array) has no value."""
+    x = lk.tensor(np.zeros((0, 3), np.float32), device=dev)
+    for f in (F.max, F.min):
+        assert f(x, axis=1).shape == (0,)
+        with pytest.raises(ShapeError, match="no elements along axis 0"):
+            f(x, axis=0)
+        with pytest.raises(ShapeError, match="no elements"):
+            f(x)

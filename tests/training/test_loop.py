@@ -2,6 +2,7 @@
 
 import io
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -267,13 +268,16 @@ def test_background_training_pause_checkpoint_resume(tmp_path):
     loop = make_loop({"epochs": 4})
     slow = lambda loop: time.sleep(0.01)  # noqa: E731 - a step slow enough to catch
     loop.add(slow, event="after_batch")
+    paused = threading.Event()
+    loop.add(lambda loop: paused.set(), event="on_pause").transient = True  # a test's probe
     loop.start()
     with pytest.raises(TrainingError, match="already training"):
         loop.start()
-    while loop.status["iteration"] < 3:
+    deadline = time.monotonic() + 60
+    while loop.status["iteration"] < 3 and time.monotonic() < deadline:
         time.sleep(0.005)
     loop.pause()
-    time.sleep(0.1)
+    assert paused.wait(60)  # the batch in flight has ended: the loop waits
     at = loop.status["iteration"]
     time.sleep(0.2)
     assert loop.status["iteration"] == at and loop.paused and loop.running
