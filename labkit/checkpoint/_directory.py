@@ -194,6 +194,25 @@ def list_checkpoints(directory) -> list[Path]:
     return _scan(directory)[0]
 
 
+def load_latest(directory, *, warn: bool = True):
+    """``(path, state, skipped)``: the newest checkpoint in ``directory`` that loads, its state
+    (read and checked once), and the newer ones skipped as damaged (each with a warning);
+    ``(None, None, skipped)`` if none loads. Never raises for what it finds."""
+    found, refused = _scan(directory)
+    if warn:
+        for p, why in refused:
+            warnings.warn(f"skipping {p}: {why}", stacklevel=2)
+    skipped = []
+    for p in reversed(found):
+        try:
+            return p, load(p), skipped
+        except CheckpointError as e:
+            skipped.append(p)
+            if warn:
+                warnings.warn(f"skipping checkpoint {p}: {e}", stacklevel=2)
+    return None, None, skipped
+
+
 def latest(directory, *, warn: bool = True) -> Path | None:
     """The newest *valid* checkpoint in ``directory`` (None if there is none); corrupted,
     incomplete or crafted ones are reported with a warning and skipped. Never raises for what

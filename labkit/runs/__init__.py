@@ -74,13 +74,14 @@ def checkpoints(run_id: str) -> list[dict]:
 
 
 def _fork_point(s: RunStore, run_id: str, checkpoint):
-    """(record or None, path) of the checkpoint a fork of ``run_id`` starts from."""
+    """(record or None, path, what is wrong with it or None) of the checkpoint a fork of
+    ``run_id`` starts from; each candidate is checked once."""
     from .. import checkpoint as ckpt
 
     if checkpoint is None:
         for c in reversed(s.checkpoints(run_id)):
             if c["valid"] and Path(c["path"]).is_dir() and ckpt.verify(c["path"]) is None:
-                return c, Path(c["path"])
+                return c, Path(c["path"]), None
         raise refuse(f"fork: run {run_id!r} has no valid checkpoint to start from", "invalid")
     if isinstance(checkpoint, bool) or not isinstance(checkpoint, (int, str, Path)):
         raise TypeError("fork: checkpoint must be a checkpoint id (int), a path or None, got "
@@ -90,10 +91,10 @@ def _fork_point(s: RunStore, run_id: str, checkpoint):
         if rec["run_id"] != run_id:
             raise refuse(f"fork: checkpoint {checkpoint} belongs to run {rec['run_id']}, not "
                          f"to {run_id}", "invalid")
-        return rec, Path(rec["path"])
+        return rec, Path(rec["path"]), ckpt.verify(rec["path"])
     path = Path(checkpoint)
     rec = next((c for c in s.checkpoints(run_id) if Path(c["path"]) == path), None)
-    return rec, path
+    return rec, path, ckpt.verify(path)
 
 
 def fork(run_id: str, checkpoint=None, /, changes: dict | None = None, **kw) -> str:
@@ -101,8 +102,6 @@ def fork(run_id: str, checkpoint=None, /, changes: dict | None = None, **kw) -> 
     a path, or None for the newest valid one) with its config updated by ``changes`` and the
     keyword arguments (``changes`` can hold any key, also ``"checkpoint"`` or ``"run_id"``).
     The lineage is recorded; ``lk.resume(new_id)`` trains it."""
-    from .. import checkpoint as ckpt
-
     if changes is None:
         changes = {}
     elif not isinstance(changes, dict):
@@ -113,8 +112,7 @@ def fork(run_id: str, checkpoint=None, /, changes: dict | None = None, **kw) -> 
     changes = {**changes, **kw}
     s = store()
     parent = s.get(run_id)
-    rec, path = _fork_point(s, run_id, checkpoint)
-    problem = ckpt.verify(path)
+    rec, path, problem = _fork_point(s, run_id, checkpoint)
     if problem:
         what = (f"checkpoint {rec['id']} (iteration {rec['iteration']}) of run {run_id}"
                 if rec else f"checkpoint {path}")

@@ -416,18 +416,27 @@ class MainLoop:
         return path
 
     def load_checkpoint(self, path=None) -> Path:
-        """Restore everything from the checkpoint at ``path`` (default: this run's newest valid
-        one); the next ``run()`` continues exactly where it was saved."""
+        """Restore everything from the checkpoint at ``path``; by default this run's newest
+        valid one (those passed over are marked invalid in the store), or, for a fork that has
+        none of its own yet, the checkpoint it was forked from. The next ``run()`` continues
+        exactly where it was saved."""
+        state = None
         if path is None:
             if self.checkpoint_dir is None:
                 raise CheckpointError("load_checkpoint: give a path (this loop has no run "
                                       "directory yet)")
-            path = ckpt.latest(self.checkpoint_dir)
-            if path is None:
-                raise CheckpointError(f"no valid checkpoint in {self.checkpoint_dir}")
+            path, state, skipped = ckpt.load_latest(self.checkpoint_dir)
+            if path is not None:
+                self.recorder.mark_invalid(skipped, state["status"]["iteration"]
+                                           if isinstance(state.get("status"), dict) else -1)
+            elif self.recorder.parent_checkpoint:
+                path = self.recorder.parent_checkpoint
+            else:
+                raise CheckpointError(f"run {self.run_id} has no valid checkpoint to resume "
+                                      f"from (in {self.checkpoint_dir})")
         path = Path(path)
         try:
-            self.load_state_dict(ckpt.load(path))
+            self.load_state_dict(ckpt.load(path) if state is None else state)
         except CheckpointError as e:
             raise CheckpointError(f"{path}: {e}") from e
         self.status["resumed_from"] = str(path)

@@ -84,6 +84,7 @@ class Recorder:
         self.directory: Path | None = None
         #: set when the run was deleted from the store while training
         self.deleted = False
+        self.parent_checkpoint: str | None = None
         self._cursor = None
         self._pending: list = []
         self._writer: _Writer | None = None
@@ -117,6 +118,8 @@ class Recorder:
         self.run_id = record["id"]
         self.directory = Path(record["directory"]) if record.get("directory") else \
             runs_dir() / self.run_id
+        #: where a fork starts when it has no checkpoint of its own yet
+        self.parent_checkpoint = record.get("parent_checkpoint")
         self.store = runs.store() if self.enabled else None
         if self.store is not None:
             self.store.update_run(self.run_id, directory=str(self.directory), pid=os.getpid())
@@ -215,6 +218,18 @@ class Recorder:
             size = sum(f.stat().st_size for f in path.iterdir())
             self._guard(self.store.add_checkpoint, self.run_id, iteration, epoch, path, size,
                         metrics)
+
+    def mark_invalid(self, skipped, loaded_iteration: int) -> None:
+        """Say in the store which of this run's checkpoints a resume passed over: those that
+        failed their checks (``skipped``) and newer ones whose directory is gone."""
+        if self.store is None:
+            return
+        skipped = {Path(p) for p in skipped}
+        for c in self._guard(self.store.checkpoints, self.run_id, default=[]):
+            path = Path(c["path"])
+            if c["valid"] and (path in skipped or (c["iteration"] > loaded_iteration
+                                                    and not path.exists())):
+                self._guard(self.store.set_checkpoint, c["id"], valid=0)
 
     def owns_checkpoint(self, path, directory=None) -> bool:
         """Whether ``path`` is a checkpoint this run wrote: directly inside ``directory`` (this

@@ -78,11 +78,6 @@ def build(make_loop, config: dict | None = None, name: str | None = None) -> Mai
     return loop
 
 
-def _iteration(path) -> int:
-    m = ckpt.manifest(path)
-    return int(m.get("iteration", m.get("step", -1)))
-
-
 def _locate(run_or_path):
     """(checkpoint path or None, run id or None) for a run id, a checkpoint or a run
     directory."""
@@ -95,25 +90,6 @@ def _locate(run_or_path):
     if p.is_dir() and (p / "checkpoints").is_dir():
         return ckpt.latest(p / "checkpoints"), p.name
     return None, str(run_or_path)
-
-
-def _newest_valid(record: dict):
-    """The newest valid checkpoint of a stored run; newer ones that fail their checks are
-    marked invalid in the store, and a fork with none of its own starts from its parent's."""
-    from .. import runs
-
-    directory = Path(record["directory"]) / "checkpoints" if record.get("directory") else None
-    path = ckpt.latest(directory) if directory else None
-    at = _iteration(path) if path is not None else -1
-    store = runs.store()
-    for c in store.checkpoints(record["id"]):
-        if c["valid"] and c["iteration"] > at and ckpt.verify(c["path"]) is not None:
-            store.set_checkpoint(c["id"], valid=0)
-    if path is None and record.get("parent_checkpoint"):
-        path = Path(record["parent_checkpoint"])
-    if path is None:
-        raise CheckpointError(f"run {record['id']} has no valid checkpoint to resume from")
-    return path
 
 
 def resume(run_or_path, make_loop=None, run: bool = True) -> MainLoop:
@@ -133,8 +109,6 @@ def resume(run_or_path, make_loop=None, run: bool = True) -> MainLoop:
         except RunStoreError:
             if checkpoint_path is None:
                 raise
-    if checkpoint_path is None:
-        checkpoint_path = _newest_valid(record)
     if make_loop is None:
         factory = record.get("factory") if record else None
         if not factory:

@@ -280,3 +280,25 @@ def test_format_1_manifests_are_still_read(tmp_path):
     (path / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(CheckpointError, match="unknown 'iteration'"):
         checkpoint.manifest(path)
+
+
+def test_load_latest_reads_each_checkpoint_once(tmp_path, monkeypatch):
+    """``load_latest`` returns the newest checkpoint that loads with its state, and the newer
+    ones it passed over: every file is read once (a resume does not load twice)."""
+    good = checkpoint.save(tmp_path, {"w": np.ones(2)}, iteration=1)
+    bad = checkpoint.save(tmp_path, {"w": np.ones(2)}, iteration=2)
+    (bad / "state.json").write_text("{}")
+    reads = []
+    real = checkpoint._files.read_exact
+
+    def counting(fd, size, crc, where):
+        reads.append(where)
+        return real(fd, size, crc, where)
+
+    monkeypatch.setattr(checkpoint._files, "read_exact", counting)
+    with pytest.warns(UserWarning, match="skipping checkpoint .*ckpt-00000002"):
+        path, state, skipped = checkpoint.load_latest(tmp_path)
+    assert path == good and skipped == [bad] and state["w"].tolist() == [1.0, 1.0]
+    for name in ("tensors.safetensors", "state.json"):  # (the small manifest is also read
+        assert sum(r.endswith(f"ckpt-00000001/{name}") for r in reads) == 1  # to sort by it)
+    assert checkpoint.load_latest(tmp_path / "none") == (None, None, [])
