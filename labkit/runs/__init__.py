@@ -65,8 +65,9 @@ def get(run_id: str) -> dict:
     return store().get(run_id)
 
 
-def metrics(run_id: str, keys=None, since_iteration=None, max_points=None) -> dict:
-    return store().metrics(run_id, keys, since_iteration, max_points)
+def metrics(run_id: str, keys=None, since_iteration=None, max_points=None, *,
+            since_step=None) -> dict:
+    return store().metrics(run_id, keys, since_iteration, max_points, since_step=since_step)
 
 
 def checkpoints(run_id: str) -> list[dict]:

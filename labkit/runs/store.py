@@ -21,6 +21,7 @@ import socket
 import sqlite3
 import threading
 import time
+import warnings
 from pathlib import Path
 
 from ..config import home
@@ -43,6 +44,18 @@ _UPDATABLE = ("name", "status", "started", "ended", "heartbeat", "pid", "host", 
 
 def default_path() -> Path:
     return home() / "runs.sqlite"
+
+
+class _Renamed(dict):
+    """A record that still answers the old key ``"step"`` (deprecated: ``"iteration"``), until
+    every caller says ``iteration``. The alias is not a key: it never reaches JSON."""
+
+    def __missing__(self, key):
+        if key == "step":
+            warnings.warn('run store records say "iteration" now, not "step"',
+                          DeprecationWarning, stacklevel=2)
+            return self["iteration"]
+        raise KeyError(key)
 
 
 def _parsed(config):
@@ -262,8 +275,16 @@ class RunStore:
                           "SET epoch = excluded.epoch, value = excluded.value, "
                           "time = excluded.time", rows)
 
-    def truncate_metrics(self, run_id: str, after_iteration: int) -> None:
-        """Delete the metrics of ``run_id`` logged after ``after_iteration`` (before a resume)."""
+    def truncate_metrics(self, run_id: str, after_iteration: int | None = None, *,
+                         after_step: int | None = None) -> None:
+        """Delete the metrics of ``run_id`` logged after ``after_iteration`` (before a resume).
+        ``after_step`` is the old name (deprecated)."""
+        if after_step is not None:
+            warnings.warn("truncate_metrics(after_step=) is now after_iteration=",
+                          DeprecationWarning, stacklevel=3)
+            after_iteration = after_step
+        if after_iteration is None:
+            raise TypeError("truncate_metrics: give after_iteration")
         with transaction(self._conn()) as c:
             c.execute("DELETE FROM metrics WHERE run_id = ? AND iteration > ?",
                       (str(run_id), _bound(after_iteration)))
@@ -274,15 +295,27 @@ class RunStore:
                                    (str(run_id),)).fetchone()
         return -1 if row[0] is None else int(row[0])
 
+    def max_step(self, run_id: str) -> int:
+        """Deprecated name of ``max_iteration``."""
+        warnings.warn("RunStore.max_step is now max_iteration", DeprecationWarning,
+                      stacklevel=3)
+        return self.max_iteration(run_id)
+
     def metric_keys(self, run_id: str) -> list[str]:
         return [r[0] for r in self._conn().execute(
             "SELECT DISTINCT key FROM metrics WHERE run_id = ? ORDER BY key", (str(run_id),))]
 
     def metrics(self, run_id: str, keys=None, since_iteration: int | None = None,
-                max_points: int | None = None) -> dict[str, dict[str, list]]:
+                max_points: int | None = None, *, since_step: int | None = None
+                ) -> dict[str, dict[str, list]]:
         """``{key: {"iteration": [...], "epoch": [...], "value": [...], "time": [...]}}`` in
         iteration order, after ``since_iteration`` if given. ``max_points`` (at least 2)
-        downsamples each key evenly, keeping the first and last points."""
+        downsamples each key evenly, keeping the first and last points. ``since_step`` is the
+        old name (deprecated)."""
+        if since_step is not None:
+            warnings.warn("metrics(since_step=) is now since_iteration=", DeprecationWarning,
+                          stacklevel=3)
+            since_iteration = since_step
         if max_points is not None and (isinstance(max_points, bool) or int(max_points) < 2):
             raise refuse(f"metrics: max_points must be at least 2, got {max_points!r}",
                          "invalid")
@@ -300,7 +333,7 @@ class RunStore:
                 n = len(rows)
                 pick = sorted({round(i * (n - 1) / (max_points - 1)) for i in range(max_points)})
                 rows = [rows[i] for i in pick]
-            out[k] = dict(iteration=[r[0] for r in rows], epoch=[r[1] for r in rows],
+            out[k] = _Renamed(iteration=[r[0] for r in rows], epoch=[r[1] for r in rows],
                               value=[r[2] for r in rows], time=[r[3] for r in rows])
         return out
 
@@ -317,7 +350,7 @@ class RunStore:
                              values).lastrowid
 
     def _checkpoint_dict(self, row) -> dict:
-        d = dict(row)
+        d = _Renamed(row)
         try:
             d["metrics"] = json.loads(d["metrics"] or "{}")
             if not isinstance(d["metrics"], dict):

@@ -99,6 +99,24 @@ def test_a_loop_mirrors_its_log_to_the_store(tmp_path):
     assert m["train_loss"]["iteration"] == [12, 24]
 
 
+def test_the_old_step_names_still_work_for_now(tmp_path):
+    """Deprecated aliases, until every caller says ``iteration``: ``max_step``,
+    ``truncate_metrics(after_step=)``, ``metrics(since_step=)`` and records' ``["step"]``."""
+    store = RunStore(tmp_path / "runs.sqlite")
+    rid = store.create_run("old names")
+    store.add_metrics(rid, [(i, 0, "loss", float(i), 0.0) for i in range(10)])
+    store.add_checkpoint(rid, 9, 0, tmp_path / "ckpt", 1)
+    with pytest.deprecated_call():
+        assert store.max_step(rid) == 9
+    with pytest.deprecated_call():
+        store.truncate_metrics(rid, after_step=7)
+    with pytest.deprecated_call():
+        assert store.metrics(rid, since_step=5)["loss"]["step"] == [6, 7]
+    with pytest.deprecated_call():
+        assert store.checkpoints(rid)[0]["step"] == 9
+    assert "step" not in store.checkpoints(rid)[0]  # an alias, not a key: JSON never sees it
+
+
 def test_a_corrupt_store_file_is_reported(tmp_path):
     bad = tmp_path / "runs.sqlite"
     bad.write_bytes(b"this is not sqlite" * 100)
