@@ -73,6 +73,7 @@ def calls(store: RunStore, ids: dict) -> list:
         ("metrics", lambda: store.metrics(rid)),
         ("metrics", lambda: store.metrics(rid, ["loss"], since_iteration=100, max_points=7)),
         ("max_iteration", lambda: store.max_iteration(rid)),
+        ("max_step", lambda: store.max_iteration(rid)),
         ("checkpoints", lambda: store.checkpoints(rid)),
         ("checkpoint", lambda: store.checkpoint(cid)),
         ("is_live", lambda: store.is_live(run)),
