@@ -46,6 +46,8 @@ def save(directory, state: dict, *, iteration: int | None = None, epoch: int = 0
     from .. import __version__
 
     if step is not None:
+        warnings.warn("checkpoint.save(step=) is now save(iteration=)", DeprecationWarning,
+                      stacklevel=2)
         if iteration is not None:
             raise CheckpointError("save: give iteration= (step= is its older name), not both")
         iteration = step

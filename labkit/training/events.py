@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import time
+import warnings
 
 from ..errors import TrainingError
 
@@ -25,7 +26,10 @@ TRIGGER_EVENTS = ("after_batch", "after_epoch")
 
 def unit_name(unit: str, what: str) -> str:
     """The canonical name of a trigger unit (``batches`` -> ``iterations``), or a clear error."""
-    unit = _UNIT_ALIASES.get(unit, unit)
+    if unit in _UNIT_ALIASES:
+        warnings.warn(f"{what}: unit={unit!r} is now unit={_UNIT_ALIASES[unit]!r}",
+                      DeprecationWarning, stacklevel=4)
+        unit = _UNIT_ALIASES[unit]
     if unit not in UNITS:
         raise TrainingError(f"{what}: unit must be one of {UNITS}, got {unit!r}")
     return unit

@@ -7,6 +7,7 @@ import math
 import re
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,8 @@ class FinishAfter(Extension):
                  seconds: float | None = None, *, batches: int | None = None):
         super().__init__()
         if batches is not None:
+            warnings.warn("FinishAfter(batches=) is now FinishAfter(iterations=)",
+                          DeprecationWarning, stacklevel=2)
             if iterations is not None:
                 raise TrainingError("FinishAfter: give iterations= (batches= is its older name), "
                                     "not both")

@@ -12,6 +12,7 @@ import inspect
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -253,6 +254,9 @@ class MainLoop:
     def run(self, max_iterations: int | None = None, *, max_batches: int | None = None):
         """Train (blocking) until an extension stops the loop, Ctrl-C, or ``max_iterations``
         more iterations (then the run is *paused*: ``run()`` again continues)."""
+        if max_batches is not None:
+            warnings.warn("run(max_batches=) is now run(max_iterations=)", DeprecationWarning,
+                          stacklevel=2)
         limit = max_iterations if max_iterations is not None else max_batches
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
                                   or limit < 0):
@@ -409,7 +413,7 @@ class MainLoop:
         directory = Path(directory) if directory is not None else self.checkpoint_dir
         metrics = self.log.last_metrics()
         it = self.status["iteration"]
-        path = ckpt.save(directory, self.state_dict(), step=it, epoch=self.status["epoch"],
+        path = ckpt.save(directory, self.state_dict(), iteration=it, epoch=self.status["epoch"],
                          metrics=metrics, run_id=self.run_id)
         self.last_checkpoint, self.last_checkpoint_iteration = path, it
         self.recorder.add_checkpoint(path, it, self.status["epoch"], metrics)

@@ -13,6 +13,7 @@ import importlib.util
 import math
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -170,6 +171,9 @@ def check_resume(make_loop, at_iteration: int | None = None, directory=None, *,
     reported value except timings) and the final parameters bit for bit."""
     from .. import runs
 
+    if at_batch is not None:
+        warnings.warn("check_resume(at_batch=) is now at_iteration=", DeprecationWarning,
+                      stacklevel=2)
     at = at_iteration if at_iteration is not None else at_batch
     if at is None:
         raise TrainingError("check_resume: give at_iteration=N")

@@ -41,5 +41,5 @@ def make_loop(config=None):
 
     ext = [T.TrainingDataMonitoring(), T.FinishAfter(epochs=cfg["epochs"])]
     if cfg["checkpoint_every"]:
-        ext.append(T.Checkpoint(every=cfg["checkpoint_every"], unit="batches", keep_last=2))
+        ext.append(T.Checkpoint(every=cfg["checkpoint_every"], unit="iterations", keep_last=2))
     return T.MainLoop(model, opt, s, loss_fn, extensions=ext, name="helper", config=cfg)

@@ -31,7 +31,7 @@ class Spy(T.Extension):
 
 def test_events_in_order_and_triggers():
     loop = make_loop({"epochs": 2, "batch_size": 32})  # 3 batches per epoch
-    spy = loop.add(Spy(every=2, unit="batches"))
+    spy = loop.add(Spy(every=2, unit="iterations"))
     loop.run()
     names = [e for e, _ in spy.seen]
     assert names[0] == "before_training" and names[-1] == "after_training"
@@ -52,7 +52,7 @@ def test_priorities_and_plain_callables():
     loop.add(lambda loop: order.append("low"), event="after_epoch", priority=-1)
     loop.add(lambda loop: order.append("high"), event="after_epoch", priority=5)
     loop.add(lambda loop: order.append(f"every {loop.status['iteration']}"), every=1,
-             unit="batches")
+             unit="iterations")
     loop.run()
     assert order == ["every 1", "every 2", "high", "low"]
 
@@ -83,14 +83,14 @@ def test_a_loop_needs_a_stop_condition_and_a_scalar_loss():
     loop.extensions = [e for e in loop.extensions if not isinstance(e, T.FinishAfter)]
     with pytest.raises(TrainingError, match="nothing would stop this loop; add"):
         loop.run()
-    loop.run(max_batches=3)
+    loop.run(max_iterations=3)
     assert loop.status["iteration"] == 3
-    loop.run(max_batches=2)  # continues: the loop was paused
+    loop.run(max_iterations=2)  # continues: the loop was paused
     assert loop.status["iteration"] == 5
     bad = T.MainLoop(loop.model, loop.optimizer, loop.stream,
                      lambda m, b: m(lk.tensor(b["features"])), store=False)
     with pytest.raises(TrainingError, match=r"scalar Tensor.*of shape \(8, 2\)"):
-        bad.run(max_batches=1)
+        bad.run(max_iterations=1)
 
 
 def test_log_and_training_data_monitoring():
@@ -122,7 +122,7 @@ def test_data_stream_monitoring_matches_a_manual_evaluation():
 
 def test_finish_after_batches_and_seconds():
     loop = make_loop({"epochs": 100})
-    loop.add(T.FinishAfter(batches=7))
+    loop.add(T.FinishAfter(iterations=7))
     loop.run()
     assert loop.status["iteration"] == 7
     loop = make_loop({"epochs": 10_000})
@@ -161,7 +161,7 @@ def test_learning_rate_schedule():
     loop.run()
     assert loop.log.series("lr")[1] == pytest.approx([0.1, 0.1, 0.05, 0.05, 0.1 / 3, 0.1 / 3])
     loop = make_loop({"epochs": 1, "batch_size": 48})
-    loop.add(T.LearningRateSchedule(lk.optimizers.Cosine(0.1, total=2), unit="batches"))
+    loop.add(T.LearningRateSchedule(lk.optimizers.Cosine(0.1, total=2), unit="iterations"))
     loop.run()
     assert loop.log.series("lr")[1] == pytest.approx([0.1, 0.05])
 
@@ -226,7 +226,7 @@ def test_printing_progress_bar_and_timing():
 def test_once_triggers_survive_a_resume(tmp_path):
     calls = []
     loop = make_loop({"epochs": 2})
-    loop.add(lambda loop: calls.append(loop.status["iteration"]), every=5, unit="batches",
+    loop.add(lambda loop: calls.append(loop.status["iteration"]), every=5, unit="iterations",
              once=True, name="at5")
     loop.add(lambda loop: calls.append(("first epoch", loop.status["epoch"])),
              event="after_epoch", once=True, name="first")
@@ -234,7 +234,7 @@ def test_once_triggers_survive_a_resume(tmp_path):
     assert calls == [5, ("first epoch", 1)]
     calls.clear()
     again = make_loop({"epochs": 3})
-    again.add(lambda loop: calls.append(loop.status["iteration"]), every=5, unit="batches",
+    again.add(lambda loop: calls.append(loop.status["iteration"]), every=5, unit="iterations",
               once=True, name="at5")
     again.add(lambda loop: calls.append("epoch"), event="after_epoch", once=True, name="first")
     again.load_checkpoint(loop.save_checkpoint(tmp_path))

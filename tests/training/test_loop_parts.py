@@ -113,9 +113,11 @@ def test_one_name_for_the_step_counter():
     assert lk.runs.checkpoints(loop.run_id)[-1]["iteration"] == 7
     assert ckpt.name == "ckpt-00000007"
     # the older spellings still work
-    assert T.FinishAfter(batches=3).iterations == 3
-    assert T.Extension(every=2, unit="batches").unit == "iterations"
-    with pytest.raises(lk.TrainingError, match="not both"):
+    with pytest.deprecated_call():
+        assert T.FinishAfter(batches=3).iterations == 3
+    with pytest.deprecated_call():
+        assert T.Extension(every=2, unit="batches").unit == "iterations"
+    with pytest.raises(lk.TrainingError, match="not both"), pytest.deprecated_call():
         T.FinishAfter(iterations=3, batches=3)
     with pytest.raises(lk.TrainingError, match="positive integer, got 0"):
         T.FinishAfter(epochs=0)

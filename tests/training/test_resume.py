@@ -22,13 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("at", [1, 7, 12, 13, 30])
 def test_check_resume_is_identical(dev, at):
-    r = T.check_resume(lambda: make_loop({"device": str(dev)}), at_batch=at)
+    r = T.check_resume(lambda: make_loop({"device": str(dev)}), at_iteration=at)
     assert r.identical, r
     assert r.compared > 100 and "identical" in repr(r)
 
 
 def test_check_resume_with_worker_processes():
-    r = T.check_resume(lambda: make_loop({"workers": 2}), at_batch=10)
+    r = T.check_resume(lambda: make_loop({"workers": 2}), at_iteration=10)
     assert r.identical, r
 
 
@@ -45,7 +45,7 @@ def test_check_resume_finds_a_difference():
         loop.loss_fn = noisy
         return loop
     np.random.seed(0)
-    r = T.check_resume(leaky, at_batch=5)
+    r = T.check_resume(leaky, at_iteration=5)
     assert not r.identical
     assert "'noise'" in r.first_difference and "DIFFERENT" in repr(r)
 
@@ -232,7 +232,7 @@ def test_ctrl_c_twice_stops_at_once(tmp_path):
 def test_resume_by_run_id_and_fork(tmp_path):
     with lk.runs.use_store(tmp_path / "runs.sqlite"):
         loop = T.build(make_loop, {"epochs": 2})
-        loop.run(max_batches=5)
+        loop.run(max_iterations=5)
         loop.save_checkpoint()
         assert lk.runs.get(loop.run_id)["status"] == "paused"
         resumed = lk.resume(loop.run_id)
@@ -253,7 +253,7 @@ def test_resume_by_run_id_and_fork(tmp_path):
 def test_resume_needs_a_factory_for_notebook_loops(tmp_path):
     with lk.runs.use_store(tmp_path / "runs.sqlite"):
         loop = make_loop()  # not built with lk.training.build: no factory recorded
-        loop.run(max_batches=3)
+        loop.run(max_iterations=3)
         loop.save_checkpoint()
         with pytest.raises(T.TrainingError, match="pass make_loop="):
             lk.resume(loop.run_id)
@@ -263,7 +263,7 @@ def test_resume_needs_a_factory_for_notebook_loops(tmp_path):
 
 def test_loading_a_checkpoint_into_a_different_loop_is_refused(tmp_path):
     loop = make_loop()
-    loop.run(max_batches=2)
+    loop.run(max_iterations=2)
     path = loop.save_checkpoint(tmp_path)
     other = make_loop()
     other.extensions = [e for e in other.extensions
@@ -307,7 +307,7 @@ def test_labkit_demo_trains_to_95_percent(tmp_path):
 def test_resume_skips_a_corrupted_newest_checkpoint_and_marks_it(tmp_path):
     with lk.runs.use_store(tmp_path / "runs.sqlite"):
         loop = T.build(make_loop, {"epochs": 2, "checkpoint_every": 4})
-        loop.run(max_batches=9)
+        loop.run(max_iterations=9)
         newest = checkpoint.latest(loop.directory / "checkpoints")
         assert newest.name == "ckpt-00000008"
         f = newest / "tensors.safetensors"
