@@ -206,12 +206,14 @@ def runs_cmd(args) -> int:
             pr = r["progress"] or {}
             last = ", ".join(f"{show(k)} {v:.4g}" for k, v in
                              list(pr.get("last", {}).items())[:3] if not k.startswith("time"))
-            print(f"{r['id']:32s} {show(r['name'] or '-')[:16]:16s} {r['status']:12s} "
+            print(f"{show(r['id']):32s} {show(r['name'] or '-')[:16]:16s} "
+                  f"{show(r['status']):12s} "
                   f"{_when(r['created']):16s} {pr.get('epoch', 0):5d} "
                   f"{pr.get('iteration', 0):7d}  {last}")
     elif action == "show":
         r = runs.get(args.id)
-        print(f"run {r['id']}  ({show(r['name'] or 'unnamed')})  status {r['status']}")
+        print(f"run {show(r['id'])}  ({show(r['name'] or 'unnamed')})  status "
+              f"{show(r['status'])}")
         print(f"  created {_when(r['created'])}, host {show(r['host'] or '-')}, pid {r['pid']}, "
               f"source {show(r['source'] or '-')}")
         if r["parent_run"]:

@@ -35,6 +35,7 @@ LABKIT_CHECK_INDICES='maybe': expected a switch (1/0, true/false, yes/no, on/off
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -118,8 +119,15 @@ def get(name: str):
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
         return s.default
+    return _parsed(name, raw)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(name: str, raw: str):
+    # NOTE: read each time (a test or a notebook may change it), parsed once per value: some
+    # settings are asked for on every op
     try:
-        return s.parse(raw)
+        return SETTINGS[name].parse(raw)
     except ValueError as e:
         raise ConfigError(f"{name}={raw!r}: {e}") from None
 
@@ -131,12 +139,17 @@ def describe() -> list[tuple[str, str, str]]:
     for name, s in SETTINGS.items():
         try:
             v = get(name)
-            unset = not os.environ.get(name, "").strip()
-            shown = f"{v} (default)" if unset and v is not None else \
-                "(default)" if unset else str(v) if not isinstance(v, tuple) else \
-                ",".join(map(str, v))
         except ConfigError as e:
-            shown = f"INVALID: {e}"
+            out.append((name, f"INVALID: {e}", s.help))
+            continue
+        if isinstance(v, tuple):
+            shown = ",".join(map(str, v))
+        elif v is None:
+            shown = ""
+        else:
+            shown = str(v)
+        if not os.environ.get(name, "").strip():
+            shown = f"{shown} (default)".strip()
         out.append((name, shown, s.help))
     return out
 

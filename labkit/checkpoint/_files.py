@@ -3,6 +3,7 @@ only as regular files inside a real directory (no links, FIFOs or paths)."""
 
 from __future__ import annotations
 
+import collections
 import errno
 import mmap
 import os
@@ -21,7 +22,7 @@ class Crc:
 
     def __init__(self):
         self.value = 0
-        self._jobs: list = []
+        self._jobs: collections.deque = collections.deque()
         self._cv = threading.Condition()
         self._done = False
         self._thread = threading.Thread(target=self._run, daemon=True, name="labkit-crc")
@@ -34,7 +35,7 @@ class Crc:
                     self._cv.wait()
                 if not self._jobs:
                     return
-                buf = self._jobs.pop(0)
+                buf = self._jobs.popleft()
             self.value = zlib.crc32(buf, self.value)
 
     def add(self, buf):

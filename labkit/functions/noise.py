@@ -19,6 +19,11 @@ def default_generator(device) -> Generator:
     return _default[key]
 
 
+def default_generators() -> dict[str, Generator]:
+    """The default generators made so far, by device name (what a checkpoint saves)."""
+    return dict(_default)
+
+
 def dropout(x, ratio=0.5, training=True, generator=None):
     """Zero each element with probability ``ratio`` and scale the rest by 1/(1-ratio)."""
     _check.floating(x, "dropout")

@@ -143,16 +143,17 @@ def _inside(path: Path, folder) -> str | None:
 
 
 def delete_checkpoint(checkpoint_id: int, *, run_id: str | None = None,
-                      files: bool = True, inside=None) -> bool:
+                      files: bool = True, inside=None, in_store: RunStore | None = None) -> bool:
     """Delete checkpoint ``checkpoint_id``: its directory (only if it is a checkpoint that lies
     inside its own run's folder, or inside ``inside``: the folder a loop was told to write its
     checkpoints to; otherwise the files are kept and a warning logged), then its record. With
     ``run_id``, a checkpoint of another run is refused. Returns whether files were removed.
     The one way labkit deletes a checkpoint (the loop's pruning, the REST API and the
-    CheckpointBrowser all call it)."""
+    CheckpointBrowser all call it). ``in_store``: the store the record is in (default: the one
+    this process uses now)."""
     from .. import checkpoint as ckpt
 
-    s = store()
+    s = in_store if in_store is not None else store()
     rec = s.checkpoint(checkpoint_id)
     if run_id is not None and rec["run_id"] != run_id:
         raise refuse(f"run {run_id} has no checkpoint {checkpoint_id}", "not_found")

@@ -154,17 +154,20 @@ class CallableExtension(Extension):
         self.fired = fired
 
 
-def check_takes_loop(fn, what: str) -> None:
-    """Refuse, when it is registered, a hook that cannot be called with the loop."""
+def check_args(fn, what: str, names: tuple = ("loop",)) -> None:
+    """Refuse, when it is given, a function that cannot be called with ``names`` (a hook with
+    the loop; a loss_fn with the model and a batch)."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return
     try:
-        sig.bind(object())
+        sig.bind(*[object()] * len(names))
     except TypeError:
-        raise TrainingError(f"{what}{sig} must take one argument, the loop: "
-                            f"def {getattr(fn, '__name__', 'fn')}(loop): ...") from None
+        count = "one argument, the loop" if names == ("loop",) else \
+            f"{('two', 'three')[len(names) - 2]} arguments ({', '.join(names)})"
+        raise TrainingError(f"{what}{sig} must take {count}: def "
+                            f"{getattr(fn, '__name__', 'fn')}({', '.join(names)}): ...") from None
 
 
 class Extensions:
@@ -205,14 +208,14 @@ class Extensions:
                 raise TrainingError(f"MainLoop.add: unknown event {event!r}; the events are "
                                     f"{', '.join(EVENTS)}")
             label = name or getattr(ext, "__name__", type(ext).__name__)
-            check_takes_loop(ext, f"extension {label}")
+            check_args(ext, f"extension {label}")
             ext = CallableExtension(ext, every if event is None else None, unit, priority, event,
                                     label, once)
         else:
             for ev in EVENTS:
                 hook = getattr(ext, ev, None)
                 if hook is not None:
-                    check_takes_loop(hook, f"{ext.name}.{ev}")
+                    check_args(hook, f"{ext.name}.{ev}")
         if ext in self._items:
             raise TrainingError(f"MainLoop.add: {ext.name} is already registered")
         taken = {e.name for e in self._items}

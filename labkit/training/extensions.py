@@ -15,15 +15,11 @@ import numpy as np
 from ..autograd import no_grad
 from ..errors import CheckpointError, LabkitError, NonFiniteError, TrainingError
 from .events import Extension
-from .loop import _scalar
+from .log import is_metric, scalar
 
 __all__ = ["Checkpoint", "DataStreamMonitoring", "EarlyStopping", "FinishAfter",
            "LearningRateSchedule", "NaNGuard", "NonFiniteError", "Printing", "ProgressBar",
            "Timing", "TrainingDataMonitoring"]
-
-
-def _numeric(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _positive(value, what, kind=int):
@@ -122,7 +118,7 @@ class TrainingDataMonitoring(Extension):
         row = loop.log[-1]
         for k in (self.keys if self.keys is not None else loop.step_keys):
             v = row.get(k)
-            if not _numeric(v):
+            if not is_metric(v):
                 continue
             self.sums[k] = self.sums.get(k, 0.0) + float(v)
             self.counts[k] = self.counts.get(k, 0) + 1
@@ -174,7 +170,7 @@ class DataStreamMonitoring(Extension):
                     n = len(next(iter(batch.values())))
                     total += n
                     for k, v in out.items():
-                        sums[k] = sums.get(k, 0.0) + float(_scalar(v)) * n
+                        sums[k] = sums.get(k, 0.0) + float(scalar(v)) * n
         finally:
             loop.model.train(was_training)
         if not total:
@@ -285,11 +281,12 @@ class NaNGuard(Extension):
 
     def __init__(self, check_every: int = 50, key: str = "loss"):
         super().__init__()
-        self.check_every, self.key = int(check_every), key
+        self.check_every = _positive(check_every, "NaNGuard: check_every")
+        self.key = key
 
     def after_batch(self, loop):
         v = loop.log[-1].get(self.key)
-        bad_loss = v is not None and _numeric(v) and not math.isfinite(v)
+        bad_loss = v is not None and is_metric(v) and not math.isfinite(v)
         if bad_loss or loop.status["iteration"] % self.check_every == 0:
             culprit = self.first_non_finite(loop.model)
             if bad_loss or culprit:
@@ -356,7 +353,7 @@ class Checkpoint(Extension):
         if loop.last_checkpoint_iteration == it and self.saved:
             return
         value = loop.log[-1].get(self.keep_best) if (self.keep_best and len(loop.log)) else None
-        entry = {"iteration": it, "metric": value if _numeric(value) else None, "name": None}
+        entry = {"iteration": it, "metric": value if is_metric(value) else None, "name": None}
         self.saved = [s for s in self.saved if s["iteration"] != it] + [entry]
         # NOTE: the entry is in self.saved before the state is taken, so the checkpoint knows
         # about itself (its name is filled in below, and on resumption)
@@ -369,7 +366,7 @@ class Checkpoint(Extension):
         self._prune(loop)
 
     def _pick_best(self, entries):
-        scored = [s for s in entries if s["name"] and _numeric(s["metric"])]
+        scored = [s for s in entries if s["name"] and is_metric(s["metric"])]
         if not scored:
             return None
         pick = min if self.mode == "min" else max
@@ -419,7 +416,7 @@ class Checkpoint(Extension):
             if isinstance(it, bool) or not isinstance(it, int) or it < 0:
                 raise CheckpointError(f"Checkpoint: saved[{i}]['iteration'] must be an integer "
                                       f">= 0, got {it!r}")
-            if metric is not None and not _numeric(metric):
+            if metric is not None and not is_metric(metric):
                 raise CheckpointError(f"Checkpoint: saved[{i}]['metric'] must be a number or "
                                       f"null, got {metric!r}")
             if name is not None and not (isinstance(name, str) and _CKPT_NAME.match(name)):
@@ -455,7 +452,7 @@ class Printing(Extension):
         for k, v in row.items():
             if k in ("iteration", "epoch") or k.startswith("time_") and k != "time_total":
                 continue
-            parts.append(f"{k} {v:.{self.digits}g}" if _numeric(v) else f"{k} {v}")
+            parts.append(f"{k} {v:.{self.digits}g}" if is_metric(v) else f"{k} {v}")
         print("  ".join(parts), file=self.file or sys.stdout, flush=True)
 
     def after_training(self, loop):
@@ -527,7 +524,7 @@ class ProgressBar(Extension):
         else:
             parts.append(f"batch {i}")
         parts.append(f"{rate:,.0f} samples/s")
-        if _numeric(loss):
+        if is_metric(loss):
             parts.append(f"loss {loss:.4g}")
         line = "  ".join(parts)
         if self._tty():

@@ -11,10 +11,21 @@ import math
 
 import numpy as np
 
+from ..autograd import Tensor
 from ..errors import CheckpointError
 
 #: the columns every row has; the rest are reported values
 INDEX_KEYS = ("iteration", "epoch")
+
+
+def scalar(v):
+    """A reported value as a Python number: a Tensor's or a device array's item, a NumPy
+    scalar's value (anything else as it is)."""
+    if isinstance(v, Tensor):
+        return v.item()
+    if hasattr(v, "get") and hasattr(v, "shape"):
+        return np.asarray(v.get()).item()
+    return float(v) if isinstance(v, (int, float, np.generic, np.ndarray)) else v
 
 
 def is_metric(value) -> bool:

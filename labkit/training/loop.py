@@ -8,22 +8,19 @@ run store) and ``resume`` (building, resuming, checking resume).
 
 from __future__ import annotations
 
-import inspect
 import sys
 import threading
 import time
 import warnings
 from pathlib import Path
 
-import numpy as np
-
 from .. import checkpoint as ckpt
 from ..autograd import Tensor
 from ..errors import CheckpointError, LabkitError, TrainingError
 from . import state
 from .control import Control
-from .events import Extension, Extensions
-from .log import Log
+from .events import Extension, Extensions, check_args
+from .log import Log, scalar
 from .recorder import Recorder
 
 _viewer = None
@@ -34,26 +31,6 @@ def set_viewer(factory) -> None:
     registers the notebook Dashboard (a layer above this one, imported only when used)."""
     global _viewer
     _viewer = factory
-
-
-def _scalar(v):
-    if isinstance(v, Tensor):
-        return v.item()
-    if hasattr(v, "get") and hasattr(v, "shape"):
-        return np.asarray(v.get()).item()
-    return float(v) if isinstance(v, (int, float, np.generic, np.ndarray)) else v
-
-
-def _check_args(fn, n: int, what: str, names: str) -> None:
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return
-    try:
-        sig.bind(*[object()] * n)
-    except TypeError:
-        count = "one argument" if n == 1 else "two arguments"
-        raise TrainingError(f"{what}{sig} must take {count} {names}") from None
 
 
 class MainLoop:
@@ -97,9 +74,9 @@ class MainLoop:
             raise TrainingError(f"MainLoop: stream must be a labkit.data stream (it has the state "
                                 f"that makes resume exact), got {type(stream).__name__}")
         if loss_fn is not None:
-            _check_args(loss_fn, 2, "loss_fn", "(model, batch)")
+            check_args(loss_fn, "loss_fn", ("model", "batch"))
         else:
-            _check_args(step, 2, "step", "(loop, batch)")
+            check_args(step, "step", ("loop", "batch"))
         self.model, self.optimizer, self.stream = model, optimizer, stream
         self.loss_fn, self.step_fn = loss_fn, step
         self.name, self.config = name, dict(config or {})
@@ -373,7 +350,7 @@ class MainLoop:
             if not isinstance(out, dict):
                 raise TrainingError(f"step must return a dict of values to report, got "
                                     f"{type(out).__name__}")
-            return {k: _scalar(v) for k, v in out.items()}
+            return {k: scalar(v) for k, v in out.items()}
         self.optimizer.zero_grad()
         out = self.loss_fn(self.model, batch)
         extra = {}
@@ -389,7 +366,7 @@ class MainLoop:
                                 f"'loss'), got {type(out).__name__}{shape}")
         out.backward()
         self.optimizer.update()
-        return {"loss": out.item(), **{k: _scalar(v) for k, v in extra.items()}}
+        return {"loss": out.item(), **{k: scalar(v) for k, v in extra.items()}}
 
     # -- state
     def state_dict(self) -> dict:

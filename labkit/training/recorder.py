@@ -184,8 +184,7 @@ class Recorder:
             return
         self._guard(self.store.truncate_metrics, self.run_id, after_iteration=iteration)
         now = time.time()
-        rows = [(r["iteration"], r["epoch"], k, v, now) for r in log.rows
-                for k, v in r.items() if k not in ("iteration", "epoch") and is_metric(v)]
+        rows = [(it, ep, k, v, now) for it, ep, k, v in log.cursor().read() if is_metric(v)]
         self._guard(self.store.add_metrics, self.run_id, rows)
 
     def finish(self, status: str, progress, error: str | None = None) -> None:
@@ -266,7 +265,7 @@ class Recorder:
         for c in self._guard(self.store.checkpoints, self.run_id, default=[]):
             if Path(c["path"]) == Path(path):
                 self._guard(runs.delete_checkpoint, c["id"], run_id=self.run_id,
-                            inside=directory or self.checkpoint_dir)
+                            inside=directory or self.checkpoint_dir, in_store=self.store)
         return True
 
     # -- failures

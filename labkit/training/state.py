@@ -36,7 +36,7 @@ def loop_state(loop) -> dict:
         "model": loop.model.state_dict(),
         "optimizer": loop.optimizer.state_dict(),
         "stream": loop.stream.state_dict(),
-        "rng": {"dropout": {d: g.state_dict() for d, g in noise._default.items()},
+        "rng": {"dropout": {d: g.state_dict() for d, g in noise.default_generators().items()},
                 "bricks": {k: g.state_dict() for k, g in brick_generators(loop.model)}},
         "log": loop.log.state_dict(),
         "extensions": {n: e.state_dict() for n, e in loop.extensions.saved().items()},
