@@ -9,7 +9,7 @@ PKG = Path(__file__).resolve().parents[1] / "labkit"
 
 # the first component of a module's path inside labkit -> its layer (DESIGN.md, bottom up)
 LAYERS = {
-    "config": 0, "errors": 0, "roles": 0, "_fs": 0, "_proc": 0,
+    "config": 0, "errors": 0, "roles": 0, "_fs": 0, "_proc": 0, "_json": 0,
     "backend": 1,
     "data": 2, "checkpoint": 2, "runs": 2,
     "functions": 3, "autograd": 3,

@@ -3,10 +3,9 @@ strictly (UTF-8, no duplicate keys, no giant integers) with every failure a Chec
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
+from .._json import loads_strict
 from ..errors import CheckpointError
 
 FORMAT = "labkit-checkpoint"
@@ -26,46 +25,17 @@ DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int
 CODES = {np.dtype(v): k for k, v in DTYPES.items()}
 
 
-class _Duplicate(ValueError):
-    pass
-
-
-def _unique_keys(pairs):
-    out = {}
-    for k, v in pairs:
-        if k in out:
-            raise _Duplicate(k)
-        out[k] = v
-    return out
-
-
-def _small_int(text: str) -> int:
-    # NOTE: headers and manifests hold sizes, offsets, steps and CRCs (< 2**64); refusing longer
-    # digit strings keeps a crafted file from making int() (quadratic in the digits) stall
-    if len(text.lstrip("-")) > 40:
-        raise ValueError(f"an integer of {len(text)} digits")
-    return int(text)
-
-
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
-_STRICT = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_int=_small_int)
-
-
 def read_json(raw, where: str, strict: bool = True):
     """Parse JSON: UTF-8 only, no duplicate keys, (``strict``) no integers of more than 40
     digits; every failure is a CheckpointError."""
     try:
-        text = bytes(raw).decode("utf-8")
+        return loads_strict(raw, constants=True, short_ints=strict)
     except UnicodeDecodeError as e:
         raise CheckpointError(f"{where}: not UTF-8 text ({e}); the file is corrupted") from None
-    try:
-        return (_STRICT if strict else _DECODER).decode(text)
-    except _Duplicate as e:
-        raise CheckpointError(f"{where}: the key {e.args[0]!r} appears twice in one object; labkit "
-                              "never writes that, so the file was corrupted or edited") from None
-    except RecursionError:
-        raise CheckpointError(f"{where}: JSON nested too deeply to read") from None
     except ValueError as e:
+        if "appears twice" in str(e):
+            raise CheckpointError(f"{where}: {e}; labkit never writes that, so the file was "
+                                  "corrupted or edited") from None
         raise CheckpointError(f"{where}: not valid JSON ({e}); the file is corrupted") from None
 
 

@@ -34,6 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._fs import atomic_path
+from .._json import loads_strict
 from ..errors import DataError
 
 FORMAT_VERSION = 1
@@ -286,19 +287,6 @@ class Layout(NamedTuple):
     info: dict[str, str]           # the optional name and description
 
 
-def _no_duplicates(pairs):
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ValueError(f"the key {dup!r} appears twice")
-    return out
-
-
-def _reject_constant(name):
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
 class _Reader:
     """Reads one file's layout; every error names the file, the field and what was expected."""
 
@@ -333,9 +321,8 @@ class _Reader:
 
     def json(self, text, field, strict=True):
         try:
-            return json.loads(text, object_pairs_hook=_no_duplicates,
-                              parse_constant=_reject_constant if strict else None)
-        except (ValueError, RecursionError) as e:
+            return loads_strict(text, constants=not strict)
+        except ValueError as e:
             self.fail(field, f"expected JSON, got {text[:60]!r} ({e})")
 
     def integer(self, obj, key, field):

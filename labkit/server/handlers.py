@@ -21,6 +21,7 @@ import tornado.web
 from jupyter_server.base.handlers import APIHandler
 
 from .. import runs
+from .._json import loads_strict
 from ..errors import RunStoreError
 from ..runs import RUN_ID, STATUSES, is_run_id
 
@@ -161,10 +162,10 @@ class Base(APIHandler):
         want = "the body must be a JSON object: {" + ", ".join(f'"{f}": ...' for f in fields) \
             + "}"
         try:
-            body = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+            body = loads_strict(raw)
         except UnicodeDecodeError:
             raise BadRequest(f"{want}, in UTF-8") from None
-        except (ValueError, RecursionError) as e:
+        except ValueError as e:
             raise BadRequest(f"{want} ({str(e)[:80]})") from None
         if not isinstance(body, dict):
             raise BadRequest(f"{want}, got {type(body).__name__}")
@@ -182,10 +183,6 @@ class Base(APIHandler):
             if getattr(e, "reason", None) == "not_found":
                 raise BadRequest(f"no run {run_id}", 404) from None
             raise
-
-
-def _no_constant(name):
-    raise ValueError(f"{name} is not JSON")
 
 
 class Runs(Base):

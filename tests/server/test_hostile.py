@@ -34,6 +34,7 @@ TABLE = [
     ("body UTF-16", "POST", FORK, "", '{"changes": {}}'.encode("utf-16"), {400}),
     ("body with a BOM", "POST", FORK, "", "\ufeff{}".encode(), {400}),
     ("body NaN", "POST", FORK, "", b'{"changes": {"lr": NaN}}', {400}),
+    ("body with a key twice", "POST", FORK, "", b'{"changes": {"lr": 1, "lr": 2}}', {400}),
     ("body Infinity", "POST", FORK, "", b'{"changes": {"lr": -Infinity}}', {400}),
     ("body 1e400", "POST", FORK, "", b'{"changes": {"lr": 1e400}}', {400}),
     ("body unknown field", "POST", FORK, "", b'{"checkpoints": 1}', {400}),
