@@ -115,15 +115,11 @@ def write_h5(path, sources: Mapping[str, object],
     n = next(iter(lengths.values()))
     checked = {}
     for split, rng in (dict(splits) if splits else {"all": (0, n)}).items():
-        ok = (isinstance(split, str) and isinstance(rng, (list, tuple)) and len(rng) == 2
-              and all(_is_int(v) for v in rng))
-        if not ok:
-            raise DataError(f"write_h5({path}): split {split!r} = {rng!r}: expected a name and "
-                            "two integers (start, stop)")
-        start, stop = int(rng[0]), int(rng[1])
-        if not 0 <= start <= stop <= n:
-            raise DataError(f"write_h5({path}): split {split!r} = {rng} is outside 0..{n}")
-        checked[split] = [start, stop]
+        problem = "its name must be a string" if not isinstance(split, str) else \
+            split_problem(rng, n)
+        if problem:
+            raise DataError(f"write_h5({path}): split {split!r} = {rng!r}: {problem}")
+        checked[split] = [int(rng[0]), int(rng[1])]
     for key in metadata or {}:
         if not isinstance(key, str) or not key or "/" in key or key in (".", ".."):
             raise DataError(f"write_h5({path}): metadata key {key!r} must be a non-empty string "
@@ -285,6 +281,16 @@ class Layout(NamedTuple):
     metadata: dict[str, str]       # key -> its JSON text
     num_rows: int
     info: dict[str, str]           # the optional name and description
+
+
+def split_problem(rng, n: int) -> str | None:
+    """What is wrong with a split's row range ``[start, stop]`` over ``n`` rows, or None: the
+    one rule for writing and for reading a file."""
+    if not (isinstance(rng, (list, tuple)) and len(rng) == 2 and all(_is_int(v) for v in rng)):
+        return "expected [start, stop] (two integers)"
+    if not 0 <= int(rng[0]) <= int(rng[1]) <= n:
+        return f"expected 0 <= start <= stop <= {n} (the number of rows)"
+    return None
 
 
 class _Reader:
@@ -467,14 +473,10 @@ class _Reader:
             self.fail(field, f"expected a JSON object {{name: [start, stop]}}, got {raw!r}"[:200])
         out = {}
         for name, rng in raw.items():
-            where = f"{field}, split {name!r}"
-            if not (isinstance(rng, list) and len(rng) == 2 and all(_is_int(v) for v in rng)):
-                self.fail(where, f"expected [start, stop] (two integers), got {rng!r}"[:200])
-            start, stop = rng
-            if not 0 <= start <= stop <= n:
-                self.fail(where, f"expected 0 <= start <= stop <= {n} (the number of rows), "
-                          f"got {rng}")
-            out[name] = (start, stop)
+            problem = split_problem(rng, n)
+            if problem:
+                self.fail(f"{field}, split {name!r}", f"{problem}, got {rng!r}"[:200])
+            out[name] = (int(rng[0]), int(rng[1]))
         return out
 
 
