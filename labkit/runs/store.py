@@ -210,7 +210,9 @@ class RunStore:
             if not isinstance(d["config"], dict) or not isinstance(d["progress"], dict):
                 raise ValueError("config and progress must be JSON objects")
             d["stored_status"] = d["status"]
-            if d["status"] in ("running", "paused") and not self.is_live(d):
+            # NOTE: only a running run can die: "paused" is also a run whose process ended
+            # after run(max_iterations=N), waiting to be continued
+            if d["status"] == "running" and not self.is_live(d):
                 d["status"] = "dead"
         except (TypeError, ValueError) as e:
             raise self._damaged(f"run {d.get('id')!r}", e) from e
@@ -219,8 +221,7 @@ class RunStore:
     def is_live(self, run: dict) -> bool:
         """Whether ``run`` (a record from ``get``) is training now: running or paused, with a
         heartbeat from the last ``DEAD_AFTER`` seconds (a paused loop keeps beating) and, on
-        this host, a live process. A running or paused run that is not live is listed as
-        ``dead``."""
+        this host, a live process. A running run that is not live is listed as ``dead``."""
         if run.get("stored_status", run.get("status")) not in ("running", "paused"):
             return False
         try:

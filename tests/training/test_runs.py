@@ -53,15 +53,15 @@ def test_status_dead_when_the_process_or_the_heartbeat_is_gone(tmp_path):
     assert store.get(alive)["status"] == "running"
     assert store.get(gone)["status"] == "dead" and store.get(gone)["stored_status"] == "running"
     assert store.get(stale)["status"] == "dead"
-    # a paused run is alive while its process is (a paused loop keeps its heartbeat)
+    # a paused run is live while its process is (a paused loop keeps its heartbeat); one whose
+    # process ended (run(max_iterations=N) returned) is still paused, waiting to be continued
     paused = store.create_run("paused")
     store.update_run(paused, status="paused", heartbeat=time.time(), pid=os.getpid())
-    orphan = store.create_run("paused, process gone")
-    store.update_run(orphan, status="paused", heartbeat=time.time(), pid=p.pid)
+    ended = store.create_run("paused, process ended")
+    store.update_run(ended, status="paused", heartbeat=time.time(), pid=p.pid)
     assert store.get(paused)["status"] == "paused" and store.is_live(store.get(paused))
-    assert store.get(orphan)["status"] == "dead"
-    assert {r["name"] for r in store.list(status="dead")} == {"gone", "stale",
-                                                             "paused, process gone"}
+    assert store.get(ended)["status"] == "paused" and not store.is_live(store.get(ended))
+    assert {r["name"] for r in store.list(status="dead")} == {"gone", "stale"}
 
 
 def test_metrics_queries_and_errors(tmp_path):
