@@ -67,7 +67,7 @@ def hand_written(batches):
 
 def main_loop(batches, store):
     model, opt, stream, loss_fn = setup()
-    loop = T.MainLoop(model, opt, stream, loss_fn, extensions=[T.FinishAfter(batches=batches)],
+    loop = T.MainLoop(model, opt, stream, loss_fn, extensions=[T.FinishAfter(iterations=batches)],
                       store=store)
     t = time.perf_counter()
     loop.run()
