@@ -120,3 +120,14 @@ def open_notebook(browser, lab, notebook):
     page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=90_000)
     page.wait_for_selector(".jp-StatusBar-TextItem:has-text('Idle')", timeout=90_000)
     return page
+
+
+def open_and_run(browser, lab, notebook, steps, until):
+    """Open ``notebook`` with a fresh kernel view and Shift+Enter through ``steps`` cells."""
+    page = open_notebook(browser, lab, notebook)
+    page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first.click()
+    for _ in range(steps):
+        page.keyboard.press("Shift+Enter")
+        time.sleep(0.3)
+    page.wait_for_selector(until, timeout=120_000)
+    return page
