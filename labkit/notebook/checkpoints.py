@@ -1,22 +1,33 @@
-"""CheckpointBrowser: runs and their checkpoints; Restore, Fork, Delete."""
+"""CheckpointBrowser: one run's checkpoints in one table; Restore, Fork, Delete on each row."""
 
 from __future__ import annotations
 
-import html
 import json
-import time
-from pathlib import Path
+import threading
 
+from ..training.events import Extension
 from . import _bokeh
+from .checkpoints_table import CSS, ROW_PX, esc, fork_changes, metric_keys, table_html
 
 
 class CheckpointBrowser(_bokeh.WidgetRepr):
-    """Runs from the run store and their checkpoints with metrics.
+    """The checkpoints of a run, one table row each (iteration, epoch, the metrics recorded
+    with it, size, valid), with **Restore**, **Fork** and **Delete** beside each row.
 
-    **Restore** loads the selected checkpoint into ``loop`` (or, without one, rebuilds the run's
-    loop with ``lk.resume(..., run=False)``: see ``.loop``); **Fork** creates a new run from it
-    with the config changes typed as JSON (lineage recorded; ``lk.resume(new_id)`` trains it);
-    **Delete** removes the checkpoint's files and its record.
+    - **Restore** loads the checkpoint into ``loop`` (refused while it trains: stop it first);
+      without a loop, it rebuilds the run's loop with ``lk.resume(path, run=False)`` into
+      ``browser.loop``.
+    - **Fork** opens the run's config as JSON to edit; the keys changed go into the new run's
+      config (lineage recorded); ``lk.resume(browser.last_fork)`` trains it.
+    - **Delete** asks first, then deletes through ``lk.runs.delete_checkpoint`` (files only
+      inside the run's own folder, never another run's checkpoint).
+
+    With a ``loop``, new checkpoints appear as the loop writes them (and pruned ones go).
+
+    Examples
+    --------
+    >>> browser = lk.notebook.CheckpointBrowser(loop)        # doctest: +SKIP
+    >>> browser                                              # doctest: +SKIP
     """
 
     def __init__(self, loop=None, run_id: str | None = None):
@@ -24,139 +35,338 @@ class CheckpointBrowser(_bokeh.WidgetRepr):
         import ipywidgets as w
 
         self.loop = loop
-        self.runs = w.Dropdown(description="run", layout=w.Layout(width="460px"))
-        self.checkpoints = w.Select(description="checkpoint", rows=6,
-                                    layout=w.Layout(width="460px"))
-        self.table = w.HTML()
-        self.changes = w.Text(description="changes", placeholder='{"lr": 0.001}',
-                              layout=w.Layout(width="460px"))
-        self.restore_button = w.Button(description="Restore", icon="undo")
-        self.fork_button = w.Button(description="Fork", icon="code-branch")
-        self.delete_button = w.Button(description="Delete", icon="trash")
-        self.refresh_button = w.Button(description="Refresh", icon="refresh")
+        self.records: list[dict] = []
+        #: the id of the highlighted checkpoint (the row whose action was used last)
+        self.selected: int | None = None
+        #: the run id of the last fork made here
+        self.last_fork: str | None = None
+        self._lock = threading.RLock()
+        self._quiet = False
+        self._watch = None
+        #: follow the loop's run as it writes checkpoints (until another run is chosen)
+        self._follow = loop is not None
+        self._pending_delete: int | None = None
+        self._fork_from: tuple[int, dict] | None = None
+        self._rows: dict[int, tuple] = {}  # checkpoint id -> (box, restore, fork, delete)
+
+        self.runs = w.Dropdown(description="run", layout=w.Layout(width="520px"))
+        self.refresh_button = w.Button(description="Refresh", icon="refresh",
+                                       tooltip="read the run list and checkpoints again")
+        self.table = w.HTML(layout=w.Layout(margin="0"))
+        self.table.add_class("labkit-rows")
+        self.actions = w.VBox(layout=w.Layout(margin="0"))
+        self.actions.add_class("labkit-rows")
+        # NOTE: the action buttons line up with the table's rows by height (ROW_PX each,
+        # this box beside the header): one <table> stays copyable and readable as a whole
+        self._header = w.Box(layout=w.Layout(height=f"{ROW_PX}px", margin="0"))
+
+        self.confirm_text = w.HTML()
+        self.confirm_button = w.Button(description="Confirm", icon="trash",
+                                       button_style="danger")
+        self.cancel_button = w.Button(description="Cancel")
+        self.confirm_panel = w.HBox([self.confirm_text, self.confirm_button,
+                                     self.cancel_button], layout=w.Layout(display="none"))
+        self.confirm_panel.add_class("labkit-panel")
+        self.confirm_panel.add_class("labkit-confirm")
+
+        self.fork_label = w.HTML()
+        self.fork_config = w.Textarea(layout=w.Layout(width="520px"))
+        self.fork_button = w.Button(description="Create fork", icon="code-branch",
+                                    button_style="primary")
+        self.fork_cancel_button = w.Button(description="Cancel")
+        self.fork_panel = w.VBox([self.fork_label, self.fork_config,
+                                  w.HBox([self.fork_button, self.fork_cancel_button])],
+                                 layout=w.Layout(display="none"))
+        self.fork_panel.add_class("labkit-panel")
+        self.fork_panel.add_class("labkit-fork")
         self.message = w.HTML()
-        self.runs.observe(lambda ch: self._show_run(), "value")
-        self.restore_button.on_click(lambda _: self._act(self.restore))
+
+        self.runs.observe(self._on_run, "value")
+        self.refresh_button.on_click(lambda _: self._act(self._refreshed))
+        self.confirm_button.on_click(lambda _: self._act(self._confirm_delete))
+        self.cancel_button.on_click(lambda _: self._act(self._cancel_delete))
         self.fork_button.on_click(lambda _: self._act(self.fork))
-        self.delete_button.on_click(lambda _: self._act(self.delete))
-        self.refresh_button.on_click(lambda _: self.refresh())
-        buttons = w.HBox([self.restore_button, self.fork_button, self.delete_button,
-                          self.refresh_button])
-        self.widget = w.VBox([self.runs, self.table, self.checkpoints, self.changes, buttons,
-                              self.message])
+        self.fork_cancel_button.on_click(lambda _: self._act(self._cancel_fork))
+        self.widget = w.VBox([w.HTML(CSS), w.HBox([self.runs, self.refresh_button]),
+                              w.HBox([self.table, self.actions]), self.confirm_panel,
+                              self.fork_panel, self.message])
         self.widget.add_class("labkit-checkpoint-browser")
+        self._attach(loop)
         self.refresh(select=run_id or (loop.run_id if loop is not None else None))
 
-    def refresh(self, select=None):
+    # -- reading the store
+    @property
+    def run_id(self) -> str | None:
+        """The run shown."""
+        return self.runs.value
+
+    def refresh(self, select: str | None = None) -> CheckpointBrowser:
+        """Read the run list and the shown run's checkpoints again (``select``: show that
+        run)."""
         from .. import runs
         from ..runs import printable
 
-        rows = runs.list()
-        current = select or self.runs.value
-        # NOTE: option labels are shown as text (ipywidgets sets textContent), not HTML
-        self.runs.options = [(f"{r['id']}  {printable(r['name'] or '')}  [{r['status']}]",
-                              r["id"]) for r in rows]
-        ids = [r["id"] for r in rows]
-        if current in ids:
-            self.runs.value = current
-        elif ids:
-            self.runs.value = ids[0]
-        self._show_run()
+        with self._lock:
+            rows = runs.list()
+            current = select or self.runs.value
+            ids = [r["id"] for r in rows]
+            self._quiet = True
+            try:
+                # NOTE: option labels are shown as text (ipywidgets sets textContent), not HTML
+                self.runs.options = [(f"{r['id']}  {printable(r['name'] or '')}  "
+                                      f"[{r['status']}]", r["id"]) for r in rows]
+                self.runs.value = current if current in ids else ids[0] if ids else None
+            finally:
+                self._quiet = False
+            self._render()
+        return self
 
-    def _records(self):
+    def _refreshed(self) -> str:
+        self.refresh()
+        return f"{len(self.records)} checkpoints in run {self.runs.value}"
+
+    def _on_run(self, change):
+        if self._quiet:
+            return
+        with self._lock:
+            self._follow = self.loop is not None and change["new"] == self.loop.run_id
+            self.selected = None
+            self._close_panels()
+            self._render()
+
+    def _render(self):
+        """The table and its action buttons from the store: rows added, changed, gone."""
+
         from .. import runs
 
-        if not self.runs.value:
-            return []
-        return runs.checkpoints(self.runs.value)
+        self.records = runs.checkpoints(self.runs.value) if self.runs.value else []
+        ids = [c["id"] for c in self.records]
+        if self.selected not in ids:
+            self.selected = None
+        self.table.value = table_html(self.records, metric_keys(self.records), self.selected)
+        for cid in [i for i in self._rows if i not in ids]:
+            for widget in self._rows.pop(cid):
+                widget.close()
+        boxes = []
+        for c in self.records:
+            if c["id"] not in self._rows:
+                self._rows[c["id"]] = self._make_row(c["id"])
+            box, restore, fork, delete = self._rows[c["id"]]
+            it = c["iteration"]
+            restore.disabled = fork.disabled = not c["valid"]
+            restore.tooltip = (f"load iteration {it} into the loop" if c["valid"] else
+                               "this checkpoint failed verification")
+            fork.tooltip = f"a new run from iteration {it}, with a changed config"
+            delete.tooltip = f"delete the checkpoint at iteration {it} (asks first)"
+            boxes.append(box)
+        self.actions.children = [self._header, *boxes] if boxes else []
+        if self._pending_delete is not None and self._pending_delete not in ids:
+            self._close_panels()
+            self._say("that checkpoint is gone (deleted or pruned meanwhile): nothing to "
+                      "delete")
+        if self._fork_from is not None and self._fork_from[0] not in ids:
+            self._close_panels()
+            self._say("that checkpoint is gone (deleted or pruned meanwhile): fork another")
 
-    def _show_run(self):
-        recs = self._records()
-        keys = []
-        for c in recs:
-            keys += [k for k in c["metrics"] if k not in keys and not str(k).startswith("time")]
-        keys = keys[:6]
-        # NOTE: every value is escaped here, at the boundary: names and metric keys are data
-        head = "".join(f"<th>{_cell(k)}</th>" for k in ["iteration", "epoch", *keys, "MB",
-                                                       "valid", "written"])
-        body = ""
-        for c in recs:
-            cells = [c["iteration"], c["epoch"], *[_fmt(c["metrics"].get(k)) for k in keys],
-                     f"{c['size'] / 1e6:.2f}", "yes" if c["valid"] else "NO",
-                     time.strftime("%H:%M:%S", time.localtime(c["created"]))]
-            body += "<tr>" + "".join(f"<td>{_cell(cell)}</td>" for cell in cells) + "</tr>"
-        self.table.value = (f"<table class='labkit-checkpoints'><tr>{head}</tr>{body}</table>"
-                            if recs else "<i>no checkpoints</i>")
-        self.checkpoints.options = [(f"iteration {c['iteration']}  {Path(c['path']).name}",
-                                     c["id"]) for c in recs]
-        if recs:
-            self.checkpoints.value = recs[-1]["id"]
+    def _make_row(self, cid: int) -> tuple:
+        import ipywidgets as w
 
-    def _selected(self) -> dict:
-        from .. import runs
+        def button(text, icon, fn):
+            b = w.Button(description=text, icon=icon, layout=w.Layout(width="auto"))
+            b.on_click(lambda _: self._act(lambda: fn(cid)))
+            return b
 
-        if self.checkpoints.value is None:
-            raise ValueError("select a checkpoint first")
-        return runs.store().checkpoint(self.checkpoints.value)
+        restore = button("Restore", "undo", self.restore)
+        fork = button("Fork", "code-branch", self.ask_fork)
+        delete = button("Delete", "trash", self.ask_delete)
+        box = w.HBox([restore, fork, delete],
+                     layout=w.Layout(height=f"{ROW_PX}px", margin="0", overflow="hidden"))
+        box.add_class("labkit-actions")
+        return box, restore, fork, delete
 
+    def _record(self, checkpoint_id: int | None) -> dict:
+        cid = self.selected if checkpoint_id is None else checkpoint_id
+        for c in self.records:
+            if c["id"] == cid:
+                return c
+        if cid is None:
+            raise ValueError("choose a checkpoint: use the buttons on its row")
+        raise ValueError(f"checkpoint {cid} is not one of run {self.runs.value}'s: Refresh")
+
+    def select(self, checkpoint_id: int) -> dict:
+        """Highlight the row of ``checkpoint_id``; returns its record."""
+        c = self._record(checkpoint_id)
+        self.selected = c["id"]
+        self.table.value = table_html(self.records, metric_keys(self.records), self.selected)
+        return c
+
+    # -- actions
     def _act(self, fn):
-        try:
-            self._say(fn())
-        except Exception as e:  # noqa: BLE001 - shown in the widget, not lost in the log
-            self._say(f"{type(e).__name__}: {e}", error=True)
+        with self._lock:
+            try:
+                text = fn()
+                if text:
+                    self._say(text)
+            except Exception as e:  # noqa: BLE001 - shown in the widget, not lost in the log
+                self._say(f"{type(e).__name__}: {e}", error=True)
 
     def _say(self, text, error=False):
-        style = "color:#d62728" if error else ""
-        self.message.value = (f"<span class='labkit-message' style='{style}'>"
-                              f"{html.escape(text)}</span>")
+        cls = "labkit-message labkit-error" if error else "labkit-message"
+        self.message.value = f"<span class='{cls}'>{esc(text)}</span>"
 
-    def restore(self) -> str:
-        c = self._selected()
-        if self.loop is not None:
-            if self.loop.running:
-                raise RuntimeError("the loop is training; pause or stop it before restoring")
-            self.loop.load_checkpoint(c["path"])
-            return f"restored iteration {c['iteration']} into the loop"
+    def _close_panels(self):
+        self._pending_delete = self._fork_from = None
+        self.confirm_panel.layout.display = self.fork_panel.layout.display = "none"
+
+    def restore(self, checkpoint_id: int | None = None) -> str:
+        """Load checkpoint ``checkpoint_id`` (default: the selected one) into the loop."""
+        c = self.select(self._record(checkpoint_id)["id"])
+        self._close_panels()
+        it, loop = c["iteration"], self.loop
+        if not c["valid"]:
+            raise ValueError(f"the checkpoint at iteration {it} failed verification: it cannot "
+                             "be restored (Delete it, or restore another)")
+        if loop is not None and loop.run_id is not None and loop.run_id != c["run_id"]:
+            raise ValueError(f"the checkpoint at iteration {it} is of run {c['run_id']}, not of "
+                             f"this loop's run {loop.run_id}: Fork it, or browse it with "
+                             f"CheckpointBrowser(run_id={c['run_id']!r}) to restore it there")
+        if loop is not None:
+            if loop.running:
+                # NOTE: refused even when paused: the training thread holds its place in the
+                # epoch, which a restore would change under it
+                raise RuntimeError(f"the loop is training (iteration "
+                                   f"{loop.status['iteration']}): stop it first (loop.stop(), "
+                                   f"or the Dashboard's Stop), then Restore; or Fork this "
+                                   f"checkpoint to train from it in a new run")
+            loop.load_checkpoint(c["path"])
+            return (f"restored iteration {it} into the loop (parameters, optimizer, data "
+                    f"position, random state): loop.run() or loop.start() continues from there")
         from ..training import resume
 
         self.loop = resume(c["path"], run=False)
-        return f"restored iteration {c['iteration']}: the loop is browser.loop"
+        self._attach(self.loop)
+        self._follow = True
+        return (f"restored iteration {it} of run {c['run_id']}: the loop is browser.loop "
+                f"(browser.loop.start() continues it)")
+
+    def ask_fork(self, checkpoint_id: int | None = None) -> str:
+        """Open the fork editor for ``checkpoint_id``, prefilled with the run's config."""
+        from .. import runs
+
+        c = self.select(self._record(checkpoint_id)["id"])
+        self._close_panels()
+        config = runs.get(c["run_id"])["config"] or {}
+        self._fork_from = (c["id"], config)
+        self.fork_config.value = json.dumps(config, indent=2, sort_keys=True)
+        self.fork_config.rows = min(max(len(config) + 2, 4), 16)
+        self.fork_label.value = (
+            f"<b>Fork from iteration {esc(c['iteration'])}</b> of run {esc(c['run_id'])}. "
+            "Below is the run's config (JSON). Edit the values to change: the keys you change "
+            "go into the new run's config, the rest is copied. The new run starts from this "
+            "checkpoint; <code>lk.resume(new run id)</code> trains it.")
+        self.fork_panel.layout.display = "flex"
+        return ""
 
     def fork(self) -> str:
+        """Create the fork the editor describes; returns what happened (the new run id is
+        ``browser.last_fork``)."""
         from .. import runs
 
-        c = self._selected()
-        text = self.changes.value.strip()
-        try:
-            changes = json.loads(text) if text else {}
-        except ValueError as e:
-            raise ValueError(f"changes must be a JSON object, e.g. {{\"lr\": 0.001}} ({e})") \
-                from None
-        if not isinstance(changes, dict):
-            raise ValueError('changes must be a JSON object, e.g. {"lr": 0.001}')
+        if self._fork_from is None:
+            raise ValueError("press Fork on a checkpoint's row first")
+        cid, config = self._fork_from
+        c = self._record(cid)
+        changes = fork_changes(self.fork_config.value, config)
         child = runs.fork(c["run_id"], c["id"], changes)
         self.last_fork = child
-        self.refresh(select=self.runs.value)
-        return f"forked run {child}; train it with lk.resume({child!r})"
+        self._close_panels()
+        self.refresh()
+        what = json.dumps(changes, sort_keys=True) if changes else "no config change"
+        return (f"forked run {child} from iteration {c['iteration']} of run {c['run_id']} "
+                f"with {what}; train it with lk.resume({child!r})")
 
-    def delete(self) -> str:
+    def _cancel_fork(self) -> str:
+        self._close_panels()
+        return "fork cancelled: no run created"
+
+    def ask_delete(self, checkpoint_id: int | None = None) -> str:
+        """Ask to confirm deleting ``checkpoint_id`` (Confirm deletes, Cancel keeps it)."""
+        c = self.select(self._record(checkpoint_id)["id"])
+        self._close_panels()
+        self._pending_delete = c["id"]
+        self.confirm_text.value = (f"Delete checkpoint at iteration {esc(c['iteration'])}? "
+                                   "This removes its files.")
+        self.confirm_panel.layout.display = "flex"
+        self.message.value = ""
+        return ""
+
+    def _confirm_delete(self) -> str:
+        if self._pending_delete is None:
+            raise ValueError("nothing to delete: press Delete on a checkpoint's row first")
+        return self.delete(self._pending_delete)
+
+    def _cancel_delete(self) -> str:
+        self._close_panels()
+        return "nothing deleted"
+
+    def delete(self, checkpoint_id: int) -> str:
+        """Delete checkpoint ``checkpoint_id`` of the run shown, at once (the Delete button
+        asks first). Only through ``lk.runs.delete_checkpoint``: files only inside the run's
+        own folder, and never another run's checkpoint."""
         from .. import runs
 
-        c = self._selected()
-        files = runs.delete_checkpoint(c["id"])
-        self._show_run()
-        kept = "" if files else " (its files were kept: see the log)"
-        return f"deleted checkpoint {c['id']} (iteration {c['iteration']}){kept}"
+        c = self._record(checkpoint_id)
+        self._close_panels()
+        files = runs.delete_checkpoint(c["id"], run_id=self.runs.value)
+        self._render()
+        if files:
+            return f"deleted the checkpoint at iteration {c['iteration']} (files and record)"
+        return (f"deleted the record of the checkpoint at iteration {c['iteration']}; its files "
+                f"were kept ({c['path']} is not inside the run's folder, or was gone)")
+
+    # -- following a loop
+    def _attach(self, loop):
+        if loop is None or self._watch is not None:
+            return
+        self._watch = loop.add(_Watch(self))
+
+    def _on_checkpoint(self, loop):
+        with self._lock:
+            if self._follow:
+                self.refresh(select=loop.run_id)
+
+    def close(self) -> None:
+        """Stop following the loop and close the widgets."""
+        if self._watch is not None and self.loop is not None and self._watch in \
+                self.loop.extensions:
+            self.loop.remove(self._watch)
+        self._watch = None
+        for row in self._rows.values():
+            for widget in row:
+                widget.close()
+        self._rows.clear()
+        self.widget.close()
 
     def __repr__(self):
-        n = len(self.checkpoints.options)
-        return f"CheckpointBrowser(run {self.runs.value}: {n} checkpoints)"
+        return f"CheckpointBrowser(run {self.runs.value}: {len(self.records)} checkpoints)"
 
 
-def _fmt(v) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else "" if v is None else str(v)
+class _Watch(Extension):
+    """Refreshes a CheckpointBrowser after the loop writes (or prunes) a checkpoint."""
 
+    transient = True  # a widget watching the loop: not part of its state
+    every = None
+    priority = -20  # after Checkpoint (-10): its pruning is done too
 
-def _cell(v) -> str:
-    """``v`` as HTML text: ``<``, ``&`` and quotes escaped."""
-    return html.escape(str(v), quote=True)
+    def __init__(self, browser):
+        super().__init__(name="CheckpointBrowser")
+        self.browser = browser
+        self.seen = None
+
+    def after_batch(self, loop):
+        mark = (loop.last_checkpoint, loop.last_checkpoint_iteration)
+        if mark != self.seen and loop.last_checkpoint is not None:
+            self.seen = mark
+            self.browser._on_checkpoint(loop)
+
+    after_epoch = after_training = on_pause = on_interrupt = after_batch
