@@ -62,21 +62,22 @@ class CheckpointBrowser(_bokeh.WidgetRepr):
 
         self.confirm_text = w.HTML()
         self.confirm_button = w.Button(description="Confirm", icon="trash",
-                                       button_style="danger")
-        self.cancel_button = w.Button(description="Cancel")
+                                       button_style="danger", layout=w.Layout(width="auto"))
+        self.cancel_button = w.Button(description="Cancel", layout=w.Layout(width="auto"))
         self.confirm_panel = w.HBox([self.confirm_text, self.confirm_button,
-                                     self.cancel_button], layout=w.Layout(display="none"))
+                                     self.cancel_button],
+                                    layout=w.Layout(display="none", width="max-content"))
         self.confirm_panel.add_class("labkit-panel")
         self.confirm_panel.add_class("labkit-confirm")
 
         self.fork_label = w.HTML()
         self.fork_config = w.Textarea(layout=w.Layout(width="520px"))
         self.fork_button = w.Button(description="Create fork", icon="code-branch",
-                                    button_style="primary")
-        self.fork_cancel_button = w.Button(description="Cancel")
+                                    button_style="primary", layout=w.Layout(width="auto"))
+        self.fork_cancel_button = w.Button(description="Cancel", layout=w.Layout(width="auto"))
         self.fork_panel = w.VBox([self.fork_label, self.fork_config,
                                   w.HBox([self.fork_button, self.fork_cancel_button])],
-                                 layout=w.Layout(display="none"))
+                                 layout=w.Layout(display="none", width="640px"))
         self.fork_panel.add_class("labkit-panel")
         self.fork_panel.add_class("labkit-fork")
         self.message = w.HTML()
@@ -207,6 +208,8 @@ class CheckpointBrowser(_bokeh.WidgetRepr):
                 text = fn()
                 if text:
                     self._say(text)
+                else:
+                    self.message.value = ""
             except Exception as e:  # noqa: BLE001 - shown in the widget, not lost in the log
                 self._say(f"{type(e).__name__}: {e}", error=True)
 
@@ -297,7 +300,6 @@ class CheckpointBrowser(_bokeh.WidgetRepr):
         self.confirm_text.value = (f"Delete checkpoint at iteration {esc(c['iteration'])}? "
                                    "This removes its files.")
         self.confirm_panel.layout.display = "flex"
-        self.message.value = ""
         return ""
 
     def _confirm_delete(self) -> str:
@@ -369,4 +371,6 @@ class _Watch(Extension):
             self.seen = mark
             self.browser._on_checkpoint(loop)
 
-    after_epoch = after_training = on_pause = on_interrupt = after_batch
+    # NOTE: on_unpause too: a checkpoint written while paused (the Dashboard's Checkpoint)
+    # comes with no event of its own
+    after_epoch = after_training = on_pause = on_unpause = on_interrupt = after_batch

@@ -44,6 +44,8 @@ CSS = f"""<style>
 .labkit-checkpoint-browser .labkit-panel {{ border: 1px solid var(--jp-border-color2);
   background: var(--jp-layout-color2); color: var(--jp-ui-font-color1); padding: 4px 8px;
   margin: 6px 0; }}
+.labkit-checkpoint-browser .labkit-fork .widget-html-content {{ white-space: normal;
+  line-height: 1.4; padding: 4px 0; }}
 .labkit-checkpoint-browser .labkit-panel textarea {{ font-family: var(--jp-code-font-family);
   font-size: var(--jp-code-font-size); }}
 .labkit-checkpoint-browser .labkit-hint {{ color: var(--jp-ui-font-color2); }}
