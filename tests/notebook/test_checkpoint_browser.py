@@ -183,6 +183,16 @@ def test_new_checkpoints_appear_while_the_loop_trains(store):
     assert not [e for e in loop.extensions if e.name.startswith("CheckpointBrowser")]
 
 
+def test_a_checkpoint_written_while_paused_appears_on_resume(store):
+    loop = T.build(make_loop, {"epochs": 2})
+    browser = CheckpointBrowser(loop)
+    loop.run(max_iterations=3)
+    loop.save_checkpoint()  # as while paused: no event comes with it
+    assert rows(browser) == []
+    loop.dispatch("on_unpause")
+    assert rows(browser) == [3] and browser.run_id == loop.run_id
+
+
 def test_restore_is_refused_while_the_loop_trains(store):
     loop = trained()
     browser = CheckpointBrowser(loop)
