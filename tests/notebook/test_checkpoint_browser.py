@@ -219,6 +219,16 @@ def test_restore_is_refused_while_the_loop_trains(store):
     assert loop.status["iteration"] == 18 and "restored iteration 18" in browser.message.value
 
 
+def test_restore_without_a_loop_rebuilds_the_runs_loop(store):
+    run = trained()
+    browser = CheckpointBrowser(run_id=run.run_id)
+    assert browser.loop is None
+    row_buttons(browser, 18)["Restore"].click()
+    assert browser.loop is not None and browser.loop is not run, browser.message.value
+    assert browser.loop.status["iteration"] == 18 and "browser.loop" in browser.message.value
+    assert [e for e in browser.loop.extensions if e.name.startswith("CheckpointBrowser")]
+
+
 def test_restore_of_another_runs_checkpoint_is_refused(store):
     a, b = trained(), trained()
     browser = CheckpointBrowser(a, run_id=b.run_id)
