@@ -240,7 +240,12 @@ def test_every_value_shown_is_escaped(store, tmp_path):
     rid = store.create_run(HOSTILE, config={HOSTILE: HOSTILE, "lr": 0.1})
     store.add_checkpoint(rid, 7, 1, tmp_path / "ckpt-00000007", 2_000_000,
                          metrics={HOSTILE: 0.5, "loss": 0.25})
+    # another writer (or a crafted file) can put text in any column
+    store._conn().execute("INSERT INTO checkpoints (run_id, iteration, epoch, path, size, "
+                          "metrics, valid, created) VALUES (?,?,?,?,?,?,?,?)",
+                          (rid, 8, HOSTILE, "x", 1, json.dumps({"loss": HOSTILE}), 1, 0.0))
     browser = CheckpointBrowser(run_id=rid)
+    assert len(browser.records) == 2
     row_buttons(browser, 7)["Fork"].click()
     # a text area's value is text, never HTML: the config is shown as it is
     assert json.loads(browser.fork_config.value)[HOSTILE] == HOSTILE
