@@ -1,270 +1,345 @@
-"""GraphView: a layered drawing of a computational graph, bricks collapsed and expandable."""
+"""GraphView: a layered drawing of a computational graph, top to bottom, bricks collapsed and
+expandable one level per click. The graph's reduction, layout, labels and tooltip rows are in
+``_graph_data``; this module draws them with Bokeh and handles the clicks."""
 
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 import numpy as np
 
 from . import _bokeh
+from . import _graph_data as gd
+from ._graph_data import FAILED, collapse, layout
 
-KIND_MARKER = {"parameter": "square", "input": "triangle", "function": "circle",
-               "variable": "dot", "brick": "hex", "output": "diamond"}
-KIND_COLOR = {"input": "#2ca02c", "function": "#1f77b4", "variable": "#aaaaaa",
-              "brick": "#9467bd", "output": "#d62728"}
-ROLE_COLOR = {"WEIGHT": "#ff7f0e", "FILTER": "#ff7f0e", "BIAS": "#e377c2",
+__all__ = ["GraphView", "collapse", "layout"]
+
+KIND_COLOR = {"input": "#2ca02c", "function": "#1f77b4", "brick": "#7b52ab",
+              "output": "#455a64", FAILED: "#d62728"}
+ROLE_COLOR = {"WEIGHT": "#c85a00", "FILTER": "#c85a00", "BIAS": "#b5367f",
               "PARAMETER": "#8c564b"}
-
-
-def _within(path: str | None, brick: str) -> bool:
-    """Whether brick ``path`` is ``brick`` or inside it, segment by segment:
-    ``/mlp/linear_10`` is not inside ``/mlp/linear_1``."""
-    return path is not None and (path == brick or path.startswith(brick.rstrip("/") + "/"))
-
-
-def _brick_at(path: str | None, depth: int) -> str | None:
-    """The ancestor of brick ``path`` at ``depth`` ("/a/b/c", 2 -> "/a/b")."""
-    if not path:
-        return None
-    parts = path.split("/")[1:]
-    if len(parts) <= depth:
-        return path
-    return "/" + "/".join(parts[:depth])
-
-
-def collapse(graph: dict, expanded=frozenset(), depth: int = 2) -> dict:
-    """Merge the nodes of each brick below ``depth`` into one ``brick`` node, except the
-    bricks in ``expanded`` (whose children are then collapsed one level deeper)."""
-    owner = {}
-    for n in graph["nodes"]:
-        b = n.get("brick")
-        if b is None or n["kind"] == "output":
-            owner[n["id"]] = n["id"]
-            continue
-        d = depth
-        group = _brick_at(b, d)
-        while group in expanded and group != b:
-            d += 1
-            group = _brick_at(b, d)
-        owner[n["id"]] = n["id"] if group in expanded else f"brick:{group}"
-    nodes, seen = [], {}
-    for n in graph["nodes"]:
-        o = owner[n["id"]]
-        if o == n["id"]:
-            nodes.append(dict(n))
-        elif o not in seen:
-            seen[o] = {"id": o, "kind": "brick", "name": o[len("brick:"):], "brick":
-                       o[len("brick:"):], "members": [], "ops": []}
-            nodes.append(seen[o])
-        if o != n["id"]:
-            seen[o]["members"].append(n["id"])
-            if n["kind"] == "function":
-                seen[o]["ops"].append(n["op"])
-    edges = sorted({(owner[a], owner[b]) for a, b in graph["edges"] if owner[a] != owner[b]})
-    return {"nodes": nodes, "edges": [list(e) for e in edges]}
-
-
-def layout(graph: dict) -> dict[str, tuple[float, float]]:
-    """Layered positions: x = longest path from a source (Sugiyama's first step), y = order
-    in the layer by the barycenter of the predecessors (one downward sweep). Linear in nodes
-    plus edges, so thousands of nodes lay out in milliseconds."""
-    ids = [n["id"] for n in graph["nodes"]]
-    index = {i: k for k, i in enumerate(ids)}
-    preds: list[list[int]] = [[] for _ in ids]
-    succs: list[list[int]] = [[] for _ in ids]
-    for a, b in graph["edges"]:
-        preds[index[b]].append(index[a])
-        succs[index[a]].append(index[b])
-    indeg = [len(p) for p in preds]
-    order, frontier = [], [k for k, d in enumerate(indeg) if d == 0]
-    while frontier:
-        k = frontier.pop()
-        order.append(k)
-        for s in succs[k]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                frontier.append(s)
-    if len(order) < len(ids):  # a cycle cannot come from a tape; keep the rest in input order
-        order += [k for k in range(len(ids)) if k not in set(order)]
-    layer = [0] * len(ids)
-    for k in order:
-        for s in succs[k]:
-            layer[s] = max(layer[s], layer[k] + 1)
-    layers: dict[int, list[int]] = {}
-    for k in order:
-        layers.setdefault(layer[k], []).append(k)
-    ypos = [0.0] * len(ids)
-    for lv in sorted(layers):
-        ks = layers[lv]
-        bary = [(np.mean([ypos[p] for p in preds[k]]) if preds[k] else j) for j, k in
-                enumerate(ks)]
-        ks = [k for _, k in sorted(zip(bary, ks), key=lambda t: t[0])]
-        mid = (len(ks) - 1) / 2
-        for j, k in enumerate(ks):
-            ypos[k] = j - mid
-    return {ids[k]: (float(layer[k]), float(ypos[k])) for k in range(len(ids))}
-
-
-def _stats(arr) -> dict:
-    a = np.asarray(arr if isinstance(arr, np.ndarray) else arr.get(), dtype=np.float64)
-    finite = a[np.isfinite(a)]
-    return {"mean": float(finite.mean()) if finite.size else float("nan"),
-            "std": float(finite.std()) if finite.size else float("nan"),
-            "min": float(finite.min()) if finite.size else float("nan"),
-            "max": float(finite.max()) if finite.size else float("nan"),
-            "norm": float(np.sqrt((finite ** 2).sum())), "size": int(a.size),
-            "non_finite": int(a.size - finite.size)}
+FAILED_LINE = "#d62728"  # outline of the nodes of the brick where a ShapeError happened
+NEUTRAL = "#8a8a8a"  # text on the transparent background before the theme's colours arrive
+LAYER_PX = 66  # vertical room per layer: a node, an edge and its shape label
+MAX_NODES = 150  # drawn at first (the default depth is lowered until they fit)
+MAX_HEIGHT = 820  # taller graphs scroll (drag) inside the figure
+THEME_JS = (Path(__file__).with_name("graphview_theme.js")).read_text()
+CLICK_JS = """
+const i = cb_obj.indices[0];
+if (i === undefined) return;
+const ids = source.data instanceof Map ? source.data.get("id") : source.data.id;
+clicks.tags = [ids[i], (clicks.tags[1] || 0) + 1];
+cb_obj.indices = [];
+"""
 
 
 class GraphView(_bokeh.WidgetRepr):
-    """``GraphView(loss)`` (or a ``lk.Graph``, or an error carrying ``.graph``): the graph as
-    layers from inputs and parameters to the output. Parameters are squares coloured by role,
-    inputs triangles, ops circles, collapsed bricks hexagons. Hover shows op, shapes, dtype,
-    device, brick and role; a click shows the value's and gradient's statistics and a
-    histogram, or expands a collapsed brick (click it again in the list to collapse)."""
+    """``GraphView(loss)`` (or a ``lk.Graph``, or a ``ShapeError`` carrying ``.graph``): the
+    graph from inputs and parameters (top) to the output (bottom). Each node is labelled (op,
+    brick, parameter name); each edge with the shape of the tensor it carries. Bricks below
+    ``depth`` (default: 2, or 1 where 2 would draw over ``MAX_NODES``) start collapsed
+    (``▸``): a click expands one level; the *collapse* menu folds a brick back. A click on
+    another node shows its details, and for a tensor the histograms of its value and
+    gradient. For a shape error the failing op is drawn in red with what it expected and
+    what it got.
+
+    Examples
+    --------
+    >>> import numpy as np, labkit as lk, labkit.bricks as B
+    >>> loss = B.MLP([4, 8, 2])(lk.tensor(np.ones((3, 4), np.float32))).sum()
+    >>> view = GraphView(loss)
+    >>> view.expand("/mlp/linear_0"); print(view)
+    GraphView(4 ops, 4 parameters; drawn as 1 brick, 3 function, 1 input, 1 output, 2 parameter)
+    """
 
     plots = True
 
-    def __init__(self, target, depth: int = 2, width: int = 640, height: int = 420):
+    def __init__(self, target, depth: int | None = None, width: int | None = None,
+                 height: int | None = None):
         from ..graph import Graph
 
         _bokeh.require()
         import ipywidgets as w
 
+        self.failure = None
         failed = None
         if isinstance(target, BaseException):
-            failed = getattr(target, "brick", None)
+            error, failed = target, getattr(target, "brick", None)
             target = getattr(target, "graph", None)
             if target is None:
                 raise ValueError("GraphView: this error carries no graph")
+            self.failure = gd.failure(error)
         self.graph = target if isinstance(target, Graph) else Graph(target)
         self.failed_brick = failed
         self.full = self.graph.to_dict()
-        self.tensors = {}
-        for k, v in enumerate(self.graph.variables):
-            self.tensors[f"v{k}"] = v
+        self.tensors = {f"v{k}": v for k, v in enumerate(self.graph.variables)}
         outs = {f"v{k}" for k, v in enumerate(self.graph.variables)
                 if any(v is o for o in self.graph.outputs)}
-        for n in self.full["nodes"]:
-            if n["id"] in outs:
-                n["kind"] = "output"
+        by_id = {n["id"]: n for n in self.full["nodes"]}
+        if self.failure is None:
+            for i in outs:
+                if by_id[i]["kind"] == "variable":
+                    by_id[i]["kind"] = "output"
+        else:  # the outputs are what the failing op was given
+            self.full["nodes"].append({"id": FAILED, "kind": FAILED, "brick": None,
+                                       "in_brick": failed, **self.failure})
+            self.full["edges"] += [[i, FAILED] for i in sorted(outs)]
+        self.made = {a: b for a, b in self.full["edges"] if a.startswith("f")}  # op -> output
+        self.ops = gd.ops_graph(self.full)
+        if depth is None:  # bricks two levels down, or one where that draws too many nodes
+            depth = 2
+            while depth > 1 and len(collapse(self.ops, frozenset(), depth)["nodes"]) > MAX_NODES:
+                depth -= 1
         self.depth = depth
+        # NOTE: a failure inside a collapsed brick would hide where it is: its bricks start open
         self.expanded: set[str] = set()
+        b = failed
+        while b and b.count("/") > depth:
+            b = b.rsplit("/", 1)[0]
+            self.expanded.add(b)
         self.width, self.height = width, height
-        self.details = w.HTML(layout=w.Layout(width="320px"))
-        self.expanded_list = w.SelectMultiple(description="expanded", options=[],
-                                              layout=w.Layout(width="320px", height="90px"))
-        self.expanded_list.observe(self._on_unexpand, "value")
+        self.hint = w.HTML("click a <b>▸ brick</b> to expand it one level, another node for "
+                           "its details; hover for more")
+        self.collapse_menu = w.Dropdown(description="collapse", options=[""],
+                                        layout=w.Layout(width="300px"))
+        self.collapse_menu.observe(self._on_collapse_menu, "value")
+        self.details = w.HTML(layout=w.Layout(flex="1 1 280px", min_width="240px"))
         self._build_figure()
-        self.widget = w.HBox([self.plot, w.VBox([self.details, self.expanded_list])])
+        self.redraw()  # before the widget exists: one serialization, not one per change
+        self.plot = _bokeh.model(self.figure)
+        self.plot.layout.width = "100%"
+        self._build_histograms()
+        if self.failure is not None:
+            self.details.value = self._failure_html()
+        self.widget = w.VBox([w.HBox([self.hint, self.collapse_menu]), self.plot,
+                              w.HBox([self.details, self.hist_box])],
+                             layout=w.Layout(width="100%"))
         self.widget.add_class("labkit-graphview")
 
     # -- drawing
     def _data(self):
-        g = collapse(self.full, frozenset(self.expanded), self.depth)
+        g = collapse(self.ops, frozenset(self.expanded), self.depth)
         pos = layout(g)
-        xs, ys, rows = [], [], {k: [] for k in ("id", "label", "kind", "marker", "color", "op",
-                                                "shape", "dtype", "device", "brick", "role",
-                                                "line")}
+        cols = {k: [] for k in ("id", "x", "y", "label", "w", "kind", "color", "line",
+                                "line_width", "brick", "op", "shape", "role", "tip")}
         for n in g["nodes"]:
-            x, y = pos[n["id"]]
-            xs.append(x)
-            ys.append(y)
+            layer, place = pos[n["id"]]
             kind = n["kind"]
-            role = (n.get("role") or "").strip("<>").split(".")[-1] or None
-            color = ROLE_COLOR.get(role, KIND_COLOR.get(kind, "#1f77b4")) \
-                if kind == "parameter" else KIND_COLOR.get(kind, "#1f77b4")
-            failed = self.failed_brick is not None and _within(n.get("brick"),
-                                                               self.failed_brick)
-            rows["id"].append(n["id"])
-            rows["kind"].append(kind)
-            rows["marker"].append(KIND_MARKER.get(kind, "circle"))
-            rows["color"].append(color)
-            rows["line"].append("#d62728" if failed else "#333333")
-            rows["op"].append(n.get("op") or (", ".join(sorted(set(n.get("ops", []))))[:60]
-                                              if kind == "brick" else n.get("name") or ""))
-            rows["label"].append(n.get("op") or (n.get("name") or "").split("/")[-1])
+            role = gd.role_name(n)
+            brick = n.get("brick") or n.get("in_brick")
+            failed = kind == FAILED or (self.failed_brick is not None and brick is not None
+                                        and (gd.within(brick, self.failed_brick)
+                                             or kind == "brick"
+                                             and gd.within(self.failed_brick, brick)))
+            text = gd.label(n)
+            cols["id"].append(n["id"])
+            cols["x"].append(place)
+            cols["y"].append(-layer)
+            cols["label"].append(text)
+            cols["w"].append(7 * len(text) + 18)
+            cols["kind"].append(kind)
+            cols["color"].append(ROLE_COLOR.get(role, "#8c564b") if kind == "parameter"
+                                 else KIND_COLOR.get(kind, "#1f77b4"))
+            cols["line"].append(FAILED_LINE if failed else "#333333")
+            cols["line_width"].append(3 if failed else 1)
+            cols["brick"].append(brick or "")
+            cols["op"].append(n.get("op") or n.get("name") or "")
             shape = n.get("shape", n.get("shapes"))
-            rows["shape"].append(str(tuple(shape)) if shape and not isinstance(shape[0], list)
-                                 else ", ".join(str(tuple(s)) for s in (shape or [])))
-            rows["dtype"].append(n.get("dtype") or "")
-            rows["device"].append(n.get("device") or "")
-            rows["brick"].append(n.get("brick") or "")
-            rows["role"].append(role or "")
-        index = {i: k for k, i in enumerate(rows["id"])}
-        exs = [[xs[index[a]], xs[index[b]]] for a, b in g["edges"]]
-        eys = [[ys[index[a]], ys[index[b]]] for a, b in g["edges"]]
+            cols["shape"].append("" if shape is None else gd.fmt_shape(shape)
+                                 if not shape or not isinstance(shape[0], list)
+                                 else ", ".join(gd.fmt_shape(s) for s in shape))
+            cols["role"].append(role or "")
+            cols["tip"].append(gd.tip_html(n))
+        index = {i: k for k, i in enumerate(cols["id"])}
+        edges = {"xs": [], "ys": []}
+        shapes = {"x": [], "y": [], "text": []}
+        for a, b, text in g["edges"]:
+            xa, ya = cols["x"][index[a]], cols["y"][index[a]]
+            xb, yb = cols["x"][index[b]], cols["y"][index[b]]
+            edges["xs"].append([xa, xb])
+            edges["ys"].append([ya, yb])
+            if text:  # half a layer above the node it enters: clear of the layer's nodes
+                t = 0.5 / max(ya - yb, 1e-9)
+                shapes["x"].append(xb + (xa - xb) * t)
+                shapes["y"].append(yb + 0.5)
+                shapes["text"].append(text)
         self.current = g
-        return dict(rows, x=xs, y=ys), {"xs": exs, "ys": eys}
+        return cols, edges, shapes
 
     def _build_figure(self):
-        from bokeh.models import ColumnDataSource, HoverTool, TapTool
+        from bokeh.models import ColumnDataSource, CustomJS, HoverTool, Range1d, TapTool
         from bokeh.plotting import figure
 
-        nodes, edges = self._data()
-        self.node_source = ColumnDataSource(nodes)
-        self.edge_source = ColumnDataSource(edges)
-        fig = figure(width=self.width, height=self.height, title="computational graph",
-                     tools="pan,wheel_zoom,box_zoom,reset,save", toolbar_location="above")
+        self.node_source = ColumnDataSource({})
+        self.edge_source = ColumnDataSource({"xs": [], "ys": []})
+        self.shape_source = ColumnDataSource({"x": [], "y": [], "text": []})
+        self.failed_source = ColumnDataSource({"x": [], "y": [], "text": []})
+        title = "computational graph"
+        if self.failure is not None:
+            title += f" — {self.failure['op']} failed in {self.failed_brick or '?'}"
+        size = (dict(width=self.width) if self.width else dict(sizing_mode="stretch_width"))
+        fig = figure(height=self.height or 300, title=title, name="labkit-graphview",
+                     tools="pan,wheel_zoom,box_zoom,reset,save", toolbar_location="above",
+                     x_range=Range1d(-1, 1), y_range=Range1d(-1, 1), **size)
         fig.toolbar.logo = None
+        fig.toolbar.active_scroll = None  # the page scrolls; zoom is a tool to pick
         fig.axis.visible = False
         fig.grid.visible = False
-        fig.multi_line("xs", "ys", source=self.edge_source, color="#999999", alpha=0.6)
-        r = fig.scatter("x", "y", source=self.node_source, marker="marker", color="color",
-                        line_color="line", size=14, name="nodes")
-        fig.add_tools(HoverTool(renderers=[r], tooltips=[
-            ("", "@kind @op"), ("shape", "@shape"), ("dtype", "@dtype"), ("device", "@device"),
-            ("brick", "@brick"), ("role", "@role")]))
-        fig.add_tools(TapTool(renderers=[r]))
-        self.node_source.selected.on_change("indices", self._on_select)
+        fig.outline_line_color = None
+        fig.background_fill_alpha = 0
+        fig.border_fill_alpha = 0
+        fig.title.text_color = NEUTRAL
+        fig.min_border_left = fig.min_border_right = 10
+        fig.multi_line("xs", "ys", source=self.edge_source, color="#888888", alpha=0.7,
+                       line_width=1.2)
+        shapes = fig.text("x", "y", text="text", source=self.shape_source, x_offset=4,
+                          text_font_size="10px", text_baseline="middle", text_color=NEUTRAL,
+                          name="edge shapes")
+        r = fig.rect("x", "y", width="w", height=24, width_units="screen",
+                     height_units="screen", source=self.node_source, fill_color="color",
+                     line_color="line", line_width="line_width", name="nodes")
+        fig.text("x", "y", text="label", source=self.node_source, text_color="white",
+                 text_font_size="12px", text_align="center", text_baseline="middle",
+                 text_font_style="bold", name="node labels")
+        fig.text("x", "y", text="text", source=self.failed_source, y_offset=18,
+                 text_color=FAILED_LINE, text_font_size="12px", text_align="center",
+                 text_baseline="top", text_font_style="bold", name="failure")
+        fig.add_tools(HoverTool(renderers=[r], tooltips="<div>@tip{safe}</div>"))
+        tap = TapTool(renderers=[r])
+        fig.add_tools(tap)
+        # NOTE: a click is sent as the node's id, not the selection's index: the browser sent
+        # the index again after the redraw had replaced the data, which then picked the child
+        # at that index (one click opened two levels)
+        self.node_source.selected.js_on_change("indices", CustomJS(
+            args={"source": self.node_source, "clicks": tap}, code=CLICK_JS))
+        tap.on_change("tags", self._on_click)
+        # NOTE: "document_ready" never fires in a jupyter_bokeh view; the data arrive whole
+        # each time a view appears (_bokeh.model), and on every redraw
+        theme = CustomJS(args={"plots": [fig], "texts": [shapes.glyph]}, code=THEME_JS)
+        self.node_source.js_on_change("data", theme)
         self.figure = fig
-        self.plot = _bokeh.model(fig)
+
+    def _build_histograms(self):
+        import ipywidgets as w
+        from bokeh.layouts import row
+        from bokeh.models import ColumnDataSource, CustomJS
+        from bokeh.plotting import figure
+
+        self.histograms, self.hist_sources = [], []
+        for what, color in (("value", "#1f77b4"), ("gradient", "#c85a00")):
+            src = ColumnDataSource({"left": [], "right": [], "top": []})
+            fig = figure(width=300, height=200, title=what, x_axis_label=what,
+                         y_axis_label="count", tools="", toolbar_location=None,
+                         name=f"histogram {what}")
+            fig.quad(left="left", right="right", top="top", bottom=0, source=src,
+                     fill_color=color, line_color=color, fill_alpha=0.8)
+            fig.background_fill_alpha = fig.border_fill_alpha = 0
+            fig.outline_line_color = None
+            fig.title.text_color = NEUTRAL
+            for a in fig.axis:
+                a.axis_label_text_color = a.major_label_text_color = NEUTRAL
+            fig.grid.grid_line_alpha = 0.3
+            self.histograms.append(fig)
+            self.hist_sources.append(src)
+        pair = row(*self.histograms)
+        theme = CustomJS(args={"plots": self.histograms, "texts": []}, code=THEME_JS)
+        for src in self.hist_sources:
+            src.js_on_change("data", theme)
+        self.hist_plot = _bokeh.model(pair)
+        self.hist_box = w.Box([self.hist_plot], layout=w.Layout(display="none"))
 
     def redraw(self):
-        nodes, edges = self._data()
-        self.node_source.selected.indices = []
-        self.node_source.data = nodes
-        self.edge_source.data = edges
-        self.expanded_list.options = sorted(self.expanded)
+        """Draw the graph again (after ``expanded`` changed)."""
+        nodes, edges, shapes = self._data()
+        k = nodes["kind"].index(FAILED) if FAILED in nodes["kind"] else None
+        failed = ({"x": [], "y": [], "text": []} if k is None else
+                  {"x": [nodes["x"][k]], "y": [nodes["y"][k]],
+                   "text": [f"expected: {self.failure['expected'] or '?'}\n"
+                            f"got: {self.failure['actual']}"]})
+        layers = 1 - min(nodes["y"], default=0) + (0.9 if k is not None else 0)
+        height = self.height or int(min(max(LAYER_PX * layers + 80, 260), MAX_HEIGHT))
+        span = (height - 80) / LAYER_PX  # layers that fit: a taller graph is dragged
+        half = max(max((abs(x) for x in nodes["x"]), default=0) + 0.9, 1.6)
+        # NOTE: only what changed is set: until the browser shows the widget, each change
+        # re-serializes the whole figure (_bokeh.model), ~0.15 s each
+        if self.node_source.selected.indices:
+            self.node_source.selected.indices = []
+        for src, data in ((self.node_source, nodes), (self.edge_source, edges),
+                          (self.shape_source, shapes), (self.failed_source, failed)):
+            if dict(src.data) != data:
+                src.data = data
+        _set(self.figure, height=height)
+        _set(self.figure.y_range, start=0.6 - span, end=0.6, reset_start=0.6 - span,
+             reset_end=0.6)
+        _set(self.figure.x_range, start=-half, end=half, reset_start=-half, reset_end=half)
+        self.collapse_menu.options = ["", *sorted(self.expanded)]
 
     # -- interaction
-    def _on_select(self, attr, old, new):
-        if new:
-            self.select(self.node_source.data["id"][new[0]])
+    def _on_click(self, attr, old, new):
+        if new and any(n["id"] == new[0] for n in self.current["nodes"]):
+            self.select(new[0])
+
+    def expand(self, brick: str) -> None:
+        """Show ``brick``'s direct children (each of them collapsed)."""
+        self.expanded.add(brick)
+        self.redraw()
+
+    def collapse(self, brick: str) -> None:
+        """Fold ``brick`` (and every brick inside it) back into one node."""
+        self.expanded = {e for e in self.expanded if not gd.within(e, brick)}
+        self.redraw()
+
+    def _on_collapse_menu(self, change):
+        if change["new"]:
+            self.collapse(change["new"])
+            self.details.value = f"<b>{html.escape(change['new'])}</b>: collapsed"
 
     def select(self, node_id: str) -> str:
-        """Show ``node_id``'s details (a brick node: expand it). Returns the details' HTML."""
+        """Show ``node_id``'s details (a brick node: expand it one level). Returns the
+        details' HTML."""
         node = next((n for n in (*self.current["nodes"], *self.full["nodes"])
                      if n["id"] == node_id), None)
         if node is None:
             raise KeyError(f"GraphView.select: no node {node_id!r}")
+        self.hist_box.layout.display = "none"
         if node["kind"] == "brick":
-            self.expanded.add(node["brick"])
+            self.expand(node["brick"])
             self.details.value = (f"<b>{html.escape(node['brick'])}</b>: expanded "
-                                  f"({len(node['members'])} nodes)")
-            self.redraw()
+                                  f"({len(node['members'])} nodes; fold it back with "
+                                  f"<i>collapse</i>)")
             return self.details.value
-        label = node.get("op") or node.get("name") or ""
-        parts = [f"<b>{html.escape(node['kind'])} {html.escape(label)}</b>"]
-        for k in ("brick", "role", "dtype", "device"):
-            if node.get(k):
-                parts.append(f"{k}: {html.escape(str(node[k]))}")
-        t = self.tensors.get(node_id)
+        if node["kind"] == FAILED:
+            self.details.value = self._failure_html()
+            return self.details.value
+        parts = [gd.tip_html(node)]
+        t = self.tensors.get(self.made.get(node_id, node_id))
         if t is not None:
-            parts.append(f"shape: {tuple(t.shape)}")
             parts.append(_stats_html("value", _stats(t.data)))
-            parts.append(_histogram_html(t.data))
             if t.grad is not None:
                 parts.append(_stats_html("gradient", _stats(t.grad.data)))
+            self._show_histograms(t, gd.label(node))
         self.details.value = "<br>".join(parts)
         return self.details.value
 
-    def _on_unexpand(self, change):
-        for b in change["new"]:
-            self.expanded.discard(b)
-            self.expanded = {e for e in self.expanded if not e.startswith(b + "/")}
-        if change["new"]:
-            self.redraw()
+    def _show_histograms(self, t, name):
+        for fig, src, arr, what in zip(self.histograms, self.hist_sources,
+                                       (t.data, None if t.grad is None else t.grad.data),
+                                       ("value", "gradient")):
+            counts, edges = _histogram(arr)
+            src.data = {"left": list(edges[:-1]), "right": list(edges[1:]),
+                        "top": list(counts)}
+            fig.title.text = (f"{what} of {name}" if arr is not None else
+                              f"{what} of {name}: none (no backward yet)")
+        self.hist_box.layout.display = ""
+
+    def _failure_html(self) -> str:
+        f = self.failure
+        where = html.escape(self.failed_brick or "?")
+        return (f"<b style='color:{FAILED_LINE}'>✗ {html.escape(f['op'])} failed</b> in "
+                f"{where}<br><b>expected</b>: {html.escape(f['expected'] or '?')}<br>"
+                f"<b>got</b>: {html.escape(f['actual'])}<br><small>"
+                f"{html.escape(f['message'])}</small>")
 
     # -- display
     def __repr__(self):
@@ -276,20 +351,43 @@ class GraphView(_bokeh.WidgetRepr):
                 f"parameters; drawn as {shown})")
 
 
+def _set(model, **props):
+    changed = {k: v for k, v in props.items() if getattr(model, k) != v}
+    if changed:
+        model.update(**changed)
+
+
+def _values(arr) -> np.ndarray:
+    return np.asarray(arr if isinstance(arr, np.ndarray) else arr.get(), dtype=np.float64)
+
+
+def _stats(arr) -> dict:
+    a = _values(arr)
+    finite = a[np.isfinite(a)]
+    return {"mean": float(finite.mean()) if finite.size else float("nan"),
+            "std": float(finite.std()) if finite.size else float("nan"),
+            "min": float(finite.min()) if finite.size else float("nan"),
+            "max": float(finite.max()) if finite.size else float("nan"),
+            "norm": float(np.sqrt((finite ** 2).sum())), "size": int(a.size),
+            "non_finite": int(a.size - finite.size)}
+
+
+def _histogram(arr, bins=30):
+    """Counts and bin edges of the finite values (none: empty)."""
+    if arr is None:
+        return np.zeros(0), np.zeros(1)
+    a = _values(arr).ravel()
+    a = a[np.isfinite(a)]
+    if not a.size:
+        return np.zeros(0), np.zeros(1)
+    lo, hi = float(a.min()), float(a.max())
+    if lo == hi:  # one value: a bar of visible width around it
+        lo, hi = lo - 0.5 * (abs(lo) or 1), hi + 0.5 * (abs(hi) or 1)
+    counts, edges = np.histogram(a, bins=bins, range=(lo, hi))
+    return counts.astype(float), edges
+
+
 def _stats_html(what, s) -> str:
     bad = f", <b>{s['non_finite']} non-finite</b>" if s["non_finite"] else ""
     return (f"<i>{what}</i>: mean {s['mean']:.4g}, std {s['std']:.4g}, min {s['min']:.4g}, "
             f"max {s['max']:.4g}, norm {s['norm']:.4g}{bad}")
-
-
-def _histogram_html(arr, bins=20) -> str:
-    """A tiny inline SVG histogram (no extra plot model per click)."""
-    a = np.asarray(arr if isinstance(arr, np.ndarray) else arr.get(), dtype=np.float64).ravel()
-    a = a[np.isfinite(a)]
-    if not a.size:
-        return ""
-    counts, _ = np.histogram(a, bins=bins)
-    top = counts.max() or 1
-    bars = "".join(f"<rect x='{i * 8}' y='{40 - 40 * c / top:.1f}' width='7' "
-                   f"height='{40 * c / top:.1f}' fill='#1f77b4'/>" for i, c in enumerate(counts))
-    return f"<svg class='labkit-histogram' width='{bins * 8}' height='40'>{bars}</svg>"

@@ -1,11 +1,14 @@
-"""GraphView in a real browser (tutorial 02): GraphView draws nodes; hover shows a node's
-details, clicks expand a brick and show a parameter's statistics."""
+"""GraphView in a real browser (tutorial 02): labels drawn on the nodes, one click opens one
+level, a parameter's histograms, the shape error's failing op in red with what it expected and
+got; screenshots in JupyterLab's light and dark themes. Pixels are read from screenshots, so
+"visible" means drawn, not only present in the data."""
 
+import io
 import time
 
 import pytest
 
-from .conftest import ROOT, open_and_run, require_browser, shot, start_lab, wait_for
+from .conftest import ARTIFACTS, ROOT, open_and_run, require_browser, start_lab, wait_for
 
 require_browser()
 
@@ -21,53 +24,149 @@ def lab(tmp_path_factory):
         yield lab
 
 
-NODE = """(kind) => {
-  for (const v of Object.values(Bokeh.index)) {
-    if (!(v.frame && v.model.title && v.model.title.text === "computational graph")) continue;
-    for (const r of v.model.renderers) {
-      const d = r.data_source && r.data_source.data; if (!d) continue;
-      const get = (k) => d instanceof Map ? d.get(k) : d[k];
-      const kinds = get("kind"); if (!kinds) continue;
-      const i = Array.from(kinds).indexOf(kind); if (i < 0) return null;
-      const box = v.canvas_view.el.getBoundingClientRect();
-      return [box.x + v.frame.x_scale.compute(get("x")[i]),
-              box.y + v.frame.y_scale.compute(get("y")[i])];
-    }
+# The graph figures' nodes, by the order of the views on the page (0: the loss, 1: the error):
+# label, kind and the page position of the node's centre.
+NODES = """(which) => {
+  const views = Bokeh.index.roots
+    .filter((v) => v.model.name === "labkit-graphview" && v.el.isConnected)
+    .sort((a, b) => a.el.getBoundingClientRect().y - b.el.getBoundingClientRect().y);
+  const v = views[which]; if (!v) return null;
+  const box = v.canvas_view.el.getBoundingClientRect();
+  for (const r of v.model.renderers) {
+    const d = r.data_source && r.data_source.data; if (!d) continue;
+    const get = (k) => d instanceof Map ? d.get(k) : d[k];
+    if (!get("label") || !get("kind")) continue;
+    return Array.from(get("label")).map((label, i) => ({
+      label, kind: get("kind")[i], w: get("w")[i],
+      x: box.x + v.frame.x_scale.compute(get("x")[i]),
+      y: box.y + v.frame.y_scale.compute(get("y")[i])}));
   }
   return null; }"""
 
-TOOLTIP_TEXT = """() => { const out = [];
-  const walk = (root) => { for (const el of root.querySelectorAll("*")) {
-      if (el.shadowRoot) walk(el.shadowRoot);
-      if ((el.className || "").toString().includes("bk-Tooltip") || el.localName === "div" &&
-          (el.className || "").toString().includes("tooltip")) out.push(el.innerText || "");
-      if (el.shadowRoot && (el.className || "").toString().includes("bk-Tooltip"))
-        out.push(el.shadowRoot.textContent || ""); } };
-  walk(document); return out.join(" | "); }"""
+EDGE_TEXT_COLOR = """() => {
+  const v = Bokeh.index.roots.find((v) => v.model.name === "labkit-graphview");
+  const r = v.model.renderers.find((r) => r.name === "edge shapes");
+  return r.glyph.text_color.value ?? r.glyph.text_color; }"""
 
 
-def test_graphview_draws_hovers_and_clicks(browser, lab):
-    page = open_and_run(browser, lab, "02_bricks_roles_graphview.ipynb", 5, ".labkit-graphview")
+def hist_shown(page):
+    return page.evaluate("""() => Bokeh.index.roots.some((v) => v.el.isConnected &&
+        v.el.getBoundingClientRect().height > 100 && v.model.children &&
+        v.model.children.some((c) => c.name === "histogram value"))""")
+
+
+def pixels(page):
+    from PIL import Image
+
+    return Image.open(io.BytesIO(page.screenshot())).convert("RGB")
+
+
+def count(img, box, test):
+    x0, y0, x1, y1 = (int(v) for v in box)
+    return sum(1 for x in range(x0, x1) for y in range(y0, y1) if test(img.getpixel((x, y))))
+
+
+def white(p):
+    return min(p) > 225
+
+
+def red(p):
+    return p[0] > 170 and p[1] < 90 and p[2] < 90
+
+
+def inside(n, pad=3):
+    return (n["x"] - n["w"] / 2 + pad, n["y"] - 12 + pad, n["x"] + n["w"] / 2 - pad,
+            n["y"] + 12 - pad)
+
+
+def node(page, which, label):
+    return next((n for n in page.evaluate(NODES, which) or () if n["label"] == label), None)
+
+
+def show(page, which):
+    page.locator(".labkit-graphview").nth(which).scroll_into_view_if_needed()
+    time.sleep(0.8)
+
+
+def shot(page, which, name):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.locator(".labkit-graphview").nth(which).screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+def set_theme(page, theme, light):
+    page.locator(".lm-MenuBar-itemLabel:text-is('Settings')").click()
+    page.locator(".lm-Menu-itemLabel:text-is('Theme')").hover()
+    page.locator(f".lm-Menu-itemLabel:text-is('{theme}')").click()
+    page.wait_for_selector(f"body[data-jp-theme-light='{str(light).lower()}']", state="attached",
+                           timeout=30_000)
+    time.sleep(1.0)
+
+
+def test_graphview_labels_levels_histograms_and_the_shape_error(browser, lab):
+    page = open_and_run(browser, lab, "02_bricks_roles_graphview.ipynb", 8,
+                        ".labkit-graphview >> nth=1")
     view = page.locator(".labkit-graphview").first
-    view.scroll_into_view_if_needed()
-    wait_for(lambda: page.evaluate(NODE, "brick"), what="nodes drawn")
-    x, y = page.evaluate(NODE, "input")
-    page.mouse.move(x, y)
-    wait_for(lambda: "dtype" in page.evaluate(TOOLTIP_TEXT), what="the hover tooltip")
-    assert "shape" in page.evaluate(TOOLTIP_TEXT)
-    shot(page, "02-graphview-hover")
-    x, y = page.evaluate(NODE, "brick")
-    page.mouse.click(x, y)
-    wait_for(lambda: "expanded" in view.inner_text(), what="the brick to expand")
-    wait_for(lambda: page.evaluate(NODE, "parameter"), what="parameters drawn")
+    show(page, 0)
+    wait_for(lambda: node(page, 0, "▸ mlp_1"), what="the collapsed brick drawn")
+    # labels: white text drawn inside each node's box
+    img = pixels(page)
+    for label in ("▸ mlp_1", "softmax_cross_entropy", "input", "output"):
+        n = node(page, 0, label)
+        assert count(img, inside(n), white) > 15, f"no label drawn on {label}"
+    shot(page, 0, "02-graphview-light")
 
-    def click_parameter():
+    # one click opens one level: mlp_1's children, each collapsed; no parameter yet
+    n = node(page, 0, "▸ mlp_1")
+    page.mouse.click(n["x"], n["y"])
+    wait_for(lambda: node(page, 0, "▸ linear_0"), what="mlp_1 to open")
+    time.sleep(1.5)  # a second level, if a click opened two, would have arrived by now
+    kinds = [m["kind"] for m in page.evaluate(NODES, 0)]
+    assert "parameter" not in kinds and kinds.count("brick") == 3, kinds
+    assert "/classifier/mlp_1" in view.inner_text()
+    assert not hist_shown(page)  # a brick's click hides the last parameter's histograms
+
+    # the next level, then a parameter's histograms
+    n = node(page, 0, "▸ linear_0")
+    page.mouse.click(n["x"], n["y"])
+    wait_for(lambda: node(page, 0, "W"), what="linear_0 to open")
+    time.sleep(1.0)
+
+    def click_weight():
         # NOTE: clicked again until the details show: the first click can land while the
-        # expanded graph is still being redrawn
-        x, y = page.evaluate(NODE, "parameter")
-        page.mouse.click(x, y)
-        time.sleep(0.5)
-        return "mean" in view.inner_text() and "gradient" in view.inner_text()
-    wait_for(click_parameter, what="the parameter's statistics")
-    shot(page, "02-graphview-details")
+        # opened graph is still being redrawn
+        n = node(page, 0, "W")
+        page.mouse.click(n["x"], n["y"])
+        time.sleep(0.7)
+        return "gradient" in view.inner_text() and "mean" in view.inner_text()
+    wait_for(click_weight, what="the parameter's statistics")
+    wait_for(lambda: hist_shown(page), what="the histograms shown")
+    time.sleep(0.5)
+    shot(page, 0, "02-graphview-histograms-light")
+
+    # the shape error: the failing op in red, what it expected and got under it
+    show(page, 1)
+    wait_for(lambda: node(page, 1, "✗ linear"), what="the failing op drawn")
+    error = page.locator(".labkit-graphview").nth(1)
+    assert "expected" in error.inner_text() and "W expects 31" in error.inner_text()
+    img = pixels(page)
+    n = node(page, 1, "✗ linear")
+    assert count(img, inside(n), red) > 100, "the failing op is not drawn in red"
+    assert count(img, inside(n), white) > 15, "the failing op has no label"
+    below = (n["x"] - 200, n["y"] + 16, n["x"] + 200, n["y"] + 50)
+    assert count(img, below, red) > 40, "what was expected and got is not written"
+    shot(page, 1, "02-graphview-shape-error-light")
+
+    # dark theme: text follows the theme (edge labels take --jp-ui-font-color2)
+    set_theme(page, "JupyterLab Dark", light=False)
+    fg2 = page.evaluate("""() => getComputedStyle(document.body)
+        .getPropertyValue("--jp-ui-font-color2").trim()""")
+    wait_for(lambda: page.evaluate(EDGE_TEXT_COLOR) == fg2, what="edge labels in theme colour")
+    show(page, 1)
+    img = pixels(page)
+    n = node(page, 1, "✗ linear")
+    assert count(img, inside(n), red) > 100
+    shot(page, 1, "02-graphview-shape-error-dark")
+    show(page, 0)
+    shot(page, 0, "02-graphview-dark")
+    set_theme(page, "JupyterLab Light", light=True)
     page.close()
