@@ -153,8 +153,15 @@ def layout(graph: dict) -> dict[str, tuple[float, float]]:
         for j, k in enumerate(ks):
             ps = [p for p in preds[k] if preds[p]] or preds[k]  # through ops, not parameters
             bary.append(float(np.mean([ypos[p] for p in ps])) if ps else float(j))
-        # ops in the order of their predecessors, then the sources (next to their op)
-        ranked = sorted(range(len(ks)), key=lambda j: (not preds[ks[j]], bary[j], j))
+        # ops in the order of their predecessors, then the sources, in their op's argument
+        # order (x, W, b)
+        def key(j, ks=ks, bary=bary):
+            k = ks[j]
+            if preds[k]:
+                return (0, bary[j], 0, j)
+            first = succs[k][0] if succs[k] else k
+            return (1, float(first), preds[first].index(k) if succs[k] else 0, j)
+        ranked = sorted(range(len(ks)), key=key)
         inner = [j for j in ranked if preds[ks[j]]]
         shift = (np.mean([bary[j] for j in inner]) - (len(inner) - 1) / 2 if inner
                  else -(len(ks) - 1) / 2)

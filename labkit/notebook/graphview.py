@@ -214,9 +214,10 @@ class GraphView(_bokeh.WidgetRepr):
         self.node_source.selected.js_on_change("indices", CustomJS(
             args={"source": self.node_source, "clicks": tap}, code=CLICK_JS))
         tap.on_change("tags", self._on_click)
-        # NOTE: "document_ready" never fires in a jupyter_bokeh view; the data arrive whole
-        # each time a view appears (_bokeh.model), and on every redraw
+        # NOTE: "document_ready" never fires in a jupyter_bokeh view; inner_width is set when
+        # a view is first laid out, and data arrive on every redraw
         theme = CustomJS(args={"plots": [fig], "texts": [shapes.glyph]}, code=THEME_JS)
+        fig.js_on_change("inner_width", theme)
         self.node_source.js_on_change("data", theme)
         self.figure = fig
 
@@ -244,7 +245,8 @@ class GraphView(_bokeh.WidgetRepr):
             self.hist_sources.append(src)
         pair = row(*self.histograms)
         theme = CustomJS(args={"plots": self.histograms, "texts": []}, code=THEME_JS)
-        for src in self.hist_sources:
+        for fig, src in zip(self.histograms, self.hist_sources):
+            fig.js_on_change("inner_width", theme)
             src.js_on_change("data", theme)
         self.hist_plot = _bokeh.model(pair)
         self.hist_box = w.Box([self.hist_plot], layout=w.Layout(display="none"))

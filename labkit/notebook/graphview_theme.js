@@ -25,9 +25,15 @@ const apply = () => {
   for (const t of texts) t.text_color = fg2;
 };
 apply();
-const hooks = (window.labkitThemeHooks = window.labkitThemeHooks || []);
-if (!hooks.includes(plots[0].id)) {
-  hooks.push(plots[0].id);
-  new MutationObserver(apply).observe(document.body, {
+// one observer for the page; per figure the latest `apply` (a view drawn again gets new
+// model objects with the same ids, and the old ones no longer draw)
+if (window.labkitThemeApply === undefined) {
+  window.labkitThemeApply = new Map();
+  // NOTE: the attribute changes before the new theme's CSS has loaded (seen: the light
+  // colours applied in the dark theme), so the colours are read again for a few seconds
+  const all = () => { for (const f of window.labkitThemeApply.values()) f(); };
+  const later = () => { for (let i = 1; i <= 20; i++) setTimeout(all, 150 * i); };
+  new MutationObserver(later).observe(document.body, {
     attributes: true, attributeFilter: ["data-jp-theme-light", "data-jp-theme-name"]});
 }
+window.labkitThemeApply.set(plots[0].id, apply);

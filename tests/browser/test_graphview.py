@@ -43,10 +43,17 @@ NODES = """(which) => {
   }
   return null; }"""
 
-EDGE_TEXT_COLOR = """() => {
-  const v = Bokeh.index.roots.find((v) => v.model.name === "labkit-graphview");
-  const r = v.model.renderers.find((r) => r.name === "edge shapes");
-  return r.glyph.text_color.value ?? r.glyph.text_color; }"""
+THEME_COLORS = """() => { const out = [];
+  for (const v of Bokeh.index.roots) {
+    if (!v.el.isConnected) continue;
+    if (v.model.name === "labkit-graphview") {
+      const r = v.model.renderers.find((r) => r.name === "edge shapes");
+      out.push(r.glyph.text_color.value ?? r.glyph.text_color);
+    }
+    for (const f of v.model.children || [])
+      if ((f.name || "").startsWith("histogram")) out.push(f.below[0].major_label_text_color);
+  }
+  return out; }"""
 
 
 def hist_shown(page):
@@ -160,7 +167,8 @@ def test_graphview_labels_levels_histograms_and_the_shape_error(browser, lab):
     set_theme(page, "JupyterLab Dark", light=False)
     fg2 = page.evaluate("""() => getComputedStyle(document.body)
         .getPropertyValue("--jp-ui-font-color2").trim()""")
-    wait_for(lambda: page.evaluate(EDGE_TEXT_COLOR) == fg2, what="edge labels in theme colour")
+    wait_for(lambda: set(page.evaluate(THEME_COLORS)) == {fg2},
+             what="edge labels and histogram ticks in the theme's colour")
     show(page, 1)
     img = pixels(page)
     n = node(page, 1, "✗ linear")
