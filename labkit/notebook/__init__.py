@@ -1,4 +1,4 @@
-"""labkit.notebook: widgets for JupyterLab (ipywidgets; plots are Bokeh via jupyter_bokeh).
+"""labkit.notebook: the live cockpit and widgets for JupyterLab.
 
 ::
 
@@ -7,13 +7,16 @@
     lk.notebook.GraphView(loss)           # the computational graph, bricks collapsed
     lk.notebook.CheckpointBrowser(loop)   # runs and checkpoints: Restore, Fork, Delete
 
-BokehJS is loaded inline (offline-safe) once per kernel. Every widget has a plain-text repr for
-terminals and nbconvert.
+The Dashboard is drawn by labkit's JupyterLab extension from the run store (through the
+server's REST API, not the kernel), and carries a static copy for other viewers. GraphView and
+the CheckpointBrowser are ipywidgets (GraphView's plots are Bokeh, loaded inline: offline-safe).
+Everything has a plain-text repr for terminals and nbconvert.
 """
 
 from ._bokeh import setup
 from .checkpoints import CheckpointBrowser
-from .dashboard import Dashboard
+from .dashboard import MIME_TYPE, Dashboard, Snapshot
 from .graphview import GraphView, collapse, layout
 
-__all__ = ["CheckpointBrowser", "Dashboard", "GraphView", "collapse", "layout", "setup"]
+__all__ = ["MIME_TYPE", "CheckpointBrowser", "Dashboard", "GraphView", "Snapshot", "collapse",
+           "layout", "setup"]

@@ -12,12 +12,15 @@
     lk.resume(child)                        # trains it
     lk.runs.delete_checkpoint(12)           # its files (only inside its run's folder) and record
     lk.runs.delete(run_id)                  # refused while it trains (force=True to insist)
+    lk.runs.send(run_id, "pause")           # pause/resume/stop/checkpoint a run training in
+                                            # any process; returns the command's record
 
 The store is ``$LABKIT_HOME/runs.sqlite`` (default ``~/.labkit``); ``use_store(path)`` points
 this process elsewhere for a while. Every failure is a ``RunStoreError``; its ``reason`` says
 which kind: ``"not_found"``, ``"deleted"`` (a write for a run deleted meanwhile), ``"invalid"``
 (a value the store refuses), ``"live"`` (deleting a training run), ``"damaged"`` (the file),
-``"failed"`` (locked, disk, newer schema). Configs are JSON objects of at most
+``"failed"`` (locked, disk, newer schema), ``"not_training"`` (a command for a run that no loop
+is training now). Configs are JSON objects of at most
 ``MAX_CONFIG_BYTES``; ``printable(text)`` makes a stored name safe for a terminal.
 """
 
@@ -31,7 +34,7 @@ from pathlib import Path
 from ..errors import CheckpointError, RunStoreError
 from .checks import MAX_CONFIG_BYTES, printable, refuse
 from .ids import RUN_ID, is_run_id, new_run_id
-from .store import DEAD_AFTER, STATUSES, RunStore, default_path
+from .store import COMMANDS, DEAD_AFTER, STATUSES, RunStore, default_path
 
 log = logging.getLogger("labkit.runs")
 
@@ -192,13 +195,43 @@ def delete(run_id: str, files: bool = True, force: bool = False) -> None:
             log.warning("labkit: kept %s (not a folder named after run %s)", p, run["id"])
 
 
+def listening(run: dict) -> bool:
+    """Whether a loop is training ``run`` (a record from ``get``) now and takes commands:
+    live (see ``RunStore.is_live``) and inside ``run()``."""
+    return store().is_live(run) and bool((run.get("progress") or {}).get("training"))
+
+
+def send(run_id: str, command: str, wait: float | None = 5.0) -> dict:
+    """Ask the loop training ``run_id`` — in this process or any other — to ``command``
+    (``"pause"``, ``"resume"``, ``"stop"`` or ``"checkpoint"``) after its current batch. Waits up
+    to ``wait`` seconds (None: not at all) for the loop to acknowledge, and returns the
+    command's record: ``acked`` (a time, or None if it has not yet), ``result`` (what the loop
+    did) and ``iteration``. A run that no loop is training is refused (``RunStoreError``,
+    reason ``"not_training"``)."""
+    import time
+
+    s = store()
+    run = s.get(run_id)
+    if not listening(run):
+        raise refuse(f"run {run_id} is not training now (status {run['status']}), so nothing "
+                     f"would act on {command!r}; continue it with lk.resume({run_id!r})",
+                     "not_training")
+    cid = s.add_command(run_id, command)
+    deadline = None if wait is None else time.monotonic() + float(wait)
+    rec = s.command(cid)
+    while rec["acked"] is None and deadline is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+        rec = s.command(cid)
+    return rec
+
+
 def remove_orphans() -> dict:
     """Delete metric and checkpoint rows whose run is gone (left by older labkit); returns
     ``{"metrics": n, "checkpoints": n}``."""
     return store().remove_orphans()
 
 
-__all__ = ["DEAD_AFTER", "MAX_CONFIG_BYTES", "RUN_ID", "STATUSES", "RunStore", "RunStoreError",
-           "checkpoints", "default_path", "delete", "delete_checkpoint", "fork", "get",
-           "is_run_id", "list", "metrics", "new_run_id", "printable", "remove_orphans", "store",
-           "use_store"]
+__all__ = ["COMMANDS", "DEAD_AFTER", "MAX_CONFIG_BYTES", "RUN_ID", "STATUSES", "RunStore",
+           "RunStoreError", "checkpoints", "default_path", "delete", "delete_checkpoint", "fork",
+           "get", "is_run_id", "list", "listening", "metrics", "new_run_id", "printable",
+           "remove_orphans", "send", "store", "use_store"]

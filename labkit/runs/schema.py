@@ -7,6 +7,8 @@ version  what changed
 2        ``step`` is ``iteration`` in ``metrics`` and ``checkpoints`` (one name for the counter,
          as in the loop and its log); one metric row per (run, key, iteration), written as an
          upsert; ``runs.parent_checkpoint_id`` (the checkpoint a fork started from, by id)
+3        ``commands``: pause, resume, stop and checkpoint requests for a training run, from
+         any process (a notebook button, the REST API, the CLI), acknowledged by the loop
 =======  ======================================================================================
 
 An old store is migrated when a newer labkit first opens it, in one transaction: all of it or
@@ -20,7 +22,7 @@ import sqlite3
 from ._db import transaction
 from .checks import refuse
 
-VERSION = 2
+VERSION = 3
 
 _TABLES = [
     """CREATE TABLE IF NOT EXISTS runs (
@@ -35,12 +37,16 @@ _TABLES = [
         id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, iteration INTEGER,
         epoch INTEGER, path TEXT NOT NULL, size INTEGER, metrics TEXT, valid INTEGER,
         created REAL)""",
+    """CREATE TABLE IF NOT EXISTS commands (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, command TEXT NOT NULL,
+        created REAL NOT NULL, acked REAL, result TEXT, iteration INTEGER)""",
 ]
 _INDEXES = [
     "CREATE UNIQUE INDEX IF NOT EXISTS metrics_run_key_iteration "
     "ON metrics (run_id, key, iteration)",
     "CREATE INDEX IF NOT EXISTS checkpoints_run_iteration ON checkpoints (run_id, iteration)",
     "CREATE INDEX IF NOT EXISTS runs_parent ON runs (parent_run)",
+    "CREATE INDEX IF NOT EXISTS commands_run ON commands (run_id, acked)",
 ]
 
 

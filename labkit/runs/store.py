@@ -2,7 +2,9 @@
 
 Tables (see ``schema.py`` for their versions): ``runs`` (status, times, heartbeat, host, pid,
 source, config, lineage), ``metrics`` (run, iteration, epoch, key, value, time; one row per
-run, key and iteration), ``checkpoints`` (run, iteration, epoch, path, size, metrics, valid).
+run, key and iteration), ``checkpoints`` (run, iteration, epoch, path, size, metrics, valid),
+``commands`` (pause, resume, stop, checkpoint: requested by anyone, taken and acknowledged by
+the training loop between batches).
 
 - Every write is one ``BEGIN IMMEDIATE`` transaction; a write for a run checks, inside it,
   that the run exists, so a run deleted meanwhile never leaves rows behind: the write raises
@@ -29,13 +31,17 @@ from ..errors import RunStoreError
 from . import schema
 from ._db import connect, explain, guarded, pid_alive, transaction
 from .checks import config_json, refuse
+from .downsample import minmax_indices
 from .ids import new_run_id
 
-__all__ = ["DEAD_AFTER", "STATUSES", "RunStore", "RunStoreError", "default_path", "new_run_id"]
+__all__ = ["COMMANDS", "DEAD_AFTER", "STATUSES", "RunStore", "RunStoreError", "default_path",
+           "new_run_id"]
 
 STATUSES = ("created", "running", "paused", "finished", "failed", "interrupted")
 #: a running run whose heartbeat is older than this many seconds is shown as dead
 DEAD_AFTER = 60.0
+#: what a training run can be asked to do (``RunStore.add_command``)
+COMMANDS = ("pause", "resume", "stop", "checkpoint")
 #: SQLite's integer range: query bounds outside it are clamped, not an OverflowError
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _UPDATABLE = ("name", "status", "started", "ended", "heartbeat", "pid", "host", "progress",
@@ -247,6 +253,7 @@ class RunStore:
                              "live")
             c.execute("DELETE FROM metrics WHERE run_id = ?", (str(run_id),))
             c.execute("DELETE FROM checkpoints WHERE run_id = ?", (str(run_id),))
+            c.execute("DELETE FROM commands WHERE run_id = ?", (str(run_id),))
             c.execute("DELETE FROM runs WHERE id = ?", (str(run_id),))
         return run
 
@@ -258,6 +265,7 @@ class RunStore:
             n = {t: c.execute(f"DELETE FROM {t} WHERE run_id NOT IN "  # noqa: S608 - fixed names
                               "(SELECT id FROM runs)").rowcount
                  for t in ("metrics", "checkpoints")}
+            c.execute("DELETE FROM commands WHERE run_id NOT IN (SELECT id FROM runs)")
         return n
 
     # ---- metrics ------------------------------------------------------------------------
@@ -311,7 +319,8 @@ class RunStore:
                 ) -> dict[str, dict[str, list]]:
         """``{key: {"iteration": [...], "epoch": [...], "value": [...], "time": [...]}}`` in
         iteration order, after ``since_iteration`` if given. ``max_points`` (at least 2)
-        downsamples each key evenly, keeping the first and last points. ``since_step`` is the
+        downsamples each key for drawing: the first and last points, and the lowest and highest
+        of each bucket (``downsample.minmax_indices``). ``since_step`` is the
         old name (deprecated)."""
         if since_step is not None:
             warnings.warn("metrics(since_step=) is now since_iteration=", DeprecationWarning,
@@ -331,12 +340,52 @@ class RunStore:
                 args.append(_bound(since_iteration))
             rows = self._conn().execute(q + " ORDER BY iteration", args).fetchall()
             if max_points and len(rows) > max_points:
-                n = len(rows)
-                pick = sorted({round(i * (n - 1) / (max_points - 1)) for i in range(max_points)})
-                rows = [rows[i] for i in pick]
+                rows = [rows[i] for i in minmax_indices([r[2] for r in rows], max_points)]
             out[k] = _Renamed(iteration=[r[0] for r in rows], epoch=[r[1] for r in rows],
                               value=[r[2] for r in rows], time=[r[3] for r in rows])
         return out
+
+    # ---- commands -----------------------------------------------------------------------
+    def add_command(self, run_id: str, command: str) -> int:
+        """Ask the loop training ``run_id`` to ``command`` (one of ``COMMANDS``) after its
+        current batch; returns the command's id. The loop acknowledges it (``command(id)``
+        then has ``acked``, ``result`` and the ``iteration`` it acted at)."""
+        if command not in COMMANDS:
+            raise refuse(f"command must be one of {list(COMMANDS)}, got {str(command)[:40]!r}",
+                         "invalid")
+        with transaction(self._conn()) as c:
+            self._require_run(c, run_id)
+            cur = c.execute("INSERT INTO commands (run_id, command, created) VALUES (?,?,?)",
+                            (str(run_id), command, time.time()))
+            return int(cur.lastrowid)
+
+    def pending_commands(self, run_id: str) -> list[dict]:
+        """The commands for ``run_id`` not yet acknowledged, oldest first."""
+        rows = self._conn().execute(
+            "SELECT * FROM commands WHERE run_id = ? AND acked IS NULL ORDER BY id",
+            (str(run_id),)).fetchall()
+        return [self._command_dict(r) for r in rows]
+
+    def ack_command(self, command_id: int, result: str, iteration: int | None = None) -> None:
+        """Mark a command done: ``result`` says what the loop did (or why it did not)."""
+        with transaction(self._conn()) as c:
+            c.execute("UPDATE commands SET acked = ?, result = ?, iteration = ? WHERE id = ? "
+                      "AND acked IS NULL", (time.time(), str(result)[:500],
+                                            None if iteration is None else _bound(iteration),
+                                            _bound(command_id)))
+
+    def command(self, command_id: int) -> dict:
+        row = self._conn().execute("SELECT * FROM commands WHERE id = ?",
+                                   (_bound(command_id),)).fetchone()
+        if row is None:
+            raise refuse(f"no command {command_id!r} in {self.path}", "not_found")
+        return self._command_dict(row)
+
+    def _command_dict(self, row) -> dict:
+        d = dict(row)
+        if d["command"] not in COMMANDS or not isinstance(d["created"], (int, float)):
+            raise self._damaged(f"command {d.get('id')!r}", ValueError(repr(d["command"])))
+        return d
 
     # ---- checkpoints --------------------------------------------------------------------
     def add_checkpoint(self, run_id, iteration, epoch, path, size, metrics=None,

@@ -31,7 +31,7 @@ MAX_BODY = 256 * 1024
 MAX_QUERY = 4096
 #: RunStoreError.reason → HTTP status
 STATUS_FOR = {"not_found": 404, "deleted": 404, "invalid": 400, "live": 409, "damaged": 503,
-              "failed": 503}
+              "failed": 503, "not_training": 409}
 _INT_RE = re.compile(r"-?[0-9]{1,18}")
 # an absolute path (or ~/...) not glued to a word: what `scrub` hides
 _PATH_RE = re.compile(r"(?<![\w.~/-])~?/[^\s'\"`<>|,;:()\[\]{}]+")
@@ -289,6 +289,42 @@ class Fork(Base):
         self.write_json({"run": public_run(runs.get(child))}, 201)
 
 
+def public_command(c: dict) -> dict:
+    return {k: c[k] for k in ("id", "command", "created", "acked", "result", "iteration")}
+
+
+class Commands(Base):
+    """``POST {"command": "pause"}``: ask the loop training the run (in any process) to pause,
+    resume, stop or checkpoint after its current batch; 202 with the command, whose ``acked``
+    the client polls at ``commands/<id>``. 409 when no loop is training the run."""
+
+    @endpoint
+    def post(self, run_id):
+        self.run_or_404(run_id)
+        body = self.body_object(("command",))
+        command = body.get("command")
+        if command not in runs.COMMANDS:
+            raise BadRequest(f"command must be one of {list(runs.COMMANDS)}, got "
+                             f"{json.dumps(command)[:40]}")
+        rec = runs.send(run_id, command, wait=None)
+        self.write_json({"command": public_command(rec)}, 202)
+
+
+class Command(Base):
+    @endpoint
+    def get(self, run_id, cid):
+        self.run_or_404(run_id)
+        try:
+            rec = runs.store().command(int(cid))
+        except RunStoreError as e:
+            if getattr(e, "reason", None) != "not_found":
+                raise
+            rec = None
+        if rec is None or rec["run_id"] != run_id:
+            raise BadRequest(f"run {run_id} has no command {cid}", 404)
+        self.write_json({"command": public_command(rec)})
+
+
 class NoSuchEndpoint(Base):
     """A valid run id followed by a path the API does not have."""
 
@@ -316,6 +352,8 @@ HANDLERS = [
     (rf"runs/({RUN_ID})/checkpoints/?", Checkpoints),
     (rf"runs/({RUN_ID})/checkpoints/([0-9]{{1,18}})/?", Checkpoint),
     (rf"runs/({RUN_ID})/fork/?", Fork),
+    (rf"runs/({RUN_ID})/commands/?", Commands),
+    (rf"runs/({RUN_ID})/commands/([0-9]{{1,18}})/?", Command),
     (rf"runs/({RUN_ID})/(.+)", NoSuchEndpoint),
     (r"runs/([^/]+)(/.*)?", BadId),
 ]

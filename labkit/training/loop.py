@@ -82,6 +82,8 @@ class MainLoop:
         self.name, self.config = name, dict(config or {})
         self.factory: str | None = None
         self.recorder = Recorder(enabled=store)
+        self._training = False  # inside run(): what progress()["training"] says
+        self._budget_end: int | None = None  # the iteration run(max_iterations=) stops at
         self.control = Control()
         self._extensions = Extensions(self)
         for e in extensions:
@@ -217,6 +219,8 @@ class MainLoop:
         if not self.control.paused:
             return
         self.recorder.set_status("paused", self.progress())
+        it = self.status["iteration"]
+        self.recorder.acknowledge("pause", f"paused at iteration {it}", it)
         self.dispatch("on_pause")
         self.control.wait_while_paused(self.save_checkpoint,
                                        lambda: self.recorder.mirror(self.progress))
@@ -246,9 +250,12 @@ class MainLoop:
         self.control.reset()
         self.error = None
         budget_end = None if limit is None else self.status["iteration"] + limit
+        self._budget_end = budget_end
         self.ensure_run()
         self.recorder.follow(self.log, at_end=True)
+        self._training = True
         self.recorder.set_status("running", self.progress(), started=time.time())
+        self.recorder.listen(self.control, lambda: self.status["iteration"])
         restore_sigint = self.control.install_sigint()
         t0 = time.perf_counter()
         outcome = "paused"
@@ -275,16 +282,20 @@ class MainLoop:
         except BaseException as e:
             outcome = "failed"
             self.error = e
+            self._training = False
             try:
                 self.dispatch("on_error")
             finally:
+                self.recorder.stop_listening("training failed")
                 self.recorder.finish("failed", self.progress, error=f"{type(e).__name__}: {e}")
             raise
         finally:
             self.status["time_total"] += time.perf_counter() - t0
             self._live_time = None
             restore_sigint()
+            self._training = False
             try:
+                self.recorder.stop_listening(f"training {outcome}")
                 if outcome not in ("failed", "deleted"):
                     self.recorder.finish(outcome, self.progress)
             finally:
@@ -394,6 +405,7 @@ class MainLoop:
                          metrics=metrics, run_id=self.run_id)
         self.last_checkpoint, self.last_checkpoint_iteration = path, it
         self.recorder.add_checkpoint(path, it, self.status["epoch"], metrics)
+        self.recorder.acknowledge("checkpoint", f"checkpoint {path.name} written", it)
         return path
 
     def load_checkpoint(self, path=None) -> Path:
@@ -457,7 +469,31 @@ class MainLoop:
             length = None
         return {"iteration": st["iteration"], "epoch": st["epoch"],
                 "epoch_iteration": st["epoch_iteration"], "epoch_length": length,
-                "elapsed": round(self.elapsed, 3), "last": self.log.last_metrics(finite=True)}
+                "elapsed": round(self.elapsed, 3), "last": self.log.last_metrics(finite=True),
+                "training": self._training, "planned": self.planned(length)}
+
+    def planned(self, epoch_length: int | None = None) -> dict:
+        """What the run's stopping rules say of its end: ``{"epochs": E, "iterations": I,
+        "seconds": S}``, each when known (from ``FinishAfter`` and ``run(max_iterations=)``);
+        what the Dashboard's whole-run progress and ETA use."""
+        epochs = iterations = seconds = None
+        for ext in self._extensions:
+            e, i = getattr(ext, "epochs", None), getattr(ext, "iterations", None)
+            if getattr(ext, "stops_training", False):
+                t = getattr(ext, "seconds", None)
+                if isinstance(t, (int, float)) and not isinstance(t, bool):
+                    seconds = t if seconds is None else min(seconds, t)
+                if isinstance(e, int):
+                    epochs = e if epochs is None else min(epochs, e)
+                if isinstance(i, int):
+                    iterations = i if iterations is None else min(iterations, i)
+        if self._budget_end is not None:
+            iterations = self._budget_end if iterations is None else \
+                min(iterations, self._budget_end)
+        if epochs is not None and epoch_length:
+            by_epochs = epochs * epoch_length
+            iterations = by_epochs if iterations is None else min(iterations, by_epochs)
+        return {"epochs": epochs, "iterations": iterations, "seconds": seconds}
 
     def close(self) -> None:
         """Stop the stream's worker processes and the run-store writer thread."""

@@ -2,9 +2,10 @@
 
 It creates the run (or attaches to one being resumed), keeps its status, progress and
 heartbeat, sends the log's metrics through a ``Cursor`` from a background thread (SQLite
-releases the GIL, so a step never waits for the disk), and records and deletes the run's
-checkpoints. With ``store=False`` the loop still gets a run id and directory, and nothing is
-written to the store.
+releases the GIL, so a step never waits for the disk), takes the commands sent to the run
+(``commands.Listener``) while it trains, and records and deletes the run's checkpoints. With
+``store=False`` the loop still gets a run id and directory, and nothing is written to the
+store.
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ class Recorder:
         self._writer: _Writer | None = None
         self._last_flush = 0.0
         self._last_heartbeat = 0.0
+        #: seconds between two writes of metrics and progress (a Dashboard asks for less)
+        self.flush_every = FLUSH_EVERY
+        self.listener = None
 
     # -- the run
     def ensure_run(self, name, config, factory) -> str:
@@ -141,6 +145,23 @@ class Recorder:
             self._guard(self.store.update_run, self.run_id, status=status,
                         heartbeat=time.time(), pid=os.getpid(), progress=progress, **fields)
 
+    # -- commands
+    def listen(self, control, iteration) -> None:
+        """Take the run's commands into ``control`` until ``stop_listening``."""
+        from .commands import Listener
+
+        if self.store is not None:
+            self.listener = self._guard(Listener, self.store, self.run_id, control, iteration)
+
+    def acknowledge(self, command: str, result: str, iteration: int) -> None:
+        if self.listener is not None:
+            self.listener.acknowledge(command, result, iteration)
+
+    def stop_listening(self, why: str) -> None:
+        listener, self.listener = self.listener, None
+        if listener is not None:
+            listener.close(why)
+
     # -- metrics
     def follow(self, log, at_end: bool = False) -> None:
         """Send ``log``'s values from now on (``at_end``: not those it already holds)."""
@@ -161,12 +182,12 @@ class Recorder:
             writer = self._writer = _Writer()
         try:
             if self._pending and (force or len(self._pending) >= FLUSH_ROWS
-                                  or mono - self._last_flush > FLUSH_EVERY):
+                                  or mono - self._last_flush > self.flush_every):
                 writer.submit(self.store.add_metrics, self.run_id, self._pending)
                 self._pending = []
                 self._last_flush = mono
             # progress once a second, with the metrics: what the Runs sidebar and widgets show
-            if force or mono - self._last_heartbeat > FLUSH_EVERY:
+            if force or mono - self._last_heartbeat > self.flush_every:
                 writer.submit(self.store.update_run, self.run_id, heartbeat=time.time(),
                               progress=progress())
                 self._last_heartbeat = mono

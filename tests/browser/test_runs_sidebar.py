@@ -161,8 +161,8 @@ def test_runs_sidebar_panel_and_commands(browser, lab):
     dash_cell = cell_with(page, f'lk.notebook.Dashboard("{finished}")')
     wait_for(lambda: dash_cell.count() == 1, what="the inserted Dashboard cell")
     run_cell(page, dash_cell)
-    wait_for(lambda: dash_cell.locator(".labkit-dashboard canvas").count(), timeout=60,
-             what="the Dashboard to draw")
+    wait_for(lambda: dash_cell.locator(".labkit-cockpit .labkit-plot canvas").count(),
+             timeout=60, what="the Dashboard to draw")
     time.sleep(1.0)
     shot(page, "08-dashboard-from-palette")
 

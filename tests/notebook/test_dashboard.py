@@ -1,144 +1,136 @@
-"""The notebook widgets headless: their models, the messages they send, throttling, the
-controls' effect on a training loop, history from the run store."""
+"""The Dashboard headless: the output it displays (the live cockpit's data, a static copy with
+SVG plots, a text form), the static copy written again when training ends, its controls for a
+loop here and for a run training elsewhere (through the run store), bad arguments."""
 
+import json
+import re
 import time
 
-import numpy as np
 import pytest
 
 import labkit as lk
+from labkit import training as T
+from labkit.errors import LabkitError
+from labkit.notebook import MIME_TYPE, Dashboard, _static
 
-pytest.importorskip("jupyter_bokeh", reason="the notebook extras are part of [dev]")
-from jupyter_bokeh import BokehModel  # noqa: E402
-
-from labkit.notebook import Dashboard  # noqa: E402
-
-from ..training.helpers import make_loop  # noqa: E402
+from ..training.helpers import make_loop
 
 
-@pytest.fixture
-def patches(monkeypatch):
-    """Every Bokeh document patch the widgets send to the browser."""
-    sent = []
-
-    def send(self, content, buffers=None):
-        sent.append(content)
-    monkeypatch.setattr(BokehModel, "send", send)
-    return sent
-
-
-def wait_for(cond, timeout=20.0):
+def wait_for(cond, timeout=30.0):
     t = time.monotonic()
     while not cond():
         assert time.monotonic() - t < timeout, "timed out"
         time.sleep(0.01)
 
 
-def test_dashboard_streams_throttled_and_bounded(patches):
-    loop = make_loop({"epochs": 40, "batch_size": 8})  # 480 fast batches
-    dash = Dashboard(loop, max_rate=5.0, max_points=100)
-    t = time.monotonic()
-    loop.start()
-    loop.wait()
-    secs = time.monotonic() - t
-    loss = dash._sources["loss"].data
-    assert len(loss["y"]) == 100  # rollover: the newest points only
-    assert loss["x"][-1] == 480 and loss["y"][-1] == loop.log.last("loss")
-    assert dash._sources["train_loss"].data["x"][-1] == 480
-    # a few pushes per second, not one per batch
-    assert dash.pushes <= secs * 5.0 + 6, (dash.pushes, secs)
-    # no browser showed the figures: nothing went as patches, all of it is in their state
-    assert not [p for p in patches if p.get("msg") == "patch"]
-    assert repr(float(loss["y"][-1])) in str(bundle_json(dash._figures["loss"][1]))
-    dash._figures["loss"][1]._view_count = 1  # a browser shows one: its data is sent
-    assert 0 < len([p for p in patches if p.get("msg") == "patch"])
-    assert dash.progress.max == 12 and "epoch 40" in dash.info.value
-    assert "finished" in repr(dash) and "loss" in repr(dash)
-    assert set(dash._figures) == {"loss", "accuracy"}
-    bundle = dash._repr_mimebundle_()
-    assert bundle["text/plain"].startswith("Dashboard(run ")
-    assert "application/vnd.jupyter.widget-view+json" in bundle
-
-
-def test_dashboard_buttons_control_the_loop(patches, tmp_path):
-    loop = make_loop({"epochs": 1000})
-    loop.add(lambda loop: time.sleep(0.005), event="after_batch")
-    dash = loop.show()
-    loop.start()
-    wait_for(lambda: loop.status["iteration"] >= 3)
-    dash.pause_button.click()
-    wait_for(lambda: lk.runs.get(loop.run_id)["status"] == "paused")
-    at = loop.status["iteration"]
-    time.sleep(0.2)
-    assert loop.status["iteration"] == at
-    assert dash.pause_button.disabled and not dash.resume_button.disabled
-    dash.checkpoint_button.click()
-    wait_for(lambda: loop.last_checkpoint is not None)
-    assert lk.checkpoint.manifest(loop.last_checkpoint)["iteration"] == at
-    wait_for(lambda: "written" in dash.message.value)
-    dash.resume_button.click()
-    wait_for(lambda: loop.status["iteration"] > at + 2)
-    dash.stop_button.click()
-    loop.wait()
-    assert lk.runs.get(loop.run_id)["status"] == "finished"
-    assert loop.stop_reason == "stopped from the dashboard"
-    assert [c["iteration"] for c in lk.runs.checkpoints(loop.run_id)][0] == at
-
-
-def test_dashboard_of_a_stored_run_redraws_its_history(patches):
-    loop = make_loop({"epochs": 3})
+def test_the_output_carries_live_data_a_static_copy_and_text():
+    loop = T.build(make_loop, {"epochs": 2})
+    dash = Dashboard(loop, max_rate=5)
+    assert loop.recorder.flush_every == pytest.approx(0.2)  # the store gets data 5 times/s
+    before = dash._repr_mimebundle_()
+    assert before[MIME_TYPE]["run_id"] == loop.run_id and before[MIME_TYPE]["max_rate"] == 5
+    assert "created" in before["text/plain"] and "no values yet" in before["text/html"]
     loop.run()
-    dash = Dashboard(loop.run_id)  # e.g. in a new kernel: from the store alone
-    assert dash._sources["loss"].data["y"] == loop.log.series("loss")[1]
-    assert dash._sources["train_loss"].data["x"] == [12, 24, 36]
-    # what the browser draws first holds every curve (each figure was built with its points)
-    loss_figure = bundle_json(dash._figures["loss"][1])
-    for v in lk.runs.metrics(loop.run_id, keys=["valid_loss"])["valid_loss"]["value"]:
-        assert repr(v) in str(loss_figure) or repr(np.float32(v).item()) in str(loss_figure)
-    assert "finished" in repr(dash)
-    assert dash.pause_button.disabled and dash.checkpoint_button.disabled
+    b = dash._repr_mimebundle_()
+    data = b[MIME_TYPE]
+    json.dumps(data, allow_nan=False)  # JSON the browser can read
+    series = data["snapshot"]["series"]
+    assert set(series) >= {"loss", "accuracy", "train_loss"}
+    for s in series.values():
+        its = s["iteration"]
+        assert its == sorted(set(its)) and len(s["value"]) == len(its)
+    assert series["loss"]["iteration"] == list(range(1, 25))
+    assert data["snapshot"]["run"]["status"] == "finished"
+    html = b["text/html"]
+    assert html.count("<svg") == 2 and "<script" not in html
+    # loss first, then accuracy; each figure's legend names its curves
+    assert html.index('aria-label="loss"') < html.index('aria-label="accuracy"')
+    assert "train_loss" in html and "finished" in html
+    assert re.search(r"Dashboard\(run \S+: finished; epoch 2/2 · iteration 24/24", b["text/plain"])
+
+
+def test_training_end_rewrites_every_display(monkeypatch):
+    import IPython.display
+
+    updates = []
+    monkeypatch.setattr(IPython.display, "update_display",
+                        lambda obj, raw, display_id: updates.append((display_id, obj)))
+    loop = T.build(make_loop, {"epochs": 1})
+    dash = Dashboard(loop)
+    dash._display_ids += ["first", "second"]  # what two display(dash) calls record
+    loop.run()
+    assert [d for d, _ in updates] == ["first", "second"]
+    final = updates[0][1]
+    assert "finished" in final["text/html"] and "<svg" in final["text/html"]
+    assert len(final[MIME_TYPE]["snapshot"]["series"]["loss"]["iteration"]) == 12
+    snap = dash.snapshot()  # also by hand: returns the static copy
+    assert "<svg" in snap._repr_html_() and len(updates) == 4
     dash.close()
+    assert dash._feed not in loop.extensions
 
 
-def bundle_json(widget):
-    import json
-
-    from bokeh.core.json_encoder import serialize_json
-
-    return json.loads(serialize_json(widget.render_bundle))
-
-
-def test_plot_widgets_lose_no_change_made_before_the_browser_shows_them(patches):
-    from bokeh.models import ColumnDataSource
-    from bokeh.plotting import figure
-
-    from labkit.notebook import _bokeh
-
-    src = ColumnDataSource(data={"x": [1], "y": [0.5]})
-    fig = figure()
-    fig.line("x", "y", source=src)
-    widget = _bokeh.model(fig)
-    src.stream({"x": [2], "y": [0.25]})
-    # not shown yet: the change is in the state a new view draws from, and not sent
-    assert "0.25" in str(bundle_json(widget))
-    assert not patches
-    before = len(patches)
-    widget._view_count = 1  # the frontend reports a view: the data is sent again, whole
-    resent = " ".join(str(p.get("payload")) for p in patches[before:])
-    assert "ColumnDataChanged" in resent and "[0.5,0.25]" in resent
-    src.stream({"x": [3], "y": [0.125]})
-    assert "0.125" not in str(bundle_json(widget))
-    assert sum(p.get("msg") == "patch" for p in patches) >= 6  # and as patches to the view
+def test_a_loop_without_a_store_draws_from_its_log():
+    loop = T.build(make_loop, {"epochs": 1})
+    loop = T.MainLoop(loop.model, loop.optimizer, loop.stream, loop.loss_fn, store=False,
+                      extensions=[T.FinishAfter(epochs=1)])
+    dash = Dashboard(loop)
+    loop.run()
+    series = dash._repr_mimebundle_()[MIME_TYPE]["snapshot"]["series"]
+    assert series["loss"]["iteration"] == list(range(1, 13))
 
 
-def test_dashboard_follows_a_run_training_elsewhere(patches):
-    loop = make_loop({"epochs": 200})
-    loop.add(lambda loop: time.sleep(0.002), event="after_batch")
+def test_controls_of_a_run_training_elsewhere_go_through_the_store():
+    loop = T.build(make_loop, {"epochs": 100_000})
+    loop.ensure_run()
     loop.start()
-    wait_for(lambda: loop.status["iteration"] >= 20)
-    dash = Dashboard(loop.run_id, poll=0.1)  # not given the loop: reads the store
-    n0 = len(dash._sources["loss"].data["y"])
-    wait_for(lambda: len(dash._sources["loss"].data["y"]) > n0 + 5)
-    loop.stop()
-    loop.wait()
-    dash.close()
+    try:
+        wait_for(lambda: lk.runs.listening(lk.runs.get(loop.run_id)))
+        dash = Dashboard(loop.run_id)  # not given the loop: as from another process
+        assert dash.pause().startswith("paused at iteration") and loop.paused
+        assert dash.checkpoint().endswith("written")
+        assert dash.resume() == "resumed"
+        assert dash.stop() == "stopping after this batch"
+        loop.wait()
+        assert loop.stop_reason == "stopped by a command"
+        with pytest.raises(lk.runs.RunStoreError, match="not training now"):
+            dash.pause()
+    finally:
+        if loop.running:
+            loop.stop()
+            loop.resume()
+            loop.wait()
+
+
+def test_bad_arguments_are_refused_clearly():
+    with pytest.raises(LabkitError, match="give a MainLoop or a run id"):
+        Dashboard("not a run")
+    with pytest.raises(lk.runs.RunStoreError, match="no run"):
+        Dashboard("20261203-000000-0123456789abcdef")
+    loop = T.build(make_loop, {"epochs": 1})
+    for rate in (0, -1, 100, "4", True):
+        with pytest.raises(LabkitError, match="max_rate must be"):
+            Dashboard(loop, max_rate=rate)
+
+
+def test_static_copy_escapes_and_keeps_spikes():
+    n = 5000
+    xs = list(range(n))
+    ys = [1.0] * n
+    ys[3217] = 50.0  # one spike among 5,000 points, drawn from 600
+    svg = _static.figure("loss", [("loss", xs, ys), ("<b>valid_loss</b>", [10], [2.0])])
+    assert "&lt;b&gt;valid_loss" in svg and "<b>valid" not in svg
+    points = re.search(r'<polyline points="([^"]+)"', svg).group(1).split()
+    assert len(points) <= _static.POINTS
+    top = min(float(p.split(",")[1]) for p in points)  # SVG y grows downwards
+    assert top < 20, "the spike was dropped by downsampling"
+    html = _static.render("<i>run</i>", "finished", "x", {"loss": {"iteration": xs,
+                                                                   "value": ys}})
+    assert "<i>" not in html and "&lt;i&gt;run" in html
+
+
+def test_figures_are_ordered_loss_first_then_by_name():
+    keys = ["valid_accuracy", "train_loss", "accuracy", "zeta", "loss", "valid_loss", "alpha"]
+    assert _static.ordered_groups(keys) == [
+        ("loss", ["loss", "train_loss", "valid_loss"]), ("accuracy", ["accuracy",
+                                                                      "valid_accuracy"]),
+        ("alpha", ["alpha"]), ("zeta", ["zeta"])]

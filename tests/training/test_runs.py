@@ -71,8 +71,11 @@ def test_metrics_queries_and_errors(tmp_path):
     store.add_metrics(rid, [(i, i // 10, "acc", i / 100, 0.0) for i in range(0, 100, 10)])
     m = store.metrics(rid, ["loss"], since_iteration=89)
     assert m["loss"]["iteration"] == list(range(90, 100)) and m["loss"]["epoch"][0] == 9
-    d = store.metrics(rid, "loss", max_points=5)["loss"]
-    assert d["iteration"] == [0, 25, 50, 74, 99]
+    d = store.metrics(rid, "loss", max_points=6)["loss"]
+    # first, last, and each of 2 buckets' lowest and highest (loss falls: its two ends)
+    assert d["iteration"] == [0, 1, 49, 50, 98, 99]
+    store.add_metrics(rid, [(37, 3, "loss", 5.0, 0.0)])  # a spike survives downsampling
+    assert 37 in store.metrics(rid, "loss", max_points=6)["loss"]["iteration"]
     assert store.metric_keys(rid) == ["acc", "loss"]
     assert store.get(rid)["config"] == {"lr": 0.1}
     store.truncate_metrics(rid, after_iteration=49)

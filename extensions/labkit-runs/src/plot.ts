@@ -1,0 +1,367 @@
+/**
+ * A small line plot on a canvas, for live training curves: every series drawn downsampled to
+ * the pixel columns (the lowest and highest point of each column, so a spike of one batch
+ * shows at any length), axes with labels, log-y, TensorBoard's debiased smoothing with the raw
+ * curve faint behind, a hover that lists every series at the step under the mouse, and colours
+ * from JupyterLab's theme (read at each draw, so a theme switch shows at once).
+ */
+
+/** One curve: its x (strictly increasing) and y values. */
+export interface ILine {
+  key: string;
+  color: string;
+  /** a per-batch curve: thin, no dots; an epoch-level one: thicker, with dots */
+  dense: boolean;
+  x: number[];
+  y: (number | null)[];
+  hidden?: boolean;
+}
+
+export interface IPlotOptions {
+  logY: boolean;
+  /** 0 (none) to 0.99: the weight of the moving average */
+  smoothing: number;
+  xLabel: string;
+  /** how an x value is written on the axis and in the hover */
+  formatX: (x: number) => string;
+}
+
+export const PALETTE = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b',
+                        '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];
+
+/** TensorBoard's smoothing: an exponential moving average, debiased at the start (so the
+ * first points are not pulled towards 0). Gaps (null) stay gaps. */
+export function smooth(y: (number | null)[], weight: number): (number | null)[] {
+  if (weight <= 0) {
+    return y;
+  }
+  let last = 0;
+  let n = 0;
+  return y.map(v => {
+    if (v === null || !isFinite(v)) {
+      return null;
+    }
+    last = last * weight + (1 - weight) * v;
+    n += 1;
+    return last / (1 - Math.pow(weight, n));
+  });
+}
+
+/** Round, readable ticks covering [lo, hi]. */
+export function ticks(lo: number, hi: number, count = 5): number[] {
+  if (!(hi > lo)) {
+    return [lo];
+  }
+  const raw = (hi - lo) / count;
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 2.5, 5, 10].map(m => m * mag).find(s => s >= raw) || raw;
+  const out: number[] = [];
+  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) {
+    out.push(Math.abs(t) < step * 1e-9 ? 0 : t);
+  }
+  return out;
+}
+
+export function formatNumber(v: number): string {
+  if (v === 0) {
+    return '0';
+  }
+  const a = Math.abs(v);
+  if (a >= 1e5 || a < 1e-3) {
+    return v.toExponential(2).replace('e+', 'e');
+  }
+  return String(Number(v.toPrecision(4)));
+}
+
+function cssVar(node: HTMLElement, name: string, fallback: string): string {
+  const v = getComputedStyle(node).getPropertyValue(name).trim();
+  return v || fallback;
+}
+
+/** The index of the last x at or before ``at`` (binary search), or -1. */
+export function lastAtOrBefore(x: number[], at: number): number {
+  let lo = 0;
+  let hi = x.length - 1;
+  let found = -1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    if (x[mid] <= at) {
+      found = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return found;
+}
+
+const PAD = { left: 58, right: 12, top: 8, bottom: 34 };
+
+export class LinePlot {
+  readonly node: HTMLDivElement;
+  private canvas: HTMLCanvasElement;
+  private tip: HTMLDivElement;
+  private lines: ILine[] = [];
+  private options: IPlotOptions;
+  private frame = { x0: 0, x1: 1, y0: 0, y1: 1 };
+  private mouseX: number | null = null;
+
+  constructor(readonly title: string, options: IPlotOptions, height = 200) {
+    this.options = options;
+    this.node = document.createElement('div');
+    this.node.className = 'labkit-plot';
+    this.canvas = document.createElement('canvas');
+    this.canvas.style.height = `${height}px`;
+    this.canvas.style.width = '100%';
+    this.canvas.setAttribute('role', 'img');
+    this.canvas.setAttribute('aria-label', `plot of ${title}`);
+    this.tip = document.createElement('div');
+    this.tip.className = 'labkit-plot-tip';
+    this.tip.hidden = true;
+    this.node.append(this.canvas, this.tip);
+    this.canvas.addEventListener('mousemove', e => {
+      this.mouseX = e.offsetX;
+      this.draw();
+    });
+    this.canvas.addEventListener('mouseleave', () => {
+      this.mouseX = null;
+      this.tip.hidden = true;
+      this.draw();
+    });
+  }
+
+  setOptions(options: IPlotOptions): void {
+    this.options = options;
+  }
+
+  setLines(lines: ILine[]): void {
+    this.lines = lines;
+  }
+
+  /** The y values to draw for ``line``: smoothed when asked, positive only on a log axis. */
+  private values(line: ILine, raw: boolean): (number | null)[] {
+    const y = raw ? line.y : smooth(line.y, this.options.smoothing);
+    return this.options.logY ? y.map(v => (v !== null && v > 0 ? v : null)) : y;
+  }
+
+  draw(): void {
+    const canvas = this.canvas;
+    const w = canvas.clientWidth;
+    const h = canvas.clientHeight;
+    if (!w || !h) {
+      return;
+    }
+    const dpr = window.devicePixelRatio || 1;
+    if (canvas.width !== Math.round(w * dpr) || canvas.height !== Math.round(h * dpr)) {
+      canvas.width = Math.round(w * dpr);
+      canvas.height = Math.round(h * dpr);
+    }
+    const ctx = canvas.getContext('2d');
+    if (!ctx) {
+      return;
+    }
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, w, h);
+    const fg = cssVar(this.node, '--jp-ui-font-color1', '#222');
+    const fg2 = cssVar(this.node, '--jp-ui-font-color2', '#666');
+    const grid = cssVar(this.node, '--jp-border-color2', '#ddd');
+    const font = cssVar(this.node, '--jp-ui-font-family', 'sans-serif');
+    ctx.font = `11px ${font}`;
+    const shown = this.lines.filter(l => !l.hidden && l.x.length);
+    const { logY } = this.options;
+    const f = (v: number) => (logY ? Math.log10(v) : v);
+    let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
+    for (const l of shown) {
+      x0 = Math.min(x0, l.x[0]);
+      x1 = Math.max(x1, l.x[l.x.length - 1]);
+      for (const v of this.values(l, true)) {
+        if (v !== null && isFinite(v)) {
+          y0 = Math.min(y0, f(v));
+          y1 = Math.max(y1, f(v));
+        }
+      }
+    }
+    const pw = w - PAD.left - PAD.right;
+    const ph = h - PAD.top - PAD.bottom;
+    if (!isFinite(x0) || !isFinite(y0)) {
+      ctx.fillStyle = fg2;
+      ctx.textAlign = 'center';
+      ctx.fillText(shown.length || !this.lines.length ? 'waiting for the first values…'
+                   : 'no positive values for a log axis', w / 2, h / 2);
+      return;
+    }
+    if (x1 === x0) {
+      x1 = x0 + 1;
+    }
+    if (y1 === y0) {
+      y0 -= 0.5;
+      y1 += 0.5;
+    }
+    const margin = (y1 - y0) * 0.05;
+    y0 -= margin;
+    y1 += margin;
+    this.frame = { x0, x1, y0, y1 };
+    const sx = (x: number) => PAD.left + ((x - x0) / (x1 - x0)) * pw;
+    const sy = (y: number) => PAD.top + (1 - (f(y) - y0) / (y1 - y0)) * ph;
+    // grid, ticks and labels
+    ctx.strokeStyle = grid;
+    ctx.fillStyle = fg2;
+    ctx.lineWidth = 1;
+    ctx.textAlign = 'right';
+    ctx.textBaseline = 'middle';
+    for (const t of ticks(y0, y1, 4)) {
+      const py = PAD.top + (1 - (t - y0) / (y1 - y0)) * ph;
+      ctx.beginPath();
+      ctx.moveTo(PAD.left, py);
+      ctx.lineTo(PAD.left + pw, py);
+      ctx.stroke();
+      ctx.fillText(formatNumber(logY ? Math.pow(10, t) : t), PAD.left - 4, py);
+    }
+    ctx.textAlign = 'center';
+    ctx.textBaseline = 'top';
+    for (const t of ticks(x0, x1, Math.max(2, Math.floor(pw / 90)))) {
+      ctx.fillText(this.options.formatX(t), sx(t), PAD.top + ph + 4);
+    }
+    ctx.fillStyle = fg;
+    ctx.fillText(this.options.xLabel, PAD.left + pw / 2, h - 13);
+    ctx.save();
+    ctx.translate(11, PAD.top + ph / 2);
+    ctx.rotate(-Math.PI / 2);
+    ctx.textBaseline = 'middle';
+    ctx.fillText(this.title + (logY ? ' (log)' : ''), 0, 0);
+    ctx.restore();
+    ctx.strokeStyle = fg2;
+    ctx.strokeRect(PAD.left, PAD.top, pw, ph);
+    // curves: clipped to the frame, one min/max pair per pixel column
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(PAD.left, PAD.top, pw, ph);
+    ctx.clip();
+    const smoothing = this.options.smoothing > 0;
+    for (const l of shown) {
+      if (smoothing) {
+        this.curve(ctx, l, this.values(l, true), sx, sy, 0.25, 1);
+      }
+      this.curve(ctx, l, this.values(l, false), sx, sy, l.dense && !smoothing ? 0.8 : 1,
+                 l.dense ? 1.2 : 2);
+      if (!l.dense && l.x.length <= 200) {
+        const ys = this.values(l, false);
+        ctx.fillStyle = l.color;
+        l.x.forEach((x, i) => {
+          const v = ys[i];
+          if (v !== null && isFinite(v)) {
+            ctx.beginPath();
+            ctx.arc(sx(x), sy(v), 2.5, 0, 2 * Math.PI);
+            ctx.fill();
+          }
+        });
+      }
+    }
+    ctx.restore();
+    this.hover(ctx, shown, sx, sy, pw, ph, fg2);
+  }
+
+  private curve(ctx: CanvasRenderingContext2D, l: ILine, ys: (number | null)[],
+                sx: (x: number) => number, sy: (y: number) => number, alpha: number,
+                width: number): void {
+    ctx.strokeStyle = l.color;
+    ctx.globalAlpha = alpha;
+    ctx.lineWidth = width;
+    ctx.beginPath();
+    let pen = false;
+    let col = NaN, lo = 0, hi = 0, lastY = 0;
+    const flush = () => {
+      if (!isNaN(col)) {
+        ctx.lineTo(col, lo);
+        if (hi !== lo) {
+          ctx.lineTo(col, hi);
+          ctx.lineTo(col, lastY);
+        }
+      }
+    };
+    for (let i = 0; i < l.x.length; i++) {
+      const v = ys[i];
+      if (v === null || !isFinite(v)) {
+        flush();
+        col = NaN;
+        pen = false;
+        continue;
+      }
+      const px = Math.round(sx(l.x[i]));
+      const py = sy(v);
+      if (!pen) {
+        ctx.moveTo(px, py);
+        pen = true;
+        col = px;
+        lo = hi = lastY = py;
+      } else if (px === col) {
+        lo = Math.min(lo, py);
+        hi = Math.max(hi, py);
+        lastY = py;
+      } else {
+        flush();
+        col = px;
+        lo = hi = lastY = py;
+      }
+    }
+    flush();
+    ctx.stroke();
+    ctx.globalAlpha = 1;
+  }
+
+  private hover(ctx: CanvasRenderingContext2D, shown: ILine[], sx: (x: number) => number,
+                sy: (y: number) => number, pw: number, ph: number, color: string): void {
+    const mx = this.mouseX;
+    if (mx === null || mx < PAD.left || mx > PAD.left + pw || !shown.length) {
+      this.tip.hidden = true;
+      return;
+    }
+    const { x0, x1 } = this.frame;
+    const at = x0 + ((mx - PAD.left) / pw) * (x1 - x0);
+    // the step under the mouse: the nearest x of any curve
+    let best = NaN;
+    for (const l of shown) {
+      const i = lastAtOrBefore(l.x, at);
+      for (const j of [i, i + 1]) {
+        if (j >= 0 && j < l.x.length && (isNaN(best) || Math.abs(l.x[j] - at) <
+                                         Math.abs(best - at))) {
+          best = l.x[j];
+        }
+      }
+    }
+    ctx.strokeStyle = color;
+    ctx.setLineDash([3, 3]);
+    ctx.beginPath();
+    ctx.moveTo(sx(best), PAD.top);
+    ctx.lineTo(sx(best), PAD.top + ph);
+    ctx.stroke();
+    ctx.setLineDash([]);
+    const rows: string[] = [];
+    for (const l of shown) {
+      const ys = this.values(l, false);
+      const i = lastAtOrBefore(l.x, best);
+      if (i < 0 || ys[i] === null) {
+        continue;
+      }
+      const v = ys[i] as number;
+      ctx.fillStyle = l.color;
+      ctx.beginPath();
+      ctx.arc(sx(l.x[i]), sy(v), 3.5, 0, 2 * Math.PI);
+      ctx.fill();
+      const when = l.x[i] === best ? '' : ` (at ${this.options.formatX(l.x[i])})`;
+      rows.push(`<span style="color:${l.color}">■</span> ${escapeHtml(l.key)} ` +
+                `<b>${formatNumber(v)}</b>${when}`);
+    }
+    this.tip.innerHTML = `<div>${escapeHtml(this.options.xLabel)} ` +
+      `${escapeHtml(this.options.formatX(best))}</div>` + rows.map(r => `<div>${r}</div>`).join('');
+    this.tip.hidden = false;
+    const left = sx(best) + 12;
+    this.tip.style.left = `${left > PAD.left + pw * 0.6 ? sx(best) - 12 - this.tip.offsetWidth
+                            : left}px`;
+    this.tip.style.top = `${PAD.top + 4}px`;
+  }
+}
+
+export function escapeHtml(s: string): string {
+  return s.replace(/[&<>"']/g, c => `&#${c.charCodeAt(0)};`);
+}

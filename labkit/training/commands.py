@@ -1,0 +1,107 @@
+"""Commands from outside the process: pause, resume, stop and checkpoint requests that arrive
+through the run store (``lk.runs.send``, the REST API behind the notebook Dashboard and the
+JupyterLab run pages), taken while ``run()`` trains.
+
+A thread reads the run's pending commands every ``POLL`` seconds and hands them to the loop's
+``Control`` — the same requests ``loop.pause()`` makes — so they need neither the kernel's
+message loop (a notebook cell blocked in ``loop.wait()`` does not delay them) nor the training
+thread (a long batch does not). Each command is acknowledged in the store when the loop has
+acted on it: a pause when the loop has paused, a checkpoint when it is written, a resume or a
+stop when it is handed over. Commands left from before ``run()`` started are expired unread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+from ..errors import RunStoreError
+
+#: seconds between two reads of the pending commands
+POLL = 0.1
+
+
+class Listener:
+    """Takes ``run_id``'s commands from ``store`` into ``control`` until ``close()``."""
+
+    def __init__(self, store, run_id: str, control, iteration=lambda: None):
+        self.store, self.run_id, self.control = store, run_id, control
+        self._iteration = iteration
+        self._waiting: dict[str, list[int]] = defaultdict(list)
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self.error: BaseException | None = None
+        for c in store.pending_commands(run_id):
+            store.ack_command(c["id"], "expired: it was sent before this run() started")
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"labkit-commands-{run_id}")
+        self._thread.start()
+
+    def _run(self):
+        while not self._closed.wait(POLL):
+            try:
+                self.poll()
+            except RunStoreError as e:  # the store failed or the run was deleted: stop reading
+                self.error = e
+                return
+
+    def poll(self) -> int:
+        """Take the pending commands now; returns how many."""
+        taken = 0
+        for c in self.store.pending_commands(self.run_id):
+            with self._lock:
+                if c["id"] in {i for ids in self._waiting.values() for i in ids}:
+                    continue  # taken already, waiting for the loop to act
+                self._take(c["command"], c["id"])
+            taken += 1
+        return taken
+
+    def _take(self, command: str, cid: int) -> None:
+        it = self._iteration()
+        if command == "pause":
+            if self.control.paused:
+                self.store.ack_command(cid, "already paused", it)
+            else:
+                self._waiting["pause"].append(cid)
+                self.control.pause()
+        elif command == "resume":
+            was = self.control.paused
+            self.control.unpause()
+            self.store.ack_command(cid, "resumed" if was else "not paused: nothing to resume", it)
+        elif command == "stop":
+            self.control.stop("stopped by a command")
+            self.control.unpause()
+            self.store.ack_command(cid, "stopping after this batch", it)
+        elif command == "checkpoint":
+            self._waiting["checkpoint"].append(cid)
+            self.control.request_checkpoint()
+
+    def acknowledge(self, command: str, result: str, iteration: int | None = None) -> None:
+        """The loop did ``command`` (``"pause"``: it paused; ``"checkpoint"``: one is
+        written): acknowledge every command of that kind waiting for it."""
+        with self._lock:
+            ids, self._waiting[command] = self._waiting[command], []
+        for cid in ids:
+            self._ack(cid, result, iteration)
+
+    def _ack(self, cid, result, iteration):
+        try:
+            self.store.ack_command(cid, result, iteration)
+        except RunStoreError:
+            pass  # NOTE: the run was deleted or the store failed: nobody can read the answer
+
+    def close(self, why: str = "training ended first") -> None:
+        """Stop reading; commands taken but not done, and any still pending, are answered
+        with ``why``."""
+        self._closed.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        with self._lock:
+            waiting = [cid for ids in self._waiting.values() for cid in ids]
+            self._waiting.clear()
+        try:
+            waiting += [c["id"] for c in self.store.pending_commands(self.run_id)]
+        except RunStoreError:
+            return
+        for cid in waiting:
+            self._ack(cid, f"not done: {why}", self._iteration())

@@ -1,0 +1,109 @@
+"""Commands through the run store (``lk.runs.send``): the loop takes pause, resume, stop and
+checkpoint between batches from its listener thread, acknowledges each when it has acted, and
+refuses or expires what it cannot act on."""
+
+import threading
+import time
+
+import pytest
+
+import labkit as lk
+from labkit import training as T
+from labkit.training import commands
+
+from .helpers import make_loop
+
+
+def wait_for(cond, timeout=30.0):
+    t = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t < timeout, "timed out"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def training():
+    """A loop training on a thread, long enough to be talked to; stopped afterwards."""
+    loop = T.build(make_loop, {"epochs": 100_000})
+    loop.ensure_run()
+    loop.start()
+    wait_for(lambda: lk.runs.listening(lk.runs.get(loop.run_id)))
+    yield loop
+    if loop.running:
+        loop.stop()
+        loop.resume()
+    loop.wait()
+
+
+def test_pause_checkpoint_resume_stop_are_acknowledged_when_done(training):
+    loop = training
+    rec = lk.runs.send(loop.run_id, "pause")
+    assert rec["result"] == f"paused at iteration {rec['iteration']}" and loop.paused
+    assert lk.runs.get(loop.run_id)["status"] == "paused"
+    it = loop.status["iteration"]
+    assert rec["iteration"] == it
+    assert lk.runs.send(loop.run_id, "pause")["result"] == "already paused"
+    rec = lk.runs.send(loop.run_id, "checkpoint")
+    assert rec["result"] == f"checkpoint ckpt-{it:08d} written"
+    assert loop.last_checkpoint.name == f"ckpt-{it:08d}" and loop.status["iteration"] == it
+    assert lk.runs.send(loop.run_id, "resume")["result"] == "resumed"
+    wait_for(lambda: loop.status["iteration"] > it + 3)
+    assert lk.runs.send(loop.run_id, "resume")["result"] == "not paused: nothing to resume"
+    rec = lk.runs.send(loop.run_id, "stop")
+    assert rec["result"] == "stopping after this batch"
+    loop.wait()
+    assert loop.stop_reason == "stopped by a command"
+    assert lk.runs.get(loop.run_id)["status"] == "finished"
+    assert not lk.runs.listening(lk.runs.get(loop.run_id))
+    assert not [t for t in threading.enumerate() if t.name.startswith("labkit-commands")]
+
+
+def test_a_run_no_loop_trains_refuses_commands():
+    loop = T.build(make_loop, {"epochs": 1})
+    rid = loop.ensure_run()
+    for status in ("created", "finished"):
+        with pytest.raises(lk.runs.RunStoreError, match="not training now") as e:
+            lk.runs.send(rid, "stop")
+        assert e.value.reason == "not_training" and f"status {status}" in str(e.value)
+        loop.run()
+    with pytest.raises(lk.runs.RunStoreError) as e:
+        lk.runs.store().add_command(rid, "reboot")
+    assert e.value.reason == "invalid" and "must be one of" in str(e.value)
+    assert lk.runs.store().pending_commands(rid) == []
+
+
+def test_commands_from_before_run_are_expired_unread():
+    """A command left in the store (sent just as a run ended) must not act on the next run()."""
+    loop = T.build(make_loop, {"epochs": 2})
+    rid = loop.ensure_run()
+    stale = lk.runs.store().add_command(rid, "stop")
+    loop.run(max_iterations=5)
+    assert loop.stop_reason is None and loop.status["iteration"] == 5
+    rec = lk.runs.store().command(stale)
+    assert rec["acked"] is not None and rec["result"].startswith("expired")
+
+
+def test_a_pause_the_loop_never_reached_is_answered_when_training_ends():
+    store = lk.runs.store()
+    loop = T.build(make_loop, {"epochs": 1})
+    rid = loop.ensure_run()
+
+    class Control:  # a loop that never gets to act on it
+        paused = False
+
+        def pause(self):
+            pass
+
+    listener = commands.Listener(store, rid, Control(), lambda: 7)
+    cid = store.add_command(rid, "pause")
+    wait_for(lambda: listener._waiting["pause"] == [cid])
+    listener.close("training finished")
+    rec = store.command(cid)
+    assert rec["result"] == "not done: training finished" and rec["iteration"] == 7
+
+
+def test_a_deleted_run_stops_the_listener_not_the_loop(training):
+    loop = training
+    lk.runs.delete(loop.run_id, force=True)
+    loop.wait()  # the loop stops at its next write, without an error
+    assert loop.recorder.deleted
