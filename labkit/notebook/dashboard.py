@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 import uuid
+import warnings
 
 from .. import runs
 from ..errors import LabkitError
@@ -39,11 +40,24 @@ class _Feed(Extension):
         super().__init__(name=f"Dashboard-{id(dashboard):x}")
         self.dashboard = dashboard
 
-    def _final(self, loop):
-        loop.recorder.mirror(loop.progress, force=True, wait=True)  # the store holds it all
-        self.dashboard.snapshot()
+    def _final(self, loop, status):
+        # NOTE: the display must never change how training ends: its errors are only told
+        try:
+            loop.recorder.mirror(loop.progress, force=True, wait=True)  # the store has it all
+            self.dashboard._final_status = (status, loop.status["iteration"])
+            self.dashboard.snapshot()
+        except Exception as e:  # noqa: BLE001
+            warnings.warn(f"Dashboard: the static copy was not written ({type(e).__name__}: "
+                          f"{e})", stacklevel=2)
 
-    after_training = on_interrupt = on_error = _final
+    def after_training(self, loop):
+        self._final(loop, "finished")
+
+    def on_interrupt(self, loop):
+        self._final(loop, "interrupted")
+
+    def on_error(self, loop):
+        self._final(loop, "failed")
 
 
 class Snapshot:
@@ -78,8 +92,14 @@ class Dashboard:
             raise LabkitError(f"Dashboard: max_rate must be a number of updates a second from "
                               f"0.1 to 20, got {max_rate!r}")
         self.loop = source if isinstance(source, MainLoop) else None
+        #: how training last ended, and at which iteration (stale once it trains on)
+        self._final_status: tuple[str, int] | None = None
         if self.loop is not None:
             self.run_id = self.loop.ensure_run()  # the run exists (status "created") already
+            if not self.loop.recorder.enabled:
+                warnings.warn("Dashboard: this loop records no run store (store=False), so the "
+                              "cockpit cannot follow it live; its plots appear when training "
+                              "ends (or on dash.snapshot())", stacklevel=2)
             rec = self.loop.recorder
             rec.flush_every = min(rec.flush_every, 1.0 / max_rate)
             self._feed = self.loop.add(_Feed(self))
@@ -128,8 +148,11 @@ class Dashboard:
         status = rec.get("status", "unknown")
         if self.loop is not None:
             st = self.loop.status
-            status = ("finished" if st["finished"] else "paused" if self.loop.paused and
-                      self.loop.running else "running" if self.loop.running else status)
+            ended = self._final_status
+            status = ("finished" if st["finished"] else ended[0] if ended and
+                      ended[1] == st["iteration"] else
+                      "paused" if self.loop.paused and self.loop.running else
+                      "running" if self.loop.running else status)
             pr = self.loop.progress()
         planned = pr.get("planned") or {}
         parts = [f"epoch {pr.get('epoch', 0)}" + (f"/{planned['epochs']}"
@@ -210,8 +233,10 @@ class Dashboard:
         if self.loop is not None:
             running = self.loop.running
             self.loop.request_checkpoint()
-            return ("checkpoint after this batch" if running else
-                    f"checkpoint {self.loop.last_checkpoint.name}")
+            if running:
+                return "checkpoint after this batch"
+            last = self.loop.last_checkpoint
+            return f"checkpoint {last.name}" if last is not None else "no checkpoint written"
         return self._send("checkpoint")
 
     def close(self):

@@ -7,12 +7,16 @@ A thread reads the run's pending commands every ``POLL`` seconds and hands them 
 message loop (a notebook cell blocked in ``loop.wait()`` does not delay them) nor the training
 thread (a long batch does not). Each command is acknowledged in the store when the loop has
 acted on it: a pause when the loop has paused, a checkpoint when it is written, a resume or a
-stop when it is handed over. Commands left from before ``run()`` started are expired unread.
+stop when it is handed over. Commands left from before ``run()`` started are expired unread;
+a pause or checkpoint taken but not done when training ends is undone and answered so, so that
+it does not act on the next ``run()``. The store failing for a while does not end the listener
+(it reads again a second later); the run being deleted does.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 
 from ..errors import RunStoreError
@@ -24,26 +28,33 @@ POLL = 0.1
 class Listener:
     """Takes ``run_id``'s commands from ``store`` into ``control`` until ``close()``."""
 
-    def __init__(self, store, run_id: str, control, iteration=lambda: None):
+    def __init__(self, store, run_id: str, control, iteration=lambda: None,
+                 started: float | None = None):
         self.store, self.run_id, self.control = store, run_id, control
         self._iteration = iteration
         self._waiting: dict[str, list[int]] = defaultdict(list)
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self.error: BaseException | None = None
+        started = time.time() if started is None else started
         for c in store.pending_commands(run_id):
-            store.ack_command(c["id"], "expired: it was sent before this run() started")
+            if c["created"] < started:
+                store.ack_command(c["id"], "expired: it was sent before this run() started")
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"labkit-commands-{run_id}")
         self._thread.start()
 
     def _run(self):
-        while not self._closed.wait(POLL):
+        wait = POLL
+        while not self._closed.wait(wait):
             try:
                 self.poll()
-            except RunStoreError as e:  # the store failed or the run was deleted: stop reading
+                wait = POLL
+            except RunStoreError as e:
                 self.error = e
-                return
+                if getattr(e, "reason", None) in ("deleted", "not_found"):
+                    return  # the run is gone: nothing more to read
+                wait = 1.0  # locked or failing for now: read again a second later
 
     def poll(self) -> int:
         """Take the pending commands now; returns how many."""
@@ -97,6 +108,11 @@ class Listener:
         if self._thread is not threading.current_thread():
             self._thread.join()
         with self._lock:
+            # what was asked but not done must not act on the next run()
+            if self._waiting["pause"]:
+                self.control.unpause()
+            if self._waiting["checkpoint"]:
+                self.control.take_checkpoint_request()
             waiting = [cid for ids in self._waiting.values() for cid in ids]
             self._waiting.clear()
         try:

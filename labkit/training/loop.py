@@ -253,13 +253,14 @@ class MainLoop:
         self._budget_end = budget_end
         self.ensure_run()
         self.recorder.follow(self.log, at_end=True)
-        self._training = True
-        self.recorder.set_status("running", self.progress(), started=time.time())
-        self.recorder.listen(self.control, lambda: self.status["iteration"])
         restore_sigint = self.control.install_sigint()
         t0 = time.perf_counter()
         outcome = "paused"
         try:
+            started = time.time()
+            self._training = True
+            self.recorder.set_status("running", self.progress(), started=started)
+            self.recorder.listen(self.control, lambda: self.status["iteration"], started)
             if self._resumed:
                 self._resumed = False
                 self.dispatch("on_resumption")
@@ -267,6 +268,8 @@ class MainLoop:
                 self.status["training_started"] = True
                 self.dispatch("before_training")
             outcome = self._epochs(budget_end, t0)
+            # no command is taken after the last batch (what it asked would act on the next run)
+            self.recorder.stop_listening(f"training {outcome}")
             if outcome == "finished":
                 self.status["finished"] = True
                 self.dispatch("after_training")

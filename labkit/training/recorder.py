@@ -146,12 +146,14 @@ class Recorder:
                         heartbeat=time.time(), pid=os.getpid(), progress=progress, **fields)
 
     # -- commands
-    def listen(self, control, iteration) -> None:
-        """Take the run's commands into ``control`` until ``stop_listening``."""
+    def listen(self, control, iteration, started: float) -> None:
+        """Take the run's commands (those sent from ``started`` on) into ``control`` until
+        ``stop_listening``."""
         from .commands import Listener
 
         if self.store is not None:
-            self.listener = self._guard(Listener, self.store, self.run_id, control, iteration)
+            self.listener = self._guard(Listener, self.store, self.run_id, control, iteration,
+                                        started)
 
     def acknowledge(self, command: str, result: str, iteration: int) -> None:
         if self.listener is not None:

@@ -279,3 +279,35 @@ def test_controls_reach_a_run_training_in_another_process(browser, lab, tmp_path
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+HOSTILE = "<img src=x onerror=\"window.__xss=1\">"
+
+
+def test_a_crafted_output_runs_nothing(browser, lab):
+    """A notebook from elsewhere whose Dashboard output holds markup in every field: drawn as
+    text, nothing runs, no button acts (the notebook is not trusted)."""
+    data = {"run_id": HOSTILE, "max_rate": "fast", "metrics": None, "snapshot": {
+        "run": {"status": HOSTILE, "name": HOSTILE, "progress": {
+            "iteration": HOSTILE, "epoch": HOSTILE, "epoch_iteration": HOSTILE,
+            "epoch_length": HOSTILE, "elapsed": HOSTILE, "training": True,
+            "last": {HOSTILE: HOSTILE, "loss": 1.5},
+            "planned": {"epochs": HOSTILE, "iterations": HOSTILE, "seconds": HOSTILE}}},
+        "series": {HOSTILE: {"iteration": [1, 2, HOSTILE], "value": [1.0, HOSTILE, 2.0]},
+                   "loss": {"iteration": [1, 2], "value": [1.0, 0.5]}}}}
+    nb = notebook(["lk.notebook.Dashboard(run)"])
+    nb["cells"][0]["outputs"] = [{"output_type": "display_data", "metadata": {}, "data": {
+        "application/vnd.labkit.dashboard+json": data, "text/plain": "Dashboard"}}]
+    (lab.root / "crafted.ipynb").write_text(json.dumps(nb))
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    page.goto(lab.page_url("lab/tree/crafted.ipynb"))
+    cockpit = page.locator(".labkit-cockpit").first
+    cockpit.wait_for(timeout=90_000)
+    time.sleep(1.0)
+    assert page.evaluate("() => window.__xss") is None
+    assert cockpit.locator("img").count() == 0
+    assert "<img" in cockpit.inner_text()  # shown as text
+    for b in ("Pause", "Resume", "Stop", "Checkpoint"):
+        assert cockpit.locator("button", has_text=b).is_disabled(), b
+    shot(page, "dashboard-crafted-output")
+    page.close()

@@ -73,7 +73,8 @@ def test_a_loop_without_a_store_draws_from_its_log():
     loop = T.build(make_loop, {"epochs": 1})
     loop = T.MainLoop(loop.model, loop.optimizer, loop.stream, loop.loss_fn, store=False,
                       extensions=[T.FinishAfter(epochs=1)])
-    dash = Dashboard(loop)
+    with pytest.warns(UserWarning, match="records no run store"):
+        dash = Dashboard(loop)
     loop.run()
     series = dash._repr_mimebundle_()[MIME_TYPE]["snapshot"]["series"]
     assert series["loss"]["iteration"] == list(range(1, 13))
@@ -134,3 +135,31 @@ def test_figures_are_ordered_loss_first_then_by_name():
         ("loss", ["loss", "train_loss", "valid_loss"]), ("accuracy", ["accuracy",
                                                                       "valid_accuracy"]),
         ("alpha", ["alpha"]), ("zeta", ["zeta"])]
+
+
+def test_the_final_copy_says_how_training_ended_and_never_changes_it(monkeypatch):
+    import IPython.display
+
+    updates = []
+    monkeypatch.setattr(IPython.display, "update_display",
+                        lambda obj, raw, display_id: updates.append(obj))
+    loop = T.build(make_loop, {"epochs": 5})
+
+    def fail(loop):
+        if loop.status["iteration"] == 3:
+            raise ValueError("boom")
+    loop.add(fail, event="after_batch")
+    dash = Dashboard(loop)
+    dash._display_ids.append("one")
+    with pytest.raises(ValueError, match="boom"):
+        loop.run()
+    assert "failed" in updates[-1]["text/html"] and "running" not in updates[-1]["text/html"]
+
+    def broken(*a, **k):
+        raise OSError("the display went away")
+    monkeypatch.setattr(IPython.display, "update_display", broken)
+    loop2 = T.build(make_loop, {"epochs": 1})
+    Dashboard(loop2)._display_ids.append("two")
+    with pytest.warns(UserWarning, match="static copy was not written"):
+        loop2.run()
+    assert lk.runs.get(loop2.run_id)["status"] == "finished"  # not failed by the display

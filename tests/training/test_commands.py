@@ -90,16 +90,53 @@ def test_a_pause_the_loop_never_reached_is_answered_when_training_ends():
 
     class Control:  # a loop that never gets to act on it
         paused = False
+        undone = False
 
         def pause(self):
             pass
 
-    listener = commands.Listener(store, rid, Control(), lambda: 7)
+        def unpause(self):
+            self.undone = True
+
+    control = Control()
+    listener = commands.Listener(store, rid, control, lambda: 7)
     cid = store.add_command(rid, "pause")
     wait_for(lambda: listener._waiting["pause"] == [cid])
     listener.close("training finished")
     rec = store.command(cid)
     assert rec["result"] == "not done: training finished" and rec["iteration"] == 7
+    assert control.undone  # the pause it took is undone: it must not act on the next run()
+
+
+def test_commands_during_the_last_events_do_not_act_on_the_next_run():
+    loop = T.build(make_loop, {"epochs": 1})
+    rid = loop.ensure_run()
+    sent = []
+
+    def late(loop):  # a command arrives while after_training runs (a slow extension)
+        sent.append(lk.runs.send(rid, "pause", wait=1.0))
+        sent.append(lk.runs.send(rid, "checkpoint", wait=1.0))
+    loop.add(late, event="after_training")
+    loop.run()
+    assert [r["result"] for r in sent] == [None, None]  # nobody took them then
+    n = len(lk.runs.checkpoints(rid))
+    loop.run(max_iterations=3)  # neither pauses nor checkpoints
+    assert not loop.paused and len(lk.runs.checkpoints(rid)) == n
+    for r in sent:  # and they are answered: expired
+        assert lk.runs.store().command(r["id"])["result"].startswith("expired")
+
+
+def test_a_listener_that_cannot_start_fails_the_run_cleanly(monkeypatch):
+    def broken(*args, **kwargs):
+        raise lk.runs.RunStoreError("the run store stayed locked")  # reason "failed"
+    monkeypatch.setattr(commands, "Listener", broken)
+    loop = T.build(make_loop, {"epochs": 1})
+    rid = loop.ensure_run()
+    with pytest.raises(lk.runs.RunStoreError, match="stayed locked"):
+        loop.run()
+    rec = lk.runs.get(rid)
+    assert rec["status"] == "failed" and not rec["progress"]["training"]
+    assert not lk.runs.listening(rec) and not loop._training
 
 
 def test_a_deleted_run_stops_the_listener_not_the_loop(training):

@@ -118,6 +118,43 @@ export function append(s: ISeriesData | undefined, more: ISeriesData): ISeriesDa
   return out;
 }
 
+/** A run's progress with every field checked: numbers that are finite, a boolean, metric
+ * values that are numbers (whatever the store or an output holds, nothing else is shown). */
+export interface IProgress {
+  iteration: number;
+  epoch: number;
+  epoch_iteration: number;
+  epoch_length: number | null;
+  elapsed: number | null;
+  training: boolean;
+  last: Record<string, number>;
+  planned: { epochs: number | null; iterations: number | null; seconds: number | null };
+}
+
+function num(v: unknown): number | null {
+  return typeof v === 'number' && isFinite(v) ? v : null;
+}
+
+export function progressOf(run: unknown): IProgress {
+  const raw = (run && typeof run === 'object' && (run as { progress?: unknown }).progress) || {};
+  const pr = (typeof raw === 'object' ? raw : {}) as Record<string, unknown>;
+  const plan = (pr.planned && typeof pr.planned === 'object' ? pr.planned : {}) as
+    Record<string, unknown>;
+  const last: Record<string, number> = {};
+  if (pr.last && typeof pr.last === 'object') {
+    for (const [k, v] of Object.entries(pr.last as Record<string, unknown>)) {
+      if (num(v) !== null) {
+        last[k] = v as number;
+      }
+    }
+  }
+  return { iteration: num(pr.iteration) ?? 0, epoch: num(pr.epoch) ?? 0,
+           epoch_iteration: num(pr.epoch_iteration) ?? 0, epoch_length: num(pr.epoch_length),
+           elapsed: num(pr.elapsed), training: pr.training === true, last,
+           planned: { epochs: num(plan.epochs), iterations: num(plan.iterations),
+                      seconds: num(plan.seconds) } };
+}
+
 function clock(seconds: number): string {
   const s = Math.max(0, Math.round(seconds));
   const h = Math.floor(s / 3600);
@@ -261,6 +298,14 @@ export class Cockpit extends Widget {
     try {
       const run = await api<IRun>(runPath(this.runId));
       this.run = run as IRun & Record<string, unknown>;
+      const held = Math.max(-1, ...Object.values(this.series).map(
+        z => z.iteration[z.iteration.length - 1] ?? -1));
+      if (progressOf(run).iteration < held - 1) {
+        // the run went back (resumed from an earlier checkpoint; the store dropped what came
+        // after it): what is held past it may differ now, so all of it is read again
+        this.series = {};
+        this.fetched = false;
+      }
       this.offline = '';
       await this.fetchMetrics();
       this.noteRate();
@@ -273,8 +318,13 @@ export class Cockpit extends Widget {
     if (this.isDisposed) {
       return;
     }
-    const rate = Math.min(Math.max(this.data.max_rate || 4, 0.2), 20);
-    const wait = this.offline ? 10000 : this.live ? 1000 / rate : 5000;
+    const asked = Number(this.data.max_rate);
+    const rate = isFinite(asked) ? Math.min(Math.max(asked, 0.2), 20) : 4;
+    // fast while a loop trains it; a run created but not started is looked at every 2 s
+    // (training may begin any moment), anything else every 5 s
+    const training = this.live && progressOf(this.run).training;
+    const wait = this.offline ? 10000 : training ? 1000 / rate
+      : this.run?.status === 'created' ? 2000 : 5000;
     this.timer = window.setTimeout(() => void this.poll(), wait);
   }
 
@@ -299,8 +349,8 @@ export class Cockpit extends Widget {
   }
 
   private noteRate(): void {
-    const pr = (this.run?.progress || {}) as Record<string, number>;
-    if (typeof pr.elapsed !== 'number' || typeof pr.iteration !== 'number') {
+    const pr = progressOf(this.run);
+    if (pr.elapsed === null) {
       return;
     }
     const prev = this.rate;
@@ -359,13 +409,16 @@ export class Cockpit extends Widget {
     if (this.xAxis === 'iteration') {
       return s.iteration;
     }
-    const pr = (this.run?.progress || {}) as Record<string, number>;
+    const pr = progressOf(this.run);
     if (this.xAxis === 'epoch') {
       const n = pr.epoch_length;
       return s.iteration.map((it, i) => (n ? it / n : (s.epoch?.[i] ?? 0)));
     }
     const t0 = Math.min(...Object.values(this.series)
       .map(z => z.time?.find(t => typeof t === 'number') ?? Infinity));
+    if (!isFinite(t0)) {
+      return s.iteration;  // no times recorded (a loop without a store): by iteration
+    }
     let prev = -Infinity;
     // wall time only ever grows along a curve; a missing time keeps the previous one
     return s.iteration.map((_, i) => {
@@ -382,7 +435,8 @@ export class Cockpit extends Widget {
       k => plottable(k) && (!wanted || wanted.includes(k) || wanted.includes(groupOf(k))));
     const groups = orderGroups(keys);
     const opts = { logY: this.logY, smoothing: this.smoothing, xLabel: this.xAxis === 'time'
-      ? 'wall time' : this.xAxis, formatX: this.formatX() };
+      ? 'wall time' : this.xAxis, formatX: this.formatX(),
+                   integerX: this.xAxis === 'iteration' };
     const order: HTMLElement[] = [];
     for (const [g, ks] of groups) {
       let plot = this.plots.get(g);
@@ -442,17 +496,16 @@ export class Cockpit extends Widget {
   private renderHead(): void {
     const run = this.run || {};
     const st = String(run.status || (this.offline ? 'unknown' : 'loading'));
-    const pr = ((run as Record<string, unknown>).progress || {}) as Record<string, any>;
-    const name = run.name ? `${run.name} · ` : '';
+    const pr = progressOf(run);
+    const planned = pr.planned;
+    const name = run.name ? `${String(run.name)} · ` : '';
     this.els.title.textContent = `${name}run ${this.runId}`;
     this.els.badge.textContent = st;
     this.els.badge.className = `labkit-badge labkit-status-${st.replace(/[^a-z]/g, '')}`;
     this.node.dataset.status = st;
-    const planned = (pr.planned || {}) as { epochs?: number; iterations?: number;
-                                             seconds?: number };
-    const it = Number(pr.iteration || 0);
+    const it = pr.iteration;
     const parts: string[] = [];
-    const epochsDone = Number(pr.epoch || 0);
+    const epochsDone = pr.epoch;
     const epochNow = epochsDone + (pr.epoch_iteration ? 1 : 0);
     parts.push(`epoch ${Math.max(epochNow, epochsDone)}` +
                (planned.epochs ? `/${planned.epochs}` : ''));
@@ -460,7 +513,7 @@ export class Cockpit extends Widget {
       parts.push(`batch ${pr.epoch_iteration || 0}/${pr.epoch_length}`);
     }
     parts.push(`iteration ${it}` + (planned.iterations ? `/${planned.iterations}` : ''));
-    if (typeof pr.elapsed === 'number') {
+    if (pr.elapsed !== null) {
       parts.push(`elapsed ${clock(pr.elapsed)}`);
     }
     const training = this.live && st !== 'created' && pr.training;
@@ -469,7 +522,7 @@ export class Cockpit extends Widget {
       // the whole run's ETA: whichever of its stopping rules comes first
       const left = [planned.iterations && planned.iterations > it
                       ? (planned.iterations - it) / perSecond : Infinity,
-                    planned.seconds && typeof pr.elapsed === 'number'
+                    planned.seconds && pr.elapsed !== null
                       ? Math.max(0, planned.seconds - pr.elapsed) : Infinity];
       const eta = Math.min(...left);
       if (isFinite(eta)) {
@@ -488,9 +541,8 @@ export class Cockpit extends Widget {
         }
       }
     } else {
-      const last = (pr.last || {}) as Record<string, number>;
-      for (const [k, v] of Object.entries(last)) {
-        if (plottable(k) && groupOf(k) === 'loss' && typeof v === 'number') {
+      for (const [k, v] of Object.entries(pr.last)) {
+        if (plottable(k) && groupOf(k) === 'loss') {
           parts.push(`${escapeHtml(k)} ${formatNumber(v)}`);
         }
       }
@@ -501,8 +553,7 @@ export class Cockpit extends Widget {
     }
     this.els.info.innerHTML = parts.join(' · ');
     const fracs = [planned.iterations ? it / planned.iterations : 0,
-                   planned.seconds && typeof pr.elapsed === 'number'
-                     ? pr.elapsed / planned.seconds : 0];
+                   planned.seconds && pr.elapsed !== null ? pr.elapsed / planned.seconds : 0];
     const frac = st === 'finished' ? 1 : Math.max(...fracs) ||
       (pr.epoch_length ? (pr.epoch_iteration || 0) / pr.epoch_length : 0);
     this.els.bar.style.width = `${Math.min(100, Math.max(0, frac * 100)).toFixed(1)}%`;

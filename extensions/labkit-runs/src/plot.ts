@@ -24,6 +24,8 @@ export interface IPlotOptions {
   xLabel: string;
   /** how an x value is written on the axis and in the hover */
   formatX: (x: number) => string;
+  /** x takes whole values only (iterations): no ticks between them */
+  integerX?: boolean;
 }
 
 export const PALETTE = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b',
@@ -219,7 +221,11 @@ export class LinePlot {
     }
     ctx.textAlign = 'center';
     ctx.textBaseline = 'top';
-    for (const t of ticks(x0, x1, Math.max(2, Math.floor(pw / 90)))) {
+    let xt = ticks(x0, x1, Math.max(2, Math.floor(pw / 90)));
+    if (this.options.integerX) {
+      xt = xt.filter(t => Number.isInteger(t));
+    }
+    for (const t of xt) {
       ctx.fillText(this.options.formatX(t), sx(t), PAD.top + ph + 4);
     }
     ctx.fillStyle = fg;
