@@ -249,16 +249,22 @@ class Checkpoints(Base):
                                          for c in runs.checkpoints(run_id)]})
 
 
-def _own_checkpoint(run_id: str, cid: int) -> dict:
+def _owned(run_id: str, what: str, rid: int) -> dict:
+    """The store's ``what`` (checkpoint or command) ``rid``, if it belongs to ``run_id``; 404
+    otherwise (another run's is never shown or touched)."""
     try:
-        rec = runs.store().checkpoint(cid)
+        rec = getattr(runs.store(), what)(rid)
     except RunStoreError as e:
         if getattr(e, "reason", None) != "not_found":
             raise
         rec = None
     if rec is None or rec["run_id"] != run_id:
-        raise BadRequest(f"run {run_id} has no checkpoint {cid}", 404)
+        raise BadRequest(f"run {run_id} has no {what} {rid}", 404)
     return rec
+
+
+def _own_checkpoint(run_id: str, cid: int) -> dict:
+    return _owned(run_id, "checkpoint", cid)
 
 
 class Checkpoint(Base):
@@ -314,15 +320,7 @@ class Command(Base):
     @endpoint
     def get(self, run_id, cid):
         self.run_or_404(run_id)
-        try:
-            rec = runs.store().command(int(cid))
-        except RunStoreError as e:
-            if getattr(e, "reason", None) != "not_found":
-                raise
-            rec = None
-        if rec is None or rec["run_id"] != run_id:
-            raise BadRequest(f"run {run_id} has no command {cid}", 404)
-        self.write_json({"command": public_command(rec)})
+        self.write_json({"command": public_command(_owned(run_id, "command", int(cid)))})
 
 
 class NoSuchEndpoint(Base):
