@@ -8,7 +8,9 @@ version  what changed
          as in the loop and its log); one metric row per (run, key, iteration), written as an
          upsert; ``runs.parent_checkpoint_id`` (the checkpoint a fork started from, by id)
 3        ``commands``: pause, resume, stop and checkpoint requests for a training run, from
-         any process (a notebook button, the REST API, the CLI), acknowledged by the loop
+         any process (a notebook button, the REST API, the CLI), acknowledged by the loop;
+         ``metric_blocks``: each series summarised per 256 iterations (``blocks.py``), so a
+         long series is downsampled without reading its rows
 =======  ======================================================================================
 
 An old store is migrated when a newer labkit first opens it, in one transaction: all of it or
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from . import blocks
 from ._db import transaction
 from .checks import refuse
 
@@ -40,6 +43,7 @@ _TABLES = [
     """CREATE TABLE IF NOT EXISTS commands (
         id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, command TEXT NOT NULL,
         created REAL NOT NULL, acked REAL, result TEXT, iteration INTEGER)""",
+    blocks.TABLE,
 ]
 _INDEXES = [
     "CREATE UNIQUE INDEX IF NOT EXISTS metrics_run_key_iteration "
@@ -94,4 +98,6 @@ def ensure(c: sqlite3.Connection, path) -> None:
                 _from_0(c)
             for statement in _TABLES + _INDEXES:
                 c.execute(statement)
+            if "runs" in old and version < 3:
+                blocks.rebuild(c)
             c.execute(f"PRAGMA user_version = {VERSION}")

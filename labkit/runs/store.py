@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..config import home
 from ..errors import RunStoreError
-from . import schema
+from . import blocks, schema
 from ._db import connect, explain, guarded, pid_alive, transaction
 from .checks import config_json, refuse
 from .downsample import minmax_indices
@@ -254,6 +254,7 @@ class RunStore:
             c.execute("DELETE FROM metrics WHERE run_id = ?", (str(run_id),))
             c.execute("DELETE FROM checkpoints WHERE run_id = ?", (str(run_id),))
             c.execute("DELETE FROM commands WHERE run_id = ?", (str(run_id),))
+            c.execute("DELETE FROM metric_blocks WHERE run_id = ?", (str(run_id),))
             c.execute("DELETE FROM runs WHERE id = ?", (str(run_id),))
         return run
 
@@ -266,6 +267,7 @@ class RunStore:
                               "(SELECT id FROM runs)").rowcount
                  for t in ("metrics", "checkpoints")}
             c.execute("DELETE FROM commands WHERE run_id NOT IN (SELECT id FROM runs)")
+            c.execute("DELETE FROM metric_blocks WHERE run_id NOT IN (SELECT id FROM runs)")
         return n
 
     # ---- metrics ------------------------------------------------------------------------
@@ -283,6 +285,7 @@ class RunStore:
                           "VALUES (?,?,?,?,?,?) ON CONFLICT (run_id, key, iteration) DO UPDATE "
                           "SET epoch = excluded.epoch, value = excluded.value, "
                           "time = excluded.time", rows)
+            blocks.refresh(c, str(run_id), {(r[3], r[1] // blocks.BLOCK) for r in rows})
 
     def truncate_metrics(self, run_id: str, after_iteration: int | None = None, *,
                          after_step: int | None = None) -> None:
@@ -297,12 +300,17 @@ class RunStore:
         with transaction(self._conn()) as c:
             c.execute("DELETE FROM metrics WHERE run_id = ? AND iteration > ?",
                       (str(run_id), _bound(after_iteration)))
+            blocks.truncate(c, str(run_id), _bound(after_iteration))
 
     def max_iteration(self, run_id: str) -> int:
         """The last iteration ``run_id`` has metrics for, or -1."""
         row = self._conn().execute("SELECT MAX(iteration) FROM metrics WHERE run_id = ?",
                                    (str(run_id),)).fetchone()
-        return -1 if row[0] is None else int(row[0])
+        if row[0] is None:
+            return -1
+        if not isinstance(row[0], int):  # a damaged page
+            raise self._damaged(f"the metrics of run {run_id!r}", ValueError(repr(row[0])))
+        return row[0]
 
     def max_step(self, run_id: str) -> int:
         """Deprecated name of ``max_iteration``."""
@@ -320,8 +328,8 @@ class RunStore:
         """``{key: {"iteration": [...], "epoch": [...], "value": [...], "time": [...]}}`` in
         iteration order, after ``since_iteration`` if given. ``max_points`` (at least 2)
         downsamples each key for drawing: the first and last points, and the lowest and highest
-        of each bucket (``downsample.minmax_indices``). ``since_step`` is the
-        old name (deprecated)."""
+        of each bucket, read from the series' summary blocks (``blocks.py``), not its rows.
+        ``since_step`` is the old name (deprecated)."""
         if since_step is not None:
             warnings.warn("metrics(since_step=) is now since_iteration=", DeprecationWarning,
                           stacklevel=3)
@@ -338,9 +346,14 @@ class RunStore:
             if since_iteration is not None:
                 q += " AND iteration > ?"
                 args.append(_bound(since_iteration))
-            rows = self._conn().execute(q + " ORDER BY iteration", args).fetchall()
-            if max_points and len(rows) > max_points:
-                rows = [rows[i] for i in minmax_indices([r[2] for r in rows], max_points)]
+            rows = None
+            if max_points:  # from the blocks, without reading every row
+                rows = blocks.downsample(self._conn(), str(run_id), k, None if since_iteration
+                                         is None else _bound(since_iteration), int(max_points))
+            if rows is None:
+                rows = self._conn().execute(q + " ORDER BY iteration", args).fetchall()
+                if max_points and len(rows) > max_points:
+                    rows = [rows[i] for i in minmax_indices([r[2] for r in rows], max_points)]
             out[k] = _Renamed(iteration=[r[0] for r in rows], epoch=[r[1] for r in rows],
                               value=[r[2] for r in rows], time=[r[3] for r in rows])
         return out
