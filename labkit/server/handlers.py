@@ -14,13 +14,14 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import re
-from pathlib import PurePath
+from pathlib import Path, PurePath
 
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
 
-from .. import runs
+from .. import checkpoint, runs
 from .._json import loads_strict
 from ..errors import RunStoreError
 from ..runs import RUN_ID, STATUSES, is_run_id
@@ -91,8 +92,37 @@ def public_run(run: dict) -> dict:
     return out
 
 
+#: the longest reason a re-checked checkpoint is invalid, in characters
+MAX_REASON = 300
+
+
 def public_checkpoint(c: dict) -> dict:
     return {k: v for k, v in c.items() if k != "path"}
+
+
+def verified_checkpoint(c: dict) -> dict:
+    """``c`` as the API shows it, its files checked again now with ``labkit.checkpoint.verify``
+    (every file's size and CRC-32 against the manifest, then parsed as ``load`` would): a
+    damaged or missing one is ``valid: false`` with a ``reason`` (no paths)."""
+    out = public_checkpoint(c)
+    path = c.get("path")
+    if not c.get("valid"):
+        reason = "it was recorded as invalid when it was written"
+    elif not isinstance(path, str) or not Path(path).is_dir():
+        reason = "its files are gone"
+    else:
+        try:
+            reason = checkpoint.verify(path)
+        except OSError as e:  # NOTE: verify reports damage; an unreadable disk is still one
+            reason = f"its files cannot be read ({e.strerror or type(e).__name__})"
+    if reason is not None:
+        if isinstance(path, str) and path:
+            # a file of the checkpoint by its name ("tensors.safetensors: ..."); paths hidden
+            reason = reason.replace(os.path.join(path, ""), "").replace(path, "the checkpoint")
+        reason = scrub(reason)[:MAX_REASON]
+    out["valid"] = reason is None
+    out["reason"] = reason
+    return out
 
 
 def endpoint(method):
@@ -151,6 +181,14 @@ class Base(APIHandler):
         if not _INT_RE.fullmatch(v) or not lo <= int(v) <= hi:
             raise BadRequest(f"{name} must be an integer from {lo} to {hi}, got {v[:40]!r}")
         return int(v)
+
+    def bool_query(self, name: str, default: bool = False) -> bool:
+        v = self.query(name)
+        if v is None:
+            return default
+        if v not in ("0", "1", "true", "false"):
+            raise BadRequest(f"{name} must be 0, 1, true or false, got {v[:40]!r}")
+        return v in ("1", "true")
 
     def body_object(self, fields: tuple) -> dict:
         """The body as a JSON object with only ``fields`` (an empty body is ``{}``)."""
@@ -217,10 +255,7 @@ class Run(Base):
     @endpoint
     def delete(self, run_id):
         self.run_or_404(run_id)
-        force = self.query("force", "0")
-        if force not in ("0", "1", "true", "false"):
-            raise BadRequest(f"force must be 0, 1, true or false, got {force[:40]!r}")
-        runs.delete(run_id, files=True, force=force in ("1", "true"))
+        runs.delete(run_id, files=True, force=self.bool_query("force"))
         self.write_json({"deleted": run_id})
 
 
@@ -242,11 +277,14 @@ class Metrics(Base):
 
 
 class Checkpoints(Base):
+    """``GET``: the run's checkpoints as recorded; with ``?verify=1`` each one's files are read
+    and checked again (what a run page shows), ``valid`` and ``reason`` from that check."""
+
     @endpoint
     def get(self, run_id):
         self.run_or_404(run_id)
-        self.write_json({"checkpoints": [public_checkpoint(c)
-                                         for c in runs.checkpoints(run_id)]})
+        show = verified_checkpoint if self.bool_query("verify") else public_checkpoint
+        self.write_json({"checkpoints": [show(c) for c in runs.checkpoints(run_id)]})
 
 
 def _owned(run_id: str, what: str, rid: int) -> dict:

@@ -3,7 +3,7 @@
 The store is seeded by real trainings (the digits demo): one paused after 40 batches, one
 finished. JupyterLab serves at ``/user/test/`` as behind JupyterHub. The Runs sidebar lists
 both runs with status, progress and a sparkline; the status filter works; a click opens the run
-panel with its metrics, config and checkpoint; the run's context menu inserts
+page with its charts, config and checkpoint; the run's context menu inserts
 ``run = lk.resume("<id>")`` into the open notebook, and running that cell finishes the run, which
 the sidebar shows without a reload; the palette's Dashboard command asks which run and inserts a
 Dashboard that draws; Fork in the run panel creates a run with the config change and lineage.
@@ -123,12 +123,16 @@ def test_runs_sidebar_panel_and_commands(browser, lab):
     # the run panel
     row(page, paused).click()
     run_panel = page.locator(f"#labkit-run-area-{paused} .labkit-run-panel")
-    wait_for(lambda: run_panel.locator(".labkit-chart").count() >= 2, what="the run's charts")
-    keys = [run_panel.locator(".labkit-chart").nth(i).get_attribute("data-key")
-            for i in range(run_panel.locator(".labkit-chart").count())]
-    assert "loss" in keys and "valid_accuracy" in keys, keys
-    assert "at iteration 40" in run_panel.locator(".labkit-chart[data-key='loss']").inner_text()
-    assert '"epochs": 6' in run_panel.locator(".labkit-run-config").inner_text()
+    figures = run_panel.locator(".labkit-cockpit .labkit-figure")
+    wait_for(lambda: figures.count() >= 2, what="the run's charts")
+    groups = [figures.nth(i).get_attribute("data-group") for i in range(figures.count())]
+    assert "loss" in groups and "accuracy" in groups, groups
+    assert "valid_accuracy" in run_panel.locator(".labkit-figure[data-group='accuracy']"
+                                                 " .labkit-legend").inner_text()
+    assert re.search(r"iteration 40\b",
+                     run_panel.locator(".labkit-cockpit-info").inner_text())
+    assert run_panel.locator(".labkit-run-config tr[data-key='epochs'] td").nth(1) \
+        .inner_text() == "6"
     assert run_panel.locator(".labkit-checkpoints tr").count() == 2    # header + one
     assert "not a fork" in run_panel.locator(".labkit-lineage").inner_text()
     shot(page, "08-run-panel")
@@ -167,7 +171,8 @@ def test_runs_sidebar_panel_and_commands(browser, lab):
     shot(page, "08-dashboard-from-palette")
 
     # fork from the run panel: a new run with the change, and its resume cell
-    page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=f"run {paused}").click()
+    # the tab says the run's name and short id; its tooltip the whole id
+    page.locator(f".lm-DockPanel-tabBar .lm-TabBar-tab[title*='{paused}']").click()
     run_panel.locator(".labkit-run-toolbar button", has_text="Fork...").click()
     dialog = page.locator(".jp-Dialog")
     dialog.locator("input").fill('{"lr": 0.001}')
@@ -184,7 +189,8 @@ def test_runs_sidebar_panel_and_commands(browser, lab):
              .inner_text(), what="the fork's lineage")
     ck = lk_checkpoint_ids(lab, paused)
     assert f"at checkpoint {ck[-1]}" in fork_panel.locator(".labkit-lineage").inner_text()
-    assert '"lr": 0.001' in fork_panel.locator(".labkit-run-config").inner_text()
+    assert fork_panel.locator(".labkit-run-config tr[data-key='lr'] td").nth(1) \
+        .inner_text() == "0.001"
     shot(page, "08-fork")
     page.close()
 

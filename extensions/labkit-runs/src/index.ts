@@ -126,7 +126,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const content = new RunPanel(id, app, () => panel.interval);
         const widget = new MainAreaWidget({ content });
         widget.id = areaId;
-        widget.title.label = `run ${id}`;
+        // the label (name and short id) and caption (full id) come from the run page
         widget.title.icon = runsIcon;
         shell.add(widget, 'main');
         shell.activateById(widget.id);

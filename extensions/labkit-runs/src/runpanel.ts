@@ -1,15 +1,31 @@
 /**
- * One run: metric charts, config, checkpoints and lineage; refreshed while it trains.
- * Every value is rendered as text (``textContent``), never as HTML.
+ * The run page: one run's live cockpit (interactive charts; Pause, Resume, Stop, Checkpoint),
+ * the error of a failed run, its config, checkpoints re-checked on view, lineage, and the
+ * run-level actions (Resume and Dashboard in a notebook, Fork, Delete). Opened from the Runs
+ * sidebar; refreshed while the run is live. Every value is rendered as text, never as HTML.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
-import { Widget } from '@lumino/widgets';
+import { Dialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
+import { Panel, Widget } from '@lumino/widgets';
 
-import { api, ICheckpoint, IRun, ISeries, isRunId, runPath } from './api';
+import { api, runPath } from './api';
+import { Cockpit } from './cockpit';
 import { CommandIDs } from './commands';
-import { el, fmt, progressText, sparkline } from './sidebar';
+import {
+  checkpointsSection,
+  configSection,
+  errorBox,
+  IRunRecord,
+  IVerifiedCheckpoint,
+  lineageSection,
+  shortTitle,
+  summaryLine
+} from './runpage_sections';
+import { el } from './sidebar';
 
-export class RunPanel extends Widget {
+const LIVE = ['created', 'running', 'paused'];
+
+export class RunPanel extends Panel {
   constructor(
     readonly runId: string,
     private app: JupyterFrontEnd,
@@ -19,29 +35,54 @@ export class RunPanel extends Widget {
     this.addClass('labkit-run-panel');
     // a run id is checked before a panel opens: it is safe in an element id
     this.id = `labkit-run-${runId}`;
-    this.title.label = `run ${runId}`;
+    this.title.label = `run · ${(runId.split('-')[2] || runId).slice(0, 4)}`;
+    this.title.caption = `labkit run ${runId}`;
     this.title.closable = true;
+
+    const head = new Widget();
+    head.addClass('labkit-runpage-head');
     const bar = el('div', 'labkit-run-toolbar');
-    const button = (label: string, run: () => unknown) => {
+    const button = (label: string, caption: string, run: () => unknown) => {
       const b = el('button', 'jp-mod-styled', label);
+      b.title = caption;
       b.onclick = () => void run();
       bar.appendChild(b);
+      return b;
     };
-    button('Refresh', () => this.load());
-    button('Resume in notebook', () =>
-      app.commands.execute(CommandIDs.resume, { id: runId })
-    );
-    button('Dashboard in notebook', () =>
-      app.commands.execute(CommandIDs.dashboard, { id: runId })
-    );
-    button('Fork...', () => app.commands.execute(CommandIDs.fork, { id: runId }));
-    this.body = el('div', 'labkit-run-body', 'loading...');
-    this.node.append(bar, this.body);
-    void this.load();
+    button('Refresh', 'read the run again and re-check its checkpoints',
+           () => this.load(true));
+    button('Resume in notebook', 'insert a cell that continues the run from its newest checkpoint',
+           () => app.commands.execute(CommandIDs.resume, { id: runId }));
+    button('Dashboard in notebook', 'insert a cell that shows the run live',
+           () => app.commands.execute(CommandIDs.dashboard, { id: runId }));
+    button('Fork...', 'a new run from the newest valid checkpoint, with config changes',
+           () => app.commands.execute(CommandIDs.fork, { id: runId }));
+    const del = button('Delete...', 'delete the run, its metrics and its checkpoints',
+                       () => this.delete());
+    del.classList.add('labkit-runpage-delete');
+    this.error = el('div', 'labkit-runpage-error-slot');
+    this.message = el('div', 'labkit-runpage-message');
+    head.node.append(bar, this.message, this.error);
+
+    this.cockpit = new Cockpit({ run_id: runId, max_rate: 4, tail: 5 }, true);
+    this.details = new Widget();
+    this.details.addClass('labkit-run-body');
+    this.details.node.textContent = 'loading...';
+    this.addWidget(head);
+    this.addWidget(this.cockpit);
+    this.addWidget(this.details);
+    void this.load(true);
   }
 
-  private body: HTMLDivElement;
+  readonly cockpit: Cockpit;
+  private details: Widget;
+  private error: HTMLDivElement;
+  private message: HTMLDivElement;
   private timer: number | undefined;
+  private run: IRunRecord | null = null;
+  /** the checkpoints as last re-checked by the server, and the ids that check covered */
+  private checkpoints: IVerifiedCheckpoint[] = [];
+  private checkedIds = '';
 
   protected onAfterShow(): void {
     void this.load();
@@ -51,110 +92,83 @@ export class RunPanel extends Widget {
     window.clearTimeout(this.timer);
   }
 
-  async load(): Promise<void> {
+  dispose(): void {
     window.clearTimeout(this.timer);
-    let run: IRun;
+    super.dispose();
+  }
+
+  /** Read the run and its checkpoints; their files are re-checked on the first view, on
+   * Refresh and when the checkpoints change (reading every file on each poll would cost a
+   * live run's disk). */
+  async load(verify = false): Promise<void> {
+    window.clearTimeout(this.timer);
+    let status: string;
     try {
-      const [r, metrics, cks] = await Promise.all([
-        api<IRun>(runPath(this.runId)),
-        api<{ metrics: Record<string, ISeries> }>(`${runPath(this.runId, 'metrics')}?max_points=400`),
-        api<{ checkpoints: ICheckpoint[] }>(runPath(this.runId, 'checkpoints'))
+      const [run, listed] = await Promise.all([
+        api<IRunRecord>(runPath(this.runId)),
+        api<{ checkpoints: IVerifiedCheckpoint[] }>(runPath(this.runId, 'checkpoints'))
       ]);
-      run = r;
-      this.render(run, metrics.metrics, cks.checkpoints);
+      const ids = listed.checkpoints.map(c => `${c.id}:${c.valid}`).join(',');
+      if (verify || ids !== this.checkedIds) {
+        const checked = await api<{ checkpoints: IVerifiedCheckpoint[] }>(
+          `${runPath(this.runId, 'checkpoints')}?verify=1`);
+        this.checkpoints = checked.checkpoints;
+        this.checkedIds = ids;
+      }
+      this.run = run;
+      status = run.status;
+      this.message.textContent = '';
+      this.render(run);
     } catch (e) {
-      this.body.textContent = `labkit: ${(e as Error).message}`;
+      this.message.textContent = `labkit: ${(e as Error).message}`;
       return;
     }
-    if (run.status === 'running' && this.isVisible && !document.hidden) {
+    if (LIVE.includes(status) && this.isVisible && !document.hidden &&
+        !this.isDisposed) {
       this.timer = window.setTimeout(() => void this.load(), this.interval() * 1000);
     }
   }
 
-  private render(run: IRun, metrics: Record<string, ISeries>, checkpoints: ICheckpoint[]): void {
-    const body = this.body;
-    body.textContent = '';
-    const p = run.progress || {};
-    body.append(
-      el('h2', undefined, `${run.name || 'unnamed'} · ${run.status}`),
-      el('div', 'labkit-run-id', `${run.id} · ${progressText(p)}`)
+  private render(run: IRunRecord): void {
+    this.title.label = shortTitle(run);
+    this.title.caption = `${run.name || 'unnamed'}: labkit run ${run.id} (${run.status})`;
+    const box = errorBox(run);
+    this.error.replaceChildren(...(box ? [box] : []));
+    const fork = (c: IVerifiedCheckpoint) =>
+      void this.app.commands.execute(CommandIDs.fork, { id: run.id, checkpoint: c.id });
+    const open = (id: string) => void this.app.commands.execute(CommandIDs.open, { id });
+    const note = this.checkpoints.some(c => !c.valid)
+      ? 'An invalid checkpoint cannot be loaded or forked; its files were checked when this ' +
+        'page read them.'
+      : '';
+    this.details.node.replaceChildren(
+      summaryLine(run),
+      configSection(run.config),
+      checkpointsSection(this.checkpoints, fork, note),
+      lineageSection(run, open)
     );
-    const charts = el('div', 'labkit-charts');
-    for (const [key, s] of Object.entries(metrics)) {
-      if (key.startsWith('time') || !s.value.length) {
-        continue;
-      }
-      const box = el('div', 'labkit-chart');
-      box.dataset.key = key;
-      const last = s.value[s.value.length - 1];
-      const ys = s.value.filter((v): v is number => typeof v === 'number' && isFinite(v));
-      const n = s.value.length;
-      const its = s.iteration;
-      box.append(el('div', undefined, `${key}: ${fmt(last)} at iteration ${fmt(its[n - 1])}`));
-      box.appendChild(sparkline(s.value, 260, 80));
-      const range = ys.length
-        ? `${n} point${n === 1 ? '' : 's'} · iterations ${fmt(its[0])}-${fmt(its[n - 1])} · ` +
-          `min ${fmt(Math.min(...ys))} · max ${fmt(Math.max(...ys))}`
-        : 'no finite values';
-      box.append(el('div', 'labkit-chart-range', range));
-      charts.appendChild(box);
+  }
+
+  /** Ask, then delete the run (the server refuses one that is training: its message is
+   * shown), refresh the sidebar and close this page. */
+  async delete(): Promise<void> {
+    const name = this.run?.name || 'unnamed';
+    const answer = await showDialog({
+      title: 'Delete this run?',
+      body: `Run ${name} (${this.runId}), its metrics, its checkpoints and their files will ` +
+        'be deleted. This cannot be undone.',
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Delete' })]
+    });
+    if (!answer.button.accept) {
+      return;
     }
-    body.append(el('h3', undefined, 'metrics'),
-                charts.childElementCount ? charts : el('div', undefined, 'no metrics yet'));
-    body.append(el('h3', undefined, 'config'));
-    body.append(el('pre', 'labkit-run-config', JSON.stringify(run.config, null, 1)));
-    body.append(el('h3', undefined, 'checkpoints'));
-    const table = el('table', 'labkit-checkpoints');
-    const head = el('tr');
-    for (const h of ['id', 'iteration', 'epoch', 'MB', 'valid', '']) {
-      head.appendChild(el('th', undefined, h));
+    try {
+      await api(runPath(this.runId), { method: 'DELETE' });
+    } catch (e) {
+      void showErrorMessage('labkit: the run was not deleted', (e as Error).message);
+      return;
     }
-    table.appendChild(head);
-    for (const c of checkpoints) {
-      const tr = el('tr');
-      const fork = el('button', 'jp-mod-styled', 'fork');
-      fork.onclick = () =>
-        void this.app.commands.execute(CommandIDs.fork, { id: run.id, checkpoint: c.id });
-      const cell = el('td');
-      cell.appendChild(fork);
-      tr.append(
-        el('td', undefined, fmt(c.id)),
-        el('td', undefined, fmt(c.iteration)),
-        el('td', undefined, fmt(c.epoch)),
-        el('td', undefined, (Number(c.size) / 1e6).toFixed(2)),
-        el('td', undefined, c.valid ? 'yes' : 'NO'),
-        cell
-      );
-      table.appendChild(tr);
-    }
-    body.appendChild(checkpoints.length ? table : el('div', undefined, 'no checkpoints yet'));
-    body.append(el('h3', undefined, 'lineage'));
-    const lineage = el('div', 'labkit-lineage');
-    const link = (id: string) => {
-      const a = el('a', 'labkit-run-link', id);
-      a.href = '#';
-      a.onclick = e => {
-        e.preventDefault();
-        void this.app.commands.execute(CommandIDs.open, { id });
-      };
-      return a;
-    };
-    if (isRunId(run.parent_run)) {
-      const at = typeof run.parent_checkpoint === 'number'
-        ? ` at checkpoint ${run.parent_checkpoint}`
-        : ' (its checkpoint was given by path)';
-      lineage.append('forked from ', link(run.parent_run), at);
-    } else {
-      lineage.append('not a fork');
-    }
-    lineage.append(' · ');
-    const children = (run.children || []).filter(isRunId);
-    if (children.length) {
-      lineage.append('forks: ');
-      children.forEach((c, i) => lineage.append(...(i ? [', ', link(c)] : [link(c)])));
-    } else {
-      lineage.append('no forks');
-    }
-    body.append(lineage);
+    void this.app.commands.execute(CommandIDs.refresh);
+    (this.parent ?? this).close();
   }
 }
