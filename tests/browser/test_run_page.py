@@ -6,7 +6,8 @@ raises (the message carries markup); a fork of the first. Opened from the Runs s
 page draws the cockpit's charts, shows the config as a table, the checkpoints re-checked (the
 corrupted one invalid, without a Fork button), the lineage as links that open run pages, the
 failed run's error (as text), a tab titled with the run's name and short id; Delete asks first
-and removes the run. Screenshots in the light and the dark theme.
+and removes the run, and a run training elsewhere is refused with the server's message.
+Screenshots in the light and the dark theme.
 """
 
 import json
@@ -51,7 +52,12 @@ except FloatingPointError:
     pass
 bad.close()
 child = lk.runs.fork(ok.run_id, new["id"], {"lr": 0.02})
-print(json.dumps({"ok": ok.run_id, "failed": bad.run_id, "child": child,
+# a run training on another host (its heartbeat fresh for an hour): the API refuses to delete it
+import time
+live = lk.runs.store().create_run("elsewhere")
+lk.runs.store().update_run(live, status="running", host="another-host", pid=1,
+                           heartbeat=time.time() + 3600)
+print(json.dumps({"ok": ok.run_id, "failed": bad.run_id, "child": child, "live": live,
                   "corrupted": old["id"], "intact": new["id"]}))
 """
 
@@ -82,7 +88,8 @@ def page_of(page, run_id):
 def open_from_sidebar(page, run_id):
     page.locator(f".labkit-run-row[data-run-id='{run_id}']").click()
     panel = page_of(page, run_id)
-    wait_for(lambda: panel.locator(".labkit-run-config").count(), what="the run page")
+    wait_for(lambda: panel.locator(".labkit-runpage-config").count(), timeout=20,
+             what="the run page")
     return panel
 
 
@@ -107,7 +114,7 @@ def test_run_page(browser, lab):
     page.wait_for_selector(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']", timeout=90_000)
     page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=90_000)
     page.locator(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']").click()
-    wait_for(lambda: page.locator(".labkit-run-row").count() == 3, what="the three runs")
+    wait_for(lambda: page.locator(".labkit-run-row").count() == 4, what="the four runs")
 
     # the finished run: charts, config, checkpoints re-checked, lineage, tab title
     ok = open_from_sidebar(page, ids["ok"])
@@ -165,6 +172,17 @@ def test_run_page(browser, lab):
     wait_for(lambda: page.locator(f".labkit-run-row[data-run-id='{ids['child']}']").count()
              == 0 and page_of(page, ids["child"]).count() == 0,
              what="the deleted run gone from the sidebar and its page closed")
+
+    # a run training elsewhere: the server's refusal is shown, and the run stays
+    live = open_from_sidebar(page, ids["live"])
+    live.locator(".labkit-runpage-delete").click()
+    page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-warn").click()
+    refusal = page.locator(".jp-Dialog", has_text="was not deleted")
+    wait_for(lambda: refusal.count() == 1, what="the refusal")
+    assert "is training" in refusal.inner_text()
+    refusal.locator(".jp-Dialog-button").last.click()
+    assert page.locator(f".labkit-run-row[data-run-id='{ids['live']}']").count() == 1
+    assert page_of(page, ids["live"]).count() == 1
 
     # dark: the page follows the theme
     set_dark(page)
