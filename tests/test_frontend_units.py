@@ -35,7 +35,8 @@ def test_frontend_helpers(tmp_path):
     # them as ES modules under the .mjs name
     for name in ("series", "plot"):
         shutil.copy(lib / f"{name}.js", tmp_path / f"{name}.mjs")
-    r = subprocess.run([*cmd, "--test", "--test-reporter=tap", str(EXT / "test" / "helpers.test.mjs")],
+    r = subprocess.run([*cmd, "--test", "--test-reporter=tap",
+                        str(EXT / "test" / "helpers.test.mjs")],
                        env={**os.environ, "LABKIT_TS_LIB": tmp_path.as_uri()},
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr

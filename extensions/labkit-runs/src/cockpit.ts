@@ -117,7 +117,13 @@ export class Cockpit extends Widget {
       this.render();
     });
     this.takeSnapshot(data);
-    this.themeObserver = new MutationObserver(() => this.render());
+    // NOTE: the theme's name changes before its CSS has loaded: draw again once it has
+    this.themeObserver = new MutationObserver(() => {
+      this.render();
+      for (const ms of [150, 500, 1500]) {
+        window.setTimeout(() => !this.isDisposed && this.render(), ms);
+      }
+    });
     this.themeObserver.observe(document.body, { attributes: true,
                                                 attributeFilter: ['data-jp-theme-name'] });
     this.resizeObserver = new ResizeObserver(() => this.plots.forEach(p => p.draw()));
