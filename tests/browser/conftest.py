@@ -3,6 +3,7 @@ Python Playwright. Screenshots go to $LABKIT_TEST_ARTIFACTS (default test-artifa
 repository)."""
 
 import os
+import re
 import secrets
 import signal
 import socket
@@ -131,3 +132,14 @@ def open_and_run(browser, lab, notebook, steps, until):
         time.sleep(0.3)
     page.wait_for_selector(until, timeout=120_000)
     return page
+
+
+def dark_theme(page):
+    """Switch JupyterLab to its dark theme (Settings → Theme) and wait until it has loaded."""
+    page.locator(".lm-MenuBar-itemLabel", has_text="Settings").click()
+    page.locator(".lm-Menu-itemLabel", has_text="Theme").first.hover()
+    page.locator(".lm-Menu-itemLabel").filter(has_text=re.compile("^JupyterLab Dark$")).click()
+    page.wait_for_selector("body[data-jp-theme-light='false']", state="attached",
+                           timeout=30_000)
+    # NOTE: JupyterLab shows its splash while the theme loads; it takes the clicks meanwhile
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=30_000)

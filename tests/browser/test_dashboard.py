@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from .conftest import open_notebook, require_browser, shot, start_lab, wait_for
+from .conftest import dark_theme, open_notebook, require_browser, shot, start_lab, wait_for
 
 require_browser()
 
@@ -132,16 +132,6 @@ def click_and_time(cockpit, button):
                              f"{cockpit.locator('.labkit-cockpit-message').inner_text()!r}"
                              ) from None
     return float(ack)
-
-
-def dark_theme(page):
-    page.locator(".lm-MenuBar-itemLabel", has_text="Settings").click()
-    page.locator(".lm-Menu-itemLabel", has_text="Theme").first.hover()
-    page.locator(".lm-Menu-itemLabel").filter(has_text=re.compile("^JupyterLab Dark$")).click()
-    page.wait_for_selector("body[data-jp-theme-light='false']", state="attached",
-                           timeout=30_000)
-    # NOTE: JupyterLab shows its splash while the theme loads; it takes the clicks meanwhile
-    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=30_000)
 
 
 def test_cockpit_live_exact_and_controls_answer_while_a_cell_blocks(browser, lab):

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from .conftest import ARTIFACTS, ROOT, require_browser, shot, start_lab, wait_for
+from .conftest import ARTIFACTS, ROOT, dark_theme, require_browser, shot, start_lab, wait_for
 
 require_browser()
 
@@ -95,16 +95,6 @@ def open_from_sidebar(page, run_id):
 
 def tab(page, run_id):
     return page.locator(f".lm-DockPanel-tabBar .lm-TabBar-tab[title*='{run_id}']")
-
-
-def set_dark(page):
-    page.locator(".lm-MenuBar-itemLabel", has_text="Settings").click()
-    page.locator(".lm-Menu-itemLabel", has_text="Theme").first.hover()
-    page.locator(".lm-Menu-itemLabel").filter(has_text=re.compile("^JupyterLab Dark$")).click()
-    page.wait_for_selector("body[data-jp-theme-light='false']", state="attached",
-                           timeout=30_000)
-    # NOTE: JupyterLab shows its splash while the theme loads; it takes the clicks meanwhile
-    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=30_000)
 
 
 def test_run_page(browser, lab):
@@ -185,7 +175,7 @@ def test_run_page(browser, lab):
     assert page_of(page, ids["live"]).count() == 1
 
     # dark: the page follows the theme
-    set_dark(page)
+    dark_theme(page)
     page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="tiny-mlp").click()
     # NOTE: the cockpit redraws when the theme's name changes, which can come before the dark
     # CSS does (its axes then keep light-theme colours until the next draw): the mouse over
