@@ -14,6 +14,7 @@ GitHub show it.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 import warnings
@@ -21,6 +22,7 @@ import warnings
 from .. import runs
 from ..errors import LabkitError
 from ..training import Extension, MainLoop
+from ..training.log import is_metric
 from . import _static
 
 MIME_TYPE = "application/vnd.labkit.dashboard+json"
@@ -127,14 +129,14 @@ class Dashboard:
         if self.loop is not None and self.loop.recorder.store is None:
             out: dict = {}
             for it, ep, k, v in self.loop.log.cursor().read():
-                if _static.plottable(k) and isinstance(v, (int, float)) \
-                        and not isinstance(v, bool):
+                if _static.plottable(k) and is_metric(v):  # what the store would keep
                     s = out.setdefault(k, {"iteration": [], "epoch": [], "time": [],
                                            "value": []})
                     s["iteration"].append(it)
                     s["epoch"].append(ep)
                     s["time"].append(None)
-                    s["value"].append(float(v))
+                    # NOTE: as the store keeps them: JSON has no NaN, a gap is null
+                    s["value"].append(float(v) if math.isfinite(v) else None)
             return out
         try:
             data = runs.metrics(self.run_id, max_points=SNAPSHOT_POINTS)
@@ -177,7 +179,7 @@ class Dashboard:
                 "max_rate": self.max_rate, "tail": self.tail,
                 "snapshot": {"run": run, "series": series, "time": time.time()}}
         static = _static.render(title, status, info, series, self.metrics, self.tail)
-        return {MIME_TYPE: data, "text/html": static, "text/plain": repr(self)}
+        return {MIME_TYPE: data, "text/html": static, "text/plain": self._text(status, info)}
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return self._bundle()
@@ -200,9 +202,11 @@ class Dashboard:
                 update_display(bundle, raw=True, display_id=did)
         return Snapshot(bundle["text/html"], bundle["text/plain"])
 
-    def __repr__(self):
-        status, info = self._status(self._record())
+    def _text(self, status: str, info: str) -> str:
         return f"Dashboard(run {self.run_id}: {status}; {info})"
+
+    def __repr__(self):
+        return self._text(*self._status(self._record()))
 
     # -- controls
     def _send(self, command: str) -> str:
