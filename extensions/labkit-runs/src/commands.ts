@@ -5,4 +5,5 @@ export namespace CommandIDs {
   export const dashboard = 'labkit:open-dashboard';
   export const open = 'labkit:open-run';
   export const refresh = 'labkit:refresh-runs';
+  export const compare = 'labkit:compare-runs';
 }
