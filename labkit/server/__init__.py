@@ -21,6 +21,10 @@ POST     ``runs/ID/fork`` ``{"checkpoint", "changes"}``    a new run from a chec
 DELETE   ``runs/ID?force=0``                               the run and its files (409 while it
                                                            trains, unless ``force=1``)
 DELETE   ``runs/ID/checkpoints/CID``                       one checkpoint and its files
+GET      ``compare?ids=A,B&max_points=500``                the compare page's runs (at most
+                                                           50) with downsampled metrics, in
+                                                           one request; unknown ids: a 404
+                                                           listing them (``missing``)
 =======  ================================================  ====================================
 """
 

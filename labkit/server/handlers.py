@@ -361,6 +361,49 @@ class Command(Base):
         self.write_json({"command": public_command(_owned(run_id, "command", int(cid)))})
 
 
+#: the most runs one compare request may name
+MAX_COMPARE = 50
+
+
+class Compare(Base):
+    """``GET compare?ids=a,b,c&max_points=500``: the compare page's data in one request, each
+    run's public record and its metrics downsampled (``max_points`` per key, 2 to 5,000,
+    default 500), in the order asked. Ids are checked first (at most ``MAX_COMPARE``, each a
+    run id, none twice), then against the store: unknown ones are a 404 that lists them all."""
+
+    @endpoint
+    def get(self):
+        raw = self.query("ids")
+        if raw is None:
+            raise BadRequest("ids is required: run ids separated by commas, e.g. "
+                             "compare?ids=20261204-101500-0123456789abcdef,...")
+        ids = raw.split(",")
+        if len(ids) > MAX_COMPARE:
+            raise BadRequest(f"ids names {len(ids)} runs; compare at most {MAX_COMPARE}")
+        bad = [i for i in ids if not is_run_id(i)]
+        if bad:
+            raise BadRequest(f"ids: not a run id: {bad[0][:40]!r} (ids are separated by "
+                             "commas, without spaces)")
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise BadRequest(f"ids: run {twice[0]} is named twice")
+        mp = self.int_query("max_points", 2, 5000)
+        store = runs.store()
+        missing = [i for i in ids if not store.exists(i)]
+        if missing:
+            self.write_json({"message": f"no run {', '.join(missing[:5])}"
+                             + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+                             + " (deleted? the Runs sidebar lists the runs there are)",
+                             "missing": missing}, 404)
+            return
+        out = []
+        for i in ids:
+            run = public_run(runs.get(i))
+            run["metrics"] = store.metrics(i, None, None, 500 if mp is None else mp)
+            out.append(run)
+        self.write_json({"runs": out})
+
+
 class NoSuchEndpoint(Base):
     """A valid run id followed by a path the API does not have."""
 
@@ -392,4 +435,5 @@ HANDLERS = [
     (rf"runs/({RUN_ID})/commands/([0-9]{{1,18}})/?", Command),
     (rf"runs/({RUN_ID})/(.+)", NoSuchEndpoint),
     (r"runs/([^/]+)(/.*)?", BadId),
+    (r"compare/?", Compare),
 ]

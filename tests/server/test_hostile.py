@@ -84,6 +84,24 @@ TABLE = [
     ("keys unknown", "GET", "runs/{run}/metrics", "keys=nope", None, {404}),
     ("keys 10,000 commas", "GET", "runs/{run}/metrics", "keys=" + "," * 10_000, None, {400}),
     ("force maybe", "DELETE", "runs/{run}", "force=maybe", None, {400}),
+    # compare: a list of at most 50 run ids, each once, each a run of the store
+    ("compare without ids", "GET", "compare", "", None, {400}),
+    ("compare ids empty", "GET", "compare", "ids=", None, {400}),
+    ("compare ids trailing comma", "GET", "compare?ids={run},", "", None, {400}),
+    ("compare ids spaced", "GET", "compare?ids={run},%20{other}", "", None, {400}),
+    ("compare id traversal", "GET", "compare", "ids=..%2F..%2Fetc", None, {400}),
+    ("compare id markup", "GET", "compare", "ids=%3Cscript%3E", None, {400}),
+    ("compare id upper-case", "GET", "compare", "ids=20261203-000000-ABCDEF", None, {400}),
+    ("compare 51 ids", "GET", "compare", "ids=" + ",".join(
+        f"20261203-000000-{i:016x}" for i in range(51)), None, {400}),
+    ("compare 5000 commas", "GET", "compare", "ids=" + "," * 5000, None, {400}),
+    ("compare id twice", "GET", "compare?ids={run},{run}", "", None, {400}),
+    ("compare unknown id", "GET", "compare?ids={run},{absent}", "", None, {404}),
+    ("compare max_points 1", "GET", "compare?ids={run}", "max_points=1", None, {400}),
+    ("compare max_points 5001", "GET", "compare?ids={run}", "max_points=5001", None, {400}),
+    ("compare max_points text", "GET", "compare?ids={run}", "max_points=all", None, {400}),
+    ("POST compare", "POST", "compare?ids={run}", "", b"{}", {405}),
+    ("DELETE compare", "DELETE", "compare?ids={run}", "", None, {405}),
     # commands: only the four, as a string, for a run a loop is training
     ("command unknown", "POST", "runs/{run}/commands", "", b'{"command": "rm"}', {400}),
     ("command list", "POST", "runs/{run}/commands", "", b'{"command": ["stop"]}', {400}),
@@ -155,7 +173,8 @@ def seed(store, home):
 
 async def raw(http_server_client, jp_base_url, jp_auth_header, method, path, query="",
               body=None):
-    url = f"{jp_base_url}labkit/api/{path}" + (f"?{query}" if query else "")
+    sep = "&" if "?" in path else "?"  # compare's rows carry ids in the path's query
+    url = f"{jp_base_url}labkit/api/{path}" + (f"{sep}{query}" if query else "")
     return await http_server_client.fetch(url, method=method, body=body, raise_error=False,
                                           headers=dict(jp_auth_header), request_timeout=60,
                                           allow_nonstandard_methods=True)
