@@ -220,6 +220,10 @@ def runs_cmd(args) -> int:
             print(f"  forked from {r['parent_run']} at {show(str(r['parent_checkpoint']))}")
         if r["error"]:
             print(f"  error: {show(r['error'])}")
+        if r["tags"]:
+            print(f"  tags: {show(' '.join(r['tags']))}")
+        if r["note"]:
+            print(f"  note: {show(r['note'])}")
         print(f"  config: {show(json.dumps(r['config']))}")
         print(f"  progress: {show(json.dumps(r['progress']))}")
         for k, m in runs.metrics(args.id).items():
@@ -232,6 +236,16 @@ def runs_cmd(args) -> int:
     elif action == "rm":
         runs.delete(args.id, files=not args.keep_files, force=args.force)
         print(f"deleted run {args.id}")
+    elif action == "rename":
+        r = runs.rename(args.id, args.name)
+        print(f"run {args.id} is now named {show(r['name'])}")
+    elif action == "tag":
+        tags = runs.tag(args.id, add=args.tags, remove=args.remove or ())
+        print(f"run {args.id} tags: {show(' '.join(tags)) or '(none)'}")
+    elif action == "note":
+        text = sys.stdin.read() if args.text == "-" else args.text
+        r = runs.note(args.id, text)
+        print(f"run {args.id} note: {len(r['note'] or '')} characters")
     return 0
 
 
@@ -295,7 +309,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--check-devices", action="store_true",
                    help="instead: a forward pass on every device, checked against NumPy")
     p.set_defaults(func=demo)
-    p = sub.add_parser("runs", help="list, show or delete runs ($LABKIT_HOME/runs.sqlite)",
+    p = sub.add_parser("runs", help="list, show, rename, tag, note or delete runs "
+                       "($LABKIT_HOME/runs.sqlite)",
                        description="The run store: every training run, its config, metrics, "
                        "checkpoints and lineage.")
     rs = p.add_subparsers(dest="action", metavar="ACTION")
@@ -309,6 +324,18 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--keep-files", action="store_true", help="keep the checkpoint directory")
     q.add_argument("--force", action="store_true", help="delete it even while it trains (its "
                    "trainer stops after that batch and writes nothing more)")
+    q = rs.add_parser("rename", help="give a run a new name")
+    q.add_argument("id")
+    q.add_argument("name")
+    q = rs.add_parser("tag", help="add tags to a run (or remove them with --remove)",
+                      description="Tags: 1 to 40 characters, a letter or digit first, then "
+                      "letters, digits and _ . : + = @ / - (no spaces).")
+    q.add_argument("id")
+    q.add_argument("tags", nargs="*", help="tags to add")
+    q.add_argument("--remove", nargs="+", metavar="TAG", help="tags to remove")
+    q = rs.add_parser("note", help="set a run's free-text note ('' clears it; - reads stdin)")
+    q.add_argument("id")
+    q.add_argument("text")
     p.set_defaults(func=runs_cmd)
     p = sub.add_parser("resume", help="continue a run from its newest valid checkpoint",
                        description="Rebuild a run's loop (with the function lk.training.build "

@@ -14,6 +14,9 @@
     lk.runs.delete(run_id)                  # refused while it trains (force=True to insist)
     lk.runs.send(run_id, "pause")           # pause/resume/stop/checkpoint a run training in
                                             # any process; returns the command's record
+    lk.runs.rename(run_id, "wide-mlp")      # what people write about a run: its name,
+    lk.runs.tag(run_id, add=["baseline"], remove="draft")   # tags (letters, digits, _.:+=@/-)
+    lk.runs.note(run_id, "lr too high after epoch 3")        # and a free-text note
 
 The store is ``$LABKIT_HOME/runs.sqlite`` (default ``~/.labkit``); ``use_store(path)`` points
 this process elsewhere for a while. Every failure is a ``RunStoreError``; its ``reason`` says
@@ -34,6 +37,7 @@ from pathlib import Path
 from ..errors import CheckpointError, RunStoreError
 from .checks import MAX_CONFIG_BYTES, printable, refuse
 from .ids import RUN_ID, is_run_id, new_run_id
+from .notes import MAX_NAME, MAX_NOTE, MAX_TAG, MAX_TAGS, check_name, check_note
 from .store import COMMANDS, DEAD_AFTER, STATUSES, RunStore, default_path
 
 log = logging.getLogger("labkit.runs")
@@ -225,13 +229,32 @@ def send(run_id: str, command: str, wait: float | None = 5.0) -> dict:
     return rec
 
 
+def rename(run_id: str, name: str) -> dict:
+    """Give ``run_id`` a new name (1 to ``MAX_NAME`` visible characters); returns the run."""
+    return store().annotate(run_id, name=check_name(name))
+
+
+def tag(run_id: str, add=(), remove=(), *, tags=None) -> list[str]:
+    """Add and remove tags of ``run_id`` (a tag or a list of them; ``tags=[...]`` replaces
+    them all) in one transaction; returns its tags. A tag is 1 to ``MAX_TAG`` characters: a
+    letter or digit, then letters, digits and ``_ . : + = @ / -``; at most ``MAX_TAGS``."""
+    return store().annotate(run_id, tags=tags, add_tags=add, remove_tags=remove)["tags"]
+
+
+def note(run_id: str, text: str) -> dict:
+    """Set the free-text note of ``run_id`` (at most ``MAX_NOTE`` characters; ``""`` clears
+    it); returns the run."""
+    return store().annotate(run_id, note=check_note(text))
+
+
 def remove_orphans() -> dict:
     """Delete metric and checkpoint rows whose run is gone (left by older labkit); returns
     ``{"metrics": n, "checkpoints": n}``."""
     return store().remove_orphans()
 
 
-__all__ = ["COMMANDS", "DEAD_AFTER", "MAX_CONFIG_BYTES", "RUN_ID", "STATUSES", "RunStore",
-           "RunStoreError", "checkpoints", "default_path", "delete", "delete_checkpoint", "fork",
-           "get", "is_run_id", "list", "listening", "metrics", "new_run_id", "printable",
-           "remove_orphans", "send", "store", "use_store"]
+__all__ = ["COMMANDS", "DEAD_AFTER", "MAX_CONFIG_BYTES", "MAX_NAME", "MAX_NOTE", "MAX_TAG",
+           "MAX_TAGS", "RUN_ID", "STATUSES", "RunStore", "RunStoreError", "checkpoints",
+           "default_path", "delete", "delete_checkpoint", "fork", "get", "is_run_id", "list",
+           "listening", "metrics", "new_run_id", "note", "printable", "remove_orphans",
+           "rename", "send", "store", "tag", "use_store"]

@@ -11,6 +11,8 @@ version  what changed
          any process (a notebook button, the REST API, the CLI), acknowledged by the loop;
          ``metric_blocks``: each series summarised per 256 iterations (``blocks.py``), so a
          long series is downsampled without reading its rows
+4        ``runs.tags`` (a JSON list of short labels), ``runs.note`` (free text) and
+         ``runs.traceback`` (the tail of a failed run's traceback)
 =======  ======================================================================================
 
 An old store is migrated when a newer labkit first opens it, in one transaction: all of it or
@@ -25,14 +27,14 @@ from . import blocks
 from ._db import transaction
 from .checks import refuse
 
-VERSION = 3
+VERSION = 4
 
 _TABLES = [
     """CREATE TABLE IF NOT EXISTS runs (
         id TEXT PRIMARY KEY, name TEXT, status TEXT NOT NULL, created REAL, started REAL,
         ended REAL, heartbeat REAL, host TEXT, pid INTEGER, source TEXT, factory TEXT,
         config TEXT, parent_run TEXT, parent_checkpoint TEXT, progress TEXT, error TEXT,
-        directory TEXT, parent_checkpoint_id INTEGER)""",
+        directory TEXT, parent_checkpoint_id INTEGER, tags TEXT, note TEXT, traceback TEXT)""",
     """CREATE TABLE IF NOT EXISTS metrics (
         run_id TEXT NOT NULL, iteration INTEGER NOT NULL, epoch INTEGER, key TEXT NOT NULL,
         value REAL, time REAL)""",
@@ -81,6 +83,18 @@ def _from_0(c: sqlite3.Connection) -> None:
               "WHERE parent_checkpoint IS NOT NULL AND parent_checkpoint_id IS NULL")
 
 
+#: the columns version 4 added to ``runs``
+_V4_COLUMNS = ("tags", "note", "traceback")
+
+
+def _from_3(c: sqlite3.Connection) -> None:
+    """``runs`` gains ``tags``, ``note`` and ``traceback`` (NULL for the runs it holds)."""
+    have = _columns(c, "runs")
+    for col in _V4_COLUMNS:
+        if col not in have:
+            c.execute(f"ALTER TABLE runs ADD COLUMN {col} TEXT")
+
+
 def ensure(c: sqlite3.Connection, path) -> None:
     """Create the tables of a new store, or migrate an old one to ``VERSION``."""
     version = c.execute("PRAGMA user_version").fetchone()[0]
@@ -100,4 +114,6 @@ def ensure(c: sqlite3.Connection, path) -> None:
                 c.execute(statement)
             if "runs" in old and version < 3:
                 blocks.rebuild(c)
+            if "runs" in old:
+                _from_3(c)
             c.execute(f"PRAGMA user_version = {VERSION}")

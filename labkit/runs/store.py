@@ -33,6 +33,7 @@ from ._db import connect, explain, guarded, pid_alive, transaction
 from .checks import config_json, refuse
 from .downsample import minmax_indices
 from .ids import new_run_id
+from .notes import MAX_TRACEBACK, check_name, check_note, check_tag, check_tags
 
 __all__ = ["COMMANDS", "DEAD_AFTER", "STATUSES", "RunStore", "RunStoreError", "default_path",
            "new_run_id"]
@@ -45,7 +46,7 @@ COMMANDS = ("pause", "resume", "stop", "checkpoint")
 #: SQLite's integer range: query bounds outside it are clamped, not an OverflowError
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _UPDATABLE = ("name", "status", "started", "ended", "heartbeat", "pid", "host", "progress",
-              "error", "config", "directory", "factory", "source")
+              "error", "config", "directory", "factory", "source", "traceback")
 
 
 def default_path() -> Path:
@@ -73,6 +74,16 @@ def _parsed(config):
     except ValueError:
         raise refuse(f"config must be a dict (a JSON object), got the text {config[:40]!r}",
                      "invalid") from None
+
+
+def _strings(v, what: str) -> list:
+    """One tag or a list of them."""
+    if isinstance(v, str):
+        return [v]
+    if not isinstance(v, (list, tuple, set, frozenset)):
+        raise refuse(f"{what} must be a tag or a list of tags, got {type(v).__name__}",
+                     "invalid")
+    return list(v)
 
 
 def _bound(v) -> int:
@@ -166,6 +177,8 @@ class RunStore:
                              f"{fields['status']!r}")
         if "config" in fields:
             fields["config"] = config_json(_parsed(fields["config"]))
+        if fields.get("traceback") is not None:
+            fields["traceback"] = str(fields["traceback"])[-MAX_TRACEBACK:]
         if "progress" in fields and not isinstance(fields["progress"], str):
             fields["progress"] = json.dumps(fields["progress"])
         if not fields:
@@ -176,6 +189,38 @@ class RunStore:
                           (*fields.values(), str(run_id))).rowcount
             if not n:
                 self._require_run(c, run_id)
+
+    def annotate(self, run_id: str, *, name=None, tags=None, note=None, add_tags=(),
+                 remove_tags=()) -> dict:
+        """Rename ``run_id``, set its tags (``tags`` replaces them; ``add_tags`` and
+        ``remove_tags`` change them) and its note, in one transaction; return the run. Each
+        value is checked first (``notes.py``): a bad one changes nothing."""
+        fields = {}
+        if name is not None:
+            fields["name"] = check_name(name)
+        if note is not None:
+            fields["note"] = check_note(note)
+        add = [check_tag(t, "add") for t in _strings(add_tags, "add")]
+        remove = [check_tag(t, "remove") for t in _strings(remove_tags, "remove")]
+        if tags is not None:
+            tags = check_tags(tags)
+        with transaction(self._conn()) as c:
+            self._require_run(c, run_id)
+            if tags is not None or add or remove:
+                if tags is None:
+                    row = c.execute("SELECT tags FROM runs WHERE id = ?", (str(run_id),))
+                    try:
+                        tags = json.loads(row.fetchone()[0] or "[]")
+                    except (TypeError, ValueError) as e:
+                        raise self._damaged(f"the tags of run {run_id!r}", e) from e
+                tags = [t for t in tags if t not in remove]
+                fields["tags"] = json.dumps(check_tags(tags + [t for t in add
+                                                               if t not in tags]))
+            if fields:
+                cols = ", ".join(f"{k} = ?" for k in fields)
+                c.execute(f"UPDATE runs SET {cols} WHERE id = ?",  # noqa: S608 - fixed names
+                          (*fields.values(), str(run_id)))
+        return self.get(run_id)
 
     def get(self, run_id: str) -> dict:
         row = self._conn().execute("SELECT * FROM runs WHERE id = ?", (str(run_id),)).fetchone()
@@ -231,6 +276,9 @@ class RunStore:
         if run.get("stored_status", run.get("status")) not in ("running", "paused"):
             return False
         try:
+            d["tags"] = json.loads(d.get("tags") or "[]")
+            if not isinstance(d["tags"], list):
+                raise ValueError("tags must be a JSON list")
             if time.time() - float(run.get("heartbeat") or 0) > DEAD_AFTER:
                 return False
         except (TypeError, ValueError):

@@ -12,12 +12,15 @@ wrote them.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import math
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePath
 
+import tornado.ioloop
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
 
@@ -25,6 +28,7 @@ from .. import checkpoint, runs
 from .._json import loads_strict
 from ..errors import RunStoreError
 from ..runs import RUN_ID, STATUSES, is_run_id
+from ..runs.notes import check_name, check_note, check_tags
 
 #: the largest request body (a fork's changes are a config: 64 KiB of JSON at most)
 MAX_BODY = 256 * 1024
@@ -92,6 +96,32 @@ def public_run(run: dict) -> dict:
     return out
 
 
+    # NOTE: the run page reads them from runs/ID; a list of many runs stays small without
+    out.pop("note", None)
+    out.pop("traceback", None)
+    return out
+
+
+# a traceback's frame lines: `File "/abs/path/loop.py", line 290` keeps only "loop.py"
+_FRAME_FILE = re.compile(r'File "([^"\n]+)"')
+
+
+def public_traceback(text) -> str | None:
+    """A failed run's traceback tail as the API shows it: each frame's file by its name,
+    any other path ``<path>``."""
+    if not text:
+        return None
+    text = _FRAME_FILE.sub(lambda m: f'File "{PurePath(m.group(1)).name}"', str(text))
+    return scrub(text)
+
+
+def run_page(run: dict) -> dict:
+    """One run as ``runs/ID`` shows it: ``public_run`` with its note, traceback tail and
+    the runs forked from it."""
+    out = public_run(run)
+    out["note"] = run.get("note") or ""
+    out["traceback"] = public_traceback(run.get("traceback"))
+    out["children"] = [c for c in runs.store().children(run["id"]) if is_run_id(c)]
 #: the longest reason a re-checked checkpoint is invalid, in characters
 MAX_REASON = 300
 
@@ -126,20 +156,32 @@ def verified_checkpoint(c: dict) -> dict:
 
 
 def endpoint(method):
-    """An authenticated handler method whose ``BadRequest`` and ``RunStoreError`` become JSON
-    errors with the right status (and no paths)."""
+    """An authenticated handler method (plain or ``async``) whose ``BadRequest`` and
+    ``RunStoreError`` become JSON errors with the right status (and no paths)."""
 
-    @functools.wraps(method)
-    def call(self, *args):
-        try:
-            return method(self, *args)
-        except BadRequest as e:
+    def failed(self, e):
+        if isinstance(e, BadRequest):
             self.fail(e.status, e.message)
-        except RunStoreError as e:
-            status = STATUS_FOR.get(getattr(e, "reason", None), 500)
-            if status >= 500:
-                self.log.error("labkit: %s", e)
-            self.fail(status, scrub(e))
+            return
+        status = STATUS_FOR.get(getattr(e, "reason", None), 500)
+        if status >= 500:
+            self.log.error("labkit: %s", e)
+        self.fail(status, scrub(e))
+
+    if inspect.iscoroutinefunction(method):
+        @functools.wraps(method)
+        async def call(self, *args):
+            try:
+                return await method(self, *args)
+            except (BadRequest, RunStoreError) as e:
+                failed(self, e)
+    else:
+        @functools.wraps(method)
+        def call(self, *args):
+            try:
+                return method(self, *args)
+            except (BadRequest, RunStoreError) as e:
+                failed(self, e)
 
     return tornado.web.authenticated(call)
 
@@ -248,9 +290,21 @@ class Runs(Base):
 class Run(Base):
     @endpoint
     def get(self, run_id):
-        run = public_run(self.run_or_404(run_id))
-        run["children"] = [c for c in runs.store().children(run_id) if is_run_id(c)]
-        self.write_json(run)
+        self.write_json(run_page(self.run_or_404(run_id)))
+
+    @endpoint
+    def patch(self, run_id):
+        """``{"name"?, "tags"?, "note"?}``: rename the run, replace its tags, set its note;
+        every value is checked before anything is written (a bad one names its field)."""
+        self.run_or_404(run_id)
+        body = self.body_object(tuple(EDITABLE))
+        if not body:
+            raise BadRequest('give at least one of "name", "tags" and "note", e.g. '
+                             '{"name": "wide-mlp", "tags": ["baseline"], "note": "..."}')
+        for field, check in EDITABLE.items():
+            if field in body:
+                check(body[field], field)
+        self.write_json(run_page(runs.store().annotate(run_id, **body)))
 
     @endpoint
     def delete(self, run_id):
@@ -281,10 +335,17 @@ class Checkpoints(Base):
     and checked again (what a run page shows), ``valid`` and ``reason`` from that check."""
 
     @endpoint
-    def get(self, run_id):
+    async def get(self, run_id):
         self.run_or_404(run_id)
-        show = verified_checkpoint if self.bool_query("verify") else public_checkpoint
-        self.write_json({"checkpoints": [show(c) for c in runs.checkpoints(run_id)]})
+        recs = runs.checkpoints(run_id)
+        if not self.bool_query("verify"):
+            self.write_json({"checkpoints": [public_checkpoint(c) for c in recs]})
+            return
+        # NOTE: reading every file of big checkpoints takes seconds: off the server's event
+        # loop, on a pool of VERIFY_THREADS (more requests wait their turn, not the server)
+        shown = await tornado.ioloop.IOLoop.current().run_in_executor(
+            _verifier(), lambda: [verified_checkpoint(c) for c in recs])
+        self.write_json({"checkpoints": shown})
 
 
 def _owned(run_id: str, what: str, rid: int) -> dict:
@@ -303,6 +364,17 @@ def _owned(run_id: str, what: str, rid: int) -> dict:
 
 def _own_checkpoint(run_id: str, cid: int) -> dict:
     return _owned(run_id, "checkpoint", cid)
+#: how many checkpoint verifications run at once (each reads every file of a checkpoint)
+VERIFY_THREADS = 2
+_verify_pool: list[ThreadPoolExecutor] = []
+
+
+def _verifier() -> ThreadPoolExecutor:
+    if not _verify_pool:
+        _verify_pool.append(ThreadPoolExecutor(VERIFY_THREADS, "labkit-verify"))
+    return _verify_pool[0]
+
+
 
 
 class Checkpoint(Base):

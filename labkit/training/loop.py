@@ -17,6 +17,7 @@ from pathlib import Path
 from .. import checkpoint as ckpt
 from ..autograd import Tensor
 from ..errors import CheckpointError, LabkitError, TrainingError
+from ..runs.notes import traceback_tail
 from . import state
 from .control import Control
 from .events import Extension, Extensions, check_args
@@ -290,7 +291,8 @@ class MainLoop:
                 self.dispatch("on_error")
             finally:
                 self.recorder.stop_listening("training failed")
-                self.recorder.finish("failed", self.progress, error=f"{type(e).__name__}: {e}")
+                self.recorder.finish("failed", self.progress, error=f"{type(e).__name__}: {e}",
+                                     traceback=traceback_tail(e))
             raise
         finally:
             self.status["time_total"] += time.perf_counter() - t0

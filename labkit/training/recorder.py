@@ -210,8 +210,10 @@ class Recorder:
         rows = [(it, ep, k, v, now) for it, ep, k, v in log.cursor().read() if is_metric(v)]
         self._guard(self.store.add_metrics, self.run_id, rows)
 
-    def finish(self, status: str, progress, error: str | None = None) -> None:
-        """Write what is pending, then the final status."""
+    def finish(self, status: str, progress, error: str | None = None,
+               traceback: str | None = None) -> None:
+        """Write what is pending, then the final status (with a failed run's error and the
+        tail of its traceback)."""
         if self.store is None:
             return
         self.mirror(progress, force=True, wait=True)
@@ -221,6 +223,8 @@ class Recorder:
             else {}
         if error:
             fields["error"] = error
+        if traceback:
+            fields["traceback"] = traceback
         self.set_status(status, progress(), **fields)
 
     def close(self) -> None:

@@ -124,7 +124,37 @@ TABLE = [
     ("PUT runs", "PUT", "runs", "", b"{}", {405}),
     ("POST runs", "POST", "runs", "", b"{}", {405}),
     ("DELETE runs", "DELETE", "runs", "", None, {405}),
-    ("PATCH run", "PATCH", "runs/{run}", "", b"{}", {405}),
+    # PATCH runs/ID: name, tags and note only, each checked
+    ("PATCH run empty", "PATCH", "runs/{run}", "", b"{}", {400}),
+    ("PATCH run no body", "PATCH", "runs/{run}", "", b"", {400}),
+    ("PATCH body list", "PATCH", "runs/{run}", "", b'["name"]', {400}),
+    ("PATCH unknown field", "PATCH", "runs/{run}", "", b'{"status": "finished"}', {400}),
+    ("PATCH config", "PATCH", "runs/{run}", "", b'{"config": {"lr": 1}}', {400}),
+    ("PATCH name number", "PATCH", "runs/{run}", "", b'{"name": 1}', {400}),
+    ("PATCH name null", "PATCH", "runs/{run}", "", b'{"name": null}', {400}),
+    ("PATCH name blank", "PATCH", "runs/{run}", "", b'{"name": "   "}', {400}),
+    ("PATCH name 201 chars", "PATCH", "runs/{run}", "", b'{"name": "' + b"x" * 201 + b'"}',
+     {400}),
+    ("PATCH name escape", "PATCH", "runs/{run}", "", b'{"name": "a\\u001b[2Jb"}', {400}),
+    ("PATCH name bidi", "PATCH", "runs/{run}", "", b'{"name": "a\\u202eb"}', {400}),
+    ("PATCH name twice", "PATCH", "runs/{run}", "", b'{"name": "a", "name": "b"}', {400}),
+    ("PATCH tags string", "PATCH", "runs/{run}", "", b'{"tags": "a,b"}', {400}),
+    ("PATCH tags object", "PATCH", "runs/{run}", "", b'{"tags": {"a": 1}}', {400}),
+    ("PATCH tag number", "PATCH", "runs/{run}", "", b'{"tags": [1]}', {400}),
+    ("PATCH tag space", "PATCH", "runs/{run}", "", b'{"tags": ["a b"]}', {400}),
+    ("PATCH tag markup", "PATCH", "runs/{run}", "", b'{"tags": ["<b>"]}', {400}),
+    ("PATCH tag empty", "PATCH", "runs/{run}", "", b'{"tags": [""]}', {400}),
+    ("PATCH tag 41 chars", "PATCH", "runs/{run}", "", b'{"tags": ["' + b"t" * 41 + b'"]}',
+     {400}),
+    ("PATCH 33 tags", "PATCH", "runs/{run}", "", json.dumps(
+        {"tags": [f"t{i}" for i in range(33)]}).encode(), {400}),
+    ("PATCH note number", "PATCH", "runs/{run}", "", b'{"note": 5}', {400}),
+    ("PATCH note control", "PATCH", "runs/{run}", "", b'{"note": "a\\u0007"}', {400}),
+    ("PATCH note 10,001", "PATCH", "runs/{run}", "", b'{"note": "' + b"n" * 10_001 + b'"}',
+     {400}),
+    ("PATCH good name, bad tag", "PATCH", "runs/{run}", "", b'{"name": "ok", "tags": ["a b"]}',
+     {400}),
+    ("PATCH no run", "PATCH", "runs/{absent}", "", b'{"name": "x"}', {404}),
     ("POST run", "POST", "runs/{run}", "", b"{}", {405}),
     ("PUT run", "PUT", "runs/{run}", "", b"{}", {405}),
     ("GET fork", "GET", FORK, "", None, {405}),
@@ -210,6 +240,7 @@ async def test_hostile_requests_get_4xx_json_and_change_nothing(
             problems.append(f"Content-Type {r.headers.get('Content-Type')}")
         if secrets_in(text, tmp_path):
             problems.append(f"a path in the response: {secrets_in(text, tmp_path)}")
+    written = [(r["name"], r["tags"], r["note"]) for r in map(lk.runs.get, before)]
         if problems:
             failures.append(f"{what} ({method} {path[:60]}?{query[:30]}): {'; '.join(problems)}"
                             f" -- {text[:160]}")
@@ -239,6 +270,8 @@ async def test_no_response_carries_a_path(http_server_client, jp_base_url, jp_au
              ("POST", f"runs/{ids['other']}/fork", json.dumps({"checkpoint": ids["other_ck"]})),
              ("POST", f"runs/{ids['other']}/fork", "{}"),
              ("POST", f"runs/{run}/fork", json.dumps({"checkpoint": ids["ck"],
+    assert [(r["name"], r["tags"], r["note"]) for r in map(lk.runs.get, after)] == written, \
+        "a hostile PATCH changed a run's name, tags or note"
                                                       "changes": {"lr": 0.2}}))]
     for method, path, body in calls:
         r = await raw(http_server_client, jp_base_url, jp_auth_header, method, path,
