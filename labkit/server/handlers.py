@@ -28,12 +28,15 @@ from .. import checkpoint, runs
 from .._json import loads_strict
 from ..errors import RunStoreError
 from ..runs import RUN_ID, STATUSES, is_run_id
+from ..runs.listing import MAX_POINTS, SORTS
 from ..runs.notes import check_name, check_note, check_tags
 
 #: the largest request body (a fork's changes are a config: 64 KiB of JSON at most)
 MAX_BODY = 256 * 1024
 #: the longest query value (a list of metric keys)
 MAX_QUERY = 4096
+#: the most runs one ``GET runs?limit=`` window holds
+MAX_LIMIT = 1000
 #: RunStoreError.reason → HTTP status
 STATUS_FOR = {"not_found": 404, "deleted": 404, "invalid": 400, "live": 409, "damaged": 503,
               "failed": 503, "not_training": 409}
@@ -266,25 +269,49 @@ class Base(APIHandler):
 
 
 class Runs(Base):
+    """``GET runs``: every run, newest first (the old form); with any of ``limit``, ``offset``,
+    ``sort``, ``metric``, ``points``, ``ids`` a window of them as the sidebar shows it, with
+    ``total``, ``counts`` (runs per status in the whole store, ``live``: training now) and,
+    with ``metric=KEY``, each run's ``metric``: ``{iteration, value, last, last_iteration}``,
+    a sparkline of at most ``points`` points downsampled in SQLite, or null."""
+
     @endpoint
     def get(self):
         status = self.query("status")
         if status == "all":
             status = None
-        if status is not None and status not in (*STATUSES, "dead"):
-            raise BadRequest(f"status must be one of {['all', *STATUSES, 'dead']}, got "
-                             f"{status[:40]!r}")
+        if status is not None and status not in (*STATUSES, "dead", "live"):
+            raise BadRequest(f"status must be one of {['all', *STATUSES, 'dead', 'live']}, "
+                             f"got {status[:40]!r}")
         name = self.query("name")
         if name is not None and len(name) > 200:
             raise BadRequest("name is longer than 200 characters")
+        sort = self.query("sort", "newest")
+        if sort not in SORTS:
+            raise BadRequest(f"sort must be one of {list(SORTS)}, got {sort[:40]!r}")
+        offset = self.int_query("offset", 0, 10**9) or 0
+        limit = self.int_query("limit", 1, MAX_LIMIT)
+        metric = self.query("metric")
+        if metric is not None and len(metric) > 200:
+            raise BadRequest("metric is longer than 200 characters")
+        if metric is not None and limit is None:
+            raise BadRequest(f"metric needs limit: sparklines are drawn for a window of at "
+                             f"most {MAX_LIMIT} runs (e.g. limit=50)")
+        points = self.int_query("points", 2, MAX_POINTS)
+        body = runs.store().page(status=status, name=name, sort=sort, offset=offset,
+                                 limit=limit, metric=metric, points=points or 40,
+                                 ids=self.bool_query("ids"))
         shown = []
-        for r in runs.list(status=status, name=name):
+        for r in body["runs"]:
             if is_run_id(r["id"]):
                 shown.append(public_run(r))
             else:  # the API could not address it: never list it
                 self.log.warning("labkit: run %r in the store is not a valid run id; the API "
                                  "skips it", str(r["id"])[:80])
-        self.write_json({"runs": shown})
+        body["runs"] = shown
+        if "ids" in body:
+            body["ids"] = [i for i in body["ids"] if is_run_id(i)]
+        self.write_json(body)
 
 
 class Run(Base):
