@@ -48,9 +48,6 @@ def row(*cells, widths=(28, 12, 12, 12, 12, 12)):
 
 def gemm():
     print(f"\n## float32 GEMM, GFLOP/s (device: {RT.info.name}, {RT.info.platform})")
-    from labkit.backend.opencl.gemm import config
-
-    print(f"tuned blocking (rows, vectors, width): {config(RT, 'float')}")
     row("n", "labkit cl", "NumPy", "cl/NumPy", "PyTorch", "cl/PyTorch")
     rng = np.random.default_rng(0)
     for n in (256, 1024, 2048):
@@ -77,6 +74,8 @@ def gemm():
     t_np = best(lambda: a @ a.T, 10, sync=False)
     row("1024, a @ a.T", f"{2 * n**3 / t_cl / 1e9:.1f}", f"{2 * n**3 / t_np / 1e9:.1f}",
         f"{t_np / t_cl:.0%}")
+    tuned = {n: cfg for (kind, ct, n), cfg in RT.tuned.items() if kind == "gemm"}
+    print(f"tuned blocking (rows, vectors, width) by size class: {tuned}")
 
 
 def elementwise():

@@ -155,14 +155,78 @@ def test_the_tuning_file_is_written_atomically_and_keeps_other_devices(fresh, mo
     assert writes == [path]
     stored = json.loads(path.read_text())
     assert stored["other|device|float"]["config"] == [4, 2, 16]
-    assert tuple(stored[f"{gemm._device_key(rt)}|float"]["config"]) == cfg
+    key = gemm.tuning_key(rt, "float", 1024)
+    assert tuple(stored[key]["config"]) == cfg
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".labkit-tmp-")]
     # a damaged entry is tuned again, not trusted
-    stored[f"{gemm._device_key(rt)}|float"]["config"] = [8, 2]
+    stored[key]["config"] = [8, 2]
     path.write_text(json.dumps(stored))
     rt.tuned.clear()
     tunings = []
-    monkeypatch.setattr(gemm, "tune", lambda rt, ct: tunings.append(ct) or ((4, 1, 16),
-                                                                            {"4,1,16": 1.0}))
-    assert gemm.config(rt, "float") == (4, 1, 16) and tunings == ["float"]
-    assert json.loads(path.read_text())[f"{gemm._device_key(rt)}|float"]["config"] == [4, 1, 16]
+    monkeypatch.setattr(gemm, "tune", lambda rt, ct, n: tunings.append((ct, n)) or (
+        (4, 1, 16), {"4,1,16": 1.0}))
+    assert gemm.config(rt, "float") == (4, 1, 16) and tunings == [("float", 1024)]
+    assert json.loads(path.read_text())[key]["config"] == [4, 1, 16]
+
+
+# ---- size classes: each tuned on its own size, noisy choices kept in memory only --------------
+def test_size_classes_pick_the_nearest_tuning_size_in_log_scale():
+    from labkit.backend.opencl.gemm import TUNING_SIZES, size_class
+
+    assert TUNING_SIZES == (512, 1024, 2048)
+    assert size_class(100, 77, 120) == 512
+    assert size_class(700, 700, 700) == 512 and size_class(760, 760, 760) == 1024
+    assert size_class(1024, 1024, 1024) == 1024 and size_class(1400, 1400, 1400) == 1024
+    assert size_class(1500, 1500, 1500) == 2048 and size_class(8192, 8192, 8192) == 2048
+    assert size_class(64, 4096, 4096) == 1024  # the geometric mean side decides
+
+
+def test_each_size_class_is_tuned_once_and_stored_under_its_own_key(fresh, monkeypatch):
+    from labkit.backend.opencl import gemm
+
+    rt, path = fresh
+    chosen = {512: (4, 2, 16), 2048: (8, 1, 16)}
+    tunings = []
+    monkeypatch.setattr(gemm, "tune", lambda rt, ct, n: tunings.append(n) or (
+        chosen[n], {",".join(map(str, chosen[n])): 1.0}))
+    assert gemm.config(rt, "float", (100, 100, 100)) == (4, 2, 16)
+    assert gemm.config(rt, "float", (2000, 2000, 2000)) == (8, 1, 16)
+    assert gemm.config(rt, "float", (300, 300, 300)) == (4, 2, 16)  # in memory: not again
+    assert tunings == [512, 2048]
+    stored = json.loads(path.read_text())
+    assert stored[gemm.tuning_key(rt, "float", 512)]["config"] == [4, 2, 16]
+    assert stored[gemm.tuning_key(rt, "float", 2048)]["config"] == [8, 1, 16]
+
+
+def test_a_choice_from_noisy_timings_is_used_but_not_stored(fresh, monkeypatch):
+    from labkit.backend.opencl import gemm
+
+    rt, path = fresh
+    monkeypatch.setattr(gemm, "tune", lambda rt, ct, n: ((4, 1, 16),
+                                                         {"4,1,16": 1.0, "noisy": True}))
+    assert gemm.config(rt, "float", (512, 512, 512)) == (4, 1, 16)
+    assert not path.exists()  # the next process tunes again
+
+
+def test_tuning_repeats_each_candidate_and_separates_a_near_tie(fresh, monkeypatch):
+    """The timed product is replaced by one whose cost per blocking is known: the winner is
+    the cheapest, every candidate is run more than once, and the two nearest are re-timed."""
+    from labkit.backend.opencl import gemm
+
+    rt, _ = fresh
+    cost = {cfg: 0.002 + 0.0001 * i for i, cfg in enumerate(gemm.CANDIDATES["float"])}
+    cost[(6, 2, 16)] = 0.00195  # within 5% of the cheapest other: a near tie
+    calls = []
+    clock = [0.0]
+    monkeypatch.setattr(gemm.time, "perf_counter", lambda: clock[0])
+
+    def matmul2(a, b, cfg=None):
+        calls.append(cfg)
+        clock[0] += cost[cfg]
+    monkeypatch.setattr(gemm, "_matmul2", matmul2)
+    cfg, timings = gemm.tune(rt, "float", 512)
+    assert cfg == (6, 2, 16) and "noisy" not in timings
+    assert all(calls.count(c) >= 4 for c in cost)  # an untimed build run + 3 timed at least
+    # the near tie was re-timed: the two best ran more often than the rest
+    assert calls.count((6, 2, 16)) > calls.count((4, 2, 16))
+    assert calls.count((8, 2, 16)) > calls.count((4, 2, 16))
