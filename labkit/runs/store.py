@@ -276,6 +276,9 @@ class RunStore:
             d["progress"] = json.loads(d["progress"]) if d.get("progress") else {}
             if not isinstance(d["config"], dict) or not isinstance(d["progress"], dict):
                 raise ValueError("config and progress must be JSON objects")
+            d["tags"] = json.loads(d.get("tags") or "[]")
+            if not isinstance(d["tags"], list):
+                raise ValueError("tags must be a JSON list")
             d["stored_status"] = d["status"]
             # NOTE: only a running run can die: "paused" is also a run whose process ended
             # after run(max_iterations=N), waiting to be continued
@@ -292,9 +295,6 @@ class RunStore:
         if run.get("stored_status", run.get("status")) not in ("running", "paused"):
             return False
         try:
-            d["tags"] = json.loads(d.get("tags") or "[]")
-            if not isinstance(d["tags"], list):
-                raise ValueError("tags must be a JSON list")
             if time.time() - float(run.get("heartbeat") or 0) > DEAD_AFTER:
                 return False
         except (TypeError, ValueError):

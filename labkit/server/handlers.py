@@ -96,9 +96,6 @@ def public_run(run: dict) -> dict:
         out["factory"] = f"{PurePath(where).name}:{qual}"
     out["error"] = scrub(run["error"]) if run.get("error") else run.get("error")
     out["progress"] = _scrub_strings(run.get("progress") or {})
-    return out
-
-
     # NOTE: the run page reads them from runs/ID; a list of many runs stays small without
     out.pop("note", None)
     out.pop("traceback", None)
@@ -125,6 +122,9 @@ def run_page(run: dict) -> dict:
     out["note"] = run.get("note") or ""
     out["traceback"] = public_traceback(run.get("traceback"))
     out["children"] = [c for c in runs.store().children(run["id"]) if is_run_id(c)]
+    return out
+
+
 #: the longest reason a re-checked checkpoint is invalid, in characters
 MAX_REASON = 300
 
@@ -314,6 +314,10 @@ class Runs(Base):
         self.write_json(body)
 
 
+#: what ``PATCH runs/ID`` may change, and the check of each value
+EDITABLE = {"name": check_name, "tags": check_tags, "note": check_note}
+
+
 class Run(Base):
     @endpoint
     def get(self, run_id):
@@ -357,6 +361,17 @@ class Metrics(Base):
         self.write_json({"keys": known, "metrics": store.metrics(run_id, wanted, since, mp)})
 
 
+#: how many checkpoint verifications run at once (each reads every file of a checkpoint)
+VERIFY_THREADS = 2
+_verify_pool: list[ThreadPoolExecutor] = []
+
+
+def _verifier() -> ThreadPoolExecutor:
+    if not _verify_pool:
+        _verify_pool.append(ThreadPoolExecutor(VERIFY_THREADS, "labkit-verify"))
+    return _verify_pool[0]
+
+
 class Checkpoints(Base):
     """``GET``: the run's checkpoints as recorded; with ``?verify=1`` each one's files are read
     and checked again (what a run page shows), ``valid`` and ``reason`` from that check."""
@@ -391,17 +406,6 @@ def _owned(run_id: str, what: str, rid: int) -> dict:
 
 def _own_checkpoint(run_id: str, cid: int) -> dict:
     return _owned(run_id, "checkpoint", cid)
-#: how many checkpoint verifications run at once (each reads every file of a checkpoint)
-VERIFY_THREADS = 2
-_verify_pool: list[ThreadPoolExecutor] = []
-
-
-def _verifier() -> ThreadPoolExecutor:
-    if not _verify_pool:
-        _verify_pool.append(ThreadPoolExecutor(VERIFY_THREADS, "labkit-verify"))
-    return _verify_pool[0]
-
-
 
 
 class Checkpoint(Base):

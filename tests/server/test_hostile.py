@@ -240,6 +240,7 @@ async def test_hostile_requests_get_4xx_json_and_change_nothing(
         http_server_client, jp_base_url, jp_auth_header, fresh_store, tmp_path):
     ids = seed(fresh_store, tmp_path)
     before = sorted(r["id"] for r in lk.runs.list())
+    written = [(r["name"], r["tags"], r["note"]) for r in map(lk.runs.get, before)]
     t0, failures = time.perf_counter(), []
     for what, method, path, query, body, statuses in TABLE:
         path = path.format(**ids)
@@ -260,7 +261,6 @@ async def test_hostile_requests_get_4xx_json_and_change_nothing(
             problems.append(f"Content-Type {r.headers.get('Content-Type')}")
         if secrets_in(text, tmp_path):
             problems.append(f"a path in the response: {secrets_in(text, tmp_path)}")
-    written = [(r["name"], r["tags"], r["note"]) for r in map(lk.runs.get, before)]
         if problems:
             failures.append(f"{what} ({method} {path[:60]}?{query[:30]}): {'; '.join(problems)}"
                             f" -- {text[:160]}")
@@ -270,6 +270,8 @@ async def test_hostile_requests_get_4xx_json_and_change_nothing(
           f"{time.perf_counter() - t0:.1f} s")
     assert failures == [], "\n".join(failures)
     assert after == before, "a hostile request created or deleted a run"
+    assert [(r["name"], r["tags"], r["note"]) for r in map(lk.runs.get, after)] == written, \
+        "a hostile PATCH changed a run's name, tags or note"
     assert [c["id"] for c in lk.runs.checkpoints(ids["run"])] == [ids["ck"]]
     assert [c["id"] for c in lk.runs.checkpoints(ids["other"])] == [ids["other_ck"]]
 
@@ -290,8 +292,6 @@ async def test_no_response_carries_a_path(http_server_client, jp_base_url, jp_au
              ("POST", f"runs/{ids['other']}/fork", json.dumps({"checkpoint": ids["other_ck"]})),
              ("POST", f"runs/{ids['other']}/fork", "{}"),
              ("POST", f"runs/{run}/fork", json.dumps({"checkpoint": ids["ck"],
-    assert [(r["name"], r["tags"], r["note"]) for r in map(lk.runs.get, after)] == written, \
-        "a hostile PATCH changed a run's name, tags or note"
                                                       "changes": {"lr": 0.2}}))]
     for method, path, body in calls:
         r = await raw(http_server_client, jp_base_url, jp_auth_header, method, path,
