@@ -52,13 +52,17 @@ def _shown(row: sqlite3.Row, is_live: Callable[[dict], bool]) -> str:
 
 
 def matching(c: sqlite3.Connection, is_live, status: str | None, name: str | None,
-             sort: str) -> list[str]:
+             sort: str, text: str | None = None) -> list[str]:
     """The ids of the runs with ``status`` (one of the store's, ``dead`` or ``live``: running
-    or paused, and training now) whose name holds ``name``, in ``sort`` order."""
+    or paused, and training now) whose name holds ``name`` and whose name or id holds
+    ``text`` (both literally, any case), in ``sort`` order."""
     where, args = [], []
     if name:
         where.append("name LIKE ? ESCAPE '\\'")
         args.append(_like(name))
+    if text:
+        where.append("(name LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\')")
+        args.extend([_like(text)] * 2)
     if status is not None:
         stored = _STORED.get(status, (status,))
         where.append(f"status IN ({','.join('?' * len(stored))})")
@@ -158,7 +162,7 @@ def sparklines(c: sqlite3.Connection, ids: list[str], key: str,
     return out
 
 
-def page(c: sqlite3.Connection, run_dict, is_live, *, status=None, name=None,
+def page(c: sqlite3.Connection, run_dict, is_live, *, status=None, name=None, text=None,
          sort="newest", offset=0, limit=None, metric=None, points=40, ids=False) -> dict:
     """See ``RunStore.page``."""
     if sort not in SORTS:
@@ -167,7 +171,7 @@ def page(c: sqlite3.Connection, run_dict, is_live, *, status=None, name=None,
     if offset < 0 or (limit is not None and limit < 0):
         raise refuse(f"page: offset and limit must be at least 0, got {offset}, {limit}",
                      "invalid")
-    every = matching(c, is_live, status, name, sort)
+    every = matching(c, is_live, status, name, sort, text)
     window = every[offset:] if limit is None else every[offset:offset + limit]
     runs = [run_dict(r) for r in rows(c, window)]
     if status is not None and status != "live":  # a run that died between the two reads

@@ -250,19 +250,20 @@ class RunStore:
 
     def page(self, status: str | None = None, name: str | None = None, sort: str = "newest",
              offset: int = 0, limit: int | None = None, metric: str | None = None,
-             points: int = 40, ids: bool = False) -> dict:
+             points: int = 40, ids: bool = False, text: str | None = None) -> dict:
         """A window of the runs ``list`` would give (``status`` may also be ``"live"``: running
-        or paused, training now), ordered by ``sort`` (newest, oldest, name, status), in a
-        fixed number of statements (``listing.py``): ``{"runs": [...], "total": N, "offset",
-        "limit", "counts": {status: n, "live": n}}``; each run has ``"metric"``, a sparkline of
-        ``metric`` (at most ``points`` points, downsampled in SQLite) and its last value, or
-        None; ``ids=True`` adds the ids of every matching run, in order."""
+        or paused, training now; ``text`` matches part of the name or id), ordered by ``sort``
+        (newest, oldest, name, status), in a fixed number of statements (``listing.py``):
+        ``{"runs": [...], "total": N, "offset", "limit", "counts": {status: n, "live": n}}``;
+        each run has ``"metric"``, a sparkline of ``metric`` (at most ``points`` points,
+        downsampled in SQLite) and its last value, or None; ``ids=True`` adds the ids of
+        every matching run, in order."""
         if status is not None and status not in (*STATUSES, "dead", "live"):
             raise refuse(f"page: status must be one of {(*STATUSES, 'dead', 'live')}, got "
                          f"{str(status)[:40]!r}", "invalid")
         return listing.page(self._conn(), self._run_dict, self.is_live, status=status,
-                            name=name, sort=sort, offset=offset, limit=limit, metric=metric,
-                            points=points, ids=ids)
+                            name=name, text=text, sort=sort, offset=offset, limit=limit,
+                            metric=metric, points=points, ids=ids)
 
     def children(self, run_id: str) -> list[str]:
         """The ids of the runs forked from ``run_id``, oldest first."""

@@ -269,8 +269,9 @@ class Base(APIHandler):
 
 
 class Runs(Base):
-    """``GET runs``: every run, newest first (the old form); with any of ``limit``, ``offset``,
-    ``sort``, ``metric``, ``points``, ``ids`` a window of them as the sidebar shows it, with
+    """``GET runs``: every run, newest first (the old form); ``name=`` matches part of the name,
+    ``q=`` part of the name or id; with ``limit``, ``offset``, ``sort``, ``metric``, ``points``
+    or ``ids``, a window of them as the sidebar shows it, with
     ``total``, ``counts`` (runs per status in the whole store, ``live``: training now) and,
     with ``metric=KEY``, each run's ``metric``: ``{iteration, value, last, last_iteration}``,
     a sparkline of at most ``points`` points downsampled in SQLite, or null."""
@@ -286,6 +287,9 @@ class Runs(Base):
         name = self.query("name")
         if name is not None and len(name) > 200:
             raise BadRequest("name is longer than 200 characters")
+        text = self.query("q")
+        if text is not None and len(text) > 200:
+            raise BadRequest("q is longer than 200 characters")
         sort = self.query("sort", "newest")
         if sort not in SORTS:
             raise BadRequest(f"sort must be one of {list(SORTS)}, got {sort[:40]!r}")
@@ -298,7 +302,7 @@ class Runs(Base):
             raise BadRequest(f"metric needs limit: sparklines are drawn for a window of at "
                              f"most {MAX_LIMIT} runs (e.g. limit=50)")
         points = self.int_query("points", 2, MAX_POINTS)
-        body = runs.store().page(status=status, name=name, sort=sort, offset=offset,
+        body = runs.store().page(status=status, name=name, text=text, sort=sort, offset=offset,
                                  limit=limit, metric=metric, points=points or 40,
                                  ids=self.bool_query("ids"))
         shown = []

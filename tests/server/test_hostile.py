@@ -89,6 +89,7 @@ TABLE = [
     ("points text", "GET", "runs", "limit=5&metric=loss&points=many", None, {400}),
     ("ids maybe", "GET", "runs", "ids=maybe", None, {400}),
     ("status live typo", "GET", "runs", "status=alive", None, {400}),
+    ("q 201 chars", "GET", "runs", "q=" + "q" * 201, None, {400}),
     ("max_points -5", "GET", "runs/{run}/metrics", "max_points=-5", None, {400}),
     ("max_points 0", "GET", "runs/{run}/metrics", "max_points=0", None, {400}),
     ("max_points 1", "GET", "runs/{run}/metrics", "max_points=1", None, {400}),

@@ -88,6 +88,11 @@ async def test_filters_and_ids(jp_fetch, fresh_store):
     assert body["total"] == 10 and body["ids"] == ids[9::-1]
     code, body = await call(jp_fetch, name="%", limit="50")  # literal, not a wildcard
     assert body["total"] == 0 and body["runs"] == []
+    # q: part of the name or of the id
+    code, body = await call(jp_fetch, q=ids[7][-10:].upper(), limit="50")
+    assert [r["id"] for r in body["runs"]] == [ids[7]]
+    code, body = await call(jp_fetch, q="RUN-2", limit="50")
+    assert body["total"] == 10
 
 
 async def test_sparklines_downsampled_with_last_value(jp_fetch, fresh_store):
