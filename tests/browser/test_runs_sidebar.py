@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from .conftest import open_notebook, require_browser, shot, start_lab, wait_for
+from .conftest import dark_theme, open_notebook, require_browser, shot, start_lab, wait_for
 
 require_browser()
 
@@ -102,10 +102,12 @@ def test_runs_sidebar_panel_and_commands(browser, lab):
              what="both runs in the sidebar")
     assert "paused" in row(page, paused).locator(".labkit-run-status").inner_text()
     assert "finished" in row(page, finished).locator(".labkit-run-status").inner_text()
-    # 40 batches, 21 per epoch
-    assert "iteration 40 · epoch 2, batch 19/21" in row(page, paused).inner_text()
-    assert "iteration 42 · 2 epochs done" in row(page, finished).inner_text()
-    assert "loss" in row(page, paused).inner_text()
+    # 40 batches, 21 per epoch (the progress is in the row's tooltip; the row is two lines)
+    assert "iteration 40 · epoch 2, batch 19/21" in row(page, paused).get_attribute("title")
+    assert "iteration 42 · 2 epochs done" in row(page, finished).get_attribute("title")
+    value = row(page, paused).locator(".labkit-run-value").inner_text()
+    assert re.fullmatch(r"[0-9.e+-]+", value), value
+    assert "loss" in page.locator(".labkit-runs-count").inner_text()  # the metric shown
     wait_for(lambda: row(page, finished).locator("polyline").count() == 1, what="a sparkline")
     assert page.locator(".labkit-statusbar").inner_text() == "labkit: 0 training"
     # a name that is markup is shown as text, and runs nothing
@@ -224,7 +226,7 @@ def test_a_run_training_in_a_script_shows_live(browser, lab):
                  timeout=30, what="the status bar to count it")
 
         def iteration():
-            return int(re.search(r"iteration (\d+)", r.inner_text()).group(1))
+            return int(re.search(r"iteration (\d+)", r.get_attribute("title")).group(1))
         first = iteration()
         wait_for(lambda: iteration() > first + 20, timeout=30, what="live progress")
         shot(page, "08-training-elsewhere")
@@ -237,4 +239,164 @@ def test_a_run_training_in_a_script_shows_live(browser, lab):
     finally:
         if proc.poll() is None:
             proc.kill()
+    page.close()
+
+
+SEED_MANY = """
+import json, math, os, socket, sys, time
+import labkit as lk
+s = lk.runs.store()
+c = s._conn()
+now, n = time.time(), int(sys.argv[1])
+ids = []
+with c:  # NOTE: one transaction: 10,000 create_run calls take ~20 s
+    for i in range(n):
+        rid = f"20261204-{i // 3600 % 24:02d}{i // 60 % 60:02d}{i % 60:02d}-{os.urandom(8).hex()}"
+        live = i == n - 3
+        # the live run beats an hour ahead, so it stays live however slow the test is
+        c.execute("INSERT INTO runs (id, name, status, created, started, heartbeat, host, pid, "
+                  "config) VALUES (?,?,?,?,?,?,?,?,?)",
+                  (rid, f"run-{i:05d}", "running" if live else "finished",
+                   now - (n - i) * 60, now - (n - i) * 60, now + 3600, socket.gethostname(),
+                   os.getppid() if live else 0, "{}"))
+        ids.append(rid)
+for k, rid in enumerate(ids[-4:]):
+    s.add_metrics(rid, [(it, 0, "loss", (k + 1) * math.exp(-it / 300), 0.0)
+                        for it in range(1000)])
+print(json.dumps(ids))
+"""
+N_MANY = 10_000
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory):
+    """A lab over a store of 10,000 runs: the newest four with a loss series, the third
+    newest running (its pid: this test's process, its heartbeat fresh)."""
+    tmp = tmp_path_factory.mktemp("many-lab")
+    root, home = tmp / "root", tmp / "home"
+    root.mkdir()
+    env = {**os.environ, "LABKIT_HOME": str(home)}
+    out = subprocess.run([sys.executable, "-c", SEED_MANY, str(N_MANY)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    ids = json.loads(out.stdout.strip().splitlines()[-1])
+    with start_lab(tmp, root, home) as lab:
+        lab.ids = ids
+        yield lab
+
+
+def list_requests(page):
+    """The sidebar's list requests (``GET labkit/api/runs?...``) and any per-run metrics
+    request, as they are sent."""
+    seen = []
+    page.on("request", lambda r: seen.append((time.monotonic(), r.url))
+            if "/labkit/api/runs" in r.url else None)
+    return seen
+
+
+def test_ten_thousand_runs_virtual_list_compare_and_status_item(browser, many):
+    ids = many.ids
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    seen = list_requests(page)
+    page.goto(many.page_url("lab?reset"))
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=90_000)
+    page.locator(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']").click()
+    sidebar = page.locator("#labkit-runs")
+    wait_for(lambda: row(page, ids[-1]).count(), what="the newest run in the sidebar")
+    wait_for(lambda: sidebar.locator(".labkit-runs-count").inner_text().startswith(
+        "10,000 runs"), what="the count of every run")
+    # only the rows in view (and a few either side) are in the DOM
+    rows = sidebar.locator(".labkit-run-row")
+    assert 5 <= rows.count() <= 60, rows.count()
+    newest = row(page, ids[-1])
+    assert newest.locator(".labkit-run-name").inner_text() == f"run-{N_MANY - 1:05d}"
+    assert newest.locator(".labkit-run-id").inner_text() == ids[-1].split("-")[2][:4]
+    assert newest.locator(".labkit-run-when").inner_text() == "1 min ago"
+    wait_for(lambda: newest.locator("polyline").count() == 1, what="a sparkline")
+    assert re.fullmatch(r"[0-9.e+-]+", newest.locator(".labkit-run-value").inner_text())
+    # the filter box is not clipped: it lies inside the 250 px sidebar
+    box, side = sidebar.locator(".labkit-runs-filter").bounding_box(), sidebar.bounding_box()
+    assert side["width"] <= 300 and box["x"] >= side["x"] \
+        and box["x"] + box["width"] <= side["x"] + side["width"] + 0.5, (box, side)
+    # each row is two lines high, whatever the name
+    assert all(rows.nth(i).bounding_box()["height"] <= 44 for i in range(5))
+    shot(page, "08-runs-10000-light")
+
+    # a refresh is one request for the whole list, never one per row
+    t0 = time.monotonic()
+    page.wait_for_timeout(5000)  # NOTE: not time.sleep: Playwright delivers events meanwhile
+    window = [u for t, u in seen if t >= t0]
+    assert not [u for u in window if "/metrics" in u], window
+    polls = [t for t, u in seen if t >= t0 and "limit=" in u]
+    assert len(polls) >= 2 and len(polls) == len(window), window
+    assert all(b - a > 1.0 for a, b in zip(polls, polls[1:])), polls
+
+    # scrolled to the end: the oldest run shows; the DOM still holds a few rows
+    sidebar.locator(".labkit-runs-list").evaluate("e => { e.scrollTop = e.scrollHeight; }")
+    wait_for(lambda: row(page, ids[0]).count() and row(page, ids[0]).is_visible(),
+             what="the oldest run after scrolling to the end")
+    assert row(page, ids[0]).locator(".labkit-run-name").inner_text() == "run-00000"
+    assert rows.count() <= 60
+    sidebar.locator(".labkit-runs-list").evaluate("e => { e.scrollTop = 0; }")
+    wait_for(lambda: row(page, ids[-1]).count(), what="the newest run again")
+
+    # select two runs (a box, then Ctrl-click) and compare them
+    row(page, ids[-1]).locator(".labkit-run-check").click()
+    row(page, ids[-2]).click(modifiers=["Control"])
+    assert "2 selected" in sidebar.locator(".labkit-runs-count").inner_text()
+    assert row(page, ids[-2]).locator(".labkit-run-check").is_checked()
+    sidebar.locator(".labkit-runs-compare").click()
+    area = f"#labkit-compare-area-{'_'.join(sorted(ids[-2:]))}"
+    wait_for(lambda: page.locator(area).count(), what="the compare page of the two runs")
+    # Shift-click selects a range
+    sidebar.locator(".labkit-runs-clear").click()
+    row(page, ids[-1]).locator(".labkit-run-check").click()
+    row(page, ids[-5]).click(modifiers=["Shift"])
+    assert "5 selected" in sidebar.locator(".labkit-runs-count").inner_text()
+    sidebar.locator(".labkit-runs-clear").click()
+
+    # the status item: a button that shows the runs training now
+    status = page.locator(".labkit-statusbar")
+    wait_for(lambda: status.inner_text() == "labkit: 1 training", what="the status item")
+    assert status.get_attribute("role") == "button"
+    # on the line of its neighbours (their text's vertical centre)
+    neighbour = page.locator("#jp-main-statusbar .jp-StatusBar-TextItem:not(.labkit-statusbar)")
+    mid = [(b["y"] + b["height"] / 2) for b in (status.bounding_box(),
+                                                 neighbour.first.bounding_box())]
+    assert abs(mid[0] - mid[1]) <= 1.0, mid
+    page.locator(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']").click()  # closed
+    wait_for(lambda: not sidebar.is_visible(), what="the sidebar to close")
+    status.focus()
+    page.keyboard.press("Enter")
+    wait_for(lambda: sidebar.is_visible(), what="the sidebar opened from the status item")
+    assert sidebar.locator(".labkit-runs-toolbar select").first.input_value() == "live"
+    wait_for(lambda: sidebar.locator(".labkit-runs-count").inner_text().startswith("1 run"),
+             what="the live filter")
+    assert [rows.nth(i).get_attribute("data-run-id") for i in range(rows.count())] == [ids[-3]]
+    assert "running" in row(page, ids[-3]).locator(".labkit-run-status").inner_text()
+    sidebar.locator(".labkit-runs-toolbar select").first.select_option("all")
+    wait_for(lambda: sidebar.locator(".labkit-runs-count").inner_text().startswith("10,000"),
+             what="every run again")
+    status.click()
+    wait_for(lambda: sidebar.locator(".labkit-runs-count").inner_text().startswith("1 run"),
+             what="the live filter from a click")
+    shot(page, "08-runs-live-from-status")
+    sidebar.locator(".labkit-runs-toolbar select").first.select_option("all")
+    wait_for(lambda: row(page, ids[-1]).count(), what="every run again")
+
+    # a filter by name or id: the count follows, the rows are the matching ones
+    sidebar.locator(".labkit-runs-filter").fill("run-0999")
+    wait_for(lambda: sidebar.locator(".labkit-runs-count").inner_text().startswith("10 runs"),
+             what="the filtered count")
+    sidebar.locator(".labkit-runs-filter").fill(ids[1234].split("-")[2][:10])
+    wait_for(lambda: rows.count() == 1 and row(page, ids[1234]).count(), what="a run by id")
+    sidebar.locator(".labkit-runs-filter").fill("")
+    wait_for(lambda: row(page, ids[-1]).count(), what="every run again")
+
+    dark_theme(page)
+    if not sidebar.is_visible():
+        page.locator(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']").click()
+    wait_for(lambda: newest.locator("polyline").count() == 1, what="the sparkline, dark")
+    time.sleep(0.5)
+    shot(page, "08-runs-10000-dark")
     page.close()

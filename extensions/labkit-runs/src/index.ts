@@ -215,11 +215,29 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     }
     if (statusBar) {
+      // a button (click, Enter or Space) that opens the Runs sidebar filtered to live runs;
+      // its text in JupyterLab's own status text class, so it sits on the others' line
       const item = new Widget();
       item.addClass('labkit-statusbar');
+      item.addClass('jp-StatusBar-TextItem');
+      item.addClass('jp-mod-highlighted');
+      item.node.setAttribute('role', 'button');
+      item.node.tabIndex = 0;
+      item.node.title = 'Show the labkit runs training now (Runs sidebar)';
       item.node.textContent = 'labkit: -';
+      const reveal = () => {
+        shell.activateById(panel.id);
+        panel.showLive();
+      };
+      item.node.addEventListener('click', reveal);
+      item.node.addEventListener('keydown', (e: KeyboardEvent) => {
+        if (e.key === 'Enter' || e.key === ' ') {
+          e.preventDefault();
+          reveal();
+        }
+      });
       panel.changed = () => {
-        const n = panel.runs.filter(r => r.status === 'running').length;
+        const n = panel.counts.running ?? 0;
         item.node.textContent = `labkit: ${n} training`;
       };
       statusBar.registerStatusItem('labkit-runs:status', { item, align: 'left', rank: 10 });
