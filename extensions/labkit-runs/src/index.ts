@@ -24,12 +24,14 @@ import { Widget } from '@lumino/widgets';
 import { api, IRun, isRunId, runPath } from './api';
 import { dashboardCode, resumeCode } from './code';
 import { CommandIDs } from './commands';
+import { ComparePanel } from './compare';
 import { RunPanel } from './runpanel';
 import { RunsPanel, runsIcon } from './sidebar';
 
 export { api, isRunId, runPath, RUN_ID } from './api';
 export { dashboardCode, pyString, resumeCode } from './code';
 export { CommandIDs } from './commands';
+export { ComparePanel } from './compare';
 export { RunPanel } from './runpanel';
 export { progressText, RunsPanel, runsIcon, sparkline } from './sidebar';
 
@@ -204,13 +206,52 @@ const plugin: JupyterFrontEndPlugin<void> = {
       label: 'Refresh labkit runs',
       execute: () => panel.refresh()
     });
+    app.commands.addCommand(CommandIDs.compare, {
+      label: 'Compare labkit runs...',
+      caption: 'Overlay several runs\' curves and compare their configs and best metrics',
+      execute: async args => {
+        let ids: unknown = args.ids;
+        if (ids === undefined) {  // from the palette: pick the runs
+          if (!panel.runs.length) {
+            await panel.refresh();
+          }
+          const labels = panel.runs.map(r => `${r.id} · ${r.name || 'unnamed'} · ${r.status}`);
+          const answer = await InputDialog.getMultipleItems({
+            title: 'Compare which labkit runs? (Ctrl or Shift to pick several)', items: labels
+          });
+          if (!answer.button.accept || !answer.value) {
+            return;
+          }
+          ids = answer.value.map(v => v.split(' ')[0]);
+        }
+        const bad = Array.isArray(ids) ? ids.find(i => !isRunId(i)) : ids;
+        if (!Array.isArray(ids) || bad !== undefined || !ids.length || ids.length > 50) {
+          void showErrorMessage('labkit', !Array.isArray(ids) || bad !== undefined
+            ? `Compare takes a list of run ids; not a run id: ${String(bad).slice(0, 40)}`
+            : `Compare 1 to 50 runs (${ids.length} were given)`);
+          return;
+        }
+        const unique = [...new Set(ids as string[])];
+        const areaId = `labkit-compare-area-${[...unique].sort().join('_')}`;
+        if (Array.from(shell.widgets('main')).some(w => w.id === areaId)) {
+          shell.activateById(areaId);
+          return;
+        }
+        const widget = new MainAreaWidget({ content: new ComparePanel(unique) });
+        widget.id = areaId;
+        widget.title.icon = runsIcon;
+        shell.add(widget, 'main');
+        shell.activateById(widget.id);
+      }
+    });
     for (const command of [CommandIDs.open, CommandIDs.resume, CommandIDs.fork,
                            CommandIDs.dashboard]) {
       app.contextMenu.addItem({ command, selector: '.labkit-run-row' });
     }
     if (palette) {
       for (const command of [CommandIDs.open, CommandIDs.resume, CommandIDs.fork,
-                             CommandIDs.dashboard, CommandIDs.refresh]) {
+                             CommandIDs.dashboard, CommandIDs.refresh,
+                             CommandIDs.compare]) {
         palette.addItem({ command, category: 'labkit' });
       }
     }
