@@ -67,7 +67,8 @@ class SoftmaxCrossEntropy(Function):
     def _onehot(self, x):
         xp = xp_of(x)
         c = x.shape[1]
-        classes = (np.arange(c) if xp is np else xp.arange(c, device=x.rt)).reshape(
+        # NOTE: on a device the class indices are made once and shared (not uploaded per call)
+        classes = (np.arange(c) if xp is np else xp.class_indices(c, x.rt)).reshape(
             (1, c) + (1,) * (x.ndim - 2))
         t = self.t
         # ignore_label matches no class: its row is all zeros

@@ -26,6 +26,7 @@ from .core import (
     bitwise_or,
     bitwise_xor,
     ceil,
+    class_indices,
     clip,
     copy,
     cos,
@@ -129,8 +130,9 @@ pi, e, inf, nan = math.pi, math.e, math.inf, math.nan
 
 __all__ = [
     # creation
-    "arange", "array", "asarray", "ascontiguousarray", "asnumpy", "empty", "empty_like", "eye",
-    "full", "full_like", "linspace", "ones", "ones_like", "zeros", "zeros_like",
+    "arange", "array", "asarray", "ascontiguousarray", "asnumpy", "class_indices", "empty",
+    "empty_like", "eye", "full", "full_like", "linspace", "ones", "ones_like", "zeros",
+    "zeros_like",
     # elementwise
     "abs", "absolute", "add", "arctan", "arctan2", "astype", "bitwise_and", "bitwise_or",
     "bitwise_xor", "ceil", "clip", "copy", "cos", "divide", "equal", "erf", "exp", "expm1",

@@ -171,6 +171,12 @@ class Runtime:
         self.lock = threading.Lock()
         self.build_lock = threading.RLock()  # cache misses: one thread builds, others wait
         self.tuned: dict = {}  # per-device tuning choices (GEMM blocking), see gemm.py
+        #: times the host waited for this device's queue (finish, a read, a blocking copy):
+        #: a training step should need none (tests/backend/test_syncs.py counts them)
+        self.syncs = 0
+        # NOTE: pyopencl's event for a non-blocking upload holds the host buffer alive and,
+        # when dropped before the copy ran, waits for it: uploads keep theirs here until done
+        self._uploads: list = []
 
     def cached(self, key, make):
         """``self.kernels[key]``, made by ``make()`` on the first use. Double-checked under
@@ -187,7 +193,25 @@ class Runtime:
         return self.pool.allocate(max(int(nbytes), 1))
 
     def finish(self) -> None:
+        self.syncs += 1
         self.queue.finish()
+        with self.lock:
+            self._uploads.clear()
+
+    def upload(self, buf, host) -> None:
+        """Copy the C-contiguous NumPy array ``host`` into ``buf`` without waiting for the
+        queue: the copy runs after the work queued before it. ``host`` must not change
+        afterwards (callers pass a private copy)."""
+        import pyopencl as cl
+
+        done = cl.command_execution_status.COMPLETE
+        # NOTE: under the launch lock, like a kernel: a non-blocking copy enqueued while
+        # another thread launched crashed NVIDIA's driver (a blocking one had not)
+        with self.lock:
+            if len(self._uploads) >= 32:  # NOTE: a status query does not wait
+                self._uploads = [e for e in self._uploads
+                                 if e.command_execution_status != done]
+            self._uploads.append(cl.enqueue_copy(self.queue, buf, host, is_blocking=False))
 
     def __repr__(self) -> str:
         return f"<Runtime cl:{self.info.index} {self.info.name}>"

@@ -71,8 +71,6 @@ def full_like(a, fill_value, dtype=None) -> ndarray:
 
 def asarray(obj, dtype=None, device=None) -> ndarray:
     """An OpenCL array from a NumPy array, a list, a scalar or another OpenCL array."""
-    import pyopencl as cl  # NOTE: see context.py
-
     if isinstance(obj, ndarray):
         rt = obj.rt if device is None else resolve(device)
         if rt is not obj.rt:
@@ -82,11 +80,13 @@ def asarray(obj, dtype=None, device=None) -> ndarray:
     rt = resolve(device)
     host = np.asarray(obj, dtype=dtype)
     check_dtype(host.dtype, rt, "asarray")
-    if not host.flags.c_contiguous:
-        host = host.copy(order="C")  # NOTE: np.ascontiguousarray would make 0-d arrays 1-d
     out = ndarray(rt, host.shape, host.dtype)
     if host.size:
-        cl.enqueue_copy(rt.queue, out.data, host, is_blocking=True)
+        # NOTE: a private copy, uploaded without waiting for the queue: a blocking copy
+        # would wait for every kernel queued before it (a sync per batch uploaded), and the
+        # caller may change its array as soon as this returns. np.array(order="C") keeps
+        # 0-d arrays 0-d, which np.ascontiguousarray would not
+        rt.upload(out.data, np.array(host, order="C", copy=True))
     return out
 
 
@@ -100,6 +100,15 @@ def ascontiguousarray(a) -> ndarray:
 def arange(start, stop=None, step=1, dtype=None, device=None) -> ndarray:
     # NOTE: computed by NumPy and uploaded, so values match NumPy's bit for bit.
     return asarray(np.arange(start, stop, step, dtype=dtype), device=device)
+
+
+def class_indices(n: int, device) -> ndarray:
+    """``arange(n)`` (int64) on ``device``, made once per device and size and shared: for
+    one-hot comparisons in every step (uploading it each time cost a copy per call). Read
+    only: never write into it."""
+    rt = resolve(device)
+    return rt.cached(("class_indices", int(n)), lambda: arange(int(n), dtype=np.int64,
+                                                               device=rt))
 
 
 def linspace(start, stop, num=50, dtype=np.float32, device=None) -> ndarray:

@@ -174,6 +174,7 @@ class ndarray:
         if self.size == 0:
             return out
         src = self if self.is_contiguous else self.copy()
+        self.rt.syncs += 1
         cl.enqueue_copy(self.rt.queue, out, src.data, src_offset=src.offset * self.itemsize,
                         is_blocking=True)
         return out
