@@ -8,6 +8,12 @@ corrupted one invalid, without a Fork button), the lineage as links that open ru
 failed run's error (as text), a tab titled with the run's name and short id; Delete asks first
 and removes the run, and a run training elsewhere is refused with the server's message.
 Screenshots in the light and the dark theme.
+
+Then what people do on a run page: rename a run (the tab follows, and it stays after a
+reload), tag it, write a note; fork it through the form of its config (only the changed key is
+sent, the new run has it); read a failed run's traceback tail; zoom a chart (drag, hover inside
+the range, double-click back); and Pause, Resume, Checkpoint and Stop a run that a script
+trains in another process.
 """
 
 import json
@@ -15,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+from contextlib import contextmanager
 
 import pytest
 
@@ -202,3 +209,282 @@ def luminance(css: str) -> float:
 def shot_path(name):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return ARTIFACTS / f"{name}.png"
+
+
+def set_theme(page, name):
+    """Settings → Theme → JupyterLab ``name`` ("Light" or "Dark"), waited for."""
+    light = "true" if name == "Light" else "false"
+    if page.locator(f"body[data-jp-theme-light='{light}']").count():
+        return
+    if name == "Dark":
+        dark_theme(page)
+        return
+    page.locator(".lm-MenuBar-itemLabel", has_text="Settings").click()
+    page.locator(".lm-Menu-itemLabel", has_text="Theme").first.hover()
+    page.locator(".lm-Menu-itemLabel").filter(has_text=re.compile("^JupyterLab Light$")).click()
+    page.wait_for_selector("body[data-jp-theme-light='true']", state="attached", timeout=30_000)
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=30_000)
+
+
+def open_lab(browser, lab, theme="Light"):
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    page.goto(lab.page_url("lab?reset"))
+    page.wait_for_selector(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']", timeout=90_000)
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=90_000)
+    set_theme(page, theme)
+    page.locator(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']").click()
+    wait_for(lambda: page.locator(".labkit-run-row").count() >= 3, what="the runs")
+    return page
+
+
+TAGS = "(els) => els.map(e => e.dataset.tag)"
+
+
+def test_rename_tags_and_note_are_saved_and_stay(browser, lab):
+    ids = lab.ids
+    page = open_lab(browser, lab)
+    ok = open_from_sidebar(page, ids["ok"])
+    short = ids["ok"].split("-")[2][:4]
+    name = ok.locator(".labkit-runpage-name")
+    wait_for(lambda: name.input_value() == "tiny-mlp", what="the name in its input")
+    name.fill("tiny-mlp-wide")
+    name.press("Enter")
+    row = ok.locator(".labkit-runpage-name-row")
+    wait_for(lambda: "renamed" in row.inner_text(), timeout=20,
+             what=f"the rename saved (the page says {row.inner_text()!r})")
+    wait_for(lambda: tab(page, ids["ok"]).inner_text().strip() == f"tiny-mlp-wide · {short}",
+             what="the tab to follow the new name")
+    assert ids["ok"] in tab(page, ids["ok"]).get_attribute("title")  # the caption: full id
+    wait_for(lambda: "tiny-mlp-wide" in page.locator(
+        f".labkit-run-row[data-run-id='{ids['ok']}']").inner_text(), what="the sidebar's name")
+
+    tag_input = ok.locator(".labkit-runpage-tag-input")
+    chips = ok.locator(".labkit-runpage-tags .labkit-tag")
+    for t in ("baseline", "lr:0.01"):
+        tag_input.fill(t)
+        tag_input.press("Enter")
+        wait_for(lambda t=t: ok.locator(f".labkit-tag[data-tag='{t}']").count() == 1,
+                 what=f"the tag {t}")
+    tag_input.fill("two words")
+    ok.locator(".labkit-runpage-tag-add").click()
+    assert "not a tag" in ok.locator(".labkit-runpage-tags-row .labkit-runpage-saved") \
+        .inner_text()
+    assert chips.count() == 2
+    ok.locator(".labkit-tag[data-tag='baseline'] .labkit-tag-remove").click()
+    wait_for(lambda: chips.evaluate_all(TAGS) == ["lr:0.01"], what="the removed tag gone")
+
+    ok.locator(".labkit-runpage-note-box summary").click()
+    note = ok.locator(".labkit-runpage-note-text")
+    save = ok.locator(".labkit-runpage-note-save")
+    assert save.is_disabled()
+    note.fill("lr too high after epoch 2?\n<b>not bold</b>")
+    assert "not saved" in ok.locator(".labkit-runpage-note-bar").inner_text()
+    save.click()
+    wait_for(lambda: "note saved" in ok.locator(".labkit-runpage-note-bar").inner_text(),
+             what="the note saved")
+    assert save.is_disabled() and ok.locator(".labkit-runpage-notes b").count() == 0
+    shot(page, "16-run-page-notes-light")
+
+    # a reload reads them back from the store
+    page.reload()
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=90_000)
+    page.locator(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']").click()
+    if not page_of(page, ids["ok"]).count():
+        open_from_sidebar(page, ids["ok"])
+    ok = page_of(page, ids["ok"])
+    wait_for(lambda: ok.locator(".labkit-runpage-name").input_value() == "tiny-mlp-wide",
+             what="the name after a reload")
+    wait_for(lambda: tab(page, ids["ok"]).inner_text().strip() == f"tiny-mlp-wide · {short}",
+             what="the tab title after a reload")
+    assert ok.locator(".labkit-tag").evaluate_all(TAGS) == ["lr:0.01"]
+    assert ok.locator(".labkit-runpage-note-text").input_value() == \
+        "lr too high after epoch 2?\n<b>not bold</b>"
+    set_theme(page, "Dark")
+    ok.locator(".labkit-runpage-note-box summary").click()
+    ok.locator(".labkit-runpage-notes").screenshot(path=str(shot_path("16-run-page-notes-dark")))
+    shot(page, "16-run-page-notes-dark-page")
+    page.close()
+
+
+def test_fork_form_sends_only_the_changed_key(browser, lab):
+    ids = lab.ids
+    page = open_lab(browser, lab)
+    ok = open_from_sidebar(page, ids["ok"])
+    ok.locator(".labkit-run-toolbar button", has_text="Fork...").click()
+    form = page.locator(".jp-Dialog .labkit-fork-form")
+    form.wait_for(timeout=30_000)
+    select = form.locator(".labkit-fork-checkpoint")
+    # the newest valid checkpoint by default; the corrupted one listed, disabled, with why
+    assert select.input_value() == str(ids["intact"])
+    bad = select.locator(f"option[value='{ids['corrupted']}']")
+    assert bad.is_disabled() and "invalid" in bad.inner_text()
+    lr = form.locator(".labkit-fork-field[data-key='lr']")
+    assert lr.locator("input").input_value() == "0.01"
+    assert form.locator(".labkit-fork-field[data-key='device'] input").input_value() == "cpu"
+    lr.locator("input").fill("0.05")
+    assert "labkit-fork-changed" in lr.get_attribute("class")
+    assert form.locator(".labkit-fork-changed").count() == 1
+    epochs = form.locator(".labkit-fork-field[data-key='epochs']")
+    epochs.locator("input").fill("three")
+    assert "labkit-fork-invalid" in epochs.get_attribute("class")
+    assert "expected a number" in epochs.inner_text()
+    assert "epochs" in form.locator(".labkit-fork-summary").inner_text()
+    epochs.locator("input").fill("3")
+    assert form.locator(".labkit-fork-summary").inner_text() == "changes sent: lr"
+    form.locator(".labkit-fork-name").fill("forked-by-form")
+    shot(page, "16-fork-form-light")
+    fork_post = re.compile(r"/runs/[^/]+/fork(\?|$)")
+    with page.expect_request(lambda r: r.method == "POST" and fork_post.search(r.url)) as req:
+        page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept").click()
+    sent = json.loads(req.value.post_data)
+    assert sent == {"checkpoint": ids["intact"], "changes": {"lr": 0.05}}, sent
+    # the new run: its page opens, named, with the changed value and its lineage
+    child_tab = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="forked-by-form")
+    wait_for(lambda: child_tab.count() == 1, what="the fork's run page")
+    child_id = re.search(r"labkit run (\S+) ", child_tab.get_attribute("title")).group(1)
+    child = page_of(page, child_id)
+    wait_for(lambda: child.locator(".labkit-run-config tr[data-key='lr']").count(),
+             what="the fork's config")
+    assert child.locator(".labkit-run-config tr[data-key='lr'] td").nth(1).inner_text() == "0.05"
+    assert child.locator(".labkit-run-config tr[data-key='epochs'] td").nth(1) \
+        .inner_text() == "3"
+    assert f"at checkpoint {ids['intact']}" in child.locator(".labkit-lineage").inner_text()
+    set_theme(page, "Dark")
+    page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="tiny-mlp").first.click()
+    ok.locator(".labkit-run-toolbar button", has_text="Fork...").click()
+    form.wait_for(timeout=30_000)
+    form.locator(".labkit-fork-field[data-key='hidden'] input").fill("64")
+    shot(page, "16-fork-form-dark")
+    page.locator(".jp-Dialog .jp-Dialog-button", has_text="Cancel").click()
+    page.close()
+
+
+def test_a_failed_run_shows_its_traceback_tail(browser, lab):
+    ids = lab.ids
+    page = open_lab(browser, lab)
+    failed = open_from_sidebar(page, ids["failed"])
+    tb = failed.locator(".labkit-runpage-traceback")
+    wait_for(lambda: tb.count() == 1, what="the traceback block")
+    assert not tb.locator("pre").is_visible()  # folded until asked for
+    tb.locator("summary").click()
+    text = tb.locator("pre").inner_text()
+    lines = text.splitlines()
+    assert lines[-1] == "FloatingPointError: loss became NaN at iteration 25 " + EVIL
+    assert "in exploding" in text and 'File "loop.py"' in text
+    assert "/" not in "".join(re.findall(r'File "([^"]*)"', text))  # file names, no paths
+    assert len(lines) <= 31
+    assert page.locator(".labkit-run-panel img").count() == 0
+    assert page.evaluate("window.__pwned") is None
+    family = tb.locator("pre").evaluate("(e) => getComputedStyle(e).fontFamily")
+    assert "mono" in family.lower() or "courier" in family.lower(), family
+    shot(page, "16-traceback-light")
+    set_theme(page, "Dark")
+    failed.locator(".labkit-runpage-error").screenshot(path=str(shot_path("16-traceback-dark")))
+    page.close()
+
+
+# the mouse over a chart, as a share of its width and height
+def at(box, fx, fy=0.5):
+    return box["x"] + box["width"] * fx, box["y"] + box["height"] * fy
+
+
+def test_zoom_a_chart_then_hover_then_reset(browser, lab):
+    ids = lab.ids
+    page = open_lab(browser, lab)
+    ok = open_from_sidebar(page, ids["ok"])
+    figure = ok.locator(".labkit-figure[data-group='loss'] .labkit-plot")
+    canvas = figure.locator("canvas")
+    wait_for(lambda: canvas.evaluate(INKED) > 1000, what="the loss chart drawn")
+    canvas.scroll_into_view_if_needed()
+    box = canvas.bounding_box()
+    page.mouse.move(*at(box, 0.40))
+    page.mouse.down()
+    page.mouse.move(*at(box, 0.55), steps=5)
+    page.mouse.move(*at(box, 0.70), steps=5)
+    page.mouse.up()
+    zoom = wait_for(lambda: figure.get_attribute("data-zoom"), what="the chart zoomed")
+    lo, hi = (float(v) for v in zoom.split(","))
+    assert 0 < lo < hi < 36, (lo, hi)  # a part of the 36 iterations
+    page.mouse.move(*at(box, 0.62))
+    tip = figure.locator(".labkit-plot-tip")
+    wait_for(lambda: tip.is_visible(), what="the hover after zooming")
+    x = float(figure.get_attribute("data-hover-x"))
+    assert lo <= x <= hi, (lo, x, hi)
+    assert f"iteration {round(x)}" in tip.inner_text()
+    assert re.search(r"loss \d", tip.inner_text()), tip.inner_text()
+    shot(page, "16-zoom-light")
+    canvas.dblclick()
+    wait_for(lambda: figure.get_attribute("data-zoom") is None, what="the zoom reset")
+    page.mouse.move(*at(box, 0.97))
+    wait_for(lambda: float(figure.get_attribute("data-hover-x") or 0) > hi,
+             what="the hover beyond the old range")
+    page.close()
+
+
+TRAIN_ELSEWHERE = """
+import sys, time, labkit as lk
+from labkit.training import build
+from tests.training.helpers import make_loop
+loop = build(make_loop, {"epochs": 100000}, name="elsewhere-training")
+loop.add(lambda loop: time.sleep(0.02), event="after_batch")
+loop.add(lambda loop: print(loop.run_id, flush=True), event="before_training")
+loop.run()
+"""
+
+
+@contextmanager
+def training_elsewhere(lab):
+    proc = subprocess.Popen([sys.executable, "-c", TRAIN_ELSEWHERE], env=lab.env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        yield proc, proc.stdout.readline().strip()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def stored(lab, run_id):
+    """The run and its checkpoints as the lab's store has them (read in a subprocess: this
+    process's store is another one)."""
+    code = (f"import json, labkit as lk; r = lk.runs.get({run_id!r}); "
+            f"print(json.dumps([r['status'], len(lk.runs.checkpoints({run_id!r}))]))")
+    out = subprocess.run([sys.executable, "-c", code], env=lab.env, capture_output=True,
+                         text=True, timeout=60, check=True)
+    return json.loads(out.stdout)
+
+
+def test_pause_a_run_training_in_another_process(browser, lab):
+    page = open_lab(browser, lab)
+    with training_elsewhere(lab) as (proc, run_id):
+        assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]+", run_id), run_id
+        wait_for(lambda: page.locator(f".labkit-run-row[data-run-id='{run_id}']").count(),
+                 what="the script's run in the sidebar")
+        run = open_from_sidebar(page, run_id)
+        cockpit = run.locator(".labkit-cockpit")
+        wait_for(lambda: cockpit.get_attribute("data-status") == "running" and
+                 cockpit.locator("button", has_text="Pause").is_enabled(),
+                 what="the script's run, live")
+        cockpit.locator("button", has_text="Pause").click()
+        # acted on by the script's loop: the store says paused (generous waits: no timing)
+        wait_for(lambda: stored(lab, run_id)[0] == "paused", timeout=30,
+                 what="the script's loop to pause")
+        wait_for(lambda: cockpit.get_attribute("data-status") == "paused",
+                 what="the page to show it paused")
+        shot(page, "16-run-page-other-process-paused")
+        before = stored(lab, run_id)[1]
+        cockpit.locator("button", has_text="Checkpoint").click()
+        wait_for(lambda: stored(lab, run_id)[1] > before, timeout=30,
+                 what="a checkpoint written on request")
+        wait_for(lambda: cockpit.locator("button", has_text="Resume").is_enabled(),
+                 what="Resume enabled")
+        cockpit.locator("button", has_text="Resume").click()
+        wait_for(lambda: stored(lab, run_id)[0] == "running", timeout=30,
+                 what="the script's loop to resume")
+        wait_for(lambda: cockpit.locator("button", has_text="Stop").is_enabled(),
+                 what="Stop enabled")
+        cockpit.locator("button", has_text="Stop").click()
+        assert proc.wait(60) == 0
+        wait_for(lambda: cockpit.get_attribute("data-status") == "finished", timeout=30,
+                 what="the run finished on the page")
+    page.close()

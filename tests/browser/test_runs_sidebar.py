@@ -177,7 +177,8 @@ def test_runs_sidebar_panel_and_commands(browser, lab):
     page.locator(f".lm-DockPanel-tabBar .lm-TabBar-tab[title*='{paused}']").click()
     run_panel.locator(".labkit-run-toolbar button", has_text="Fork...").click()
     dialog = page.locator(".jp-Dialog")
-    dialog.locator("input").fill('{"lr": 0.001}')
+    # the Fork form (forkform.ts): one input per config key
+    dialog.locator(".labkit-fork-field[data-key='lr'] input").fill("0.001")
     dialog.locator(".jp-Dialog-button.jp-mod-accept").click()
     rows = page.locator(".labkit-run-row")
     wait_for(lambda: rows.count() == 4, what="the fork in the sidebar")

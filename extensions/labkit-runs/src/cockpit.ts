@@ -169,6 +169,7 @@ export class Cockpit extends Widget {
     }
     this.themeObserver.disconnect();
     this.resizeObserver.disconnect();
+    this.plots.forEach(p => p.unlisten());
     super.dispose();
   }
 

@@ -24,6 +24,7 @@ import { Widget } from '@lumino/widgets';
 import { api, IRun, isRunId, runPath } from './api';
 import { dashboardCode, resumeCode } from './code';
 import { CommandIDs } from './commands';
+import { forkForm, IForkRequest } from './forkform';
 import { ComparePanel } from './compare';
 import { RunPanel } from './runpanel';
 import { RunsPanel, runsIcon } from './sidebar';
@@ -172,30 +173,30 @@ const plugin: JupyterFrontEndPlugin<void> = {
           return;
         }
         const checkpoint = Number.isSafeInteger(args.checkpoint) ? (args.checkpoint as number) : null;
-        const answer = await InputDialog.getText({
-          title: `Fork run ${id}${checkpoint === null ? '' : ` from checkpoint ${checkpoint}`}: config changes as JSON`,
-          text: '{}'
-        });
-        if (!answer.button.accept) {
+        // the form of the run's config (forkform.ts): typed values, only changes are sent
+        let form: IForkRequest | null;
+        try {
+          form = await forkForm(id, checkpoint);
+        } catch (e) {
+          void showErrorMessage('labkit: cannot fork', (e as Error).message);
+          return;
+        }
+        if (!form) {
           return;
         }
         try {
-          let changes: unknown;
-          try {
-            changes = JSON.parse(answer.value || '{}');
-          } catch {
-            throw new Error('the changes must be a JSON object, e.g. {"lr": 0.001}');
-          }
-          if (changes === null || typeof changes !== 'object' || Array.isArray(changes)) {
-            throw new Error('the changes must be a JSON object, e.g. {"lr": 0.001}');
-          }
           const body = await api<{ run: IRun }>(runPath(id, 'fork'), {
             method: 'POST',
-            body: JSON.stringify({ checkpoint, changes })
+            body: JSON.stringify({ checkpoint: form.checkpoint, changes: form.changes })
           });
+          const child = body.run?.id;
+          if (isRunId(child) && form.name) {
+            await api(runPath(child), { method: 'PATCH', body: JSON.stringify({ name: form.name }) });
+          }
           await panel.refresh();
-          if (isRunId(body.run?.id)) {
-            insertOrSay(resumeCode(body.run.id));
+          // a notebook open: the cell that trains the fork, shown; none: the fork's run page
+          if (isRunId(child) && !insertCell(shell, tracker, resumeCode(child))) {
+            void app.commands.execute(CommandIDs.open, { id: child });
           }
         } catch (e) {
           void showErrorMessage('labkit: fork failed', (e as Error).message);

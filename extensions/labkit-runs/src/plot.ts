@@ -2,8 +2,10 @@
  * A small line plot on a canvas, for live training curves: every series drawn downsampled to
  * the pixel columns (the lowest and highest point of each column, so a spike of one batch
  * shows at any length), axes with labels, log-y, TensorBoard's debiased smoothing with the raw
- * curve faint behind, a hover that lists every series at the step under the mouse, and colours
- * from JupyterLab's theme (read at each draw, so a theme switch shows at once).
+ * curve faint behind, a hover that lists every series at the step under the mouse, zoom (drag
+ * across the plot to show that x-range, y fitted to what it holds; double-click to show all
+ * again), and colours from JupyterLab's theme (read at each draw, so a theme switch shows at
+ * once). No imports: Node's test runner loads its helpers as compiled.
  */
 
 /** One curve: its x (strictly increasing) and y values. */
@@ -97,6 +99,50 @@ export function lastAtOrBefore(x: number[], at: number): number {
   return found;
 }
 
+/** The x-range between two pixel columns of a plot whose frame starts at ``left``, is
+ * ``width`` wide and shows ``lo``..``hi``: ordered, clamped to the frame; null for a drag
+ * narrower than ``minPx`` (a click, not a zoom). */
+export function zoomRange(px0: number, px1: number, left: number, width: number, lo: number,
+                          hi: number, minPx = 4): [number, number] | null {
+  if (!(width > 0) || !(hi > lo) || Math.abs(px1 - px0) < minPx) {
+    return null;
+  }
+  const at = (p: number) => lo + ((Math.min(left + width, Math.max(left, p)) - left) / width) *
+    (hi - lo);
+  const a = at(Math.min(px0, px1));
+  const b = at(Math.max(px0, px1));
+  return b > a ? [a, b] : null;
+}
+
+/** The lowest and highest finite ``f(y)`` of the points whose x lies in [lo, hi] (x sorted),
+ * or null when there are none. */
+export function yExtent(x: number[], y: (number | null)[], lo: number, hi: number,
+                        f: (v: number) => number = v => v): [number, number] | null {
+  let min = Infinity;
+  let max = -Infinity;
+  for (let i = Math.max(0, lastAtOrBefore(x, lo)); i < x.length && x[i] <= hi; i++) {
+    const v = y[i];
+    if (x[i] >= lo && v !== null && isFinite(v)) {
+      min = Math.min(min, f(v));
+      max = Math.max(max, f(v));
+    }
+  }
+  return min <= max ? [min, max] : null;
+}
+
+/** The x of the point nearest ``at`` among ``x`` that lies in [lo, hi], or NaN. */
+export function nearestIn(x: number[], at: number, lo: number, hi: number): number {
+  const i = lastAtOrBefore(x, at);
+  let best = NaN;
+  for (const j of [i, i + 1]) {
+    if (j >= 0 && j < x.length && x[j] >= lo && x[j] <= hi &&
+        (isNaN(best) || Math.abs(x[j] - at) < Math.abs(best - at))) {
+      best = x[j];
+    }
+  }
+  return best;
+}
+
 const PAD = { left: 58, right: 12, top: 8, bottom: 34 };
 
 export class LinePlot {
@@ -107,6 +153,9 @@ export class LinePlot {
   private options: IPlotOptions;
   private frame = { x0: 0, x1: 1, y0: 0, y1: 1 };
   private mouseX: number | null = null;
+  /** the x-range shown (null: all of it), and where a drag began */
+  private zoom: [number, number] | null = null;
+  private dragFrom: number | null = null;
 
   constructor(readonly title: string, options: IPlotOptions, height = 200) {
     this.options = options;
@@ -130,9 +179,52 @@ export class LinePlot {
       this.tip.hidden = true;
       this.draw();
     });
+    this.canvas.addEventListener('mousedown', e => {
+      if (e.button === 0) {
+        e.preventDefault();
+        this.dragFrom = e.offsetX;
+      }
+    });
+    // NOTE: on the window, so a drag that ends outside the canvas still ends
+    const up = (e: MouseEvent) => {
+      if (this.dragFrom === null) {
+        return;
+      }
+      const from = this.dragFrom;
+      this.dragFrom = null;
+      const to = e.clientX - this.canvas.getBoundingClientRect().left;
+      const w = this.canvas.clientWidth - PAD.left - PAD.right;
+      const r = zoomRange(from, to, PAD.left, w, this.frame.x0, this.frame.x1);
+      if (r) {
+        this.setZoom(r);
+      } else {
+        this.draw();
+      }
+    };
+    window.addEventListener('mouseup', up);
+    this.unlisten = () => window.removeEventListener('mouseup', up);
+    this.canvas.addEventListener('dblclick', () => this.setZoom(null));
+  }
+
+  /** Stop listening to the window (when the plot is thrown away). */
+  readonly unlisten: () => void;
+
+  /** Show only ``range`` of x (null: everything), as a drag and a double-click do. */
+  setZoom(range: [number, number] | null): void {
+    this.zoom = range;
+    if (range) {
+      this.node.dataset.zoom = `${range[0]},${range[1]}`;
+    } else {
+      delete this.node.dataset.zoom;
+    }
+    this.canvas.title = range ? 'double-click to show all' : 'drag across to zoom';
+    this.draw();
   }
 
   setOptions(options: IPlotOptions): void {
+    if (this.zoom && options.xLabel !== this.options.xLabel) {
+      this.setZoom(null);  // another x axis: the range shown meant other values
+    }
     this.options = options;
   }
 
@@ -176,16 +268,21 @@ export class LinePlot {
     for (const l of shown) {
       x0 = Math.min(x0, l.x[0]);
       x1 = Math.max(x1, l.x[l.x.length - 1]);
-      for (const v of this.values(l, true)) {
-        if (v !== null && isFinite(v)) {
-          y0 = Math.min(y0, f(v));
-          y1 = Math.max(y1, f(v));
-        }
+    }
+    if (this.zoom) {
+      [x0, x1] = this.zoom;
+    }
+    for (const l of shown) {
+      // y fits what the x-range shows
+      const e = yExtent(l.x, this.values(l, true), x0, x1, f);
+      if (e) {
+        y0 = Math.min(y0, e[0]);
+        y1 = Math.max(y1, e[1]);
       }
     }
     const pw = w - PAD.left - PAD.right;
     const ph = h - PAD.top - PAD.bottom;
-    if (!isFinite(x0) || !isFinite(y0)) {
+    if (!isFinite(x0) || !isFinite(y0) || !(x1 >= x0)) {
       ctx.fillStyle = fg2;
       ctx.textAlign = 'center';
       ctx.fillText(shown.length || !this.lines.length ? 'waiting for the first values…'
@@ -264,6 +361,21 @@ export class LinePlot {
       }
     }
     ctx.restore();
+    if (this.dragFrom !== null && this.mouseX !== null) {
+      // the range a drag would zoom to
+      const a = Math.max(PAD.left, Math.min(this.dragFrom, this.mouseX));
+      const b = Math.min(PAD.left + pw, Math.max(this.dragFrom, this.mouseX));
+      ctx.fillStyle = fg2;
+      ctx.globalAlpha = 0.15;
+      ctx.fillRect(a, PAD.top, Math.max(0, b - a), ph);
+      ctx.globalAlpha = 1;
+    }
+    if (this.zoom) {
+      ctx.fillStyle = fg2;
+      ctx.textAlign = 'right';
+      ctx.textBaseline = 'top';
+      ctx.fillText('zoomed · double-click to show all', PAD.left + pw - 4, PAD.top + 3);
+    }
     this.hover(ctx, shown, sx, sy, pw, ph, fg2);
   }
 
@@ -324,16 +436,17 @@ export class LinePlot {
     }
     const { x0, x1 } = this.frame;
     const at = x0 + ((mx - PAD.left) / pw) * (x1 - x0);
-    // the step under the mouse: the nearest x of any curve
+    // the step under the mouse: the nearest x of any curve, inside the range shown
     let best = NaN;
     for (const l of shown) {
-      const i = lastAtOrBefore(l.x, at);
-      for (const j of [i, i + 1]) {
-        if (j >= 0 && j < l.x.length && (isNaN(best) || Math.abs(l.x[j] - at) <
-                                         Math.abs(best - at))) {
-          best = l.x[j];
-        }
+      const b = nearestIn(l.x, at, x0, x1);
+      if (!isNaN(b) && (isNaN(best) || Math.abs(b - at) < Math.abs(best - at))) {
+        best = b;
       }
+    }
+    if (isNaN(best)) {
+      this.tip.hidden = true;
+      return;
     }
     ctx.strokeStyle = color;
     ctx.setLineDash([3, 3]);
@@ -342,7 +455,12 @@ export class LinePlot {
     ctx.lineTo(sx(best), PAD.top + ph);
     ctx.stroke();
     ctx.setLineDash([]);
-    const rows: string[] = [];
+    const rows: HTMLElement[] = [];
+    const div = (...parts: (string | Node)[]) => {
+      const d = document.createElement('div');
+      d.append(...parts);
+      return d;
+    };
     for (const l of shown) {
       const ys = this.values(l, false);
       const i = lastAtOrBefore(l.x, best);
@@ -350,16 +468,24 @@ export class LinePlot {
         continue;
       }
       const v = ys[i] as number;
-      ctx.fillStyle = l.color;
-      ctx.beginPath();
-      ctx.arc(sx(l.x[i]), sy(v), 3.5, 0, 2 * Math.PI);
-      ctx.fill();
+      if (l.x[i] >= x0) {  // a value from before a zoomed range is listed, not drawn
+        ctx.fillStyle = l.color;
+        ctx.beginPath();
+        ctx.arc(sx(l.x[i]), sy(v), 3.5, 0, 2 * Math.PI);
+        ctx.fill();
+      }
       const when = l.x[i] === best ? '' : ` (at ${this.options.formatX(l.x[i])})`;
-      rows.push(`<span style="color:${l.color}">■</span> ${escapeHtml(l.key)} ` +
-                `<b>${formatNumber(v)}</b>${when}`);
+      const swatch = document.createElement('span');
+      swatch.style.color = l.color;
+      swatch.textContent = '■';
+      const value = document.createElement('b');
+      value.textContent = formatNumber(v);
+      rows.push(div(swatch, ` ${l.key} `, value, when));
     }
-    this.tip.innerHTML = `<div>${escapeHtml(this.options.xLabel)} ` +
-      `${escapeHtml(this.options.formatX(best))}</div>` + rows.map(r => `<div>${r}</div>`).join('');
+    // every value as text (a metric's key is whatever the training code logged)
+    this.tip.replaceChildren(div(`${this.options.xLabel} ${this.options.formatX(best)}`),
+                             ...rows);
+    this.node.dataset.hoverX = String(best);
     this.tip.hidden = false;
     const left = sx(best) + 12;
     this.tip.style.left = `${left > PAD.left + pw * 0.6 ? sx(best) - 12 - this.tip.offsetWidth

@@ -14,6 +14,10 @@ export interface IRunRecord extends IRun {
   host?: string | null;
   source?: string | null;
   factory?: string | null;
+  tags?: string[];
+  note?: string;
+  /** the last lines of a failed run's traceback */
+  traceback?: string | null;
 }
 
 /** A checkpoint as ``runs/ID/checkpoints?verify=1`` gives it. */
@@ -75,6 +79,13 @@ export function errorBox(run: IRunRecord): HTMLElement | null {
     ? 'The process training this run stopped answering' : 'Training failed'));
   box.append(el('pre', 'labkit-runpage-error-text',
                 run.error ? String(run.error) : 'no error was recorded'));
+  if (typeof run.traceback === 'string' && run.traceback) {
+    const lines = run.traceback.split('\n');
+    const tb = el('details', 'labkit-runpage-traceback');
+    tb.append(el('summary', undefined, `traceback (its last ${lines.length} lines)`),
+              el('pre', 'labkit-runpage-traceback-text', run.traceback));
+    box.append(tb);
+  }
   return box;
 }
 

@@ -21,6 +21,7 @@ import {
   shortTitle,
   summaryLine
 } from './runpage_sections';
+import { RunNotes } from './runpage_notes';
 import { el } from './sidebar';
 
 const LIVE = ['created', 'running', 'paused'];
@@ -35,7 +36,8 @@ export class RunPanel extends Panel {
     this.addClass('labkit-run-panel');
     // a run id is checked before a panel opens: it is safe in an element id
     this.id = `labkit-run-${runId}`;
-    this.title.label = `run · ${(runId.split('-')[2] || runId).slice(0, 4)}`;
+    // until the run is read: its short id; then its name and short id (render)
+    this.title.label = `… · ${(runId.split('-')[2] || runId).slice(0, 4)}`;
     this.title.caption = `labkit run ${runId}`;
     this.title.closable = true;
 
@@ -62,7 +64,15 @@ export class RunPanel extends Panel {
     del.classList.add('labkit-runpage-delete');
     this.error = el('div', 'labkit-runpage-error-slot');
     this.message = el('div', 'labkit-runpage-message');
-    head.node.append(bar, this.message, this.error);
+    // the name, tags and note: a rename retitles the tab and the sidebar shows it
+    this.notes = new RunNotes(runId, run => {
+      if (this.run) {
+        this.run = { ...this.run, name: run.name, tags: run.tags, note: run.note };
+        this.retitle(this.run);
+      }
+      void app.commands.execute(CommandIDs.refresh);
+    });
+    head.node.append(this.notes.node, bar, this.message, this.error);
 
     this.cockpit = new Cockpit({ run_id: runId, max_rate: 4, tail: 5 }, true);
     this.details = new Widget();
@@ -75,6 +85,7 @@ export class RunPanel extends Panel {
   }
 
   readonly cockpit: Cockpit;
+  private notes: RunNotes;
   private details: Widget;
   private error: HTMLDivElement;
   private message: HTMLDivElement;
@@ -129,14 +140,25 @@ export class RunPanel extends Panel {
     }
   }
 
-  private render(run: IRunRecord): void {
+  /** The tab: the run's name and short id; its tooltip the whole id. */
+  private retitle(run: IRunRecord): void {
     this.title.label = shortTitle(run);
     this.title.caption = `${run.name || 'unnamed'}: labkit run ${run.id} (${run.status})`;
+  }
+
+  private render(run: IRunRecord): void {
+    this.retitle(run);
+    this.notes.show(run);
     const box = errorBox(run);
+    // the traceback stays open (or folded) as the reader left it
+    const open = this.error.querySelector('details')?.open;
+    if (open) {
+      box?.querySelector('details')?.setAttribute('open', '');
+    }
     this.error.replaceChildren(...(box ? [box] : []));
     const fork = (c: IVerifiedCheckpoint) =>
       void this.app.commands.execute(CommandIDs.fork, { id: run.id, checkpoint: c.id });
-    const open = (id: string) => void this.app.commands.execute(CommandIDs.open, { id });
+    const openRun = (id: string) => void this.app.commands.execute(CommandIDs.open, { id });
     const note = this.checkpoints.some(c => !c.valid)
       ? 'An invalid checkpoint cannot be loaded or forked; its files were checked when this ' +
         'page read them.'
@@ -145,7 +167,7 @@ export class RunPanel extends Panel {
       summaryLine(run),
       configSection(run.config),
       checkpointsSection(this.checkpoints, fork, note),
-      lineageSection(run, open)
+      lineageSection(run, openRun)
     );
   }
 
