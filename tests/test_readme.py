@@ -19,6 +19,7 @@ EXPECT = {
     "print(lk.devices())": ["Device('cpu')", "cl:0"],
     "resumed bit for bit": ["resumed bit for bit: True"],
     "check_resume": ["ResumeCheck: identical", "finished ["],
+    "lk.runs.rename": ["['baseline', 'lr:0.01']\n['lr:0.01']\nwide-mlp loss plateaus"],
 }
 
 
