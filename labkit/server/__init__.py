@@ -11,12 +11,16 @@ deleting a run that trains, 413 for a body over 256 KiB, 503 for a damaged or lo
 GET      ``runs?status=&name=``                            runs, newest first (``dead`` when
                                                            stale); ``status=all`` for all
 GET      ``runs/ID``                                       one run: config, status, progress,
-                                                           lineage (``parent_run``,
+                                                           tags, note, a failed run's
+                                                           traceback tail, lineage
+                                                           (``parent_run``,
                                                            ``parent_checkpoint`` id, children)
 GET      ``runs/ID/metrics?keys=a,b&since_iteration=&``    ``{key: {iteration, epoch, value,
          ``max_points=`` (``since_step`` = old name)       time}}``
 GET      ``runs/ID/checkpoints``                           id, iteration, epoch, size, metrics,
                                                            valid
+PATCH    ``runs/ID`` ``{"name"?, "tags"?, "note"?}``      rename, tag, note (each value checked;
+                                                           an unknown field is a 400 naming it)
 POST     ``runs/ID/fork`` ``{"checkpoint", "changes"}``    a new run from a checkpoint (201)
 DELETE   ``runs/ID?force=0``                               the run and its files (409 while it
                                                            trains, unless ``force=1``)
