@@ -19,7 +19,7 @@ GET      ``runs/ID/metrics?keys=a,b&since_iteration=&``    ``{key: {iteration, e
          ``max_points=`` (``since_step`` = old name)       time}}``
 GET      ``runs/ID/checkpoints``                           id, iteration, epoch, size, metrics,
                                                            valid
-PATCH    ``runs/ID`` ``{"name"?, "tags"?, "note"?}``      rename, tag, note (each value checked;
+PATCH    ``runs/ID`` ``{"name"?, "tags"?, "note"?}``       rename, tag, note (each value checked;
                                                            an unknown field is a 400 naming it)
 POST     ``runs/ID/fork`` ``{"checkpoint", "changes"}``    a new run from a checkpoint (201)
 DELETE   ``runs/ID?force=0``                               the run and its files (409 while it
