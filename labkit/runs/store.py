@@ -211,6 +211,8 @@ class RunStore:
                     row = c.execute("SELECT tags FROM runs WHERE id = ?", (str(run_id),))
                     try:
                         tags = json.loads(row.fetchone()[0] or "[]")
+                        if not isinstance(tags, list):
+                            raise ValueError("tags must be a JSON list")
                     except (TypeError, ValueError) as e:
                         raise self._damaged(f"the tags of run {run_id!r}", e) from e
                 tags = [t for t in tags if t not in remove]

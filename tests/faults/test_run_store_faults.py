@@ -91,6 +91,9 @@ def calls(store: RunStore, ids: dict) -> list:
         ("create_run", lambda: store.create_run("new", config={"a": 1})),
         ("remove_orphans", lambda: store.remove_orphans()),
         ("delete", lambda: store.delete(ids["runs"][1], force=True)),
+        ("page", lambda: store.page(status="live", limit=5, metric="loss", ids=True)),
+        ("annotate", lambda: store.annotate(rid, name="renamed", tags=["a"], note="n")),
+        ("annotate", lambda: store.annotate(rid, add_tags="b", remove_tags=["a"])),
         ("close", lambda: store.close()),
     ]
 
