@@ -22,6 +22,7 @@ export class RunNotes {
     this.name = el('input', 'labkit-runpage-name');
     this.name.setAttribute('aria-label', 'run name');
     this.name.placeholder = 'unnamed';
+    this.name.title = "the run's name: edit it, then Enter (Escape undoes)";
     this.rename = el('button', 'jp-mod-styled labkit-runpage-rename', 'Rename');
     this.rename.title = 'save the new name (Enter)';
     this.rename.disabled = true;
