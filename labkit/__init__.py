@@ -20,6 +20,7 @@ from . import (
     checkpoint,
     config,
     data,
+    models,
     optimizers,
     regularizers,
     roles,
@@ -75,6 +76,11 @@ def __getattr__(name):
         import importlib
 
         return importlib.import_module(".notebook", __name__)
+    # NOTE: lk.dist loads on first use too (its modules import mpi4py only when MPI is used)
+    if name == "dist":
+        import importlib
+
+        return importlib.import_module(".dist", __name__)
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")
 
 
@@ -90,6 +96,6 @@ __all__ = [
     "LabkitError", "RunStoreError", "ShapeError", "Tensor", "TrainingError", "WorkerError",
     "__version__", "asarray", "autograd", "best_device", "bricks", "checkpoint", "config",
     "data", "default_device", "device", "devices", "enable_grad", "get_array_module", "grad",
-    "no_grad", "notebook", "optimizers", "regularizers", "resume", "roles", "runs", "tensor",
-    "training",
+    "models", "no_grad", "notebook", "optimizers", "regularizers", "resume", "roles", "runs",
+    "tensor", "training",
 ]

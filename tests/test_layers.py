@@ -13,8 +13,9 @@ LAYERS = {
     "backend": 1,
     "data": 2, "checkpoint": 2, "runs": 2,
     "functions": 3, "autograd": 3,
-    "compile": 4, "bricks": 4, "optimizers": 4, "regularizers": 4, "graph": 4, "models": 4,
-    "training": 5,
+    "compile": 4, "bricks": 4, "optimizers": 4, "regularizers": 4, "graph": 4,
+    # NOTE: models/ is the zoo: each model file carries its training script (MainLoop)
+    "training": 5, "models": 5,
     "sweep": 6, "dist": 6,
     "cli": 7, "server": 7, "notebook": 7,
 }

@@ -1,0 +1,19 @@
+"""labkit.models: a small zoo of models that train offline on data labkit ships, each one file
+with its training script, and the weights they produced.
+
+::
+
+    import labkit as lk
+    model = lk.models.load("cnn-digits", device="cl")   # shipped weights, eval mode, offline
+    lk.models.available()                                # ['cnn-digits', ...]
+
+    python -m labkit.models.cnn --device cl              # train it again (see each module)
+
+Modules: ``cnn`` (digits classifier), ``vae`` (variational autoencoder). Helpers the examples
+share live here too: ``image_grid`` draws images as one PNG.
+"""
+
+from ._grid import ImageGrid, image_grid
+from ._weights import available, info, load, save
+
+__all__ = ["ImageGrid", "available", "image_grid", "info", "load", "save"]

@@ -1,0 +1,44 @@
+"""The CNN reaches its target, its shipped weights load offline and predict the same on every
+device, and its training script runs."""
+
+import numpy as np
+import pytest
+
+import labkit as lk
+from labkit.models import _train, cnn
+
+
+def test_trains_to_98_percent_on_cpu():
+    # about 5 s on 2 cores: trained here in full, not only loaded
+    model, results = cnn.train({"device": "cpu"})
+    assert results["test_accuracy"] >= 0.98, results
+    assert _train.accuracy(model) == results["test_accuracy"]
+
+
+def test_shipped_weights_reach_the_recorded_accuracy():
+    record = lk.models.info("cnn-digits")
+    assert record["module"] == "cnn" and record["command"].startswith("python -m labkit.models.cnn")
+    acc = _train.accuracy(lk.models.load("cnn-digits", device="cpu"))
+    assert acc >= 0.98 and acc == pytest.approx(record["results"]["test_accuracy"], abs=1e-9)
+
+
+def test_shipped_weights_predict_the_same_on_cl():
+    x, _ = _train.split_arrays("test")
+    p_cpu = _train.predict(lk.models.load("cnn-digits", device="cpu"), x)
+    p_cl = _train.predict(lk.models.load("cnn-digits", device="cl"), x)
+    assert (p_cpu.argmax(1) == p_cl.argmax(1)).all()
+    np.testing.assert_allclose(p_cl, p_cpu, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cl"])
+def test_training_script_runs_and_loss_falls(device):
+    loop = cnn.make_loop({"device": device, "epochs": 2})
+    loop.run()
+    _, loss = loop.log.series("loss")
+    loop.close()
+    assert len(loss) == 2 * 21 and np.mean(loss[-5:]) < 0.5 * np.mean(loss[:5])
+
+
+def test_unknown_name_lists_what_is_shipped():
+    with pytest.raises(lk.CheckpointError, match="available: .*cnn-digits"):
+        lk.models.load("cnn-mnist")
