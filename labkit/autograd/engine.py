@@ -5,10 +5,65 @@ used many times, freeing the graph unless ``retain_graph``."""
 from __future__ import annotations
 
 import heapq
+import weakref
 
 from ..backend import zeros
 from .function import set_grad_enabled
 from .tensor import Tensor
+
+#: id(leaf) -> (weak reference to the leaf, [fn(leaf)]): hooks called once per backward, when the
+#: leaf's ``.grad`` is final (every contribution accumulated). Data-parallel training (lk.dist)
+#: starts a bucket's all-reduce from them while the rest of backward runs.
+_final_hooks: dict = {}
+
+
+class HookHandle:
+    """What ``Tensor.register_grad_ready_hook`` returns: ``remove()`` unregisters the hook."""
+
+    def __init__(self, key, fn):
+        self._key, self._fn = key, fn
+
+    def remove(self) -> None:
+        entry = _final_hooks.get(self._key)
+        if entry is not None and self._fn in entry[1]:
+            entry[1].remove(self._fn)
+            if not entry[1]:
+                del _final_hooks[self._key]
+
+
+def add_final_hook(t, fn) -> HookHandle:
+    key = id(t)
+    entry = _final_hooks.get(key)
+    if entry is None or entry[0]() is not t:
+        entry = _final_hooks[key] = (weakref.ref(t, lambda _, k=key: _final_hooks.pop(k, None)),
+                                     [])
+    entry[1].append(fn)
+    return HookHandle(key, fn)
+
+
+def _count_final(roots) -> dict:
+    """For each hooked leaf reachable from ``roots``: how many recorded uses of it backward will
+    visit (its ``.grad`` is final once they are all done)."""
+    counts: dict = {}
+    seen = set()
+    stack = [t.creator for t in roots if t.creator is not None]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        for x in node.inputs:
+            if not x.requires_grad:
+                continue
+            if x.creator is None:
+                if id(x) in _final_hooks:
+                    counts[id(x)] = counts.get(id(x), 0) + 1
+            else:
+                stack.append(x.creator)
+    for t in roots:
+        if t.creator is None and t.requires_grad and id(t) in _final_hooks:
+            counts[id(t)] = counts.get(id(t), 0) + 1
+    return counts
 
 
 def _zeros_like_out(node, i, like):
@@ -33,6 +88,18 @@ def run(roots, grads, *, targets=None, retain_graph=False, create_graph=False):
         found = [None] * len(targets)
     pending: dict = {}
     heap: list = []
+    # NOTE: counted only while a grad-ready hook exists (lk.dist); otherwise no extra pass
+    uses = _count_final(roots) if _final_hooks and targets is None else None
+    reached: dict = {}  # id(hooked leaf) -> the leaf, once it got a gradient in this backward
+
+    def used(t):
+        """One recorded use of the hooked leaf ``t`` is done: fire its hooks at the last."""
+        k = id(t)
+        left = uses[k] - 1
+        uses[k] = left
+        if left == 0 and reached.pop(k, None) is not None:
+            for h in tuple(_final_hooks[k][1]):
+                h(t)
 
     def add(a, b):
         if a is None:
@@ -52,6 +119,8 @@ def run(roots, grads, *, targets=None, retain_graph=False, create_graph=False):
             if targets is None:
                 t.grad = g if t.grad is None else (t.grad + g if create_graph
                                                    else Tensor(t.grad.data + g.data))
+                if uses is not None and id(t) in uses:
+                    reached[id(t)] = t
             else:
                 for k in want_leaf.get(id(t), ()):
                     found[k] = add(found[k], g)
@@ -66,6 +135,8 @@ def run(roots, grads, *, targets=None, retain_graph=False, create_graph=False):
     try:
         for t, g in zip(roots, grads):
             push(t, g)
+            if uses and t.creator is None and id(t) in uses:
+                used(t)
         while heap:
             node = heapq.heappop(heap)
             gys = pending.pop(node)
@@ -86,6 +157,10 @@ def run(roots, grads, *, targets=None, retain_graph=False, create_graph=False):
                     for k in want_node.get((id(node), i), ()):
                         found[k] = add(found[k], g)
             if all(g is None for g in gys):
+                if uses:
+                    for x in node.inputs:
+                        if x.creator is None and id(x) in uses:
+                            used(x)
                 continue
             like = next(g for g in gys if g is not None)
             gys = tuple(g if g is not None else _zeros_like_out(node, i, like)
@@ -103,6 +178,15 @@ def run(roots, grads, *, targets=None, retain_graph=False, create_graph=False):
                             f"{node.name}: backward gave a gradient of shape {gx.data.shape} "
                             f"for an input of shape {x.data.shape} (a bug in {node.name})")
                     push(x, gx)
+                if uses and x.creator is None and id(x) in uses:
+                    used(x)
+        if uses:
+            # uses that backward never visited (a branch no gradient flowed into): the leaves
+            # that got a gradient anyway are final now, in the order they were counted
+            for k in list(reached):
+                t = reached.pop(k)
+                for h in tuple(_final_hooks[k][1]):
+                    h(t)
     finally:
         set_grad_enabled(old)
     if targets is not None:

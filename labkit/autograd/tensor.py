@@ -180,6 +180,18 @@ class Tensor:
             node.out_hooks.setdefault(self.index, []).append(fn)
         return fn
 
+    def register_grad_ready_hook(self, fn):
+        """Call ``fn(tensor)`` once per ``backward()``, when this leaf's ``.grad`` is final
+        (every use accumulated), while the rest of backward may still run; not called when no
+        gradient reached it, nor by ``lk.grad``. Returns a handle whose ``remove()``
+        unregisters it. (Data-parallel training starts its all-reduce from here.)"""
+        from . import engine
+
+        if self.creator is not None:
+            raise RuntimeError("register_grad_ready_hook: only a leaf tensor (a parameter) has "
+                               "a .grad to be ready; use register_hook on intermediate values")
+        return engine.add_final_hook(self, fn)
+
     # ---- methods and operators ----------------------------------------------------------
     def sum(self, axis=None, keepdims=False):
         return _functions().sum(self, axis=axis, keepdims=keepdims)
