@@ -108,6 +108,9 @@ class MainLoop:
         self._thread: threading.Thread | None = None
         self._background_error: BaseException | None = None
         self._live_time: float | None = None
+        #: called after backward, before the optimizer's update (``lk.dist`` averages the
+        #: gradients over ranks here); None: nothing
+        self.gradient_sync = None
 
     # -- extensions
     @property
@@ -381,6 +384,8 @@ class MainLoop:
             raise TrainingError(f"loss_fn must return a scalar Tensor (or a dict with one under "
                                 f"'loss'), got {type(out).__name__}{shape}")
         out.backward()
+        if self.gradient_sync is not None:
+            self.gradient_sync()
         self.optimizer.update()
         return {"loss": out.item(), **{k: scalar(v) for k, v in extra.items()}}
 
