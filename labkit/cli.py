@@ -1,4 +1,4 @@
-"""The ``labkit`` command line: demo, doctor, runs, resume, convert (``labkit --help``)."""
+"""The ``labkit`` command line: demo, doctor, runs, resume, convert, launch (``labkit --help``)."""
 
 from __future__ import annotations
 
@@ -279,6 +279,12 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def launch_cmd(args) -> int:
+    from .dist.launch import launch
+
+    return launch(args.n, args.script, args.args, threads=args.threads)
+
+
 DESCRIPTION = "labkit: train, inspect and resume deep-learning runs."
 EPILOG = "`labkit COMMAND --help` says more about each command."
 
@@ -354,6 +360,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="the .h5 file to write")
     p.add_argument("--level", choices=["char", "word"], default="char", help="text: tokens")
     p.set_defaults(func=convert)
+    p = sub.add_parser("launch", help="run a script on N MPI ranks (data-parallel training)",
+                       description="Run `mpiexec -n N python -m mpi4py SCRIPT ARGS` with one "
+                       "BLAS thread per rank: an exception on any rank ends every rank. Needs "
+                       "pip install 'labkit[dist]'.")
+    p.add_argument("-n", type=_positive_int, required=True, help="the number of ranks")
+    p.add_argument("--threads", type=_positive_int, default=1,
+                   help="BLAS threads per rank (default 1)")
+    p.add_argument("script", help="the Python script every rank runs")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+    p.set_defaults(func=launch_cmd)
     return parser
 
 

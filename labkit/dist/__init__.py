@@ -1,0 +1,32 @@
+"""labkit.dist: data-parallel training over MPI (mpi4py and the MPICH wheel: ``labkit[dist]``).
+
+::
+
+    import labkit as lk
+
+    comm = lk.dist.world()                # rank, size; MPI starts here, not at `import labkit`
+    lk.dist.allreduce(x, op="mean")       # labkit arrays and Tensors, cpu and cl
+    loop = lk.dist.DataParallelLoop(model, opt, stream, loss_fn)   # global batches in stream
+    loop.run(max_iterations=100)
+
+Run it on N ranks with ``labkit launch -n N script.py`` (``mpiexec -n N python -m mpi4py``, one
+BLAS thread per rank); in one process the same script trains alone. ``DataParallel`` is the
+gradient averaging by itself, for loops of your own.
+"""
+
+from .buckets import DataParallel
+from .comm import (
+    Communicator,
+    DistError,
+    allreduce,
+    barrier,
+    broadcast,
+    rank,
+    size,
+    world,
+)
+from .loop import DataParallelLoop, GlobalShardedScheme, shard_stream
+
+__all__ = ["Communicator", "DataParallel", "DataParallelLoop", "DistError",
+           "GlobalShardedScheme", "allreduce", "barrier", "broadcast", "rank", "shard_stream",
+           "size", "world"]

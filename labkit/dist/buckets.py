@@ -1,0 +1,258 @@
+"""Data-parallel gradients: the mean gradient over ranks, all-reduced in buckets that start while
+backward still runs (PyTorch DDP's scheme; ChainerMN waited for the whole backward).
+
+Parameters are put in buckets of about ``bucket_mb`` in reverse registration order (roughly the
+order backward finishes them). A parameter's grad-ready hook (``Tensor.register_grad_ready_hook``:
+its ``.grad`` is final) marks it; when every parameter of a bucket is marked, the bucket is packed
+into one host buffer and its ``Iallreduce`` starts. Buckets start strictly in index order on every
+rank (MPI needs the same order of collectives everywhere: a bucket ready early waits for those
+before it). ``synchronize()``, before the optimizer's step, starts what is left (parameters that
+no gradient reached), waits, and writes the averaged gradients back.
+
+Each bucket carries, after the gradients, one flag per parameter (1 where this rank has a
+gradient) and this rank's weight (its examples in the step). The result is
+``sum_r weight_r * grad_r / sum_r weight_r``: with a loss that is a mean over the batch, exactly
+the gradient of the global batch, even when the shards differ in size; a parameter no rank
+used keeps ``.grad = None`` (optimizers skip it), as in one process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import numpy as np
+
+from ..autograd import Tensor
+from .comm import Communicator, DistError, world
+
+
+class _Bucket:
+    __slots__ = ("index", "params", "names", "offsets", "size", "buffer", "pending", "request",
+                 "dtype")
+
+    def __init__(self, index, items, dtype):
+        self.index, self.dtype = index, dtype
+        self.names = [n for n, _ in items]
+        self.params = [p for _, p in items]
+        self.offsets, off = [], 0
+        for p in self.params:
+            self.offsets.append(off)
+            off += p.size
+        self.size = off
+        # gradients, then one used-flag per parameter, then the weight
+        self.buffer = np.zeros(off + len(self.params) + 1, dtype)
+        self.pending = len(self.params)
+        self.request = None
+
+
+class DataParallel:
+    """Average the gradients of ``model``'s parameters over every rank, overlapped with backward.
+
+    Parameters
+    ----------
+    model : a Brick, or a dict ``{name: Parameter}`` (an optimizer's ``params``).
+    comm : the ranks (default ``lk.dist.world()``).
+    bucket_mb : about this many MiB of gradients per all-reduce (default 1; a parameter larger
+        than that has a bucket of its own).
+    broadcast : start every rank from rank 0's parameters (default True).
+
+    On creation every rank checks that all ranks have the same parameters (names, shapes,
+    dtypes, in the same order) and raises ``DistError`` naming the first that differs. After
+    each ``backward()``, call ``synchronize()`` (``DataParallelLoop`` does) before the
+    optimizer's ``update()``; inside ``with dp.no_sync():`` backward only accumulates locally
+    (gradient accumulation), and the next synchronized backward averages the sum.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import labkit as lk, labkit.bricks as B
+    >>> model = B.MLP([4, 3], seed=0)
+    >>> dp = lk.dist.DataParallel(model)         # one process: rank 0 of 1
+    >>> model(lk.tensor(np.ones((2, 4), np.float32))).sum().backward()
+    >>> dp.synchronize()
+    >>> model.linears[0].W.grad.shape
+    (4, 3)
+    """
+
+    def __init__(self, model, *, comm: Communicator | None = None, bucket_mb: float = 1.0,
+                 broadcast: bool = True):
+        if not isinstance(bucket_mb, (int, float)) or isinstance(bucket_mb, bool) \
+                or not bucket_mb > 0:
+            raise DistError(f"DataParallel: bucket_mb must be a number > 0, got {bucket_mb!r}")
+        self.comm = comm if comm is not None else world()
+        params = model.params() if hasattr(model, "params") else dict(model)
+        seen, items = set(), []
+        for name, p in params.items():
+            if not isinstance(p, Tensor):
+                raise DistError(f"DataParallel: parameter {name!r} is a {type(p).__name__}, "
+                                "not a Tensor")
+            if id(p) not in seen:  # NOTE: a parameter shared under two names is reduced once
+                seen.add(id(p))
+                items.append((name, p))
+        if not items:
+            raise DistError("DataParallel: the model has no parameters (call it once first if "
+                            "its sizes are resolved on the first call)")
+        self.names = [n for n, _ in items]
+        self.bucket_mb = float(bucket_mb)
+        self._agree(items)
+        self.buckets = self._make_buckets(items, int(self.bucket_mb * 2 ** 20))
+        self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
+        self._ready = set()
+        self._next = 0  # the next bucket to start
+        self.weight = 1.0
+        self._sync = True
+        #: seconds of the last synchronize() spent waiting for all-reduces, and the all-reduce
+        #: work started before it (what backward hid), for benchmarks
+        self.stats = {"wait": 0.0, "launched_early": 0, "buckets": len(self.buckets)}
+        if broadcast:
+            self.broadcast_parameters()
+        self._handles = [p.register_grad_ready_hook(self._on_ready) for _, p in items]
+
+    # -- set-up
+    def _agree(self, items) -> None:
+        mine = [(n, tuple(p.shape), str(p.dtype)) for n, p in items]
+        every = self.comm.allgather_object({"params": mine, "bucket_mb": self.bucket_mb})
+        ref = every[0]
+        for r, theirs in enumerate(every[1:], start=1):
+            problem = _difference(ref["params"], theirs["params"], r)
+            if problem is None and theirs["bucket_mb"] != ref["bucket_mb"]:
+                problem = (f"bucket_mb is {theirs['bucket_mb']} on rank {r} but "
+                           f"{ref['bucket_mb']} on rank 0")
+            if problem is not None:
+                raise DistError(f"DataParallel: the ranks' models differ: {problem}. Build the "
+                                "same model (same sizes, same order of layers) on every rank, "
+                                "and call it once on every rank before wrapping it")
+
+    @staticmethod
+    def _make_buckets(items, limit):
+        buckets, cur, cur_bytes, cur_dtype = [], [], 0, None
+        for name, p in reversed(items):
+            nbytes = p.size * p.dtype.itemsize
+            if cur and (cur_bytes + nbytes > limit or p.dtype != cur_dtype):
+                buckets.append(_Bucket(len(buckets), cur, cur_dtype))
+                cur, cur_bytes = [], 0
+            cur.append((name, p))
+            cur_bytes += nbytes
+            cur_dtype = p.dtype
+        buckets.append(_Bucket(len(buckets), cur, cur_dtype))
+        return buckets
+
+    def broadcast_parameters(self, root: int = 0) -> None:
+        """Every rank's parameters set to rank ``root``'s (one broadcast per bucket)."""
+        for b in self.buckets:
+            buf = b.buffer[:b.size]
+            if self.comm.rank == root:
+                for p, off in zip(b.params, b.offsets):
+                    buf[off:off + p.size] = _host(p.data).reshape(-1)
+            self.comm.broadcast(buf, root)
+            if self.comm.rank != root:
+                for p, off in zip(b.params, b.offsets):
+                    p.data = _on_device(buf[off:off + p.size].reshape(p.shape).copy(), p.data)
+
+    def remove(self) -> None:
+        """Unregister the gradient hooks (this object then does nothing more)."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    # -- the step
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward inside accumulates ``.grad`` locally, without communication; the next
+        synchronized backward and ``synchronize()`` average the accumulated gradients."""
+        old, self._sync = self._sync, False
+        try:
+            yield self
+        finally:
+            self._sync = old
+
+    def _on_ready(self, p) -> None:
+        if not self._sync:
+            return
+        if id(p) in self._ready:
+            raise DistError("DataParallel: a second backward() before synchronize(): its "
+                            "gradients would miss the all-reduce already started. Run all but "
+                            "the last backward of a step inside dp.no_sync()")
+        self._ready.add(id(p))
+        b = self._bucket_of[id(p)]
+        b.pending -= 1
+        while self._next < len(self.buckets) and self.buckets[self._next].pending == 0:
+            self._start(self.buckets[self._next])
+            self.stats["launched_early"] += 1
+
+    def _start(self, b: _Bucket) -> None:
+        buf, w = b.buffer, self.weight
+        n = b.size
+        for i, (p, off) in enumerate(zip(b.params, b.offsets)):
+            g = p.grad
+            if g is None:
+                buf[off:off + p.size] = 0
+                buf[n + i] = 0
+            else:
+                view = buf[off:off + p.size]
+                view[...] = _host(g.data).reshape(-1)
+                if w != 1.0:
+                    view *= w
+                buf[n + i] = 1
+        buf[-1] = w
+        b.request = self.comm.iallreduce_sum(buf, b.index)
+        self._next = b.index + 1
+
+    def synchronize(self) -> None:
+        """Finish the step's all-reduces and set every parameter's ``.grad`` to the average
+        over ranks (``None`` where no rank has a gradient). Inside ``no_sync()``: nothing."""
+        if not self._sync:
+            return
+        while self._next < len(self.buckets):
+            self._start(self.buckets[self._next])
+        t0 = time.perf_counter()
+        for b in self.buckets:
+            if b.request is not None:
+                self.comm.wait([b.request], "gradient bucket", b.index)
+        self.stats["wait"] = time.perf_counter() - t0
+        for b in self.buckets:
+            buf, n = b.buffer, b.size
+            total = float(buf[-1])
+            for i, (p, off) in enumerate(zip(b.params, b.offsets)):
+                if buf[n + i] == 0:
+                    p.grad = None
+                else:
+                    g = buf[off:off + p.size].reshape(p.shape) / buf.dtype.type(total)
+                    p.grad = Tensor(_on_device(g, p.data))
+            b.pending = len(b.params)
+            b.request = None
+        self._ready.clear()
+        self._next = 0
+
+    def __repr__(self):
+        return (f"DataParallel({len(self.names)} parameters in {len(self.buckets)} buckets of "
+                f"<= {self.bucket_mb:g} MiB, rank {self.comm.rank} of {self.comm.size})")
+
+
+def _host(a) -> np.ndarray:
+    return a if isinstance(a, np.ndarray) else a.get()
+
+
+def _on_device(host: np.ndarray, like):
+    if isinstance(like, np.ndarray):
+        return host
+    from ..backend import opencl
+
+    return opencl.asarray(host, device=like.device)
+
+
+def _difference(ref, theirs, r) -> str | None:
+    """The first parameter where rank ``r``'s list differs from rank 0's, in words."""
+    for k, (a, b) in enumerate(zip(ref, theirs)):
+        if a[0] != b[0]:
+            return (f"parameter {k} is {a[0]!r} on rank 0 but {b[0]!r} on rank {r}")
+        if a[1:] != b[1:]:
+            return (f"parameter {a[0]!r} is {a[2]}{list(a[1])} on rank 0 but "
+                    f"{b[2]}{list(b[1])} on rank {r}")
+    if len(ref) != len(theirs):
+        longer, who = (ref, 0) if len(ref) > len(theirs) else (theirs, r)
+        extra = longer[min(len(ref), len(theirs))][0]
+        return (f"rank 0 has {len(ref)} parameters and rank {r} has {len(theirs)} "
+                f"(the first extra one: {extra!r} on rank {who})")
+    return None

@@ -1,0 +1,91 @@
+"""``labkit launch -n N script.py [args]``: ``mpiexec -n N python -m mpi4py script.py [args]``.
+
+``python -m mpi4py`` turns an exception on any rank into ``MPI_Abort``, so mpiexec ends every rank
+within seconds instead of leaving the others waiting in a collective forever. Each rank gets one
+BLAS thread (``OMP_NUM_THREADS`` and friends): ranks with the default thread count ran 250x slower
+here, each one's threads fighting the others' for the same cores.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from .comm import DistError
+
+#: the BLAS thread-count variables set for each rank
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def mpiexec() -> str:
+    """The MPICH ``mpiexec`` of this environment (the ``mpich`` wheel puts it beside python)."""
+    here = Path(sys.executable).parent / "mpiexec"
+    found = str(here) if here.exists() else shutil.which("mpiexec")
+    if found is None:
+        raise DistError("launch: no mpiexec found; pip install 'labkit[dist]' (mpi4py and the "
+                        "mpich wheel) into this environment")
+    return found
+
+
+def command(n: int, script, args=(), *, python: str | None = None) -> list[str]:
+    """The command line that starts ``script`` on ``n`` ranks."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise DistError(f"launch: -n must be a whole number >= 1, got {n!r}")
+    script = Path(script)
+    if not script.is_file():
+        raise DistError(f"launch: no script {str(script)!r}")
+    return [mpiexec(), "-n", str(n), python or sys.executable, "-m", "mpi4py", str(script),
+            *map(str, args)]
+
+
+def environment(threads: int = 1, base: dict | None = None) -> dict:
+    """``base`` (default: this process's environment) with ``threads`` BLAS threads per rank."""
+    env = dict(os.environ if base is None else base)
+    for k in THREAD_VARS:
+        env[k] = str(threads)
+    return env
+
+
+def launch(n: int, script, args=(), *, threads: int = 1, timeout: float | None = None) -> int:
+    """Run ``script`` on ``n`` ranks and return the job's exit status (non-zero when any rank
+    failed). The job runs in its own process group: Ctrl-C, a ``timeout`` or an error here ends
+    all of it, so no rank is left behind."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise DistError(f"launch: threads must be a whole number >= 1, got {threads!r}")
+    cmd = command(n, script, args)
+    proc = subprocess.Popen(cmd, env=environment(threads), start_new_session=True)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        print(f"labkit launch: the job ran past {timeout} s; ending it", file=sys.stderr)
+        return 124
+    except KeyboardInterrupt:
+        # NOTE: mpiexec forwards SIGINT to the ranks; give them a moment to write their
+        # interrupt checkpoint before the group is killed below
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+            return proc.wait(10)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            return 130
+    finally:
+        if proc.poll() is None or _group_alive(proc.pid):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,197 @@
+"""Data-parallel training with the main loop: every rank runs a ``DataParallelLoop``.
+
+Each rank reads its share of every global batch (``ShardedScheme`` at the bottom of the stream),
+the gradients are averaged in buckets while backward runs (``DataParallel``), and every rank then
+takes the same optimizer step, so the parameters stay bitwise equal. The stream's state is the
+*global* position (the sharded scheme saves its base scheme's state), so one checkpoint, written by
+rank 0 once every rank agrees on the iteration and the parameters, resumes on any number of ranks
+(or in one process with a plain ``MainLoop``) and replays the same global sample order.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from ..data import DataStream, ShardedScheme
+from ..data.schemes import _BatchScheme
+from ..errors import CheckpointError, LabkitError
+from ..training.events import Extension
+from ..training.loop import MainLoop
+from .buckets import DataParallel
+from .comm import Communicator, DistError, world
+
+
+class GlobalShardedScheme(ShardedScheme):
+    """A ``ShardedScheme`` whose state is its base scheme's: the global position, which any
+    number of ranks (or one process with the base scheme alone) can load."""
+
+    def state_dict(self):
+        return self.base.state_dict()
+
+    def load_state_dict(self, state, where: str | None = None):
+        self.base.load_state_dict(state, where)
+
+
+def _bottom(stream) -> DataStream:
+    s = stream
+    while s is not None and not isinstance(s, DataStream):
+        s = s.stream
+    if s is None:
+        raise DistError(f"data parallel: no DataStream under {stream!r} to shard")
+    return s
+
+
+def shard_stream(stream, comm: Communicator | None = None):
+    """Give this rank its share of every global batch of ``stream`` (in place; returns it).
+
+    The DataStream at the bottom must read batches (``batch_size=`` or a batch scheme): rank
+    ``i`` gets the ``i``-th contiguous part of each global batch. Every rank starts from rank
+    0's stream state (so a shuffle seed left to chance is the same everywhere)."""
+    comm = comm if comm is not None else world()
+    ds = _bottom(stream)
+    base = ds.scheme.base if isinstance(ds.scheme, GlobalShardedScheme) else ds.scheme
+    if not base.batched:
+        raise DistError("data parallel: the stream's DataStream reads single examples; give it "
+                        "a batch scheme (DataStream(dataset, batch_size=GLOBAL_BATCH, ...)) so "
+                        "each global batch is split between the ranks")
+    if isinstance(base, _BatchScheme):
+        smallest = base.num_examples % base.batch_size
+        smallest = base.batch_size if base.drop_last or smallest == 0 else smallest
+        if min(base.batch_size, smallest) < comm.size:
+            raise DistError(f"data parallel: a global batch of {smallest} examples cannot be "
+                            f"split between {comm.size} ranks (batch_size={base.batch_size}, "
+                            f"{base.num_examples} examples); use a larger batch_size or "
+                            "drop_last=True")
+    ds.scheme = GlobalShardedScheme(base, comm.rank, comm.size)
+    state = comm.bcast_object(stream.state_dict() if comm.rank == 0 else None)
+    stream.load_state_dict(state)
+    return stream
+
+
+class _Weight(Extension):
+    """Before each batch: this rank's weight in the gradient average (its examples)."""
+
+    transient = True
+    priority = 1000
+    every = None
+
+    def __init__(self, dp):
+        super().__init__(name="DataParallelWeight")
+        self.dp = dp
+
+    def before_batch(self, loop):
+        if loop.batch_size < 1:
+            raise DistError(f"data parallel: rank {loop.comm.rank} got an empty batch")
+        self.dp.weight = float(loop.batch_size)
+
+
+class _GlobalMetrics(Extension):
+    """After each batch: the numbers of the log's new row become their mean over every rank,
+    weighted by examples (so rank 0 records the global batch's loss, as one process would)."""
+
+    transient = True
+    priority = 1000
+    every = None
+
+    def __init__(self, comm):
+        super().__init__(name="DataParallelMetrics")
+        self.comm = comm
+
+    def after_batch(self, loop):
+        row = loop.log.rows[-1]
+        keys = [k for k in loop.step_keys
+                if isinstance(row.get(k), (int, float)) and not isinstance(row.get(k), bool)]
+        if not keys:
+            return
+        w = float(loop.batch_size)
+        vals = np.array([row[k] * w for k in keys] + [w], dtype=np.float64)
+        total = self.comm.allreduce(vals, "sum")
+        for k, v in zip(keys, total[:-1] / total[-1]):
+            row[k] = float(v)
+
+
+class DataParallelLoop(MainLoop):
+    """A ``MainLoop`` for one rank of a data-parallel job (start it on every rank, e.g. with
+    ``labkit launch -n N script.py``; in one process it is a plain ``MainLoop``).
+
+    Arguments as ``MainLoop``'s, with ``stream`` yielding *global* batches, and:
+
+    comm : the ranks (default ``lk.dist.world()``).
+    bucket_mb : MiB of gradients per all-reduce (default 1).
+    global_metrics : report the mean over ranks of each step's numbers (default True; one small
+        all-reduce per step), else rank-local values.
+
+    Only rank 0 records to the run store and writes checkpoints. With ``step=`` instead of
+    ``loss_fn``, call ``loop.dp.synchronize()`` between ``backward()`` and ``update()``. Every
+    rank must stop at the same iteration: use iteration or epoch triggers, not seconds.
+    """
+
+    def __init__(self, model, optimizer, stream, loss_fn=None, *, comm: Communicator | None = None,
+                 bucket_mb: float = 1.0, global_metrics: bool = True, store: bool = True,
+                 **kwargs):
+        comm = comm if comm is not None else world()
+        super().__init__(model, optimizer, stream, loss_fn, store=store and comm.rank == 0,
+                         **kwargs)
+        self.comm = comm
+        shard_stream(stream, comm)
+        self.dp = DataParallel(optimizer.params, comm=comm, bucket_mb=bucket_mb)
+        if self.loss_fn is not None:
+            self.gradient_sync = self.dp.synchronize
+        self.add(_Weight(self.dp))
+        if global_metrics and comm.size > 1:
+            self.add(_GlobalMetrics(comm))
+
+    def fingerprint(self) -> int:
+        """A CRC-32 of every parameter's bytes (equal on every rank while they agree)."""
+        crc = 0
+        for name in self.dp.names:
+            crc = zlib.crc32(np.ascontiguousarray(self.optimizer.params[name].numpy()), crc)
+        return crc
+
+    def save_checkpoint(self, directory=None) -> Path | None:
+        """On every rank at once: check that all ranks are at the same iteration with the same
+        parameters, then rank 0 writes the one checkpoint; every rank returns its path."""
+        me = (self.status["iteration"], self.fingerprint())
+        every = self.comm.allgather_object(me, "checkpoint")
+        if any(e != every[0] for e in every):
+            its = {r: e[0] for r, e in enumerate(every)}
+            bad = [r for r, e in enumerate(every) if e[1] != every[0][1]]
+            raise DistError(f"checkpoint: the ranks disagree (iterations by rank {its}; "
+                            f"parameters differing from rank 0's on ranks {bad}); nothing was "
+                            "written. Stop every rank at the same iteration (no seconds "
+                            "triggers), and keep random or rank-dependent updates out of the "
+                            "step")
+        outcome = None
+        if self.comm.rank == 0:
+            try:
+                path = super().save_checkpoint(directory)
+                outcome = ("ok", None if path is None else str(path))
+            except LabkitError as e:
+                outcome = ("error", f"{type(e).__name__}: {e}")
+                self.comm.bcast_object(outcome)
+                raise
+        outcome = self.comm.bcast_object(outcome)
+        if outcome[0] == "error":
+            raise CheckpointError(f"checkpoint: rank 0 failed to write it ({outcome[1]})")
+        path = None if outcome[1] is None else Path(outcome[1])
+        self.last_checkpoint, self.last_checkpoint_iteration = path, self.status["iteration"]
+        return path
+
+    def load_checkpoint(self, path=None) -> Path:
+        """Rank 0 picks the checkpoint (``path``, or its run's newest valid one) and every rank
+        loads it; the number of ranks may differ from the run that wrote it."""
+        if self.comm.rank == 0:
+            try:
+                path = super().load_checkpoint(path)
+            except LabkitError as e:
+                self.comm.bcast_object(("error", f"{type(e).__name__}: {e}"))
+                raise
+            self.comm.bcast_object(("ok", str(path)))
+            return path
+        kind, value = self.comm.bcast_object(None)
+        if kind == "error":
+            raise CheckpointError(f"load_checkpoint: rank 0 could not load it ({value})")
+        return super().load_checkpoint(value)

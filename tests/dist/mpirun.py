@@ -1,0 +1,58 @@
+"""Start an MPI job from a test: its own process group, a hard timeout, killed in a finally."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from labkit.dist.launch import command, environment
+
+WORKER = Path(__file__).with_name("worker.py")
+
+
+class Job:
+    def __init__(self, rc, out, err, seconds, left):
+        self.rc, self.out, self.err, self.seconds, self.left = rc, out, err, seconds, left
+
+    def __repr__(self):
+        return f"Job(rc={self.rc}, {self.seconds:.1f} s)\n--- stdout\n{self.out}\n--- " \
+               f"stderr\n{self.err[-4000:]}"
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def run(n: int | None, args, timeout: float = 60, env: dict | None = None,
+        script=WORKER) -> Job:
+    """``script args`` on ``n`` ranks (``n=None``: one plain process, MPI's singleton mode)."""
+    cmd = command(n, script, args) if n else [sys.executable, str(script), *map(str, args)]
+    proc = subprocess.Popen(cmd, env={**environment(1), **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    t0 = time.monotonic()
+    try:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            raise AssertionError(f"the MPI job ran past {timeout} s (a hang): {cmd}\n"
+                                 f"{err[-4000:]}") from None
+        seconds = time.monotonic() - t0
+        return Job(proc.returncode, out, err, seconds, group_alive(proc.pid))
+    finally:
+        if proc.poll() is None or group_alive(proc.pid):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()

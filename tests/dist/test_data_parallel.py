@@ -1,0 +1,121 @@
+"""Data-parallel training on MPI ranks against one process on the same global batches.
+
+Each test starts an MPI job (tests/dist/worker.py) in its own process group with a hard timeout
+and kills the group afterwards (tests/dist/mpirun.py); the single-process reference runs here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mpi4py")
+
+import labkit as lk  # noqa: E402
+from labkit.data import DataStream, ShuffledScheme  # noqa: E402
+
+from . import mpirun, worker  # noqa: E402
+
+STEPS = 20
+
+
+def reference(kind: str, steps: int = STEPS):
+    """One process, a plain MainLoop, the same global batches: params and indices per step."""
+    model = worker.build(kind, seed=1)
+    opt = lk.optimizers.Momentum(lr=0.1, momentum=0.9).setup(model)
+    stream = DataStream(worker.dataset(), batch_size=worker.BATCH, shuffle=True, seed=3)
+    indices, params = [], []
+
+    def loss_fn(model, batch):
+        indices.append(np.array(batch["index"]))
+        return lk.functions.softmax_cross_entropy(model(lk.tensor(batch["x"])), batch["y"])
+
+    loop = lk.training.MainLoop(model, opt, stream, loss_fn, store=False)
+    loop.add(lambda loop: params.append({k: p.numpy().copy() for k, p in opt.params.items()}),
+             event="after_batch")
+    loop.run(max_iterations=steps)
+    return indices, params, [r["loss"] for r in loop.log.rows]
+
+
+def global_order(first: int, last: int):
+    """The global batches of iterations first+1..last, as the scheme defines them."""
+    s = ShuffledScheme(worker.N_EXAMPLES, worker.BATCH, seed=3)
+    per_epoch = s.num_requests(0)
+    return [s.request(i // per_epoch, i % per_epoch) for i in range(first, last)]
+
+
+def load(out, n):
+    return [dict(np.load(out / f"rank{r}.npz")) for r in range(n)]
+
+
+def check_against_reference(ranks, ref_params, ref_loss, steps=STEPS):
+    for r in ranks[1:]:  # bitwise equal on every rank, after every step
+        np.testing.assert_array_equal(r["crc"], ranks[0]["crc"])
+    assert len(ranks[0]["crc"]) == steps
+    for k, want in ref_params[-1].items():
+        got = ranks[0][f"param:{k}"]
+        scale = np.abs(want).max()
+        assert np.abs(got - want).max() <= 1e-6 * scale, k
+    # the recorded loss is the global batch's, as one process records it
+    np.testing.assert_allclose(ranks[0]["loss"], ref_loss[-steps:], rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_ranks_agree_bitwise_and_match_one_process(tmp_path, n):
+    job = mpirun.run(n, [tmp_path, "--steps", STEPS, "--bucket-mb", 0.0002], timeout=60)
+    assert job.rc == 0, job
+    ranks = load(tmp_path, n)
+    ref_idx, ref_params, ref_loss = reference("mlp")
+    check_against_reference(ranks, ref_params, ref_loss)
+    for step in range(STEPS):  # the shards, in rank order, are the global batch
+        got = np.concatenate([r["indices"][step] for r in ranks])
+        np.testing.assert_array_equal(got, ref_idx[step])
+
+
+def test_shared_and_unused_parameters(tmp_path):
+    job = mpirun.run(2, [tmp_path, "--model", "tied", "--steps", 8, "--bucket-mb", 0.0002],
+                     timeout=60)
+    assert job.rc == 0, job
+    ranks = load(tmp_path, 2)
+    _, ref_params, ref_loss = reference("tied", steps=8)
+    check_against_reference(ranks, ref_params, ref_loss, steps=8)
+    # no gradient ever reached the spare parameter: like one process, it never moved
+    np.testing.assert_array_equal(ranks[1]["param:/tied.spare"], np.full(5, 0.5, np.float32))
+
+
+def test_mismatched_models_fail_naming_the_parameter(tmp_path):
+    job = mpirun.run(2, [tmp_path, "--model", "mismatch"], timeout=30)
+    assert job.rc != 0
+    assert "the ranks' models differ" in job.err, job
+    assert "'/tied/head.W'" in job.err and "rank 1" in job.err, job
+    assert not job.left
+
+
+def test_an_exception_on_one_rank_ends_every_rank(tmp_path):
+    job = mpirun.run(2, [tmp_path, "--fail-rank", 1, "--fail-at", 3], timeout=10)
+    assert job.rc != 0, job
+    assert "fails on purpose" in job.err
+    assert not job.left, "a rank outlived the job"
+    assert not (tmp_path / "rank0.npz").exists()
+
+
+@pytest.mark.parametrize("before,after", [(2, 1), (4, 2)])
+def test_killed_job_resumes_on_another_number_of_ranks(tmp_path, before, after):
+    job = mpirun.run(before, [tmp_path, "--steps", STEPS, "--ckpt-every", 5, "--die-at", 8],
+                     timeout=60)
+    assert job.rc != 0 and not job.left, job
+    assert not (tmp_path / "rank0.npz").exists()
+    ckpt = tmp_path / "ckpt" / "ckpt-00000005"
+    assert ckpt.is_dir()
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    job = mpirun.run(after if after > 1 else None,
+                     [resumed, "--steps", STEPS, "--resume", ckpt], timeout=60)
+    assert job.rc == 0, job
+    ranks = load(resumed, after)
+    assert int(ranks[0]["first"]) == 5
+    for k, want in enumerate(global_order(5, STEPS)):  # the same global sample order
+        got = np.concatenate([r["indices"][k] for r in ranks])
+        np.testing.assert_array_equal(got, want)
+    _, ref_params, ref_loss = reference("mlp")
+    check_against_reference(ranks, ref_params, ref_loss, steps=STEPS - 5)

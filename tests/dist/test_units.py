@@ -1,0 +1,161 @@
+"""lk.dist in one process (rank 0 of 1): the grad-ready hook, buckets, no_sync, sharding with a
+global state, the launcher's command line. No mpiexec needed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import labkit as lk
+import labkit.bricks as B
+import labkit.functions as F
+from labkit.data import DataStream, IndexableDataset, ShuffledScheme
+
+
+def leaf(*shape, seed=0):
+    rng = np.random.default_rng(seed)
+    return lk.tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True)
+
+
+def test_import_labkit_does_not_import_mpi4py():
+    code = "import sys, labkit; labkit.dist.DataParallel; print('mpi4py' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_grad_ready_hook_fires_once_with_the_final_gradient():
+    w, v, unused = leaf(3, 3), leaf(3, seed=1), leaf(2, seed=2)
+    x = lk.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    seen = []
+    for t, name in ((w, "w"), (v, "v"), (unused, "unused")):
+        t.register_grad_ready_hook(lambda t, name=name: seen.append((name, t.grad.numpy())))
+    # w is used twice (shared), v in two branches; unused is never reached
+    y = ((x @ w) @ w + v).sum() + (v * v).sum()
+    y.backward()
+    assert sorted(n for n, _ in seen) == ["v", "w"]
+    final = dict(seen)
+    np.testing.assert_array_equal(final["w"], w.grad.numpy())
+    np.testing.assert_array_equal(final["v"], v.grad.numpy())
+    wn, xn = w.numpy(), x.numpy()
+    want_w = xn.T @ np.ones((2, 3), np.float32) @ wn.T + (xn @ wn).T @ np.ones((2, 3))
+    np.testing.assert_allclose(final["w"], want_w, rtol=1e-5)
+    # lk.grad leaves .grad alone: the hooks are not called
+    seen.clear()
+    lk.grad([(w * w).sum()], [w])
+    assert seen == []
+
+
+def test_grad_ready_hook_before_backward_ends_and_remove():
+    a, b = leaf(4), leaf(4, seed=1)
+    order = []
+    h = a.register_grad_ready_hook(lambda t: order.append("a"))
+    b.register_grad_ready_hook(lambda t: order.append("b"))
+    # b's last use is the first op backward meets: b is final before a's branch runs
+    ((F.tanh(a * 2) * 3).sum() * (b * b).sum()).backward()
+    assert order == ["b", "a"]
+    h.remove()
+    order.clear()
+    (a * b).sum().backward()
+    assert order == ["b"]
+    with pytest.raises(RuntimeError, match="only a leaf"):
+        (a * 2).register_grad_ready_hook(print)
+
+
+def test_buckets_in_reverse_order_and_shared_parameter_once():
+    model = B.MLP([6, 5, 4, 3], seed=0)
+    params = dict(model.params())
+    params["/alias"] = params["/mlp/linear_0.W"]  # one parameter under two names
+    dp = lk.dist.DataParallel(params, bucket_mb=40 / 2 ** 20)  # ~10 floats per bucket
+    names = [n for b in dp.buckets for n in b.names]
+    assert names == list(reversed(list(model.params())))
+    assert "/alias" not in names
+    assert len(dp.buckets) >= 4
+    model(lk.tensor(np.ones((2, 6), np.float32))).sum().backward()
+    started = dp.stats["launched_early"]
+    assert started == len(dp.buckets)  # every bucket started from a hook, during backward
+    before = {k: p.grad.numpy().copy() for k, p in model.params().items()}
+    dp.synchronize()
+    for k, p in model.params().items():  # one rank: the average is the gradient itself
+        np.testing.assert_array_equal(p.grad.numpy(), before[k])
+
+
+def test_unused_parameter_keeps_no_gradient_and_second_backward_is_refused():
+    model = B.MLP([4, 3], seed=0)
+    spare = model.add_param("spare", (2,), lambda s, d, r: np.zeros(s, d))
+    dp = lk.dist.DataParallel(model)
+    x = lk.tensor(np.ones((2, 4), np.float32))
+    model(x).sum().backward()
+    with pytest.raises(lk.dist.DistError, match="second backward"):
+        model(x).sum().backward()
+    dp.synchronize()
+    assert spare.grad is None
+
+
+def test_no_sync_accumulates_then_synchronizes_the_sum():
+    model = B.MLP([4, 3], seed=0)
+    dp = lk.dist.DataParallel(model)
+    x = lk.tensor(np.ones((2, 4), np.float32))
+    with dp.no_sync():
+        model(x).sum().backward()
+        assert dp.stats["launched_early"] == 0
+    W = model.linears[0].W
+    once = W.grad.numpy().copy()
+    model(x).sum().backward()
+    dp.synchronize()
+    np.testing.assert_allclose(W.grad.numpy(), 2 * once, rtol=1e-6)
+
+
+def test_collectives_on_one_rank(dev):
+    x = lk.tensor(np.arange(4, dtype=np.float32), device=dev)
+    y = lk.dist.allreduce(x, op="mean")
+    assert isinstance(y, lk.Tensor) and y.device == x.device
+    np.testing.assert_array_equal(y.numpy(), x.numpy())
+    assert lk.dist.broadcast(x) is x
+    lk.dist.barrier()
+    assert (lk.dist.rank(), lk.dist.size()) == (0, 1)
+    with pytest.raises(lk.dist.DistError, match="op must be"):
+        lk.dist.allreduce(x, op="prod")
+
+
+def test_sharded_stream_state_is_the_global_position():
+    ds = IndexableDataset({"i": np.arange(40)})
+    comm = lk.dist.world()
+    stream = lk.dist.shard_stream(DataStream(ds, batch_size=8, shuffle=True, seed=5), comm)
+    it = iter(stream)
+    next(it)
+    state = stream.state_dict()
+    plain = DataStream(ds, batch_size=8, shuffle=True, seed=5)
+    assert state == {**plain.state_dict(), "position": 1}  # loadable by a plain stream
+    plain.load_state_dict(state)
+    s = ShuffledScheme(40, 8, seed=5)
+    np.testing.assert_array_equal(next(iter(plain))["i"], s.request(0, 1))
+
+
+def test_batches_too_small_to_split_are_refused():
+    ds = IndexableDataset({"i": np.arange(9)})
+
+    class Two:  # a stand-in communicator of two ranks: the check needs only rank and size
+        rank, size = 0, 2
+
+    with pytest.raises(lk.dist.DistError, match="cannot be split between 2 ranks"):
+        lk.dist.shard_stream(DataStream(ds, batch_size=4), Two())
+    with pytest.raises(lk.dist.DistError, match="single examples"):
+        lk.dist.shard_stream(DataStream(ds), Two())
+
+
+def test_launch_command_and_environment(tmp_path):
+    from labkit.dist import launch
+
+    script = tmp_path / "s.py"
+    script.write_text("print(1)\n")
+    cmd = launch.command(3, script, ["--x", 1])
+    assert cmd[0].endswith("mpiexec") and cmd[1:3] == ["-n", "3"]
+    assert cmd[3:] == [sys.executable, "-m", "mpi4py", str(script), "--x", "1"]
+    env = launch.environment(1, {"OMP_NUM_THREADS": "8"})
+    assert all(env[k] == "1" for k in launch.THREAD_VARS)
+    with pytest.raises(lk.dist.DistError, match="no script"):
+        launch.command(2, tmp_path / "missing.py")

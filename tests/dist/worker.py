@@ -1,0 +1,124 @@
+"""One rank of the data-parallel tests (run by tests/dist under mpiexec, or alone).
+
+    python -m mpi4py worker.py OUT_DIR --model mlp --steps 20 [--ckpt-every 5 --die-at 8]
+                               [--resume CKPT] [--fail-rank 1 --fail-at 3] [--bucket-mb 0.001]
+
+Writes OUT_DIR/rank<R>.npz: the CRC-32 of the parameters after each step, this rank's sample
+indices per step, its losses and the final parameters (NumPy's npz: arrays only, no pickle).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+import labkit as lk
+import labkit.bricks as B
+import labkit.functions as F
+from labkit.bricks.initializers import Constant
+from labkit.data import DataStream, IndexableDataset
+
+N_EXAMPLES, BATCH, FEATURES, CLASSES = 96, 16, 8, 4
+
+
+class Tied(B.Brick):
+    """One Linear applied twice (a parameter shared between layers) and, with ``spare``, a
+    parameter no step uses."""
+
+    def __init__(self, spare=False, extra=0, seed=None):
+        super().__init__("tied", seed)
+        self.add_child(B.Linear(FEATURES, FEATURES), "enc")
+        self.add_child(B.Linear(FEATURES + extra, CLASSES), "head")
+        self.extra = extra
+        if spare:
+            self.add_param("spare", (5,), Constant(0.5))
+
+    def forward(self, x):
+        h = F.relu(self.enc(x))
+        h = F.tanh(self.enc(h))
+        if self.extra:
+            h = F.concat([h, h[:, :self.extra]], axis=1)
+        return self.head(h)
+
+
+def dataset():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((N_EXAMPLES, FEATURES)).astype(np.float32)
+    y = (x[:, :CLASSES].argmax(axis=1)).astype(np.int32)
+    return IndexableDataset({"x": x, "y": y, "index": np.arange(N_EXAMPLES)})
+
+
+def build(kind: str, seed: int, rank: int = 0):
+    B.set_seed(seed)  # NOTE: child bricks draw their seeds from this, not the parent's seed
+    if kind == "mlp":
+        model = B.MLP([FEATURES, 16, CLASSES], seed=seed)
+    elif kind == "tied":
+        model = Tied(spare=True, seed=seed)
+    elif kind == "mismatch":  # rank 1 builds a different head
+        model = Tied(extra=1 if rank == 1 else 0, seed=seed)
+    else:
+        raise SystemExit(f"unknown model {kind}")
+    model(lk.tensor(np.zeros((2, FEATURES), np.float32)))
+    return model
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--model", default="mlp")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--bucket-mb", type=float, default=1.0)
+    ap.add_argument("--ckpt-every", type=int, default=0)
+    ap.add_argument("--die-at", type=int, default=0)
+    ap.add_argument("--resume")
+    ap.add_argument("--fail-rank", type=int, default=-1)
+    ap.add_argument("--fail-at", type=int, default=0)
+    a = ap.parse_args(argv)
+    comm = lk.dist.world()
+    out = Path(a.out)
+    # NOTE: each rank starts from other parameters: the loop must broadcast rank 0's
+    model = build(a.model, seed=1 + comm.rank, rank=comm.rank)
+    opt = lk.optimizers.Momentum(lr=0.1, momentum=0.9).setup(model)
+    stream = DataStream(dataset(), batch_size=BATCH, shuffle=True, seed=3 + comm.rank)
+    crcs, indices, losses = [], [], []
+
+    def loss_fn(model, batch):
+        indices.append(np.array(batch["index"]))
+        return F.softmax_cross_entropy(model(lk.tensor(batch["x"])), batch["y"])
+
+    loop = lk.dist.DataParallelLoop(model, opt, stream, loss_fn, bucket_mb=a.bucket_mb,
+                                    store=False)
+
+    def record(loop):
+        it = loop.status["iteration"]
+        if it == a.fail_at and comm.rank == a.fail_rank:
+            raise RuntimeError(f"rank {comm.rank} fails on purpose at iteration {it}")
+        crc = 0
+        for p in opt.params.values():
+            crc = zlib.crc32(np.ascontiguousarray(p.numpy()), crc)
+        crcs.append(crc)
+        losses.append(loop.log.rows[-1]["loss"])
+        if a.ckpt_every and it % a.ckpt_every == 0:
+            loop.save_checkpoint(out / "ckpt")
+        if it == a.die_at and comm.rank == comm.size - 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    loop.add(record, event="after_batch", priority=-100)
+    if a.resume:
+        loop.load_checkpoint(a.resume)
+    first = loop.status["iteration"]
+    loop.run(max_iterations=a.steps - first)
+    np.savez(out / f"rank{comm.rank}.npz", crc=np.array(crcs, np.uint32),
+             indices=np.array(indices), loss=np.array(losses), first=first,
+             **{f"param:{k}": p.numpy() for k, p in opt.params.items()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
