@@ -30,8 +30,10 @@ from .layers import (
     Softmax,
     Tanh,
 )
+from .residual import BasicBlock, Residual
 
-__all__ = ["GELU", "GRU", "LSTM", "MLP", "Activation", "BatchNorm", "Brick", "Constant",
-           "Conv2D", "ConvTranspose2D", "Dropout", "Embedding", "Flatten", "GlorotUniform",
-           "HeNormal", "Initializer", "LayerNorm", "Linear", "Normal", "Orthogonal",
-           "Parameter", "ReLU", "Sequence", "Sigmoid", "Softmax", "Tanh", "Uniform", "set_seed"]
+__all__ = ["GELU", "GRU", "LSTM", "MLP", "Activation", "BasicBlock", "BatchNorm", "Brick",
+           "Constant", "Conv2D", "ConvTranspose2D", "Dropout", "Embedding", "Flatten",
+           "GlorotUniform", "HeNormal", "Initializer", "LayerNorm", "Linear", "Normal",
+           "Orthogonal", "Parameter", "ReLU", "Residual", "Sequence", "Sigmoid", "Softmax", "Tanh",
+           "Uniform", "set_seed"]

@@ -9,7 +9,8 @@ with its training script, and the weights they produced.
 
     python -m labkit.models.cnn --device cl              # train it again (see each module)
 
-Modules: ``cnn`` (digits classifier), ``vae`` (variational autoencoder). Helpers the examples
+Modules: ``cnn`` (digits classifier), ``vae`` (variational autoencoder), ``resnet`` (residual
+blocks, batch norm, augmentation). Helpers the examples
 share live here too: ``image_grid`` draws images as one PNG.
 """
 
