@@ -81,6 +81,11 @@ def __getattr__(name):
         import importlib
 
         return importlib.import_module(".dist", __name__)
+    # NOTE: lk.sweep loads on first use (it imports Dask only when a sweep runs)
+    if name == "sweep":
+        import importlib
+
+        return importlib.import_module(".sweep", __name__)
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")
 
 

@@ -13,6 +13,9 @@ version  what changed
          long series is downsampled without reading its rows
 4        ``runs.tags`` (a JSON list of short labels), ``runs.note`` (free text) and
          ``runs.traceback`` (the tail of a failed run's traceback)
+5        sweeps (``sweeps.py``): ``sweeps`` (a hyperparameter sweep: its space, settings,
+         status, driver heartbeat and stop request), ``trials`` (each trial's parameters,
+         status, rung results and attempts) and ``runs.sweep_id`` (a trial's run, grouped)
 =======  ======================================================================================
 
 An old store is migrated when a newer labkit first opens it, in one transaction: all of it or
@@ -23,18 +26,19 @@ from __future__ import annotations
 
 import sqlite3
 
-from . import blocks
+from . import blocks, sweeps
 from ._db import transaction
 from .checks import refuse
 
-VERSION = 4
+VERSION = 5
 
 _TABLES = [
     """CREATE TABLE IF NOT EXISTS runs (
         id TEXT PRIMARY KEY, name TEXT, status TEXT NOT NULL, created REAL, started REAL,
         ended REAL, heartbeat REAL, host TEXT, pid INTEGER, source TEXT, factory TEXT,
         config TEXT, parent_run TEXT, parent_checkpoint TEXT, progress TEXT, error TEXT,
-        directory TEXT, parent_checkpoint_id INTEGER, tags TEXT, note TEXT, traceback TEXT)""",
+        directory TEXT, parent_checkpoint_id INTEGER, tags TEXT, note TEXT, traceback TEXT,
+        sweep_id TEXT)""",
     """CREATE TABLE IF NOT EXISTS metrics (
         run_id TEXT NOT NULL, iteration INTEGER NOT NULL, epoch INTEGER, key TEXT NOT NULL,
         value REAL, time REAL)""",
@@ -46,6 +50,7 @@ _TABLES = [
         id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, command TEXT NOT NULL,
         created REAL NOT NULL, acked REAL, result TEXT, iteration INTEGER)""",
     blocks.TABLE,
+    *sweeps.TABLES,
 ]
 _INDEXES = [
     "CREATE UNIQUE INDEX IF NOT EXISTS metrics_run_key_iteration "
@@ -53,6 +58,7 @@ _INDEXES = [
     "CREATE INDEX IF NOT EXISTS checkpoints_run_iteration ON checkpoints (run_id, iteration)",
     "CREATE INDEX IF NOT EXISTS runs_parent ON runs (parent_run)",
     "CREATE INDEX IF NOT EXISTS commands_run ON commands (run_id, acked)",
+    *sweeps.INDEXES,
 ]
 
 
@@ -95,6 +101,12 @@ def _from_3(c: sqlite3.Connection) -> None:
             c.execute(f"ALTER TABLE runs ADD COLUMN {col} TEXT")
 
 
+def _from_4(c: sqlite3.Connection) -> None:
+    """``runs`` gains ``sweep_id`` (NULL: a run outside any sweep)."""
+    if "sweep_id" not in _columns(c, "runs"):
+        c.execute("ALTER TABLE runs ADD COLUMN sweep_id TEXT")
+
+
 def ensure(c: sqlite3.Connection, path) -> None:
     """Create the tables of a new store, or migrate an old one to ``VERSION``."""
     version = c.execute("PRAGMA user_version").fetchone()[0]
@@ -110,6 +122,7 @@ def ensure(c: sqlite3.Connection, path) -> None:
             old = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             if "runs" in old:
                 _from_0(c)
+                _from_4(c)  # before the indexes: one of them is on runs.sweep_id
             for statement in _TABLES + _INDEXES:
                 c.execute(statement)
             if "runs" in old and version < 3:

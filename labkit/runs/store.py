@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..config import home
 from ..errors import RunStoreError
-from . import blocks, listing, schema
+from . import blocks, listing, schema, sweeps
 from ._db import connect, explain, guarded, pid_alive, transaction
 from .checks import config_json, refuse
 from .downsample import minmax_indices
@@ -521,6 +521,42 @@ class RunStore:
         with transaction(self._conn()) as c:
             return c.execute("DELETE FROM checkpoints WHERE id = ?",
                              (_bound(checkpoint_id),)).rowcount > 0
+
+    # ---- sweeps (sweeps.py; written by a sweep's driver only) ---------------------------
+    def create_sweep(self, name, factory, space: str, settings: dict, params: list) -> str:
+        """A sweep (status running, this process its driver) with one pending trial per
+        entry of ``params``; returns its id."""
+        with transaction(self._conn()) as c:
+            return sweeps.create(c, name, factory, space, settings, params)
+
+    def get_sweep(self, sweep_id: str) -> dict:
+        return sweeps.get(self._conn(), sweep_id, self.path)
+
+    def list_sweeps(self) -> list[dict]:
+        """Sweeps, newest first, each with ``counts`` of its trials by status."""
+        return sweeps.listing(self._conn())
+
+    def update_sweep(self, sweep_id: str, **fields) -> None:
+        with transaction(self._conn()) as c:
+            sweeps.update(c, sweep_id, fields)
+
+    def trials(self, sweep_id: str) -> list[dict]:
+        """The trials of a sweep, by number (params and rung results decoded)."""
+        return sweeps.trials(self._conn(), sweep_id)
+
+    def update_trials(self, sweep_id: str, changes: dict) -> None:
+        """``{number: {field: value}}`` for trials of ``sweep_id``, in one transaction."""
+        with transaction(self._conn()) as c:
+            for number, fields in changes.items():
+                sweeps.update_trial(c, sweep_id, number, dict(fields))
+
+    def start_trial_run(self, sweep_id: str, number: int, name, config: dict, factory,
+                        runs_folder) -> str:
+        """Create trial ``number``'s run (its folder inside ``runs_folder``), linked to its
+        sweep, in one transaction."""
+        with transaction(self._conn()) as c:
+            return sweeps.start_trial_run(c, sweep_id, number, name, config, factory,
+                                          lambda rid: Path(runs_folder) / rid)
 
 
 # every public method (and opening) reports damage as RunStoreError: one wrapper, not copies

@@ -1,0 +1,141 @@
+"""Sweeps in the run store (schema version 5): the ``sweeps`` and ``trials`` tables.
+
+A sweep's driver is the only process that writes them (its workers report to it): one writer
+per database, whatever the filesystem the workers share. Each trial that has started has a
+run (``runs.sweep_id`` = the sweep; config = its parameters), so every tool that shows runs
+shows trials. Values are JSON text; the functions here take an open connection and are called
+by ``RunStore``'s sweep methods inside its transactions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+from .checks import config_json, refuse
+from .ids import new_run_id
+
+TABLES = [
+    """CREATE TABLE IF NOT EXISTS sweeps (
+        id TEXT PRIMARY KEY, name TEXT, status TEXT NOT NULL, created REAL, started REAL,
+        ended REAL, heartbeat REAL, host TEXT, pid INTEGER, factory TEXT, space TEXT,
+        settings TEXT, request TEXT, error TEXT)""",
+    """CREATE TABLE IF NOT EXISTS trials (
+        sweep_id TEXT NOT NULL, number INTEGER NOT NULL, run_id TEXT, params TEXT NOT NULL,
+        status TEXT NOT NULL, rung INTEGER, results TEXT, value REAL, iteration INTEGER,
+        epoch INTEGER, attempts INTEGER NOT NULL DEFAULT 0, error TEXT, updated REAL,
+        PRIMARY KEY (sweep_id, number))""",
+]
+INDEXES = ["CREATE INDEX IF NOT EXISTS runs_sweep ON runs (sweep_id)"]
+
+#: a sweep's status; "dead" is shown for a running sweep whose driver is gone
+SWEEP_STATUSES = ("running", "finished", "stopped", "failed", "interrupted")
+#: a trial's status: waiting, training, stopped at a rung (it may be promoted), done, failed,
+#: or interrupted (its driver stopped; a resumed sweep continues it from its checkpoint)
+TRIAL_STATUSES = ("pending", "running", "stopped", "finished", "failed", "interrupted")
+_SWEEP_FIELDS = ("name", "status", "started", "ended", "heartbeat", "host", "pid", "request",
+                 "error", "settings")
+_TRIAL_FIELDS = ("run_id", "status", "rung", "results", "value", "iteration", "epoch",
+                 "attempts", "error", "updated")
+
+
+def create(c, name, factory, space: str, settings: dict, params: list[dict]) -> str:
+    sid = new_run_id()
+    now = time.time()
+    c.execute("INSERT INTO sweeps (id, name, status, created, started, heartbeat, host, pid, "
+              "factory, space, settings) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+              (sid, name, "running", now, now, now, socket.gethostname(), os.getpid(), factory,
+               space, json.dumps(settings)))
+    c.executemany("INSERT INTO trials (sweep_id, number, params, status, updated) "
+                  "VALUES (?,?,?,?,?)",
+                  [(sid, i, json.dumps(p), "pending", now) for i, p in enumerate(params)])
+    return sid
+
+
+def sweep_dict(row) -> dict:
+    d = dict(row)
+    d["settings"] = json.loads(d["settings"] or "{}")
+    d["space"] = json.loads(d["space"] or "{}")
+    return d
+
+
+def get(c, sweep_id: str, path) -> dict:
+    row = c.execute("SELECT * FROM sweeps WHERE id = ?", (str(sweep_id),)).fetchone()
+    if row is None:
+        raise refuse(f"no sweep {sweep_id!r} in {path} (`labkit sweep ls` lists them)",
+                     "not_found")
+    d = sweep_dict(row)
+    d["counts"] = dict(c.execute("SELECT status, COUNT(*) FROM trials WHERE sweep_id = ? "
+                                 "GROUP BY status", (d["id"],)).fetchall())
+    return d
+
+
+def listing(c) -> list[dict]:
+    counts: dict = {}
+    for sid, status, n in c.execute("SELECT sweep_id, status, COUNT(*) FROM trials "
+                                    "GROUP BY sweep_id, status"):
+        counts.setdefault(sid, {})[status] = n
+    out = []
+    for row in c.execute("SELECT * FROM sweeps ORDER BY created DESC, id DESC"):
+        d = sweep_dict(row)
+        d["counts"] = counts.get(d["id"], {})
+        out.append(d)
+    return out
+
+
+def update(c, sweep_id: str, fields: dict) -> None:
+    bad = set(fields) - set(_SWEEP_FIELDS)
+    if bad:
+        raise ValueError(f"update_sweep: unknown fields {sorted(bad)}")
+    if "status" in fields and fields["status"] not in SWEEP_STATUSES:
+        raise ValueError(f"update_sweep: status must be one of {SWEEP_STATUSES}")
+    if "settings" in fields:
+        fields["settings"] = json.dumps(fields["settings"])
+    cols = ", ".join(f"{k} = ?" for k in fields)
+    n = c.execute(f"UPDATE sweeps SET {cols} WHERE id = ?",  # noqa: S608 - names checked
+                  (*fields.values(), str(sweep_id))).rowcount
+    if not n:
+        raise refuse(f"no sweep {sweep_id!r}", "not_found")
+
+
+def trial_dict(row) -> dict:
+    d = dict(row)
+    d["params"] = json.loads(d["params"])
+    d["results"] = {int(k): v for k, v in json.loads(d["results"] or "{}").items()}
+    return d
+
+
+def trials(c, sweep_id: str) -> list[dict]:
+    return [trial_dict(r) for r in c.execute(
+        "SELECT * FROM trials WHERE sweep_id = ? ORDER BY number", (str(sweep_id),))]
+
+
+def update_trial(c, sweep_id: str, number: int, fields: dict) -> None:
+    bad = set(fields) - set(_TRIAL_FIELDS)
+    if bad:
+        raise ValueError(f"update_trial: unknown fields {sorted(bad)}")
+    if "status" in fields and fields["status"] not in TRIAL_STATUSES:
+        raise ValueError(f"update_trial: status must be one of {TRIAL_STATUSES}")
+    if "results" in fields:
+        fields["results"] = json.dumps({str(k): v for k, v in fields["results"].items()})
+    fields.setdefault("updated", time.time())
+    cols = ", ".join(f"{k} = ?" for k in fields)
+    n = c.execute(f"UPDATE trials SET {cols} WHERE sweep_id = ? AND number = ?",  # noqa: S608
+                  (*fields.values(), str(sweep_id), int(number))).rowcount
+    if not n:
+        raise refuse(f"sweep {sweep_id!r} has no trial {number}", "not_found")
+
+
+def start_trial_run(c, sweep_id: str, number: int, name, config: dict, factory, directory_of):
+    """The run of trial ``number`` (created, linked to the sweep and recorded in the trial's
+    row, in the caller's transaction); returns its id."""
+    now = time.time()
+    rid = new_run_id()
+    c.execute("INSERT INTO runs (id, name, status, created, host, pid, source, factory, config, "
+              "directory, heartbeat, sweep_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+              (rid, name, "created", now, socket.gethostname(), os.getpid(), f"sweep {sweep_id}",
+               factory, config_json(config), str(directory_of(rid)), now, sweep_id))
+    update_trial(c, sweep_id, number, {"run_id": rid})
+    return rid

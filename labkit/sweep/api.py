@@ -1,0 +1,214 @@
+"""``lk.sweep.run``, ``lk.sweep.resume`` and the ``Sweep`` handle (reads the run store)."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from pathlib import Path
+
+from .. import runs
+from ..config import runs_dir
+from ..training.resume import factory_name, load_factory
+from . import space as S
+from .asha import ASHA
+from .space import SweepError
+
+MODES = ("min", "max")
+
+
+class Sweep:
+    """A sweep in the run store: ``status``, ``table()``, ``best()``, ``show()``, ``stop()``."""
+
+    def __init__(self, sweep_id: str):
+        self.id = sweep_id
+        runs.store().get_sweep(sweep_id)  # a clear error for an unknown id
+
+    @property
+    def record(self) -> dict:
+        return runs.store().get_sweep(self.id)
+
+    @property
+    def status(self) -> str:
+        """running, finished, stopped, failed, interrupted, or dead (running, driver gone)."""
+        rec = self.record
+        if rec["status"] == "running" and not _driver_alive(rec):
+            return "dead"
+        return rec["status"]
+
+    @property
+    def metric(self) -> str:
+        return self.record["settings"]["metric"]
+
+    def table(self, sort: str | None = None) -> list[dict]:
+        """One row per trial: ``trial``, ``status``, the metric's value, ``rung``, ``epoch``,
+        ``iteration``, each parameter, ``run_id`` and ``error``; by trial number, or
+        ``sort="value"`` (best first, trials without a value last)."""
+        settings = self.record["settings"]
+        rows = [{"trial": t["number"], "status": t["status"], settings["metric"]: t["value"],
+                 "rung": t["rung"], "epoch": t["epoch"], "iteration": t["iteration"],
+                 **t["params"], "run_id": t["run_id"], "error": t["error"]}
+                for t in runs.store().trials(self.id)]
+        if sort == "value":
+            sign = -1 if settings["mode"] == "max" else 1
+            rows.sort(key=lambda r: (_missing(r[settings["metric"]]),
+                                     sign * (r[settings["metric"]] or 0), r["trial"]))
+        elif sort is not None:
+            raise SweepError(f"table: sort must be None or 'value', got {sort!r}")
+        return rows
+
+    def best(self) -> dict:
+        """The best finished trial's row (the best stopped one if none finished)."""
+        metric = self.metric
+        rows = self.table(sort="value")
+        for status in ("finished", "stopped"):
+            for r in rows:
+                if r["status"] == status and not _missing(r[metric]):
+                    return r
+        failed = [r for r in rows if r["status"] == "failed"]
+        why = f"; trial {failed[0]['trial']} failed: {failed[0]['error']}" if failed else ""
+        raise SweepError(f"sweep {self.id} has no trial with a value of {metric!r} yet "
+                         f"(status {self.status}){why}")
+
+    def stop(self) -> None:
+        """Ask the sweep's driver (in any process) to checkpoint its trials and stop;
+        ``lk.sweep.resume(id)`` continues it."""
+        runs.store().update_sweep(self.id, request="stop")
+
+    def show(self, **kwargs):
+        """A view of the sweep for a notebook (parallel coordinates and the table)."""
+        from .view import SweepView
+
+        return SweepView(self, **kwargs)
+
+    def __repr__(self):
+        rec = self.record
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(rec["counts"].items()))
+        return f"Sweep({self.id}, {rec['name']!r}, {self.status}; trials: {counts})"
+
+
+def _missing(v) -> bool:
+    return v is None or not math.isfinite(v)
+
+
+def _driver_alive(rec) -> bool:
+    if time.time() - float(rec.get("heartbeat") or 0) > runs.DEAD_AFTER:
+        return False
+    if rec.get("host") != socket.gethostname():
+        return True
+    from .._proc import alive
+
+    return alive(rec.get("pid"))
+
+
+def _check(metric, mode, early_stopping):
+    if not isinstance(metric, str) or not metric:
+        raise SweepError(f"metric must be the name of a value the loop reports (e.g. "
+                         f"'valid_loss'), got {metric!r}")
+    if mode not in MODES:
+        raise SweepError(f"mode must be 'min' or 'max' (is a lower {metric} better?), got "
+                         f"{mode!r}")
+    if early_stopping is not None and not isinstance(early_stopping, ASHA):
+        raise SweepError(f"early_stopping must be lk.sweep.ASHA(...) or None, got "
+                         f"{early_stopping!r}")
+
+
+def run(make_loop, space, trials=None, *, search="random", metric="valid_loss", mode="min",
+        early_stopping=None, engine="local", workers=2, seed=0, name=None, directory=None,
+        _hook=None) -> Sweep:
+    """Train ``trials`` configurations of ``space`` with ``make_loop(config)`` on Dask and
+    return the ``Sweep`` (the call blocks until every trial is done or the sweep is stopped).
+
+    Each trial is a run in the store (``lk.runs``), linked to the sweep, with its parameters
+    as config; ``metric`` (a value the loop logs) is read when each chunk ends, and ``mode``
+    says whether lower or higher is better. ``early_stopping=lk.sweep.ASHA(grace, reduction)``
+    stops the worse trials at rungs and continues the better ones from their checkpoints.
+    ``engine``: ``"local"`` (``workers`` processes on this machine), ``"inprocess"``, a
+    scheduler address or a ``distributed.Client``. Killed at any point, the sweep continues
+    with ``lk.sweep.resume(id)``.
+    """
+    if not callable(make_loop):
+        raise SweepError(f"make_loop must be a function config -> MainLoop, got {make_loop!r}")
+    dims = S.check(space)
+    n = S.check_search(dims, search, trials)
+    _check(metric, mode, early_stopping)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise SweepError(f"seed must be an integer >= 0, got {seed!r}")
+    params = [S.draw(dims, search, i, seed) for i in range(n)]
+    settings = {"trials": n, "search": search, "metric": metric, "mode": mode, "seed": seed,
+                "early_stopping": early_stopping.to_json() if early_stopping else None,
+                "engine": engine if isinstance(engine, str) else "client",
+                "workers": workers, "directory": str(Path(directory or runs_dir()).resolve())}
+    factory = factory_name(make_loop)
+    name = name or getattr(make_loop, "__name__", "sweep")
+    sid = runs.store().create_sweep(name, factory, S.to_json(dims), settings, params)
+    return _drive(sid, make_loop, engine, workers, _hook)
+
+
+def resume(sweep_id: str, make_loop=None, *, engine=None, workers=None, _hook=None) -> Sweep:
+    """Continue a sweep whose driver stopped (killed, interrupted, stopped): finished and
+    failed trials stay as they are, interrupted ones continue from their newest checkpoint,
+    the others start. ``make_loop``: needed when the sweep's was not importable (a notebook
+    cell); ``engine``/``workers``: default as the sweep was started."""
+    store = runs.store()
+    rec = store.get_sweep(sweep_id)
+    if rec["status"] == "running" and _driver_alive(rec) and rec.get("pid") != os.getpid():
+        raise SweepError(f"sweep {sweep_id} is running (driver pid {rec['pid']} on "
+                         f"{rec['host']}): stop it first (`labkit sweep stop {sweep_id}`)")
+    if make_loop is None:
+        if not rec.get("factory"):
+            raise SweepError(f"sweep {sweep_id}: its make_loop was not importable (defined in "
+                             "a notebook?); pass make_loop=<the function>")
+        make_loop = load_factory(rec["factory"])
+    settings = rec["settings"]
+    engine = engine or settings["engine"]
+    if engine == "client":
+        raise SweepError(f"sweep {sweep_id} ran on a Client; pass engine=<a Client or an "
+                         "address>")
+    store.update_sweep(sweep_id, status="running", pid=os.getpid(), host=socket.gethostname(),
+                       heartbeat=time.time(), request=None, ended=None, error=None)
+    changes = {t["number"]: {"status": "interrupted"} for t in store.trials(sweep_id)
+               if t["status"] == "running"}
+    if changes:
+        store.update_trials(sweep_id, changes)
+    return _drive(sweep_id, make_loop, engine, workers or settings["workers"], _hook)
+
+
+def _drive(sid, make_loop, engine, workers, hook) -> Sweep:
+    from . import engine as E
+    from .driver import Driver
+
+    store = runs.store()
+    rec = store.get_sweep(sid)
+    dims = S.from_json(rec["space"])
+    asha = ASHA.from_json(rec["settings"]["early_stopping"])
+    status, error = "failed", None
+    try:
+        client, close = E.connect(engine, workers)
+        try:
+            driver = Driver(store, rec, make_loop, dims, asha, client, E.capacity(client),
+                            hook)
+            status = driver.run()
+        finally:
+            close()
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    except BaseException as e:
+        error = f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        store.update_sweep(sid, status=status, ended=time.time(), request=None,
+                           error=error[:2000] if error else None)
+    return Sweep(sid)
+
+
+def get(sweep_id: str) -> Sweep:
+    """The sweep ``sweep_id`` (see ``list()`` for the ids)."""
+    return Sweep(sweep_id)
+
+
+def list() -> list[dict]:  # noqa: A001 - lk.sweep.list(), as lk.runs.list()
+    """Every sweep in the store, newest first, with its trials counted by status."""
+    return runs.store().list_sweeps()

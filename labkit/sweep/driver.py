@@ -1,0 +1,261 @@
+"""The driver: the one process that decides what trains next and writes the run store.
+
+It keeps each trial's state in memory and in the store at once (the store first: a driver
+killed at any point leaves a state ``resume`` continues from): submits chunks to Dask, records
+progress messages and results, applies ASHA, answers a stop request, and beats the heartbeat
+of the sweep and of every training trial's run. A resumed driver never reruns a finished
+trial: it continues interrupted ones from their newest checkpoint and starts the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import time
+import uuid
+
+from ..errors import LabkitError, RunStoreError
+from ..runs.notes import traceback_tail
+from . import trial as trial_mod
+from .space import SweepError, TrialError
+
+#: seconds between two writes of the heartbeats (and reads of a stop request)
+BEAT_EVERY = 1.0
+#: an all-failed start aborts the sweep after this many failures
+ABORT_AFTER = 3
+
+
+class Driver:
+    def __init__(self, store, sweep: dict, make_loop, dims, asha, client, capacity, hook=None):
+        self.store, self.sweep, self.make_loop = store, sweep, make_loop
+        self.id, self.settings = sweep["id"], sweep["settings"]
+        self.dims, self.asha, self.client, self.capacity = dims, asha, client, capacity
+        self.hook = hook or (lambda kind, info: None)
+        self.trials = {t["number"]: t for t in store.trials(self.id)}
+        self.token = uuid.uuid4().hex
+        self.events: queue.Queue = queue.Queue()
+        self.in_flight: dict = {}  # future -> trial number
+        self.stopping = False
+        self.first_error = None
+        self._beat = 0.0
+
+    # -- the store, trial by trial
+    def _set(self, n: int, **fields) -> None:
+        self.store.update_trials(self.id, {n: fields})
+        self.trials[n].update(fields)
+
+    def _run_update(self, n: int, **fields) -> None:
+        rid = self.trials[n]["run_id"]
+        if rid is None:
+            return
+        try:
+            self.store.update_run(rid, **fields)
+        except RunStoreError as e:
+            if e.reason != "deleted":
+                raise  # NOTE: a trial's run deleted by hand: its trial goes on unrecorded
+
+    # -- choosing work
+    def _budget(self, rung):
+        return None if self.asha is None else self.asha.budget(rung)
+
+    def next_job(self):
+        """``(trial number, rung)`` to train now, or None: interrupted trials first (what was
+        training when a driver stopped), then ASHA's promotions, then new trials."""
+        busy = set(self.in_flight.values())
+        for n, t in self.trials.items():
+            if t["status"] == "interrupted" and n not in busy:
+                return n, t["rung"] or 0
+        if self.asha is not None:
+            rungs = {n: (t["status"], t["results"]) for n, t in self.trials.items()
+                     if t["results"]}
+            promoted = self.asha.next_promotion(rungs, self.settings["mode"])
+            if promoted is not None:
+                return promoted
+        for n, t in self.trials.items():
+            if t["status"] == "pending" and n not in busy:
+                return n, 0
+        return None
+
+    def submit(self, n: int, rung: int) -> None:
+        t = self.trials[n]
+        cfg = dict(t["params"])
+        if t["run_id"] is None:
+            rid = self.store.start_trial_run(self.id, n, f"{self.sweep['name']}-{n}", cfg,
+                                             self.sweep.get("factory"),
+                                             self.settings["directory"])
+            t["run_id"] = rid
+        now = time.time()
+        self._set(n, status="running", rung=rung, attempts=(t["attempts"] or 0) + 1)
+        self._run_update(n, status="running", started=now, heartbeat=now, pid=os.getpid(),
+                         host=socket.gethostname())
+        since = max(0, self.store.max_iteration(t["run_id"]))
+        spec = {"sweep": self.id, "trial": n, "run_id": t["run_id"], "params": t["params"],
+                "config": cfg, "name": f"{self.sweep['name']}-{n}",
+                "directory": os.path.join(self.settings["directory"], t["run_id"]),
+                "factory": self.sweep.get("factory"), "metric": self.settings["metric"],
+                "budget": self._budget(rung), "seed": self.settings["seed"], "since": since,
+                "token": self.token, "stop_event": f"labkit-sweep-{self.id}-stop",
+                "owner_variable": f"labkit-sweep-{self.id}-owner"}
+        fut = self.client.submit(trial_mod.train, self.make_loop, spec, pure=False,
+                                 key=f"labkit-trial-{self.id}-{n}-{uuid.uuid4().hex[:8]}")
+        self.in_flight[fut] = n
+
+    # -- messages and results
+    def _drain(self) -> None:
+        latest: dict = {}
+        rows: dict = {}
+        while True:
+            try:
+                _, msg = self.events.get_nowait()
+            except queue.Empty:
+                break
+            if not isinstance(msg, dict) or msg.get("attempt") != self.token:
+                continue  # another sweep's, or a superseded driver's
+            n = msg["trial"]
+            if self.trials.get(n, {}).get("status") != "running":
+                continue
+            rows.setdefault(n, []).extend(msg["rows"])
+            latest[n] = msg["progress"]
+        now = time.time()
+        for n, prog in latest.items():
+            rid = self.trials[n]["run_id"]
+            self.store.add_metrics(rid, [(it, ep, k, v, now) for it, ep, k, v in rows[n]])
+            self._run_update(n, progress=prog, heartbeat=now)
+            self.hook("progress", {"trial": n, "progress": prog})
+
+    def _sync_checkpoints(self, rid: str, found: list) -> None:
+        have = {c["path"]: c for c in self.store.checkpoints(rid)}
+        on_disk = {c["path"] for c in found}
+        for c in found:
+            if c["path"] not in have:
+                self.store.add_checkpoint(rid, c["iteration"], c["epoch"], c["path"],
+                                          c["size"], c["metrics"])
+        for path, c in have.items():
+            if path not in on_disk:
+                self.store.remove_checkpoint(c["id"])
+
+    def finished(self, fut, n: int) -> None:
+        t = self.trials[n]
+        if fut.status == "finished":
+            res = fut.result()
+            now = time.time()
+            self.store.add_metrics(t["run_id"], [(it, ep, k, v, now)
+                                                 for it, ep, k, v in res["rows"]])
+            self._sync_checkpoints(t["run_id"], res["checkpoints"])
+            results = dict(t["results"])
+            rung, value = t["rung"] or 0, res["value"]
+            budget = self._budget(rung)
+            if budget is not None and res["epoch"] >= budget:
+                results[rung] = value
+            common = {"results": results, "value": value, "iteration": res["iteration"],
+                      "epoch": res["epoch"]}
+            progress = {**res["progress"], "training": False}
+            if res["outcome"] == "rung":
+                self._set(n, status="stopped", **common)
+                self._run_update(n, status="paused", progress=progress, heartbeat=now)
+            elif res["outcome"] == "finished":
+                self._set(n, status="finished", **common)
+                self._run_update(n, status="finished", progress=progress, ended=now,
+                                 heartbeat=now)
+            else:
+                self._set(n, status="interrupted", **common)
+                self._run_update(n, status="interrupted", progress=progress, ended=now)
+            self.hook("result", {"trial": n, **res})
+            return
+        if fut.status == "cancelled":
+            self._set(n, status="interrupted")
+            self._run_update(n, status="interrupted", ended=time.time())
+            return
+        exc = fut.exception()
+        if isinstance(exc, SweepError):
+            raise exc
+        tb = fut.traceback()
+        reason = f"{type(exc).__name__}: {exc}"
+        if type(exc).__name__ == "KilledWorker":
+            reason = (f"KilledWorker: every worker that ran trial {n} died (its process ended "
+                      f"while training it, {t['attempts']} attempt(s)); the trial is dropped, "
+                      "the sweep goes on. Look for a crash or memory blow-up with its "
+                      f"params {t['params']}")
+        self._set(n, status="failed", error=reason[:2000])
+        self._run_update(n, status="failed", error=reason[:2000], ended=time.time(),
+                         traceback=_tb_text(exc, tb))
+        self.first_error = self.first_error or reason
+        self.hook("failed", {"trial": n, "error": reason})
+        done = [t for t in self.trials.values() if t["status"] in ("finished", "stopped")]
+        failed = [t for t in self.trials.values() if t["status"] == "failed"]
+        if not done and len(failed) >= min(ABORT_AFTER, len(self.trials)):
+            raise TrialError(f"sweep {self.id}: the first {len(failed)} trials all failed, the "
+                             f"first with {self.first_error}; fix make_loop, then "
+                             f"lk.sweep.resume({self.id!r}) (failed trials are not rerun: "
+                             "start a new sweep to retry them)")
+
+    # -- the loop
+    def _beat_now(self) -> None:
+        now = time.time()
+        self._beat = time.monotonic()
+        self.store.update_sweep(self.id, heartbeat=now)
+        for n in set(self.in_flight.values()):
+            self._run_update(n, heartbeat=now)
+        if not self.stopping and self.store.get_sweep(self.id).get("request") == "stop":
+            self.stop()
+
+    def stop(self) -> None:
+        """Ask every training trial to checkpoint and stop; start nothing new."""
+        from distributed import Event
+
+        self.stopping = True
+        Event(f"labkit-sweep-{self.id}-stop", client=self.client).set()
+
+    def run(self) -> str:
+        from distributed import Event, Variable, wait
+
+        Variable(f"labkit-sweep-{self.id}-owner", client=self.client).set(self.token)
+        Event(f"labkit-sweep-{self.id}-stop", client=self.client).clear()
+        self.client.subscribe_topic(trial_mod.TOPIC, self.events.put)
+        try:
+            while True:
+                self._drain()
+                if time.monotonic() - self._beat >= BEAT_EVERY:
+                    self._beat_now()
+                while not self.stopping and len(self.in_flight) < self.capacity:
+                    job = self.next_job()
+                    if job is None:
+                        break
+                    self.submit(*job)
+                if not self.in_flight:
+                    break
+                try:
+                    done, _ = wait(list(self.in_flight), timeout=0.25,
+                                   return_when="FIRST_COMPLETED")
+                except TimeoutError:
+                    done = [f for f in self.in_flight if f.done()]
+                self._drain()
+                for fut in sorted(done, key=lambda f: self.in_flight[f]):
+                    self.finished(fut, self.in_flight.pop(fut))
+            return "stopped" if self.stopping else "finished"
+        finally:
+            self.client.unsubscribe_topic(trial_mod.TOPIC)
+            self._abandon()
+
+    def _abandon(self) -> None:
+        """However the loop ended: no trial stays running (those in flight are interrupted;
+        a resumed sweep continues them from their checkpoints)."""
+        for fut, n in list(self.in_flight.items()):
+            fut.release()
+            try:
+                self._set(n, status="interrupted")
+                self._run_update(n, status="interrupted", ended=time.time(),
+                                 progress={**(self.store.get(self.trials[n]["run_id"])
+                                              ["progress"] or {}), "training": False})
+            except LabkitError:
+                pass  # NOTE: the store failing here must not hide why the loop ended
+        self.in_flight.clear()
+
+
+def _tb_text(exc, tb) -> str | None:
+    try:
+        exc.__traceback__ = tb
+        return traceback_tail(exc)
+    except Exception:  # noqa: BLE001 - a traceback is a courtesy
+        return None

@@ -1,0 +1,198 @@
+"""What runs on a Dask worker: one chunk of one trial.
+
+``train(make_loop, spec)`` builds the trial's loop, loads its newest valid checkpoint (if any:
+a promoted trial, a rescheduled one, a resumed sweep), trains until the chunk's end — the next
+ASHA rung (an epoch), the loop's own end, or a stop request — and returns what the driver
+records. The loop has no run store here: the driver is the store's one writer, and workers
+only send it messages (progress while training, through Dask's event log; the result at the
+end). Checkpoints are files in the trial's run folder, which workers and driver share.
+
+A chunk ends at a rung just after that epoch's extensions ran and a checkpoint was written:
+the state is exactly what a process killed right after that checkpoint leaves, which resume
+continues bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+from .. import checkpoint as ckpt
+from ..training import Extension, MainLoop
+from ..training.log import is_metric
+from .space import SweepError, TrialError
+
+#: the Dask event topic trials report progress on
+TOPIC = "labkit-sweep"
+#: seconds between two progress messages of a training trial (and two stop checks)
+REPORT_EVERY = 1.0
+
+
+class _Halt(Exception):
+    """Ends a chunk after its checkpoint (never seen outside this module)."""
+
+
+class _Reporter(Extension):
+    """Sends the log's new values and the progress to the driver; ends the chunk at its rung
+    (after every other extension of that epoch) or when the sweep is stopped."""
+
+    priority = -1000
+    every = None
+    transient = True
+
+    def __init__(self, spec, send, should_stop):
+        super().__init__(name="SweepReporter")
+        self.spec, self.send, self.should_stop = spec, send, should_stop
+        self.cursor = None
+        self.last = time.monotonic()
+
+    def rows(self, loop):
+        if self.cursor is None:
+            self.cursor = loop.log.cursor(at_end=True)
+        return [[it, ep, k, v] for it, ep, k, v in self.cursor.read()
+                if is_metric(v) and math.isfinite(v)]
+
+    def flush(self, loop):
+        self.last = time.monotonic()
+        self.send({"sweep": self.spec["sweep"], "trial": self.spec["trial"],
+                   "attempt": self.spec["token"], "rows": self.rows(loop),
+                   "progress": loop.progress()})
+
+    def _halt(self, loop, why):
+        # NOTE: a trial taken over by another driver writes nothing more: that driver's task
+        # for it may be writing its checkpoints now
+        if why != "superseded" and loop.last_checkpoint_iteration != loop.status["iteration"]:
+            loop.save_checkpoint()
+        raise _Halt(why)
+
+    def after_batch(self, loop):
+        if time.monotonic() - self.last >= REPORT_EVERY:
+            self.flush(loop)
+            why = self.should_stop()
+            if why:
+                self._halt(loop, why)
+
+    def after_epoch(self, loop):
+        self.flush(loop)
+        why = self.should_stop()
+        if why:
+            self._halt(loop, why)
+        budget = self.spec.get("budget")
+        if budget is not None and loop.status["epoch"] >= budget:
+            self._halt(loop, "rung")
+
+
+def _fresh_random_state(seed: int) -> None:
+    """A new trial starts from the same random state on whichever worker runs it."""
+    from ..bricks import set_seed
+    from ..functions import noise
+
+    set_seed(seed)
+    for g in noise.default_generators().values():
+        g.load_state_dict({"seed": 0, "counter": 0})
+
+
+def build_loop(make_loop, spec) -> MainLoop:
+    """The trial's loop, without a store, in its run's folder."""
+    _fresh_random_state(spec["seed"])
+    try:
+        loop = make_loop(dict(spec["config"]))
+    except Exception as e:
+        raise TrialError(f"make_loop raised {type(e).__name__} for trial {spec['trial']} "
+                         f"(params {spec['params']}): {e}") from e
+    if not isinstance(loop, MainLoop):
+        raise SweepError(f"make_loop returned {type(loop).__name__}, not a MainLoop, for trial "
+                         f"{spec['trial']}: it must return lk.training.MainLoop(...)")
+    loop.config = dict(spec["config"])
+    loop.name = spec["name"]
+    loop.factory = spec.get("factory")
+    loop.recorder.enabled = False  # NOTE: the driver writes the store (one writer)
+    loop.attach({"id": spec["run_id"], "directory": spec["directory"]})
+    return loop
+
+
+def _checkpoints(loop) -> list[dict]:
+    out = []
+    for p in ckpt.list_checkpoints(loop.checkpoint_dir):
+        try:
+            m = ckpt.manifest(p)
+            size = sum(f.stat().st_size for f in Path(p).iterdir())
+        except (OSError, ckpt.CheckpointError):
+            continue
+        out.append({"path": str(p), "iteration": m["iteration"], "epoch": m.get("epoch", 0),
+                    "size": size, "metrics": m.get("metrics") or {}})
+    return out
+
+
+def train(make_loop, spec: dict, send=None, should_stop=None) -> dict:
+    """One chunk of trial ``spec["trial"]`` (see the module's doc); returns its outcome
+    (``"rung"``, ``"finished"`` or ``"stopped"``), the metric rows from ``spec["since"]`` on,
+    the progress, the checkpoints on disk and the metric's last value."""
+    send = send or _dask_send
+    should_stop = should_stop or _dask_stop_check(spec)
+    loop = build_loop(make_loop, spec)
+    try:
+        loaded = None
+        if ckpt.list_checkpoints(loop.checkpoint_dir):
+            loop.load_checkpoint()
+            loaded = loop.status["iteration"]
+        st, budget = loop.status, spec.get("budget")
+        if st["finished"]:
+            outcome = "finished"
+        elif budget is not None and st["epoch"] >= budget and not st["epoch_started"]:
+            outcome = "rung"  # the driver missed this chunk's end: report it again
+        else:
+            loop.add(_Reporter(spec, send, should_stop))
+            try:
+                loop.run()
+                outcome = "finished"
+            except _Halt as h:
+                outcome = str(h)
+        metric = spec["metric"]
+        keys = {k for r in loop.log.rows for k in r}
+        if metric not in keys:
+            known = sorted(k for k in keys if k not in ("iteration", "epoch"))
+            raise SweepError(f"metric {metric!r} is not in the log of trial {spec['trial']} "
+                             f"(it reports {known}); pass metric= one of them, or report it "
+                             "(e.g. DataStreamMonitoring(valid_stream) reports valid_loss)")
+        value = next((r[metric] for r in reversed(loop.log.rows) if metric in r), None)
+        since = spec.get("since") or 0
+        rows = [[r["iteration"], r["epoch"], k, v] for r in loop.log.rows
+                if r["iteration"] >= since for k, v in r.items()
+                if k not in ("iteration", "epoch") and is_metric(v) and math.isfinite(v)]
+        return {"outcome": outcome, "loaded": loaded, "iteration": st["iteration"],
+                "epoch": st["epoch"], "rows": rows, "progress": loop.progress(),
+                "checkpoints": _checkpoints(loop),
+                "value": float(value) if is_metric(value) else None}
+    finally:
+        loop.close()
+
+
+def _dask_send(message) -> None:
+    from distributed import get_worker
+
+    try:
+        get_worker().log_event(TOPIC, message)
+    except ValueError:  # not on a worker (called directly): nobody listens
+        pass
+
+
+def _dask_stop_check(spec):
+    """Whether the sweep asked its trials to stop, or another driver took the sweep over (a
+    task left running by a driver that died stops within ``REPORT_EVERY`` seconds)."""
+    from distributed import Event, Variable
+
+    try:
+        stop, owner = Event(spec["stop_event"]), Variable(spec["owner_variable"])
+    except ValueError:
+        return lambda: None
+
+    def check():
+        try:
+            if stop.is_set():
+                return "stopped"
+            return "superseded" if owner.get(timeout=5) != spec["token"] else None
+        except Exception:  # noqa: BLE001 - the scheduler is gone, and so is the driver
+            return "superseded"
+    return check
