@@ -10,6 +10,7 @@ setting                        what it does                                     
 ``LABKIT_CHECK_INDICES``       bounds-check index arrays on OpenCL devices          on
 ``LABKIT_GEMM_CONFIG``         force the GEMM blocking ``RM,VN,VW`` (skip tuning)   tuned
 ``LABKIT_KEEP_FREED_MEMORY``   keep freed host memory for reuse (glibc)             on
+``LABKIT_DIST_STALL``          seconds in an MPI collective before a stall report   60
 =============================  ===================================================  ==========
 
 Switches accept ``1/0``, ``true/false``, ``yes/no`` and ``on/off`` (any case); anything else is
@@ -84,6 +85,16 @@ def _gemm(raw: str) -> tuple[int, int, int]:
     return vals  # type: ignore[return-value]
 
 
+def _seconds(raw: str) -> float:
+    try:
+        v = float(raw)
+    except ValueError:
+        v = -1.0
+    if not v >= 0:
+        raise ValueError("expected a number of seconds >= 0")
+    return v
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -105,6 +116,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "instead of tuning it"),
     Setting("LABKIT_KEEP_FREED_MEMORY", _switch, True, "keep freed host memory for reuse "
             "(fewer page faults per training step; up to 256 MiB stays in the process)"),
+    Setting("LABKIT_DIST_STALL", _seconds, 60.0, "seconds a data-parallel rank waits in a "
+            "collective before it reports which ranks have not arrived (0: never)"),
 )}
 
 

@@ -15,7 +15,6 @@ node updates as it enters a collective), then keeps waiting. Horovod's stall war
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -31,18 +30,12 @@ class DistError(LabkitError):
 _ops = {}  # "sum" | "max" | "min" -> MPI.Op, filled when MPI is loaded
 #: the collectives the stall inspector can name (an id per name in the shared table)
 OPS = ("none", "barrier", "broadcast", "allreduce", "gradient bucket", "agreement", "checkpoint")
-_DEFAULT_STALL = 60.0
 
 
 def _stall_seconds() -> float:
-    raw = os.environ.get("LABKIT_DIST_STALL", "")
-    if not raw:
-        return _DEFAULT_STALL
-    try:
-        v = float(raw)
-    except ValueError:
-        raise DistError(f"LABKIT_DIST_STALL={raw!r}: expected seconds (a number; 0 turns the "
-                        "stall inspector off)") from None
+    from ..config import get
+
+    v = get("LABKIT_DIST_STALL")
     return v if v > 0 else float("inf")
 
 

@@ -53,39 +53,30 @@ def environment(threads: int = 1, base: dict | None = None) -> dict:
 
 def launch(n: int, script, args=(), *, threads: int = 1, timeout: float | None = None) -> int:
     """Run ``script`` on ``n`` ranks and return the job's exit status (non-zero when any rank
-    failed). The job runs in its own process group: Ctrl-C, a ``timeout`` or an error here ends
-    all of it, so no rank is left behind."""
+    failed). mpiexec stays in this process group, so Ctrl-C reaches every rank (and an
+    interrupt checkpoint can be written); past ``timeout`` seconds the job is ended."""
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise DistError(f"launch: threads must be a whole number >= 1, got {threads!r}")
     cmd = command(n, script, args)
-    proc = subprocess.Popen(cmd, env=environment(threads), start_new_session=True)
+    proc = subprocess.Popen(cmd, env=environment(threads))
     try:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
         print(f"labkit launch: the job ran past {timeout} s; ending it", file=sys.stderr)
         return 124
     except KeyboardInterrupt:
-        # NOTE: mpiexec forwards SIGINT to the ranks; give them a moment to write their
-        # interrupt checkpoint before the group is killed below
+        # NOTE: the ranks got the SIGINT too; give them a moment to write their interrupt
+        # checkpoint before mpiexec is ended below
         try:
-            os.killpg(proc.pid, signal.SIGINT)
-            return proc.wait(10)
-        except (subprocess.TimeoutExpired, ProcessLookupError):
+            return proc.wait(30)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
             return 130
     finally:
-        if proc.poll() is None or _group_alive(proc.pid):
+        if proc.poll() is None:
+            # mpiexec ends its ranks when terminated; kill it if it does not go
+            proc.send_signal(signal.SIGTERM)
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -55,4 +56,32 @@ def run(n: int | None, args, timeout: float = 60, env: dict | None = None,
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        proc.wait()
+
+
+def run_until(n: int, script, args, text: str, timeout: float = 30, env=None) -> str:
+    """Start a job that is expected not to end; return its stderr up to the first line holding
+    ``text`` (an AssertionError after ``timeout``), then kill the job's process group."""
+    proc = subprocess.Popen(command(n, script, args), env={**environment(1), **(env or {})},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    seen = []
+    try:
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                line = proc.stderr.readline()
+                if not line:
+                    break
+                seen.append(line)
+                if text in line:
+                    return "".join(seen)
+        raise AssertionError(f"no {text!r} within {timeout} s; stderr:\n{''.join(seen)}")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         proc.wait()

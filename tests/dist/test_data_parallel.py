@@ -119,3 +119,20 @@ def test_killed_job_resumes_on_another_number_of_ranks(tmp_path, before, after):
         np.testing.assert_array_equal(got, want)
     _, ref_params, ref_loss = reference("mlp")
     check_against_reference(ranks, ref_params, ref_loss, steps=STEPS - 5)
+
+
+def test_stall_inspector_names_the_rank_that_has_not_arrived():
+    err = mpirun.run_until(2, mpirun.WORKER.with_name("stall.py"), [], "not arrived",
+                           env={"LABKIT_DIST_STALL": "0.5"})
+    assert "rank 0/2 has waited" in err and "in barrier" in err, err
+    assert "not arrived: rank 1 (at collective 1: barrier)" in err, err
+
+
+def test_labkit_launch_ends_every_rank_when_one_fails(tmp_path):
+    cli = tmp_path / "cli.py"
+    cli.write_text("import sys\nfrom labkit.cli import main\nsys.exit(main())\n")
+    job = mpirun.run(None, ["launch", "-n", 2, mpirun.WORKER, tmp_path, "--fail-rank", 0,
+                            "--fail-at", 2], timeout=10, script=cli)
+    assert job.rc != 0, job
+    assert "rank 0 fails on purpose at iteration 2" in job.err
+    assert not job.left
