@@ -79,18 +79,20 @@ def main(argv=None):
     ap.add_argument("--resume")
     ap.add_argument("--fail-rank", type=int, default=-1)
     ap.add_argument("--fail-at", type=int, default=0)
+    ap.add_argument("--device", default="cpu")
     a = ap.parse_args(argv)
     comm = lk.dist.world()
     out = Path(a.out)
     # NOTE: each rank starts from other parameters: the loop must broadcast rank 0's
-    model = build(a.model, seed=1 + comm.rank, rank=comm.rank)
+    model = build(a.model, seed=1 + comm.rank, rank=comm.rank).to(a.device)
     opt = lk.optimizers.Momentum(lr=0.1, momentum=0.9).setup(model)
     stream = DataStream(dataset(), batch_size=BATCH, shuffle=True, seed=3 + comm.rank)
     crcs, indices, losses = [], [], []
 
     def loss_fn(model, batch):
         indices.append(np.array(batch["index"]))
-        return F.softmax_cross_entropy(model(lk.tensor(batch["x"])), batch["y"])
+        x, y = lk.tensor(batch["x"], device=a.device), lk.tensor(batch["y"], device=a.device)
+        return F.softmax_cross_entropy(model(x), y)
 
     loop = lk.dist.DataParallelLoop(model, opt, stream, loss_fn, bucket_mb=a.bucket_mb,
                                     store=False)
