@@ -10,7 +10,7 @@ with its training script, and the weights they produced.
     python -m labkit.models.cnn --device cl              # train it again (see each module)
 
 Modules: ``cnn`` (digits classifier), ``vae`` (variational autoencoder), ``resnet`` (residual
-blocks, batch norm, augmentation). Helpers the examples
+blocks, batch norm, augmentation), ``dcgan`` (a GAN judged by the CNN). Helpers the examples
 share live here too: ``image_grid`` draws images as one PNG.
 """
 
