@@ -86,9 +86,11 @@ def elementwise():
     a = rng.standard_normal(n).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
     out = np.empty_like(a)
-    da, db = cp.asarray(a), cp.asarray(b)
+    pos = np.abs(a) + np.float32(0.1)
+    da, db, dpos = cp.asarray(a), cp.asarray(b), cp.asarray(pos)
     dout = cp.empty(n)
-    ta, tb, tout = (torch.from_numpy(x) for x in (a, b, out)) if torch else (None,) * 3
+    ta, tb, tpos, tout = (torch.from_numpy(x) for x in (a, b, pos, out)) if torch \
+        else (None,) * 4
     def sq(x):
         return x.reshape(4096, 4096)
 
@@ -97,6 +99,10 @@ def elementwise():
          (lambda: torch.add(ta, tb, out=tout)) if torch else None),
         ("exp(a)", 8, lambda: cp.exp(da, out=dout), lambda: np.exp(a, out=out),
          (lambda: torch.exp(ta, out=tout)) if torch else None),
+        ("log(|a|)", 8, lambda: cp.log(dpos, out=dout), lambda: np.log(pos, out=out),
+         (lambda: torch.log(tpos, out=tout)) if torch else None),
+        ("tanh(a)", 8, lambda: cp.tanh(da, out=dout), lambda: np.tanh(a, out=out),
+         (lambda: torch.tanh(ta, out=tout)) if torch else None),
         ("a * 2.5 (scalar)", 8, lambda: cp.multiply(da, 2.5, out=dout),
          lambda: np.multiply(a, np.float32(2.5), out=out),
          (lambda: torch.mul(ta, 2.5, out=tout)) if torch else None),

@@ -165,7 +165,7 @@ def _prepare_out(op, out, shape, dt, rt):
     return out
 
 
-def _elementwise(op, exprs, xs, kind="same", out=None):
+def _elementwise(op, exprs, xs, kind="same", out=None, vec=None):
     """``exprs``: {"f": float expression, "i": integer/bool expression} over v0, v1, ...
 
     ``kind``: "same" (result in the promoted dtype), "float" (ints promoted to float),
@@ -188,7 +188,7 @@ def _elementwise(op, exprs, xs, kind="same", out=None):
     shape = broadcast_shapes(*(x.shape for x in xs if isinstance(x, ndarray)), op=op)
     o = _prepare_out(op, out, shape, odt, rt)
     ct = CTYPES[cdt]
-    return launch(op, expr, o, xs, (ct,) * len(xs))
+    return launch(op, expr, o, xs, (ct,) * len(xs), vec if _is_float(cdt) else None)
 
 
 def _binary(name, f_expr, i_expr=None, kind="same"):
@@ -202,11 +202,14 @@ def _binary(name, f_expr, i_expr=None, kind="same"):
     return op
 
 
-def _unary(name, f_expr, i_expr=None, kind="same"):
+def _unary(name, f_expr, i_expr=None, kind="same", vec=None):
+    """``vec``: the float expression written for vectors (OpenCL vector semantics: a
+    comparison is 0 or -1 per lane, ``?:`` is ``select``), for the vector kernels on CPU
+    devices; None where the scalar kernel is as fast (memory-bound ops)."""
     exprs = {"f": f_expr, "i": i_expr if i_expr is not None else f_expr}
 
     def op(a, out=None):
-        return _elementwise(name, exprs, (a,), kind, out)
+        return _elementwise(name, exprs, (a,), kind, out, vec)
 
     op.__name__ = name
     op.__doc__ = f"Elementwise ``{name}``."
@@ -244,22 +247,24 @@ abs = absolute  # noqa: A001 - NumPy's name
 sign = _unary("sign", "(isnan(v0) ? v0 : (((v0) > 0) - ((v0) < 0)))", "(((v0) > 0) - ((v0) < 0))")
 square = _unary("square", "(v0 * v0)")
 reciprocal = _unary("reciprocal", "(1 / v0)")
-exp = _unary("exp", "exp(v0)", kind="float")
-expm1 = _unary("expm1", "expm1(v0)", kind="float")
-log = _unary("log", "log(v0)", kind="float")
-log1p = _unary("log1p", "log1p(v0)", kind="float")
-log2 = _unary("log2", "log2(v0)", kind="float")
+exp = _unary("exp", "exp(v0)", kind="float", vec="exp(v0)")
+expm1 = _unary("expm1", "expm1(v0)", kind="float", vec="expm1(v0)")
+log = _unary("log", "log(v0)", kind="float", vec="log(v0)")
+log1p = _unary("log1p", "log1p(v0)", kind="float", vec="log1p(v0)")
+log2 = _unary("log2", "log2(v0)", kind="float", vec="log2(v0)")
 sqrt = _unary("sqrt", "sqrt(v0)", kind="float")
 # NOTE: PoCL's tanh gives +-0.99999994 for every float32 |x| past ~9, +-inf included, where
 # NumPy gives +-1 from |x| >= 10 (and 1 - y*y, tanh's gradient, must then be 0): from 10
 # (float) or 19.1 (double), where NumPy's tanh is +-1, the result is the sign itself
 tanh = _unary("tanh", "((fabs(v0) >= (sizeof(v0) == 4 ? 10.0f : 19.1f)) ? "
-              "(((v0) > 0) - ((v0) < 0)) : tanh(v0))", kind="float")
-sin = _unary("sin", "sin(v0)", kind="float")
-cos = _unary("cos", "cos(v0)", kind="float")
+              "(((v0) > 0) - ((v0) < 0)) : tanh(v0))", kind="float",
+              vec="select(tanh(v0), copysign((VT)(1), v0), "
+                  "fabs(v0) >= (VT)(sizeof(TS) == 4 ? 10.0f : 19.1f))")
+sin = _unary("sin", "sin(v0)", kind="float", vec="sin(v0)")
+cos = _unary("cos", "cos(v0)", kind="float", vec="cos(v0)")
 tan = _unary("tan", "tan(v0)", kind="float")
 arctan = _unary("arctan", "atan(v0)", kind="float")
-erf = _unary("erf", "erf(v0)", kind="float")
+erf = _unary("erf", "erf(v0)", kind="float", vec="erf(v0)")
 floor = _unary("floor", "floor(v0)", "v0")
 ceil = _unary("ceil", "ceil(v0)", "v0")
 trunc = _unary("trunc", "trunc(v0)", "v0")
@@ -279,7 +284,9 @@ def invert(a, out=None):
 def sigmoid(a, out=None):
     """Numerically stable logistic function (not in NumPy; provided for both namespaces)."""
     expr = "(v0 >= 0 ? 1 / (1 + exp(-v0)) : exp(v0) / (1 + exp(v0)))"
-    return _elementwise("sigmoid", {"f": expr}, (a,), "float", out)
+    vec = ("select(exp(-fabs(v0)) / (1 + exp(-fabs(v0))), 1 / (1 + exp(-fabs(v0))), "
+           "v0 >= (VT)(0))")
+    return _elementwise("sigmoid", {"f": expr}, (a,), "float", out, vec)
 
 
 def where(cond, a=None, b=None):
