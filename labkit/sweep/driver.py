@@ -168,7 +168,9 @@ class Driver:
             self._run_update(n, status="interrupted", ended=time.time())
             return
         exc = fut.exception()
-        if isinstance(exc, SweepError):
+        if isinstance(exc, SweepError):  # the sweep's setup is wrong: every trial would fail
+            self._set(n, status="failed", error=str(exc)[:2000])
+            self._run_update(n, status="failed", error=str(exc)[:2000], ended=time.time())
             raise exc
         tb = fut.traceback()
         reason = f"{type(exc).__name__}: {exc}"
@@ -197,6 +199,8 @@ class Driver:
         self.store.update_sweep(self.id, heartbeat=now)
         for n in set(self.in_flight.values()):
             self._run_update(n, heartbeat=now)
+
+    def _requested(self) -> None:
         if not self.stopping and self.store.get_sweep(self.id).get("request") == "stop":
             self.stop()
 
@@ -206,6 +210,7 @@ class Driver:
 
         self.stopping = True
         Event(f"labkit-sweep-{self.id}-stop", client=self.client).set()
+        self.hook("stop", {})
 
     def run(self) -> str:
         from distributed import Event, Variable, wait
@@ -216,6 +221,7 @@ class Driver:
         try:
             while True:
                 self._drain()
+                self._requested()
                 if time.monotonic() - self._beat >= BEAT_EVERY:
                     self._beat_now()
                 while not self.stopping and len(self.in_flight) < self.capacity:

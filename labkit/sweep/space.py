@@ -114,6 +114,8 @@ class loguniform(_Interval):  # noqa: N801
                              "a range that includes 0)")
 
     def value(self, u):
+        if u <= 0 or u >= 1:  # the ends exactly (a grid's first and last values)
+            return float(self.low if u <= 0 else self.high)
         lo, hi = math.log(self.low), math.log(self.high)
         return float(min(self.high, max(self.low, math.exp(lo + u * (hi - lo)))))
 
@@ -269,7 +271,7 @@ def grid_size(dims: dict[str, Dimension]) -> int:
     bad = [f"{k} = {d!r}" for k, d in dims.items() if d.grid() is None]
     if bad:
         raise SweepError(f"grid search needs a finite set of values for every parameter; "
-                         f"{', '.join(bad)} is continuous: give it points=N (e.g. "
+                         f"continuous here: {', '.join(bad)}; give each points=N (e.g. "
                          "loguniform(1e-4, 1e-1, points=4)) or use search='random' or 'sobol'")
     return math.prod(len(d.grid()) for d in dims.values())
 

@@ -20,8 +20,8 @@ def stream(split, shuffle, batch_size=128):
 
 
 def make_loop(config):
-    """``config``: lr, hidden, epochs; ``crash_at`` (an iteration) with ``crash_file``: the
-    worker process dies there, once per file (``crash_always``: every time)."""
+    """``config``: lr, hidden, epochs; ``crash``: "once" or "always" with ``crash_at`` (an
+    iteration) and ``crash_dir``: the worker process dies there (once: the first time)."""
     model = B.Sequence(B.Flatten(), B.Linear(64, config.get("hidden", 16)), B.ReLU(),
                        B.Dropout(0.1), B.Linear(config.get("hidden", 16), 10))
     opt = lk.optimizers.Adam(lr=config.get("lr", 0.01)).setup(model)
@@ -35,8 +35,10 @@ def make_loop(config):
         T.DataStreamMonitoring(stream("valid", False)),
         T.Checkpoint(keep_last=2),
         T.FinishAfter(epochs=config.get("epochs", 3))])
-    if config.get("crash_at"):
-        loop.add(_crash(config), event="after_batch")
+    if config.get("gate"):  # wait there, before epoch 2, until the test opens the gate
+        loop.add(_gate(config["gate"]), event="before_epoch").transient = True
+    if config.get("crash") in ("once", "always"):
+        loop.add(_crash(config), event="after_batch").transient = True  # not in checkpoints
     return loop
 
 
@@ -44,12 +46,20 @@ def _crash(config):
     def crash(loop):
         if loop.status["iteration"] != config["crash_at"]:
             return
-        marker = Path(config["crash_file"])
-        if config.get("crash_always") or not marker.exists():
+        marker = Path(config["crash_dir"]) / config["crash"]
+        if config["crash"] == "always" or not marker.exists():
             marker.touch()
             os.kill(os.getpid(), signal.SIGKILL)
-    crash.transient = True
     return crash
+
+
+def _gate(name):
+    def gate(loop):
+        if loop.status["epoch"] == 1:
+            from distributed import Event
+
+            assert Event(name).wait(60), "the test never opened the gate"
+    return gate
 
 
 def broken_loop(config):
