@@ -10,11 +10,13 @@ with its training script, and the weights they produced.
     python -m labkit.models.cnn --device cl              # train it again (see each module)
 
 Modules: ``cnn`` (digits classifier), ``vae`` (variational autoencoder), ``resnet`` (residual
-blocks, batch norm, augmentation), ``dcgan`` (a GAN judged by the CNN). Helpers the examples
-share live here too: ``image_grid`` draws images as one PNG.
+blocks, batch norm, augmentation), ``dcgan`` (a GAN judged by the CNN), ``charlstm``
+(a character LSTM language model). Helpers the examples share live here too: ``image_grid``
+draws images as one PNG, ``sample_text`` continues a text with a character model.
 """
 
 from ._grid import ImageGrid, image_grid
+from ._text import sample_text
 from ._weights import available, info, load, save
 
-__all__ = ["ImageGrid", "available", "image_grid", "info", "load", "save"]
+__all__ = ["ImageGrid", "available", "image_grid", "info", "load", "sample_text", "save"]

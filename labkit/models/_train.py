@@ -49,7 +49,7 @@ def accuracy(model, split="test", scale=1 / 16, shift=0.0) -> float:
     return float((predict(model, x).argmax(1) == y).mean())
 
 
-def main(module, train, defaults: dict, argv=None) -> int:
+def main(module, train, defaults: dict, argv=None, name=None) -> int:
     """``python -m labkit.models.NAME [--device cl] [--epochs N] [--save]``: train with
     ``train(config) -> (model, results)``, print the results and the time, and with ``--save``
     write the shipped weights (``labkit/models/weights/``)."""
@@ -72,7 +72,7 @@ def main(module, train, defaults: dict, argv=None) -> int:
     if save:
         argv = sys.argv[1:] if argv is None else argv
         cmd = " ".join(["python -m labkit.models." + module] + list(argv))
-        path = _weights.save(model.to("cpu"), f"{module}-digits", module,
+        path = _weights.save(model.to("cpu"), name or f"{module}-digits", module,
                              {k: v for k, v in config.items() if k != "device"}, results, cmd)
         print("saved", path)
     return 0

@@ -22,13 +22,18 @@ def available() -> list[str]:
     return sorted(p.stem for p in WEIGHTS.glob("*.json"))
 
 
-def info(name: str) -> dict:
+def info(name: str, directory=WEIGHTS) -> dict:
     """The record of shipped weights: ``module``, ``config``, ``results``, ``command``."""
-    path = WEIGHTS / f"{name}.json"
+    path = Path(directory) / f"{name}.json"
     if not path.is_file():
-        raise CheckpointError(f"labkit.models: no shipped weights named {name!r}; "
-                              f"available: {', '.join(available()) or 'none'}")
-    return json.loads(path.read_text())
+        names = sorted(p.stem for p in Path(directory).glob("*.json"))
+        raise CheckpointError(f"labkit.models: no weights named {name!r} in {directory}; "
+                              f"available: {', '.join(names) or 'none'}")
+    record = json.loads(path.read_text())
+    if not isinstance(record, dict) or not isinstance(record.get("module"), str) \
+            or not record["module"].isidentifier() or not isinstance(record.get("config"), dict):
+        raise CheckpointError(f"{path}: expected a JSON object with a module name and a config")
+    return record
 
 
 def save(model, name: str, module: str, config: dict, results: dict, command: str,
@@ -55,8 +60,7 @@ def load(name: str, device=None, directory=WEIGHTS):
     False
     """
     directory = Path(directory)
-    record = info(name) if directory == WEIGHTS else json.loads(
-        (directory / f"{name}.json").read_text())
+    record = info(name, directory)
     module = importlib.import_module(f"{__package__}.{record['module']}")
     model = module.build(record["config"])
     path = directory / f"{name}.safetensors"
