@@ -120,7 +120,7 @@ class DataParallelLoop(MainLoop):
     Arguments as ``MainLoop``'s, with ``stream`` yielding *global* batches, and:
 
     comm : the ranks (default ``lk.dist.world()``).
-    bucket_mb : MiB of gradients per all-reduce (default 1).
+    bucket_mb, progress_thread : as ``DataParallel``'s.
     global_metrics : report the mean over ranks of each step's numbers (default True; one small
         all-reduce per step), else rank-local values.
 
@@ -130,14 +130,15 @@ class DataParallelLoop(MainLoop):
     """
 
     def __init__(self, model, optimizer, stream, loss_fn=None, *, comm: Communicator | None = None,
-                 bucket_mb: float = 1.0, global_metrics: bool = True, store: bool = True,
-                 **kwargs):
+                 bucket_mb: float = 1.0, progress_thread: bool = False,
+                 global_metrics: bool = True, store: bool = True, **kwargs):
         comm = comm if comm is not None else world()
         super().__init__(model, optimizer, stream, loss_fn, store=store and comm.rank == 0,
                          **kwargs)
         self.comm = comm
         shard_stream(stream, comm)
-        self.dp = DataParallel(optimizer.params, comm=comm, bucket_mb=bucket_mb)
+        self.dp = DataParallel(optimizer.params, comm=comm, bucket_mb=bucket_mb,
+                               progress_thread=progress_thread)
         if self.loss_fn is not None:
             self.gradient_sync = self.dp.synchronize
         self.add(_Weight(self.dp))

@@ -80,6 +80,7 @@ def main(argv=None):
     ap.add_argument("--fail-rank", type=int, default=-1)
     ap.add_argument("--fail-at", type=int, default=0)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--progress-thread", action="store_true")
     a = ap.parse_args(argv)
     comm = lk.dist.world()
     out = Path(a.out)
@@ -95,7 +96,7 @@ def main(argv=None):
         return F.softmax_cross_entropy(model(x), y)
 
     loop = lk.dist.DataParallelLoop(model, opt, stream, loss_fn, bucket_mb=a.bucket_mb,
-                                    store=False)
+                                    progress_thread=a.progress_thread, store=False)
 
     def record(loop):
         it = loop.status["iteration"]
