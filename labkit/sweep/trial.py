@@ -41,15 +41,14 @@ class _Reporter(Extension):
     every = None
     transient = True
 
-    def __init__(self, spec, send, should_stop):
+    def __init__(self, loop, spec, send, should_stop):
         super().__init__(name="SweepReporter")
         self.spec, self.send, self.should_stop = spec, send, should_stop
-        self.cursor = None
+        # NOTE: from what the log holds now on (a loaded checkpoint's rows are the result's)
+        self.cursor = loop.log.cursor(at_end=True)
         self.last = time.monotonic()
 
     def rows(self, loop):
-        if self.cursor is None:
-            self.cursor = loop.log.cursor(at_end=True)
         return [[it, ep, k, v] for it, ep, k, v in self.cursor.read()
                 if is_metric(v) and math.isfinite(v)]
 
@@ -143,7 +142,7 @@ def train(make_loop, spec: dict, send=None, should_stop=None) -> dict:
         elif budget is not None and st["epoch"] >= budget and not st["epoch_started"]:
             outcome = "rung"  # the driver missed this chunk's end: report it again
         else:
-            loop.add(_Reporter(spec, send, should_stop))
+            loop.add(_Reporter(loop, spec, send, should_stop))
             try:
                 loop.run()
                 outcome = "finished"
