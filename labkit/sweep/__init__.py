@@ -10,7 +10,7 @@ resumable trial by trial.
                       metric="valid_accuracy", mode="max",
                       early_stopping=lk.sweep.ASHA(grace=2, reduction=3),   # or None
                       engine="local", workers=2)          # or "tcp://host:8786", a Client
-    sw.best(); sw.table(); sw.show()
+    sw.best(); sw.table()                                 # (a live widget: not yet)
     lk.sweep.resume(sw.id)                                # after a crash, a kill, a stop
 
 Dask is imported only here (``pip install 'labkit[sweep]'``): ``import labkit`` does not.

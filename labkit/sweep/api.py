@@ -19,7 +19,7 @@ MODES = ("min", "max")
 
 
 class Sweep:
-    """A sweep in the run store: ``status``, ``table()``, ``best()``, ``show()``, ``stop()``."""
+    """A sweep in the run store: ``status``, ``table()``, ``best()``, ``stop()``."""
 
     def __init__(self, sweep_id: str):
         self.id = sweep_id
@@ -75,12 +75,6 @@ class Sweep:
         """Ask the sweep's driver (in any process) to checkpoint its trials and stop;
         ``lk.sweep.resume(id)`` continues it."""
         runs.store().update_sweep(self.id, request="stop")
-
-    def show(self, **kwargs):
-        """A view of the sweep for a notebook (parallel coordinates and the table)."""
-        from .view import SweepView
-
-        return SweepView(self, **kwargs)
 
     def __repr__(self):
         rec = self.record
