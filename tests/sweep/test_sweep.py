@@ -1,0 +1,125 @@
+"""Sweeps in this process (one Dask worker thread, shared by the module): the store's
+records, ASHA continuing trials from checkpoints, clear errors, a stop request."""
+
+import pytest
+
+import labkit as lk
+from labkit.sweep import SweepError, TrialError
+
+from .helpers import broken_loop, make_loop
+
+SPACE = {"lr": lk.sweep.loguniform(1e-3, 1e-1), "hidden": [8, 16], "epochs": 3}
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                           dashboard_address=None, silence_logs=40)
+    c = Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
+@pytest.fixture
+def store(tmp_path):
+    with lk.runs.use_store(tmp_path / "runs.sqlite") as s:
+        yield s
+
+
+def sweep(client, tmp_path, **kw):
+    args = {"trials": 4, "metric": "valid_accuracy", "mode": "max", "engine": client,
+            "directory": tmp_path / "runs", **kw}
+    return lk.sweep.run(kw.pop("make_loop", make_loop), kw.pop("space", SPACE),
+                        **{k: v for k, v in args.items() if k not in ("make_loop", "space")})
+
+
+def test_each_trial_is_a_run_in_the_store(client, tmp_path, store):
+    sw = sweep(client, tmp_path)
+    rows = sw.table()
+    assert [r["trial"] for r in rows] == [0, 1, 2, 3] and sw.status == "finished"
+    for r in rows:
+        run = lk.runs.get(r["run_id"])
+        assert r["status"] == "finished" == run["status"] and run["sweep_id"] == sw.id
+        assert run["config"] == {k: r[k] for k in ("lr", "hidden", "epochs")}
+        series = lk.runs.metrics(r["run_id"], ["valid_accuracy", "loss"])
+        assert series["valid_accuracy"]["value"][-1] == r["valid_accuracy"]
+        assert len(series["loss"]["value"]) == r["iteration"] == 33
+        assert [c["iteration"] for c in lk.runs.checkpoints(r["run_id"])] == [22, 33]
+    best = sw.best()
+    assert best["valid_accuracy"] == max(r["valid_accuracy"] for r in rows)
+    assert sw.table(sort="value")[0] == best
+    assert lk.sweep.list()[0]["counts"] == {"finished": 4}
+
+
+def test_asha_continues_trials_from_their_checkpoints(client, tmp_path, store):
+    """A promoted trial resumes (no retraining): its numbers equal a trial trained straight
+    through, bit for bit."""
+    plain = sweep(client, tmp_path).table()
+    sw = sweep(client, tmp_path, early_stopping=lk.sweep.ASHA(grace=1, reduction=2))
+    rows = sw.table()
+    assert {r["status"] for r in rows} == {"finished", "stopped"}
+    done = [r for r in rows if r["status"] == "finished"]
+    assert done and all(r["epoch"] == 3 for r in done)
+    for r in rows:
+        assert lk.runs.get(r["run_id"])["status"] == ("finished" if r in done else "paused")
+        twin = plain[r["trial"]]
+        a = lk.runs.metrics(r["run_id"], ["loss", "valid_accuracy"])
+        b = lk.runs.metrics(twin["run_id"], ["loss", "valid_accuracy"])
+        n = len(a["loss"]["value"])
+        assert n == r["iteration"] and a["loss"]["value"] == b["loss"]["value"][:n]
+        assert a["valid_accuracy"]["value"] == b["valid_accuracy"]["value"][:r["epoch"]]
+
+
+def test_an_unknown_metric_stops_the_sweep_with_the_names(client, tmp_path, store):
+    with pytest.raises(SweepError, match=r"'valid_acc' is not in the log.*'valid_accuracy'"):
+        sweep(client, tmp_path, metric="valid_acc")
+    rec = lk.sweep.list()[0]
+    assert rec["status"] == "failed" and "valid_acc" in rec["error"]
+    assert "running" not in rec["counts"]
+
+
+def test_a_make_loop_that_raises(client, tmp_path, store):
+    with pytest.raises(TrialError, match="first 3 trials all failed.*make_loop raised "
+                       "ValueError for trial 0.*no such layer size 8"):
+        sweep(client, tmp_path, make_loop=broken_loop)
+    t = lk.sweep.list()[0]
+    assert t["counts"] == {"failed": 3, "pending": 1}
+
+
+def test_bad_arguments_are_named(client, tmp_path, store):
+    with pytest.raises(SweepError, match="mode must be 'min' or 'max'"):
+        sweep(client, tmp_path, mode="best")
+    with pytest.raises(SweepError, match="early_stopping must be lk.sweep.ASHA"):
+        sweep(client, tmp_path, early_stopping="asha")
+    with pytest.raises(SweepError, match="engine must be 'local'"):
+        sweep(client, tmp_path, engine="cluster")
+    assert [s["status"] for s in lk.sweep.list()] == ["failed"]  # the engine's, recorded
+
+
+def test_stop_request_checkpoints_and_resume_finishes(client, tmp_path, store):
+    """A stop (from any process: it goes through the store) interrupts the training trials
+    after a checkpoint; resume continues them and starts the rest."""
+    from distributed import Event
+
+    gate = f"gate-{tmp_path.name}"
+
+    def hook(kind, info):
+        if kind == "progress" and info["progress"]["epoch"] == 1:
+            lk.sweep.get(lk.sweep.list()[0]["id"]).stop()
+        if kind == "stop":  # trial 0 waits before epoch 2 until the sweep is stopping
+            Event(gate, client=client).set()
+
+    sw = sweep(client, tmp_path, _hook=hook, space={**SPACE, "gate": gate})
+    assert sw.status == "stopped"
+    rows = sw.table()
+    assert rows[0]["status"] == "interrupted" and rows[0]["epoch"] == 2
+    assert [c["iteration"] for c in lk.runs.checkpoints(rows[0]["run_id"])] == [11, 22]
+    assert {r["status"] for r in rows[1:]} == {"pending"}
+    assert lk.runs.get(rows[0]["run_id"])["status"] == "interrupted"
+    done = lk.sweep.resume(sw.id, engine=client).table()
+    assert [r["status"] for r in done] == ["finished"] * 4
+    plain = sweep(client, tmp_path).table()
+    assert [r["valid_accuracy"] for r in done] == [r["valid_accuracy"] for r in plain]
