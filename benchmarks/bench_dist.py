@@ -4,7 +4,8 @@ of it backward hides.
 
     python benchmarks/bench_dist.py [--steps 30] [--models mlp,cnn,lstm] [--bucket-mb 1]
 
-Printed per model: the step in one process (no lk.dist), the step at 2 ranks, efficiency
+Printed per model: the step in one process (no lk.dist), the step of 2 ranks that never
+communicate (what sharing cores and memory costs alone), the step at 2 ranks, efficiency
 (1-rank step / 2-rank step: 100% when communication costs nothing), the all-reduce of all the
 model's buckets timed alone (blocking, no compute to hide behind), the wait left at the end of
 backward (``synchronize()``), and overlap = 1 - wait / all-reduce alone. Target (issue 20):
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -94,17 +96,21 @@ def rank_job(kind, steps, bucket_mb, with_dp, progress=False):
         out["mib"] = sum(b.buffer.nbytes for b in dp.buckets) / 2 ** 20
         if comm.rank != 0:
             return
+    elif os.environ.get("PMI_RANK", "0") != "0":  # ranks without lk.dist: rank 0 reports
+        return
     print(json.dumps(out), flush=True)
 
 
-def run(n, kind, steps, bucket_mb, extra=()):
+def run(n, kind, steps, bucket_mb, extra=(), dp=True):
     from labkit.dist.launch import command, environment
 
     extra = list(extra)
     args = ["--rank-job", kind, "--steps", steps, "--bucket-mb", bucket_mb] + extra
     here = Path(__file__)
-    cmd = command(n, here, args + ["--dp"]) if n > 1 else [sys.executable, str(here), *map(
-        str, args)]
+    if n > 1:
+        cmd = command(n, here, args + (["--dp"] if dp else []))
+    else:
+        cmd = [sys.executable, str(here), *map(str, args)]
     out = subprocess.run(cmd, env=environment(1), capture_output=True, text=True, timeout=600,
                          start_new_session=True)
     if out.returncode != 0:
@@ -128,16 +134,19 @@ def main():
     print(f"data-parallel step, same per-rank batch, 1 BLAS thread per rank, bucket "
           f"{a.bucket_mb:g} MiB, median of {a.steps} steps, progress thread "
           f"{'on' if a.progress else 'off'}")
-    print(f"{'model':6} {'batch/rank':>10} {'grads':>8} {'1 rank':>9} {'2 ranks':>9} "
-          f"{'effic.':>7} {'allreduce':>10} {'wait':>8} {'overlap':>8}")
+    print("  alone: 2 ranks that never communicate (what sharing the machine costs by itself)")
+    print(f"{'model':6} {'batch/rank':>10} {'grads':>8} {'1 rank':>9} {'alone':>9} "
+          f"{'2 ranks':>9} {'effic.':>7} {'allreduce':>10} {'wait':>8} {'overlap':>8}")
     for kind in a.models.split(","):
         one = run(1, kind, a.steps, a.bucket_mb)
+        alone = run(2, kind, a.steps, a.bucket_mb, dp=False)
         two = run(2, kind, a.steps, a.bucket_mb, ["--progress"] if a.progress else [])
         eff = one["step"] / two["step"]
         overlap = max(0.0, 1 - two["wait"] / two["allreduce"]) if two["allreduce"] else 0.0
         print(f"{kind:6} {SHAPES[kind][0]:>10} {two['mib']:>6.2f}MB {one['step'] * 1e3:>7.2f}ms "
-              f"{two['step'] * 1e3:>7.2f}ms {eff:>6.0%} {two['allreduce'] * 1e3:>8.2f}ms "
-              f"{two['wait'] * 1e3:>6.2f}ms {overlap:>7.0%}   ({two['buckets']} buckets)")
+              f"{alone['step'] * 1e3:>7.2f}ms {two['step'] * 1e3:>7.2f}ms {eff:>6.0%} "
+              f"{two['allreduce'] * 1e3:>8.2f}ms {two['wait'] * 1e3:>6.2f}ms {overlap:>7.0%}"
+              f"   ({two['buckets']} buckets)")
 
 
 if __name__ == "__main__":
