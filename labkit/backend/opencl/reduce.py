@@ -338,8 +338,60 @@ def all(a, axis=None, keepdims=False):  # noqa: A001
                    map_="((x) != 0)", combine="((a) && (b))", neutral="1")
 
 
+_LSE_ROWS = """
+__kernel void lk_lse_rows(const IDX n_out, const IDX n_red, __global T* out, const IDX out_o,
+                          __global const T* a, const IDX a_o)
+{
+    const IDX r = (IDX)get_global_id(0);
+    if (r >= n_out) return;
+    __global const T* row = a + a_o + r * n_red;
+    T m = -INFINITY;
+    for (IDX k = 0; k < n_red; ++k) m = LK_FMAX(m, row[k]);
+    const T mm = isfinite(m) ? m : (T)0;  // as the composed form: NaN and +-inf kept
+    T s = 0;
+    for (IDX k = 0; k < n_red; ++k) s += exp(row[k] - mm);
+    out[out_o + r] = log(s) + mm;
+}
+"""
+
+
+def _lse_rows(a, n_out, n_red):
+    """logsumexp of each row of a contiguous (n_out, n_red) float array: one work-item per
+    row, one launch (the composed form takes eight)."""
+    rt = a.rt
+    ct = CTYPES[a.dtype]
+    idx = index_ctype(a)
+
+    def make():
+        src = header(rt, (ct,), {"T": ct, "IDX": idx}, what="logsumexp") + \
+            source("common") + _LSE_ROWS
+        it = IDX_NP[idx]
+        return kernels(rt, src, {"lk_lse_rows": [it, it, None, it, None, it]},
+                       name="reduce:lk_lse_rows").lk_lse_rows
+    kernel = rt.cached(("lse_rows", ct, idx), make)
+    out = ndarray(rt, (n_out,), a.dtype)
+    ls = 64
+    with rt.lock:
+        kernel(rt.queue, (-(-n_out // ls) * ls,), (ls,), n_out, n_red, out.data, out.offset,
+               a.data, a.offset)
+    return out
+
+
 def logsumexp(a, axis=None, keepdims=False):
-    """log(sum(exp(a))) computed stably (max subtracted first)."""
+    """log(sum(exp(a))) computed stably (max subtracted first). Over the trailing axes of a
+    contiguous float array with many rows (a softmax's classes), one kernel per call."""
+    axes = _axes(a, axis, "logsumexp")
+    kept_shape = tuple(d for i, d in enumerate(a.shape) if i not in axes)
+    n_red = 1
+    for i in axes:
+        n_red *= a.shape[i]
+    n_out = a.size // n_red if n_red else 0
+    if (a.dtype.kind == "f" and a.is_contiguous and axes == tuple(range(a.ndim - len(axes),
+                                                                       a.ndim))
+            and n_red and 16 <= n_out and n_red <= 65536):
+        r = _lse_rows(a, n_out, n_red)
+        full_shape = tuple(1 if i in axes else d for i, d in enumerate(a.shape))
+        return r.reshape(full_shape if keepdims else kept_shape)
     m = max(a, axis=axis, keepdims=True)
     m = where(isfinite(m), m, 0)
     s = sum(exp(subtract(a, m)), axis=axis, keepdims=True)
