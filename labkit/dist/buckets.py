@@ -20,11 +20,16 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
+import weakref
 
 import numpy as np
 
 from ..autograd import Tensor
 from .comm import Communicator, DistError, world
+
+#: id(parameter) -> the DataParallel whose hooks it carries (a weak reference)
+_owners: dict = {}
 
 
 class _Bucket:
@@ -113,7 +118,16 @@ class DataParallel:
         if broadcast:
             self.broadcast_parameters()
         self._progress = self.comm.progress_thread() if progress_thread else None
+        earlier = {o() for _, p in items for o in [_owners.get(id(p))] if o is not None} - {None}
+        for old in earlier:
+            # NOTE: a second DataParallel over the same parameters (a notebook cell run again)
+            # would otherwise leave the first one's hooks starting all-reduces nobody waits for
+            warnings.warn(f"{old!r} is detached: a new DataParallel takes over its parameters",
+                          stacklevel=2)
+            old.remove()
         self._handles = [p.register_grad_ready_hook(self._on_ready) for _, p in items]
+        for _, p in items:
+            _owners[id(p)] = weakref.ref(self)
 
     # -- set-up
     def _agree(self, items) -> None:
@@ -161,6 +175,8 @@ class DataParallel:
         for h in self._handles:
             h.remove()
         self._handles = []
+        for k in [k for k, o in _owners.items() if o() is self]:
+            del _owners[k]
 
     # -- the step
     @contextlib.contextmanager

@@ -60,7 +60,8 @@ def check_against_reference(ranks, ref_params, ref_loss, steps=STEPS, rtol=1e-6)
     np.testing.assert_allclose(ranks[0]["loss"], ref_loss[-steps:], rtol=rtol)
 
 
-@pytest.mark.parametrize("n,extra", [(2, []), (4, []), (2, ["--progress-thread"])])
+@pytest.mark.parametrize("n,extra", [(2, []), (4, []), (2, ["--progress-thread"])],
+                         ids=["2", "4", "2-progress-thread"])
 def test_ranks_agree_bitwise_and_match_one_process(tmp_path, n, extra):
     job = mpirun.run(n, [tmp_path, "--steps", STEPS, "--bucket-mb", 0.0002, *extra],
                      timeout=60)

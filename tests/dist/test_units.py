@@ -159,3 +159,16 @@ def test_launch_command_and_environment(tmp_path):
     assert all(env[k] == "1" for k in launch.THREAD_VARS)
     with pytest.raises(lk.dist.DistError, match="no script"):
         launch.command(2, tmp_path / "missing.py")
+
+
+def test_a_second_data_parallel_detaches_the_first():
+    model = B.MLP([4, 3], seed=0)
+    first = lk.dist.DataParallel(model)
+    with pytest.warns(UserWarning, match="detached"):
+        second = lk.dist.DataParallel(model)
+    x = lk.tensor(np.ones((2, 4), np.float32))
+    for _ in range(2):  # the first one's hooks are gone: no "second backward" from it
+        model(x).sum().backward()
+        second.synchronize()
+    assert first.stats["launched_early"] == 0
+    assert second.stats["launched_early"] == 2
