@@ -147,3 +147,12 @@ def test_labkit_launch_ends_every_rank_when_one_fails(tmp_path):
     assert job.rc != 0, job
     assert "rank 0 fails on purpose at iteration 2" in job.err
     assert not job.left
+
+
+def test_extensions_checkpoints_and_the_run_store(tmp_path):
+    home = tmp_path / "home"
+    job = mpirun.run(2, [], timeout=60, script=mpirun.WORKER.with_name("with_store.py"),
+                     env={"LABKIT_HOME": str(home)})
+    assert job.rc == 0, job
+    assert job.out.split("\n")[0] == "finished [24, 32]", job  # 8 batches an epoch, 4 epochs
+    assert len(list((home / "runs").iterdir())) == 1  # one run: rank 0's
