@@ -1,4 +1,5 @@
-"""The ``labkit`` command line: demo, doctor, runs, resume, convert, launch (``labkit --help``)."""
+"""The ``labkit`` command line: demo, doctor, runs, resume, convert, launch, sweep
+(``labkit --help``)."""
 
 from __future__ import annotations
 
@@ -370,6 +371,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("script", help="the Python script every rank runs")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     p.set_defaults(func=launch_cmd)
+    from .sweep.cli import add_parser as add_sweep_parser
+
+    add_sweep_parser(sub)
     return parser
 
 

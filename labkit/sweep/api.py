@@ -110,7 +110,7 @@ def _check(metric, mode, early_stopping):
 
 def run(make_loop, space, trials=None, *, search="random", metric="valid_loss", mode="min",
         early_stopping=None, engine="local", workers=2, seed=0, name=None, directory=None,
-        _hook=None) -> Sweep:
+        _factory=None, _hook=None) -> Sweep:
     """Train ``trials`` configurations of ``space`` with ``make_loop(config)`` on Dask and
     return the ``Sweep`` (the call blocks until every trial is done or the sweep is stopped).
 
@@ -134,7 +134,7 @@ def run(make_loop, space, trials=None, *, search="random", metric="valid_loss", 
                 "early_stopping": early_stopping.to_json() if early_stopping else None,
                 "engine": engine if isinstance(engine, str) else "client",
                 "workers": workers, "directory": str(Path(directory or runs_dir()).resolve())}
-    factory = factory_name(make_loop)
+    factory = _factory or factory_name(make_loop)
     name = name or getattr(make_loop, "__name__", "sweep")
     sid = runs.store().create_sweep(name, factory, S.to_json(dims), settings, params)
     return _drive(sid, make_loop, engine, workers, _hook)
@@ -178,6 +178,8 @@ def _drive(sid, make_loop, engine, workers, hook) -> Sweep:
     dims = S.from_json(rec["space"])
     asha = ASHA.from_json(rec["settings"]["early_stopping"])
     status, error = "failed", None
+    if hook is not None:
+        hook("start", {"sweep": sid, "name": rec["name"], "trials": rec["settings"]["trials"]})
     try:
         client, close = E.connect(engine, workers)
         try:

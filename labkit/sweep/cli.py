@@ -1,0 +1,272 @@
+"""``labkit sweep run|ls|show|resume|stop``: sweeps from the command line (a script on a
+cluster, a terminal next to a notebook).
+
+``labkit sweep run TARGET`` takes where ``make_loop`` lives, as ``lk.resume`` records it:
+``path/to/script.py:make_loop`` or ``package.module:make_loop`` (``:make_loop`` may be left
+out). The space is ``--space``: a JSON file or a JSON object written inline, in the form
+``lk.sweep.space.from_json`` reads (``{"lr": {"loguniform": [1e-4, 0.1]}, "hidden": [64, 128],
+"depth": {"range": [1, 8]}, "epochs": 5}``); without ``--space``, the ``SPACE`` dict of the
+target's module. The script is imported (not run as ``__main__``), so its own
+``if __name__ == "__main__"`` block does not start anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from ..runs.checks import printable as show
+from .space import SweepError
+
+#: rows ``labkit sweep show`` prints unless ``--all``
+SHOW_ROWS = 50
+
+
+def load_target(target: str):
+    """``(make_loop, module, factory)`` for ``script.py[:name]`` or ``module[:name]``;
+    ``factory`` is the name ``lk.sweep.resume`` imports it by again."""
+    where, _, name = target.rpartition(":") if ":" in target else (target, "", "make_loop")
+    name = name or "make_loop"
+    if where.endswith(".py"):
+        path = Path(where).resolve()
+        if not path.is_file():
+            raise SweepError(f"no script {where} (give path/to/script.py:make_loop "
+                             "or package.module:make_loop)")
+        spec = importlib.util.spec_from_file_location("__labkit_sweep_target__", path)
+        mod = importlib.util.module_from_spec(spec)
+        # NOTE: the script's folder is importable from it, as when it runs as a script
+        sys.path.insert(0, str(path.parent))
+        spec.loader.exec_module(mod)
+        factory = f"{path}:{name}"
+    else:
+        try:
+            mod = importlib.import_module(where)
+        except ImportError as e:
+            raise SweepError(f"cannot import {where!r} ({e}); give "
+                             "path/to/script.py:make_loop or an importable module") from None
+        factory = f"{where}:{name}"
+    fn = getattr(mod, name, None)
+    if not callable(fn):
+        have = sorted(k for k, v in vars(mod).items() if callable(v) and not k.startswith("_"))
+        raise SweepError(f"{where} has no function {name!r} (it has "
+                         f"{', '.join(have[:8]) or 'none'}); give {where}:<function>")
+    return fn, mod, factory
+
+
+def load_space(text, module, target):
+    """The space from ``--space`` (a JSON file or inline JSON) or the module's ``SPACE``."""
+    from .space import check, from_json
+
+    if text is None:
+        space = getattr(module, "SPACE", None)
+        if space is None:
+            raise SweepError(f"give --space (a JSON file or inline JSON), or define "
+                             f"SPACE = {{...}} in {target.rpartition(':')[0] or target}")
+        return check(space)
+    if not text.lstrip().startswith("{"):
+        try:
+            text = Path(text).read_text()
+        except OSError as e:
+            raise SweepError(f"--space {text}: {e.strerror or e} (give a JSON file "
+                             "or an inline JSON object)") from None
+    try:
+        return from_json(text)
+    except json.JSONDecodeError as e:
+        raise SweepError(f"--space is not valid JSON ({e})") from None
+
+
+def _asha(text):
+    from .asha import ASHA
+
+    if text is None:
+        return None
+    try:
+        grace, reduction = (int(v) for v in text.split(","))
+    except ValueError:
+        raise SweepError(f"--asha takes GRACE,REDUCTION (e.g. 1,3), got "
+                         f"{text!r}") from None
+    return ASHA(grace, reduction)
+
+
+def _fmt(v) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return show(v if isinstance(v, str) else json.dumps(v))
+
+
+def _progress(kind, info):
+    if kind == "start":
+        print(f"sweep {info['sweep']}: {info['trials']} trials ({show(info['name'])})",
+              flush=True)
+    elif kind == "result" and info.get("outcome") in ("finished", "rung"):
+        what = "finished" if info["outcome"] == "finished" else f"stopped at epoch " \
+               f"{info['epoch']}"
+        print(f"  trial {info['trial']} {what}: {_fmt(info.get('value'))}", flush=True)
+    elif kind == "failed":
+        print(f"  trial {info['trial']} failed: {show(info['error'])}", flush=True)
+
+
+def _summary(sw) -> None:
+    rec = sw.record
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(rec["counts"].items()))
+    print(f"sweep {sw.id} {sw.status}; trials: {counts}")
+    try:
+        b = sw.best()
+        print(f"best: trial {b['trial']} {show(sw.metric)} {_fmt(b[sw.metric])}  "
+              + "  ".join(f"{show(k)}={_fmt(b[k])}" for k in rec["space"]))
+    except SweepError as e:
+        print(f"best: none ({e})")
+    print(f"`labkit sweep show {sw.id}` prints every trial")
+
+
+def run_cmd(args) -> int:
+    from . import api
+
+    make_loop, module, factory = load_target(args.target)
+    space = load_space(args.space, module, args.target)
+    sw = api.run(make_loop, space, args.trials, search=args.search, metric=args.metric,
+                 mode=args.mode, early_stopping=_asha(args.asha), engine=args.engine,
+                 workers=args.workers, seed=args.seed, name=args.name,
+                 _factory=factory, _hook=_progress)
+    _summary(sw)
+    return 0 if sw.status in ("finished", "stopped") else 1
+
+
+def ls_cmd(args) -> int:
+    from .. import runs
+    from .api import Sweep
+
+    recs = runs.store().list_sweeps()
+    if not recs:
+        print(f"no sweeps in {runs.store().path}")
+        return 0
+    print(f"{'id':32s} {'name':16s} {'status':11s} {'created':16s} {'done':>11s}  best")
+    for rec in recs:
+        sw = Sweep(rec["id"])
+        total = sum(rec["counts"].values())
+        done = sum(rec["counts"].get(s, 0) for s in ("finished", "stopped", "failed"))
+        try:
+            b = sw.best()
+            best = f"{show(sw.metric)} {_fmt(b[sw.metric])} (trial {b['trial']})"
+        except SweepError:
+            best = "-"
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(rec["created"] or 0))
+        print(f"{show(rec['id']):32s} {show(rec['name'] or '-')[:16]:16s} "
+              f"{sw.status:11s} {when:16s} {f'{done}/{total}':>11s}  {best}")
+    return 0
+
+
+def show_cmd(args) -> int:
+    from .api import Sweep
+
+    sw = Sweep(args.id)
+    rec = sw.record
+    st = rec["settings"]
+    print(f"sweep {sw.id} ({show(rec['name'])})  status {sw.status}  {st['search']} search, "
+          f"{st['trials']} trials, {show(st['metric'])} ({st['mode']}), engine "
+          f"{show(st['engine'])}")
+    if rec.get("error"):
+        print(f"  error: {show(rec['error'])}")
+    rows = sw.table(sort=None if args.sort == "trial" else "value")
+    params = list(rec["space"])
+    cols = ["trial", "status", st["metric"], "epoch", *params]
+    cells = [[_fmt(r[c]) if c not in ("trial", "epoch") else str(r[c] if r[c] is not None
+                                                                  else "-")
+              for c in cols] for r in rows[:None if args.all else SHOW_ROWS]]
+    heads = [show(c) for c in cols]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h)
+              for i, h in enumerate(heads)]
+    print("  ".join(h.rjust(w) for h, w in zip(heads, widths)))
+    for c in cells:
+        print("  ".join(v.rjust(w) for v, w in zip(c, widths)))
+    if len(rows) > len(cells):
+        print(f"... {len(rows) - len(cells)} more (--all prints every trial)")
+    for r in rows:
+        if r["status"] == "failed" and r["error"]:
+            print(f"  trial {r['trial']} failed: {show(r['error'])[:300]}")
+    return 0
+
+
+def resume_cmd(args) -> int:
+    from . import api
+
+    sw = api.resume(args.id, engine=args.engine, workers=args.workers, _hook=_progress)
+    _summary(sw)
+    return 0 if sw.status in ("finished", "stopped") else 1
+
+
+def stop_cmd(args) -> int:
+    from .api import Sweep
+
+    sw = Sweep(args.id)
+    status = sw.status
+    if status != "running":
+        print(f"sweep {sw.id} is {status}, not running: nothing to stop")
+        return 0
+    sw.stop()
+    print(f"asked sweep {sw.id} to stop: its trials checkpoint and stop within seconds; "
+          f"`labkit sweep resume {sw.id}` continues it")
+    return 0
+
+
+def _positive(text):
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def add_parser(sub) -> None:
+    """``labkit sweep ...`` on the ``labkit`` parser's subcommands."""
+    p = sub.add_parser("sweep", help="run, list, show, resume or stop hyperparameter sweeps",
+                       description="Hyperparameter sweeps on Dask: every trial a run in the "
+                       "store, resumable trial by trial. Needs pip install 'labkit[sweep]'.")
+    ss = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    q = ss.add_parser("run", help="start a sweep (blocks until it ends; Ctrl-C interrupts, "
+                      "`labkit sweep resume ID` continues)",
+                      description=__doc__.split("\n\n", 1)[1])
+    q.add_argument("target", help="script.py:make_loop or package.module:make_loop")
+    q.add_argument("--space", help="a JSON file or inline JSON (default: the module's SPACE)")
+    q.add_argument("--trials", type=_positive, help="how many trials (grid: default all)")
+    q.add_argument("--search", choices=["random", "grid", "sobol"], default="random")
+    q.add_argument("--metric", default="valid_loss", help="a value the loop logs (default "
+                   "valid_loss)")
+    q.add_argument("--mode", choices=["min", "max"], default="min",
+                   help="whether lower (min, the default) or higher is better")
+    q.add_argument("--asha", metavar="GRACE,REDUCTION", help="early stopping by ASHA, e.g. 1,3")
+    q.add_argument("--engine", default="local", help="local (the default), inprocess, or a "
+                   "scheduler address such as tcp://10.0.0.5:8786")
+    q.add_argument("--workers", type=_positive, default=2, help="local worker processes "
+                   "(default 2)")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--name", help="the sweep's name (default: the function's)")
+    q.set_defaults(func=run_cmd)
+    q = ss.add_parser("ls", help="list sweeps, newest first")
+    q.set_defaults(func=ls_cmd)
+    q = ss.add_parser("show", help="a sweep's settings and trials, best first")
+    q.add_argument("id")
+    q.add_argument("--sort", choices=["value", "trial"], default="value",
+                   help="order: by the metric, best first (the default), or by trial number")
+    q.add_argument("--all", action="store_true", help=f"every trial (default: the first "
+                   f"{SHOW_ROWS})")
+    q.set_defaults(func=show_cmd)
+    q = ss.add_parser("resume", help="continue a stopped, interrupted or killed sweep")
+    q.add_argument("id")
+    q.add_argument("--engine", help="default: the engine it ran on")
+    q.add_argument("--workers", type=_positive, help="default: as it ran")
+    q.set_defaults(func=resume_cmd)
+    q = ss.add_parser("stop", help="ask a running sweep (in any process) to checkpoint its "
+                      "trials and stop")
+    q.add_argument("id")
+    q.set_defaults(func=stop_cmd)

@@ -1,0 +1,121 @@
+"""``labkit sweep run|ls|show|resume|stop``: in this process, trials on the in-process engine
+(one Dask worker thread), the make_loop of tests/sweep/helpers.py imported from its path."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import labkit as lk
+from labkit.cli import main
+from labkit.sweep.cli import load_target
+
+HELPERS = Path(__file__).with_name("helpers.py")
+SPACE = json.dumps({"lr": {"loguniform": [1e-3, 1e-1]}, "hidden": [8, 16], "epochs": 1})
+RUN = ["sweep", "run", f"{HELPERS}:make_loop", "--space", SPACE, "--metric",
+       "valid_accuracy", "--mode", "max", "--engine", "inprocess", "--workers", "1"]
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with lk.runs.use_store(tmp_path / "runs.sqlite") as s:
+        yield s
+
+
+def cli(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_run_ls_show(store, capsys):
+    rc, out, err = cli(capsys, *RUN, "--trials", "3", "--name", "cli\x1b[2J")
+    assert rc == 0, err
+    sid = lk.sweep.list()[0]["id"]
+    assert f"sweep {sid}: 3 trials (cli\\x1b[2J)" in out  # the escape is shown, not obeyed
+    assert all(f"trial {n} finished: " in out for n in range(3)) and "best: trial" in out
+    rec = store.get_sweep(sid)
+    assert rec["factory"] == f"{HELPERS.resolve()}:make_loop"  # what resume imports
+    sw = lk.sweep.get(sid)
+    assert sw.status == "finished" and len(sw.table()) == 3
+
+    rc, out, _ = cli(capsys, "sweep", "ls")
+    line = next(x for x in out.splitlines() if x.startswith(sid))
+    assert "finished" in line and " 3/3 " in line and "cli\\x1b[2J" in line
+    best = sw.best()
+    assert f"valid_accuracy {best['valid_accuracy']:.4g} (trial {best['trial']})" in line
+
+    rc, out, _ = cli(capsys, "sweep", "show", sid)
+    lines = out.splitlines()
+    assert rc == 0 and lines[1].split() == ["trial", "status", "valid_accuracy", "epoch", "lr",
+                                            "hidden", "epochs"]
+    shown = [int(x.split()[0]) for x in lines[2:5]]
+    assert shown == [r["trial"] for r in sw.table(sort="value")]  # best first
+    values = [float(x.split()[2]) for x in lines[2:5]]
+    assert values == sorted(values, reverse=True)
+    rc, out, _ = cli(capsys, "sweep", "show", sid, "--sort", "trial")
+    assert [int(x.split()[0]) for x in out.splitlines()[2:5]] == [0, 1, 2]
+
+
+def test_stop_then_resume_from_the_command_line(store, capsys):
+    """A sweep stopped after its first trial (the store's stop request, as `labkit sweep stop`
+    writes it) is finished by `labkit sweep resume`, which imports make_loop from the path the
+    sweep recorded; the first trial is not trained again."""
+    def stop_after_first(kind, info):
+        if kind == "result":
+            lk.sweep.get(sid[0]).stop()
+    sid = []
+    make_loop, _, factory = load_target(f"{HELPERS}:make_loop")
+    sw = lk.sweep.run(make_loop, json.loads(SPACE) | {"lr": lk.sweep.loguniform(1e-3, 1e-1)},
+                      3, metric="valid_accuracy", mode="max", engine="inprocess", workers=1,
+                      _factory=factory,
+                      _hook=lambda k, i: sid.append(i["sweep"]) if k == "start" else
+                      stop_after_first(k, i))
+    assert sw.status == "stopped"
+    first = [r for r in sw.table() if r["status"] == "finished"]
+    assert len(first) == 1
+    run0 = first[0]["run_id"]
+    ckpts = [c["path"] for c in lk.runs.checkpoints(run0)]
+
+    rc, out, err = cli(capsys, "sweep", "resume", sw.id)
+    assert rc == 0, err
+    assert f"sweep {sw.id} finished; trials: finished 3" in out
+    assert f"trial {first[0]['trial']} finished" not in out  # not rerun
+    assert [c["path"] for c in lk.runs.checkpoints(run0)] == ckpts
+    assert sw.table()[first[0]["trial"]]["run_id"] == run0
+
+
+def test_stop_asks_a_running_sweep(store, capsys):
+    sid = store.create_sweep("s", None, '{"a": {"value": 1}}', {"metric": "m", "mode": "min"},
+                             [{"a": 1}])  # this process is its driver: running
+    rc, out, _ = cli(capsys, "sweep", "stop", sid)
+    assert rc == 0 and f"asked sweep {sid} to stop" in out
+    assert store.get_sweep(sid)["request"] == "stop"
+    store.update_sweep(sid, status="finished", request=None)
+    rc, out, _ = cli(capsys, "sweep", "stop", sid)
+    assert "is finished, not running: nothing to stop" in out
+    assert store.get_sweep(sid)["request"] is None
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["sweep", "show", "nope"], "no sweep 'nope' in"),
+    (["sweep", "resume", "nope"], "no sweep 'nope' in"),
+    (["sweep", "run", "missing.py:make_loop"], "no script missing.py"),
+    (["sweep", "run", f"{HELPERS}:mkae_loop"], "has no function 'mkae_loop' (it has "),
+    (["sweep", "run", "no_such_module_x:f"], "cannot import 'no_such_module_x'"),
+    (["sweep", "run", f"{HELPERS}"], "give --space (a JSON file or inline JSON), or define "
+                                     "SPACE"),
+    (["sweep", "run", f"{HELPERS}", "--space", "{\"lr\": "], "--space is not valid JSON"),
+    (["sweep", "run", f"{HELPERS}", "--space", "nofile.json"], "--space nofile.json: No such"),
+    (["sweep", "run", f"{HELPERS}", "--space", SPACE, "--asha", "3"], "--asha takes GRACE,"),
+    (["sweep", "run", f"{HELPERS}", "--space", SPACE, "--asha", "0,3"], "ASHA: needs grace"),
+    (["sweep", "run", f"{HELPERS}", "--space", SPACE, "--search", "grid"],
+     "grid search needs a finite set of values"),
+    (["sweep", "run", f"{HELPERS}", "--space", SPACE, "--trials", "2", "--engine", "nope"],
+     "engine must be 'local', 'inprocess'"),
+])
+def test_errors_are_one_line_naming_the_fix(store, capsys, argv, message):
+    rc, out, err = cli(capsys, *argv)
+    assert rc == 1 and err.startswith("labkit sweep: ") and message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
