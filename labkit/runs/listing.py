@@ -135,7 +135,8 @@ def sparklines(c: sqlite3.Connection, ids: list[str], key: str,
         # (min_it) from the row that has the minimum: two statements, one per extreme
         for agg, it_col in (("MIN(b.min_v)", "b.min_it"), ("MAX(b.max_v)", "b.max_it")):
             for rid, it, v in c.execute(
-                    f"WITH w AS (SELECT value ->> 0 AS rid, value ->> 1 AS b0, value ->> 2 AS nb "  # noqa: S608
+                    "WITH w AS (SELECT json_extract(value, '$[0]') AS rid, "
+                    "json_extract(value, '$[1]') AS b0, json_extract(value, '$[2]') AS nb "
                     "FROM json_each(?1)) "
                     f"SELECT w.rid, {it_col}, {agg} FROM w JOIN metric_blocks b ON "
                     "b.run_id = w.rid AND b.key = ?2 "
@@ -146,7 +147,8 @@ def sparklines(c: sqlite3.Connection, ids: list[str], key: str,
     if by_seeks:
         for rid, it, v in c.execute(
                 "WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < ?3 - 1), "
-                "w AS (SELECT value ->> 0 AS rid, value ->> 1 AS lo, value ->> 2 AS hi "
+                "w AS (SELECT json_extract(value, '$[0]') AS rid, "
+                "json_extract(value, '$[1]') AS lo, json_extract(value, '$[2]') AS hi "
                 "FROM json_each(?1)), "
                 "t AS (SELECT w.rid, w.lo + (w.hi - w.lo) * k.i / (?3 - 1) AS at FROM w, k) "
                 "SELECT t.rid, m.iteration, m.value FROM t JOIN metrics m ON m.rowid = "
@@ -163,7 +165,8 @@ def sparklines(c: sqlite3.Connection, ids: list[str], key: str,
 
 
 def page(c: sqlite3.Connection, run_dict, is_live, *, status=None, name=None, text=None,
-         sort="newest", offset=0, limit=None, metric=None, points=40, ids=False) -> dict:
+         sort="newest", offset=0, limit=None, metric=None, points=40, ids=False,
+         max_ids=None) -> dict:
     """See ``RunStore.page``."""
     if sort not in SORTS:
         raise refuse(f"page: sort must be one of {list(SORTS)}, got {str(sort)[:40]!r}",
@@ -182,6 +185,6 @@ def page(c: sqlite3.Connection, run_dict, is_live, *, status=None, name=None, te
             r["metric"] = lines.get(r["id"])
     out = {"runs": runs, "total": len(every), "offset": offset, "limit": limit,
            "counts": counts(c, is_live)}
-    if ids:
-        out["ids"] = every
+    if ids:  # at most max_ids of them: a caller that wants more than that refuses by total
+        out["ids"] = every if max_ids is None else every[:max_ids]
     return out

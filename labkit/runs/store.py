@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..config import home
 from ..errors import RunStoreError
-from . import blocks, listing, schema, sweeps
+from . import blocks, lineage, listing, schema, sweeps
 from ._db import connect, explain, guarded, pid_alive, transaction
 from .checks import config_json, refuse
 from .downsample import minmax_indices
@@ -252,20 +252,28 @@ class RunStore:
 
     def page(self, status: str | None = None, name: str | None = None, sort: str = "newest",
              offset: int = 0, limit: int | None = None, metric: str | None = None,
-             points: int = 40, ids: bool = False, text: str | None = None) -> dict:
+             points: int = 40, ids: bool = False, text: str | None = None,
+             max_ids: int | None = None) -> dict:
         """A window of the runs ``list`` would give (``status`` may also be ``"live"``: running
         or paused, training now; ``text`` matches part of the name or id), ordered by ``sort``
         (newest, oldest, name, status), in a fixed number of statements (``listing.py``):
         ``{"runs": [...], "total": N, "offset", "limit", "counts": {status: n, "live": n}}``;
         each run has ``"metric"``, a sparkline of ``metric`` (at most ``points`` points,
         downsampled in SQLite) and its last value, or None; ``ids=True`` adds the ids of
-        every matching run, in order."""
+        every matching run, in order (the first ``max_ids`` of them, if given)."""
         if status is not None and status not in (*STATUSES, "dead", "live"):
             raise refuse(f"page: status must be one of {(*STATUSES, 'dead', 'live')}, got "
                          f"{str(status)[:40]!r}", "invalid")
         return listing.page(self._conn(), self._run_dict, self.is_live, status=status,
                             name=name, text=text, sort=sort, offset=offset, limit=limit,
-                            metric=metric, points=points, ids=ids)
+                            metric=metric, points=points, ids=ids, max_ids=max_ids)
+
+    def lineage(self, run_id: str) -> dict:
+        """The runs ``run_id`` was forked from and the tree forked from it (``lineage.py``)."""
+        out = lineage.lineage(self._conn(), str(run_id), self.is_live)
+        if out is None:
+            raise refuse(f"no run {run_id!r} in {self.path}", "not_found")
+        return out
 
     def children(self, run_id: str) -> list[str]:
         """The ids of the runs forked from ``run_id``, oldest first."""

@@ -46,7 +46,7 @@ def _jupyter_server_extension_points():
 def _load_jupyter_server_extension(serverapp):
     from jupyter_server.utils import url_path_join
 
-    from .handlers import HANDLERS
+    from .routes import HANDLERS
 
     root = url_path_join(serverapp.web_app.settings["base_url"], "labkit", "api")
     serverapp.web_app.add_handlers(".*$", [(url_path_join(root, p), h) for p, h in HANDLERS])

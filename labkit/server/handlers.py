@@ -27,8 +27,7 @@ from jupyter_server.base.handlers import APIHandler
 from .. import checkpoint, runs
 from .._json import loads_strict
 from ..errors import RunStoreError
-from ..runs import RUN_ID, STATUSES, is_run_id
-from ..runs.listing import MAX_POINTS, SORTS
+from ..runs import is_run_id
 from ..runs.notes import check_name, check_note, check_tags
 
 #: the largest request body (a fork's changes are a config: 64 KiB of JSON at most)
@@ -268,56 +267,6 @@ class Base(APIHandler):
             raise
 
 
-class Runs(Base):
-    """``GET runs``: every run, newest first (the old form); ``name=`` matches part of the name,
-    ``q=`` part of the name or id; with ``limit``, ``offset``, ``sort``, ``metric``, ``points``
-    or ``ids``, a window of them as the sidebar shows it, with
-    ``total``, ``counts`` (runs per status in the whole store, ``live``: training now) and,
-    with ``metric=KEY``, each run's ``metric``: ``{iteration, value, last, last_iteration}``,
-    a sparkline of at most ``points`` points downsampled in SQLite, or null."""
-
-    @endpoint
-    def get(self):
-        status = self.query("status")
-        if status == "all":
-            status = None
-        if status is not None and status not in (*STATUSES, "dead", "live"):
-            raise BadRequest(f"status must be one of {['all', *STATUSES, 'dead', 'live']}, "
-                             f"got {status[:40]!r}")
-        name = self.query("name")
-        if name is not None and len(name) > 200:
-            raise BadRequest("name is longer than 200 characters")
-        text = self.query("q")
-        if text is not None and len(text) > 200:
-            raise BadRequest("q is longer than 200 characters")
-        sort = self.query("sort", "newest")
-        if sort not in SORTS:
-            raise BadRequest(f"sort must be one of {list(SORTS)}, got {sort[:40]!r}")
-        offset = self.int_query("offset", 0, 10**9) or 0
-        limit = self.int_query("limit", 1, MAX_LIMIT)
-        metric = self.query("metric")
-        if metric is not None and len(metric) > 200:
-            raise BadRequest("metric is longer than 200 characters")
-        if metric is not None and limit is None:
-            raise BadRequest(f"metric needs limit: sparklines are drawn for a window of at "
-                             f"most {MAX_LIMIT} runs (e.g. limit=50)")
-        points = self.int_query("points", 2, MAX_POINTS)
-        body = runs.store().page(status=status, name=name, text=text, sort=sort, offset=offset,
-                                 limit=limit, metric=metric, points=points or 40,
-                                 ids=self.bool_query("ids"))
-        shown = []
-        for r in body["runs"]:
-            if is_run_id(r["id"]):
-                shown.append(public_run(r))
-            else:  # the API could not address it: never list it
-                self.log.warning("labkit: run %r in the store is not a valid run id; the API "
-                                 "skips it", str(r["id"])[:80])
-        body["runs"] = shown
-        if "ids" in body:
-            body["ids"] = [i for i in body["ids"] if is_run_id(i)]
-        self.write_json(body)
-
-
 #: what ``PATCH runs/ID`` may change, and the check of each value
 EDITABLE = {"name": check_name, "tags": check_tags, "note": check_note}
 
@@ -468,49 +417,6 @@ class Command(Base):
         self.write_json({"command": public_command(_owned(run_id, "command", int(cid)))})
 
 
-#: the most runs one compare request may name
-MAX_COMPARE = 50
-
-
-class Compare(Base):
-    """``GET compare?ids=a,b,c&max_points=500``: the compare page's data in one request, each
-    run's public record and its metrics downsampled (``max_points`` per key, 2 to 5,000,
-    default 500), in the order asked. Ids are checked first (at most ``MAX_COMPARE``, each a
-    run id, none twice), then against the store: unknown ones are a 404 that lists them all."""
-
-    @endpoint
-    def get(self):
-        raw = self.query("ids")
-        if raw is None:
-            raise BadRequest("ids is required: run ids separated by commas, e.g. "
-                             "compare?ids=20261204-101500-0123456789abcdef,...")
-        ids = raw.split(",")
-        if len(ids) > MAX_COMPARE:
-            raise BadRequest(f"ids names {len(ids)} runs; compare at most {MAX_COMPARE}")
-        bad = [i for i in ids if not is_run_id(i)]
-        if bad:
-            raise BadRequest(f"ids: not a run id: {bad[0][:40]!r} (ids are separated by "
-                             "commas, without spaces)")
-        twice = sorted({i for i in ids if ids.count(i) > 1})
-        if twice:
-            raise BadRequest(f"ids: run {twice[0]} is named twice")
-        mp = self.int_query("max_points", 2, 5000)
-        store = runs.store()
-        missing = [i for i in ids if not store.exists(i)]
-        if missing:
-            self.write_json({"message": f"no run {', '.join(missing[:5])}"
-                             + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-                             + " (deleted? the Runs sidebar lists the runs there are)",
-                             "missing": missing}, 404)
-            return
-        out = []
-        for i in ids:
-            run = public_run(runs.get(i))
-            run["metrics"] = store.metrics(i, None, None, 500 if mp is None else mp)
-            out.append(run)
-        self.write_json({"runs": out})
-
-
 class NoSuchEndpoint(Base):
     """A valid run id followed by a path the API does not have."""
 
@@ -529,18 +435,3 @@ class BadId(Base):
         raise BadRequest(f"not a run id: {what[:40]!r}")
 
     delete = post = put = patch = get
-
-
-HANDLERS = [
-    (r"runs/?", Runs),
-    (rf"runs/({RUN_ID})/?", Run),
-    (rf"runs/({RUN_ID})/metrics/?", Metrics),
-    (rf"runs/({RUN_ID})/checkpoints/?", Checkpoints),
-    (rf"runs/({RUN_ID})/checkpoints/([0-9]{{1,18}})/?", Checkpoint),
-    (rf"runs/({RUN_ID})/fork/?", Fork),
-    (rf"runs/({RUN_ID})/commands/?", Commands),
-    (rf"runs/({RUN_ID})/commands/([0-9]{{1,18}})/?", Command),
-    (rf"runs/({RUN_ID})/(.+)", NoSuchEndpoint),
-    (r"runs/([^/]+)(/.*)?", BadId),
-    (r"compare/?", Compare),
-]

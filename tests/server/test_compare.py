@@ -51,3 +51,54 @@ async def test_compare_lists_every_unknown_id(jp_fetch, fresh_store):
     body = json.loads(e.value.response.body)
     assert body["missing"] == absent
     assert absent[0] in body["message"] and absent[1] in body["message"]
+
+
+async def test_compare_caps_the_points_of_the_whole_answer(jp_fetch, fresh_store, monkeypatch):
+    from labkit.server import lists
+
+    monkeypatch.setattr(lists, "MAX_COMPARE_POINTS", 900)
+    ids = seed(fresh_store, n=3, points=2000)  # 3 runs x 1 key: 300 points each at most
+    r = await jp_fetch("labkit", "api", "compare",
+                       params={"ids": ",".join(ids), "max_points": "5000"})
+    body = json.loads(r.body)
+    assert body["max_points"] == 300
+    for run in body["runs"]:
+        assert 2 <= len(run["metrics"]["loss"]["value"]) <= 300
+
+
+async def test_compare_reads_off_the_event_loop(jp_fetch, fresh_store, monkeypatch):
+    import threading
+
+    ids = seed(fresh_store, n=2, points=50)
+    threads = []
+    real = type(fresh_store).metrics
+
+    def spy(self, *a, **kw):
+        threads.append(threading.current_thread().name)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(type(fresh_store), "metrics", spy)
+    await jp_fetch("labkit", "api", "compare", params={"ids": ",".join(ids)})
+    assert len(threads) == 2 and all(t.startswith("labkit-read") for t in threads), threads
+
+
+async def test_compare_since_iteration_gives_only_new_points(jp_fetch, fresh_store):
+    ids = seed(fresh_store, n=2, points=100)
+    r = await jp_fetch("labkit", "api", "compare",
+                       params={"ids": ",".join(ids), "since_iteration": "90,97"})
+    a, b = json.loads(r.body)["runs"]
+    assert a["metrics"]["loss"]["iteration"] == list(range(91, 101))
+    assert b["metrics"]["loss"]["iteration"] == [98, 99, 100]
+    # epoch and time come along (the page's x axis can be either)
+    loss = b["metrics"]["loss"]
+    assert loss["epoch"] == [0, 0, 1] and loss["time"] == [98.0, 99.0, 100.0]
+    r = await jp_fetch("labkit", "api", "compare",
+                       params={"ids": ",".join(ids), "since_iteration": "99"})
+    assert [x["metrics"]["loss"]["iteration"] for x in json.loads(r.body)["runs"]] == [[100]] * 2
+    for bad in ("1,2,3", "x", "1,"):
+        with pytest.raises(HTTPClientError) as e:
+            await jp_fetch("labkit", "api", "compare",
+                           params={"ids": ",".join(ids), "since_iteration": bad})
+        assert e.value.code == 400
+        assert "since_iteration must be one integer or one per id (2)" in \
+            json.loads(e.value.response.body)["message"]

@@ -134,3 +134,13 @@ async def test_bad_parameters_name_the_culprit(jp_fetch, fresh_store):
                           ({"status": "alive"}, "status must be one of")]:
         code, body = await call(jp_fetch, **params)
         assert code == 400 and words in body["message"], (params, body)
+
+
+async def test_ids_stop_after_one_more_than_compare_takes(jp_fetch, fresh_store):
+    from labkit.server.lists import MAX_COMPARE
+
+    made = [fresh_store.create_run(f"r{k}") for k in range(MAX_COMPARE + 5)]
+    code, body = await call(jp_fetch, limit="1", ids="1")
+    assert body["total"] == MAX_COMPARE + 5
+    # enough to see "too many" (the total says how many), not every matching id
+    assert body["ids"] == made[::-1][:MAX_COMPARE + 1]
