@@ -143,8 +143,12 @@ class Im2Col(Function):
         self.k, self.s, self.d, self.out_hw, self.cfirst = k, s, d, out_hw, cfirst
 
     def forward(self, x):
-        xc = x if (x.flags["C_CONTIGUOUS"]) else xp_of(x).ascontiguousarray(x)
         self.in_shape = x.shape
+        if xp_of(x) is not np:  # one kernel (backend conv.py)
+            from ..backend.opencl import conv
+
+            return conv.im2col(x, self.k, self.s, self.d, self.out_hw, self.cfirst)
+        xc = x if (x.flags["C_CONTIGUOUS"]) else xp_of(x).ascontiguousarray(x)
         n, c, h, w = x.shape
         (kh, kw), (sh, sw), (dh, dw), (oh, ow) = self.k, self.s, self.d, self.out_hw
         st = (c * h * w, h * w, w * dh, dw, w * sh, sw)
@@ -185,6 +189,10 @@ class Col2Im(Function):
         (kh, kw), (sh, sw), (dh, dw) = self.k, self.s, self.d
         n, c, h, w = self.shape
         oh, ow = col.shape[4], col.shape[5]
+        if xp_of(col) is not np:  # one kernel that gathers each element's windows
+            from ..backend.opencl import conv
+
+            return conv.col2im(col, self.k, self.s, self.d, self.shape, self.cfirst)
         if self.cfirst:  # (C, kh, kw, N, OH, OW)
             if (sh, sw) == (kh, kw) and (dh, dw) == (1, 1) and (h, w) == (oh * kh, ow * kw):
                 col = col.transpose(3, 0, 1, 2, 4, 5)

@@ -1,0 +1,66 @@
+// labkit: the windows of a convolution or pooling (im2col) and their adjoint (col2im), for the
+// Im2Col and Col2Im functions of labkit/functions/connection.py. The window, stride, dilation
+// and sizes are compile-time constants (KH, KW, SH, SW, DH, DW, OH, OW, H, W), so the index
+// arithmetic is multiplications by constants. CFIRST selects the column layout:
+//   CFIRST 1: (C, KH, KW, N, OH, OW)   (a convolution: one GEMM operand)
+//   CFIRST 0: (N, C, KH, KW, OH, OW)   (pooling)
+
+// im2col: one work-item per column element; x is a contiguous, already padded (N, C, H, W).
+__kernel void lk_im2col(const IDX total, const IDX N, const IDX C,
+                        __global T* col, __global const T* x, const IDX x_o)
+{
+    const IDX gid = (IDX)get_global_id(0);
+    if (gid >= total) return;
+    IDX r = gid;
+    const IDX ox = r % OW; r /= OW;
+    const IDX oy = r % OH; r /= OH;
+#if CFIRST
+    const IDX n = r % N; r /= N;
+    const IDX j = r % KW; r /= KW;
+    const IDX i = r % KH; r /= KH;
+    const IDX c = r;
+#else
+    const IDX j = r % KW; r /= KW;
+    const IDX i = r % KH; r /= KH;
+    const IDX c = r % C; r /= C;
+    const IDX n = r;
+#endif
+    col[gid] = x[x_o + ((n * C + c) * H + oy * SH + i * DH) * W + ox * SW + j * DW];
+}
+
+// col2im: one work-item per element of the (N, C, H, W) result, gathering every window that
+// covers it, in (i, j) order: no atomics, and the same sums in the same order as adding the
+// window slices one after another (bit for bit). col is read through its strides (in the
+// layout's order: s0..s5).
+__kernel void lk_col2im(const IDX total, const IDX N, const IDX C,
+                        __global T* out, __global const T* col, const IDX col_o,
+                        const IDX s0, const IDX s1, const IDX s2, const IDX s3, const IDX s4,
+                        const IDX s5)
+{
+    const IDX gid = (IDX)get_global_id(0);
+    if (gid >= total) return;
+    IDX r = gid;
+    const IDX xx = r % W; r /= W;
+    const IDX y = r % H; r /= H;
+    const IDX c = r % C; r /= C;
+    const IDX n = r;
+    T acc = 0;
+    for (int i = 0; i < KH; ++i) {
+        const IDX ty = y - i * DH;
+        if (ty < 0 || ty % SH != 0) continue;
+        const IDX oy = ty / SH;
+        if (oy >= OH) continue;
+        for (int j = 0; j < KW; ++j) {
+            const IDX tx = xx - j * DW;
+            if (tx < 0 || tx % SW != 0) continue;
+            const IDX ox = tx / SW;
+            if (ox >= OW) continue;
+#if CFIRST
+            acc += col[col_o + c * s0 + i * s1 + j * s2 + n * s3 + oy * s4 + ox * s5];
+#else
+            acc += col[col_o + n * s0 + c * s1 + i * s2 + j * s3 + oy * s4 + ox * s5];
+#endif
+        }
+    }
+    out[gid] = acc;
+}

@@ -1,0 +1,64 @@
+"""im2col and col2im as kernels (kernels_cl/conv.cl): the windows of a convolution or a pooling
+and their adjoint, one launch each. The functions Im2Col and Col2Im
+(labkit/functions/connection.py) call these on OpenCL arrays; composed, im2col was a 6-D
+strided copy and col2im one strided add per window offset (nine for a 3x3 window)."""
+
+from __future__ import annotations
+
+from .core import ascontiguousarray
+from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
+from .program import header, kernels, source
+
+
+def _kernel(rt, kname, ct, idx, geometry, cfirst, signature):
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow), (h, w) = geometry
+    key = ("conv", kname, ct, idx, geometry, cfirst)
+
+    def make():
+        defs = {"T": ct, "IDX": idx, "KH": kh, "KW": kw, "SH": sh, "SW": sw, "DH": dh,
+                "DW": dw, "OH": oh, "OW": ow, "H": h, "W": w, "CFIRST": int(cfirst)}
+        src = header(rt, (ct,), defs, what=kname) + source("conv")
+        return getattr(kernels(rt, src, {kname: signature}, name=f"conv.cl:{kname}"), kname)
+    return rt.cached(key, make)
+
+
+def _launch(rt, kernel, total, *args):
+    ls = min(256, rt.info.max_work_group_size)
+    with rt.lock:
+        kernel(rt.queue, (-(-total // ls) * ls,), (ls,), total, *args)
+
+
+def im2col(x, k, s, d, out_hw, cfirst=False) -> ndarray:
+    """Windows of the padded (N, C, H, W) ``x``: (C, kh, kw, N, OH, OW) with ``cfirst``, else
+    (N, C, kh, kw, OH, OW)."""
+    x = ascontiguousarray(x)
+    n, c, h, w = x.shape
+    (kh, kw), (oh, ow) = k, out_hw
+    shape = (c, kh, kw, n, oh, ow) if cfirst else (n, c, kh, kw, oh, ow)
+    out = ndarray(x.rt, shape, x.dtype)
+    if out.size == 0:
+        return out
+    idx = index_ctype(x, out)
+    it = IDX_NP[idx]
+    kernel = _kernel(x.rt, "lk_im2col", CTYPES[x.dtype], idx,
+                     (tuple(k), tuple(s), tuple(d), tuple(out_hw), (h, w)), cfirst,
+                     [it, it, it, None, None, it])
+    _launch(x.rt, kernel, out.size, n, c, out.data, x.data, x.offset)
+    return out
+
+
+def col2im(col, k, s, d, shape, cfirst=False) -> ndarray:
+    """The adjoint of ``im2col``: the windows in ``col`` summed back into ``shape`` (N, C, H,
+    W), each element gathering the windows that cover it in a fixed order."""
+    n, c, h, w = shape
+    out = ndarray(col.rt, tuple(shape), col.dtype)
+    if out.size == 0:
+        return out
+    oh, ow = col.shape[4], col.shape[5]
+    idx = index_ctype(col, out)
+    it = IDX_NP[idx]
+    kernel = _kernel(col.rt, "lk_col2im", CTYPES[col.dtype], idx,
+                     (tuple(k), tuple(s), tuple(d), (oh, ow), (h, w)), cfirst,
+                     [it, it, it, None, None, it] + [it] * 6)
+    _launch(col.rt, kernel, out.size, n, c, out.data, col.data, col.offset, *col._st)
+    return out

@@ -1,0 +1,80 @@
+"""im2col and col2im as OpenCL kernels (labkit/backend/opencl/conv.py) against NumPy
+references: every geometry (strides, dilations, rectangular windows), both column layouts,
+columns read through any strides, and col2im's sums in the same order as adding the window
+slices one by one (bit for bit)."""
+
+import numpy as np
+import pytest
+
+from labkit.backend import opencl as cp
+from labkit.backend.opencl import conv
+
+GEOMETRIES = [  # (N, C, H, W) padded input, window, stride, dilation
+    ((2, 3, 7, 9), (3, 3), (1, 1), (1, 1)),
+    ((1, 2, 8, 8), (2, 2), (2, 2), (1, 1)),
+    ((2, 1, 9, 11), (3, 2), (2, 3), (2, 1)),
+    ((3, 4, 5, 5), (1, 1), (1, 1), (1, 1)),
+]
+
+
+def _out(n, k, s, d):
+    return (n - d * (k - 1) - 1) // s + 1
+
+
+def _ref_im2col(x, k, s, d, cfirst):
+    n, c, h, w = x.shape
+    oh, ow = _out(h, k[0], s[0], d[0]), _out(w, k[1], s[1], d[1])
+    col = np.empty((n, c, k[0], k[1], oh, ow), x.dtype)
+    for i in range(k[0]):
+        for j in range(k[1]):
+            col[:, :, i, j] = x[:, :, i * d[0]: i * d[0] + s[0] * (oh - 1) + 1: s[0],
+                                j * d[1]: j * d[1] + s[1] * (ow - 1) + 1: s[1]]
+    return col.transpose(1, 2, 3, 0, 4, 5).copy() if cfirst else col
+
+
+def _ref_col2im(col, k, s, d, shape, cfirst):
+    if cfirst:
+        col = col.transpose(3, 0, 1, 2, 4, 5)
+    oh, ow = col.shape[4:]
+    out = np.zeros(shape, col.dtype)
+    for i in range(k[0]):
+        for j in range(k[1]):
+            out[:, :, i * d[0]: i * d[0] + s[0] * (oh - 1) + 1: s[0],
+                j * d[1]: j * d[1] + s[1] * (ow - 1) + 1: s[1]] += col[:, :, i, j]
+    return out
+
+
+@pytest.mark.parametrize("shape,k,s,d", GEOMETRIES)
+@pytest.mark.parametrize("cfirst", [False, True])
+def test_im2col_and_col2im_match_numpy_bit_for_bit(shape, k, s, d, cfirst, rng):
+    x = rng.standard_normal(shape).astype(np.float32)
+    oh, ow = _out(shape[2], k[0], s[0], d[0]), _out(shape[3], k[1], s[1], d[1])
+    col = conv.im2col(cp.asarray(x), k, s, d, (oh, ow), cfirst)
+    want = _ref_im2col(x, k, s, d, cfirst)
+    np.testing.assert_array_equal(col.get(), want)
+    g = rng.standard_normal(want.shape).astype(np.float32)
+    back = conv.col2im(cp.asarray(g), k, s, d, shape, cfirst)
+    np.testing.assert_array_equal(back.get(), _ref_col2im(g, k, s, d, shape, cfirst))
+
+
+def test_col2im_reads_columns_through_their_strides(rng):
+    shape, k, s, d = GEOMETRIES[2]
+    oh, ow = _out(shape[2], k[0], s[0], d[0]), _out(shape[3], k[1], s[1], d[1])
+    full = rng.standard_normal((oh, ow, shape[0], shape[1], k[0], k[1], 2)).astype(np.float32)
+    h = full[..., 1].transpose(2, 3, 4, 5, 0, 1)  # (N, C, kh, kw, OH, OW), no unit stride
+    dev = cp.asarray(full)[..., 1].transpose(2, 3, 4, 5, 0, 1)
+    assert not dev.is_contiguous
+    got = conv.col2im(dev, k, s, d, shape, cfirst=False)
+    np.testing.assert_array_equal(got.get(), _ref_col2im(np.ascontiguousarray(h), k, s, d,
+                                                          shape, False))
+
+
+def test_im2col_of_a_view_and_of_float64(rng):
+    from labkit.backend.opencl import runtime
+
+    if not runtime(0).info.fp64:
+        pytest.skip("this OpenCL device has no float64")
+    x = rng.standard_normal((2, 3, 6, 6))
+    d = cp.asarray(x)[:, :, ::-1]  # a reversed view: copied to contiguous first
+    np.testing.assert_array_equal(conv.im2col(d, (3, 3), (1, 1), (1, 1), (4, 4), True).get(),
+                                  _ref_im2col(x[:, :, ::-1], (3, 3), (1, 1), (1, 1), True))
