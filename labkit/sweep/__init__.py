@@ -10,12 +10,13 @@ resumable trial by trial.
                       metric="valid_accuracy", mode="max",
                       early_stopping=lk.sweep.ASHA(grace=2, reduction=3),   # or None
                       engine="local", workers=2)          # or "tcp://host:8786", a Client
-    sw.best(); sw.table()                                 # (a live widget: not yet)
+    sw.best(); sw.table(); sw.show()                      # show(): the live view
     lk.sweep.resume(sw.id)                                # after a crash, a kill, a stop
 
 Dask is imported only here (``pip install 'labkit[sweep]'``): ``import labkit`` does not.
 The parts: ``space`` (spaces and search), ``sobol``, ``asha`` (decisions), ``trial`` (what a
-worker runs), ``engine`` (the Dask client), ``driver`` (the one writer of the store), ``api``.
+worker runs), ``engine`` (the Dask client), ``driver`` (the one writer of the store), ``api``,
+``view`` (``sw.show()``), ``cli`` (``labkit sweep``).
 """
 
 from .api import Sweep, get, list, resume, run

@@ -71,6 +71,14 @@ class Sweep:
         raise SweepError(f"sweep {self.id} has no trial with a value of {metric!r} yet "
                          f"(status {self.status}){why}")
 
+    def show(self, sort: str = "value", rows: int = 50, every: float = 1.0):
+        """The sweep's view (parallel coordinates, the metric against each parameter, the best
+        so far, the trials sorted by ``sort``), refreshed every ``every`` s while it runs:
+        the last line of a cell, or ``display(sw.show())``. See ``labkit.sweep.view``."""
+        from .view import SweepView
+
+        return SweepView(self, sort=sort, rows=rows, every=every)
+
     def stop(self) -> None:
         """Ask the sweep's driver (in any process) to checkpoint its trials and stop;
         ``lk.sweep.resume(id)`` continues it."""
@@ -110,7 +118,7 @@ def _check(metric, mode, early_stopping):
 
 def run(make_loop, space, trials=None, *, search="random", metric="valid_loss", mode="min",
         early_stopping=None, engine="local", workers=2, seed=0, name=None, directory=None,
-        _factory=None, _hook=None) -> Sweep:
+        show=False, _factory=None, _hook=None) -> Sweep:
     """Train ``trials`` configurations of ``space`` with ``make_loop(config)`` on Dask and
     return the ``Sweep`` (the call blocks until every trial is done or the sweep is stopped).
 
@@ -120,7 +128,8 @@ def run(make_loop, space, trials=None, *, search="random", metric="valid_loss", 
     stops the worse trials at rungs and continues the better ones from their checkpoints.
     ``engine``: ``"local"`` (``workers`` processes on this machine), ``"inprocess"``, a
     scheduler address or a ``distributed.Client``. Killed at any point, the sweep continues
-    with ``lk.sweep.resume(id)``.
+    with ``lk.sweep.resume(id)``. ``show=True``: in a notebook, the sweep's live view
+    (``Sweep.show``) appears while it runs.
     """
     if not callable(make_loop):
         raise SweepError(f"make_loop must be a function config -> MainLoop, got {make_loop!r}")
@@ -137,7 +146,19 @@ def run(make_loop, space, trials=None, *, search="random", metric="valid_loss", 
     factory = _factory or factory_name(make_loop)
     name = name or getattr(make_loop, "__name__", "sweep")
     sid = runs.store().create_sweep(name, factory, S.to_json(dims), settings, params)
+    if show:
+        _show_live(sid)
     return _drive(sid, make_loop, engine, workers, _hook)
+
+
+def _show_live(sid) -> None:
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        return
+    if get_ipython() is not None:
+        display(Sweep(sid).show())
 
 
 def resume(sweep_id: str, make_loop=None, *, engine=None, workers=None, _hook=None) -> Sweep:
