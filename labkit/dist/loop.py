@@ -22,6 +22,7 @@ from ..training.events import Extension
 from ..training.loop import MainLoop
 from .buckets import DataParallel
 from .comm import Communicator, DistError, world
+from .control import AgreedControl
 
 
 class GlobalShardedScheme(ShardedScheme):
@@ -88,29 +89,30 @@ class _Weight(Extension):
         self.dp.weight = float(loop.batch_size)
 
 
-class _GlobalMetrics(Extension):
-    """After each batch: the numbers of the log's new row become their mean over every rank,
-    weighted by examples (so rank 0 records the global batch's loss, as one process would)."""
+class _Agreement(Extension):
+    """After each batch, one all-reduce on every rank: the numbers of the log's new row become
+    their mean over ranks weighted by examples (``metrics``: rank 0 then records the global
+    batch's loss, as one process would), and the control requests proposed on any rank (the
+    store's commands, Ctrl-C) are combined, so every rank acts on them after the same batch."""
 
     transient = True
     priority = 1000
     every = None
 
-    def __init__(self, comm):
-        super().__init__(name="DataParallelMetrics")
-        self.comm = comm
+    def __init__(self, comm, control, metrics: bool):
+        super().__init__(name="DataParallelAgreement")
+        self.comm, self.control, self.metrics = comm, control, metrics
 
     def after_batch(self, loop):
         row = loop.log.rows[-1]
-        keys = [k for k in loop.step_keys
-                if isinstance(row.get(k), (int, float)) and not isinstance(row.get(k), bool)]
-        if not keys:
-            return
+        keys = [k for k in loop.step_keys if isinstance(row.get(k), (int, float))
+                and not isinstance(row.get(k), bool)] if self.metrics else []
         w = float(loop.batch_size)
         vals = np.array([row[k] * w for k in keys] + [w], dtype=np.float64)
-        total = self.comm.allreduce(vals, "sum")
-        for k, v in zip(keys, total[:-1] / total[-1]):
+        total = self.comm.allreduce(np.concatenate([vals, self.control.proposals()]), "sum")
+        for k, v in zip(keys, total[:len(keys)] / total[len(keys)]):
             row[k] = float(v)
+        self.control.apply(total[len(keys) + 1:])
 
 
 class DataParallelLoop(MainLoop):
@@ -121,10 +123,12 @@ class DataParallelLoop(MainLoop):
 
     comm : the ranks (default ``lk.dist.world()``).
     bucket_mb, progress_thread : as ``DataParallel``'s.
-    global_metrics : report the mean over ranks of each step's numbers (default True; one small
-        all-reduce per step), else rank-local values.
+    global_metrics : report the mean over ranks of each step's numbers (default True), else
+        rank-local values. (One small all-reduce per step either way: the control requests.)
 
-    Only rank 0 records to the run store and writes checkpoints. With ``step=`` instead of
+    Only rank 0 records to the run store and writes checkpoints. Pause, stop and checkpoint
+    requests (the store's commands reach rank 0) and Ctrl-C act on every rank after the same
+    batch (``AgreedControl``). With ``step=`` instead of
     ``loss_fn``, call ``loop.dp.synchronize()`` between ``backward()`` and ``update()``. Every
     rank must stop at the same iteration: use iteration or epoch triggers, not seconds.
     """
@@ -142,8 +146,17 @@ class DataParallelLoop(MainLoop):
         if self.loss_fn is not None:
             self.gradient_sync = self.dp.synchronize
         self.add(_Weight(self.dp))
-        if global_metrics and comm.size > 1:
-            self.add(_GlobalMetrics(comm))
+        if comm.size > 1:
+            self.control = AgreedControl(comm)
+            self.add(_Agreement(comm, self.control, global_metrics))
+
+    def request_checkpoint(self) -> None:
+        """While training: a checkpoint after the batch every rank agrees on (from any thread,
+        on any rank). Otherwise: now, which is a collective: call it on every rank."""
+        if self._training or self.running:
+            self.control.request_checkpoint()
+        else:
+            self.save_checkpoint()
 
     def fingerprint(self) -> int:
         """A CRC-32 of every parameter's bytes (equal on every rank while they agree)."""

@@ -6,6 +6,8 @@ and kills the group afterwards (tests/dist/mpirun.py); the single-process refere
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -156,3 +158,35 @@ def test_extensions_checkpoints_and_the_run_store(tmp_path):
     assert job.rc == 0, job
     assert job.out.split("\n")[0] == "finished [24, 32]", job  # 8 batches an epoch, 4 epochs
     assert len(list((home / "runs").iterdir())) == 1  # one run: rank 0's
+
+
+def test_ctrl_c_on_one_rank_stops_every_rank_after_the_same_batch(tmp_path):
+    job = mpirun.run(2, [tmp_path, "--steps", STEPS, "--sigint-rank", 1, "--sigint-at", 5],
+                     timeout=60)
+    assert job.rc == 0, job
+    ranks = load(tmp_path, 2)
+    # proposed after batch 5, agreed after batch 6: both ranks stop there, checkpointed
+    assert [len(r["crc"]) for r in ranks] == [6, 6]
+    assert str(ranks[0]["last_ckpt"]).endswith("ckpt-00000006")
+    np.testing.assert_array_equal(ranks[0]["crc"], ranks[1]["crc"])
+
+
+def test_a_stop_from_another_thread_on_rank_0_stops_every_rank(tmp_path):
+    job = mpirun.run(2, [tmp_path, "--steps", STEPS, "--stop-thread-at", 3], timeout=60)
+    assert job.rc == 0, job
+    ranks = load(tmp_path, 2)
+    assert [len(r["crc"]) for r in ranks] == [4, 4]
+    assert str(ranks[0]["stopped"]) == "asked from another thread"
+    assert str(ranks[1]["stopped"]) == "stopped (asked on another rank)"
+
+
+def test_a_pause_on_rank_0_pauses_every_rank_and_a_checkpoint_is_written_meanwhile(tmp_path):
+    job = mpirun.run(2, [tmp_path, "--steps", 8, "--pause-at", 3], timeout=60)
+    assert job.rc == 0, job
+    ranks = load(tmp_path, 2)
+    assert [r["paused"].tolist() for r in ranks] == [[4], [4]]  # agreed after batch 4
+    assert [len(r["crc"]) for r in ranks] == [8, 8]
+    np.testing.assert_array_equal(ranks[0]["crc"], ranks[1]["crc"])
+    written = [str(r["last_ckpt"]) for r in ranks]
+    assert written[0] == written[1] and written[0].endswith("ckpt-00000004"), written
+    assert Path(written[0]).is_dir()

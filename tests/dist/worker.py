@@ -13,6 +13,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import zlib
 from pathlib import Path
 
@@ -81,6 +82,10 @@ def main(argv=None):
     ap.add_argument("--fail-at", type=int, default=0)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--progress-thread", action="store_true")
+    ap.add_argument("--sigint-rank", type=int, default=-1)
+    ap.add_argument("--sigint-at", type=int, default=0)
+    ap.add_argument("--stop-thread-at", type=int, default=0)
+    ap.add_argument("--pause-at", type=int, default=0)
     a = ap.parse_args(argv)
     comm = lk.dist.world()
     out = Path(a.out)
@@ -111,6 +116,26 @@ def main(argv=None):
             loop.save_checkpoint(out / "ckpt")
         if it == a.die_at and comm.rank == comm.size - 1:
             os.kill(os.getpid(), signal.SIGKILL)
+        if it == a.sigint_at and comm.rank == a.sigint_rank:  # Ctrl-C on this rank only
+            os.kill(os.getpid(), signal.SIGINT)
+        if it == a.stop_thread_at and comm.rank == 0:  # as the run store's listener would
+            in_thread(loop.stop, "asked from another thread")
+        if it == a.pause_at and comm.rank == 0:
+            in_thread(loop.pause)
+
+    def in_thread(fn, *args):
+        t = threading.Thread(target=fn, args=args)
+        t.start()
+        t.join()
+
+    def on_pause(loop):  # every rank pauses; rank 0 is asked for a checkpoint, then resumed
+        paused.append(loop.status["iteration"])
+        if comm.rank == 0:
+            in_thread(loop.request_checkpoint)
+            in_thread(loop.resume)
+
+    paused = []
+    loop.add(on_pause, event="on_pause")
 
     loop.add(record, event="after_batch", priority=-100)
     if a.resume:
@@ -118,6 +143,8 @@ def main(argv=None):
     first = loop.status["iteration"]
     loop.run(max_iterations=a.steps - first)
     np.savez(out / f"rank{comm.rank}.npz", crc=np.array(crcs, np.uint32),
+             stopped=np.array(str(loop.stop_reason)), paused=np.array(paused, np.int64),
+             last_ckpt=np.array(str(loop.last_checkpoint)),
              indices=np.array(indices), loss=np.array(losses), first=first,
              **{f"param:{k}": p.numpy() for k, p in opt.params.items()})
     return 0
