@@ -1,5 +1,6 @@
 """A run's name, tags and note (schema v4): checked, stored in one transaction, migrated into
-a v3 store, reachable from Python and the CLI; a failed run keeps its traceback's tail."""
+a v3 store (up to the current version), reachable from Python and the CLI; a failed run keeps
+its traceback's tail."""
 
 import sqlite3
 
@@ -13,31 +14,62 @@ from labkit.runs.store import RunStore
 
 from ..training.helpers import make_loop
 
+#: the tables and indexes of schema version 3, frozen as labkit 3 wrote them (labkit/runs/
+#: schema.py and blocks.py at 8fecf1d^): the migration is tested from what old stores hold,
+#: not from a current store with columns dropped
+V3_SCHEMA = [
+    """CREATE TABLE runs (
+        id TEXT PRIMARY KEY, name TEXT, status TEXT NOT NULL, created REAL, started REAL,
+        ended REAL, heartbeat REAL, host TEXT, pid INTEGER, source TEXT, factory TEXT,
+        config TEXT, parent_run TEXT, parent_checkpoint TEXT, progress TEXT, error TEXT,
+        directory TEXT, parent_checkpoint_id INTEGER)""",
+    """CREATE TABLE metrics (
+        run_id TEXT NOT NULL, iteration INTEGER NOT NULL, epoch INTEGER, key TEXT NOT NULL,
+        value REAL, time REAL)""",
+    """CREATE TABLE checkpoints (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, iteration INTEGER,
+        epoch INTEGER, path TEXT NOT NULL, size INTEGER, metrics TEXT, valid INTEGER,
+        created REAL)""",
+    """CREATE TABLE commands (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, command TEXT NOT NULL,
+        created REAL NOT NULL, acked REAL, result TEXT, iteration INTEGER)""",
+    """CREATE TABLE metric_blocks (
+        run_id TEXT NOT NULL, key TEXT NOT NULL, block INTEGER NOT NULL, n INTEGER NOT NULL,
+        min_it INTEGER, min_v REAL, max_it INTEGER, max_v REAL,
+        PRIMARY KEY (run_id, key, block)) WITHOUT ROWID""",
+    "CREATE UNIQUE INDEX metrics_run_key_iteration ON metrics (run_id, key, iteration)",
+    "CREATE INDEX checkpoints_run_iteration ON checkpoints (run_id, iteration)",
+    "CREATE INDEX runs_parent ON runs (parent_run)",
+    "CREATE INDEX commands_run ON commands (run_id, acked)",
+]
+V3_RUN = "20250101-120000-0123456789abcdef"
+
 
 def v3_store(path):
-    """A store as labkit wrote it at schema version 3 (no tags, note or traceback)."""
-    s = RunStore(path)
-    rid = s.create_run("old", config={"lr": 0.1})
-    s.add_metrics(rid, [(1, 0, "loss", 1.0, 0.0)])
-    s.close()
+    """A store as labkit wrote it at schema version 3 (no tags, note, traceback or sweep)."""
     c = sqlite3.connect(path)
-    for col in ("tags", "note", "traceback"):
-        c.execute(f"ALTER TABLE runs DROP COLUMN {col}")
+    for statement in V3_SCHEMA:
+        c.execute(statement)
+    c.execute("INSERT INTO runs (id, name, status, created, config, progress) VALUES "
+              "(?, 'old', 'finished', 1735732800.0, '{\"lr\": 0.1}', '{}')", (V3_RUN,))
+    c.execute("INSERT INTO metrics VALUES (?, 1, 0, 'loss', 1.0, 0.0)", (V3_RUN,))
+    c.execute("INSERT INTO metric_blocks VALUES (?, 'loss', 0, 1, 1, 1.0, 1, 1.0)", (V3_RUN,))
     c.execute("PRAGMA user_version = 3")
     c.commit()
     c.close()
-    return rid
+    return V3_RUN
 
 
 def test_a_v3_store_is_migrated_and_keeps_its_runs(tmp_path):
     path = tmp_path / "runs.sqlite"
     rid = v3_store(path)
     s = RunStore(path)
-    assert schema.VERSION == 4
-    assert s._conn().execute("PRAGMA user_version").fetchone()[0] == 4
+    assert s._conn().execute("PRAGMA user_version").fetchone()[0] == schema.VERSION
     run = s.get(rid)
     assert run["name"] == "old" and run["tags"] == [] and run["note"] is None
     assert run["traceback"] is None and s.metrics(rid)["loss"]["value"] == [1.0]
+    assert run["config"] == {"lr": 0.1} and run["sweep_id"] is None
+    assert s.metrics(rid, max_points=10)["loss"]["value"] == [1.0]  # its blocks kept
     s.annotate(rid, tags=["kept"], note="after the migration")
     s.close()
     assert RunStore(path).get(rid)["tags"] == ["kept"]
@@ -58,13 +90,15 @@ def test_a_v3_migration_that_fails_changes_nothing(tmp_path, monkeypatch):
     assert sorted(sqlite3.connect(path).iterdump()) == before
 
 
-def test_a_store_newer_than_v4_is_refused(tmp_path):
+def test_a_store_newer_than_this_labkit_is_refused(tmp_path):
     path = tmp_path / "runs.sqlite"
     RunStore(path).close()
     c = sqlite3.connect(path)
-    c.execute("PRAGMA user_version = 5")
+    newer = schema.VERSION + 1
+    c.execute(f"PRAGMA user_version = {newer}")
     c.close()
-    with pytest.raises(RunStoreError, match="schema version 5; this labkit knows 4"):
+    with pytest.raises(RunStoreError,
+                       match=f"schema version {newer}; this labkit knows {schema.VERSION}"):
         RunStore(path)
 
 
