@@ -263,7 +263,9 @@ class MainLoop:
         try:
             started = time.time()
             self._training = True
-            self.recorder.set_status("running", self.progress(), started=started)
+            # NOTE: a failed run trained again is no longer failed: its old error goes
+            self.recorder.set_status("running", self.progress(), started=started, error=None,
+                                     traceback=None)
             self.recorder.listen(self.control, lambda: self.status["iteration"], started)
             if self._resumed:
                 self._resumed = False

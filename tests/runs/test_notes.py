@@ -200,6 +200,32 @@ def test_a_failed_run_keeps_its_traceback_tail(tmp_path):
         assert "in ping" in run["traceback"] and "in pong" in run["traceback"]
 
 
+def test_a_failed_run_trained_again_loses_its_old_error(tmp_path):
+    with lk.runs.use_store(tmp_path / "runs.sqlite"):
+        loop = lk.training.build(make_loop, {"epochs": 1}, name="fails once")
+        works = loop.loss_fn
+        seen = []
+
+        def fails(model, batch):
+            raise FloatingPointError("loss became NaN")
+
+        def watches(model, batch):  # what the run page reads while the loop trains
+            run = lk.runs.get(loop.run_id)
+            seen.append((run["status"], run["error"], run["traceback"]))
+            return works(model, batch)
+
+        loop.loss_fn = fails
+        with pytest.raises(FloatingPointError):
+            loop.run()
+        assert lk.runs.get(loop.run_id)["error"] == "FloatingPointError: loss became NaN"
+        loop.loss_fn = watches
+        loop.run(max_iterations=2)
+        loop.close()
+        assert seen and seen[0] == ("running", None, None)
+        run = lk.runs.get(loop.run_id)
+        assert run["status"] != "failed" and run["error"] is None and run["traceback"] is None
+
+
 def test_the_traceback_tail_is_capped():
     try:
         raise ValueError("x" * 20_000)

@@ -5,7 +5,7 @@
  */
 import { ICheckpoint, IRun, isRunId } from './api';
 import { formatNumber } from './plot';
-import { el } from './sidebar';
+import { el, statusClass } from './sidebar';
 
 /** A run record with the fields the run page shows beyond ``IRun``. */
 export interface IRunRecord extends IRun {
@@ -70,7 +70,8 @@ function section(title: string, cls: string): HTMLElement {
 
 /** The error of a failed (or dead) run, prominent; null when it has none. */
 export function errorBox(run: IRunRecord): HTMLElement | null {
-  if (!run.error && run.status !== 'failed' && run.status !== 'dead') {
+  // NOTE: only a failed or dead run: a resumed one may still hold an old error elsewhere
+  if (run.status !== 'failed' && run.status !== 'dead') {
     return null;
   }
   const box = el('div', 'labkit-runpage-error');
@@ -211,36 +212,109 @@ export function checkpointsSection(
   return s;
 }
 
-/** Where the run came from and what was forked from it, as links to their run pages. */
-export function lineageSection(run: IRunRecord, open: (id: string) => void): HTMLElement {
+/** One run of a lineage as ``runs/ID/lineage`` gives it. */
+export interface ILineageNode {
+  id: string;
+  name?: string | null;
+  status?: string;
+  /** the parent's checkpoint this run was forked from */
+  checkpoint?: { id: number; iteration: number | null } | null;
+  children?: ILineageNode[];
+  /** a parent that was deleted (only its id is known) */
+  deleted?: boolean;
+}
+
+/** ``GET runs/ID/lineage``: the parent first in ``ancestors``; ``children`` nested. */
+export interface ILineage {
+  run: ILineageNode;
+  ancestors: ILineageNode[];
+  children: ILineageNode[];
+  truncated: boolean;
+  descendants: number;
+}
+
+/** Where the run came from and what was forked from it: one nested list from the oldest
+ * ancestor down to every fork of a fork, each run by name and short id, a link to its page
+ * (this run in bold, not a link), with its status and the checkpoint it started from. */
+export function lineageSection(
+  run: IRunRecord,
+  lineage: ILineage | null,
+  open: (id: string) => void
+): HTMLElement {
   const s = section('lineage', 'labkit-runpage-lineage');
-  const lineage = el('div', 'labkit-lineage');
-  const link = (id: string) => {
-    const a = el('a', 'labkit-run-link', id);
-    a.href = '#';
-    a.dataset.runId = id;
-    a.onclick = e => {
-      e.preventDefault();
-      open(id);
-    };
-    return a;
+  const box = el('div', 'labkit-lineage');
+  s.appendChild(box);
+  if (!lineage) {
+    box.textContent = (isRunId(run.parent_run) ? `forked from ${run.parent_run}` : 'not a fork') +
+      ' (the lineage could not be read; Refresh to try again)';
+    return s;
+  }
+  const item = (node: ILineageNode, self: boolean): HTMLLIElement => {
+    const li = el('li', 'labkit-lineage-node');
+    li.dataset.runId = node.id;
+    if (node.deleted || !isRunId(node.id)) {
+      li.append(el('span', 'labkit-lineage-deleted', `${node.id} (deleted)`));
+      return li;
+    }
+    if (self) {
+      li.append(el('strong', 'labkit-lineage-self', `${shortTitle(node)} (this run)`));
+    } else {
+      const a = el('a', 'labkit-run-link', shortTitle(node));
+      a.href = '#';
+      a.title = node.id;
+      a.dataset.runId = node.id;
+      a.onclick = e => {
+        e.preventDefault();
+        open(node.id);
+      };
+      li.append(a);
+    }
+    li.append(' ', el('span', `labkit-run-status ${statusClass(node.status)}`,
+                      String(node.status ?? '')));
+    const ck = node.checkpoint;
+    if (ck) {
+      li.append(el('span', 'labkit-lineage-from', ` · from checkpoint ${ck.id}` +
+        (typeof ck.iteration === 'number' ? ` (iteration ${ck.iteration})` : '')));
+    }
+    return li;
   };
-  if (isRunId(run.parent_run)) {
-    const at = typeof run.parent_checkpoint === 'number'
-      ? ` at checkpoint ${run.parent_checkpoint}`
-      : ' (its checkpoint was given by path)';
-    lineage.append('forked from ', link(run.parent_run), at);
-  } else {
-    lineage.append('not a fork');
+  const subtree = (nodes: ILineageNode[] | undefined): HTMLUListElement | null => {
+    if (!nodes?.length) {
+      return null;
+    }
+    const ul = el('ul', 'labkit-lineage-tree');
+    for (const n of nodes) {
+      const li = item(n, false);
+      const sub = subtree(n.children);
+      if (sub) {
+        li.append(sub);
+      }
+      ul.append(li);
+    }
+    return ul;
+  };
+  // the chain from the oldest ancestor down to this run, whose forks nest below it
+  const self = item(lineage.run, true);
+  const forks = subtree(lineage.children);
+  if (forks) {
+    self.append(forks);
   }
-  lineage.append(' · ');
-  const children = (run.children || []).filter(isRunId);
-  if (children.length) {
-    lineage.append(`forks (${children.length}): `);
-    children.forEach((c, i) => lineage.append(...(i ? [', ', link(c)] : [link(c)])));
-  } else {
-    lineage.append('no forks');
+  let top: HTMLLIElement = self;
+  for (const a of lineage.ancestors) {
+    const li = item(a, false);
+    const ul = el('ul', 'labkit-lineage-tree');
+    ul.append(top);
+    li.append(ul);
+    top = li;
   }
-  s.appendChild(lineage);
+  const root = el('ul', 'labkit-lineage-tree labkit-lineage-root');
+  root.append(top);
+  const n = lineage.descendants;
+  box.append(el('div', 'labkit-lineage-summary',
+                (lineage.ancestors.length ? `forked from ${shortTitle(lineage.ancestors[0])}`
+                  : 'not a fork') +
+                ` · ${n ? `${n} fork${n === 1 ? '' : 's'} below it` : 'no forks'}` +
+                (lineage.truncated ? ' · the tree is cut short (too many runs to list)' : '')),
+             root);
   return s;
 }
