@@ -1,0 +1,135 @@
+"""Sweeps: what the machinery costs, and how fast a large sweep opens.
+
+    python benchmarks/bench_sweep.py [--trials 20] [--epochs 2] [--big 10000]
+
+(a) ``--trials`` short trials (an MLP on the digits) run one after another as plain loops,
+then as a sweep on ``engine="local", workers=2`` (the cluster started first and timed on its
+own): wall time against the ideal (the plain loops' time / workers) and the overhead per trial,
+``(wall - ideal) * workers / trials``. On a 2-core machine the driver shares the cores with the
+two workers, so part of the overhead is that sharing.
+(b) a store seeded with ``--big`` finished trials (written directly, no training): building
+``sw.table(sort="value")`` and the view's HTML (``sw.show().html()``). Target <= 2 s.
+
+Printed, not asserted (run it three times).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import labkit as lk  # noqa: E402
+import labkit.bricks as B  # noqa: E402
+import labkit.functions as F  # noqa: E402
+from labkit import training as T  # noqa: E402
+from labkit.data import DataStream, ScaleAndShift  # noqa: E402
+from labkit.sweep import engine as E  # noqa: E402
+from labkit.sweep import space as S  # noqa: E402
+
+SPACE = {"lr": lk.sweep.loguniform(1e-3, 3e-2), "hidden": [16, 32], "epochs": 2}
+
+
+def stream(split, shuffle):
+    s = DataStream(lk.data.get("digits", split=split, load_in_memory=True), batch_size=64,
+                   shuffle=shuffle, seed=0)
+    return ScaleAndShift(s, 1 / 16, -0.5, which_sources="features")
+
+
+def make_loop(config):
+    model = B.Sequence(B.Flatten(), B.Linear(64, config["hidden"]), B.ReLU(),
+                       B.Linear(config["hidden"], 10))
+    opt = lk.optimizers.Adam(lr=config["lr"]).setup(model)
+
+    def loss_fn(model, batch):
+        logits = model(lk.tensor(batch["features"]))
+        return {"loss": F.softmax_cross_entropy(logits, batch["targets"]),
+                "accuracy": F.accuracy(logits, batch["targets"])}
+
+    return T.MainLoop(model, opt, stream("train", True), loss_fn, extensions=[
+        T.DataStreamMonitoring(stream("valid", False)), T.Checkpoint(keep_last=1),
+        T.FinishAfter(epochs=config["epochs"])])
+
+
+def overhead(trials: int, epochs: int, workers: int = 2) -> None:
+    space = {**SPACE, "epochs": epochs}
+    dims = S.check(space)
+    configs = [S.draw(dims, "random", i) for i in range(trials)]
+    with tempfile.TemporaryDirectory() as d:
+        t = time.perf_counter()
+        for i, cfg in enumerate(configs):
+            loop = make_loop(dict(cfg))
+            loop.recorder.enabled = False  # NOTE: a bare loop (no run store)
+            loop.attach({"id": f"plain-{i}", "directory": os.path.join(d, f"plain-{i}")})
+            loop.run()  # NOTE: with its checkpoints, as a trial writes them
+            loop.close()
+        plain = time.perf_counter() - t
+        t = time.perf_counter()
+        client, close = E.connect("local", workers)
+        start = time.perf_counter() - t
+        try:
+            t = time.perf_counter()
+            sw = lk.sweep.run(make_loop, space, trials, metric="valid_accuracy", mode="max",
+                              engine=client, directory=Path(d) / "runs")
+            wall = time.perf_counter() - t
+        finally:
+            close()
+        assert sw.status == "finished", sw
+    ideal = plain / workers
+    print(f"  {trials} trials of {epochs} epochs: plain loops {plain:.2f} s "
+          f"({plain / trials * 1e3:.0f} ms/trial); sweep on {workers} local workers "
+          f"{wall:.2f} s, ideal {ideal:.2f} s: {wall / ideal:.2f}x; overhead "
+          f"{(wall - ideal) * workers / trials * 1e3:.0f} ms/trial; cluster start-up "
+          f"{start:.2f} s")
+
+
+def big(n: int) -> None:
+    store = lk.runs.store()
+    dims = S.check({"lr": lk.sweep.loguniform(1e-4, 1e-1), "hidden": [64, 128, 256],
+                    "depth": lk.sweep.range(1, 16), "dropout": lk.sweep.uniform(0, 0.5)})
+    t = time.perf_counter()
+    params = [S.draw(dims, "sobol", i) for i in range(n)]
+    sid = store.create_sweep("big", None, S.to_json(dims),
+                             {"metric": "valid_accuracy", "mode": "max", "trials": n,
+                              "search": "sobol", "engine": "local"}, params)
+    store.update_trials(sid, {i: {"status": "finished", "value": (i * 7919 % n) / n,
+                                  "epoch": 3, "iteration": 99, "updated": 1e9 + i}
+                              for i in range(n)})
+    store.update_sweep(sid, status="finished", started=1e9)
+    seeded = time.perf_counter() - t
+    sw = lk.sweep.get(sid)
+    t = time.perf_counter()
+    rows = sw.table(sort="value")
+    table = time.perf_counter() - t
+    t = time.perf_counter()
+    text = sw.show().html()
+    view = time.perf_counter() - t
+    assert len(rows) == n and text.count('class="trial"') > 0
+    print(f"  {n} trials (seeded in {seeded:.2f} s): sw.table(sort='value') {table:.3f} s; "
+          f"the view's HTML {view:.3f} s ({len(text) / 1e6:.2f} MB; target <= 2 s); "
+          f"together {table + view:.3f} s")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=20)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--big", type=int, default=10_000)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d, lk.runs.use_store(Path(d) / "runs.sqlite"):
+        print("sweep machinery against plain loops:")
+        overhead(args.trials, args.epochs)
+        print("a large sweep's table and view:")
+        big(args.big)
+
+
+if __name__ == "__main__":
+    main()
