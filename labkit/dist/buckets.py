@@ -217,9 +217,10 @@ class DataParallel:
                 buf[n + i] = 0
             else:
                 view = buf[off:off + p.size]
-                view[...] = _host(g.data).reshape(-1)
-                if w != 1.0:
-                    view *= w
+                if w != 1.0:  # NOTE: weighted while copied: one pass over the gradient
+                    np.multiply(_host(g.data).reshape(-1), w, out=view)
+                else:
+                    view[...] = _host(g.data).reshape(-1)
                 buf[n + i] = 1
         buf[-1] = w
         b.request = self.comm.iallreduce_sum(buf, b.index)
