@@ -116,6 +116,12 @@ class Brick:
     def path(self) -> str:
         return (self._parent.path if self._parent is not None else "") + "/" + self.name
 
+    @property
+    def device(self):
+        """The device of the brick's parameters: set by ``.to(device)`` or by the first
+        call's inputs; None before either."""
+        return self._device
+
     def _rng(self) -> Generator:
         return Generator(self.seed, "cpu")
 

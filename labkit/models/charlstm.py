@@ -21,7 +21,7 @@ import labkit.functions as F
 from labkit import training as T
 from labkit.data import DataStream, IndexableDataset
 
-from . import _train
+from . import common
 from ._text import sample_text
 
 TEXT = Path(__file__).parent / "texts" / "sonnets.txt.gz"
@@ -124,4 +124,4 @@ def train(config=None):
 
 
 if __name__ == "__main__":
-    raise SystemExit(_train.main("charlstm", train, DEFAULTS, name="charlstm-sonnets"))
+    raise SystemExit(common.main("charlstm", train, DEFAULTS, name="charlstm-sonnets"))

@@ -13,7 +13,7 @@ import labkit.bricks as B
 import labkit.functions as F
 from labkit import training as T
 
-from . import _train
+from . import common
 
 DEFAULTS = {"channels": 32, "dropout": 0.25, "lr": 0.003, "epochs": 20, "batch_size": 64,
             "weight_decay": 1e-4, "seed": 0, "device": "cpu"}
@@ -35,7 +35,7 @@ def build(config=None):
 
 
 def loss_fn(model, batch):
-    logits = model(lk.tensor(batch["features"], device=model._device))
+    logits = model(lk.tensor(batch["features"], device=model.device))
     y = batch["targets"]
     return {"loss": F.softmax_cross_entropy(logits, y), "accuracy": F.accuracy(logits, y)}
 
@@ -50,9 +50,9 @@ def make_loop(config=None, extensions=()):
     opt = lk.optimizers.chain(
         lk.optimizers.WeightDecay(cfg["weight_decay"]),
         lk.optimizers.Adam(lr=lk.optimizers.Cosine(cfg["lr"], total=steps))).setup(model)
-    train = _train.digits("train", cfg["batch_size"], shuffle=True, seed=cfg["seed"])
+    train = common.digits("train", cfg["batch_size"], shuffle=True, seed=cfg["seed"])
     return T.MainLoop(model, opt, train, loss_fn, name="cnn-digits", config=cfg, extensions=[
-        T.TrainingDataMonitoring(), T.DataStreamMonitoring(_train.digits("valid", 200)),
+        T.TrainingDataMonitoring(), T.DataStreamMonitoring(common.digits("valid", 200)),
         T.FinishAfter(epochs=cfg["epochs"]), *extensions])
 
 
@@ -61,9 +61,9 @@ def train(config=None):
     loop = make_loop(config, extensions=[T.Printing(every=5)])
     loop.run()
     loop.close()
-    return loop.model, {"test_accuracy": _train.accuracy(loop.model),
+    return loop.model, {"test_accuracy": common.accuracy(loop.model),
                         "valid_accuracy": loop.log.last("valid_accuracy")}
 
 
 if __name__ == "__main__":
-    raise SystemExit(_train.main("cnn", train, DEFAULTS))
+    raise SystemExit(common.main("cnn", train, DEFAULTS))

@@ -17,7 +17,7 @@ import labkit.bricks as B
 import labkit.functions as F
 from labkit import training as T
 
-from . import _train
+from . import common
 
 DEFAULTS = {"noise": 32, "lr": 0.002, "beta1": 0.5, "epochs": 30, "batch_size": 64,
             "seed": 0, "device": "cpu"}
@@ -48,8 +48,8 @@ class DCGAN(B.Brick):
 
     def forward(self, n):
         """``n`` images (n, 1, 8, 8) in [0, 1] from fresh noise."""
-        if self.generator.device != self._device:
-            self.generator.device = self._device
+        if self.generator.device != self.device:
+            self.generator.device = self.device
         return self.generator_net(lk.Tensor(self.generator.normal((n, self.noise_size))))
 
     def sample(self, n):
@@ -69,7 +69,7 @@ def step(loop, batch):
     sees only one net's gradients, and both advance Adam's step count, which only changes its
     bias correction in the first steps."""
     gan, opt = loop.model, loop.optimizer
-    real = lk.tensor(batch["features"], device=gan._device)
+    real = lk.tensor(batch["features"], device=gan.device)
     n = real.shape[0]
     ones, zeros = np.ones((n, 1), np.float32), np.zeros((n, 1), np.float32)
     fake = gan(n)
@@ -92,7 +92,7 @@ def make_loop(config=None, extensions=()):
     lk.bricks.set_seed(cfg["seed"])
     model = build(cfg).to(cfg["device"])
     opt = lk.optimizers.Adam(lr=cfg["lr"], beta1=cfg["beta1"]).setup(model)
-    train = _train.digits("train", cfg["batch_size"], shuffle=True, seed=cfg["seed"])
+    train = common.digits("train", cfg["batch_size"], shuffle=True, seed=cfg["seed"])
     return T.MainLoop(model, opt, train, step=step, name="dcgan-digits", config=cfg,
                       extensions=[T.TrainingDataMonitoring(), T.FinishAfter(epochs=cfg["epochs"]),
                                   *extensions])
@@ -101,7 +101,7 @@ def make_loop(config=None, extensions=()):
 def judge(gan, n=500, classifier="cnn-digits"):
     """The classifier's mean confidence (highest class probability) on ``n`` samples, and how
     many classes are its most likely answer for at least 2% of them."""
-    probs = _train.predict(lk.models.load(classifier, device=gan._device), gan.sample(n))
+    probs = common.predict(lk.models.load(classifier, device=gan.device), gan.sample(n))
     counts = np.bincount(probs.argmax(1), minlength=10)
     return {"cnn_confidence": round(float(probs.max(1).mean()), 4),
             "classes_covered": int((counts >= 0.02 * n).sum())}
@@ -116,4 +116,4 @@ def train(config=None):
 
 
 if __name__ == "__main__":
-    raise SystemExit(_train.main("dcgan", train, DEFAULTS))
+    raise SystemExit(common.main("dcgan", train, DEFAULTS))

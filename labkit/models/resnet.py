@@ -17,7 +17,7 @@ import labkit.functions as F
 from labkit import training as T
 from labkit.data import Mapping, RandomCrop
 
-from . import _train
+from . import common
 
 DEFAULTS = {"width": 24, "lr": 0.003, "epochs": 30, "batch_size": 64, "weight_decay": 5e-4,
             "seed": 0, "device": "cpu"}
@@ -46,12 +46,12 @@ def pad_one(batch):
 
 def augmented(batch_size, seed):
     """Training batches, each image shifted by -1, 0 or 1 pixel in each direction."""
-    s = Mapping(_train.digits("train", batch_size, shuffle=True, seed=seed), pad_one)
+    s = Mapping(common.digits("train", batch_size, shuffle=True, seed=seed), pad_one)
     return RandomCrop(s, 8, seed=seed + 1)
 
 
 def loss_fn(model, batch):
-    logits = model(lk.tensor(batch["features"], device=model._device))
+    logits = model(lk.tensor(batch["features"], device=model.device))
     y = batch["targets"]
     return {"loss": F.softmax_cross_entropy(logits, y), "accuracy": F.accuracy(logits, y)}
 
@@ -66,7 +66,7 @@ def make_loop(config=None, extensions=()):
         lk.optimizers.Adam(lr=lk.optimizers.Cosine(cfg["lr"], total=steps))).setup(model)
     train = augmented(cfg["batch_size"], cfg["seed"])
     return T.MainLoop(model, opt, train, loss_fn, name="resnet-digits", config=cfg, extensions=[
-        T.TrainingDataMonitoring(), T.DataStreamMonitoring(_train.digits("valid", 200)),
+        T.TrainingDataMonitoring(), T.DataStreamMonitoring(common.digits("valid", 200)),
         T.FinishAfter(epochs=cfg["epochs"]), *extensions])
 
 
@@ -74,9 +74,9 @@ def train(config=None):
     loop = make_loop(config, extensions=[T.Printing(every=5)])
     loop.run()
     loop.close()
-    return loop.model, {"test_accuracy": _train.accuracy(loop.model),
+    return loop.model, {"test_accuracy": common.accuracy(loop.model),
                         "valid_accuracy": loop.log.last("valid_accuracy")}
 
 
 if __name__ == "__main__":
-    raise SystemExit(_train.main("resnet", train, DEFAULTS))
+    raise SystemExit(common.main("resnet", train, DEFAULTS))

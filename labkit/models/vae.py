@@ -17,7 +17,7 @@ import labkit.bricks as B
 import labkit.functions as F
 from labkit import training as T
 
-from . import _train
+from . import common
 
 DEFAULTS = {"latent": 16, "hidden": 256, "lr": 0.002, "epochs": 100, "batch_size": 64,
             "seed": 0, "device": "cpu"}
@@ -58,7 +58,7 @@ class VAE(B.Brick):
     def sample(self, n, device=None):
         """Pixel probabilities (n, 1, 8, 8) of images decoded from the prior N(0, I)."""
         with lk.no_grad():
-            z = self.noise((n, self.latent), lk.device(device) if device else self._device)
+            z = self.noise((n, self.latent), lk.device(device) if device else self.device)
             return F.sigmoid(self.decoder(z)).numpy().reshape(n, 1, 8, 8)
 
 
@@ -77,7 +77,7 @@ def neg_elbo(model, x):
 
 
 def loss_fn(model, batch):
-    return neg_elbo(model, lk.tensor(binarize(batch["features"]), device=model._device))
+    return neg_elbo(model, lk.tensor(binarize(batch["features"]), device=model.device))
 
 
 def make_loop(config=None, extensions=()):
@@ -85,16 +85,16 @@ def make_loop(config=None, extensions=()):
     lk.bricks.set_seed(cfg["seed"])
     model = build(cfg).to(cfg["device"])
     opt = lk.optimizers.Adam(lr=cfg["lr"]).setup(model)
-    train = _train.digits("train", cfg["batch_size"], shuffle=True, seed=cfg["seed"], scale=1)
+    train = common.digits("train", cfg["batch_size"], shuffle=True, seed=cfg["seed"], scale=1)
     return T.MainLoop(model, opt, train, loss_fn, name="vae-digits", config=cfg, extensions=[
-        T.TrainingDataMonitoring(), T.DataStreamMonitoring(_train.digits("valid", 200, scale=1)),
+        T.TrainingDataMonitoring(), T.DataStreamMonitoring(common.digits("valid", 200, scale=1)),
         T.FinishAfter(epochs=cfg["epochs"]), *extensions])
 
 
 def test_elbo(model, split="test", samples=10):
     """-ELBO on ``split`` in nats per image, the posterior sampled ``samples`` times."""
-    x, _ = _train.split_arrays(split, scale=1)
-    xt = lk.tensor(binarize(x), device=model._device)
+    x, _ = common.split_arrays(split, scale=1)
+    xt = lk.tensor(binarize(x), device=model.device)
     with lk.no_grad():
         return float(np.mean([neg_elbo(model, xt)["loss"].item() for _ in range(samples)]))
 
@@ -107,4 +107,4 @@ def train(config=None):
 
 
 if __name__ == "__main__":
-    raise SystemExit(_train.main("vae", train, DEFAULTS))
+    raise SystemExit(common.main("vae", train, DEFAULTS))

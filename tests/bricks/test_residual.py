@@ -26,8 +26,9 @@ def test_residual_forward_and_gradient_against_numpy(dev, rng):
 def test_basic_block_shapes_projection_and_modes(dev, rng):
     lk.bricks.set_seed(0)
     same, down = B.BasicBlock(8, 8), B.BasicBlock(8, 16, stride=2)
-    assert same.shortcut is None and down.shortcut is not None
+    assert same.shortcut is None and down.shortcut is not None and same.device is None
     model = B.Sequence(same, down).to(dev)
+    assert model.device == dev and down.shortcut.device == dev   # Brick.device, public
     x = lk.tensor(rng.standard_normal((5, 8, 6, 6)).astype(np.float32), device=dev)
     y = model(x)
     assert y.shape == (5, 16, 3, 3) and (y.numpy() >= 0).all()

@@ -5,27 +5,27 @@ import numpy as np
 import pytest
 
 import labkit as lk
-from labkit.models import _train, cnn
+from labkit.models import cnn, common
 
 
 def test_trains_to_98_percent_on_cpu():
     # about 5 s on 2 cores: trained here in full, not only loaded
     model, results = cnn.train({"device": "cpu"})
     assert results["test_accuracy"] >= 0.98, results
-    assert _train.accuracy(model) == results["test_accuracy"]
+    assert common.accuracy(model) == results["test_accuracy"]
 
 
 def test_shipped_weights_reach_the_recorded_accuracy():
     record = lk.models.info("cnn-digits")
     assert record["module"] == "cnn" and record["command"].startswith("python -m labkit.models.cnn")
-    acc = _train.accuracy(lk.models.load("cnn-digits", device="cpu"))
+    acc = common.accuracy(lk.models.load("cnn-digits", device="cpu"))
     assert acc >= 0.98 and acc == pytest.approx(record["results"]["test_accuracy"], abs=1e-9)
 
 
 def test_shipped_weights_predict_the_same_on_cl():
-    x, _ = _train.split_arrays("test")
-    p_cpu = _train.predict(lk.models.load("cnn-digits", device="cpu"), x)
-    p_cl = _train.predict(lk.models.load("cnn-digits", device="cl"), x)
+    x, _ = common.split_arrays("test")
+    p_cpu = common.predict(lk.models.load("cnn-digits", device="cpu"), x)
+    p_cl = common.predict(lk.models.load("cnn-digits", device="cl"), x)
     assert (p_cpu.argmax(1) == p_cl.argmax(1)).all()
     np.testing.assert_allclose(p_cl, p_cpu, atol=1e-4)
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import labkit as lk
-from labkit.models import _train, resnet
+from labkit.models import common, resnet
 
 
 def test_trains_to_98_5_percent_on_cpu():
@@ -16,9 +16,9 @@ def test_trains_to_98_5_percent_on_cpu():
 
 def test_shipped_weights_on_cpu_and_cl():
     record = lk.models.info("resnet-digits")
-    x, y = _train.split_arrays("test")
-    p_cpu = _train.predict(lk.models.load("resnet-digits", device="cpu"), x)
-    p_cl = _train.predict(lk.models.load("resnet-digits", device="cl"), x)
+    x, y = common.split_arrays("test")
+    p_cpu = common.predict(lk.models.load("resnet-digits", device="cpu"), x)
+    p_cl = common.predict(lk.models.load("resnet-digits", device="cl"), x)
     acc = float((p_cpu.argmax(1) == y).mean())
     assert acc >= 0.985 and acc == pytest.approx(record["results"]["test_accuracy"])
     assert (p_cpu.argmax(1) == p_cl.argmax(1)).all()
@@ -26,7 +26,7 @@ def test_shipped_weights_on_cpu_and_cl():
 
 
 def test_augmentation_shifts_by_at_most_one_pixel():
-    plain = next(iter(_train.digits("train", 64, shuffle=True, seed=0)))["features"]
+    plain = next(iter(common.digits("train", 64, shuffle=True, seed=0)))["features"]
     shifted = next(iter(resnet.augmented(64, seed=0)))["features"]
     assert shifted.shape == plain.shape and not np.array_equal(shifted, plain)
     for a, b in zip(plain, shifted):

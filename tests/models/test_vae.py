@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import labkit as lk
-from labkit.models import _train, vae
+from labkit.models import common, vae
 
 #: the stated target: test -ELBO in nats per binarized 8x8 image (measured 18.61)
 TARGET = 19.5
@@ -13,8 +13,8 @@ TARGET = 19.5
 
 def independent_pixels_nats():
     """The baseline: each pixel an independent Bernoulli with its training-set frequency."""
-    x, _ = _train.split_arrays("train", scale=1)
-    t, _ = _train.split_arrays("test", scale=1)
+    x, _ = common.split_arrays("train", scale=1)
+    t, _ = common.split_arrays("test", scale=1)
     p = vae.binarize(x).mean(0).reshape(-1).clip(1e-3, 1 - 1e-3)
     b = vae.binarize(t).reshape(len(t), -1)
     return float(-(b * np.log(p) + (1 - b) * np.log(1 - p)).sum(1).mean())
@@ -29,7 +29,7 @@ def test_shipped_weights_and_the_grids():
     record = lk.models.info("vae-digits")
     model = lk.models.load("vae-digits")
     assert vae.test_elbo(model) <= TARGET and record["results"]["test_neg_elbo"] <= TARGET
-    x, _ = _train.split_arrays("test", scale=1)
+    x, _ = common.split_arrays("test", scale=1)
     xt = lk.tensor(vae.binarize(x[:16]))
     rec = model.reconstruct(xt)
     assert rec.shape == (16, 1, 8, 8) and ((rec > 0.5) == vae.binarize(x[:16])).mean() > 0.9
@@ -49,7 +49,7 @@ def test_training_script_runs_and_loss_falls(device):
 
 
 def test_cl_and_cpu_agree_on_the_shipped_weights():
-    x, _ = _train.split_arrays("test", scale=1)
+    x, _ = common.split_arrays("test", scale=1)
     a = lk.models.load("vae-digits", device="cpu").reconstruct(lk.tensor(vae.binarize(x)))
     b = lk.models.load("vae-digits", device="cl").reconstruct(
         lk.tensor(vae.binarize(x), device="cl"))

@@ -1,4 +1,5 @@
-"""What the zoo's training scripts share: the digits streams, test accuracy, a command line."""
+"""What the zoo's training scripts share: the digits as streams and arrays, predictions and
+test accuracy, the command line."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def predict(model, x, batch_size=500):
     model.eval()
     with no_grad():
         for i in range(0, len(x), batch_size):
-            xb = tensor(np.asarray(x[i:i + batch_size], np.float32), device=model._device)
+            xb = tensor(np.asarray(x[i:i + batch_size], np.float32), device=model.device)
             out.append(F.softmax(model(xb)).numpy())
     model.train(was)
     return np.concatenate(out)
