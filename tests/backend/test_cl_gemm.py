@@ -230,3 +230,33 @@ def test_tuning_repeats_each_candidate_and_separates_a_near_tie(fresh, monkeypat
     # the near tie was re-timed: the two best ran more often than the rest
     assert calls.count((6, 2, 16)) > calls.count((4, 2, 16))
     assert calls.count((8, 2, 16)) > calls.count((4, 2, 16))
+
+
+# ---- few outputs, long K, both operands contiguous along K: dot products over K slices -------
+@pytest.mark.parametrize("m,n,k", [(32, 9, 50176), (64, 10, 3136), (1, 1, 1024), (7, 5, 1031),
+                                   (64, 64, 4099)])
+def test_dot_products_over_k_slices_match_numpy(m, n, k, rng, monkeypatch):
+    from labkit.backend.opencl import gemm
+
+    calls = []
+    real = gemm._gemm_dot
+    monkeypatch.setattr(gemm, "_gemm_dot", lambda *a: calls.append(a[2:5]) or real(*a))
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    bt = rng.standard_normal((n, k)).astype(np.float32)
+    got = cp.asarray(a) @ cp.asarray(bt).T  # B column-major: a weight gradient's layout
+    check(got, ref(a, bt.T), rtol=1e-4, atol=1e-3 * np.sqrt(k))
+    on_cpu = "CPU" in str(cp.asarray(a).rt.info.type).upper()
+    assert calls == ([(m, n, k)] if on_cpu else [])
+
+
+def test_dot_products_read_views_at_offsets_and_float64(rng):
+    from labkit.backend.opencl import runtime
+
+    a = rng.standard_normal((5, 3000))
+    b = rng.standard_normal((3000, 4))
+    da = cp.asarray(np.concatenate([np.zeros((1, 3000)), a]))[1:]  # an offset view
+    db = cp.asarray(np.ascontiguousarray(b.T)).T
+    if runtime(0).info.fp64:
+        check(da @ db, a @ b, rtol=1e-12, atol=1e-10)
+    check(da.astype(np.float32) @ db.astype(np.float32),
+          (a.astype(np.float32) @ b.astype(np.float32)), rtol=1e-4, atol=1e-3)

@@ -261,6 +261,63 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None):
         gen(done_m, 0, M - done_m, done_n)   # bottom strip under the blocks
 
 
+#: few outputs, a long K, both operands contiguous along K (A row-major, B column-major: a
+#: weight gradient such as gy (32, 50176) @ col.T (50176, 9)): each output is a dot product
+#: of two contiguous rows, taken in vector registers over slices of K, the slices then summed.
+#: The blocked kernels give such a product a few work-items with 50,000-long loops, or gather
+#: B across work-items (3 GFLOP/s on PoCL). CPU devices only.
+_DOT_MAX_OUT = 4096  # beyond, rows re-read per output cost more than blocking saves
+_DOT_MIN_K = 1024
+_DOT_SRC = """
+__kernel void gemm_dot(const int M, const int N, const int K, const int kc,
+                       __global const T* a, const long a_o, const long sam,
+                       __global const T* b, const long b_o, const long sbn,
+                       __global T* part)
+{
+    const int n = get_global_id(0), m = get_global_id(1), s = get_global_id(2);
+    if (n >= N || m >= M) return;
+    const int k0 = s * kc;
+    const int k1 = min(K, k0 + kc);
+    __global const T* pa = a + a_o + m * sam;
+    __global const T* pb = b + b_o + n * sbn;
+    VT acc = (VT)(0);
+    int k = k0;
+    for (; k + W <= k1; k += W) acc += VLOAD(0, pa + k) * VLOAD(0, pb + k);
+    T lanes[W];
+    VSTORE(acc, 0, lanes);
+    T r = 0;
+    for (int l = 0; l < W; ++l) r += lanes[l];
+    for (; k < k1; ++k) r += pa[k] * pb[k];
+    part[((long)s * M + m) * N + n] = r;
+}
+"""
+
+
+def _gemm_dot(rt, dt, M, N, K, a, b, c):
+    from .reduce import sum as rsum
+
+    ct = CTYPES[dt]
+    w = 16 if ct == "float" else 8
+
+    def make():
+        defs = {"T": ct, "VT": f"{ct}{w}", "W": w, "VLOAD": f"vload{w}", "VSTORE": f"vstore{w}"}
+        src = header(rt, (ct,), defs, what="matmul") + _DOT_SRC
+        i4, i8 = np.int32, np.int64
+        return kernels(rt, src, {"gemm_dot": [i4, i4, i4, i4, None, i8, i8, None, i8, i8,
+                                              None]}, name=f"gemm_dot ({ct})").gemm_dot
+    kernel = rt.cached(("gemm_dot", ct), make)
+    # slices: enough work-items for every core, each slice at least 256 long
+    S = max(1, min(-(-4096 // (M * N)), K // 256))
+    kc = -(-K // S)
+    S = -(-K // kc)
+    parts = ndarray(rt, (S, M, N), dt)
+    gx = -(-N // 8) * 8
+    with rt.lock:
+        kernel(rt.queue, (gx, M, S), (8, 1, 1), M, N, K, kc, a.data, a.offset, a._st[-2],
+               b.data, b.offset, b._st[-1], parts.data)
+    assign(c, rsum(parts, axis=0) if S > 1 else parts.reshape(M, N))
+
+
 def _pack_panels(rt, dt, nb, K, ncols, B, panel):
     """Copy B's first ``ncols`` columns panel after panel: (nb, ncols/panel, K, panel), as a
     BLAS packs its panels, so that each work-item reads its panel sequentially."""
@@ -321,8 +378,12 @@ def matmul(a, b, out=None):
         b = b.broadcast_to(batch + (K, N)).copy()
         sb = K * N
     c = ndarray(rt, batch + (M, N), dt)
-    _gemm(rt, dt, nb, M, N, K, (a, a.offset, a._st[-2], a._st[-1], sa),
-          (b, b.offset, b._st[-2], b._st[-1], sb), (c, 0, N, 1, M * N))
+    if (nb == 1 and a._st[-1] == 1 and b._st[-2] == 1 and M * N <= _DOT_MAX_OUT
+            and K >= _DOT_MIN_K and dt.kind == "f" and "CPU" in str(rt.info.type).upper()):
+        _gemm_dot(rt, dt, M, N, K, a, b, c)
+    else:
+        _gemm(rt, dt, nb, M, N, K, (a, a.offset, a._st[-2], a._st[-1], sa),
+              (b, b.offset, b._st[-2], b._st[-1], sb), (c, 0, N, 1, M * N))
     shape = batch + ((M,) if not va else ()) + ((N,) if not vb else ())
     res = c.reshape(shape)
     if out is not None:
