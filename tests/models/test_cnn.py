@@ -1,6 +1,8 @@
 """The CNN reaches its target, its shipped weights load offline and predict the same on every
 device, and its training script runs."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -42,3 +44,19 @@ def test_training_script_runs_and_loss_falls(device):
 def test_unknown_name_lists_what_is_shipped():
     with pytest.raises(lk.CheckpointError, match="available: .*cnn-digits"):
         lk.models.load("cnn-mnist")
+
+
+def test_command_line_parses_the_config_and_prints_the_results(capsys):
+    seen = {}
+
+    def fake_train(config):
+        seen.update(config)
+        return cnn.build(config), {"test_accuracy": 0.5}
+
+    assert common.main("cnn", fake_train, cnn.DEFAULTS,
+                       argv=["--epochs", "3", "--lr", "0.01", "--device", "cl"]) == 0
+    assert seen == {**cnn.DEFAULTS, "epochs": 3, "lr": 0.01, "device": "cl"}
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["test_accuracy"] == 0.5 and out["device"] == "cl" and out["train_seconds"] >= 0
+    with pytest.raises(SystemExit):
+        common.main("cnn", fake_train, cnn.DEFAULTS, argv=["--epochs", "many"])
