@@ -39,6 +39,15 @@ print(json.dumps(ids))
 """
 
 # pixels of a canvas close to a CSS colour (a per-batch curve is drawn at 80% alpha)
+# how many of a canvas's pixels are opaque and light (text drawn for a dark theme)
+LIGHT_INK = """(c) => {
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let n = 0;
+  for (let i = 0; i < d.length; i += 4) {
+    if (d[i + 3] > 100 && d[i] > 170 && d[i + 1] > 170 && d[i + 2] > 170) { n++; }
+  }
+  return n;
+}"""
 INKED_IN = """(c, color) => {
   const probe = document.createElement('canvas').getContext('2d');
   probe.fillStyle = color;
@@ -108,7 +117,11 @@ def test_compare_two_runs(browser, lab):
     page.goto(lab.page_url("lab?reset"))
     page.wait_for_selector(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']", timeout=90_000)
     page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=90_000)
-    page.locator(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']").click()  # focus the app
+    tab = page.locator(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']")
+    tab.click()  # focus the app
+    # the Runs sidebar closed: the palette's picker lists the runs all the same
+    tab.click()
+    wait_for(lambda: not page.locator("#labkit-runs").is_visible(), what="the sidebar closed")
     panel = compare_from_palette(page, [slow, fast])
 
     # the legend: each run's name and short id, a colour each
@@ -132,7 +145,25 @@ def test_compare_two_runs(browser, lab):
     tip = panel.locator(".labkit-compare-figure[data-key='loss'] .labkit-plot-tip")
     wait_for(lambda: tip.is_visible(), what="the hover values")
     assert tip.inner_text().count("tiny-mlp ·") == 2, tip.inner_text()
+    assert tip.inner_text().startswith("iteration "), tip.inner_text()
     page.mouse.move(5, 600)
+
+    # the run page's chart options: x as epoch or wall time (each run from its start), smoothing
+    for axis, label in (("epoch", r"epoch \d+(\.\d+)?"),
+                        ("time", r"wall time \(since each run started\) (\d+:)?\d+:\d\d")):
+        panel.locator(".labkit-x").select_option(axis)
+        page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.4)
+        wait_for(lambda lb=label: tip.is_visible() and re.match(lb, tip.inner_text()),
+                 what=f"the hover's x on the {axis} axis")
+        page.mouse.move(5, 600)
+    panel.locator(".labkit-smoothing").fill("0.9")
+    assert panel.locator(".labkit-smoothing-value").inner_text() == "0.9"
+    for color in colors:
+        wait_for(lambda c=color: canvas.evaluate(INKED_IN, c) > 150,
+                 timeout=20, what=f"the smoothed curve drawn in {color}")
+    shot(page, "16-compare-time-smoothed")
+    panel.locator(".labkit-x").select_option("iteration")
+    panel.locator(".labkit-smoothing").fill("0")
 
     # the table: only the key that differs; the others once, above it
     assert panel.locator(".labkit-compare-key").all_inner_texts() == ["lr"]
@@ -199,7 +230,10 @@ def test_compare_two_runs(browser, lab):
     text = panel3.locator(".labkit-compare-titles th").first.evaluate(
         "(e) => getComputedStyle(e).color")
     assert luminance(background) < 0.3 and luminance(text) > 0.6, (background, text)
-    page.wait_for_timeout(1600)  # the charts' redraw after the theme's CSS has loaded
+    # the charts redrawn once the theme's CSS has loaded: their axis text light on dark
+    loss3 = panel3.locator(".labkit-compare-figure[data-key='loss'] canvas")
+    wait_for(lambda: loss3.evaluate(LIGHT_INK) > 30, timeout=20,
+             what="the charts redrawn in the dark theme")
     shot(page, "16-compare-dark")
     page.close()
 

@@ -154,9 +154,16 @@ def test_run_page(browser, lab):
     page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="tiny-mlp").click()
     ok.locator(f".labkit-lineage a[data-run-id='{ids['child']}']").click()
     child = page_of(page, ids["child"])
-    wait_for(lambda: f"forked from {ids['ok']}" in child.locator(".labkit-lineage").inner_text(),
-             what="the fork's run page")
-    assert f"at checkpoint {ids['intact']}" in child.locator(".labkit-lineage").inner_text()
+    # the lineage as a tree: the parent (a link) holds this run, which started from a checkpoint
+    nested = child.locator(f".labkit-lineage li[data-run-id='{ids['ok']}'] "
+                           f"li[data-run-id='{ids['child']}'] .labkit-lineage-self")
+    wait_for(lambda: nested.count() == 1, what="the fork's run page with its lineage")
+    parent_link = child.locator(f".labkit-lineage a[data-run-id='{ids['ok']}']")
+    assert parent_link.inner_text() == f"tiny-mlp · {ids['ok'].split('-')[2][:4]}"
+    assert f"from checkpoint {ids['intact']} (iteration " in \
+        child.locator(".labkit-lineage").inner_text()
+    assert "forked from tiny-mlp" in child.locator(".labkit-lineage-summary").inner_text()
+    shot(page, "16-lineage-light")
     assert child.locator("tr[data-key='lr'] td").nth(1).inner_text() == "0.02"
 
     # Delete asks first: Cancel keeps the run, Delete removes it and closes its page
@@ -348,7 +355,7 @@ def test_fork_form_sends_only_the_changed_key(browser, lab):
     assert child.locator(".labkit-run-config tr[data-key='lr'] td").nth(1).inner_text() == "0.05"
     assert child.locator(".labkit-run-config tr[data-key='epochs'] td").nth(1) \
         .inner_text() == "3"
-    assert f"at checkpoint {ids['intact']}" in child.locator(".labkit-lineage").inner_text()
+    assert f"from checkpoint {ids['intact']}" in child.locator(".labkit-lineage").inner_text()
     set_theme(page, "Dark")
     page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="tiny-mlp").first.click()
     ok.locator(".labkit-run-toolbar button", has_text="Fork...").click()

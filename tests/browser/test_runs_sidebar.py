@@ -109,7 +109,7 @@ def test_runs_sidebar_panel_and_commands(browser, lab):
     assert re.fullmatch(r"[0-9.e+-]+", value), value
     assert "loss" in page.locator(".labkit-runs-count").inner_text()  # the metric shown
     wait_for(lambda: row(page, finished).locator("polyline").count() == 1, what="a sparkline")
-    assert page.locator(".labkit-statusbar").inner_text() == "labkit: 0 training"
+    assert page.locator(".labkit-statusbar").inner_text() == "labkit: 0 live"
     # a name that is markup is shown as text, and runs nothing
     assert row(page, lab.ids["evil"]).locator(".labkit-run-name").inner_text() == EVIL
     assert page.locator(".labkit-runs-list img").count() == 0
@@ -160,6 +160,8 @@ def test_runs_sidebar_panel_and_commands(browser, lab):
     page.locator(".lm-CommandPalette-input").fill("labkit Dashboard")
     page.keyboard.press("Enter")
     dialog = page.locator(".jp-Dialog")
+    # the picker asks the server itself (the sidebar's window is not used)
+    wait_for(lambda: dialog.locator("option").count() >= 2, what="the runs to pick")
     dialog.locator("select").select_option(index=[
         dialog.locator("option").nth(i).inner_text().startswith(finished)
         for i in range(dialog.locator("option").count())].index(True))
@@ -188,10 +190,10 @@ def test_runs_sidebar_panel_and_commands(browser, lab):
              what="the fork's resume cell")
     row(page, fork).click()
     fork_panel = page.locator(f"#labkit-run-area-{fork} .labkit-run-panel")
-    wait_for(lambda: f"forked from {paused}" in fork_panel.locator(".labkit-lineage")
-             .inner_text(), what="the fork's lineage")
+    wait_for(lambda: fork_panel.locator(f".labkit-lineage a[data-run-id='{paused}']").count()
+             == 1, what="the fork's lineage")
     ck = lk_checkpoint_ids(lab, paused)
-    assert f"at checkpoint {ck[-1]}" in fork_panel.locator(".labkit-lineage").inner_text()
+    assert f"from checkpoint {ck[-1]}" in fork_panel.locator(".labkit-lineage").inner_text()
     assert fork_panel.locator(".labkit-run-config tr[data-key='lr'] td").nth(1) \
         .inner_text() == "0.001"
     shot(page, "08-fork")
@@ -223,7 +225,7 @@ def test_a_run_training_in_a_script_shows_live(browser, lab):
         r = row(page, run_id)
         wait_for(lambda: r.count() and "running" in r.inner_text(), timeout=30,
                  what="the new run, running")
-        wait_for(lambda: page.locator(".labkit-statusbar").inner_text() == "labkit: 1 training",
+        wait_for(lambda: page.locator(".labkit-statusbar").inner_text() == "labkit: 1 live",
                  timeout=30, what="the status bar to count it")
 
         def iteration():
@@ -235,7 +237,7 @@ def test_a_run_training_in_a_script_shows_live(browser, lab):
         assert proc.wait(30) == 0
         wait_for(lambda: "interrupted" in r.locator(".labkit-run-status").inner_text(),
                  timeout=30, what="the run to show interrupted")
-        wait_for(lambda: page.locator(".labkit-statusbar").inner_text() == "labkit: 0 training",
+        wait_for(lambda: page.locator(".labkit-statusbar").inner_text() == "labkit: 0 live",
                  timeout=30, what="the status bar to count none")
     finally:
         if proc.poll() is None:
@@ -312,7 +314,8 @@ def test_ten_thousand_runs_virtual_list_compare_and_status_item(browser, many):
     newest = row(page, ids[-1])
     assert newest.locator(".labkit-run-name").inner_text() == f"run-{N_MANY - 1:05d}"
     assert newest.locator(".labkit-run-id").inner_text() == ids[-1].split("-")[2][:4]
-    assert newest.locator(".labkit-run-when").inner_text() == "1 min ago"
+    # seeded a minute before the test; a slow machine may read it a minute or two later
+    assert re.fullmatch(r"\d+ min ago", newest.locator(".labkit-run-when").inner_text())
     wait_for(lambda: newest.locator("polyline").count() == 1, what="a sparkline")
     assert re.fullmatch(r"[0-9.e+-]+", newest.locator(".labkit-run-value").inner_text())
     # the filter box is not clipped: it lies inside the 250 px sidebar
@@ -323,14 +326,20 @@ def test_ten_thousand_runs_virtual_list_compare_and_status_item(browser, many):
     assert all(rows.nth(i).bounding_box()["height"] <= 44 for i in range(5))
     shot(page, "08-runs-10000-light")
 
-    # a refresh is one request for the whole list, never one per row
-    t0 = time.monotonic()
-    page.wait_for_timeout(5000)  # NOTE: not time.sleep: Playwright delivers events meanwhile
-    window = [u for t, u in seen if t >= t0]
+    # a refresh is one request for the whole list, never one per row: three refreshes seen
+    mark = len(seen)
+    wait_for(lambda: len([u for _, u in seen[mark:] if "limit=" in u]) >= 3, timeout=30,
+             what="three refreshes of the list")
+    window = [u for _, u in seen[mark:]]
     assert not [u for u in window if "/metrics" in u], window
-    polls = [t for t, u in seen if t >= t0 and "limit=" in u]
-    assert len(polls) >= 2 and len(polls) == len(window), window
-    assert all(b - a > 1.0 for a, b in zip(polls, polls[1:])), polls
+    assert all("limit=" in u for u in window), window
+
+    # "All" with 10,000 runs matching: refused by the total, before any id is used
+    sidebar.locator(".labkit-runs-compare-all").click()
+    wait_for(lambda: "10,000 runs match: compare takes at most 50" in
+             sidebar.locator(".labkit-runs-error").inner_text(), what="All refused")
+    asked = [u for _, u in seen if "ids=1" in u]
+    assert asked and all("limit=1&" in u for u in asked), asked
 
     # scrolled to the end: the oldest run shows; the DOM still holds a few rows
     sidebar.locator(".labkit-runs-list").evaluate("e => { e.scrollTop = e.scrollHeight; }")
@@ -358,7 +367,7 @@ def test_ten_thousand_runs_virtual_list_compare_and_status_item(browser, many):
 
     # the status item: a button that shows the runs training now
     status = page.locator(".labkit-statusbar")
-    wait_for(lambda: status.inner_text() == "labkit: 1 training", what="the status item")
+    wait_for(lambda: status.inner_text() == "labkit: 1 live", what="the status item")
     assert status.get_attribute("role") == "button"
     # on the line of its neighbours (their text's vertical centre)
     neighbour = page.locator("#jp-main-statusbar .jp-StatusBar-TextItem:not(.labkit-statusbar)")

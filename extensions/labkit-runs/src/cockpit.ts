@@ -14,15 +14,19 @@ import { Panel, Widget } from '@lumino/widgets';
 
 import { api, IRun, isRunId, runPath } from './api';
 import { escapeHtml, formatNumber, ILine, LinePlot, PALETTE } from './plot';
+import { chartControls, IChartOptions } from './plotcontrols';
 import {
   append,
   clock,
+  firstTime,
   groupOf,
   ISeriesData,
   orderGroups,
   plottable,
   progressOf,
-  thin
+  thin,
+  xFormat,
+  xValues
 } from './series';
 
 export { ISeriesData } from './series';
@@ -44,8 +48,6 @@ const FIRST_POINTS = 2000;
 /** points held per metric before they are thinned again (min/max, in the browser) */
 const HOLD = 8000;
 
-type XAxis = 'iteration' | 'epoch' | 'time';
-
 export class Cockpit extends Widget {
   series: Record<string, ISeriesData> = {};
   run: (Partial<IRun> & Record<string, unknown>) | null = null;
@@ -59,9 +61,7 @@ export class Cockpit extends Widget {
   private rate: { t: number; it: number; perSecond: number } | null = null;
   private fetched = false;
   private busy = false;
-  private xAxis: XAxis = 'iteration';
-  private logY = false;
-  private smoothing = 0;
+  private options: IChartOptions = { xAxis: 'iteration', logY: false, smoothing: 0 };
   private els: Record<string, HTMLElement> = {};
   private themeObserver: MutationObserver;
   private resizeObserver: ResizeObserver;
@@ -85,14 +85,7 @@ export class Cockpit extends Widget {
         <button data-command="checkpoint" class="jp-mod-styled">Checkpoint</button>
         <span class="labkit-cockpit-message" role="status"></span>
       </div>
-      <div class="labkit-cockpit-options">
-        <label>x <select class="labkit-x">
-          <option value="iteration">iteration</option><option value="epoch">epoch</option>
-          <option value="time">wall time</option></select></label>
-        <label><input type="checkbox" class="labkit-logy"> log y</label>
-        <label>smoothing <input type="range" class="labkit-smoothing" min="0" max="0.99"
-          step="0.01" value="0"> <span class="labkit-smoothing-value">0</span></label>
-      </div>
+      <div class="labkit-cockpit-options"></div>
       <div class="labkit-cockpit-plots"></div>
       <div class="labkit-cockpit-log"></div>`;
     for (const [name, sel] of Object.entries({
@@ -105,17 +98,9 @@ export class Cockpit extends Widget {
     this.node.querySelectorAll('button[data-command]').forEach(b => {
       b.addEventListener('click', () => void this.send((b as HTMLElement).dataset.command!));
     });
-    const x = this.node.querySelector('.labkit-x') as HTMLSelectElement;
-    x.addEventListener('change', () => { this.xAxis = x.value as XAxis; this.render(); });
-    const logy = this.node.querySelector('.labkit-logy') as HTMLInputElement;
-    logy.addEventListener('change', () => { this.logY = logy.checked; this.render(); });
-    const sm = this.node.querySelector('.labkit-smoothing') as HTMLInputElement;
-    sm.addEventListener('input', () => {
-      this.smoothing = Number(sm.value);
-      (this.node.querySelector('.labkit-smoothing-value') as HTMLElement).textContent =
-        sm.value;
-      this.render();
-    });
+    // the x axis, log y and smoothing: the same controls as the compare page's
+    this.node.querySelector('.labkit-cockpit-options')!.append(
+      chartControls(this.options, () => this.render()));
     this.takeSnapshot(data);
     // NOTE: the theme's name changes before its CSS has loaded: draw again once it has
     this.themeObserver = new MutationObserver(() => {
@@ -282,38 +267,11 @@ export class Cockpit extends Widget {
     this.els.message.textContent = text;
   }
 
-  private formatX(): (x: number) => string {
-    if (this.xAxis === 'time') {
-      return x => clock(x);
-    }
-    if (this.xAxis === 'epoch') {
-      return x => String(Number(x.toFixed(2)));
-    }
-    return x => String(Math.round(x));
-  }
-
-  /** The x of each point of ``s`` on the chosen axis. */
+  /** The x of each point of ``s`` on the chosen axis (wall time from the first point any
+   * metric recorded). */
   private xs(s: ISeriesData): number[] {
-    if (this.xAxis === 'iteration') {
-      return s.iteration;
-    }
-    const pr = progressOf(this.run);
-    if (this.xAxis === 'epoch') {
-      const n = pr.epoch_length;
-      return s.iteration.map((it, i) => (n ? it / n : (s.epoch?.[i] ?? 0)));
-    }
-    const t0 = Math.min(...Object.values(this.series)
-      .map(z => z.time?.find(t => typeof t === 'number') ?? Infinity));
-    if (!isFinite(t0)) {
-      return s.iteration;  // no times recorded (a loop without a store): by iteration
-    }
-    let prev = -Infinity;
-    // wall time only ever grows along a curve; a missing time keeps the previous one
-    return s.iteration.map((_, i) => {
-      const t = s.time?.[i];
-      prev = typeof t === 'number' ? Math.max(prev, t - t0) : prev;
-      return prev;
-    });
+    return xValues(s, this.options.xAxis, firstTime(Object.values(this.series)),
+                   progressOf(this.run).epoch_length);
   }
 
   render(): void {
@@ -322,9 +280,10 @@ export class Cockpit extends Widget {
     const keys = Object.keys(this.series).filter(
       k => plottable(k) && (!wanted || wanted.includes(k) || wanted.includes(groupOf(k))));
     const groups = orderGroups(keys);
-    const opts = { logY: this.logY, smoothing: this.smoothing, xLabel: this.xAxis === 'time'
-      ? 'wall time' : this.xAxis, formatX: this.formatX(),
-                   integerX: this.xAxis === 'iteration' };
+    const axis = this.options.xAxis;
+    const opts = { logY: this.options.logY, smoothing: this.options.smoothing,
+                   xLabel: axis === 'time' ? 'wall time' : axis, formatX: xFormat(axis),
+                   integerX: axis === 'iteration' };
     const order: HTMLElement[] = [];
     for (const [g, ks] of groups) {
       let plot = this.plots.get(g);

@@ -23,7 +23,19 @@ import {
 } from './compare_model';
 import { ParCoords } from './parcoords';
 import { formatNumber, LinePlot } from './plot';
-import { clock, ISeriesData, orderGroups, plottable } from './series';
+import { chartControls, IChartOptions } from './plotcontrols';
+import {
+  append,
+  clock,
+  firstTime,
+  ISeriesData,
+  orderGroups,
+  plottable,
+  progressOf,
+  thin,
+  xFormat,
+  xValues
+} from './series';
 import { el, statusClass } from './sidebar';
 
 /** A run as ``compare`` gives it: its public record and its downsampled metrics. */
@@ -36,6 +48,7 @@ export interface ICompareRun {
   ended?: number | null;
   heartbeat?: number | null;
   config: Record<string, unknown>;
+  progress?: unknown;
   metrics: Record<string, ISeriesData>;
 }
 
@@ -43,6 +56,8 @@ const LIVE = ['created', 'running', 'paused'];
 /** how many run colours the stylesheet defines (``--labkit-run-color-N``) */
 const COLORS = 10;
 const FIXED = ['run', 'status', 'started', 'duration', 'best'];
+/** the points per metric key asked for (the server may send fewer: its cap per answer) */
+const MAX_POINTS = 500;
 
 function dateText(t: unknown): string {
   if (typeof t !== 'number' || !isFinite(t)) {
@@ -82,18 +97,14 @@ export class ComparePanel extends Panel {
       this.mode = this.modeSelect.value as 'min' | 'max';
       this.renderTable(true);
     };
-    const logY = el('input', 'labkit-compare-logy');
-    logY.type = 'checkbox';
-    logY.onchange = () => {
-      this.logY = logY.checked;
-      this.drawCharts();
-    };
-    const logLabel = el('label', 'labkit-compare-option');
-    logLabel.append(logY, document.createTextNode(' log y'));
+    // the x axis (iteration, epoch, wall time since each run started), log y, smoothing:
+    // the run page's controls
+    const options = chartControls(this.options, () => this.drawCharts());
+    options.classList.add('labkit-compare-option');
     const refresh = el('button', 'jp-mod-styled', 'Refresh');
     refresh.onclick = () => void this.load();
     bar.append(el('span', 'labkit-compare-caption', 'best'), this.metricSelect,
-               this.modeSelect, logLabel, refresh);
+               this.modeSelect, options, refresh);
     this.message = el('div', 'labkit-compare-message');
     this.legend = el('div', 'labkit-compare-legend');
     head.node.append(bar, this.message, this.legend);
@@ -147,7 +158,9 @@ export class ComparePanel extends Panel {
   private rows: IRow[] = [];
   private metric = '';
   private mode: 'min' | 'max' = 'min';
-  private logY = false;
+  private options: IChartOptions = { xAxis: 'iteration', logY: false, smoothing: 0 };
+  /** the points per key the server sent (it lowers what was asked to fit its cap) */
+  private maxPoints = MAX_POINTS;
   private sortColumn = 'run';
   private descending = false;
   private filters: Record<string, string> = {};
@@ -169,27 +182,72 @@ export class ComparePanel extends Panel {
     return v.trim() || '#888';
   }
 
+  /** Read every run's whole history (downsampled); then, while some run is live, only the
+   * live runs' new points (``since_iteration``), appended. */
   async load(): Promise<void> {
     window.clearTimeout(this.timer);
     const ids = this.runIds.map(encodeURIComponent).join(',');
     try {
-      const body = await api<{ runs: ICompareRun[] }>(`compare?ids=${ids}&max_points=500`);
+      const body = await api<{ runs: ICompareRun[]; max_points?: number }>(
+        `compare?ids=${ids}&max_points=${MAX_POINTS}`);
       this.runs = body.runs;
+      this.maxPoints = body.max_points ?? MAX_POINTS;
       this.message.textContent = '';
     } catch (e) {
       this.message.textContent = `labkit: ${(e as Error).message}`;
       return;
     }
     this.render();
-    if (this.runs.some(r => LIVE.includes(r.status)) && !this.isDisposed) {
-      this.timer = window.setTimeout(() => {
-        if (this.isVisible && !document.hidden) {
-          void this.load();
-        } else {
-          this.timer = window.setTimeout(() => void this.load(), this.interval() * 1000);
-        }
-      }, this.interval() * 1000);
+    this.schedule();
+  }
+
+  /** Poll the live runs again after the interval (only while the page is seen). */
+  private schedule(): void {
+    window.clearTimeout(this.timer);
+    if (this.isDisposed || !this.runs.some(r => LIVE.includes(r.status))) {
+      return;
     }
+    this.timer = window.setTimeout(() => {
+      if (this.isVisible && !document.hidden) {
+        void this.poll();
+      } else {
+        this.schedule();
+      }
+    }, this.interval() * 1000);
+  }
+
+  /** The live runs' records and their points after the last iteration the page holds. */
+  private async poll(): Promise<void> {
+    const live = this.runs.filter(r => LIVE.includes(r.status));
+    const since = live.map(r => {
+      const lasts = Object.values(r.metrics).map(s => s.iteration[s.iteration.length - 1])
+        .filter((i): i is number => typeof i === 'number');
+      return lasts.length ? Math.min(...lasts) : -1;
+    });
+    try {
+      const body = await api<{ runs: ICompareRun[] }>(
+        `compare?ids=${live.map(r => encodeURIComponent(r.id)).join(',')}` +
+        `&since_iteration=${since.join(',')}&max_points=${this.maxPoints}`);
+      for (const fresh of body.runs) {
+        const i = this.runs.findIndex(r => r.id === fresh.id);
+        if (i < 0) {
+          continue;
+        }
+        const metrics = { ...this.runs[i].metrics };
+        for (const [k, more] of Object.entries(fresh.metrics)) {
+          const joined = append(metrics[k], more);
+          // NOTE: thinned again in the browser once it holds twice what the server sent
+          metrics[k] = joined.iteration.length > 2 * this.maxPoints
+            ? thin(joined, this.maxPoints) : joined;
+        }
+        this.runs[i] = { ...fresh, metrics };
+      }
+      this.message.textContent = '';
+      this.render();
+    } catch (e) {
+      this.message.textContent = `labkit: ${(e as Error).message}`;
+    }
+    this.schedule();
   }
 
   private render(): void {
@@ -255,8 +313,11 @@ export class ComparePanel extends Panel {
   }
 
   private plotOptions() {
-    return { logY: this.logY, smoothing: 0, xLabel: 'iteration', formatX: formatNumber,
-             integerX: true };
+    const axis = this.options.xAxis;
+    return { logY: this.options.logY, smoothing: this.options.smoothing,
+             xLabel: axis === 'time' ? 'wall time (since each run started)' : axis,
+             formatX: axis === 'iteration' ? formatNumber : xFormat(axis),
+             integerX: axis === 'iteration' };
   }
 
   private drawCharts(): void {
@@ -264,8 +325,11 @@ export class ComparePanel extends Panel {
       plot.setOptions(this.plotOptions());
       plot.setLines(this.runs.flatMap((r, i) => {
         const s = r.metrics[key];
-        return s ? [{ key: this.labels[i], color: this.color(i), dense: s.iteration.length > 60,
-                      x: s.iteration, y: s.value }] : [];
+        // wall time: each run from its own first point, so that their paces compare
+        const x = s && xValues(s, this.options.xAxis, firstTime(Object.values(r.metrics)),
+                               progressOf(r).epoch_length);
+        return s && x ? [{ key: this.labels[i], color: this.color(i),
+                           dense: s.iteration.length > 60, x, y: s.value }] : [];
       }));
       plot.draw();
     }

@@ -12,7 +12,6 @@ import {
 } from '@jupyterlab/application';
 import {
   ICommandPalette,
-  InputDialog,
   MainAreaWidget,
   showErrorMessage
 } from '@jupyterlab/apputils';
@@ -26,15 +25,17 @@ import { dashboardCode, resumeCode } from './code';
 import { CommandIDs } from './commands';
 import { forkForm, IForkRequest } from './forkform';
 import { ComparePanel } from './compare';
+import { pickRuns } from './picker';
 import { RunPanel } from './runpanel';
-import { RunsPanel, runsIcon } from './sidebar';
+import { MAX_COMPARE, RunsPanel, runsIcon } from './sidebar';
 
 export { api, isRunId, runPath, RUN_ID } from './api';
 export { dashboardCode, pyString, resumeCode } from './code';
 export { CommandIDs } from './commands';
 export { ComparePanel } from './compare';
+export { pickLabel, pickRuns, PICK_LIMIT } from './picker';
 export { RunPanel } from './runpanel';
-export { progressText, RunsPanel, runsIcon, sparkline } from './sidebar';
+export { progressText, RunsPanel, runsIcon } from './sidebar';
 
 const PLUGIN_ID = 'labkit-runs:plugin';
 
@@ -90,19 +91,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const id = (node as HTMLElement).dataset.runId;
         return isRunId(id) ? id : null;
       }
-      if (!panel.runs.length) {
-        await panel.refresh();
-      }
-      if (!panel.runs.length) {
-        void showErrorMessage('labkit', 'There are no runs in this workspace yet.');
-        return null;
-      }
-      const labels = panel.runs.map(r => `${r.id} · ${r.name || 'unnamed'} · ${r.status}`);
-      const answer = await InputDialog.getItem({ title: 'Which labkit run?', items: labels });
-      if (!answer.button.accept || !answer.value) {
-        return null;
-      }
-      const id = answer.value.split(' ')[0];
+      // NOTE: its own request, not the sidebar's window: the sidebar may be closed
+      const [id] = await pickRuns('Which labkit run?');
       return isRunId(id) ? id : null;
     };
     const insertOrSay = (code: string) => {
@@ -213,23 +203,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
       execute: async args => {
         let ids: unknown = args.ids;
         if (ids === undefined) {  // from the palette: pick the runs
-          if (!panel.runs.length) {
-            await panel.refresh();
-          }
-          const labels = panel.runs.map(r => `${r.id} · ${r.name || 'unnamed'} · ${r.status}`);
-          const answer = await InputDialog.getMultipleItems({
-            title: 'Compare which labkit runs? (Ctrl or Shift to pick several)', items: labels
-          });
-          if (!answer.button.accept || !answer.value) {
+          ids = await pickRuns('Compare which labkit runs? (Ctrl or Shift to pick several)',
+                               true);
+          if (!(ids as string[]).length) {
             return;
           }
-          ids = answer.value.map(v => v.split(' ')[0]);
         }
         const bad = Array.isArray(ids) ? ids.find(i => !isRunId(i)) : ids;
-        if (!Array.isArray(ids) || bad !== undefined || !ids.length || ids.length > 50) {
+        if (!Array.isArray(ids) || bad !== undefined || !ids.length || ids.length > MAX_COMPARE) {
           void showErrorMessage('labkit', !Array.isArray(ids) || bad !== undefined
             ? `Compare takes a list of run ids; not a run id: ${String(bad).slice(0, 40)}`
-            : `Compare 1 to 50 runs (${ids.length} were given)`);
+            : `Compare 1 to ${MAX_COMPARE} runs (${ids.length} were given)`);
           return;
         }
         const unique = [...new Set(ids as string[])];
@@ -279,8 +263,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
         }
       });
       panel.changed = () => {
-        const n = panel.counts.running ?? 0;
-        item.node.textContent = `labkit: ${n} training`;
+        // live: running or paused, training now: the runs a click shows
+        const n = panel.counts.live ?? 0;
+        item.node.textContent = `labkit: ${n} live`;
       };
       statusBar.registerStatusItem('labkit-runs:status', { item, align: 'left', rank: 10 });
     }

@@ -15,6 +15,7 @@ import {
   checkpointsSection,
   configSection,
   errorBox,
+  ILineage,
   IRunRecord,
   IVerifiedCheckpoint,
   lineageSection,
@@ -91,6 +92,7 @@ export class RunPanel extends Panel {
   private message: HTMLDivElement;
   private timer: number | undefined;
   private run: IRunRecord | null = null;
+  private lineage: ILineage | null = null;
   /** the checkpoints as last re-checked by the server, and the ids that check covered */
   private checkpoints: IVerifiedCheckpoint[] = [];
   private checkedIds = '';
@@ -115,9 +117,10 @@ export class RunPanel extends Panel {
     window.clearTimeout(this.timer);
     let status: string;
     try {
-      const [run, listed] = await Promise.all([
+      const [run, listed, lineage] = await Promise.all([
         api<IRunRecord>(runPath(this.runId)),
-        api<{ checkpoints: IVerifiedCheckpoint[] }>(runPath(this.runId, 'checkpoints'))
+        api<{ checkpoints: IVerifiedCheckpoint[] }>(runPath(this.runId, 'checkpoints')),
+        api<ILineage>(runPath(this.runId, 'lineage')).catch(() => null)
       ]);
       const ids = listed.checkpoints.map(c => `${c.id}:${c.valid}`).join(',');
       if (verify || ids !== this.checkedIds) {
@@ -127,6 +130,7 @@ export class RunPanel extends Panel {
         this.checkedIds = ids;
       }
       this.run = run;
+      this.lineage = lineage;
       status = run.status;
       this.message.textContent = '';
       this.render(run);
@@ -167,7 +171,7 @@ export class RunPanel extends Panel {
       summaryLine(run),
       configSection(run.config),
       checkpointsSection(this.checkpoints, fork, note),
-      lineageSection(run, openRun)
+      lineageSection(run, this.lineage, openRun)
     );
   }
 

@@ -134,3 +134,52 @@ export function clock(seconds: number): string {
   const pad = (n: number) => String(n).padStart(2, '0');
   return h ? `${h}:${pad(m)}:${pad(s % 60)}` : `${m}:${pad(s % 60)}`;
 }
+
+/** What a chart's x axis can be. */
+export type XAxis = 'iteration' | 'epoch' | 'time';
+
+/** The earliest time any of ``series`` recorded (Infinity when none has one). */
+export function firstTime(series: ISeriesData[]): number {
+  let t0 = Infinity;
+  for (const s of series) {
+    const t = s.time?.find(v => typeof v === 'number');
+    if (typeof t === 'number' && t < t0) {
+      t0 = t;
+    }
+  }
+  return t0;
+}
+
+/** The x of each point of ``s`` on ``axis``: its iteration; its epoch (fractional when the
+ * epoch's length is known); or the seconds since ``t0``, never going back along the curve (a
+ * missing time keeps the previous one). Without any time recorded, by iteration. */
+export function xValues(s: ISeriesData, axis: XAxis, t0: number,
+                        epochLength?: number | null): number[] {
+  if (axis === 'iteration') {
+    return s.iteration;
+  }
+  if (axis === 'epoch') {
+    const n = epochLength;
+    return s.iteration.map((it, i) => (n ? it / n : (s.epoch?.[i] ?? 0)));
+  }
+  if (!isFinite(t0)) {
+    return s.iteration;
+  }
+  let prev = -Infinity;
+  return s.iteration.map((_, i) => {
+    const t = s.time?.[i];
+    prev = typeof t === 'number' ? Math.max(prev, t - t0) : prev;
+    return prev;
+  });
+}
+
+/** How an x value on ``axis`` is written: a clock for wall time. */
+export function xFormat(axis: XAxis): (x: number) => string {
+  if (axis === 'time') {
+    return x => clock(x);
+  }
+  if (axis === 'epoch') {
+    return x => String(Number(x.toFixed(2)));
+  }
+  return x => String(Math.round(x));
+}

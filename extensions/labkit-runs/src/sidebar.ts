@@ -57,38 +57,6 @@ export function statusClass(status: unknown): string {
   return `labkit-status-${STATUSES.includes(status as string) ? status : 'unknown'}`;
 }
 
-/** An SVG polyline of the values, scaled to width x height. */
-export function sparkline(values: (number | null)[], width = 90, height = 20): SVGSVGElement {
-  const ns = 'http://www.w3.org/2000/svg';
-  const svg = document.createElementNS(ns, 'svg');
-  svg.setAttribute('width', String(width));
-  svg.setAttribute('height', String(height));
-  svg.classList.add('labkit-sparkline');
-  const ys = values.filter((v): v is number => typeof v === 'number' && isFinite(v));
-  if (ys.length > 1) {
-    const lo = Math.min(...ys);
-    const hi = Math.max(...ys);
-    const pts = ys.map((v, i) => {
-      const x = (i / (ys.length - 1)) * (width - 2) + 1;
-      const y = hi === lo ? height / 2 : height - 1 - ((v - lo) / (hi - lo)) * (height - 2);
-      return `${x.toFixed(1)},${y.toFixed(1)}`;
-    });
-    const line = document.createElementNS(ns, 'polyline');
-    line.setAttribute('points', pts.join(' '));
-    line.setAttribute('fill', 'none');
-    line.setAttribute('stroke', 'var(--jp-brand-color1)');
-    svg.appendChild(line);
-  } else if (ys.length === 1) {
-    const dot = document.createElementNS(ns, 'circle');
-    dot.setAttribute('cx', String(width / 2));
-    dot.setAttribute('cy', String(height / 2));
-    dot.setAttribute('r', '2.5');
-    dot.setAttribute('fill', 'var(--jp-brand-color1)');
-    svg.appendChild(dot);
-  }
-  return svg;
-}
-
 /** "iteration 40 · epoch 2, batch 19/21", or "iteration 42 · 2 epochs done". */
 export function progressText(p: IRun['progress']): string {
   const it = `iteration ${fmt(p.iteration ?? 0)}`;
@@ -219,7 +187,7 @@ export class RunsPanel extends Widget {
     document.addEventListener('visibilitychange', () => this.schedule(0));
   }
 
-  /** The runs of the loaded window, in list order (the palette's pickers offer them). */
+  /** The runs of the loaded window, in list order (only while the sidebar shows). */
   runs: IListedRun[] = [];
   /** How many runs match the filter; ``counts``: runs per status in the whole store. */
   total = 0;
@@ -484,10 +452,17 @@ export class RunsPanel extends Widget {
     await this.app.commands.execute(CommandIDs.compare, { ids });
   }
 
-  /** Compare every run the filter matches (one request for their ids). */
+  /** Compare every run the filter matches: one request for the total and (the server gives
+   * at most ``MAX_COMPARE + 1`` of them) their ids; more than ``MAX_COMPARE`` are refused by
+   * the total, before any id is used. */
   private async compareMatching(): Promise<void> {
     try {
       const body = await api<IListBody>(`runs?${this.query(0, 1, { ids: true })}`);
+      if (body.total > MAX_COMPARE) {
+        this.error.textContent = `${body.total.toLocaleString('en-US')} runs match: compare ` +
+          `takes at most ${MAX_COMPARE}; narrow the filter or select runs.`;
+        return;
+      }
       await this.compare((body.ids || []).filter(isRunId));
     } catch (e) {
       this.error.textContent = `labkit runs: ${(e as Error).message}`;
