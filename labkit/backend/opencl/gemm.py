@@ -25,6 +25,7 @@ from ...errors import KernelBuildError, ShapeError
 from .core import asarray, assign, result_type
 from .ndarray import CTYPES, ndarray, same_device
 from .program import header, kernels, source
+from .reduce import sum as rsum
 from .shapes import broadcast_shapes, broadcast_strides
 
 CANDIDATES = {
@@ -294,8 +295,6 @@ __kernel void gemm_dot(const int M, const int N, const int K, const int kc,
 
 
 def _gemm_dot(rt, dt, M, N, K, a, b, c):
-    from .reduce import sum as rsum
-
     ct = CTYPES[dt]
     w = 16 if ct == "float" else 8
 
