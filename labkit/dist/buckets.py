@@ -104,7 +104,7 @@ class DataParallel:
                             "its sizes are resolved on the first call)")
         self.names = [n for n, _ in items]
         self.bucket_mb = float(bucket_mb)
-        self._agree(items)
+        self._agree(items, bool(progress_thread))
         self.buckets = self._make_buckets(items, int(self.bucket_mb * 2 ** 20))
         self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
         self._ready = set()
@@ -130,15 +130,16 @@ class DataParallel:
             _owners[id(p)] = weakref.ref(self)
 
     # -- set-up
-    def _agree(self, items) -> None:
+    def _agree(self, items, progress_thread) -> None:
         mine = [(n, tuple(p.shape), str(p.dtype)) for n, p in items]
-        every = self.comm.allgather_object({"params": mine, "bucket_mb": self.bucket_mb})
+        every = self.comm.allgather_object({"params": mine, "bucket_mb": self.bucket_mb,
+                                            "progress_thread": progress_thread})
         ref = every[0]
         for r, theirs in enumerate(every[1:], start=1):
             problem = _difference(ref["params"], theirs["params"], r)
-            if problem is None and theirs["bucket_mb"] != ref["bucket_mb"]:
-                problem = (f"bucket_mb is {theirs['bucket_mb']} on rank {r} but "
-                           f"{ref['bucket_mb']} on rank 0")
+            for key in ("bucket_mb", "progress_thread"):
+                if problem is None and theirs[key] != ref[key]:
+                    problem = f"{key} is {theirs[key]} on rank {r} but {ref[key]} on rank 0"
             if problem is not None:
                 raise DistError(f"DataParallel: the ranks' models differ: {problem}. Build the "
                                 "same model (same sizes, same order of layers) on every rank, "

@@ -195,8 +195,8 @@ class Communicator:
 
     def broadcast(self, x, root: int = 0):
         """``x`` as rank ``root`` has it, on every rank. A Tensor is updated in place (its
-        ``.data``) and returned; an array comes back as a new array on its device (a NumPy
-        array is overwritten in place)."""
+        ``.data``) and returned; an array comes back as a new array on its device (a C-contiguous
+        NumPy array is overwritten in place and returned)."""
         from ..autograd import Tensor
 
         self._enter("broadcast")

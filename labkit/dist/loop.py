@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 
 from ..data import DataStream, ShardedScheme
-from ..data.schemes import _BatchScheme
 from ..errors import CheckpointError, LabkitError
 from ..training.events import Extension
 from ..training.loop import MainLoop
@@ -58,7 +57,7 @@ def shard_stream(stream, comm: Communicator | None = None):
         raise DistError("data parallel: the stream's DataStream reads single examples; give it "
                         "a batch scheme (DataStream(dataset, batch_size=GLOBAL_BATCH, ...)) so "
                         "each global batch is split between the ranks")
-    if isinstance(base, _BatchScheme):
+    if hasattr(base, "num_examples") and hasattr(base, "batch_size"):
         smallest = base.num_examples % base.batch_size
         smallest = base.batch_size if base.drop_last or smallest == 0 else smallest
         if min(base.batch_size, smallest) < comm.size:
