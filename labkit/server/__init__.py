@@ -10,25 +10,37 @@ deleting a run that trains, 413 for a body over 256 KiB, 503 for a damaged or lo
 =======  ================================================  ====================================
 GET      ``runs?status=&name=``                            runs, newest first (``dead`` when
                                                            stale); ``status=all`` for all
+GET      ``runs?limit=&offset=&sort=&q=&status=&``         a window: ``total``, ``counts`` per
+         ``metric=&points=&ids=1``                         status (``live``), each run's
+                                                           sparkline of ``metric``; ``ids=1``:
+                                                           the matching ids, at most 51
 GET      ``runs/ID``                                       one run: config, status, progress,
                                                            tags, note, a failed run's
                                                            traceback tail, lineage
                                                            (``parent_run``,
                                                            ``parent_checkpoint`` id, children)
+GET      ``runs/ID/lineage``                               ancestors (parent first) and the
+                                                           tree of forks (nested, capped;
+                                                           ``truncated``)
 GET      ``runs/ID/metrics?keys=a,b&since_iteration=&``    ``{key: {iteration, epoch, value,
          ``max_points=`` (``since_step`` = old name)       time}}``
-GET      ``runs/ID/checkpoints``                           id, iteration, epoch, size, metrics,
-                                                           valid
+GET      ``runs/ID/checkpoints?verify=0``                  id, iteration, epoch, size, metrics,
+                                                           valid (``verify=1``: files re-checked
+                                                           now, with a ``reason``)
 PATCH    ``runs/ID`` ``{"name"?, "tags"?, "note"?}``       rename, tag, note (each value checked;
                                                            an unknown field is a 400 naming it)
 POST     ``runs/ID/fork`` ``{"checkpoint", "changes"}``    a new run from a checkpoint (201)
 DELETE   ``runs/ID?force=0``                               the run and its files (409 while it
                                                            trains, unless ``force=1``)
 DELETE   ``runs/ID/checkpoints/CID``                       one checkpoint and its files
-GET      ``compare?ids=A,B&max_points=500``                the compare page's runs (at most
-                                                           50) with downsampled metrics, in
-                                                           one request; unknown ids: a 404
-                                                           listing them (``missing``)
+GET      ``compare?ids=A,B&max_points=500&``               the compare page's runs (at most
+         ``since_iteration=``                              50) with downsampled metrics, in
+                                                           one request, read off the event
+                                                           loop; ``max_points`` lowered so an
+                                                           answer holds at most 60,000 points;
+                                                           ``since_iteration`` (one, or one per
+                                                           id): only newer points; unknown ids:
+                                                           a 404 listing them (``missing``)
 =======  ================================================  ====================================
 """
 
