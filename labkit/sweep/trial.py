@@ -78,8 +78,17 @@ class _Reporter(Extension):
         if why:
             self._halt(loop, why)
         budget = self.spec.get("budget")
-        if budget is not None and loop.status["epoch"] >= budget:
+        if budget is not None and loop.status["epoch"] >= budget and not _ending(loop):
             self._halt(loop, "rung")
+
+
+def _ending(loop) -> bool:
+    """Whether the loop's own stopping rules end it now: a rung that falls on its last epoch
+    is its end, and the trial is finished, not stopped."""
+    plan = loop.planned()
+    st = loop.status
+    return ((plan["epochs"] is not None and st["epoch"] >= plan["epochs"])
+            or (plan["iterations"] is not None and st["iteration"] >= plan["iterations"]))
 
 
 def _fresh_random_state(seed: int) -> None:

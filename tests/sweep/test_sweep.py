@@ -73,6 +73,20 @@ def test_asha_continues_trials_from_their_checkpoints(client, tmp_path, store):
         assert a["valid_accuracy"]["value"] == b["valid_accuracy"]["value"][:r["epoch"]]
 
 
+def test_a_rung_on_the_last_epoch_finishes_the_trial(client, tmp_path, store):
+    """ASHA's second rung (2 epochs) is these trials' end: the trials that reach it are
+    finished (not stopped at a rung), and the best one is among them."""
+    space = {**SPACE, "epochs": 2}
+    sw = sweep(client, tmp_path, space=space, early_stopping=lk.sweep.ASHA(grace=1,
+                                                                           reduction=2))
+    rows = sw.table()
+    done = [r for r in rows if r["epoch"] == 2]
+    assert done and all(r["status"] == "finished" for r in done)
+    assert all(r["status"] == "stopped" for r in rows if r["epoch"] == 1)
+    assert all(lk.runs.get(r["run_id"])["status"] == "finished" for r in done)
+    assert sw.best()["status"] == "finished"
+
+
 def test_an_unknown_metric_stops_the_sweep_with_the_names(client, tmp_path, store):
     with pytest.raises(SweepError, match=r"'valid_acc' is not in the log.*'valid_accuracy'"):
         sweep(client, tmp_path, metric="valid_acc")
