@@ -54,6 +54,12 @@ def local_cluster(workers: int):
         workers={i: spec for i in range(workers)}, worker=spec, silence_logs=40)
 
 
+def _warm_up() -> None:
+    """Import what a trial needs (labkit, its training loop, the data): on a fresh worker
+    process that was most of the first trial's time."""
+    import labkit.sweep.trial  # noqa: F401
+
+
 def connect(engine, workers: int):
     """``(client, close)``: a client for ``engine`` and what ends it (nothing for a given
     client)."""
@@ -85,6 +91,8 @@ def connect(engine, workers: int):
     try:
         client = Client(cluster)
         client.wait_for_workers(workers, timeout=120)
+        if engine == "local":  # NOTE: each fresh worker imports labkit once, before any trial
+            client.run(_warm_up)
     except BaseException:
         cluster.close()
         raise
