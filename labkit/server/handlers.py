@@ -268,7 +268,8 @@ class Base(APIHandler):
 
 
 #: what ``PATCH runs/ID`` may change, and the check of each value
-EDITABLE = {"name": check_name, "tags": check_tags, "note": check_note}
+EDITABLE = {"name": check_name, "tags": check_tags, "add_tags": check_tags,
+            "remove_tags": check_tags, "note": check_note}
 
 
 class Run(Base):
@@ -278,8 +279,10 @@ class Run(Base):
 
     @endpoint
     def patch(self, run_id):
-        """``{"name"?, "tags"?, "note"?}``: rename the run, replace its tags, set its note;
-        every value is checked before anything is written (a bad one names its field)."""
+        """``{"name"?, "tags"?, "add_tags"?, "remove_tags"?, "note"?}``: rename the run,
+        replace its tags or add and remove some (what two pages editing at once need: neither
+        overwrites the other's), set its note; every value is checked before anything is
+        written (a bad one names its field)."""
         self.run_or_404(run_id)
         body = self.body_object(tuple(EDITABLE))
         if not body:

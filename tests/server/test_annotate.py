@@ -31,6 +31,19 @@ async def test_patch_renames_tags_and_notes(jp_fetch, fresh_store):
     assert listed["tags"] == ["listed"] and "note" not in listed and "traceback" not in listed
 
 
+async def test_two_pages_adding_and_removing_tags_keep_each_others(jp_fetch, fresh_store):
+    rid = fresh_store.create_run("shared", config={"lr": 0.1})
+    lk.runs.tag(rid, add=["old"])
+    # two pages read ["old"]; each sends its own change, not its whole list
+    for body in ({"add_tags": ["from-tab-1"]}, {"add_tags": ["from-tab-2"]},
+                 {"remove_tags": ["old"]}):
+        code, run = await call(jp_fetch, "runs", rid, method="PATCH", body=body)
+        assert code == 200, run
+    assert run["tags"] == ["from-tab-1", "from-tab-2"]
+    code, run = await call(jp_fetch, "runs", rid, method="PATCH", body={"add_tags": ["a b"]})
+    assert code == 400 and "add_tags[0]" in run["message"], run
+
+
 async def test_a_bad_patch_names_its_field_and_changes_nothing(jp_fetch, fresh_store):
     rid = fresh_store.create_run("kept")
     cases = [

@@ -122,8 +122,8 @@ export class RunNotes {
     const x = el('button', 'labkit-tag-remove', '×');
     x.title = `remove the tag ${tag}`;
     x.setAttribute('aria-label', `remove tag ${tag}`);
-    x.onclick = () => void this.patch({ tags: this.saved.tags.filter(t => t !== tag) },
-                                      this.tagMessage, `removed ${tag}`);
+    // NOTE: a change, not the whole list: another page's tags added meanwhile are kept
+    x.onclick = () => void this.patch({ remove_tags: [tag] }, this.tagMessage, `removed ${tag}`);
     c.appendChild(x);
     return c;
   }
@@ -151,7 +151,7 @@ export class RunNotes {
       this.tagInput.value = '';
       return;
     }
-    if (await this.patch({ tags: [...this.saved.tags, tag] }, this.tagMessage, `added ${tag}`)) {
+    if (await this.patch({ add_tags: [tag] }, this.tagMessage, `added ${tag}`)) {
       this.tagInput.value = '';
     }
   }
