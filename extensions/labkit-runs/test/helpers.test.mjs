@@ -5,8 +5,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 const lib = process.env.LABKIT_TS_LIB;
-const { append, clock, groupOf, orderGroups, plottable, progressOf, thin } =
-  await import(`${lib}/series.mjs`);
+const { append, clock, firstTime, groupOf, orderGroups, plottable, progressOf, thin, xFormat,
+        xValues } = await import(`${lib}/series.mjs`);
 const { formatNumber, lastAtOrBefore, smooth, ticks, escapeHtml } = await import(`${lib}/plot.mjs`);
 
 test('append keeps each point once, in order, whatever arrives', () => {
@@ -80,4 +80,20 @@ test('ticks are round and cover the range; numbers and clocks read well', () => 
   assert.equal(lastAtOrBefore([1, 3, 5], 4), 1);
   assert.equal(lastAtOrBefore([1, 3, 5], 0), -1);
   assert.equal(escapeHtml('<a href="x">'), '&#60;a href=&#34;x&#34;&#62;');
+});
+
+test('xValues: iteration, epoch (fractional with a known length), wall time from t0', () => {
+  const s = { iteration: [10, 20, 30], epoch: [0, 1, 1], time: [100, null, 90], value: [1, 2, 3] };
+  assert.deepEqual(xValues(s, 'iteration', 0), [10, 20, 30]);
+  assert.deepEqual(xValues(s, 'epoch', 0), [0, 1, 1]);
+  assert.deepEqual(xValues(s, 'epoch', 0, 20), [0.5, 1, 1.5]);
+  // a missing time keeps the previous one; time never goes back along a curve
+  assert.deepEqual(xValues(s, 'time', 95), [5, 5, 5]);
+  // no time recorded at all: by iteration
+  assert.deepEqual(xValues({ iteration: [1, 2], value: [0, 0] }, 'time', Infinity), [1, 2]);
+  assert.equal(firstTime([s, { iteration: [1], time: [null, 42], value: [0] }]), 42);
+  assert.equal(firstTime([{ iteration: [], value: [] }]), Infinity);
+  assert.equal(xFormat('time')(75), clock(75));
+  assert.equal(xFormat('epoch')(1.23456), '1.23');
+  assert.equal(xFormat('iteration')(9.6), '10');
 });
