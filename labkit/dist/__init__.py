@@ -10,7 +10,9 @@
     loop.run(max_iterations=100)
 
 Run it on N ranks with ``labkit launch -n N script.py`` (``mpiexec -n N python -m mpi4py``, one
-BLAS thread per rank); in one process the same script trains alone. ``DataParallel`` is the
+BLAS thread per rank); in one process the same script trains alone. From a notebook,
+``job = lk.dist.start("script.py", n=N)`` starts it in the background: ``job.run_id``,
+``job.dashboard()``, ``job.log()``, ``job.wait()``, ``job.stop()``. ``DataParallel`` is the
 gradient averaging by itself, for loops of your own.
 """
 
@@ -25,8 +27,9 @@ from .comm import (
     size,
     world,
 )
+from .job import Job, start
 from .loop import DataParallelLoop, GlobalShardedScheme, shard_stream
 
 __all__ = ["Communicator", "DataParallel", "DataParallelLoop", "DistError",
-           "GlobalShardedScheme", "allreduce", "barrier", "broadcast", "rank", "shard_stream",
-           "size", "world"]
+           "GlobalShardedScheme", "Job", "allreduce", "barrier", "broadcast", "rank",
+           "shard_stream", "size", "start", "world"]

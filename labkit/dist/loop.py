@@ -10,6 +10,7 @@ rank 0 once every rank agrees on the iteration and the parameters, resumes on an
 
 from __future__ import annotations
 
+import os
 import zlib
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from ..training.loop import MainLoop
 from .buckets import DataParallel
 from .comm import Communicator, DistError, world
 from .control import AgreedControl
+from .job import RUN_ID_VAR
 
 
 class GlobalShardedScheme(ShardedScheme):
@@ -148,6 +150,25 @@ class DataParallelLoop(MainLoop):
         if comm.size > 1:
             self.control = AgreedControl(comm)
             self.add(_Agreement(comm, self.control, global_metrics))
+        if os.environ.get(RUN_ID_VAR):
+            self._adopt_run(os.environ.pop(RUN_ID_VAR))
+
+    def _adopt_run(self, run_id: str) -> None:
+        """Record into the run ``lk.dist.start`` made for this job (its id came in
+        ``LABKIT_RUN_ID``; taken by the script's first loop only), with this loop's name and
+        config."""
+        if not self.recorder.enabled:
+            self.attach({"id": run_id})  # ranks > 0: the same run id, nothing recorded
+            return
+        from .. import runs
+
+        store = runs.store()
+        record = store.get(run_id)
+        self.attach(record)
+        fields = {"config": {**record["config"], **self.config}}
+        if self.name:
+            fields["name"] = self.name
+        store.update_run(run_id, **fields)
 
     def request_checkpoint(self) -> None:
         """While training: a checkpoint after the batch every rank agrees on (from any thread,

@@ -1,0 +1,205 @@
+"""``lk.dist.start(script, n=2)``: a data-parallel job in the background, e.g. from a notebook.
+
+The job is ``labkit launch``'s command (``mpiexec -n N python -m mpi4py script.py``, one BLAS
+thread per rank) started in a process session of its own, so the kernel neither waits for it
+nor shares its signals, and can end the whole group. The run exists before the job starts: it is
+created here, in the store this process uses, and its id travels to the ranks in
+``LABKIT_RUN_ID`` (the store's home in ``LABKIT_HOME``); rank 0's ``DataParallelLoop`` records
+into that run, so ``job.run_id`` is known at once and the Dashboard, the Runs sidebar and
+``lk.runs.send`` reach the job from its first batch. Its output goes to ``launch.log`` in the
+run's folder. A thread of this process waits for the job and, if it ended without its loop
+saying so (a crash, a kill, a script that never built the loop), marks the run failed (or
+interrupted, after ``job.stop()`` had to signal it) with the log's tail.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from .. import runs
+from ..errors import RunStoreError
+from .comm import DistError
+from .launch import command, environment
+
+#: the variable that tells rank 0's DataParallelLoop which run to record into
+RUN_ID_VAR = "LABKIT_RUN_ID"
+#: the job's output (every rank's stdout and stderr), in the run's folder
+LOG_NAME = "launch.log"
+
+
+def start(script, n: int = 2, args=(), *, name: str | None = None, threads: int = 1) -> Job:
+    """Start ``script`` on ``n`` ranks in the background and return its ``Job`` at once.
+
+    The script trains with a ``lk.dist.DataParallelLoop`` (its first one takes the run made
+    here); ``name`` is the run's name until the loop gives one (default: the script's name).
+
+    Examples
+    --------
+    >>> job = lk.dist.start("train.py", n=2, args=["--lr", 0.01])   # doctest: +SKIP
+    >>> job.dashboard()                 # live plots, Pause / Stop for every rank  # doctest: +SKIP
+    >>> job.wait(timeout=600); print(job.log())                      # doctest: +SKIP
+    """
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise DistError(f"start: threads must be a whole number >= 1, got {threads!r}")
+    cmd = command(n, script, args)  # checks n, the script and mpiexec first
+    store = runs.store()
+    if store.path.name != "runs.sqlite":
+        raise DistError(f"start: the ranks find the run store as $LABKIT_HOME/runs.sqlite, but "
+                        f"this process uses {str(store.path)!r}; use_store() a file named "
+                        "runs.sqlite (its folder becomes the ranks' LABKIT_HOME)")
+    home = store.path.parent
+    script = Path(script).resolve()
+    run_id = store.create_run(name=name or script.stem, source=str(script),
+                              config={"ranks": n})
+    directory = home / "runs" / run_id
+    directory.mkdir(parents=True, exist_ok=True)
+    store.update_run(run_id, directory=str(directory))
+    env = environment(threads)
+    env.update({RUN_ID_VAR: run_id, "LABKIT_HOME": str(home), "PYTHONUNBUFFERED": "1"})
+    log = directory / LOG_NAME
+    with open(log, "ab") as out:
+        try:
+            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as e:
+            store.update_run(run_id, status="failed", ended=time.time(),
+                             error=f"the job did not start: {e}")
+            raise DistError(f"start: mpiexec did not start ({e})") from e
+    return Job(proc, run_id, log, store, cmd)
+
+
+class Job:
+    """A data-parallel job started by ``start()``: its run, its log, its processes."""
+
+    def __init__(self, proc, run_id: str, log_path: Path, store, cmd):
+        self.run_id, self.log_path, self.command = run_id, Path(log_path), cmd
+        self._proc, self._store = proc, store
+        self._signalled: str | None = None
+        self._done = threading.Event()
+        # NOTE: waiting in a thread reaps the job as soon as it ends (no zombie while the
+        # notebook idles) and puts the run's final status in the store for the sidebar
+        self._reaper = threading.Thread(target=self._reap, daemon=True,
+                                        name=f"labkit-job-{run_id}")
+        self._reaper.start()
+
+    @property
+    def pid(self) -> int:
+        """mpiexec's process id, also the id of the job's process group."""
+        return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The job's exit status (non-zero when any rank failed); None while it runs."""
+        return self._proc.returncode if self._done.is_set() else None
+
+    @property
+    def status(self) -> str:
+        """``"running"``, ``"done"`` (exit status 0) or ``"failed"``."""
+        if not self._done.is_set():
+            return "running"
+        return "done" if self._proc.returncode == 0 else "failed"
+
+    def run(self) -> dict:
+        """The run's record in the store (status, progress, ...), as ``lk.runs.get`` gives."""
+        return self._store.get(self.run_id)
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the job to end and return its exit status (``TimeoutError`` after
+        ``timeout`` seconds; the job goes on)."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"job {self.run_id} still runs after {timeout} s; its log ends "
+                               f"with:\n{self.log(10)}")
+        return self._proc.returncode
+
+    def log(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of the job's output (every rank's stdout and stderr)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 200 * lines - 4096))
+                text = f.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, grace: float = 30.0) -> int:
+        """Stop every rank: a ``"stop"`` command through the store (all ranks stop after the
+        same batch and the loop ends the run as finished), then, if the job has not ended
+        within ``grace`` seconds (or its loop takes no commands), SIGTERM to its process group
+        and, 5 s later, SIGKILL. Returns the exit status."""
+        if self._done.is_set():
+            return self._proc.returncode
+        try:
+            run = self._store.get(self.run_id)
+            if self._store.is_live(run) and (run.get("progress") or {}).get("training"):
+                self._store.add_command(self.run_id, "stop")
+                if self._done.wait(grace):
+                    return self._proc.returncode
+        except RunStoreError:
+            pass  # NOTE: no store, no command: the signals below still end the job
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
+            self._signal(sig)
+            if self._done.wait(wait):
+                break
+        return self._proc.returncode
+
+    def kill(self) -> int:
+        """SIGKILL to every process of the job, now; returns the exit status."""
+        self._signal(signal.SIGKILL)
+        self._done.wait()
+        return self._proc.returncode
+
+    def _signal(self, sig) -> None:
+        if self._done.is_set():
+            return
+        self._signalled = self._signalled or signal.Signals(sig).name
+        try:
+            os.killpg(self._proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def dashboard(self, **kwargs):
+        """The run's live ``lk.notebook.Dashboard`` (make it a cell's value to show it)."""
+        # NOTE: the viewer the package root registers for MainLoop.show() is the notebook
+        # Dashboard, which takes a run id as well as a loop: dist never imports the notebook
+        from ..training import loop as _loop
+
+        if _loop._viewer is None:
+            raise DistError("job.dashboard: no notebook viewer is registered; import labkit "
+                            "(pip install 'labkit[notebook]' for the widgets)")
+        return _loop._viewer(self.run_id, **kwargs)
+
+    def _reap(self) -> None:
+        rc = self._proc.wait()
+        try:
+            self._settle(rc)
+        finally:
+            self._done.set()
+
+    def _settle(self, rc: int) -> None:
+        """A run the job left ``created`` or ``running`` ended without its loop recording how:
+        record it here."""
+        try:
+            run = self._store.get(self.run_id)
+            if run["stored_status"] not in ("created", "running"):
+                return
+            if self._signalled:
+                status, why = "interrupted", f"ended by {self._signalled} from job.stop()"
+            elif run["stored_status"] == "created":
+                status, why = "failed", (f"the job exited with status {rc} before a "
+                                         "DataParallelLoop trained this run")
+            else:
+                status, why = "failed", f"the job exited with status {rc} while training"
+            self._store.update_run(self.run_id, status=status, ended=time.time(),
+                                   error=f"{why}; see {self.log_path}", traceback=self.log(60))
+        except RunStoreError:
+            pass  # NOTE: deleted meanwhile, or the store fails: nothing to record into
+
+    def __repr__(self):
+        rc = "" if self.returncode is None else f", exit status {self.returncode}"
+        return f"Job(run {self.run_id}: {self.status}{rc}, pid {self.pid}, log {self.log_path})"
