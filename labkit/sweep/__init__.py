@@ -16,12 +16,14 @@ resumable trial by trial.
 Dask is imported only here (``pip install 'labkit[sweep]'``): ``import labkit`` does not.
 The parts: ``space`` (spaces and search), ``sobol``, ``asha`` (decisions), ``trial`` (what a
 worker runs), ``engine`` (the Dask client), ``driver`` (the one writer of the store), ``api``,
-``view`` (``sw.show()``), ``cli`` (``labkit sweep``).
+``view`` (``sw.show()``), ``trend`` (a quantity against a parameter, with its line and R²),
+``cli`` (``labkit sweep``).
 """
 
 from .api import Sweep, get, list, resume, run
 from .asha import ASHA
 from .space import SweepError, TrialError, choice, loguniform, range, uniform
+from .trend import Trend, linear_fit, trend
 
-__all__ = ["ASHA", "Sweep", "SweepError", "TrialError", "choice", "get", "list",
-           "loguniform", "range", "resume", "run", "uniform"]
+__all__ = ["ASHA", "Sweep", "SweepError", "TrialError", "Trend", "choice", "get",
+           "linear_fit", "list", "loguniform", "range", "resume", "run", "trend", "uniform"]

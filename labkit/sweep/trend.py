@@ -1,0 +1,119 @@
+"""One quantity of a sweep's trials against one parameter, with a least-squares line and its R²
+(``lk.sweep.trend(sw, "depth", "time")``): the seed's finding that training time grows
+linearly with depth, checked on any sweep.
+
+``y`` is a column of ``sw.table()`` (the metric, a parameter) or ``"time"``: each trial's
+training time, from its run's progress (``elapsed``, seconds of training, waits excluded).
+The result shows as an SVG scatter plot in a notebook (plain HTML, escaped) and carries the
+numbers: ``slope``, ``intercept``, ``r2``, ``points``.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+from .space import SweepError
+
+
+def linear_fit(xs, ys) -> tuple[float, float, float]:
+    """``(slope, intercept, r2)`` of the least-squares line through the points; R² is 1 for
+    points on a line and 0 for a line no better than their mean. Needs two distinct x."""
+    n = len(xs)
+    if n != len(ys) or n < 2:
+        raise SweepError(f"linear_fit: needs two points or more of (x, y), got {n}")
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        raise SweepError("linear_fit: every x is the same: a line through them has no slope")
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    intercept = my - slope * mx
+    syy = sum((y - my) ** 2 for y in ys)
+    resid = sum((y - (intercept + slope * x)) ** 2 for x, y in zip(xs, ys))
+    r2 = 1.0 if syy == 0 else 1 - resid / syy
+    return slope, intercept, r2
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+class Trend:
+    """Points (x, y), their line and R²; an SVG scatter plot in a notebook."""
+
+    def __init__(self, x: str, y: str, points: list[tuple[float, float]]):
+        self.x, self.y, self.points = x, y, points
+        self.slope, self.intercept, self.r2 = linear_fit([p[0] for p in points],
+                                                         [p[1] for p in points])
+
+    def __repr__(self):
+        return (f"<Trend {self.y} = {self.slope:.4g} * {self.x} + {self.intercept:.4g}, "
+                f"R² {self.r2:.3f}, {len(self.points)} points>")
+
+    def _repr_html_(self) -> str:
+        return self.svg()
+
+    def svg(self, width: int = 360, height: int = 220) -> str:
+        pad = 40
+        xs, ys = [p[0] for p in self.points], [p[1] for p in self.points]
+        line = [self.intercept + self.slope * x for x in (min(xs), max(xs))]
+        x0, x1 = min(xs), max(xs)
+        y0, y1 = min(ys + line), max(ys + line)
+        y1 = y1 if y1 > y0 else y0 + 1
+
+        def px(x):
+            return pad + (x - x0) / (x1 - x0) * (width - pad - 10)
+
+        def py(y):
+            return 10 + (1 - (y - y0) / (y1 - y0)) * (height - pad - 10)
+        esc = html.escape
+        out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+               f'style="width:{width}px;font:11px sans-serif" role="img" aria-label="'
+               f'{esc(self.y)} against {esc(self.x)}">',
+               f'<rect x="{pad}" y="10" width="{width - pad - 10}" height="{height - pad - 10}" '
+               'fill="none" stroke="currentColor" stroke-opacity="0.4"/>']
+        for x, y in self.points:
+            out.append(f'<circle class="point" cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" '
+                       'fill="#1f77b4" fill-opacity="0.7"/>')
+        out.append(f'<line class="fit" x1="{px(x0):.1f}" y1="{py(line[0]):.1f}" '
+                   f'x2="{px(x1):.1f}" y2="{py(line[1]):.1f}" stroke="#d62728" '
+                   'stroke-width="1.5"/>')
+        for v, anchor, xx, yy in ((y0, "end", pad - 4, py(y0)), (y1, "end", pad - 4, py(y1) + 8),
+                                  (x0, "middle", px(x0), height - pad + 14),
+                                  (x1, "middle", px(x1), height - pad + 14)):
+            out.append(f'<text x="{xx:.1f}" y="{yy:.1f}" text-anchor="{anchor}" '
+                       f'fill="currentColor">{v:.3g}</text>')
+        ylabel = "time (s)" if self.y == "time" else self.y
+        out.append(f'<text x="{(width + pad) / 2:.1f}" y="{height - 6}" text-anchor="middle" '
+                   f'fill="currentColor">{esc(ylabel)} = {self.slope:.3g} · {esc(self.x)} + '
+                   f'{self.intercept:.3g}, R² {self.r2:.3f}</text></svg>')
+        return "".join(out)
+
+
+def trend(sweep, x: str, y: str = "time") -> Trend:
+    """``y`` against ``x`` over the sweep's trials that have both (finished or stopped ones;
+    ``"time"``: training seconds from each trial's run), with its least-squares line."""
+    from .. import runs
+
+    rows = sweep.table()
+    if rows and x not in rows[0]:
+        raise SweepError(f"trend: no column {x!r} in the sweep's table; its columns are "
+                         f"{sorted(rows[0])}")
+    points = []
+    for r in rows:
+        if r["status"] not in ("finished", "stopped") or not _number(r.get(x)):
+            continue
+        if y == "time":
+            progress = (runs.get(r["run_id"]) or {}).get("progress") or {}
+            v = progress.get("elapsed")
+        elif y in r:
+            v = r[y]
+        else:
+            raise SweepError(f"trend: y must be 'time' or a column of the sweep's table "
+                             f"{sorted(r)}, got {y!r}")
+        if _number(v):
+            points.append((float(r[x]), float(v)))
+    if len({p[0] for p in points}) < 2:
+        raise SweepError(f"trend: needs finished trials at two values of {x!r} or more, got "
+                         f"{len(points)} trial(s)")
+    return Trend(x, y, points)
