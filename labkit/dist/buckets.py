@@ -81,7 +81,7 @@ class DataParallel:
     >>> model(lk.tensor(np.ones((2, 4), np.float32))).sum().backward()
     >>> dp.synchronize()
     >>> model.linears[0].W.grad.shape
-    (4, 3)
+    (3, 4)
     """
 
     def __init__(self, model, *, comm: Communicator | None = None, bucket_mb: float = 1.0,

@@ -12,35 +12,38 @@ import labkit.functions as F
 from labkit import training as T
 from labkit.data import DataStream, IndexableDataset
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--fail-rank", type=int, default=-1)
-opts = parser.parse_args()
 
-comm = lk.dist.world()
-rng = np.random.default_rng(0)
-data = IndexableDataset({"x": rng.standard_normal((128, 8)).astype(np.float32),
-                         "y": rng.integers(0, 3, 128)})
-model = B.MLP([8, 8, 3])
-opt = lk.optimizers.Adam(lr=1e-2).setup(model)
-stream = DataStream(data, batch_size=16, shuffle=True, seed=0)
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fail-rank", type=int, default=-1)
+    opts = parser.parse_args()
+
+    comm = lk.dist.world()
+    rng = np.random.default_rng(0)
+    data = IndexableDataset({"x": rng.standard_normal((128, 8)).astype(np.float32),
+                             "y": rng.integers(0, 3, 128)})
+    model = B.MLP([8, 8, 3])
+    opt = lk.optimizers.Adam(lr=1e-2).setup(model)
+    stream = DataStream(data, batch_size=16, shuffle=True, seed=0)
+
+    def loss_fn(model, batch):
+        if comm.rank == opts.fail_rank and loop.status["iteration"] == 3:
+            raise RuntimeError(f"rank {comm.rank} fails on purpose")
+        return F.softmax_cross_entropy(model(lk.tensor(batch["x"])), batch["y"])
+
+    def say(what):
+        def report(loop):
+            print(f"rank {comm.rank} {what} at iteration {loop.status['iteration']}", flush=True)
+        return report
+
+    loop = lk.dist.DataParallelLoop(model, opt, stream, loss_fn, name="background-dp",
+                                    config={"lr": 1e-2},
+                                    extensions=[T.FinishAfter(iterations=10**6)])
+    loop.add(say("paused"), event="on_pause", name="say-paused")
+    loop.add(say("resumed"), event="on_unpause", name="say-resumed")
+    loop.run()
+    print(f"rank {comm.rank} ended at iteration {loop.status['iteration']}", flush=True)
 
 
-def loss_fn(model, batch):
-    if comm.rank == opts.fail_rank and loop.status["iteration"] == 3:
-        raise RuntimeError(f"rank {comm.rank} fails on purpose")
-    return F.softmax_cross_entropy(model(lk.tensor(batch["x"])), batch["y"])
-
-
-def say(what):
-    def report(loop):
-        print(f"rank {comm.rank} {what} at iteration {loop.status['iteration']}", flush=True)
-    return report
-
-
-loop = lk.dist.DataParallelLoop(model, opt, stream, loss_fn, name="background-dp",
-                                config={"lr": 1e-2},
-                                extensions=[T.FinishAfter(iterations=10**6)])
-loop.add(say("paused"), event="on_pause", name="say-paused")
-loop.add(say("resumed"), event="on_unpause", name="say-resumed")
-loop.run()
-print(f"rank {comm.rank} ended at iteration {loop.status['iteration']}", flush=True)
+if __name__ == "__main__":  # NOTE: pytest's --doctest-modules imports this file too
+    main()
