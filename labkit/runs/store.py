@@ -544,6 +544,10 @@ class RunStore:
         """Sweeps, newest first, each with ``counts`` of its trials by status."""
         return sweeps.listing(self._conn())
 
+    def sweep_summaries(self, limit: int = 50) -> dict:
+        """The newest ``limit`` sweeps, summed up for a list (``sweeps.summaries``)."""
+        return sweeps.summaries(self._conn(), limit, DEAD_AFTER)
+
     def update_sweep(self, sweep_id: str, **fields) -> None:
         with transaction(self._conn()) as c:
             sweeps.update(c, sweep_id, fields)

@@ -139,3 +139,71 @@ def start_trial_run(c, sweep_id: str, number: int, name, config: dict, factory, 
                factory, config_json(config), str(directory_of(rid)), now, sweep_id))
     update_trial(c, sweep_id, number, {"run_id": rid})
     return rid
+
+
+# ---- reads for the REST API and the Runs sidebar ---------------------------------------------
+#: a trial that has ended for now: finished, stopped at a rung, or failed
+DONE = ("finished", "stopped", "failed")
+
+
+def driver_alive(rec: dict, dead_after: float) -> bool:
+    """Whether the driver of sweep record ``rec`` still beats: its heartbeat is recent and, on
+    this host, its process exists (a driver on another host is trusted while it beats)."""
+    if time.time() - float(rec.get("heartbeat") or 0) > dead_after:
+        return False
+    if rec.get("host") != socket.gethostname():
+        return True
+    from .._proc import alive
+
+    return alive(rec.get("pid"))
+
+
+def shown_status(rec: dict, dead_after: float) -> str:
+    """The sweep's status as people see it: ``dead`` for a running sweep whose driver is gone."""
+    if rec["status"] == "running" and not driver_alive(rec, dead_after):
+        return "dead"
+    return rec["status"]
+
+
+def best_value(values: dict, mode: str):
+    """The best finite value of the finished trials (of the stopped ones if none finished):
+    ``values`` maps status to ``(min, max)``, as ``Sweep.best`` chooses."""
+    for status in ("finished", "stopped"):
+        lo_hi = values.get(status)
+        if lo_hi and lo_hi[0] is not None:
+            return lo_hi[1] if mode == "max" else lo_hi[0]
+    return None
+
+
+def summaries(c, limit: int, dead_after: float) -> dict:
+    """The newest ``limit`` sweeps, each ``{id, name, status, counts, trials, done, best,
+    metric, mode, created}`` (``done``: trials finished, stopped or failed), and ``total``."""
+    total = c.execute("SELECT COUNT(*) FROM sweeps").fetchone()[0]
+    rows = [sweep_dict(r) for r in c.execute(
+        "SELECT * FROM sweeps ORDER BY created DESC, id DESC LIMIT ?", (int(limit),))]
+    ids = [r["id"] for r in rows]
+    counts: dict = {}
+    values: dict = {}
+    if ids:
+        marks = ",".join("?" * len(ids))
+        for sid, status, n in c.execute(
+                f"SELECT sweep_id, status, COUNT(*) FROM trials WHERE sweep_id IN ({marks}) "  # noqa: S608
+                "GROUP BY sweep_id, status", ids):
+            counts.setdefault(sid, {})[status] = n
+        # NOTE: ABS(value) < 1e308 keeps finite values only (NaN is stored as NULL)
+        for sid, status, lo, hi in c.execute(
+                f"SELECT sweep_id, status, MIN(value), MAX(value) FROM trials "  # noqa: S608
+                f"WHERE sweep_id IN ({marks}) AND status IN ('finished', 'stopped') "
+                "AND ABS(value) < 1e308 GROUP BY sweep_id, status", ids):
+            values.setdefault(sid, {})[status] = (lo, hi)
+    out = []
+    for r in rows:
+        mode = r["settings"].get("mode")
+        n = counts.get(r["id"], {})
+        out.append({"id": r["id"], "name": r["name"], "status": shown_status(r, dead_after),
+                    "counts": n, "trials": sum(n.values()),
+                    "done": sum(n.get(s, 0) for s in DONE),
+                    "best": best_value(values.get(r["id"], {}), mode),
+                    "metric": r["settings"].get("metric"), "mode": mode,
+                    "created": r["created"], "error": r["error"]})
+    return {"sweeps": out, "total": total}

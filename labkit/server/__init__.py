@@ -4,8 +4,9 @@ Enabled on install (``jupyter-config/jupyter_server_config.d/labkit.json``). Eve
 behind Jupyter's own authentication (token or session cookie, XSRF for writes). Run and
 checkpoint ids are checked against a pattern and then against the store: nothing from a request
 becomes a filesystem path, and no path leaves in a response. Errors are JSON
-``{"message": ...}``: 400 for a malformed request, 404 for an unknown run or checkpoint, 409 for
-deleting a run that trains, 413 for a body over 256 KiB, 503 for a damaged or locked store.
+``{"message": ...}``: 400 for a malformed request, 404 for an unknown run, checkpoint or
+sweep, 409 for deleting a run that trains or stopping a sweep no driver runs, 413 for a body
+over 256 KiB, 503 for a damaged or locked store.
 
 =======  ================================================  ====================================
 GET      ``runs?status=&name=``                            runs, newest first (``dead`` when
@@ -41,6 +42,16 @@ GET      ``compare?ids=A,B&max_points=500&``               the compare page's ru
                                                            ``since_iteration`` (one, or one per
                                                            id): only newer points; unknown ids:
                                                            a 404 listing them (``missing``)
+GET      ``sweeps?limit=50``                               the newest sweeps: status (``dead``
+                                                           when its driver is gone), trials
+                                                           per status, ``done``, ``best``,
+                                                           metric, mode; ``total``
+GET      ``sweeps/ID?limit=``                              settings (no directory) and trials
+                                                           (trial, status, params, value,
+                                                           run_id, rung, epoch, error)
+POST     ``sweeps/ID/stop``                                ask its driver to stop, as
+                                                           ``Sweep.stop()`` (202; 409 when no
+                                                           driver runs it)
 =======  ================================================  ====================================
 """
 

@@ -15,6 +15,7 @@ from .handlers import (
                        Run,
 )
 from .lists import Compare, Lineage, Runs
+from .sweeps import BadSweep, StopSweep, Sweep, Sweeps
 
 HANDLERS = [
     (r"runs/?", Runs),
@@ -29,4 +30,8 @@ HANDLERS = [
     (rf"runs/({RUN_ID})/(.+)", NoSuchEndpoint),
     (r"runs/([^/]+)(/.*)?", BadId),
     (r"compare/?", Compare),
+    (r"sweeps/?", Sweeps),
+    (rf"sweeps/({RUN_ID})/?", Sweep),
+    (rf"sweeps/({RUN_ID})/stop/?", StopSweep),
+    (r"sweeps/([^/]+)(/.*)?", BadSweep),
 ]

@@ -203,6 +203,21 @@ TABLE = [
     ("checkpoint of another run", "DELETE", "runs/{run}/checkpoints/{other_ck}", "", None,
      {404}),
     ("checkpoint absent", "DELETE", "runs/{run}/checkpoints/987654", "", None, {404}),
+    # sweeps: ids checked like run ids, then against the store
+    ("sweeps limit 0", "GET", "sweeps", "limit=0", None, {400}),
+    ("sweeps limit 201", "GET", "sweeps", "limit=201", None, {400}),
+    ("sweeps limit text", "GET", "sweeps", "limit=all", None, {400}),
+    ("sweep traversal", "GET", "sweeps/..%2F..%2Fetc%2Fpasswd", "", None, {400, 404}),
+    ("sweep id markup", "GET", "sweeps/%3Cimg%20src%3Dx%3E", "", None, {400}),
+    ("sweep id too short", "GET", "sweeps/20200101-000000-0123", "", None, {400}),
+    ("sweep absent", "GET", "sweeps/{absent}", "", None, {404}),
+    ("sweep a run's id", "GET", "sweeps/{run}", "", None, {404}),
+    ("sweep trials limit 0", "GET", "sweeps/{absent}", "limit=0", None, {400, 404}),
+    ("sweep unknown endpoint", "GET", "sweeps/{absent}/trials", "", None, {404}),
+    ("stop absent sweep", "POST", "sweeps/{absent}/stop", "", b"{}", {404}),
+    ("stop bad id", "POST", "sweeps/nope/stop", "", b"{}", {400}),
+    ("stop with GET", "GET", "sweeps/{absent}/stop", "", None, {404, 405}),
+    ("sweeps DELETE", "DELETE", "sweeps", "", None, {405}),
 ]
 
 

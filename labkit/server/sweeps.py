@@ -1,0 +1,101 @@
+"""The sweep handlers (``GET sweeps``, ``GET sweeps/ID``, ``POST sweeps/ID/stop``), paired with
+``extensions/labkit-runs/src/sweeps.ts``: what the Runs sidebar's Sweeps section shows.
+
+Sweep ids have the form of run ids and are checked the same way; a sweep's ``settings`` leave
+without its ``directory`` (no path crosses the API) and trial errors are scrubbed.
+"""
+
+from __future__ import annotations
+
+from .. import runs
+from ..errors import RunStoreError
+from ..runs import DEAD_AFTER, is_run_id
+from ..runs import sweeps as S
+from .handlers import BadRequest, Base, endpoint, scrub
+
+#: the most sweeps one ``GET sweeps`` answer lists (newest first)
+MAX_SWEEPS = 200
+#: the most trials one ``GET sweeps/ID`` answer holds (by trial number; ``total`` says all)
+MAX_TRIALS = 10_000
+#: the settings a sweep shows (its ``directory`` stays on the server)
+SETTINGS = ("trials", "search", "metric", "mode", "seed", "early_stopping", "engine", "workers")
+
+
+def sweep_or_404(sweep_id: str) -> dict:
+    if not is_run_id(sweep_id):
+        raise BadRequest(f"not a sweep id: {sweep_id[:40]!r}")
+    try:
+        return runs.store().get_sweep(sweep_id)
+    except RunStoreError as e:
+        if getattr(e, "reason", None) == "not_found":
+            raise BadRequest(f"no sweep {sweep_id}", 404) from None
+        raise
+
+
+def public_trial(t: dict) -> dict:
+    return {"trial": t["number"], "status": t["status"], "params": t["params"],
+            "value": t["value"], "run_id": t["run_id"] if is_run_id(t["run_id"]) else None,
+            "rung": t["rung"], "epoch": t["epoch"], "iteration": t["iteration"],
+            "error": scrub(t["error"]) if t["error"] else None}
+
+
+class Sweeps(Base):
+    """``GET sweeps?limit=50``: the newest sweeps, each ``{id, name, status, counts, trials,
+    done, best, metric, mode, created, error}`` (``status`` ``dead``: running, but its driver
+    is gone), and ``total``."""
+
+    @endpoint
+    def get(self):
+        limit = self.int_query("limit", 1, MAX_SWEEPS) or 50
+        body = runs.store().sweep_summaries(limit)
+        body["sweeps"] = [{**s, "error": scrub(s["error"]) if s["error"] else None}
+                          for s in body["sweeps"] if is_run_id(s["id"])]
+        self.write_json(body)
+
+
+class Sweep(Base):
+    """``GET sweeps/ID?limit=``: the sweep's settings and trials (``trial, status, params,
+    value, run_id, rung, epoch, iteration, error``), by trial number."""
+
+    @endpoint
+    def get(self, sweep_id):
+        rec = sweep_or_404(sweep_id)
+        limit = self.int_query("limit", 1, MAX_TRIALS) or MAX_TRIALS
+        trials = runs.store().trials(sweep_id)
+        self.write_json({
+            "id": rec["id"], "name": rec["name"], "status": S.shown_status(rec, DEAD_AFTER),
+            "created": rec["created"], "started": rec["started"], "ended": rec["ended"],
+            "counts": rec["counts"], "request": rec["request"],
+            "error": scrub(rec["error"]) if rec["error"] else None,
+            "settings": {k: rec["settings"].get(k) for k in SETTINGS},
+            "total": len(trials), "trials": [public_trial(t) for t in trials[:limit]]})
+
+
+class StopSweep(Base):
+    """``POST sweeps/ID/stop``: ask the sweep's driver (in any process) to checkpoint its
+    trials and stop, as ``Sweep.stop()`` and ``labkit sweep stop`` do (202); 409 when no
+    driver runs it (ended, or dead: ``lk.sweep.resume`` continues it)."""
+
+    @endpoint
+    def post(self, sweep_id):
+        rec = sweep_or_404(sweep_id)
+        self.body_object(())
+        status = S.shown_status(rec, DEAD_AFTER)
+        if status != "running":
+            raise BadRequest(f"sweep {sweep_id} is {status}: no driver runs it to stop it"
+                             + (" (lk.sweep.resume continues it)" if status == "dead" else ""),
+                             409)
+        runs.store().update_sweep(sweep_id, request="stop")
+        self.write_json({"id": sweep_id, "request": "stop"}, 202)
+
+
+class BadSweep(Base):
+    """Anything under sweeps/ that is not a sweep id or one of its endpoints is refused."""
+
+    @endpoint
+    def get(self, what, rest=None):
+        if is_run_id(what):
+            raise BadRequest(f"no such endpoint: sweeps/{what}{(rest or '')[:40]}", 404)
+        raise BadRequest(f"not a sweep id: {what[:40]!r}")
+
+    delete = post = put = patch = get
