@@ -25,6 +25,7 @@ import {
   visibleRange,
   windowFor
 } from './sidebar_model';
+import { SweepsSection } from './sweeps';
 
 /** The sidebar's icon: a rising-then-falling training curve. */
 export const runsIcon = new LabIcon({
@@ -183,7 +184,8 @@ export class RunsPanel extends Widget {
     this.list.appendChild(this.spacer);
     this.list.onscroll = () => this.onScroll();
     this.error = el('div', 'labkit-runs-error');
-    this.node.append(bar, this.error, this.list);
+    this.sweeps = new SweepsSection(app);
+    this.node.append(bar, this.sweeps.node, this.error, this.list);
     document.addEventListener('visibilitychange', () => this.schedule(0));
   }
 
@@ -207,6 +209,8 @@ export class RunsPanel extends Widget {
   private list: HTMLDivElement;
   private spacer: HTMLDivElement;
   private error: HTMLDivElement;
+  /** The sweeps, above the runs (``sweeps.ts``): their own capped request per refresh. */
+  readonly sweeps: SweepsSection;
   private timer: number | undefined;
   private typing: number | undefined;
   private scrollFetch: number | undefined;
@@ -267,6 +271,9 @@ export class RunsPanel extends Widget {
     const seq = ++this.seq;
     try {
       const visible = this.isVisible;
+      if (visible) {
+        void this.sweeps.refresh();
+      }
       const win = visible ? windowFor(this.range()) : { offset: 0, limit: 1 };
       const body = await api<IListBody>(
         `runs?${this.query(win.offset, win.limit, { metric: visible ? this.sparklineKey : '' })}`

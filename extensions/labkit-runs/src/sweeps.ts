@@ -1,0 +1,242 @@
+/**
+ * The Runs sidebar's Sweeps section (paired with ``labkit/server/sweeps.py``): a collapsible
+ * list above the runs, one header per sweep — name, short id, status, "12/20 done", the best
+ * value — that opens to its trials (each a run: a click opens its page). "Compare" opens the
+ * compare page with the sweep's trial runs (the best ``MAX_COMPARE`` by its metric); "Stop"
+ * asks a running sweep's driver to stop, as ``Sweep.stop()`` does. Its own capped request per
+ * refresh, so the runs' virtual list is untouched. Every value is rendered as text.
+ */
+import { JupyterFrontEnd } from '@jupyterlab/application';
+
+import { api, isRunId } from './api';
+import { CommandIDs } from './commands';
+import { formatValue, shortId } from './sidebar_model';
+import { bestFirst, compareIds, doneText, ITrial, paramsText,
+         sweepStatusClass } from './sweeps_model';
+
+/** The most sweeps listed (newest first) and the most trials shown under an open one. */
+export const MAX_SWEEPS = 20;
+export const MAX_TRIAL_ROWS = 200;
+const MAX_COMPARE = 50;
+
+export interface ISweepSummary {
+  id: string;
+  name: string | null;
+  status: string;
+  counts: Record<string, number>;
+  trials: number;
+  done: number;
+  best: number | null;
+  metric: string | null;
+  mode: string | null;
+  created: number;
+}
+
+interface ISweepDetail {
+  id: string;
+  total: number;
+  settings: { metric?: string; mode?: string };
+  trials: ITrial[];
+}
+
+function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string):
+    HTMLElementTagNameMap[K] {
+  const e = document.createElement(tag);
+  if (cls) {
+    e.className = cls;
+  }
+  if (text !== undefined) {
+    e.textContent = text;
+  }
+  return e;
+}
+
+export class SweepsSection {
+  constructor(private app: JupyterFrontEnd) {
+    this.node = el('div', 'labkit-sweeps');
+    this.node.hidden = true;  // until a sweep exists
+    this.toggle = el('button', 'labkit-sweeps-toggle');
+    this.toggle.setAttribute('aria-expanded', 'true');
+    this.toggle.onclick = () => {
+      this.collapsed = !this.collapsed;
+      this.render();
+    };
+    this.error = el('div', 'labkit-sweeps-error');
+    this.list = el('div', 'labkit-sweeps-list');
+    this.list.setAttribute('role', 'list');
+    this.node.append(this.toggle, this.error, this.list);
+  }
+
+  readonly node: HTMLDivElement;
+  sweeps: ISweepSummary[] = [];
+  total = 0;
+  private toggle: HTMLButtonElement;
+  private error: HTMLDivElement;
+  private list: HTMLDivElement;
+  private collapsed = false;
+  private open = new Set<string>();
+  private details = new Map<string, ISweepDetail>();
+  private seq = 0;
+
+  /** One request for the newest sweeps, and one per open sweep for its trials. */
+  async refresh(): Promise<void> {
+    const seq = ++this.seq;
+    try {
+      const body = await api<{ sweeps: ISweepSummary[]; total: number }>(
+        `sweeps?limit=${MAX_SWEEPS}`);
+      const sweeps = (body.sweeps || []).filter(s => isRunId(s.id));
+      const open = this.collapsed ? [] : sweeps.filter(s => this.open.has(s.id));
+      const details = await Promise.all(open.map(s => api<ISweepDetail>(
+        `sweeps/${encodeURIComponent(s.id)}?limit=${MAX_TRIAL_ROWS}`)));
+      if (seq !== this.seq) {
+        return;
+      }
+      this.sweeps = sweeps;
+      this.total = body.total ?? sweeps.length;
+      this.details = new Map(details.map(d => [d.id, d]));
+      this.error.textContent = '';
+    } catch (e) {
+      if (seq === this.seq) {
+        this.error.textContent = `labkit sweeps: ${(e as Error).message}`;
+      }
+    }
+    this.render();
+  }
+
+  render(): void {
+    this.node.hidden = !this.total && !this.error.textContent;
+    this.toggle.textContent = `${this.collapsed ? '▸' : '▾'} Sweeps (${this.total})`;
+    this.toggle.setAttribute('aria-expanded', String(!this.collapsed));
+    this.list.hidden = this.collapsed;
+    if (this.collapsed) {
+      return;
+    }
+    const items: HTMLElement[] = this.sweeps.map(s => this.item(s));
+    if (this.total > this.sweeps.length) {
+      items.push(el('div', 'labkit-sweeps-more',
+                    `${this.total - this.sweeps.length} older sweeps: labkit sweep ls`));
+    }
+    this.list.replaceChildren(...items);
+  }
+
+  private item(s: ISweepSummary): HTMLElement {
+    const box = el('div', 'labkit-sweep');
+    box.setAttribute('role', 'listitem');
+    box.dataset.sweepId = s.id;
+    const isOpen = this.open.has(s.id);
+    const head = el('div', 'labkit-sweep-header');
+    head.setAttribute('role', 'button');
+    head.setAttribute('aria-expanded', String(isOpen));
+    head.tabIndex = 0;
+    head.title = `${s.name || 'sweep'} · ${s.id}\n${s.status} · ${doneText(s.done, s.trials)}` +
+      (s.metric ? `\nbest ${s.metric} (${s.mode}): ${formatValue(s.best)}` : '');
+    const flip = () => {
+      if (isOpen) {
+        this.open.delete(s.id);
+      } else {
+        this.open.add(s.id);
+      }
+      this.render();
+      void this.refresh();
+    };
+    head.onclick = flip;
+    head.onkeydown = e => {
+      if (e.key === 'Enter' || e.key === ' ') {
+        e.preventDefault();
+        flip();
+      }
+    };
+    const line1 = el('div', 'labkit-run-line');
+    const actions = el('div', 'labkit-sweep-actions');
+    line1.append(el('span', 'labkit-sweep-arrow', isOpen ? '▾' : '▸'),
+                 el('span', 'labkit-run-name', String(s.name || 'sweep')),
+                 el('span', 'labkit-run-id', shortId(s.id)), actions);
+    const line2 = el('div', 'labkit-run-line labkit-run-meta');
+    line2.append(el('span', `labkit-run-status ${sweepStatusClass(s.status)}`, String(s.status)),
+                 el('span', 'labkit-sweep-done', doneText(s.done, s.trials)),
+                 el('span', 'labkit-sweep-best',
+                    s.best === null || s.best === undefined ? '' : `best ${formatValue(s.best)}`));
+    const text = el('div', 'labkit-run-text');
+    text.append(line1, line2);
+    const compare = el('button', 'jp-mod-styled labkit-sweep-compare', 'Compare');
+    compare.title = `Open the trials side by side (the best ${MAX_COMPARE} by ` +
+      `${s.metric || 'the metric'})`;
+    compare.onclick = e => {
+      e.stopPropagation();
+      void this.compare(s);
+    };
+    actions.append(compare);
+    if (s.status === 'running') {
+      const stop = el('button', 'jp-mod-styled labkit-sweep-stop', 'Stop');
+      stop.title = 'Ask the sweep to checkpoint its trials and stop (lk.sweep.resume continues it)';
+      stop.onclick = e => {
+        e.stopPropagation();
+        stop.disabled = true;
+        void this.stop(s);
+      };
+      actions.append(stop);
+    }
+    head.append(text);
+    box.append(head);
+    const detail = this.details.get(s.id);
+    if (isOpen) {
+      box.append(detail ? this.trials(detail) : el('div', 'labkit-sweep-empty', '…'));
+    }
+    return box;
+  }
+
+  private trials(d: ISweepDetail): HTMLElement {
+    const wrap = el('div', 'labkit-sweep-trials');
+    const rows = bestFirst(d.trials || [], d.settings?.mode);
+    if (!rows.length) {
+      wrap.append(el('div', 'labkit-sweep-empty', 'no trials'));
+    }
+    for (const t of rows) {
+      const row = el('div', 'labkit-trial-row');
+      row.setAttribute('role', 'listitem');
+      const rid = isRunId(t.run_id) ? t.run_id : null;
+      if (rid) {
+        row.dataset.runId = rid;
+        row.onclick = () => void this.app.commands.execute(CommandIDs.open, { id: rid });
+      }
+      row.append(el('span', 'labkit-trial-number', `#${t.trial}`),
+                 el('span', `labkit-run-status ${sweepStatusClass(t.status)}`, String(t.status)),
+                 el('span', 'labkit-run-value', formatValue(t.value)),
+                 el('span', 'labkit-trial-params', paramsText(t.params)));
+      row.title = `trial ${t.trial} · ${t.status}` + (rid ? ` · run ${rid}` : ' · not started') +
+        `\n${paramsText(t.params, 400)}`;
+      wrap.append(row);
+    }
+    if (d.total > (d.trials || []).length) {
+      wrap.append(el('div', 'labkit-sweeps-more',
+                     `${d.total - d.trials.length} more trials: labkit sweep show`));
+    }
+    return wrap;
+  }
+
+  /** The compare page with the sweep's trial runs, the best ``MAX_COMPARE`` by its metric. */
+  private async compare(s: ISweepSummary): Promise<void> {
+    try {
+      const d = await api<ISweepDetail>(`sweeps/${encodeURIComponent(s.id)}`);
+      const ids = compareIds(d.trials || [], d.settings?.mode, MAX_COMPARE, isRunId);
+      if (!ids.length) {
+        this.error.textContent = `Sweep ${shortId(s.id)} has no trial with a run yet.`;
+        return;
+      }
+      this.error.textContent = '';
+      await this.app.commands.execute(CommandIDs.compare, { ids });
+    } catch (e) {
+      this.error.textContent = `labkit sweeps: ${(e as Error).message}`;
+    }
+  }
+
+  private async stop(s: ISweepSummary): Promise<void> {
+    try {
+      await api(`sweeps/${encodeURIComponent(s.id)}/stop`, { method: 'POST', body: '{}' });
+      this.error.textContent = '';
+    } catch (e) {
+      this.error.textContent = `labkit sweeps: ${(e as Error).message}`;
+    }
+    void this.refresh();
+  }
+}

@@ -1,0 +1,145 @@
+"""The Runs sidebar's Sweeps section (``extensions/labkit-runs/src/sweeps.ts``) in a real
+browser, watching a sweep that runs in another process.
+
+The lab is open first; then a script starts a sweep (``engine="inprocess"``, one trial at a
+time, each throttled to a second or so) in its own process over the lab's ``LABKIT_HOME``. The
+sweep's header appears in the sidebar and its done-count rises while the page is open; the
+header opens to its trials (each a run); Compare opens the compare page with the trials' runs;
+Stop stops the sweep (the store says ``stopped``, and so does the header). Screenshots in the
+light and the dark theme.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import ROOT, dark_theme, require_browser, shot, start_lab, wait_for
+
+require_browser()
+
+EVIL = '<img src=x onerror="window.__pwned=1">'
+TRIALS = 24
+SWEEP = f"EVIL = {EVIL!r}\nTRIALS = {TRIALS}\n" + """
+import time
+import labkit as lk
+from tests.sweep.helpers import make_loop as digits
+
+
+def make_loop(config):
+    loop = digits(config)
+    # NOTE: a throttle, so the trials take long enough to be watched (not a test's sync)
+    loop.add(lambda loop: time.sleep(0.08), event="after_batch").transient = True
+    return loop
+
+
+sw = lk.sweep.run(make_loop, {"lr": lk.sweep.loguniform(1e-3, 1e-1), "hidden": [8, 16],
+                              "epochs": 1}, TRIALS, search="random", metric="valid_accuracy",
+                  mode="max", engine="inprocess", workers=1, name=EVIL)
+print("SWEEP", sw.id, sw.status, flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sweeps-lab")
+    root, home = tmp / "root", tmp / "home"
+    root.mkdir()
+    with start_lab(tmp, root, home) as lab:
+        yield lab
+
+
+def store_status(lab, sweep_id):
+    """The sweep's status as the lab's store has it (read in a subprocess)."""
+    code = (f"import json, labkit as lk; sw = lk.sweep.get({sweep_id!r}); "
+            "print(json.dumps([sw.status, sw.record['counts']]))")
+    out = subprocess.run([sys.executable, "-c", code], env=lab.env, capture_output=True,
+                         text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def done_of(header):
+    m = re.fullmatch(r"(\d+)/(\d+) done", header.locator(".labkit-sweep-done").inner_text())
+    assert m, header.inner_text()
+    return int(m.group(1)), int(m.group(2))
+
+
+def test_a_sweep_in_another_process_shows_live_compares_and_stops(browser, lab):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(lab.page_url("lab?reset"))
+    page.wait_for_selector(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']", timeout=90_000)
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=90_000)
+    page.locator(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']").click()
+    page.wait_for_selector(".labkit-runs-empty", timeout=30_000)
+    assert page.locator(".labkit-sweeps").is_hidden()  # no sweep yet: no section
+
+    proc = subprocess.Popen([sys.executable, "-c", SWEEP], env=lab.env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        header = page.locator(".labkit-sweep-header").first
+        wait_for(lambda: header.count() and header.is_visible(), timeout=60,
+                 what="the sweep's header in the sidebar")
+        sweep_id = page.locator(".labkit-sweep").first.get_attribute("data-sweep-id")
+        assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{16}", sweep_id or ""), sweep_id
+        # the name carries markup: shown as text, never run
+        assert header.locator(".labkit-run-name").inner_text() == EVIL
+        assert page.evaluate("window.__pwned") is None
+        assert header.locator(".labkit-run-id").inner_text() == sweep_id.split("-")[2][:4]
+        assert header.locator(".labkit-run-status").inner_text() == "running"
+        first, total = done_of(header)
+        assert total == TRIALS and first < TRIALS - 4, (first, total)
+        # live: the done-count rises while the page is open, without a reload
+        wait_for(lambda: done_of(header)[0] >= first + 2, timeout=90,
+                 what="the done-count rising")
+        assert header.locator(".labkit-sweep-best").inner_text().startswith("best 0.")
+
+        # the header opens to its trials, each a run (best first)
+        header.locator(".labkit-run-name").click()
+        trials = page.locator(".labkit-sweep-trials .labkit-trial-row")
+        wait_for(lambda: trials.count() == TRIALS, timeout=20, what="the trials listed")
+        finished = page.locator(".labkit-sweep-trials .labkit-trial-row",
+                                has=page.locator(".labkit-status-finished"))
+        assert finished.count() >= 2
+        assert finished.first.get_attribute("data-run-id")
+        shot(page, "sweeps-sidebar-light")
+
+        # Compare: the compare page with the sweep's trial runs
+        done_now = done_of(header)[0]
+        header.locator(".labkit-sweep-compare").click()
+        panel = page.locator(".labkit-compare:visible")
+        wait_for(lambda: panel.locator(".labkit-compare-table tbody tr").count() >= done_now,
+                 timeout=30, what="the compare page with the trials")
+        assert panel.locator(".labkit-compare-table tbody tr").count() <= TRIALS
+        table = panel.locator(".labkit-compare-table").inner_text()
+        assert "lr" in table and "hidden" in table
+        shot(page, "sweeps-compare-light")
+
+        # Stop: the driver in the other process stops the sweep
+        header.locator(".labkit-sweep-stop").click()
+        wait_for(lambda: store_status(lab, sweep_id)[0] == "stopped", timeout=60,
+                 what="the sweep stopped in the store")
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err[-2000:]
+        assert f"SWEEP {sweep_id} stopped" in out
+        status, counts = store_status(lab, sweep_id)
+        assert counts.get("pending", 0) > 0, counts  # stopped before the end
+        wait_for(lambda: header.locator(".labkit-run-status").inner_text() == "stopped",
+                 timeout=30, what="the header saying stopped")
+        assert header.locator(".labkit-sweep-stop").count() == 0
+        dark_theme(page)
+        if not page.locator("#labkit-runs").is_visible():  # the reload may close the sidebar
+            page.locator(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']").click()
+        wait_for(lambda: header.is_visible(), timeout=20, what="the sidebar in the dark")
+        shot(page, "sweeps-sidebar-dark")
+        assert page.evaluate("window.__pwned") is None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        page.close()
