@@ -7,6 +7,8 @@ without its ``directory`` (no path crosses the API) and trial errors are scrubbe
 
 from __future__ import annotations
 
+import math
+
 from .. import runs
 from ..errors import RunStoreError
 from ..runs import DEAD_AFTER, is_run_id
@@ -32,6 +34,10 @@ def sweep_or_404(sweep_id: str) -> dict:
         raise
 
 
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
 def public_trial(t: dict) -> dict:
     return {"trial": t["number"], "status": t["status"], "params": t["params"],
             "value": t["value"], "run_id": t["run_id"] if is_run_id(t["run_id"]) else None,
@@ -54,21 +60,31 @@ class Sweeps(Base):
 
 
 class Sweep(Base):
-    """``GET sweeps/ID?limit=``: the sweep's settings and trials (``trial, status, params,
-    value, run_id, rung, epoch, iteration, error``), by trial number."""
+    """``GET sweeps/ID?limit=&best=``: the sweep's settings and trials (``trial, status,
+    params, value, run_id, rung, epoch, iteration, error``), by trial number; ``best=N``: the
+    ``N`` best trials that have a run, best first by the sweep's metric and mode (what the
+    sidebar's Compare sends to the compare page, without the other trials)."""
 
     @endpoint
     def get(self, sweep_id):
         rec = sweep_or_404(sweep_id)
         limit = self.int_query("limit", 1, MAX_TRIALS) or MAX_TRIALS
+        best = self.int_query("best", 1, MAX_TRIALS)
         trials = runs.store().trials(sweep_id)
+        total = len(trials)
+        if best is not None:
+            sign = -1 if rec["settings"].get("mode") == "max" else 1
+            trials = sorted((t for t in trials if is_run_id(t["run_id"])), key=lambda t: (
+                not _finite(t["value"]), sign * t["value"] if _finite(t["value"]) else 0,
+                t["number"]))
+            limit = min(limit, best)
         self.write_json({
             "id": rec["id"], "name": rec["name"], "status": S.shown_status(rec, DEAD_AFTER),
             "created": rec["created"], "started": rec["started"], "ended": rec["ended"],
             "counts": rec["counts"], "request": rec["request"],
             "error": scrub(rec["error"]) if rec["error"] else None,
             "settings": {k: rec["settings"].get(k) for k in SETTINGS},
-            "total": len(trials), "trials": [public_trial(t) for t in trials[:limit]]})
+            "total": total, "trials": [public_trial(t) for t in trials[:limit]]})
 
 
 class StopSweep(Base):

@@ -23,7 +23,7 @@ from .conftest import ROOT, dark_theme, require_browser, shot, start_lab, wait_f
 require_browser()
 
 EVIL = '<img src=x onerror="window.__pwned=1">'
-TRIALS = 24
+TRIALS = 30
 SWEEP = f"EVIL = {EVIL!r}\nTRIALS = {TRIALS}\n" + """
 import time
 import labkit as lk
@@ -33,7 +33,7 @@ from tests.sweep.helpers import make_loop as digits
 def make_loop(config):
     loop = digits(config)
     # NOTE: a throttle, so the trials take long enough to be watched (not a test's sync)
-    loop.add(lambda loop: time.sleep(0.08), event="after_batch").transient = True
+    loop.add(lambda loop: time.sleep(0.12), event="after_batch").transient = True
     return loop
 
 

@@ -213,6 +213,8 @@ TABLE = [
     ("sweep absent", "GET", "sweeps/{absent}", "", None, {404}),
     ("sweep a run's id", "GET", "sweeps/{run}", "", None, {404}),
     ("sweep trials limit 0", "GET", "sweeps/{absent}", "limit=0", None, {400, 404}),
+    ("sweep best 0", "GET", "sweeps/{absent}", "best=0", None, {400, 404}),
+    ("sweep best text", "GET", "sweeps/{absent}", "best=all", None, {400, 404}),
     ("sweep unknown endpoint", "GET", "sweeps/{absent}/trials", "", None, {404}),
     ("stop absent sweep", "POST", "sweeps/{absent}/stop", "", b"{}", {404}),
     ("stop bad id", "POST", "sweeps/nope/stop", "", b"{}", {400}),

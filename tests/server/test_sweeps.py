@@ -90,6 +90,9 @@ async def test_sweep_gives_settings_and_trials_without_paths(jp_fetch, fresh_sto
     assert "/secret" not in json.dumps(body)
     assert [t["trial"] for t in (await get(jp_fetch, "sweeps", sid, limit="2"))["trials"]] \
         == [0, 1]
+    # best=N: the best trials with a run, best first (mode max; no value last)
+    best = await get(jp_fetch, "sweeps", sid, best="3")
+    assert [t["trial"] for t in best["trials"]] == [1, 2, 0] and best["total"] == 4
 
 
 async def test_unknown_sweep_is_a_404_naming_it(jp_fetch, fresh_store):

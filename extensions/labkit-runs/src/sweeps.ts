@@ -217,7 +217,8 @@ export class SweepsSection {
   /** The compare page with the sweep's trial runs, the best ``MAX_COMPARE`` by its metric. */
   private async compare(s: ISweepSummary): Promise<void> {
     try {
-      const d = await api<ISweepDetail>(`sweeps/${encodeURIComponent(s.id)}`);
+      const d = await api<ISweepDetail>(
+        `sweeps/${encodeURIComponent(s.id)}?best=${MAX_COMPARE}`);
       const ids = compareIds(d.trials || [], d.settings?.mode, MAX_COMPARE, isRunId);
       if (!ids.length) {
         this.error.textContent = `Sweep ${shortId(s.id)} has no trial with a run yet.`;
