@@ -46,9 +46,10 @@ GET      ``sweeps?limit=50``                               the newest sweeps: st
                                                            when its driver is gone), trials
                                                            per status, ``done``, ``best``,
                                                            metric, mode; ``total``
-GET      ``sweeps/ID?limit=``                              settings (no directory) and trials
+GET      ``sweeps/ID?limit=&best=``                        settings (no directory) and trials
                                                            (trial, status, params, value,
-                                                           run_id, rung, epoch, error)
+                                                           run_id, rung, epoch, error);
+                                                           ``best=N``: the N best with a run
 POST     ``sweeps/ID/stop``                                ask its driver to stop, as
                                                            ``Sweep.stop()`` (202; 409 when no
                                                            driver runs it)
