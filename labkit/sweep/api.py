@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .. import runs
 from ..config import runs_dir
+from ..runs.sweeps import driver_alive, shown_status
 from ..training.resume import factory_name, load_factory
 from . import space as S
 from .asha import ASHA
@@ -32,10 +33,7 @@ class Sweep:
     @property
     def status(self) -> str:
         """running, finished, stopped, failed, interrupted, or dead (running, driver gone)."""
-        rec = self.record
-        if rec["status"] == "running" and not _driver_alive(rec):
-            return "dead"
-        return rec["status"]
+        return shown_status(self.record, runs.DEAD_AFTER)
 
     @property
     def metric(self) -> str:
@@ -95,13 +93,7 @@ def _missing(v) -> bool:
 
 
 def _driver_alive(rec) -> bool:
-    if time.time() - float(rec.get("heartbeat") or 0) > runs.DEAD_AFTER:
-        return False
-    if rec.get("host") != socket.gethostname():
-        return True
-    from .._proc import alive
-
-    return alive(rec.get("pid"))
+    return driver_alive(rec, runs.DEAD_AFTER)
 
 
 def _check(metric, mode, early_stopping):
