@@ -61,7 +61,7 @@ def test_an_old_store_is_migrated_with_nothing_lost(tmp_path):
     path = tmp_path / "runs.sqlite"
     old_store(path)
     store = RunStore(path)
-    assert store._conn().execute("PRAGMA user_version").fetchone()[0] == schema.VERSION == 4
+    assert store._conn().execute("PRAGMA user_version").fetchone()[0] == schema.VERSION
     assert [r["id"] for r in store.list()] == [OLD_B, OLD_A]  # old ids stay addressable
     assert store.get(OLD_A)["config"] == {"lr": 0.1} and store.get(OLD_B)["parent_run"] == OLD_A
     m = store.metrics(OLD_A)
