@@ -53,15 +53,19 @@ def build_store(path: Path) -> dict:
             store.add_checkpoint(rid, it, it // 500, f"/nowhere/{rid}/ckpt-{it}", 1000,
                                  {"loss": 0.1})
     child = store.create_run("child", config={"lr": 0.5, "layers": [64, 32]}, parent_run=ids[0])
+    sweep = store.create_sweep("sweep", None, "{}", {"metric": "loss", "mode": "min"},
+                               [{"lr": 0.1}, {"lr": 0.2}])
+    store.update_trials(sweep, {0: {"status": "finished", "value": 0.5}})
     c = store._conn()
     c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     store.close()
-    return {"runs": [*ids, child], "checkpoint": 1}
+    return {"runs": [*ids, child], "checkpoint": 1, "sweep": sweep,
+            "folder": str(path.parent / "trial-runs")}
 
 
 def calls(store: RunStore, ids: dict) -> list:
     """One call of every public RunStore method (names checked against the class below)."""
-    rid, cid = ids["runs"][0], ids["checkpoint"]
+    rid, cid, sid = ids["runs"][0], ids["checkpoint"], ids["sweep"]
     run = {"status": "running", "heartbeat": time.time(), "host": "elsewhere", "pid": 1}
     return [
         ("list", lambda: store.list()),
@@ -94,6 +98,17 @@ def calls(store: RunStore, ids: dict) -> list:
         ("page", lambda: store.page(status="live", limit=5, metric="loss", ids=True)),
         ("annotate", lambda: store.annotate(rid, name="renamed", tags=["a"], note="n")),
         ("annotate", lambda: store.annotate(rid, add_tags="b", remove_tags=["a"])),
+        ("lineage", lambda: store.lineage(rid)),
+        ("get_sweep", lambda: store.get_sweep(sid)),
+        ("list_sweeps", lambda: store.list_sweeps()),
+        ("sweep_summaries", lambda: store.sweep_summaries(limit=5)),
+        ("trials", lambda: store.trials(sid)),
+        ("update_sweep", lambda: store.update_sweep(sid, heartbeat=time.time())),
+        ("update_trials", lambda: store.update_trials(sid, {1: {"status": "running"}})),
+        ("start_trial_run", lambda: store.start_trial_run(sid, 1, "t1", {"lr": 0.2}, None,
+                                                          ids["folder"])),
+        ("create_sweep", lambda: store.create_sweep("s2", None, "{}", {"metric": "loss"},
+                                                    [{"lr": 1}])),
         ("close", lambda: store.close()),
     ]
 
