@@ -89,6 +89,27 @@ def start_lab(tmp, root, home, base_url="/", extra_env=None):
         log.close()
 
 
+@contextmanager
+def seeded_lab(tmp_path_factory, name, seed, args=(), threads="1"):
+    """A lab over a store that the Python code ``seed`` writes in a fresh process (its last
+    line of output: the JSON of what it made, as ``lab.ids``)."""
+    import json
+
+    tmp = tmp_path_factory.mktemp(name)
+    root, home = tmp / "root", tmp / "home"
+    root.mkdir()
+    env = {**os.environ, "LABKIT_HOME": str(home)}
+    if threads:
+        env["OMP_NUM_THREADS"] = threads
+    out = subprocess.run([sys.executable, "-c", seed, *args], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    ids = json.loads(out.stdout.strip().splitlines()[-1])
+    with start_lab(tmp, root, home) as lab:
+        lab.ids = ids
+        yield lab
+
+
 @pytest.fixture(scope="module")
 def browser():
     sync_playwright = require_browser()

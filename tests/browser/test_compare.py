@@ -9,15 +9,11 @@ and highlights a run's line in the parallel coordinates under the mouse (and its
 Screenshots in the light and the dark theme.
 """
 
-import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from .conftest import ROOT, dark_theme, require_browser, shot, start_lab, wait_for
+from .conftest import dark_theme, require_browser, seeded_lab, shot, wait_for
 
 require_browser()
 
@@ -65,16 +61,7 @@ INKED_IN = """(c, color) => {
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("compare-lab")
-    root, home = tmp / "root", tmp / "home"
-    root.mkdir()
-    env = {**os.environ, "LABKIT_HOME": str(home), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", SEED], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    ids = json.loads(out.stdout.strip().splitlines()[-1])
-    with start_lab(tmp, root, home) as lab:
-        lab.ids = ids
+    with seeded_lab(tmp_path_factory, "compare-lab", SEED) as lab:
         yield lab
 
 

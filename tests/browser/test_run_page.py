@@ -17,7 +17,6 @@ trains in another process.
 """
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -25,7 +24,15 @@ from contextlib import contextmanager
 
 import pytest
 
-from .conftest import ARTIFACTS, ROOT, dark_theme, require_browser, shot, start_lab, wait_for
+from .conftest import (
+    ARTIFACTS,
+    ROOT,
+    dark_theme,
+    require_browser,
+    seeded_lab,
+    shot,
+    wait_for,
+)
 
 require_browser()
 
@@ -75,16 +82,7 @@ INKED = """(c) => { const d = c.getContext('2d').getImageData(0, 0, c.width, c.h
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("run-page-lab")
-    root, home = tmp / "root", tmp / "home"
-    root.mkdir()
-    env = {**os.environ, "LABKIT_HOME": str(home), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", SEED], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    ids = json.loads(out.stdout.strip().splitlines()[-1])
-    with start_lab(tmp, root, home) as lab:
-        lab.ids = ids
+    with seeded_lab(tmp_path_factory, "run-page-lab", SEED) as lab:
         yield lab
 
 

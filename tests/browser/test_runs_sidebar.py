@@ -18,7 +18,15 @@ import time
 
 import pytest
 
-from .conftest import dark_theme, open_notebook, require_browser, shot, start_lab, wait_for
+from .conftest import (
+    dark_theme,
+    open_notebook,
+    require_browser,
+    seeded_lab,
+    shot,
+    start_lab,
+    wait_for,
+)
 
 require_browser()
 
@@ -275,16 +283,8 @@ N_MANY = 10_000
 def many(tmp_path_factory):
     """A lab over a store of 10,000 runs: the newest four with a loss series, the third
     newest running (its pid: this test's process, its heartbeat fresh)."""
-    tmp = tmp_path_factory.mktemp("many-lab")
-    root, home = tmp / "root", tmp / "home"
-    root.mkdir()
-    env = {**os.environ, "LABKIT_HOME": str(home)}
-    out = subprocess.run([sys.executable, "-c", SEED_MANY, str(N_MANY)], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    ids = json.loads(out.stdout.strip().splitlines()[-1])
-    with start_lab(tmp, root, home) as lab:
-        lab.ids = ids
+    with seeded_lab(tmp_path_factory, "many-lab", SEED_MANY, (str(N_MANY),),
+                    threads=None) as lab:
         yield lab
 
 
