@@ -37,8 +37,10 @@ def make_loop(config):
     return loop
 
 
+# NOTE: 3 epochs a trial (about 4 s): the sweep must outlast the test's steps before Stop
+# on a slow machine (with 1 epoch, CI's sweep finished all 30 trials first: nothing to stop)
 sw = lk.sweep.run(make_loop, {"lr": lk.sweep.loguniform(1e-3, 1e-1), "hidden": [8, 16],
-                              "epochs": 1}, TRIALS, search="random", metric="valid_accuracy",
+                              "epochs": 3}, TRIALS, search="random", metric="valid_accuracy",
                   mode="max", engine="inprocess", workers=1, name=EVIL)
 print("SWEEP", sw.id, sw.status, flush=True)
 """
@@ -121,6 +123,7 @@ def test_a_sweep_in_another_process_shows_live_compares_and_stops(browser, lab):
         shot(page, "sweeps-compare-light")
 
         # Stop: the driver in the other process stops the sweep
+        assert store_status(lab, sweep_id)[0] == "running", "the sweep ended before Stop"
         header.locator(".labkit-sweep-stop").click()
         wait_for(lambda: store_status(lab, sweep_id)[0] == "stopped", timeout=60,
                  what="the sweep stopped in the store")
