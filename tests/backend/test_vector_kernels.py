@@ -32,7 +32,7 @@ def _input(name, n, rng):
 
 
 def _is_cpu():
-    return "CPU" in str(runtime(0).info.type).upper()
+    return runtime(0).info.is_cpu
 
 
 @pytest.mark.parametrize("name", OPS)

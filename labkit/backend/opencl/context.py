@@ -49,6 +49,11 @@ class DeviceInfo:
     host_unified_memory: bool
     extensions: tuple = field(repr=False, default=())
 
+    @property
+    def is_cpu(self) -> bool:
+        """A CPU device (PoCL here): the vector kernels and chunked reductions are for it."""
+        return "CPU" in self.type.split("/")
+
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
         d.pop("extensions")

@@ -23,6 +23,7 @@ from ...config import SETTINGS, kernel_cache_dir
 from ...config import get as setting
 from ...errors import KernelBuildError, ShapeError
 from .core import asarray, assign, result_type
+from .elementwise import VECTOR_WIDTH
 from .ndarray import CTYPES, ndarray, same_device
 from .program import header, kernels, source
 from .reduce import sum as rsum
@@ -296,7 +297,7 @@ __kernel void gemm_dot(const int M, const int N, const int K, const int kc,
 
 def _gemm_dot(rt, dt, M, N, K, a, b, c):
     ct = CTYPES[dt]
-    w = 16 if ct == "float" else 8
+    w = VECTOR_WIDTH[dt.itemsize]
 
     def make():
         defs = {"T": ct, "VT": f"{ct}{w}", "W": w, "VLOAD": f"vload{w}", "VSTORE": f"vstore{w}"}
@@ -378,7 +379,7 @@ def matmul(a, b, out=None):
         sb = K * N
     c = ndarray(rt, batch + (M, N), dt)
     if (nb == 1 and a._st[-1] == 1 and b._st[-2] == 1 and M * N <= _DOT_MAX_OUT
-            and K >= _DOT_MIN_K and dt.kind == "f" and "CPU" in str(rt.info.type).upper()):
+            and K >= _DOT_MIN_K and dt.kind == "f" and rt.info.is_cpu):
         _gemm_dot(rt, dt, M, N, K, a, b, c)
     else:
         _gemm(rt, dt, nb, M, N, K, (a, a.offset, a._st[-2], a._st[-1], sa),

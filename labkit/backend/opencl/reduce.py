@@ -10,6 +10,7 @@ import numpy as np
 
 from ...errors import ShapeError
 from .core import add, exp, full, isfinite, log, sqrt, square, subtract, true_divide, where
+from .elementwise import VECTOR_WIDTH
 from .ndarray import CTYPES, IDX_NP, check_dtype, index_ctype, ndarray
 from .program import header, kernels, source
 from .shapes import collapse_dims, normalize_axis
@@ -110,7 +111,6 @@ def _reduce(op: str, a: ndarray, axis, keepdims: bool, *, acc_dt, out_dt, map_="
 #: ``_chunked``: each work-item folds CHUNK consecutive elements in vector registers
 CHUNKED_MIN = 1 << 16
 CHUNK = 4096
-_VW = {4: 16, 8: 8}  # vector width by element size, as the elementwise vector kernels
 
 _CHUNK_SRC = """
 __kernel void lk_chunk_${name}(const IDX n, __global ACC* part, __global const ACC* a,
@@ -142,14 +142,14 @@ def _chunked_ok(a, n_axes, n_red, acc_dt, map_, better):
     strided loops (a sum ran at a third of NumPy's speed)."""
     return (n_axes == a.ndim and n_red >= CHUNKED_MIN and a.is_contiguous
             and better is None and map_ == "(x)" and a.dtype == acc_dt
-            and a.dtype.kind == "f" and "CPU" in str(a.rt.info.type).upper())
+            and a.dtype.kind == "f" and a.rt.info.is_cpu)
 
 
 def _chunked(op, a, n, acc_dt, combine, neutral):
     """The partial results of ``n`` elements, one per CHUNK of them (the first pass)."""
     rt = a.rt
     ct = CTYPES[acc_dt]
-    w = _VW[acc_dt.itemsize]
+    w = VECTOR_WIDTH[acc_dt.itemsize]
     idx = index_ctype(a)
     key = ("reduce_chunk", op, ct, idx)
 
