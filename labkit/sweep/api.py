@@ -92,10 +92,6 @@ def _missing(v) -> bool:
     return v is None or not math.isfinite(v)
 
 
-def _driver_alive(rec) -> bool:
-    return driver_alive(rec, runs.DEAD_AFTER)
-
-
 def _check(metric, mode, early_stopping):
     if not isinstance(metric, str) or not metric:
         raise SweepError(f"metric must be the name of a value the loop reports (e.g. "
@@ -160,7 +156,8 @@ def resume(sweep_id: str, make_loop=None, *, engine=None, workers=None, _hook=No
     cell); ``engine``/``workers``: default as the sweep was started."""
     store = runs.store()
     rec = store.get_sweep(sweep_id)
-    if rec["status"] == "running" and _driver_alive(rec) and rec.get("pid") != os.getpid():
+    if (rec["status"] == "running" and driver_alive(rec, runs.DEAD_AFTER)
+            and rec.get("pid") != os.getpid()):
         raise SweepError(f"sweep {sweep_id} is running (driver pid {rec['pid']} on "
                          f"{rec['host']}): stop it first (`labkit sweep stop {sweep_id}`)")
     if make_loop is None:
