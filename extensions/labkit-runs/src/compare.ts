@@ -36,7 +36,8 @@ import {
   xFormat,
   xValues
 } from './series';
-import { el, statusClass } from './sidebar';
+import { el } from './dom';
+import { statusClass } from './sidebar';
 
 /** A run as ``compare`` gives it: its public record and its downsampled metrics. */
 export interface ICompareRun {

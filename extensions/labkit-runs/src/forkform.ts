@@ -21,7 +21,7 @@ import {
 } from './forkform_model';
 import { formatNumber } from './plot';
 import { IVerifiedCheckpoint } from './runpage_sections';
-import { el } from './sidebar';
+import { el } from './dom';
 
 /** What the form asks the server for. */
 export interface IForkRequest {

@@ -4,7 +4,7 @@
  * same class names (``labkit-x``, ``labkit-logy``, ``labkit-smoothing``).
  */
 import { XAxis } from './series';
-import { el } from './sidebar';
+import { el } from './dom';
 
 export interface IChartOptions {
   xAxis: XAxis;

@@ -7,7 +7,7 @@
  */
 import { api, runPath } from './api';
 import { IRunRecord } from './runpage_sections';
-import { el } from './sidebar';
+import { el } from './dom';
 
 /** a tag as the server accepts it (``labkit.runs.notes.TAG_RE``, at most 40 characters) */
 export const TAG = /^[A-Za-z0-9][A-Za-z0-9_.:+=@/-]{0,39}$/;

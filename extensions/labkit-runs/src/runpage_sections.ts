@@ -5,7 +5,8 @@
  */
 import { ICheckpoint, IRun, isRunId } from './api';
 import { formatNumber } from './plot';
-import { el, statusClass } from './sidebar';
+import { el } from './dom';
+import { statusClass } from './sidebar';
 
 /** A run record with the fields the run page shows beyond ``IRun``. */
 export interface IRunRecord extends IRun {

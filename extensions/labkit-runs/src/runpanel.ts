@@ -23,7 +23,7 @@ import {
   summaryLine
 } from './runpage_sections';
 import { RunNotes } from './runpage_notes';
-import { el } from './sidebar';
+import { el } from './dom';
 
 const LIVE = ['created', 'running', 'paused'];
 

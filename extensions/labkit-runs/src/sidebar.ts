@@ -12,6 +12,7 @@ import { Widget } from '@lumino/widgets';
 
 import { api, IRun, isRunId, STATUSES } from './api';
 import { CommandIDs } from './commands';
+import { el } from './dom';
 import {
   covers,
   formatValue,
@@ -37,21 +38,6 @@ export const runsIcon = new LabIcon({
     'd="M1 14.2h14v1H1zM1 1h1v14H1z"/></svg>'
 });
 
-/** An element with a class and text content (never HTML). */
-export function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  cls?: string,
-  text?: string
-): HTMLElementTagNameMap[K] {
-  const e = document.createElement(tag);
-  if (cls) {
-    e.className = cls;
-  }
-  if (text !== undefined) {
-    e.textContent = text;
-  }
-  return e;
-}
 
 /** A status the stylesheet knows, for a class name; anything else is ``unknown``. */
 export function statusClass(status: unknown): string {

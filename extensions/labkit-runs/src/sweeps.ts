@@ -10,6 +10,7 @@ import { JupyterFrontEnd } from '@jupyterlab/application';
 
 import { api, isRunId } from './api';
 import { CommandIDs } from './commands';
+import { el } from './dom';
 import { formatValue, shortId } from './sidebar_model';
 import { bestFirst, compareIds, doneText, ITrial, paramsText,
          sweepStatusClass } from './sweeps_model';
@@ -39,17 +40,6 @@ interface ISweepDetail {
   trials: ITrial[];
 }
 
-function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string):
-    HTMLElementTagNameMap[K] {
-  const e = document.createElement(tag);
-  if (cls) {
-    e.className = cls;
-  }
-  if (text !== undefined) {
-    e.textContent = text;
-  }
-  return e;
-}
 
 export class SweepsSection {
   constructor(private app: JupyterFrontEnd) {
