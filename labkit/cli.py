@@ -270,8 +270,7 @@ def resume_cmd(args) -> int:
     return 0
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer above 0 (the sweep commands use it too)."""
+def _positive_int(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
@@ -310,9 +309,9 @@ def _parser() -> argparse.ArgumentParser:
         "test accuracy. The run goes into the run store: `labkit runs show ID`, `labkit "
         "resume ID`. Nothing is downloaded.")
     p.add_argument("--device", help="cpu, cl or cl:N (default: a GPU if there is one, else cpu)")
-    p.add_argument("--epochs", type=positive_int, default=30, help="at most this many epochs "
+    p.add_argument("--epochs", type=_positive_int, default=30, help="at most this many epochs "
                    "(early stopping may end sooner; default 30)")
-    p.add_argument("--threads", type=positive_int, default=1, help="BLAS threads (default 1: "
+    p.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads (default 1: "
                    "the fastest for a model this small, and robust when the machine is busy)")
     p.add_argument("--check-devices", action="store_true",
                    help="instead: a forward pass on every device, checked against NumPy")
@@ -366,8 +365,8 @@ def _parser() -> argparse.ArgumentParser:
                        description="Run `mpiexec -n N python -m mpi4py SCRIPT ARGS` with one "
                        "BLAS thread per rank: an exception on any rank ends every rank. Needs "
                        "pip install 'labkit[dist]'.")
-    p.add_argument("-n", type=positive_int, required=True, help="the number of ranks")
-    p.add_argument("--threads", type=positive_int, default=1,
+    p.add_argument("-n", type=_positive_int, required=True, help="the number of ranks")
+    p.add_argument("--threads", type=_positive_int, default=1,
                    help="BLAS threads per rank (default 1)")
     p.add_argument("script", help="the Python script every rank runs")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")

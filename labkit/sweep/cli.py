@@ -12,6 +12,7 @@ target's module. The script is imported (not run as ``__main__``), so its own
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.util
 import json
@@ -20,7 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-from ..cli import positive_int
 from ..runs.checks import printable as show
 from .space import SweepError
 
@@ -217,6 +217,16 @@ def stop_cmd(args) -> int:
     return 0
 
 
+def _positive(text):
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
 def add_parser(sub) -> None:
     """``labkit sweep ...`` on the ``labkit`` parser's subcommands."""
     p = sub.add_parser("sweep", help="run, list, show, resume or stop hyperparameter sweeps",
@@ -228,7 +238,7 @@ def add_parser(sub) -> None:
                       description=__doc__.split("\n\n", 1)[1])
     q.add_argument("target", help="script.py:make_loop or package.module:make_loop")
     q.add_argument("--space", help="a JSON file or inline JSON (default: the module's SPACE)")
-    q.add_argument("--trials", type=positive_int, help="how many trials (grid: default all)")
+    q.add_argument("--trials", type=_positive, help="how many trials (grid: default all)")
     q.add_argument("--search", choices=["random", "grid", "sobol"], default="random")
     q.add_argument("--metric", default="valid_loss", help="a value the loop logs (default "
                    "valid_loss)")
@@ -237,7 +247,7 @@ def add_parser(sub) -> None:
     q.add_argument("--asha", metavar="GRACE,REDUCTION", help="early stopping by ASHA, e.g. 1,3")
     q.add_argument("--engine", default="local", help="local (the default), inprocess, or a "
                    "scheduler address such as tcp://10.0.0.5:8786")
-    q.add_argument("--workers", type=positive_int, default=2, help="local worker processes "
+    q.add_argument("--workers", type=_positive, default=2, help="local worker processes "
                    "(default 2)")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--name", help="the sweep's name (default: the function's)")
@@ -254,7 +264,7 @@ def add_parser(sub) -> None:
     q = ss.add_parser("resume", help="continue a stopped, interrupted or killed sweep")
     q.add_argument("id")
     q.add_argument("--engine", help="default: the engine it ran on")
-    q.add_argument("--workers", type=positive_int, help="default: as it ran")
+    q.add_argument("--workers", type=_positive, help="default: as it ran")
     q.set_defaults(func=resume_cmd)
     q = ss.add_parser("stop", help="ask a running sweep (in any process) to checkpoint its "
                       "trials and stop")
