@@ -12,12 +12,14 @@ The public API, as explicit re-exports::
     lk.grad([y], [x], create_graph=True); lk.autograd.hvp(f, [x], [v])
     model = B.MLP([784, 256, 10]).to(dev); lk.Graph(loss).filter(role=lk.roles.WEIGHT)
     opt = lk.optimizers.Adam(lr=1e-3).setup(model)
+    step = lk.compile(train_step)   # traced once, replayed without Python per op
 """
 
 from . import (
     autograd,
     bricks,
     checkpoint,
+    compile,
     config,
     data,
     models,
@@ -40,6 +42,7 @@ from .backend import (
 from .backend.random import Generator
 from .errors import (
     CheckpointError,
+    CompileError,
     ConfigError,
     DataError,
     DeviceError,
@@ -95,11 +98,12 @@ def _jupyter_labextension_paths():
 
 
 __all__ = [
-    "CheckpointError", "ConfigError", "DataError", "Device", "DeviceError",
+    "CheckpointError", "CompileError", "ConfigError", "DataError", "Device", "DeviceError",
     "DeviceMismatchError", "DTypeError", "Function", "Generator", "Graph", "IndexingError",
     "KernelBuildError",
     "LabkitError", "RunStoreError", "ShapeError", "Tensor", "TrainingError", "WorkerError",
-    "__version__", "asarray", "autograd", "best_device", "bricks", "checkpoint", "config",
+    "__version__", "asarray", "autograd", "best_device", "bricks", "checkpoint", "compile",
+    "config",
     "data", "default_device", "device", "devices", "enable_grad", "get_array_module", "grad",
     "models", "no_grad", "notebook", "optimizers", "regularizers", "resume", "roles", "runs",
     "tensor", "training",

@@ -63,6 +63,11 @@ class TrainingError(LabkitError):
     """The loop cannot run as configured (no stop condition, a bad extension, ...)."""
 
 
+class CompileError(LabkitError, RuntimeError):
+    """``lk.compile`` cannot compile a step as written (it reads a tensor's value into Python,
+    or does something else at each call); the message names the line and the fix."""
+
+
 class NonFiniteError(LabkitError, FloatingPointError):
     """A loss, parameter or gradient became NaN or infinite (raised by NaNGuard)."""
 

@@ -8,6 +8,7 @@ import heapq
 import weakref
 
 from ..backend import zeros
+from . import trace as _trace
 from .function import set_grad_enabled
 from .tensor import Tensor
 
@@ -117,7 +118,8 @@ def run(roots, grads, *, targets=None, retain_graph=False, create_graph=False):
                     if r is not None:
                         g = r
             if targets is None:
-                t.grad = g if t.grad is None else (t.grad + g if create_graph
+                # NOTE: under lk.compile's trace the sum is an op the replay runs again
+                t.grad = g if t.grad is None else (t.grad + g if create_graph or tracing
                                                    else Tensor(t.grad.data + g.data))
                 if uses is not None and id(t) in uses:
                     reached[id(t)] = t
@@ -131,6 +133,7 @@ def run(roots, grads, *, targets=None, retain_graph=False, create_graph=False):
             heapq.heappush(heap, node)
         slots[t.index] = add(slots[t.index], g)
 
+    tracing = _trace.tracer() is not None
     old = set_grad_enabled(create_graph)
     try:
         for t, g in zip(roots, grads):
@@ -169,7 +172,7 @@ def run(roots, grads, *, targets=None, retain_graph=False, create_graph=False):
             gxs = node.backward(inputs, gys if len(gys) > 1 else gys[0])
             if not isinstance(gxs, tuple):
                 gxs = (gxs,)
-            if not retain_graph:
+            if not retain_graph and not tracing:  # a compiled replay runs these ops again
                 node.free()
             for x, gx in zip(inputs, gxs):
                 if gx is not None and x.requires_grad:

@@ -11,6 +11,7 @@ import itertools
 import threading
 
 from ..errors import DeviceMismatchError
+from . import trace as _trace
 from .tensor import Tensor
 
 _state = threading.local()
@@ -91,16 +92,23 @@ class Function:
                     raise DeviceMismatchError(
                         f"{self.name}: inputs are on different devices ({' and '.join(names)}); "
                         f"move them to one with .to('{names[-1]}')")
+        tr = _trace._tls.__dict__.get("tracer")
+        if tr is not None:
+            before = dict(self.__dict__)  # what the op was made with (the tracer's constants)
         ys = self.forward(*xs)
         record = getattr(_state, "enabled", True) and any(t.requires_grad for t in inputs)
         if self.n_out == 1:
             out = Tensor._wrap(ys, record)
             if record:
                 self._record(inputs, (out,))
+            if tr is not None:
+                tr.record(self, before, inputs, (out,))
             return out
         outs = tuple(Tensor._wrap(y, record) for y in ys)
         if record:
             self._record(inputs, outs)
+        if tr is not None:
+            tr.record(self, before, inputs, outs)
         return outs
 
     def _record(self, inputs, outs):

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..backend.device import Device
 from ..backend.device import device as _device
+from . import trace as _trace
 
 F = None  # labkit.functions, bound on first use (it imports this module)
 
@@ -111,6 +112,9 @@ class Tensor:
     # ---- conversion ---------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """The values as a NumPy array (a copy from an OpenCL device; the array itself on cpu)."""
+        if _trace._tls.__dict__.get("tracer") is not None:
+            _trace.reading(f"the values of a tensor of shape {self.shape} (.numpy(), .item(), "
+                           "float(), bool() or print)")
         d = self.data
         return d if isinstance(d, np.ndarray) else d.get()
 
@@ -298,6 +302,16 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False, name=None
     dev = _device(device)
     from ..backend import opencl
 
+    if (_trace._tls.__dict__.get("tracer") is not None
+            and isinstance(data, (np.ndarray, opencl.ndarray))):
+        # NOTE: a replay of a compiled step makes this copy again, from that call's array
+        arr = _trace.host(lambda a: _array(a, dtype, dev, opencl), data, name="tensor")
+        return _leaf(arr, requires_grad, name)
+    return _leaf(_array(data, dtype, dev, opencl), requires_grad, name)
+
+
+def _array(data, dtype, dev, opencl):
+    """tensor()'s array: ``data`` copied to ``dev`` (cast to ``dtype``)."""
     if isinstance(data, (np.ndarray, np.generic, opencl.ndarray)):
         arr = data
     else:
@@ -315,6 +329,10 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False, name=None
         arr = opencl.asarray(arr, dtype=dtype, device=dev)
         if arr is data:
             arr = arr.copy()
+    return arr
+
+
+def _leaf(arr, requires_grad, name):
     if requires_grad and arr.dtype.kind != "f":
         raise TypeError(f"tensor: only floating tensors can require grad, got dtype {arr.dtype}; "
                         "pass dtype=np.float32")

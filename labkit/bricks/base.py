@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import roles
 from ..autograd import function as _fn
+from ..autograd import trace as _trace
 from ..autograd.tensor import Tensor
 from ..backend.device import device as _device
 from ..backend.random import Generator
@@ -168,6 +169,9 @@ class Brick:
                 raise DeviceMismatchError(
                     f"{self.path}: input is on {x.device} but the brick's parameters are on "
                     f"{self._device}; move one with .to('{self._device}')")
+        tr = _trace.tracer()
+        if tr is not None:  # a compiled step is traced for this mode (train or eval) only
+            tr.depends(self, "training")
         prev = getattr(_fn._state, "brick", None)
         _fn._state.brick = self.path
         try:

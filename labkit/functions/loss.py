@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd.function import Function
+from ..autograd.trace import host
 from ..autograd.tensor import Tensor
 from ..errors import ShapeError
 from . import _check
@@ -32,7 +33,8 @@ def _labels(t, x, op, ignore_label, name="labels"):
     if isinstance(d, np.ndarray) and xp_of(x.data) is not np:
         from ..backend import opencl
 
-        d = opencl.asarray(d, device=x.data.rt)
+        rt = x.data.rt
+        d = host(lambda a: opencl.asarray(a, device=rt), d, name="upload labels")
     return d
 
 
@@ -105,12 +107,13 @@ class SoftmaxCrossEntropy(Function):
 
         (x,) = inputs
         xd = x.data
-        w = self._scale(xd)
+        # NOTE: host: a compiled step computes these again from that call's labels
+        w = host(self._scale, xd, name="cross_entropy.scale")
         if self.reduce == "none":
             g = gy * w
         else:
             g = MulConstant(w).apply((broadcast_to(gy, w.shape),))
-        diff = softmax(x, axis=1) - Tensor(self._onehot(xd))
+        diff = softmax(x, axis=1) - Tensor(host(self._onehot, xd, name="cross_entropy.onehot"))
         return diff * expand_dims(g, 1)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..autograd.trace import host
 from ..backend.random import Generator
 from ..errors import DeviceMismatchError, DTypeError
 from . import _check
@@ -39,6 +40,10 @@ def dropout(x, ratio=0.5, training=True, generator=None):
     if g.device != x.device:
         raise DeviceMismatchError(f"dropout: the generator is on {g.device} but x on "
                                   f"{x.device}; create it with Generator(seed, x.device)")
-    keep = g.bernoulli(x.shape, 1.0 - ratio)
-    scale = keep.astype(x.dtype) * x.dtype.type(1.0 / (1.0 - ratio))
-    return MulConstant(scale).apply((x,))
+    shape, dtype = x.shape, x.dtype
+
+    def mask():  # NOTE: a compiled step draws a fresh mask at each replay (host)
+        keep = g.bernoulli(shape, 1.0 - ratio)
+        return keep.astype(dtype) * dtype.type(1.0 / (1.0 - ratio))
+
+    return MulConstant(host(mask, name="dropout.mask")).apply((x,))

@@ -4,6 +4,7 @@ layer_normalization."""
 from __future__ import annotations
 
 from ..autograd.tensor import Tensor
+from ..autograd.trace import host
 from ..errors import DeviceMismatchError, DTypeError, ShapeError
 from . import _check
 from .array import reshape
@@ -59,17 +60,23 @@ def batch_normalization(x, gamma, beta, running_mean=None, running_var=None, tra
         v = mean(d * d, axis=axes, keepdims=True)
         if running_mean is not None:
             n = x.size // c
-            mm = m.data.reshape(c)
-            vv = v.data.reshape(c) * (n / max(n - 1, 1))
-            running_mean[...] = running_mean * (1 - momentum) + mm * momentum
-            running_var[...] = running_var * (1 - momentum) + vv * momentum
+
+            def update(md, vd):  # NOTE: in place; a compiled step runs it at each replay
+                mm = md.reshape(c)
+                vv = vd.reshape(c) * (n / max(n - 1, 1))
+                running_mean[...] = running_mean * (1 - momentum) + mm * momentum
+                running_var[...] = running_var * (1 - momentum) + vv * momentum
+
+            host(update, m.data, v.data, effect=True, name="batch_norm.running_stats")
         xhat = d / sqrt(v + eps)
     else:
         if running_mean is None or running_var is None:
             raise ValueError("batch_normalization: inference (training=False) needs "
                              "running_mean and running_var")
-        xhat = (x - Tensor(running_mean.reshape(bs))) / Tensor(
-            (running_var + eps).reshape(bs)) ** 0.5
+        # NOTE: the running statistics are read at each call of a compiled step (host)
+        rm = host(lambda: running_mean.reshape(bs), name="batch_norm.running_mean")
+        rv = host(lambda: (running_var + eps).reshape(bs), name="batch_norm.running_var")
+        xhat = (x - Tensor(rm)) / Tensor(rv) ** 0.5
     return xhat * reshape(gamma, bs) + reshape(beta, bs)
 
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .. import roles as _roles
+from ..autograd.trace import host
 from ..backend import get_array_module, zeros
 from ..errors import CheckpointError
 
@@ -284,8 +285,16 @@ class Optimizer:
             raise RuntimeError("update: call setup(model) first")
         plist = list(self.params.values())
         idx = [i for i, p in enumerate(plist) if p.grad is not None]
+        grads = [plist[i].grad.data for i in idx]
+        # NOTE: inside lk.compile's trace the update is one host step that each replay runs
+        # again with that call's gradients, this optimizer's state and step count then
+        host(lambda *gs: self._apply(idx, gs), *grads, effect=True, name="optimizer.update")
+
+    def _apply(self, idx, grads):
+        """The update of the parameters at ``idx`` from the arrays ``grads``, in place."""
+        plist = list(self.params.values())
         ps = [plist[i] for i in idx]
-        steps = [p.grad.data for p in ps]
+        steps = list(grads)
         groups = [self.groups[i] for i in idx]
         for r, st in zip(self.rules, self.states):
             steps = r.apply(ps, steps, [st[i] for i in idx], groups, self.t)

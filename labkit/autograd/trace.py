@@ -1,0 +1,57 @@
+"""The hook ``lk.compile`` traces through (it lives here, below the functions, so that every
+layer can report to it without importing the compiler).
+
+While a step is traced, ``Function.apply`` reports each op it runs, and code that computes with
+raw arrays outside labkit functions reports that computation with :func:`host`, so that a
+replay runs it again instead of reusing the value of the traced call (a dropout mask, labels
+uploaded to a device, an optimizer's in-place update, running statistics).
+"""
+
+from __future__ import annotations
+
+import threading
+
+_tls = threading.local()
+
+
+def tracer():
+    """The active tracer of this thread (``lk.compile``'s), or None: outside a trace, None."""
+    return getattr(_tls, "tracer", None)
+
+
+def set_tracer(tr):
+    old = getattr(_tls, "tracer", None)
+    _tls.tracer = tr
+    return old
+
+
+def host(fn, *arrays, effect: bool = False, name: str | None = None):
+    """``fn(*arrays)``, recorded when a compiled step is being traced.
+
+    For code that computes with raw device arrays (NumPy or labkit's OpenCL arrays) outside
+    labkit functions inside a step: a compiled replay calls ``fn`` again with that call's
+    arrays, so its result is never a stale value of the traced call. ``arrays`` are the
+    arrays ``fn`` reads that the step computes or receives; anything else ``fn`` reads (an
+    optimizer's state, a generator) is read when it runs. ``effect=True`` marks a call that
+    changes state (an update in place): it always runs, even when its result is unused.
+    ``fn`` returns an array, a tuple of arrays, or None.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from labkit.autograd.trace import host
+    >>> host(np.add, np.ones(2), np.ones(2))
+    array([2., 2.])
+    """
+    tr = getattr(_tls, "tracer", None)
+    if tr is None:
+        return fn(*arrays)
+    return tr.host(fn, arrays, effect, name or getattr(fn, "__name__", "host"))
+
+
+def reading(what: str) -> None:
+    """Called where a tensor's values are read into Python (``item``, ``numpy``, ``bool``):
+    inside a trace that would freeze a value of the traced call, so the tracer refuses."""
+    tr = getattr(_tls, "tracer", None)
+    if tr is not None:
+        tr.refuse_read(what)

@@ -1,0 +1,243 @@
+"""``lk.compile``: trace a training step once, merge and fuse it, replay it without Python per op.
+
+    step = lk.compile(train_step)          # train_step(x, y) -> loss, with backward and update
+    for x, y in batches:
+        loss = step(x, y)                  # calls 1 and 2 run eagerly and are traced; then replays
+
+The first call with arguments of a new shape is traced (it runs for real, recording every op);
+the second is traced again and compared with the first, so a step that does something else at
+each call is refused with the difference instead of replayed wrong; from the third call on, the
+compiled program replays. Arguments are checked at every call (shapes, dtypes, devices, the
+values of Python numbers, the identity of other objects such as a model): a change traces
+again (``step.stats`` counts and explains it; a warning comes after ``warn_after`` retraces).
+``trust_input=True`` skips the checks. A replay reads parameters and optimizer state as they
+are at that call, so a learning rate changed between calls is used, not retraced.
+
+Inside a compiled step:
+
+- labkit ops, bricks, losses and optimizers are replayed; code that computes with raw arrays
+  must go through :func:`host` (a dropout mask, an upload: labkit's own do);
+- a tensor's value read into Python (``loss.item()``, ``if x.sum() > 0``) is refused: return
+  the tensor and read it after the call;
+- results are new tensors at each call (never a buffer the next call overwrites), without a
+  graph: call ``backward`` inside the step.
+"""
+
+from __future__ import annotations
+
+import numbers
+import sys
+import types
+import warnings
+
+import numpy as np
+
+from ..autograd import trace as _trace
+from ..autograd.tensor import Tensor
+from ..autograd.trace import host
+from ..backend import opencl
+from ..errors import CompileError
+from .program import Program
+from .trace import Tracer, compare
+
+
+class CompileWarning(UserWarning):
+    """A compiled step keeps tracing again (its arguments change shape or value)."""
+
+
+def _flatten(obj, leaves, tensors, key, keep):
+    """The step's arguments as array leaves (what a replay reads) and a key of everything
+    else it was traced with (shapes, dtypes, devices, Python values, object identities)."""
+    if isinstance(obj, Tensor):
+        d = obj.data
+        tensors[len(leaves)] = obj
+        leaves.append(d)
+        key.append(("T", d.shape, d.dtype, _dev(d), obj.requires_grad))
+    elif isinstance(obj, (np.ndarray, opencl.ndarray)):
+        leaves.append(obj)
+        key.append(("A", obj.shape, obj.dtype, _dev(obj)))
+    elif isinstance(obj, (tuple, list)):
+        key.append((type(obj).__name__, len(obj)))
+        for x in obj:
+            _flatten(x, leaves, tensors, key, keep)
+    elif isinstance(obj, dict):
+        key.append(("dict", tuple(obj)))
+        for x in obj.values():
+            _flatten(x, leaves, tensors, key, keep)
+    elif obj is None or isinstance(obj, (bool, str, numbers.Number, np.generic)):
+        key.append(("V", type(obj).__name__, obj))
+    else:
+        keep.append(obj)  # NOTE: kept alive, so that its id is never another object's
+        key.append(("O", type(obj).__name__, id(obj)))
+
+
+def _dev(a):
+    return "cpu" if isinstance(a, np.ndarray) else id(a.rt)
+
+
+def _describe(key):
+    kind = key[0]
+    if kind == "T":
+        return f"a tensor {key[2]}{key[1]}" + (" requiring grad" if key[4] else "")
+    if kind == "A":
+        return f"an array {key[2]}{key[1]}"
+    if kind == "V":
+        return f"the value {key[2]!r}"
+    if kind == "O":
+        return f"another {key[1]} object"
+    return f"a {kind} of {key[1]}"
+
+
+class Compiled:
+    """A step compiled by ``lk.compile``: call it like the function."""
+
+    def __init__(self, fn, *, trust_input=False, fuse=True, cse=True, warn_after=4):
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", "step")
+        self.__doc__ = getattr(fn, "__doc__", None)
+        self.trust_input = trust_input
+        self.fuse = fuse
+        self.cse = cse
+        self.warn_after = warn_after
+        self._plans: dict = {}      # key -> [Program, ...] (one per set of depends)
+        self._first: dict = {}      # key -> the first traced call, waiting for the second
+        self._keep: dict = {}       # key -> the objects its identity checks refer to
+        self._last_key = None
+        self.stats = {"calls": 0, "traces": 0, "replays": 0, "retraces": 0, "reasons": []}
+
+    def __repr__(self):
+        return (f"<compiled {self.__name__}: {self.stats['traces']} traces, "
+                f"{self.stats['replays']} replays>")
+
+    def __get__(self, obj, objtype=None):  # a compiled method binds like a method
+        return self if obj is None else types.MethodType(self, obj)
+
+    # ---- calls ------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if _trace.tracer() is not None:
+            # NOTE: a compiled step called inside another one's trace is traced inline
+            return self.fn(*args, **kwargs)
+        self.stats["calls"] += 1
+        leaves, tensors, key, keep = [], {}, [], []
+        _flatten((args, kwargs), leaves, tensors, key, keep)
+        key = tuple(key)
+        plans = self._plans.get(key)
+        if plans is not None:
+            for p in plans:
+                if self.trust_input or p.guard_failure() is None:
+                    self.stats["replays"] += 1
+                    return p.run(leaves, tensors)
+            reason = plans[0].guard_failure()
+            self._note_retrace(reason)
+            self._first.pop(key, None)
+        elif key not in self._first and self._last_key is not None:
+            self._note_retrace(self._why(key))
+        self._last_key = key
+        tracer = Tracer(leaves, tensors, self.__name__)
+        old = _trace.set_tracer(tracer)
+        try:
+            result = self.fn(*args, **kwargs)
+            trace = tracer.finish(result)
+        finally:
+            _trace.set_tracer(old)
+        self.stats["traces"] += 1
+        first = self._first.pop(key, None)
+        if first is None:
+            self._first[key] = trace
+            self._keep[key] = keep
+            return result
+        compare(first, trace, self.__name__)
+        prog = Program(trace, fuse=self.fuse, cse=self.cse)
+        self._plans.setdefault(key, []).insert(0, prog)
+        self._keep[key] = keep
+        for n in trace.nodes:  # NOTE: the traced graph's tensors are not needed by replays
+            if n.kind == "op":
+                n.fn.inputs = ()
+        return result
+
+    def _why(self, key):
+        old = self._last_key
+        if len(old) != len(key):
+            return "the arguments have another structure"
+        for a, b in zip(old, key):
+            if a != b:
+                return f"an argument was {_describe(a)}, is {_describe(b)}"
+        return "new arguments"
+
+    def _note_retrace(self, reason):
+        self.stats["retraces"] += 1
+        self.stats["reasons"].append(reason)
+        n = self.stats["retraces"]
+        if n == self.warn_after:
+            warnings.warn(
+                f"lk.compile: {self.__name__} was traced again {n} times "
+                f"({'; '.join(self.stats['reasons'][-3:])}). Each new shape or Python value "
+                "of an argument is traced twice before it replays; pass values that change "
+                "at every call as tensors, or pad batches to a few shapes",
+                CompileWarning, stacklevel=3)
+
+    def run(self, batches, n_calls=None):
+        """Call the step on each item of ``batches`` (a tuple is the arguments, a dict the
+        keyword arguments, anything else the one argument), ``n_calls`` times at most;
+        returns the list of results."""
+        out = []
+        for k, b in enumerate(batches):
+            if n_calls is not None and k >= n_calls:
+                break
+            if isinstance(b, tuple):
+                out.append(self(*b))
+            elif isinstance(b, dict):
+                out.append(self(**b))
+            else:
+                out.append(self(b))
+        return out
+
+    # ---- looking inside -------------------------------------------------------------------
+    def programs(self):
+        """The compiled programs (one per argument signature)."""
+        return [p for ps in self._plans.values() for p in ps]
+
+    def explain(self) -> str:
+        """How the step was compiled: ops traced and kept, fused kernels, retraces."""
+        lines = [f"{self.__name__}: {self.stats['calls']} calls, {self.stats['traces']} "
+                 f"traced, {self.stats['replays']} replayed, {self.stats['retraces']} retraces"]
+        for p in self.programs():
+            lines.append(f"  program: {p.trace_nodes} ops traced -> {len(p.nodes)} nodes "
+                         f"({p.fused} fused kernels)")
+        for r in self.stats["reasons"]:
+            lines.append(f"  retraced: {r}")
+        return "\n".join(lines)
+
+
+def compile(fn=None, *, trust_input=False, fuse=True, cse=True, warn_after=4):
+    """Compile ``fn`` (a training or evaluation step); as a decorator with or without
+    arguments. See the module's documentation for what a compiled step may do.
+
+    Examples
+    --------
+    >>> import labkit as lk
+    >>> w = lk.tensor([1.0, 2.0], requires_grad=True)
+    >>> @lk.compile
+    ... def f(x):
+    ...     return (x * w).sum()
+    >>> [float(f(lk.tensor([1.0, 1.0])).item()) for _ in range(3)]
+    [3.0, 3.0, 3.0]
+    """
+    if fn is None:
+        return lambda f: Compiled(f, trust_input=trust_input, fuse=fuse, cse=cse,
+                                  warn_after=warn_after)
+    if not callable(fn):
+        raise TypeError(f"lk.compile: expected a function, got {type(fn).__name__}")
+    return Compiled(fn, trust_input=trust_input, fuse=fuse, cse=cse, warn_after=warn_after)
+
+
+class _Module(types.ModuleType):
+    """``lk.compile`` is this module, and calling it compiles (``lk.compile(fn)``)."""
+
+    def __call__(self, fn=None, **options):
+        return compile(fn, **options)
+
+
+sys.modules[__name__].__class__ = _Module
+
+__all__ = ["CompileError", "CompileWarning", "Compiled", "compile", "host"]

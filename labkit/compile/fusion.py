@@ -1,0 +1,5 @@
+"""Elementwise fusion on OpenCL devices (filled in below)."""
+
+
+def fuse(nodes, trace, needed, consts):
+    return nodes, 0

@@ -1,0 +1,92 @@
+"""Passes over a traced step: constant folding, common-subexpression merge, dead-code removal.
+
+Each pass takes and returns the node list; slots that a pass makes constant are added to
+``consts`` (slot -> array), and ``alias`` (slot -> slot) records merged values. The passes keep
+every node that changes state (an optimizer's update, running statistics, a generator's draw)
+and every op another op refers to (a backward op that reads what its forward op saved).
+"""
+
+from __future__ import annotations
+
+
+def refs(node) -> set:
+    """Indices of the ops ``node`` was made with (a backward op holding its forward op)."""
+    out: set = set()
+
+    def walk(v):
+        if isinstance(v, tuple):
+            if len(v) == 2 and v[0] == "op" and isinstance(v[1], int):
+                out.add(v[1])
+            else:
+                for x in v:
+                    walk(x)
+
+    if node.kind == "op":
+        walk(node.sig[1])
+    return out
+
+
+def fold(nodes, sources, values, consts):
+    """Ops whose inputs are all constants become constants (their traced values)."""
+    const = {s for s, src in sources.items() if src.kind == "const"} | set(consts)
+    referenced = set()
+    for n in nodes:
+        referenced |= refs(n)
+    kept = []
+    for n in nodes:
+        if (n.kind == "op" and not n.effect and not n.attr_in and n.idx not in referenced
+                and not refs(n) and all(s in const for s in n.ins)):
+            for s in n.outs + [s for _, _, s in n.attr_out]:
+                consts[s] = values[s]
+                const.add(s)
+            continue
+        kept.append(n)
+    return kept
+
+
+def merge(nodes, alias):
+    """Ops of the same type, made with the same constants, on the same inputs, compute the
+    same values: the later ones are dropped and their outputs read the first one's."""
+    referenced = set()
+    for n in nodes:
+        referenced |= refs(n)
+    seen: dict = {}
+    kept = []
+    for n in nodes:
+        if alias:
+            n.ins = [alias.get(s, s) for s in n.ins]
+            n.attr_in = [(a, i, alias.get(s, s)) for a, i, s in n.attr_in]
+        if (n.kind != "op" or n.effect or n.attr_out or n.consts
+                or n.idx in referenced or refs(n)):
+            kept.append(n)
+            continue
+        try:
+            key = (n.sig, tuple(n.ins), tuple(n.attr_in))
+            hash(key)
+        except TypeError:
+            kept.append(n)
+            continue
+        first = seen.get(key)
+        if first is None:
+            seen[key] = n
+            kept.append(n)
+        else:
+            for a, b in zip(n.outs, first.outs):
+                alias[a] = b
+    return kept
+
+
+def prune(nodes, needed):
+    """Drop ops whose results nothing needs (the step's outputs, its updates, state changes)."""
+    needed = set(needed)
+    keep_ops: set = set()
+    live = [False] * len(nodes)
+    for k in range(len(nodes) - 1, -1, -1):
+        n = nodes[k]
+        if (n.effect or n.idx in keep_ops or any(s in needed for s in n.outs)
+                or any(s in needed for _, _, s in n.attr_out)):
+            live[k] = True
+            needed.update(n.ins)
+            needed.update(s for _, _, s in n.attr_in)
+            keep_ops |= refs(n)
+    return [n for n, ok in zip(nodes, live) if ok]

@@ -1,0 +1,336 @@
+"""Tracing: one call of a step, run for real, recorded as a flat list of nodes over slots.
+
+A slot is one array value of the step. It is made by a node (an op's output, an array an op
+saved on itself, a host computation's result) or comes from outside: an argument of the step,
+a tensor that lives on between calls (a parameter: read at each replay), or a constant made
+inside the step. Whether an outside value is live or constant is decided by comparing two
+traced calls (:func:`compare`): the same tensor or the same array object both times is live;
+anything else must have the same value both times, or the step cannot be compiled.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..autograd.function import Function
+from ..autograd.tensor import Tensor
+from ..backend import opencl
+from ..errors import CompileError
+
+_ARRAYS = (np.ndarray, opencl.ndarray)
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def is_array(v) -> bool:
+    return isinstance(v, _ARRAYS)
+
+
+def where() -> str:
+    """``file:line`` of the innermost frame outside labkit (the user's line that made an op)."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename.startswith(_PKG):
+        f = f.f_back
+    if f is None:
+        return "inside labkit"
+    return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+
+
+@dataclass(eq=False)
+class Node:
+    """One recorded computation: a labkit op (``fn`` a Function, replayed by its ``forward``)
+    or a host computation (``fn`` a callable of arrays)."""
+
+    kind: str                 # "op" | "host"
+    fn: object
+    ins: list                 # input slots
+    outs: list                # output slots
+    name: str
+    where: str
+    sig: tuple = ()           # the op's type and constants, for comparing traces and merging
+    attr_in: list = field(default_factory=list)    # (attribute, index or None, slot)
+    attr_out: list = field(default_factory=list)   # (attribute, index or None, slot)
+    effect: bool = False      # changes state: always runs
+    consts: list = field(default_factory=list)     # (attribute, index, array): arrays it was made with
+    idx: int = -1             # its position in the trace (what other ops' refs name)
+    multi: bool = False       # returns a tuple
+
+
+@dataclass(eq=False)
+class Source:
+    """Where a slot not made by a node comes from."""
+
+    kind: str                 # "arg" | "ext" (then "live", "live_array" or "const" after compare)
+    arg: int = -1             # the argument's index among the step's array leaves
+    tensor: object = None     # ext: the tensor it was read from (None: a raw array)
+    value: object = None      # ext: the array
+
+
+class Trace:
+    """What one traced call did."""
+
+    def __init__(self, arg_arrays):
+        self.nodes: list[Node] = []
+        self.sources: dict[int, Source] = {}
+        self.n_slots = 0
+        self.ids: dict[int, int] = {}      # id(array) -> slot
+        self.keep: list = []               # every array seen, alive (ids stay unique)
+        self.live: dict[int, tuple] = {}   # id(tensor) -> (tensor, its grad and data at first sight)
+        self.depends: list = []            # (object, attribute, value) the step read
+        self.out_tree = None
+        self.writes: list = []             # (tensor, "data" | "grad", slot or None)
+        self.values: dict[int, object] = {}  # slot -> its array in this call
+        self.arg_tensors: dict[int, Tensor] = {}  # argument index -> the Tensor passed
+        for k, a in enumerate(arg_arrays):
+            if id(a) not in self.ids:
+                s = self._new()
+                self.sources[s] = Source("arg", arg=k, value=a)
+                self.ids[id(a)] = s
+                self.keep.append(a)
+                self.values[s] = a
+
+    def _new(self) -> int:
+        s = self.n_slots
+        self.n_slots += 1
+        return s
+
+    def produce(self, arr) -> int:
+        s = self._new()
+        self.ids[id(arr)] = s
+        self.keep.append(arr)
+        self.values[s] = arr
+        return s
+
+    def slot_of(self, arr, tensor=None) -> int:
+        s = self.ids.get(id(arr))
+        if s is not None:
+            return s
+        s = self._new()
+        self.sources[s] = Source("ext", tensor=tensor, value=arr)
+        self.ids[id(arr)] = s
+        self.keep.append(arr)
+        self.values[s] = arr
+        if tensor is not None and tensor.creator is None and id(tensor) not in self.live:
+            self.live[id(tensor)] = (tensor, tensor.grad, arr)
+        return s
+
+
+def _summary(v, node_of):
+    """A comparable summary of a constant an op was made with (arrays are compared apart)."""
+    if v is None or isinstance(v, (bool, str, numbers.Number, np.generic, np.dtype, type)):
+        return v if not isinstance(v, float) or v == v else "nan"
+    if isinstance(v, (tuple, list)):
+        return (type(v).__name__, tuple(_summary(x, node_of) for x in v))
+    if isinstance(v, slice):
+        return ("slice", v.start, v.stop, v.step)
+    if isinstance(v, dict):
+        return ("dict", tuple((k, _summary(x, node_of)) for k, x in sorted(v.items(), key=str)))
+    if isinstance(v, Function):
+        return ("op", node_of.get(id(v), type(v).__name__))
+    if is_array(v):
+        return ("array", tuple(v.shape), str(v.dtype))
+    if callable(v) and hasattr(v, "__code__"):
+        return ("code", v.__code__)
+    return ("object", id(v))
+
+
+class Tracer:
+    """Installed as the thread's tracer (labkit.autograd.trace) while one call runs."""
+
+    def __init__(self, arg_arrays, arg_tensors, fn_name: str):
+        self.t = Trace(arg_arrays)
+        self.t.arg_tensors = arg_tensors
+        self.fn_name = fn_name
+        self.node_of: dict[int, int] = {}  # id(Function) -> its node index
+
+    # ---- what the hooks call ------------------------------------------------------------
+    def record(self, fn, before, inputs, outs):
+        t = self.t
+        ins = [t.slot_of(x.data, x) for x in inputs]
+        attr_in, consts, sig = [], [], []
+        for name, v in before.items():
+            if is_array(v):
+                s = t.ids.get(id(v))
+                if s is not None:
+                    attr_in.append((name, None, s))
+                    sig.append((name, "slot"))
+                else:
+                    consts.append((name, None, v))
+                    sig.append((name, ("array", tuple(v.shape), str(v.dtype))))
+            elif isinstance(v, (tuple, list)) and any(is_array(x) for x in v):
+                parts = []
+                for i, x in enumerate(v):
+                    if is_array(x) and id(x) in t.ids:
+                        attr_in.append((name, i, t.ids[id(x)]))
+                        parts.append("slot")
+                    elif is_array(x):
+                        consts.append((name, i, x))
+                        parts.append(("array", tuple(x.shape), str(x.dtype)))
+                    else:
+                        parts.append(_summary(x, self.node_of))
+                sig.append((name, tuple(parts)))
+            else:
+                sig.append((name, _summary(v, self.node_of)))
+        out_slots = [t.produce(o.data) for o in outs]
+        attr_out = []
+        for name, v in fn.__dict__.items():
+            old = before.get(name)
+            if is_array(v) and v is not old:
+                attr_out.append((name, None, t.produce(v)))
+            elif isinstance(v, (tuple, list)) and v is not old:
+                for i, x in enumerate(v):
+                    if is_array(x) and id(x) not in t.ids:
+                        attr_out.append((name, i, t.produce(x)))
+        self.node_of[id(fn)] = len(t.nodes)
+        t.nodes.append(Node("op", fn, ins, out_slots, fn.name, where(),
+                            (type(fn), tuple(sig)), attr_in, attr_out, False, consts,
+                            len(t.nodes), fn.n_out != 1))
+
+    def host(self, fn, arrays, effect, name):
+        t = self.t
+        ins = [t.slot_of(a) for a in arrays]
+        r = fn(*arrays)
+        if r is None:
+            outs = []
+        elif isinstance(r, tuple):
+            outs = [t.produce(np.asarray(x) if isinstance(x, np.generic) else x) for x in r]
+        else:
+            if isinstance(r, np.generic):
+                r = np.asarray(r)
+            outs = [t.produce(r)]
+        code = getattr(fn, "__code__", None) or getattr(getattr(fn, "__func__", None),
+                                                        "__code__", None)
+        t.nodes.append(Node("host", fn, ins, outs, name, where(),
+                            ("host", name, code, effect, len(outs)), effect=effect,
+                            idx=len(t.nodes), multi=isinstance(r, tuple)))
+        return r
+
+    def depends(self, obj, attr):
+        self.t.depends.append((obj, attr, getattr(obj, attr)))
+
+    def refuse_read(self, what):
+        raise CompileError(
+            f"lk.compile: {self.fn_name} reads {what} at {where()} while it is traced. A "
+            "compiled step runs without Python in between, so it cannot follow a number or a "
+            "branch taken from a tensor's values. Return the tensor from the step and read it "
+            "after the call (loss = step(x, y); loss.item()), or compile a smaller function")
+
+    # ---- the end of the call --------------------------------------------------------------
+    def finish(self, result):
+        t = self.t
+        t.out_tree = self._outputs(result)
+        for tensor, grad0, arr0 in t.live.values():
+            if tensor.data is not arr0:
+                s = t.ids.get(id(tensor.data))
+                if s is None or s in t.sources:
+                    raise CompileError(
+                        f"lk.compile: {self.fn_name} replaced the data of a tensor of shape "
+                        f"{tensor.shape} with an array no labkit op made (.data = ... or an "
+                        "in-place NumPy update); a replay could not repeat it. Update "
+                        "parameters with an optimizer, or wrap raw array code in "
+                        "lk.compile.host(fn, *arrays)")
+                t.writes.append((tensor, "data", s))
+            g = tensor.grad
+            if g is None:
+                if grad0 is not None:
+                    t.writes.append((tensor, "grad", None))
+            elif g is not grad0:
+                s = t.ids.get(id(g.data))
+                if s is None:
+                    raise CompileError(
+                        f"lk.compile: {self.fn_name} set the .grad of a tensor of shape "
+                        f"{tensor.shape} to an array no labkit op made")
+                t.writes.append((tensor, "grad", s))
+        for k, tensor in t.arg_tensors.items():
+            g = tensor.grad
+            if g is not None and id(g.data) in t.ids and t.ids[id(g.data)] not in t.sources:
+                t.writes.append((k, "arg_grad", t.ids[id(g.data)]))
+        return t
+
+    def _outputs(self, r):
+        t = self.t
+        if isinstance(r, Tensor):
+            return ("tensor", t.slot_of(r.data, None))
+        if isinstance(r, (tuple, list)):
+            return (type(r).__name__, tuple(self._outputs(x) for x in r))
+        if isinstance(r, dict):
+            return ("dict", tuple((k, self._outputs(v)) for k, v in r.items()))
+        if r is None or isinstance(r, (bool, str, numbers.Number)):
+            return ("value", r)
+        if is_array(r):
+            return ("array", t.slot_of(r, None))
+        raise CompileError(
+            f"lk.compile: {self.fn_name} returned a {type(r).__name__}; a compiled step returns "
+            "tensors, arrays, numbers, None, and tuples, lists or dicts of them")
+
+
+# ---- comparing two traced calls -------------------------------------------------------------
+
+
+def _same_value(a, b) -> bool:
+    if a is b:
+        return True
+    if type(a) is not type(b) or tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+        return False
+    ha = a if isinstance(a, np.ndarray) else a.get()
+    hb = b if isinstance(b, np.ndarray) else b.get()
+    return bool(np.array_equal(ha, hb, equal_nan=True))
+
+
+def compare(a: Trace, b: Trace, fn_name: str) -> None:
+    """Raise CompileError naming the first difference between two traced calls; classify the
+    outside values of ``b`` (live tensor, live array or constant) on the way."""
+
+    def refuse(msg):
+        raise CompileError(
+            f"lk.compile: {fn_name} did not do the same thing in two calls with arguments of "
+            f"the same shapes: {msg}. A compiled step must be the same computation at every "
+            "call: pass values that change as arguments (they are checked at each call), and "
+            "wrap raw array code in lk.compile.host(fn, *arrays)")
+
+    if len(a.nodes) != len(b.nodes):
+        for k, (x, y) in enumerate(zip(a.nodes, b.nodes)):
+            if x.sig != y.sig:
+                refuse(f"op {k} was {x.name} ({x.where}) then {y.name} ({y.where})")
+        refuse(f"the first call ran {len(a.nodes)} ops, the second {len(b.nodes)}")
+    for k, (x, y) in enumerate(zip(a.nodes, b.nodes)):
+        if x.sig != y.sig:
+            if x.name != y.name:
+                refuse(f"op {k} was {x.name} ({x.where}) then {y.name} ({y.where})")
+            diff = [f"{p[0]}: {p[1]!r} then {q[1]!r}" for p, q in zip(x.sig[1], y.sig[1])
+                    if p != q] if x.kind == "op" else []
+            refuse(f"op {k} ({x.name}, {y.where}) was made with other constants"
+                   + (f" ({'; '.join(diff)})" if diff else ""))
+        if x.ins != y.ins or x.attr_in != y.attr_in or len(x.outs) != len(y.outs):
+            refuse(f"op {k} ({y.name}, {y.where}) read other values")
+        for (n, i, ca), (_, _, cb) in zip(x.consts, y.consts):
+            if not _same_value(ca, cb):
+                refuse(f"op {k} ({y.name}, {y.where}) was made with an array {n!r} whose "
+                       "values changed (computed from the data outside labkit ops?)")
+    for s, sb in b.sources.items():
+        sa = a.sources.get(s)
+        if sa is None or sa.kind != sb.kind or (sb.kind == "arg" and sa.arg != sb.arg):
+            refuse(f"value {s} came from elsewhere")
+        if sb.kind != "ext":
+            continue
+        if sb.tensor is not None and sb.tensor is sa.tensor:
+            sb.kind = "live"
+        elif sb.value is sa.value:
+            sb.kind = "live_array"
+        elif _same_value(sa.value, sb.value):
+            sb.kind = "const"
+        else:
+            user = next((n for n in b.nodes if s in n.ins), None)
+            at = f" (read by {user.name} at {user.where})" if user else ""
+            refuse(f"an array of shape {tuple(sb.value.shape)} made outside labkit ops changed "
+                   f"its values{at}")
+    if a.out_tree != b.out_tree:
+        refuse("it returned something else")
+    wa = [(t if k == "arg_grad" else id(t), k, s) for t, k, s in a.writes]
+    wb = [(t if k == "arg_grad" else id(t), k, s) for t, k, s in b.writes]
+    if wa != wb:
+        refuse("it updated other tensors")
