@@ -1,6 +1,6 @@
 """labkit's define-by-run autograd against PyTorch (CPU) and hand-written NumPy, in one run.
 
-    python benchmarks/bench_autograd.py            # overhead, mlp, cnn
+    python benchmarks/bench_autograd.py            # overhead, mlp, cnn, lstm
     python benchmarks/bench_autograd.py mlp
 
 Times are the median of repeats after a warm-up; compare the ratios.
@@ -267,7 +267,117 @@ def cnn():
     row("step", fmt(t_cpu), fmt(t_cl), fmt(t_t), "", f"{t_cpu / t_t:.2f}x" if t_t else "-")
 
 
-SECTIONS = {"overhead": overhead, "mlp": mlp, "cnn": cnn}
+def _np_sigmoid(z):
+    return 1 / (1 + np.exp(-z))
+
+
+def lstm():
+    T, B, Fi, H = 32, 32, 64, 128
+    print(f"\n## LSTM step: T={T}, B={B}, F={Fi}, H={H}; forward over the sequence, "
+          "mean squared error of the last hidden state, backward, SGD; ms")
+    row("", "labkit cpu", "labkit cl", "PyTorch", "NumPy", "cpu/PyTorch", "cpu/NumPy",
+        "NumPy/PyTorch")
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((B, T, Fi)).astype(np.float32)
+    Y = rng.standard_normal((B, H)).astype(np.float32) * np.float32(0.5)
+    # gates concatenated as F.lstm wants them: a (cell input), i, f, o
+    P0 = [rng.uniform(-1, 1, (4 * H, Fi)).astype(np.float32) * np.float32(np.sqrt(3 / Fi)),
+          rng.uniform(-1, 1, (4 * H, H)).astype(np.float32) * np.float32(np.sqrt(3 / H)),
+          np.zeros(4 * H, np.float32)]
+    losses = {}
+
+    def lk_step(dev):
+        import labkit.bricks as B_
+
+        net = B_.LSTM(Fi, H)
+        for p, v in zip((net.W, net.U, net.b), P0):
+            p.data = v.copy()
+        net.to(dev)
+        params = [net.W, net.U, net.b]
+        x, y = lk.tensor(X, device=dev), lk.tensor(Y, device=dev)
+
+        def step():
+            loss = F.mean_squared_error(net(x)[:, -1], y)
+            for p in params:
+                p.grad = None
+            loss.backward()
+            with lk.no_grad():
+                for p in params:
+                    p.data -= 0.1 * p.grad.data
+            losses.setdefault(f"labkit {dev}", loss.item())
+        return step
+
+    t_cpu = timeit(lk_step("cpu"), 10)
+    cl = lk.device("cl")
+    t_cl = timeit(lk_step("cl"), 3, cl.synchronize)
+    t_t = None
+    if torch is not None:
+        tp = [torch.from_numpy(p.copy()).requires_grad_(True) for p in P0]
+        tx, ty = torch.from_numpy(X), torch.from_numpy(Y)
+
+        def tstep():  # the same ops, step by step (torch.nn.LSTM orders its gates i, f, g, o)
+            W, U, b = tp
+            pre = torch.nn.functional.linear(tx, W, b)
+            h = c = torch.zeros(B, H)
+            for t in range(T):
+                a, i, f, o = (pre[:, t] + h @ U.T).chunk(4, dim=1)
+                c = torch.tanh(a) * torch.sigmoid(i) + torch.sigmoid(f) * c
+                h = torch.sigmoid(o) * torch.tanh(c)
+            loss = torch.nn.functional.mse_loss(h, ty)
+            for p in tp:
+                p.grad = None
+            loss.backward()
+            with torch.no_grad():
+                for p in tp:
+                    p -= 0.1 * p.grad
+            losses.setdefault("PyTorch", loss.item())
+        t_t = timeit(tstep, 10)
+    Pn = [p.copy() for p in P0]
+
+    def npstep():  # hand-written forward and backpropagation through time
+        W, U, b = Pn
+        pre = X @ W.T + b
+        h, c = np.zeros((B, H), np.float32), np.zeros((B, H), np.float32)
+        saved = []
+        for t in range(T):
+            z = pre[:, t] + h @ U.T
+            a, i, f, o = np.tanh(z[:, :H]), *np.split(_np_sigmoid(z[:, H:]), 3, axis=1)
+            c_prev, h_prev = c, h
+            c = a * i + f * c_prev
+            tc = np.tanh(c)
+            h = o * tc
+            saved.append((a, i, f, o, c_prev, tc, h_prev))
+        losses.setdefault("NumPy", float(np.mean((h - Y) ** 2)))
+        gh = (h - Y) * np.float32(2 / h.size)
+        gc = np.zeros_like(c)
+        dz = np.empty_like(pre)
+        for t in reversed(range(T)):
+            a, i, f, o, c_prev, tc, h_prev = saved[t]
+            gc = gc + gh * o * (1 - tc * tc)
+            g = dz[:, t]
+            g[:, :H] = gc * i * (1 - a * a)
+            g[:, H:2 * H] = gc * a * i * (1 - i)
+            g[:, 2 * H:3 * H] = gc * c_prev * f * (1 - f)
+            g[:, 3 * H:] = gh * tc * o * (1 - o)
+            gc = gc * f
+            gh = g @ U
+        hs = np.stack([s[6] for s in saved], axis=1)  # h_{t-1} for every t
+        gW = dz.reshape(-1, 4 * H).T @ X.reshape(-1, Fi)
+        gU = dz.reshape(-1, 4 * H).T @ hs.reshape(-1, H)
+        gb = dz.sum((0, 1))
+        for q, g in zip(Pn, (gW, gU, gb)):
+            q -= np.float32(0.1) * g
+    t_np = timeit(npstep, 10)
+    row("step", fmt(t_cpu), fmt(t_cl), fmt(t_t), fmt(t_np),
+        f"{t_cpu / t_t:.2f}x" if t_t else "-", f"{t_cpu / t_np:.2f}x",
+        f"{t_np / t_t:.2f}x" if t_t else "-")
+    ref = losses["NumPy"]
+    worst = max(abs(v - ref) / ref for v in losses.values())
+    print("first-step loss: " + ", ".join(f"{k} {v:.6f}" for k, v in losses.items())
+          + f" (largest relative difference {worst:.1e})")
+
+
+SECTIONS = {"overhead": overhead, "mlp": mlp, "cnn": cnn, "lstm": lstm}
 
 if __name__ == "__main__":
     print(f"labkit autograd benchmark: NumPy {np.__version__}"

@@ -214,10 +214,13 @@ class LSTM(_Recurrent):
     def forward(self, x, mask=None):
         h = c = self._zeros(x)
         m = None if mask is None else _as_mask(mask, x)
-        pre = F.linear(x, self.W, self.b)  # all time steps at once
+        # all time steps at once; unbound in one node (slicing pre[:, t] at each step made
+        # backward O(T^2): each slice's gradient was a zero array of pre's whole shape)
+        pre = F.unbind(F.linear(x, self.W, self.b), axis=1)
+        UT = F.transpose(self.U)
         hs = []
         for t in range(x.shape[1]):
-            z = pre[:, t] + F.matmul(h, F.transpose(self.U))
+            z = pre[t] + F.matmul(h, UT)
             c_new, h_new = F.lstm(c, z)
             c, h = _mask_step(m, t, c_new, c), _mask_step(m, t, h_new, h)
             hs.append(h)
@@ -232,14 +235,14 @@ class GRU(_Recurrent):
     def forward(self, x, mask=None):
         h = self._zeros(x)
         m = None if mask is None else _as_mask(mask, x)
-        pre = F.linear(x, self.W, self.b)
-        Ur, Uz, Un = F.split(self.U, 3, axis=0)
+        pre = F.unbind(F.linear(x, self.W, self.b), axis=1)  # see LSTM.forward
+        Ur, Uz, Un = (F.transpose(u) for u in F.split(self.U, 3, axis=0))
         hs = []
         for t in range(x.shape[1]):
-            xr, xz, xn = F.split(pre[:, t], 3, axis=1)
-            r = F.sigmoid(xr + F.matmul(h, F.transpose(Ur)))
-            zg = F.sigmoid(xz + F.matmul(h, F.transpose(Uz)))
-            nn = F.tanh(xn + r * F.matmul(h, F.transpose(Un)))
+            xr, xz, xn = F.split(pre[t], 3, axis=1)
+            r = F.sigmoid(xr + F.matmul(h, Ur))
+            zg = F.sigmoid(xz + F.matmul(h, Uz))
+            nn = F.tanh(xn + r * F.matmul(h, Un))
             h = _mask_step(m, t, (1.0 - zg) * nn + zg * h, h)
             hs.append(h)
         return F.stack(hs, axis=1)

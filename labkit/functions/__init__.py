@@ -49,6 +49,7 @@ from .array import (
     squeeze,
     stack,
     to_device,
+    unbind,
 )
 from .connection import conv2d, conv_transpose2d, embed_id, linear, matmul
 from .loss import accuracy, mean_squared_error, sigmoid_cross_entropy, softmax_cross_entropy
@@ -94,5 +95,5 @@ __all__ = [
     "matmul", "max", "max_pool2d", "maximum", "mean", "mean_squared_error", "min", "minimum",
     "mul", "neg", "pad", "pow", "relu", "reshape", "sigmoid", "sigmoid_cross_entropy", "sin",
     "softmax", "softmax_cross_entropy", "softplus", "split", "sqrt", "squeeze", "stack", "sub",
-    "sum", "sum_to", "tanh", "to_device", "transpose", "var", "where",
+    "sum", "sum_to", "tanh", "to_device", "transpose", "unbind", "var", "where",
 ]

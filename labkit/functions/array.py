@@ -1,7 +1,10 @@
 """Shape and indexing ops: reshape, transpose, broadcast_to, expand_dims, squeeze, flatten,
-concat, stack, split, getitem (slices, integer arrays, boolean masks), pad, cast, to_device."""
+concat, stack, split, unbind, getitem (slices, integer arrays, boolean masks), pad, cast,
+to_device."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
@@ -124,7 +127,7 @@ def getitem(x, key):
     return GetItem(_raw_key(key)).apply((_check.tensor(x, "getitem"),))
 
 
-# ---- concat / stack / split / pad ------------------------------------------------------------
+# ---- concat / stack / split / unbind / pad ---------------------------------------------------
 
 
 class Concat(Function):
@@ -138,12 +141,7 @@ class Concat(Function):
         return xp_of(xs[0]).concatenate(xs, axis=self.axis)
 
     def backward(self, inputs, gy):
-        out, pos = [], 0
-        pre = (slice(None),) * (self.axis % gy.ndim)
-        for n in self.sizes:
-            out.append(getitem(gy, pre + (slice(pos, pos + n),)))
-            pos += n
-        return tuple(out)
+        return Split(self.axis, list(itertools.accumulate(self.sizes, initial=0))).apply((gy,))
 
 
 def concat(xs, axis=0):
@@ -162,12 +160,81 @@ def concat(xs, axis=0):
 def stack(xs, axis=0):
     """Tensors of one shape and dtype joined along a new ``axis``."""
     xs = _check.tensors(xs, "stack")
-    _check.axis(axis, xs[0].ndim + 1, "stack", xs[0].shape, what="xs[0]")
+    ax = _check.axis(axis, xs[0].ndim + 1, "stack", xs[0].shape, what="xs[0]")
     for i, x in enumerate(xs):
         if x.shape != xs[0].shape:
             raise ShapeError(f"stack: tensor {i} has shape {x.shape} but tensor 0 has "
                              f"{xs[0].shape}; stacked tensors must have one shape")
-    return concat([expand_dims(x, axis) for x in xs], axis=axis)
+    return Stack(ax).apply(tuple(xs))
+
+
+# NOTE: split and unbind are one node with one output per piece, so their backward is one
+# concat (stack) of the pieces' gradients; cutting by getitem, each piece's gradient was a zero
+# array of the whole input's shape, summed by the engine: O(T^2) over a sequence of T steps.
+class Split(Function):
+    name = "split"
+
+    def __init__(self, axis, edges):
+        self.axis, self.edges = axis, edges
+        self.n_out = len(edges) - 1
+
+    def forward(self, x):
+        pre = (slice(None),) * self.axis
+        ys = tuple(x[pre + (slice(s, e),)] for s, e in zip(self.edges[:-1], self.edges[1:]))
+        return ys if self.n_out != 1 else ys[0]
+
+    def backward(self, inputs, gys):
+        return Concat(self.axis).apply(gys if self.n_out != 1 else (gys,))
+
+
+class Stack(Function):
+    name = "stack"
+
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, *xs):
+        return xp_of(xs[0]).stack(xs, axis=self.axis)
+
+    def backward(self, inputs, gy):
+        return Unbind(self.axis, len(inputs)).apply((gy,))
+
+
+class Unbind(Function):
+    name = "unbind"
+
+    def __init__(self, axis, n):
+        self.axis, self.n_out = axis, n
+
+    def forward(self, x):
+        pre = (slice(None),) * self.axis
+        ys = tuple(x[pre + (i,)] for i in range(self.n_out))
+        return ys if self.n_out != 1 else ys[0]
+
+    def backward(self, inputs, gys):
+        return Stack(self.axis).apply(gys if self.n_out != 1 else (gys,))
+
+
+def _pieces(out):
+    return out if isinstance(out, tuple) else (out,)
+
+
+def unbind(x, axis=0):
+    """The slices of ``x`` along ``axis``, each without that axis: a tuple of ``x.shape[axis]``
+    tensors (the inverse of ``stack``).
+
+    Examples
+    --------
+    >>> import labkit as lk
+    >>> import labkit.functions as F
+    >>> a, b = F.unbind(lk.tensor([[1.0, 2.0], [3.0, 4.0]]), axis=1)
+    >>> a.numpy()
+    array([1., 3.], dtype=float32)
+    """
+    ax = _check.axis(axis, _check.tensor(x, "unbind").ndim, "unbind", x.shape)
+    if x.shape[ax] == 0:
+        return ()
+    return _pieces(Unbind(ax, x.shape[ax]).apply((x,)))
 
 
 def split(x, indices_or_sections, axis=0):
@@ -181,9 +248,7 @@ def split(x, indices_or_sections, axis=0):
         if ios <= 0:
             raise ValueError(f"split: the number of sections must be positive, got {ios}")
     bounds = split_bounds(n, ios, ax)
-    edges = [0] + bounds + [n]
-    pre = (slice(None),) * ax
-    return tuple(getitem(x, pre + (slice(s, e),)) for s, e in zip(edges[:-1], edges[1:]))
+    return _pieces(Split(ax, [0] + bounds + [n]).apply((x,)))
 
 
 class Pad(Function):
@@ -281,4 +346,4 @@ def to_device(x, device):
 
 
 __all__ = ["broadcast_to", "cast", "concat", "expand_dims", "flatten", "getitem", "pad",
-           "reshape", "split", "squeeze", "stack", "to_device", "transpose"]
+           "reshape", "split", "squeeze", "stack", "to_device", "transpose", "unbind"]

@@ -81,6 +81,13 @@ MASK = np.array([[True, False, True], [False, True, True]])
 BN_GAMMA = np.array([1.5, 0.5, 2.0])
 
 
+def np_lstm(c, x):
+    """(c, h) of one LSTM step, side by side."""
+    a, i, f, o = np.split(x, 4, axis=1)
+    c = np.tanh(a) / (1 + np.exp(-i)) + c / (1 + np.exp(-f))
+    return np.concatenate([c, np.tanh(c) / (1 + np.exp(-o))], axis=1)
+
+
 def bn_ref(x, g, b):
     m = x.mean(axis=(0, 2, 3), keepdims=True)
     v = x.var(axis=(0, 2, 3), keepdims=True)
@@ -163,6 +170,16 @@ CASES = [
            [(2, 3), (2, 3)], double=False),
     OpCase("split", lambda x: F.split(x, [1, 3], axis=1)[1],
            lambda x: np.split(x, [1, 3], axis=1)[1], [(2, 5)], double=False),
+    # products of the pieces: the second derivative goes through split's backward (a concat)
+    OpCase("split_products", lambda x: (lambda a, b, c: a * b + c * c)(*F.split(x, 3, axis=1)),
+           lambda x: x[:, :2] * x[:, 2:4] + x[:, 4:] ** 2, [(2, 6)]),
+    OpCase("unbind", lambda x: F.unbind(x, axis=-1)[1], lambda x: x[..., 1], [(2, 3, 2)],
+           double=False),
+    OpCase("unbind_products", lambda x: (lambda a, b, c: a * b - c * c)(*F.unbind(x, axis=1)),
+           lambda x: x[:, 0] * x[:, 1] - x[:, 2] ** 2, [(2, 3, 4)]),
+    OpCase("unbind_one", lambda x: F.unbind(x, axis=0)[0] ** 2, lambda x: x[0] ** 2, [(1, 3)]),
+    OpCase("stack_products", lambda a, b: F.stack([a * b, b * b], axis=1),
+           lambda a, b: np.stack([a * b, b * b], axis=1), [(2, 3), (2, 3)]),
     OpCase("getitem_slices", lambda x: x[1:, ::-2, None], lambda x: x[1:, ::-2, None],
            [(3, 4)], double=False),
     OpCase("getitem_int_array", lambda x: x[np.array([2, 0, 2, 1])],
@@ -227,6 +244,9 @@ CASES = [
     OpCase("lstm", lambda c, x: F.lstm(c, x)[1],
            lambda c, x: (1 / (1 + np.exp(-x[:, 9:]))) * np.tanh(
                np.tanh(x[:, :3]) / (1 + np.exp(-x[:, 3:6])) + c / (1 + np.exp(-x[:, 6:9]))),
+           [(2, 3), (2, 12)]),
+    # both outputs at once: lstm_grad's backward (by hand) sees gradients of c and of h
+    OpCase("lstm_c_and_h", lambda c, x: F.concat(list(F.lstm(c, x)), axis=1), np_lstm,
            [(2, 3), (2, 12)]),
 ]
 
