@@ -25,7 +25,7 @@ def set_tracer(tr):
     return old
 
 
-def host(fn, *arrays, effect: bool = False, name: str | None = None):
+def host(fn, *arrays, effect: bool = False, mutates=(), name: str | None = None):
     """``fn(*arrays)``, recorded when a compiled step is being traced.
 
     For code that computes with raw device arrays (NumPy or labkit's OpenCL arrays) outside
@@ -33,7 +33,9 @@ def host(fn, *arrays, effect: bool = False, name: str | None = None):
     arrays, so its result is never a stale value of the traced call. ``arrays`` are the
     arrays ``fn`` reads that the step computes or receives; anything else ``fn`` reads (an
     optimizer's state, a generator) is read when it runs. ``effect=True`` marks a call that
-    changes state (an update in place): it always runs, even when its result is unused.
+    changes state (an update in place): it always runs, even when its result is unused;
+    ``mutates`` names the arrays it changes in place (the tracer refuses a step that changes
+    any other array it read, since a replay would not repeat that change).
     ``fn`` returns an array, a tuple of arrays, or None.
 
     Examples
@@ -46,7 +48,7 @@ def host(fn, *arrays, effect: bool = False, name: str | None = None):
     tr = getattr(_tls, "tracer", None)
     if tr is None:
         return fn(*arrays)
-    return tr.host(fn, arrays, effect, name or getattr(fn, "__name__", "host"))
+    return tr.host(fn, arrays, effect, name or getattr(fn, "__name__", "host"), mutates)
 
 
 def reading(what: str) -> None:

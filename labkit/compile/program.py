@@ -53,19 +53,8 @@ class Program:
         self.live_shapes = [(tensor, tensor.data.shape, tensor.data.dtype, tensor.requires_grad)
                             for _, tensor in self.live]
         self.depends = list(t.depends)
-        self.prog = [self._step(n, t) for n in nodes]
-
-    @staticmethod
-    def _step(n, t):
-        if n.kind == "op":
-            f = n.fn.forward
-        else:
-            f = n.fn
-        scalar = tuple(isinstance(t.values.get(s), np.ndarray) and t.values[s].ndim == 0
-                       for s in n.outs)
-        one = len(n.outs) == 1 and not n.multi
-        return (f, tuple(n.ins), tuple(n.outs), one, any(scalar), tuple(n.attr_in),
-                tuple(n.attr_out), n.fn)
+        self.lowered = 0
+        self.replay, self.source = _generate(self, nodes, t, needed | _read_by_hosts(nodes))
 
     # ---- replay ---------------------------------------------------------------------------
     def guard_failure(self):
@@ -83,38 +72,162 @@ class Program:
         return None
 
     def run(self, leaves, arg_tensors=None):
-        v = list(self.init)
-        for s, k in self.args:
-            v[s] = leaves[k]
-        for s, tensor in self.live:
-            v[s] = tensor.data
-        for f, ins, outs, one, scalar, attr_in, attr_out, obj in self.prog:
-            if attr_in:
-                for name, i, s in attr_in:
-                    if i is None:
-                        setattr(obj, name, v[s])
-                    else:
-                        cur = list(getattr(obj, name))
-                        cur[i] = v[s]
-                        setattr(obj, name, type(getattr(obj, name))(cur))
-            r = f(*[v[s] for s in ins])
-            if one:
-                v[outs[0]] = np.asarray(r) if scalar else r
-            elif outs:
-                for s, x in zip(outs, r):
-                    v[s] = np.asarray(x) if scalar and isinstance(x, np.generic) else x
-            if attr_out:
-                for name, i, s in attr_out:
-                    x = getattr(obj, name)
-                    v[s] = x if i is None else x[i]
-        for tensor, kind, s in self.writes:
-            if kind == "data":
-                tensor.data = v[s]
-            elif kind == "grad":
-                tensor.grad = None if s is None else Tensor(v[s])
-            elif arg_tensors is not None:  # "arg_grad": the argument's gradient
-                arg_tensors[tensor].grad = Tensor(v[s])
-        return _build(self.out_tree, v)
+        return self.replay(leaves, arg_tensors)
+
+
+# ---- code generation ------------------------------------------------------------------------
+
+#: cpu ops replayed as one NumPy ufunc call into a buffer kept between replays: type -> (ufunc,
+#: constant attribute or None). The op's forward is the same call without ``out=``.
+_UFUNCS = {}
+
+
+def _ufuncs():
+    if not _UFUNCS:
+        from ..functions import activation as a
+        from ..functions import math as m
+
+        _UFUNCS.update({
+            m.Add: (np.add, None), m.Sub: (np.subtract, None), m.Mul: (np.multiply, None),
+            m.Div: (np.true_divide, None), m.Neg: (np.negative, None),
+            m.AddConstant: (np.add, "c"), m.MulConstant: (np.multiply, "c"),
+            m.Exp: (np.exp, None), m.Log: (np.log, None), m.Sqrt: (np.sqrt, None),
+            m.Log1p: (np.log1p, None), m.Tanh: (np.tanh, None), a.ReLU: (np.maximum, 0),
+        })
+    return _UFUNCS
+
+
+def _root(a):
+    while getattr(a, "base", None) is not None:
+        a = a.base
+    return id(a)
+
+
+def _lowerable(n, values, referenced):
+    """(ufunc, constant or None) when the cpu op ``n`` can run as one ufunc into a buffer."""
+    if (n.kind != "op" or n.attr_in or n.attr_out or n.multi or n.idx in referenced
+            or len(n.outs) != 1):
+        return None
+    spec = _ufuncs().get(type(n.fn))
+    if spec is None:
+        return None
+    out = values.get(n.outs[0])
+    if type(out) is not np.ndarray or out.dtype.kind != "f":
+        return None
+    for s in n.ins:
+        v = values.get(s)
+        if type(v) is not np.ndarray or v.dtype != out.dtype:
+            return None
+    ufunc, attr = spec
+    if attr is None or attr == 0:
+        return ufunc, attr
+    c = n.fn.__dict__.get(attr)
+    if isinstance(c, bool) or not isinstance(c, (int, float, np.ndarray)):
+        return None
+    if isinstance(c, np.ndarray) and c.dtype != out.dtype:
+        return None
+    return ufunc, c
+
+
+def _generate(prog, nodes, t, exposed):
+    """A Python function that runs ``nodes`` once: one line per node, slots as locals."""
+    from . import passes
+
+    env = {"Tensor": Tensor, "asarray": np.asarray}
+    lines = ["def replay(L, AT):"]
+    referenced = set()
+    for n in nodes:
+        referenced |= passes.refs(n)
+    values = t.values
+    exposed_roots = {_root(values[s]) for s in exposed if s in values}
+    for k, (s, arg) in enumerate(prog.args):
+        lines.append(f"    s{s} = L[{arg}]")
+    for j, (s, tensor) in enumerate(prog.live):
+        env[f"P{j}"] = tensor
+        lines.append(f"    s{s} = P{j}.data")
+    for s, v in enumerate(prog.init):
+        if v is not None:
+            env[f"s{s}"] = v  # constants: globals of the generated function
+
+    def scalar0(s):
+        v = values.get(s)
+        return type(v) is np.ndarray and v.ndim == 0
+
+    for k, n in enumerate(nodes):
+        args = ", ".join(f"s{x}" for x in n.ins)
+        low = _lowerable(n, values, referenced) if n.kind == "op" else None
+        if low is not None:
+            ufunc, c = low
+            o = n.outs[0]
+            env[f"U{k}"] = ufunc
+            if c is not None:
+                env[f"C{k}"] = c
+                args += f", C{k}"
+            if _root(values[o]) in exposed_roots or values[o].ndim == 0:
+                lines.append(f"    s{o} = U{k}({args})")
+            else:
+                env[f"B{k}"] = np.empty_like(values[o])
+                lines.append(f"    s{o} = U{k}({args}, out=B{k})")
+            prog.lowered += 1
+            continue
+        if n.kind == "op":
+            env[f"O{k}"] = n.fn
+            env[f"F{k}"] = n.fn.forward
+            for name, i, x in n.attr_in:
+                if i is None:
+                    lines.append(f"    O{k}.{name} = s{x}")
+                else:
+                    lines.append(f"    _a = list(O{k}.{name}); _a[{i}] = s{x}; "
+                                 f"O{k}.{name} = type(O{k}.{name})(_a)")
+        else:
+            env[f"F{k}"] = n.fn
+        call = f"F{k}({args})"
+        if not n.outs:
+            lines.append(f"    {call}")
+        elif len(n.outs) == 1 and not n.multi:
+            o = n.outs[0]
+            lines.append(f"    s{o} = asarray({call})" if scalar0(o) else f"    s{o} = {call}")
+        else:
+            lines.append(f"    _r = {call}")
+            for i, o in enumerate(n.outs):
+                lines.append(f"    s{o} = asarray(_r[{i}])" if scalar0(o) else
+                             f"    s{o} = _r[{i}]")
+        for name, i, x in n.attr_out:
+            lines.append(f"    s{x} = O{k}.{name}" + ("" if i is None else f"[{i}]"))
+    for j, (tensor, kind, s) in enumerate(prog.writes):
+        if kind == "data":
+            env[f"W{j}"] = tensor
+            lines.append(f"    W{j}.data = s{s}")
+        elif kind == "grad":
+            env[f"W{j}"] = tensor
+            lines.append(f"    W{j}.grad = " + ("None" if s is None else f"Tensor(s{s})"))
+        else:
+            lines.append(f"    AT[{tensor}].grad = Tensor(s{s})")
+    lines.append(f"    return {_tree_code(prog.out_tree, env)}")
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, "<lk.compile replay>", "exec"), env)  # noqa: S102 - our own code
+    return env["replay"], source
+
+
+def _tree_code(tree, env):
+    kind, body = tree
+    if kind == "tensor":
+        return f"Tensor(s{body})"
+    if kind == "array":
+        return f"s{body}"
+    if kind == "value":
+        name = f"V{len(env)}"
+        env[name] = body
+        return name
+    if kind == "dict":
+        name = f"K{len(env)}"
+        env[name] = [k for k, _ in body]
+        items = ", ".join(f"{name}[{i}]: {_tree_code(x, env)}" for i, (_, x) in enumerate(body))
+        return "{" + items + "}"
+    items = [_tree_code(x, env) for x in body]
+    if kind == "tuple":
+        return "(" + "".join(f"{x}, " for x in items) + ")"
+    return "[" + ", ".join(items) + "]"
 
 
 def _alias_tree(tree, res):
@@ -138,20 +251,6 @@ def _tree_slots(tree):
     elif kind != "value":
         for x in body:
             yield from _tree_slots(x)
-
-
-def _build(tree, v):
-    kind, body = tree
-    if kind == "tensor":
-        return Tensor(v[body])
-    if kind == "array":
-        return v[body]
-    if kind == "value":
-        return body
-    if kind == "dict":
-        return {k: _build(x, v) for k, x in body}
-    items = [_build(x, v) for x in body]
-    return tuple(items) if kind == "tuple" else items
 
 
 def _read_by_hosts(nodes):

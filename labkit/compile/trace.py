@@ -13,6 +13,7 @@ from __future__ import annotations
 import numbers
 import os
 import sys
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,6 +85,8 @@ class Trace:
         self.out_tree = None
         self.writes: list = []             # (tensor, "data" | "grad", slot or None)
         self.values: dict[int, object] = {}  # slot -> its array in this call
+        self.sums: dict[int, int] = {}     # outside slot -> a checksum of its values when read
+        self.mutated: set = set()          # ids of the arrays host effects change in place
         self.arg_tensors: dict[int, Tensor] = {}  # argument index -> the Tensor passed
         for k, a in enumerate(arg_arrays):
             if id(a) not in self.ids:
@@ -114,9 +117,16 @@ class Trace:
         self.ids[id(arr)] = s
         self.keep.append(arr)
         self.values[s] = arr
+        self.sums[s] = checksum(arr)
         if tensor is not None and tensor.creator is None and id(tensor) not in self.live:
             self.live[id(tensor)] = (tensor, tensor.grad, arr)
         return s
+
+
+def checksum(a) -> int:
+    """A checksum of an array's values (tracing only: it reads an OpenCL array back)."""
+    h = a if isinstance(a, np.ndarray) else a.get()
+    return zlib.crc32(np.ascontiguousarray(h).view(np.uint8).reshape(-1)) if h.size else 0
 
 
 def _summary(v, node_of):
@@ -190,8 +200,9 @@ class Tracer:
                             (type(fn), tuple(sig)), attr_in, attr_out, False, consts,
                             len(t.nodes), fn.n_out != 1))
 
-    def host(self, fn, arrays, effect, name):
+    def host(self, fn, arrays, effect, name, mutates=()):
         t = self.t
+        t.mutated.update(id(a) for a in mutates)
         ins = [t.slot_of(a) for a in arrays]
         r = fn(*arrays)
         if r is None:
@@ -223,6 +234,17 @@ class Tracer:
     def finish(self, result):
         t = self.t
         t.out_tree = self._outputs(result)
+        for s, total in t.sums.items():
+            arr = t.values[s]
+            if id(arr) not in t.mutated and checksum(arr) != total:
+                users = [n for n in t.nodes if s in n.ins]
+                at = f" (read by {users[0].name} at {users[0].where})" if users else ""
+                raise CompileError(
+                    f"lk.compile: {self.fn_name} changed an array of shape "
+                    f"{tuple(arr.shape)} in place outside labkit ops{at} (p.data -= ..., "
+                    "x[...] = ...); a replay would not repeat that change. Update parameters "
+                    "with an optimizer (lk.optimizers.SGD(lr).setup(params)), or wrap raw "
+                    "array code in lk.compile.host(fn, *arrays, effect=True, mutates=(...))")
         for tensor, grad0, arr0 in t.live.values():
             if tensor.data is not arr0:
                 s = t.ids.get(id(tensor.data))

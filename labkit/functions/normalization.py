@@ -67,7 +67,8 @@ def batch_normalization(x, gamma, beta, running_mean=None, running_var=None, tra
                 running_mean[...] = running_mean * (1 - momentum) + mm * momentum
                 running_var[...] = running_var * (1 - momentum) + vv * momentum
 
-            host(update, m.data, v.data, effect=True, name="batch_norm.running_stats")
+            host(update, m.data, v.data, effect=True, mutates=(running_mean, running_var),
+                 name="batch_norm.running_stats")
         xhat = d / sqrt(v + eps)
     else:
         if running_mean is None or running_var is None:

@@ -22,6 +22,7 @@ from .. import roles as _roles
 from ..autograd.trace import host
 from ..backend import get_array_module, zeros
 from ..errors import CheckpointError
+from . import fused as _fused
 
 # ---- schedules ----------------------------------------------------------------------------
 
@@ -82,6 +83,8 @@ class Rule:
     """Transforms (param, grad-or-step) pairs; ``state`` keeps per-parameter arrays."""
 
     defaults: dict = {}
+    #: each parameter's step depends on its own arrays only (can be fused per parameter)
+    elementwise = True
 
     def __init__(self, *args, **hyper):
         names = list(self.defaults)
@@ -216,6 +219,7 @@ class GradientClipping(Rule):
     """Scale all gradients together so that their global L2 norm is at most ``max_norm``."""
 
     defaults = {"max_norm": 1.0}
+    elementwise = False  # the norm is over every gradient
 
     def apply(self, ps, steps, states, groups, t):
         total = math.sqrt(sum(float((g * g).sum()) for g in steps))
@@ -247,7 +251,14 @@ class WeightDecay(Rule):
 
 
 class Optimizer:
-    """Rules applied in order to the gradients; the last one gives the step ``p -= step``."""
+    """Rules applied in order to the gradients; the last one gives the step ``p -= step``.
+
+    On an OpenCL device the update of each parameter is one kernel when every rule is
+    elementwise arithmetic (``fused``; the same numbers as the unfused ops: set
+    ``opt.fused = False`` to compare)."""
+
+    #: one kernel per parameter on OpenCL devices (optimizers/fused.py)
+    fused = True
 
     def __init__(self, rules, constraints=()):
         self.rules = list(rules)
@@ -288,11 +299,22 @@ class Optimizer:
         grads = [plist[i].grad.data for i in idx]
         # NOTE: inside lk.compile's trace the update is one host step that each replay runs
         # again with that call's gradients, this optimizer's state and step count then
-        host(lambda *gs: self._apply(idx, gs), *grads, effect=True, name="optimizer.update")
+        changed = [p.data for p in plist] + [v for st in self.states for s in st
+                                             for v in s.values()]
+        host(lambda *gs: self._apply(idx, gs), *grads, effect=True, mutates=changed,
+             name="optimizer.update")
 
     def _apply(self, idx, grads):
         """The update of the parameters at ``idx`` from the arrays ``grads``, in place."""
         plist = list(self.params.values())
+        if (self.fused and grads and not isinstance(grads[0], np.ndarray)
+                and all(r.elementwise for r in self.rules)):
+            # NOTE: on an OpenCL device one kernel per parameter (optimizers/fused.py)
+            rest = [(i, g) for i, g in zip(idx, grads)
+                    if not _fused.update(self.rules, plist[i], g,
+                                         [st[i] for st in self.states], self.groups[i],
+                                         self.t)]
+            idx, grads = [i for i, _ in rest], [g for _, g in rest]
         ps = [plist[i] for i in idx]
         steps = list(grads)
         groups = [self.groups[i] for i in idx]

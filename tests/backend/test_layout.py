@@ -11,7 +11,7 @@ from labkit.backend import opencl
 BACKEND = Path(labkit.__file__).parent / "backend"
 
 # the OpenCL package bottom up: a module may import only modules listed before it
-ORDER = ["context", "program", "shapes", "ndarray", "elementwise", "core", "reduce", "gemm", "conv",
+ORDER = ["context", "program", "shapes", "ndarray", "elementwise", "fused", "core", "reduce", "gemm", "conv",
          "indexing", "methods", "api"]
 
 

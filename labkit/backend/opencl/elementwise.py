@@ -91,8 +91,8 @@ def _vector_plan(rt, name, expr, vec, out, inputs, in_ctypes):
     return (kernel, n, gs, ls, empty, (), tuple(kinds))
 
 
-def _plan(rt, name, expr, out, inputs, in_ctypes, vec=None):
-    plan = _vector_plan(rt, name, expr, vec, out, inputs, in_ctypes)
+def _plan(rt, name, expr, out, inputs, in_ctypes, vec=None, pre=""):
+    plan = None if pre else _vector_plan(rt, name, expr, vec, out, inputs, in_ctypes)
     if plan is not None:
         return plan
     shape = out.shape
@@ -152,10 +152,11 @@ def _plan(rt, name, expr, out, inputs, in_ctypes, vec=None):
         unravel.append(f"    const IDX i{j} = r % d{j}; r /= d{j};")
     unravel.append("    const IDX i0 = r;")
     octype = CTYPES[out.dtype]
-    store = f"    o[{out_index}] = ({octype})({expr});"
+    store = f"{pre}    o[{out_index}] = ({octype})({expr});"
     kname = f"ew_{name}"
     ctypes = {octype, *in_ctypes, *(CTYPES[x.dtype] for x in inputs if isinstance(x, ndarray))}
-    src = header(rt, ctypes, {"IDX": idx}, what=name) + source("common") + Template(
+    src = header(rt, ctypes, {"IDX": idx}, what=name) + source("common") + (
+        "#pragma OPENCL FP_CONTRACT OFF\n" if pre else "") + Template(
         source("elementwise")).substitute(name=kname, params="".join(params) + dim_params,
                                           unravel="\n".join(unravel), load="\n".join(loads),
                                           store=store)
@@ -193,23 +194,27 @@ _CT_NP = {"float": np.float32, "double": np.float64, "char": np.int8, "uchar": n
           "long": np.int64, "ulong": np.uint64}
 
 
-def launch(name: str, expr: str, out: ndarray, inputs, in_ctypes, vec=None) -> ndarray:
+def launch(name: str, expr: str, out: ndarray, inputs, in_ctypes, vec=None,
+           pre: str = "") -> ndarray:
     """Run ``out[...] = expr(v0, v1, ...)`` with NumPy broadcasting of ``inputs`` to ``out``.
 
     ``inputs`` are ndarrays (already on ``out``'s device) or scalars; ``in_ctypes`` gives the
     OpenCL type each is converted to when loaded (the op's compute type). ``vec``, the same
     function written for vectors, lets a contiguous call on a CPU device run as a vector
-    kernel (``_vector_plan``).
+    kernel (``_vector_plan``). ``pre``: statements run before ``expr`` is stored (the
+    temporaries of a fused chain of ops, see labkit.compile.fusion), with floating-point
+    contraction off so that each rounds as its own kernel would.
     """
     if out.size == 0:
         return out
     rt = out.rt
-    key = (name, expr, out.dtype, out.shape, out._st,
+    key = (name, expr, pre, out.dtype, out.shape, out._st,
            tuple((x.dtype, x.shape, x._st) if isinstance(x, ndarray) else None for x in inputs),
            in_ctypes)
     plan = rt.kernels.get(key)
     if plan is None:
-        plan = rt.cached(key, lambda: _plan(rt, name, expr, out, inputs, in_ctypes, vec))
+        plan = rt.cached(key, lambda: _plan(rt, name, expr, out, inputs, in_ctypes, vec,
+                                            pre))
     kernel, n, gs, ls, strides, dims, kinds = plan
     args = [n, out.data, out.offset, *strides[0]]
     ai = 1

@@ -1,0 +1,150 @@
+"""One kernel per parameter for an update on an OpenCL device.
+
+The rules are written once, as array arithmetic (``s["m"] * b1 + g * (1 - b1)``). Run on
+symbolic arrays, that arithmetic writes itself down as OpenCL statements, in the order NumPy
+would evaluate it, with each Python number a kernel argument (so a learning rate or a bias
+correction that changes at every step changes no program). The update of a parameter, its
+state and the parameter itself then take one launch instead of one per operation, with the
+same rounding (see labkit.backend.opencl.fused). Rules that need more than elementwise
+arithmetic (GradientClipping's global norm) make :func:`update` return False: the caller
+then runs the unfused path.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..backend.opencl import fused as _fused
+
+
+class _Unsupported(AttributeError):
+    """What the symbols cannot express (an AttributeError, so that NumPy's probing of
+    attributes reads it as absent)."""
+
+
+class _Program:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.scalars: list = []
+        self.k = 0
+
+    def scalar(self, v) -> str:
+        # NOTE: only Python numbers: NumPy treats them as the array's type, as the kernel
+        # does; a NumPy float64 scalar would promote the eager result
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise _Unsupported(type(v).__name__)
+        self.scalars.append(float(v))
+        return f"s{len(self.scalars) - 1}"
+
+    def emit(self, expr: str) -> _Sym:
+        name = f"t{self.k}"
+        self.k += 1
+        self.lines.append(f"const T {name} = {expr};")
+        return _Sym(self, name)
+
+
+_UFUNCS = {"sqrt": "sqrt({0})", "add": "{0} + {1}", "subtract": "{0} - {1}",
+           "multiply": "{0} * {1}", "true_divide": "{0} / {1}", "negative": "-{0}"}
+
+
+class _Sym:
+    """One element of an array, as the name of an OpenCL value."""
+
+    __slots__ = ("prog", "name")
+
+    def __init__(self, prog, name):
+        self.prog, self.name = prog, name
+
+    def _arg(self, o):
+        if isinstance(o, _Sym):
+            return o.name
+        if isinstance(o, numbers.Number):
+            return self.prog.scalar(o)
+        raise _Unsupported(type(o).__name__)
+
+    def _bin(self, o, op, right=False):
+        a, b = self.name, self._arg(o)
+        if right:
+            a, b = b, a
+        return self.prog.emit(f"{a} {op} {b}")
+
+    def __add__(self, o): return self._bin(o, "+")
+    def __radd__(self, o): return self._bin(o, "+", True)
+    def __sub__(self, o): return self._bin(o, "-")
+    def __rsub__(self, o): return self._bin(o, "-", True)
+    def __mul__(self, o): return self._bin(o, "*")
+    def __rmul__(self, o): return self._bin(o, "*", True)
+    def __truediv__(self, o): return self._bin(o, "/")
+    def __rtruediv__(self, o): return self._bin(o, "/", True)
+    def __neg__(self): return self.prog.emit(f"-{self.name}")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        form = _UFUNCS.get(ufunc.__name__)
+        if form is None or method != "__call__" or kwargs:
+            raise _Unsupported(ufunc.__name__)
+        return self.prog.emit(form.format(*[self._arg(x) for x in inputs]))
+
+    def __getattr__(self, name):  # .sum(), .astype(), ...: not elementwise arithmetic
+        raise _Unsupported(name)
+
+
+class _Param:
+    """A parameter as the rules see it: its data symbolic, everything else (its roles) real."""
+
+    def __init__(self, p, data):
+        object.__setattr__(self, "_p", p)
+        object.__setattr__(self, "data", data)
+
+    def __getattr__(self, name):
+        return getattr(self._p, name)
+
+
+def update(rules, p, g, states, group, t) -> bool:
+    """``p.data -= step`` and the rules' state, for one parameter, in one kernel; False (and
+    nothing changed) when the rules or the arrays do not fit one."""
+    arrays = [p.data, g]
+    keys = []
+    for st in states:
+        for k, v in st.items():
+            keys.append((st, k))
+            arrays.append(v)
+    if not _fused.fits(*arrays):
+        return False
+    prog = _Program()
+    x = [_Sym(prog, f"x{k}") for k in range(len(arrays))]
+    sym_states = []
+    pos = 2
+    for st in states:
+        d = {}
+        for k in st:
+            d[k] = x[pos]
+            pos += 1
+        sym_states.append(d)
+    step = x[1]
+    param = _Param(p, x[0])
+    try:
+        for r, st in zip(rules, sym_states):
+            (step,) = r.apply([param], [step], [st], [group], t)
+            if not isinstance(step, _Sym):
+                raise _Unsupported(type(step).__name__)
+        new_p = x[0] - step
+    except (AttributeError, TypeError):
+        return False
+    writes, outs = [0], [new_p]
+    pos = 2
+    for st in sym_states:
+        for k, v in st.items():
+            if v is not x[pos]:
+                if not isinstance(v, _Sym):
+                    return False
+                writes.append(pos)
+                outs.append(v)
+            pos += 1
+    body = "\n".join(prog.lines + [f"const T y{j} = {o.name};" for j, o in enumerate(outs)])
+    _fused.run(body, arrays, prog.scalars, writes, name="optimizer")
+    return True
+
+
+_ = np  # NOTE: the rules call numpy's ufuncs on the symbols (np.sqrt): __array_ufunc__
