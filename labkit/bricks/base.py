@@ -4,6 +4,7 @@ sizes given as None are resolved on the first call (construct, then call)."""
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from collections.abc import Mapping
 
@@ -73,9 +74,16 @@ class Parameter(Tensor):
         return f"Parameter({self.path or self.name}, shape={self.shape}, role={self.role})"
 
 
+#: versions of bricks' buffers: a brick whose buffers are replaced takes the next one
+_versions = itertools.count(1)
+
+
 class Brick:
     """Base class: subclasses define ``forward(*inputs)`` and, for sizes resolved on the first
     call, ``build(*inputs)`` that creates the parameters with ``self.add_param``."""
+
+    #: changes when the buffers are replaced (a compiled step holding the old ones retraces)
+    _version = 0
 
     def __init__(self, name: str | None = None, seed: int | None = None):
         object.__setattr__(self, "_children", {})
@@ -170,8 +178,9 @@ class Brick:
                     f"{self.path}: input is on {x.device} but the brick's parameters are on "
                     f"{self._device}; move one with .to('{self._device}')")
         tr = _trace.tracer()
-        if tr is not None:  # a compiled step is traced for this mode (train or eval) only
-            tr.depends(self, "training")
+        if tr is not None:  # a compiled step is traced for this mode (train or eval) only,
+            tr.depends(self, "training")  # and these buffers (load_state_dict, to())
+            tr.depends(self, "_version")
         prev = getattr(_fn._state, "brick", None)
         _fn._state.brick = self.path
         try:
@@ -239,6 +248,7 @@ class Brick:
         dev = _device(device)
         for b in self.bricks():
             b._device = dev
+            b._version = next(_versions)
             for p in b._params.values():
                 p.data = asarray(p.data, device=dev)
                 p.grad = None
@@ -311,6 +321,7 @@ class Brick:
                 cur = getattr(b, name)
                 dev = "cpu" if isinstance(cur, np.ndarray) else cur.device
                 object.__setattr__(b, name, asarray(arr.copy(), device=dev))
+                b._version = next(_versions)  # NOTE: compiled steps that hold the old retrace
 
     # ---- repr ---------------------------------------------------------------------------
     def n_params(self) -> int:

@@ -34,7 +34,8 @@ class Program:
             return alias.get(s, s)
 
         self.out_tree = _alias_tree(t.out_tree, res)
-        self.writes = [(tensor, kind, None if s is None else res(s)) for tensor, kind, s in t.writes]
+        self.writes = [(tensor, kind, None if s is None else res(s))
+                       for tensor, kind, s in t.writes]
         needed = set(_tree_slots(self.out_tree))
         needed.update(s for _, _, s in self.writes if s is not None)
         nodes = passes.prune(nodes, needed)
@@ -140,7 +141,7 @@ def _generate(prog, nodes, t, exposed):
         referenced |= passes.refs(n)
     values = t.values
     exposed_roots = {_root(values[s]) for s in exposed if s in values}
-    for k, (s, arg) in enumerate(prog.args):
+    for s, arg in prog.args:
         lines.append(f"    s{s} = L[{arg}]")
     for j, (s, tensor) in enumerate(prog.live):
         env[f"P{j}"] = tensor

@@ -56,7 +56,7 @@ class Node:
     attr_in: list = field(default_factory=list)    # (attribute, index or None, slot)
     attr_out: list = field(default_factory=list)   # (attribute, index or None, slot)
     effect: bool = False      # changes state: always runs
-    consts: list = field(default_factory=list)     # (attribute, index, array): arrays it was made with
+    consts: list = field(default_factory=list)     # (attribute, index, array) it was made with
     idx: int = -1             # its position in the trace (what other ops' refs name)
     multi: bool = False       # returns a tuple
 
@@ -80,7 +80,7 @@ class Trace:
         self.n_slots = 0
         self.ids: dict[int, int] = {}      # id(array) -> slot
         self.keep: list = []               # every array seen, alive (ids stay unique)
-        self.live: dict[int, tuple] = {}   # id(tensor) -> (tensor, its grad and data at first sight)
+        self.live: dict[int, tuple] = {}   # id(tensor) -> (tensor, its grad and data when read)
         self.depends: list = []            # (object, attribute, value) the step read
         self.out_tree = None
         self.writes: list = []             # (tensor, "data" | "grad", slot or None)
@@ -329,7 +329,7 @@ def compare(a: Trace, b: Trace, fn_name: str) -> None:
                    + (f" ({'; '.join(diff)})" if diff else ""))
         if x.ins != y.ins or x.attr_in != y.attr_in or len(x.outs) != len(y.outs):
             refuse(f"op {k} ({y.name}, {y.where}) read other values")
-        for (n, i, ca), (_, _, cb) in zip(x.consts, y.consts):
+        for (n, _, ca), (_, _, cb) in zip(x.consts, y.consts):
             if not _same_value(ca, cb):
                 refuse(f"op {k} ({y.name}, {y.where}) was made with an array {n!r} whose "
                        "values changed (computed from the data outside labkit ops?)")

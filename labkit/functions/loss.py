@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd.function import Function
-from ..autograd.trace import host
 from ..autograd.tensor import Tensor
+from ..autograd.trace import host, tracer
 from ..errors import ShapeError
 from . import _check
 from ._util import operands, xp_of
@@ -145,7 +145,17 @@ def accuracy(y, t, ignore_label=None):
     """Fraction of rows whose argmax matches ``t`` (not differentiable); a float."""
     _check.tensor(y, "accuracy", "y")
     td = _labels(t, y, "accuracy", ignore_label, "t")
-    pred = y.data.argmax(axis=1)
+    if tracer() is not None:
+        # NOTE: inside lk.compile's trace a float would be this call's value at every replay:
+        # the fraction is a 0-d tensor computed again at each call (the loop reports either)
+        return Tensor(host(lambda yd, tt: np.asarray(_accuracy(yd, tt, ignore_label),
+                                                      np.float32), y.data, td,
+                           name="accuracy"))
+    return _accuracy(y.data, td, ignore_label)
+
+
+def _accuracy(yd, td, ignore_label):
+    pred = yd.argmax(axis=1)
     hit = pred == td
     if ignore_label is not None:
         valid = td != ignore_label

@@ -135,7 +135,7 @@ def update(rules, p, g, states, group, t) -> bool:
     writes, outs = [0], [new_p]
     pos = 2
     for st in sym_states:
-        for k, v in st.items():
+        for v in st.values():
             if v is not x[pos]:
                 if not isinstance(v, _Sym):
                     return False

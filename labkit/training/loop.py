@@ -49,6 +49,9 @@ class MainLoop:
     extensions : ``Extension`` objects, or ``(callable, {"every": 10, "unit": "iterations"})``.
     name, config : recorded in the run store (config: JSON values, e.g. hyperparameters).
     store : record the run in the run store (default True).
+    compile : run the training step (zero_grad, ``loss_fn``, backward, update) through
+        ``lk.compile``: traced on its first two batches, then replayed without Python per op
+        (a batch of another shape traces again). ``loop.compiled.explain()`` says what it did.
 
     ``run()`` trains until an extension stops it (``FinishAfter``, ``EarlyStopping``), Ctrl-C,
     or ``max_iterations`` more iterations. Ctrl-C once: the current batch finishes, a
@@ -58,7 +61,8 @@ class MainLoop:
     """
 
     def __init__(self, model, optimizer, stream, loss_fn=None, *, step=None, extensions=(),
-                 name: str | None = None, config: dict | None = None, store: bool = True):
+                 name: str | None = None, config: dict | None = None, store: bool = True,
+                 compile: bool = False):
         from ..bricks import Brick
         from ..data import Stream
 
@@ -80,6 +84,16 @@ class MainLoop:
             check_args(step, "step", ("loop", "batch"))
         self.model, self.optimizer, self.stream = model, optimizer, stream
         self.loss_fn, self.step_fn = loss_fn, step
+        if compile and loss_fn is None:
+            raise TrainingError("MainLoop: compile=True compiles loss_fn's step; with step= "
+                                "compile your own: step=lk.compile(...) inside it")
+        #: the compiled training step (compile=True), else None
+        self.compiled = None
+        if compile:
+            from ..compile import Compiled
+
+            self.compiled = Compiled(self._train_step, warn_after=8)
+            self.compiled.__name__ = f"MainLoop step ({getattr(loss_fn, '__name__', 'loss_fn')})"
         self.name, self.config = name, dict(config or {})
         self.factory: str | None = None
         self.recorder = Recorder(enabled=store)
@@ -372,6 +386,17 @@ class MainLoop:
                 raise TrainingError(f"step must return a dict of values to report, got "
                                     f"{type(out).__name__}")
             return {k: scalar(v) for k, v in out.items()}
+        if self.compiled is not None:
+            if self.gradient_sync is not None:
+                raise TrainingError("MainLoop(compile=True) does not run data-parallel yet: "
+                                    "its gradient all-reduce is not traced; leave compile off")
+            out, extra = self.compiled(batch)
+            return {"loss": out.item(), **{k: scalar(v) for k, v in extra.items()}}
+        out, extra = self._train_step(batch)
+        return {"loss": out.item(), **{k: scalar(v) for k, v in extra.items()}}
+
+    def _train_step(self, batch):
+        """zero_grad, loss_fn, backward, update: (the loss tensor, the other values)."""
         self.optimizer.zero_grad()
         out = self.loss_fn(self.model, batch)
         extra = {}
@@ -389,7 +414,7 @@ class MainLoop:
         if self.gradient_sync is not None:
             self.gradient_sync()
         self.optimizer.update()
-        return {"loss": out.item(), **{k: scalar(v) for k, v in extra.items()}}
+        return out, extra
 
     # -- state
     def state_dict(self) -> dict:

@@ -19,7 +19,8 @@ def dataset(n=96, seed=0):
 def make_loop(config=None):
     """Shuffling, random flips in the pipeline, dropout in the model: everything random."""
     cfg = {"device": "cpu", "epochs": 3, "batch_size": 8, "lr": 0.01, "hidden": 32,
-           "workers": 0, "checkpoint_every": 0, "width": 0, **(config or {})}
+           "workers": 0, "checkpoint_every": 0, "width": 0, "compile": False,
+           **(config or {})}
     dev = lk.device(cfg["device"])
     lk.bricks.set_seed(1)
     layers = [B.Flatten(), B.Linear(16, cfg["hidden"]), B.Tanh(), B.Dropout(0.2)]
@@ -42,4 +43,5 @@ def make_loop(config=None):
     ext = [T.TrainingDataMonitoring(), T.FinishAfter(epochs=cfg["epochs"])]
     if cfg["checkpoint_every"]:
         ext.append(T.Checkpoint(every=cfg["checkpoint_every"], unit="iterations", keep_last=2))
-    return T.MainLoop(model, opt, s, loss_fn, extensions=ext, name="helper", config=cfg)
+    return T.MainLoop(model, opt, s, loss_fn, extensions=ext, name="helper", config=cfg,
+                      compile=cfg["compile"])
