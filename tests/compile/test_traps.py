@@ -454,3 +454,17 @@ def test_trust_input_replays_same_shapes(dev):
         x = t(rng.standard_normal((3, 4)), dev)
         np.testing.assert_array_equal(step(x).numpy(), F.relu(net(x)).sum(axis=1).numpy())
     assert step.stats["replays"] == 3 and step.stats["traces"] == 2
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "labkit bug: an array that is the same object in both traces is classified 'live_array' "
+    "(read at each replay), but Program puts live_array slots in consts and passes.fold "
+    "folds ops whose inputs are all in consts: an op on a buffer updated in place between "
+    "calls (Tensor(buf) * 2.0) is frozen at its second-call value"))
+def test_op_on_a_live_array_is_not_folded():
+    buf = np.ones(3, np.float32)
+    step = lk.compile(lambda x: x + lk.Tensor(buf) * 2.0)
+    x = lk.tensor(np.zeros(3, np.float32))
+    for k in range(4):
+        buf[...] = k
+        np.testing.assert_array_equal(step(x).numpy(), np.full(3, 2.0 * k), err_msg=f"call {k + 1}")
