@@ -56,6 +56,7 @@ from .errors import (
     TrainingError,
     WorkerError,
 )
+from .compile import scan
 from .graph import Graph
 from .training import resume
 
@@ -106,5 +107,5 @@ __all__ = [
     "config",
     "data", "default_device", "device", "devices", "enable_grad", "get_array_module", "grad",
     "models", "no_grad", "notebook", "optimizers", "regularizers", "resume", "roles", "runs",
-    "tensor", "training",
+    "scan", "tensor", "training",
 ]

@@ -8,7 +8,9 @@ import numpy as np
 from .. import functions as F
 from .. import roles
 from ..autograd.tensor import Tensor
+from ..autograd.trace import host
 from ..backend import zeros
+from ..compile.scan import scan
 from ..backend.random import Generator
 from ..errors import ShapeError
 from .base import Brick
@@ -169,13 +171,10 @@ class Embedding(Brick):
         return F.embed_id(ids, self.W)
 
 
-def _mask_step(mask, t, new, old):
-    """Keep ``old`` where the sequence has ended (mask 0 at step t)."""
-    if mask is None:
-        return new
-    m = mask[:, t:t + 1]
-    m = m.astype(new.dtype) if hasattr(m, "astype") else m
-    return new * Tensor(m) + old * Tensor(1 - m)
+def _mask_step(m, new, old):
+    """Keep ``old`` where the sequence has ended (``m``, this step's mask (N,), is 0)."""
+    m = F.reshape(m, (m.shape[0], 1))
+    return new * m + old * (1.0 - m)
 
 
 class _Recurrent(Brick):
@@ -212,19 +211,22 @@ class LSTM(_Recurrent):
     gates = 4
 
     def forward(self, x, mask=None):
-        h = c = self._zeros(x)
-        m = None if mask is None else _as_mask(mask, x)
-        # all time steps at once; unbound in one node (slicing pre[:, t] at each step made
-        # backward O(T^2): each slice's gradient was a zero array of pre's whole shape)
-        pre = F.unbind(F.linear(x, self.W, self.b), axis=1)
+        z0 = self._zeros(x)
+        # the input projection of all time steps at once, then the loop as one node (lk.scan:
+        # each step's slice in one unbind, each step's gradient in one stack)
+        pre = F.linear(x, self.W, self.b)
         UT = F.transpose(self.U)
-        hs = []
-        for t in range(x.shape[1]):
-            z = pre[t] + F.matmul(h, UT)
-            c_new, h_new = F.lstm(c, z)
-            c, h = _mask_step(m, t, c_new, c), _mask_step(m, t, h_new, h)
-            hs.append(h)
-        return F.stack(hs, axis=1)
+
+        def step(carry, p, *m):
+            c, h = carry
+            c_new, h_new = F.lstm(c, p + F.matmul(h, UT))
+            if m:
+                c_new, h_new = _mask_step(m[0], c_new, c), _mask_step(m[0], h_new, h)
+            return (c_new, h_new), h_new
+
+        seqs = (pre,) if mask is None else (pre, _as_mask(mask, x))
+        _, hs = scan(step, seqs, (z0, z0), axis=1, params=(UT,))
+        return hs
 
 
 class GRU(_Recurrent):
@@ -233,19 +235,21 @@ class GRU(_Recurrent):
     gates = 3
 
     def forward(self, x, mask=None):
-        h = self._zeros(x)
-        m = None if mask is None else _as_mask(mask, x)
-        pre = F.unbind(F.linear(x, self.W, self.b), axis=1)  # see LSTM.forward
+        pre = F.linear(x, self.W, self.b)  # see LSTM.forward
         Ur, Uz, Un = (F.transpose(u) for u in F.split(self.U, 3, axis=0))
-        hs = []
-        for t in range(x.shape[1]):
-            xr, xz, xn = F.split(pre[t], 3, axis=1)
+
+        def step(h, p, *m):
+            xr, xz, xn = F.split(p, 3, axis=1)
             r = F.sigmoid(xr + F.matmul(h, Ur))
             zg = F.sigmoid(xz + F.matmul(h, Uz))
             nn = F.tanh(xn + r * F.matmul(h, Un))
-            h = _mask_step(m, t, (1.0 - zg) * nn + zg * h, h)
-            hs.append(h)
-        return F.stack(hs, axis=1)
+            new = (1.0 - zg) * nn + zg * h
+            new = _mask_step(m[0], new, h) if m else new
+            return new, new
+
+        seqs = (pre,) if mask is None else (pre, _as_mask(mask, x))
+        _, hs = scan(step, seqs, self._zeros(x), axis=1, params=(Ur, Uz, Un))
+        return hs
 
 
 def _as_mask(mask, x):
@@ -253,9 +257,19 @@ def _as_mask(mask, x):
     if tuple(d.shape) != x.shape[:2]:
         raise ShapeError(f"mask of shape {tuple(d.shape)} does not match x of shape {x.shape}; "
                          "expected (N, T)")
-    d = d.astype(x.dtype)
-    if x.xp is not np and isinstance(d, np.ndarray):
-        d = x.xp.asarray(d, device=x.data.rt)
+    if isinstance(mask, Tensor) and mask.dtype == x.dtype:
+        return mask
+    # NOTE: host: a compiled step converts (and uploads) each call's mask again
+    rt = None if x.xp is np else x.data.rt
+    return Tensor(host(lambda a: _mask_array(a, x.dtype, rt), d, name="mask"))
+
+
+def _mask_array(d, dtype, rt):
+    d = d.astype(dtype)
+    if rt is not None and isinstance(d, np.ndarray):
+        from ..backend import opencl
+
+        d = opencl.asarray(d, device=rt)
     return d
 
 

@@ -38,6 +38,7 @@ from ..autograd.trace import host
 from ..backend import opencl
 from ..errors import CompileError
 from .program import Program
+from .scan import scan
 from .trace import Tracer, compare
 
 
@@ -197,6 +198,18 @@ class Compiled:
         """The compiled programs (one per argument signature)."""
         return [p for ps in self._plans.values() for p in ps]
 
+    def graph(self, after: bool = True, program: int = 0):
+        """The compiled step as an ``lk.Graph`` (``lk.notebook.GraphView(step.graph())``
+        draws it): as replayed (``after``, fused kernels as groups ``/compiled/fused k``) or as traced
+        (``after=False``). ``program``: which argument signature (the latest first)."""
+        from .view import graph
+
+        progs = self.programs()
+        if not progs:
+            raise CompileError(f"lk.compile: {self.__name__} has no program yet: it compiles "
+                               "on its second call with arguments of the same shapes")
+        return graph(progs[program], after)
+
     def explain(self) -> str:
         """How the step was compiled: ops traced and kept, fused kernels, retraces."""
         lines = [f"{self.__name__}: {self.stats['calls']} calls, {self.stats['traces']} "
@@ -240,4 +253,4 @@ class _Module(types.ModuleType):
 
 sys.modules[__name__].__class__ = _Module
 
-__all__ = ["CompileError", "CompileWarning", "Compiled", "compile", "host"]
+__all__ = ["CompileError", "CompileWarning", "Compiled", "compile", "host", "scan"]

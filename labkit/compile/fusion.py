@@ -193,7 +193,7 @@ def _kernel(region, values, consts):
     run.__name__ = f"fused[{names}]"
     node = Node("kernel", run, list(leaves), [root.outs[0]], f"fused({names})", root.where,
                 ("kernel", pre), idx=root.idx)
-    node.fused = [n.name for n in region.nodes]
+    node.region = list(region.nodes)
     return node
 
 

@@ -25,7 +25,11 @@ class Program:
             if src.kind in ("const", "live_array"):
                 consts[s] = src.value
         nodes = list(t.nodes)
-        self.before = list(nodes)
+        # what the graph views need, without the arrays: each slot's shape and dtype, where
+        # the outside ones come from, and the traced ops (kind, name, brick, slots)
+        self.meta = {s: (tuple(v.shape), v.dtype) for s, v in t.values.items()}
+        self.origin = {s: (src.kind, src.tensor, src.arg) for s, src in t.sources.items()}
+        self.before = [_sketch(n) for n in nodes]
         nodes = passes.fold(nodes, t.sources, t.values, consts)
         if cse:
             nodes = passes.merge(nodes, alias)
@@ -45,6 +49,7 @@ class Program:
 
             nodes, self.fused = fusion.fuse(nodes, t, needed | _read_by_hosts(nodes), consts)
         self.nodes = nodes
+        self.after = [_sketch(n) for n in nodes]
         self.n_slots = t.n_slots
         self.init = [None] * t.n_slots
         for s, v in consts.items():
@@ -252,6 +257,15 @@ def _tree_slots(tree):
     elif kind != "value":
         for x in body:
             yield from _tree_slots(x)
+
+
+def _sketch(n):
+    """A traced node without its function: (kind, name, brick, ins, outs, parts), ``parts``
+    the sketches of the ops a fused kernel holds."""
+    brick = getattr(n.fn, "brick", None) if n.kind == "op" else None
+    parts = [_sketch(m) for m in getattr(n, "region", ())]
+    ins = list(n.ins) + [s for _, _, s in n.attr_in]
+    return (n.kind, n.name, brick, ins, list(n.outs), parts)
 
 
 def _read_by_hosts(nodes):
