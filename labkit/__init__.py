@@ -40,6 +40,7 @@ from .backend import (
     get_array_module,
 )
 from .backend.random import Generator
+from .compile import scan
 from .errors import (
     CheckpointError,
     CompileError,
@@ -56,7 +57,6 @@ from .errors import (
     TrainingError,
     WorkerError,
 )
-from .compile import scan
 from .graph import Graph
 from .training import resume
 

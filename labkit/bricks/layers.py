@@ -10,8 +10,8 @@ from .. import roles
 from ..autograd.tensor import Tensor
 from ..autograd.trace import host
 from ..backend import zeros
-from ..compile.scan import scan
 from ..backend.random import Generator
+from ..compile.scan import scan
 from ..errors import ShapeError
 from .base import Brick
 from .initializers import Constant, GlorotUniform, HeNormal, Orthogonal

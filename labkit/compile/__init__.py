@@ -200,8 +200,8 @@ class Compiled:
 
     def graph(self, after: bool = True, program: int = 0):
         """The compiled step as an ``lk.Graph`` (``lk.notebook.GraphView(step.graph())``
-        draws it): as replayed (``after``, fused kernels as groups ``/compiled/fused k``) or as traced
-        (``after=False``). ``program``: which argument signature (the latest first)."""
+        draws it): as replayed (``after``, fused kernels as groups ``/compiled/fused k``) or
+        as traced (``after=False``). ``program``: which argument signature (the latest first)."""
         from .view import graph
 
         progs = self.programs()

@@ -8,8 +8,9 @@
 Eagerly, the loop is one node: its forward runs ``fn`` step by step, each step's graph on
 leaves of its own, and its backward runs back through time, one step's graph at a time
 (``remat=True``: only the carries are kept, and each step is recomputed in backward: the
-memory of the carries, not of every step's intermediates). Gradients reach the sequences, the initial carry, and every
-tensor ``fn`` reads that requires a gradient (parameters: found by running the first step once).
+memory of the carries, not of every step's intermediates). Gradients reach the sequences, the
+initial carry, and every tensor ``fn`` reads that requires a gradient (parameters: given, or
+found by running the first step once).
 A gradient of the gradient (``create_graph=True``) recomputes the loop as a whole, so double
 backprop works. Inside a compiled step the loop is unrolled into the trace, so its ops are
 replayed and fused like any others.

@@ -1,6 +1,6 @@
 """A compiled program as an ``lk.Graph``, for ``GraphView``: the ops as traced (``before``)
-or as replayed (``after``: merged, pruned, each fused kernel a group
-``/compiled/fused k`` holding its ops). The variables carry shapes and dtypes but not values (a program keeps no
+or as replayed (``after``: merged, pruned, each fused kernel a group ``/compiled/fused k``
+holding its ops). The variables carry shapes and dtypes but not values (a program keeps no
 copy of a step's arrays): their value statistics read as NaN."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def graph(program, after: bool = True) -> Graph:
             if id(x) not in seen:
                 seen.add(id(x))
                 variables.append(x)
-    for s, v in made.items():
+    for v in made.values():
         if id(v) not in seen:
             seen.add(id(v))
             variables.append(v)
