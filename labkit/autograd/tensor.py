@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from ..backend.device import Device
@@ -253,13 +255,14 @@ class Tensor:
     def __neg__(self): return _functions().neg(self)
     def __abs__(self): return _functions().abs(self)
 
-    # comparisons are not differentiable: they give plain boolean tensors
-    def __lt__(self, o): return Tensor(self.data < _raw(o))
-    def __le__(self, o): return Tensor(self.data <= _raw(o))
-    def __gt__(self, o): return Tensor(self.data > _raw(o))
-    def __ge__(self, o): return Tensor(self.data >= _raw(o))
-    def __eq__(self, o): return Tensor(self.data == _raw(o))  # type: ignore[override]
-    def __ne__(self, o): return Tensor(self.data != _raw(o))  # type: ignore[override]
+    # comparisons are not differentiable: they give plain boolean tensors (host: a compiled
+    # step compares each call's values again)
+    def __lt__(self, o): return _compare(operator.lt, self, o)
+    def __le__(self, o): return _compare(operator.le, self, o)
+    def __gt__(self, o): return _compare(operator.gt, self, o)
+    def __ge__(self, o): return _compare(operator.ge, self, o)
+    def __eq__(self, o): return _compare(operator.eq, self, o)  # type: ignore[override]
+    def __ne__(self, o): return _compare(operator.ne, self, o)  # type: ignore[override]
     __hash__ = object.__hash__
 
 
@@ -286,6 +289,14 @@ def output_grad(y: Tensor, g, op: str) -> Tensor:
 
 def _raw(o):
     return o.data if isinstance(o, Tensor) else o
+
+
+def _compare(op, a, o):
+    if _trace._tls.__dict__.get("tracer") is None:
+        return Tensor(op(a.data, _raw(o)))
+    if isinstance(o, Tensor) or isinstance(o, (np.ndarray,)) or hasattr(o, "rt"):
+        return Tensor(_trace.host(op, a.data, _raw(o), name=f"compare.{op.__name__}"))
+    return Tensor(_trace.host(lambda d: op(d, o), a.data, name=f"compare.{op.__name__}"))
 
 
 _FLOAT_DEFAULT = np.float32

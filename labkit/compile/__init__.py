@@ -72,6 +72,13 @@ def _flatten(obj, leaves, tensors, key, keep):
         key.append(("O", type(obj).__name__, id(obj)))
 
 
+def _depends_fail(trace):
+    for obj, attr, value in trace.depends:
+        if getattr(obj, attr, None) != value:
+            return f"{type(obj).__name__}.{attr}"
+    return None
+
+
 def _dev(a):
     return "cpu" if isinstance(a, np.ndarray) else id(a.rt)
 
@@ -85,7 +92,7 @@ def _describe(key):
     if kind == "V":
         return f"the value {key[2]!r}"
     if kind == "O":
-        return f"another {key[1]} object"
+        return f"a {key[1]} object"
     return f"a {kind} of {key[1]}"
 
 
@@ -123,15 +130,18 @@ class Compiled:
         _flatten((args, kwargs), leaves, tensors, key, keep)
         key = tuple(key)
         plans = self._plans.get(key)
+        first = self._first.get(key)
+        if first is not None and _depends_fail(first) is not None:
+            first = self._first.pop(key)  # NOTE: traced in another mode (train/eval): stale
+            first = None
         if plans is not None:
             for p in plans:
                 if self.trust_input or p.guard_failure() is None:
                     self.stats["replays"] += 1
                     return p.run(leaves, tensors)
-            reason = plans[0].guard_failure()
-            self._note_retrace(reason)
-            self._first.pop(key, None)
-        elif key not in self._first and self._last_key is not None:
+            if first is None:
+                self._note_retrace(plans[0].guard_failure())
+        elif first is None and self._last_key is not None:
             self._note_retrace(self._why(key))
         self._last_key = key
         tracer = Tracer(leaves, tensors, self.__name__)
@@ -162,6 +172,9 @@ class Compiled:
             return "the arguments have another structure"
         for a, b in zip(old, key):
             if a != b:
+                if a[0] == b[0] == "O" and a[1] == b[1]:
+                    return (f"an argument is another {b[1]} object than the one traced (a "
+                            "program reads the tensors of the objects it was traced with)")
                 return f"an argument was {_describe(a)}, is {_describe(b)}"
         return "new arguments"
 

@@ -27,8 +27,9 @@ def refs(node) -> set:
 
 
 def fold(nodes, sources, values, consts):
-    """Ops whose inputs are all constants become constants (their traced values)."""
-    const = {s for s, src in sources.items() if src.kind == "const"} | set(consts)
+    """Ops whose inputs are all constants become constants (their traced values). Arrays
+    read live (changed in place between calls) are not constants."""
+    const = {s for s, src in sources.items() if src.kind == "const"}
     referenced = set()
     for n in nodes:
         referenced |= refs(n)
@@ -56,6 +57,7 @@ def merge(nodes, alias):
         if alias:
             n.ins = [alias.get(s, s) for s in n.ins]
             n.attr_in = [(a, i, alias.get(s, s)) for a, i, s in n.attr_in]
+            n.versions = [(alias.get(a, a), b) for a, b in n.versions]
         if (n.kind != "op" or n.effect or n.attr_out or n.consts
                 or n.idx in referenced or refs(n)):
             kept.append(n)

@@ -200,6 +200,8 @@ def _generate(prog, nodes, t, exposed):
                              f"    s{o} = _r[{i}]")
         for name, i, x in n.attr_out:
             lines.append(f"    s{x} = O{k}.{name}" + ("" if i is None else f"[{i}]"))
+        for old, new in n.versions:  # the same array, changed in place by this node
+            lines.append(f"    s{new} = s{old}")
     for j, (tensor, kind, s) in enumerate(prog.writes):
         if kind == "data":
             env[f"W{j}"] = tensor
@@ -209,18 +211,21 @@ def _generate(prog, nodes, t, exposed):
             lines.append(f"    W{j}.grad = " + ("None" if s is None else f"Tensor(s{s})"))
         else:
             lines.append(f"    AT[{tensor}].grad = Tensor(s{s})")
-    lines.append(f"    return {_tree_code(prog.out_tree, env)}")
+    fixed = {s for s, v in enumerate(prog.init) if v is not None}
+    lines.append(f"    return {_tree_code(prog.out_tree, env, fixed)}")
     source = "\n".join(lines) + "\n"
     exec(compile(source, "<lk.compile replay>", "exec"), env)  # noqa: S102 - our own code
     return env["replay"], source
 
 
-def _tree_code(tree, env):
+def _tree_code(tree, env, fixed):
+    """The expression that builds a replay's results; a constant result is copied (the next
+    replay returns the same constant, which the caller may have changed)."""
     kind, body = tree
     if kind == "tensor":
-        return f"Tensor(s{body})"
+        return f"Tensor(s{body}.copy())" if body in fixed else f"Tensor(s{body})"
     if kind == "array":
-        return f"s{body}"
+        return f"s{body}.copy()" if body in fixed else f"s{body}"
     if kind == "value":
         name = f"V{len(env)}"
         env[name] = body
@@ -228,9 +233,10 @@ def _tree_code(tree, env):
     if kind == "dict":
         name = f"K{len(env)}"
         env[name] = [k for k, _ in body]
-        items = ", ".join(f"{name}[{i}]: {_tree_code(x, env)}" for i, (_, x) in enumerate(body))
+        items = ", ".join(f"{name}[{i}]: {_tree_code(x, env, fixed)}"
+                          for i, (_, x) in enumerate(body))
         return "{" + items + "}"
-    items = [_tree_code(x, env) for x in body]
+    items = [_tree_code(x, env, fixed) for x in body]
     if kind == "tuple":
         return "(" + "".join(f"{x}, " for x in items) + ")"
     return "[" + ", ".join(items) + "]"

@@ -59,6 +59,7 @@ class Node:
     consts: list = field(default_factory=list)     # (attribute, index, array) it was made with
     idx: int = -1             # its position in the trace (what other ops' refs name)
     multi: bool = False       # returns a tuple
+    versions: list = field(default_factory=list)   # (slot, slot): changed in place by the node
 
 
 @dataclass(eq=False)
@@ -123,29 +124,96 @@ class Trace:
         return s
 
 
+def hash_list(v, node_of):
+    """A long list (an optimizer's parameter indices) summarised in one value."""
+    return hash(tuple(_summary(x, node_of, 3) for x in v))
+
+
 def checksum(a) -> int:
     """A checksum of an array's values (tracing only: it reads an OpenCL array back)."""
     h = a if isinstance(a, np.ndarray) else a.get()
     return zlib.crc32(np.ascontiguousarray(h).view(np.uint8).reshape(-1)) if h.size else 0
 
 
-def _summary(v, node_of):
+def _summary(v, node_of, depth=0):
     """A comparable summary of a constant an op was made with (arrays are compared apart)."""
     if v is None or isinstance(v, (bool, str, numbers.Number, np.generic, np.dtype, type)):
         return v if not isinstance(v, float) or v == v else "nan"
     if isinstance(v, (tuple, list)):
-        return (type(v).__name__, tuple(_summary(x, node_of) for x in v))
+        if len(v) > 64:
+            return (type(v).__name__, len(v), hash_list(v, node_of))
+        return (type(v).__name__, tuple(_summary(x, node_of, depth) for x in v))
     if isinstance(v, slice):
         return ("slice", v.start, v.stop, v.step)
     if isinstance(v, dict):
-        return ("dict", tuple((k, _summary(x, node_of)) for k, x in sorted(v.items(), key=str)))
+        return ("dict", tuple((k, _summary(x, node_of, depth))
+                              for k, x in sorted(v.items(), key=str)))
     if isinstance(v, Function):
         return ("op", node_of.get(id(v), type(v).__name__))
     if is_array(v):
         return ("array", tuple(v.shape), str(v.dtype))
     if callable(v) and hasattr(v, "__code__"):
-        return ("code", v.__code__)
+        return ("code", v.__code__, _closure(v, node_of))
+    if hasattr(v, "__func__") and hasattr(v, "__self__"):  # a bound method
+        return ("method", v.__func__.__code__, _summary(v.__self__, node_of))
+    fields = _fields(v)
+    if fields is not None and depth < 3:
+        return ("object", type(v).__name__,
+                tuple((k, _summary(x, node_of, depth + 1)) for k, x in fields))
     return ("object", id(v))
+
+
+def _fields(v):
+    """The attributes of a small plain object (a geometry, a config), or None."""
+    if isinstance(v, (Tensor, np.ndarray, opencl.ndarray)) or callable(v):
+        return None
+    names = getattr(type(v), "__slots__", None)
+    if names is not None:
+        names = [names] if isinstance(names, str) else list(names)
+        items = [(k, getattr(v, k, None)) for k in names if k != "__weakref__"]
+    else:
+        d = getattr(v, "__dict__", None)
+        if d is None or len(d) > 16:
+            return None
+        items = sorted(d.items())
+    # NOTE: only objects of plain values are compared by value; others (an optimizer, a
+    # generator: state that a replay reads as it is then) by identity
+    return items if all(_plain(x) for _, x in items) else None
+
+
+def _plain(x):
+    if x is None or isinstance(x, (bool, str, numbers.Number, np.generic, np.dtype)):
+        return True
+    return isinstance(x, tuple) and len(x) <= 16 and all(_plain(y) for y in x)
+
+
+def _closure(fn, node_of):
+    """What a function's closure holds, summarised (arrays by shape: see closure_arrays)."""
+    cells = getattr(fn, "__closure__", None) or ()
+    out = []
+    for c in cells:
+        try:
+            v = c.cell_contents
+        except ValueError:  # an empty cell
+            out.append("empty")
+            continue
+        out.append(_summary(v, node_of, 1))
+    return tuple(out)
+
+
+def closure_arrays(fn):
+    """The arrays a function's closure holds (directly, or in a tuple or list)."""
+    out = []
+    for c in getattr(fn, "__closure__", None) or ():
+        try:
+            v = c.cell_contents
+        except ValueError:
+            continue
+        if is_array(v):
+            out.append(v)
+        elif isinstance(v, (tuple, list)):
+            out += [x for x in v if is_array(x)]
+    return out
 
 
 class Tracer:
@@ -204,6 +272,8 @@ class Tracer:
         t = self.t
         t.mutated.update(id(a) for a in mutates)
         ins = [t.slot_of(a) for a in arrays]
+        consts = [("closure", i, a) for i, a in enumerate(closure_arrays(fn))
+                  if id(a) not in t.ids]
         r = fn(*arrays)
         if r is None:
             outs = []
@@ -213,11 +283,17 @@ class Tracer:
             if isinstance(r, np.generic):
                 r = np.asarray(r)
             outs = [t.produce(r)]
-        code = getattr(fn, "__code__", None) or getattr(getattr(fn, "__func__", None),
-                                                        "__code__", None)
-        t.nodes.append(Node("host", fn, ins, outs, name, where(),
-                            ("host", name, code, effect, len(outs)), effect=effect,
-                            idx=len(t.nodes), multi=isinstance(r, tuple)))
+        node = Node("host", fn, ins, outs, name, where(),
+                    ("host", name, _summary(fn, self.node_of), effect, len(outs)),
+                    effect=effect, consts=consts, idx=len(t.nodes), multi=isinstance(r, tuple))
+        # NOTE: an array changed in place is a new value from here on (a new slot holding the
+        # same array): ops reading it after the change are not merged with those before
+        for a in mutates:
+            old = t.ids.get(id(a))
+            if old is not None:
+                new = t.produce(a)
+                node.versions.append((old, new))
+        t.nodes.append(node)
         return r
 
     def depends(self, obj, attr):
@@ -318,16 +394,23 @@ def compare(a: Trace, b: Trace, fn_name: str) -> None:
         for k, (x, y) in enumerate(zip(a.nodes, b.nodes)):
             if x.sig != y.sig:
                 refuse(f"op {k} was {x.name} ({x.where}) then {y.name} ({y.where})")
-        refuse(f"the first call ran {len(a.nodes)} ops, the second {len(b.nodes)}")
+        longer = a if len(a.nodes) > len(b.nodes) else b
+        extra = longer.nodes[min(len(a.nodes), len(b.nodes))]
+        refuse(f"the first call ran {len(a.nodes)} ops, the second {len(b.nodes)}; the first "
+               f"op only one of them ran is {extra.name} at {extra.where}")
     for k, (x, y) in enumerate(zip(a.nodes, b.nodes)):
         if x.sig != y.sig:
             if x.name != y.name:
                 refuse(f"op {k} was {x.name} ({x.where}) then {y.name} ({y.where})")
             diff = [f"{p[0]}: {p[1]!r} then {q[1]!r}" for p, q in zip(x.sig[1], y.sig[1])
                     if p != q] if x.kind == "op" else []
+            if x.kind == "host":
+                diff = ["what its code holds changed: a generator, a number or an array made "
+                        "inside the step?"]
             refuse(f"op {k} ({x.name}, {y.where}) was made with other constants"
                    + (f" ({'; '.join(diff)})" if diff else ""))
-        if x.ins != y.ins or x.attr_in != y.attr_in or len(x.outs) != len(y.outs):
+        if (x.ins != y.ins or x.attr_in != y.attr_in or len(x.outs) != len(y.outs)
+                or x.versions != y.versions):
             refuse(f"op {k} ({y.name}, {y.where}) read other values")
         for (n, _, ca), (_, _, cb) in zip(x.consts, y.consts):
             if not _same_value(ca, cb):

@@ -8,6 +8,7 @@ import math as _m
 import numpy as np
 
 from ..autograd.function import Function
+from ..autograd.trace import host
 from . import _check
 from ._util import xp_of
 from .math import MulConstant, erf, exp, mul, where
@@ -73,15 +74,18 @@ def leaky_relu(x, slope=0.2):
     # NOTE: the mask in x's dtype and the slope as a Python float (weakly typed): under
     # NumPy 2's rules bool * 0.8 and float32 * np.float64(0.8) are float64
     s = float(slope)
-    return MulConstant((d > 0).astype(d.dtype) * (1 - s) + s).apply((x,))
+    # NOTE: host: a compiled step computes each call's slopes again
+    return MulConstant(host(lambda a: (a > 0).astype(a.dtype) * (1 - s) + s, d,
+                            name="leaky_relu.slopes")).apply((x,))
 
 
 def elu(x, alpha=1.0):
     _check.tensor(x, "elu")
     _check.scalar(alpha, "elu", "alpha")
     # NOTE: where(), not a mask product: exp(x) overflows for large x and inf * 0 is nan.
-    neg_part = mul(exp(where(x.data > 0, 0.0, x)) - 1.0, alpha)
-    return where(x.data > 0, x, neg_part)
+    pos = host(lambda d: d > 0, x.data, name="elu.mask")  # each call's (compiled: host)
+    neg_part = mul(exp(where(pos, 0.0, x)) - 1.0, alpha)
+    return where(pos, x, neg_part)
 
 
 def gelu(x):

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
+from ..autograd.trace import host
 from ..backend import zeros
 from ..errors import DTypeError, ShapeError
 from . import _check
@@ -411,7 +412,9 @@ class Abs(_Unary):
 
     def backward(self, inputs, gy):
         x = inputs[0]
-        return MulConstant(xp_of(x.data).sign(x.data)).apply((gy,))
+        # NOTE: host: a compiled step takes the sign of each call's x again
+        return MulConstant(host(lambda d: xp_of(d).sign(d), x.data, name="abs.sign")).apply(
+            (gy,))
 
 
 def exp(x): return Exp().apply((_check.tensor(x, "exp"),))
@@ -476,12 +479,12 @@ def where(cond, a, b):
 def maximum(a, b):
     """Elementwise max; the gradient goes to ``a`` where a >= b, else to ``b``."""
     a, b = operands(a, b, "maximum")
-    return where(a.data >= b.data, a, b)
+    return where(host(lambda p, q: p >= q, a.data, b.data, name="maximum.mask"), a, b)
 
 
 def minimum(a, b):
     a, b = operands(a, b, "minimum")
-    return where(a.data <= b.data, a, b)
+    return where(host(lambda p, q: p <= q, a.data, b.data, name="minimum.mask"), a, b)
 
 
 class Clip(Function):

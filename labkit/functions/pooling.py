@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd.function import Function
+from ..autograd.trace import host, tracer
 from ..errors import ShapeError
 from . import _check
 from .array import expand_dims
@@ -48,10 +49,14 @@ class WindowMax(Function):
         return y.reshape(y.shape[:2] + y.shape[4:])
 
     def backward(self, inputs, gy):
-        w = inputs[0].data
-        m = self.mask.astype(w.dtype)
-        m = m / m.sum(axis=(2, 3), keepdims=True)
+        # NOTE: host: a compiled step shares each call's ties again
+        m = host(_shares, self.mask, inputs[0].data, name="max_pool2d.shares")
         return MulConstant(m).apply((expand_dims(gy, (2, 3)),))
+
+
+def _shares(mask, w):
+    m = mask.astype(w.dtype)
+    return m / m.sum(axis=(2, 3), keepdims=True)
 
 
 def _tiles(x, ksize, stride, pad):
@@ -108,20 +113,32 @@ class TiledMax(Function):
 
     def backward(self, inputs, gy):
         # ties share the gradient, as in F.max and the general path
+        # NOTE: host: a compiled step finds each call's winners again, and always shares
+        # them (whether a call has ties is its data's: no branch is taken on it)
+        always = tracer() is not None
+        found = host(lambda xd, yt: self._winners(xd, yt, always), inputs[0].data, self.yt,
+                     name="max_pool2d.winners")
+        winners, share = list(found[:-1]), found[-1]
+        return TileScatter(winners, None if share.size == 0 else share, self.k,
+                           self.perm).apply((gy,))
+
+    def _winners(self, xd, yt, always):
+        """(winner masks per tile position..., share): share empty when every window has
+        one winner (and not ``always``)."""
         kh, kw = self.k
-        xt = _in(inputs[0].data, self.perm)
-        winners = [xt[:, :, i::kh, j::kw] == self.yt for i in range(kh) for j in range(kw)]
+        xt = _in(xd, self.perm)
+        winners = [xt[:, :, i::kh, j::kw] == yt for i in range(kh) for j in range(kw)]
         count = winners[0].view(np.uint8).copy()
         for w in winners[1:]:
             count += w.view(np.uint8)
-        if count.max() <= 1 and count.min() == 1:
-            share = None
+        if not always and count.max() <= 1 and count.min() == 1:
+            share = np.empty(0, yt.dtype)
         else:
             # NOTE: a window whose max is nan has no winner (nan != nan): its share 1/0 = inf
             # makes its whole gradient nan, as the general path (0/0) and F.max give
             with np.errstate(divide="ignore"):
-                share = (1 / count).astype(self.yt.dtype)
-        return TileScatter(winners, share, self.k, self.perm).apply((gy,))
+                share = (1 / count).astype(yt.dtype)
+        return (*winners, share)
 
 
 class _TileLinear(Function):

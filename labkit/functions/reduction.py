@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd.function import Function
+from ..autograd.trace import host
 from ..errors import ShapeError
 from . import _check
 from ._util import normalize_axes, xp_of
@@ -76,11 +77,15 @@ class _Extreme(Function):
     def backward(self, inputs, gy):
         (x,) = inputs
         axes = normalize_axes(self.axis, x.ndim)
-        # ties share the gradient equally
-        m = (x.data == self.y).astype(x.dtype)
-        m = m / m.sum(axis=axes, keepdims=True)
+        # ties share the gradient equally (host: a compiled step finds each call's ties)
+        m = host(lambda d, y: _ties(d, y, axes), x.data, self.y, name=f"{self.name}.ties")
         g = broadcast_to(reshape(gy, _keep_shape(x.shape, axes)), x.shape)
         return MulConstant(m).apply((g,))
+
+
+def _ties(d, y, axes):
+    m = (d == y).astype(d.dtype)
+    return m / m.sum(axis=axes, keepdims=True)
 
 
 class Max(_Extreme):
