@@ -20,6 +20,8 @@ EXPECT = {
     "resumed bit for bit": ["resumed bit for bit: True"],
     "check_resume": ["ResumeCheck: identical", "finished ["],
     "lk.runs.rename": ["['baseline', 'lr:0.01']\n['lr:0.01']\nwide-mlp loss plateaus"],
+    "def train_step(x, y)": ["train_step: 5 calls, 2 traced, 3 replayed, 0 retraces\n0 True"],
+    "lk.scan(step, x": ["(4, 10, 8) (8, 8)"],
 }
 
 
