@@ -99,13 +99,15 @@ def _describe(key):
 class Compiled:
     """A step compiled by ``lk.compile``: call it like the function."""
 
-    def __init__(self, fn, *, trust_input=False, fuse=True, cse=True, warn_after=4):
+    def __init__(self, fn, *, trust_input=False, fuse=True, cse=True, stabilize=True,
+                 warn_after=4):
         self.fn = fn
         self.__name__ = getattr(fn, "__name__", "step")
         self.__doc__ = getattr(fn, "__doc__", None)
         self.trust_input = trust_input
         self.fuse = fuse
         self.cse = cse
+        self.stabilize = stabilize
         self.warn_after = warn_after
         self._plans: dict = {}      # key -> [Program, ...] (one per set of depends)
         self._first: dict = {}      # key -> the first traced call, waiting for the second
@@ -158,7 +160,7 @@ class Compiled:
             self._keep[key] = keep
             return result
         compare(first, trace, self.__name__)
-        prog = Program(trace, fuse=self.fuse, cse=self.cse)
+        prog = Program(trace, fuse=self.fuse, cse=self.cse, stabilize=self.stabilize)
         self._plans.setdefault(key, []).insert(0, prog)
         self._keep[key] = keep
         for n in trace.nodes:  # NOTE: the traced graph's tensors are not needed by replays
@@ -230,14 +232,22 @@ class Compiled:
         for p in self.programs():
             lines.append(f"  program: {p.trace_nodes} ops traced -> {len(p.nodes)} nodes "
                          f"({p.fused} fused kernels)")
+            for r in sorted(set(p.rewrites)):
+                lines.append(f"  stabilised: {r} ({p.rewrites.count(r)}x)")
         for r in self.stats["reasons"]:
             lines.append(f"  retraced: {r}")
         return "\n".join(lines)
 
 
-def compile(fn=None, *, trust_input=False, fuse=True, cse=True, warn_after=4):
+def compile(fn=None, *, trust_input=False, fuse=True, cse=True, stabilize=True, warn_after=4):
     """Compile ``fn`` (a training or evaluation step); as a decorator with or without
     arguments. See the module's documentation for what a compiled step may do.
+
+    ``fuse``: elementwise chains as one kernel (OpenCL devices); ``cse``: merge ops that
+    compute the same value; ``stabilize``: rewrite log(exp(z)), log(1 + x), log(sigmoid(x))
+    and what their gradients leave into stable forms (not bit-identical to eager where they
+    apply); ``trust_input``: no checks at each call; ``warn_after``: retraces before a
+    CompileWarning.
 
     Examples
     --------
@@ -249,12 +259,13 @@ def compile(fn=None, *, trust_input=False, fuse=True, cse=True, warn_after=4):
     >>> [float(f(lk.tensor([1.0, 1.0])).item()) for _ in range(3)]
     [3.0, 3.0, 3.0]
     """
+    options = dict(trust_input=trust_input, fuse=fuse, cse=cse, stabilize=stabilize,
+                   warn_after=warn_after)
     if fn is None:
-        return lambda f: Compiled(f, trust_input=trust_input, fuse=fuse, cse=cse,
-                                  warn_after=warn_after)
+        return lambda f: Compiled(f, **options)
     if not callable(fn):
         raise TypeError(f"lk.compile: expected a function, got {type(fn).__name__}")
-    return Compiled(fn, trust_input=trust_input, fuse=fuse, cse=cse, warn_after=warn_after)
+    return Compiled(fn, **options)
 
 
 class _Module(types.ModuleType):

@@ -8,6 +8,8 @@ and every op another op refers to (a backward op that reads what its forward op 
 
 from __future__ import annotations
 
+import numpy as np
+
 
 def refs(node) -> set:
     """Indices of the ops ``node`` was made with (a backward op holding its forward op)."""
@@ -92,3 +94,79 @@ def prune(nodes, needed):
             needed.update(s for _, _, s in n.attr_in)
             keep_ops |= refs(n)
     return [n for n, ok in zip(nodes, live) if ok]
+
+
+# ---- stabilisation ---------------------------------------------------------------------------
+
+
+def _stable_log_sigmoid(x):
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)): finite for every finite x."""
+    xp = np if isinstance(x, np.ndarray) else _cl()
+    return xp.minimum(x, 0) - xp.log1p(xp.exp(-xp.abs(x)))
+
+
+def _cl():
+    from ..backend import opencl
+
+    return opencl
+
+
+def stabilize(nodes, alias, values):
+    """Rewrite what overflows or underflows in float32 into forms that do not (Theano's
+    stabilisation): log(exp(z)) -> z, log(1 + x) -> log1p(x), log(sigmoid(x)) ->
+    -softplus(-x), and in the gradients (g / e) * e -> g, which the backward of a rewritten
+    log(exp) or log(sigmoid) leaves (0 / 0 where e underflowed). Returns the rewritten
+    nodes and the names of the rewrites made. These change rounding: a stabilised program
+    agrees with eager to float32 rounding where eager is finite."""
+    from ..functions import math as m
+
+    made_by = {}
+    for n in nodes:
+        for s in n.outs:
+            made_by[s] = n
+    done = []
+    kept = []
+    for n in nodes:
+        if alias:
+            n.ins = [alias.get(s, s) for s in n.ins]
+            n.attr_in = [(a, i, alias.get(s, s)) for a, i, s in n.attr_in]
+            n.versions = [(alias.get(a, a), b) for a, b in n.versions]
+        t = type(n.fn) if n.kind == "op" else None
+        src = made_by.get(n.ins[0]) if n.ins else None
+        st = type(src.fn) if src is not None and src.kind == "op" else None
+        if t is m.Log and st is m.Exp and _same_meta(values, n.outs[0], src.ins[0]):
+            alias[n.outs[0]] = src.ins[0]
+            done.append("log(exp(z)) -> z")
+            continue
+        if (t is m.Log and st is m.AddConstant and isinstance(src.fn.__dict__.get("c"), float)
+                and src.fn.c == 1.0 and not src.attr_in):
+            n.fn = m.Log1p()
+            n.ins = [src.ins[0]]
+            n.name = "log1p"
+            done.append("log(1 + x) -> log1p(x)")
+        elif t is m.Log and st is m.Sigmoid:
+            n.kind, n.fn, n.ins = "host", _stable_log_sigmoid, [src.ins[0]]
+            n.name = "log_sigmoid"
+            done.append("log(sigmoid(x)) -> -softplus(-x)")
+        elif t is m.Mul and len(n.ins) == 2:
+            a, b = n.ins
+            for g_slot, e_slot in ((a, b), (b, a)):
+                d = made_by.get(g_slot)
+                if (d is not None and d.kind == "op" and type(d.fn) is m.Div
+                        and d.ins[1] == e_slot and _same_meta(values, n.outs[0], d.ins[0])):
+                    alias[n.outs[0]] = d.ins[0]
+                    done.append("(g / e) * e -> g")
+                    break
+            else:
+                kept.append(n)
+            continue
+        kept.append(n)
+    return kept, done
+
+
+def _same_meta(values, a, b):
+    """Whether slots ``a`` and ``b`` hold arrays of one shape and dtype (an alias keeps
+    the result's shape: no rewrite that would broadcast)."""
+    va, vb = values.get(a), values.get(b)
+    return (va is not None and vb is not None and tuple(va.shape) == tuple(vb.shape)
+            and va.dtype == vb.dtype)

@@ -16,7 +16,8 @@ from .trace import Trace
 
 
 class Program:
-    def __init__(self, trace: Trace, *, fuse: bool = True, cse: bool = True):
+    def __init__(self, trace: Trace, *, fuse: bool = True, cse: bool = True,
+                 stabilize: bool = True):
         t = trace
         self.trace_nodes = len(t.nodes)
         consts: dict = {}
@@ -33,6 +34,9 @@ class Program:
         nodes = passes.fold(nodes, t.sources, t.values, consts)
         if cse:
             nodes = passes.merge(nodes, alias)
+        self.rewrites: list = []
+        if stabilize:
+            nodes, self.rewrites = passes.stabilize(nodes, alias, t.values)
 
         def res(s):
             return alias.get(s, s)
