@@ -208,9 +208,9 @@ def launch(name: str, expr: str, out: ndarray, inputs, in_ctypes, vec=None,
     if out.size == 0:
         return out
     rt = out.rt
-    key = (name, expr, pre, out.dtype, out.shape, out._st,
+    key = (name, expr, out.dtype, out.shape, out._st,
            tuple((x.dtype, x.shape, x._st) if isinstance(x, ndarray) else None for x in inputs),
-           in_ctypes)
+           in_ctypes, pre)
     plan = rt.kernels.get(key)
     if plan is None:
         plan = rt.cached(key, lambda: _plan(rt, name, expr, out, inputs, in_ctypes, vec,
