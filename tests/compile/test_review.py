@@ -483,7 +483,7 @@ def test_scan_gradients_match_the_unrolled_loop():
 
     want = grads(unrolled)
     for remat in (False, True):
-        got = grads(lambda: scan(fn, (x, ns), (h0, c0), axis=1, remat=remat))
+        got = grads(lambda r=remat: scan(fn, (x, ns), (h0, c0), axis=1, remat=r))
         for name, a, b in zip("W x h0 c0".split(), want, got):
             np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=f"{name} {remat}")
 
