@@ -388,7 +388,8 @@ def logsumexp(a, axis=None, keepdims=False):
     n_out = a.size // n_red if n_red else 0
     if (a.dtype.kind == "f" and a.is_contiguous and axes == tuple(range(a.ndim - len(axes),
                                                                        a.ndim))
-            and n_red and 16 <= n_out and n_red <= 65536):
+            and n_red and (16 <= n_out or n_red <= 1024) and n_red <= 65536):
+        # NOTE: a few long rows would be a few work-items looping: composed (parallel) there
         r = _lse_rows(a, n_out, n_red)
         full_shape = tuple(1 if i in axes else d for i, d in enumerate(a.shape))
         return r.reshape(full_shape if keepdims else kept_shape)
