@@ -67,9 +67,14 @@ def _count_final(roots) -> dict:
     return counts
 
 
+#: the name of the zeros backward passes for an output no gradient reached (a node that can
+#: tell, such as lk.scan's, treats it as no gradient)
+NO_GRADIENT = "<no gradient>"
+
+
 def _zeros_like_out(node, i, like):
     shape, dtype = node.out_meta[i]
-    return Tensor(zeros(shape, dtype, like.data))
+    return Tensor(zeros(shape, dtype, like.data), name=NO_GRADIENT)
 
 
 def run(roots, grads, *, targets=None, retain_graph=False, create_graph=False):

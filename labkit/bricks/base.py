@@ -5,6 +5,7 @@ sizes given as None are resolved on the first call (construct, then call)."""
 from __future__ import annotations
 
 import itertools
+import types
 import zlib
 from collections.abc import Mapping
 
@@ -72,6 +73,18 @@ class Parameter(Tensor):
 
     def __repr__(self):
         return f"Parameter({self.path or self.name}, shape={self.shape}, role={self.role})"
+
+
+_NOT_SETTINGS = {"training", "built", "name", "seed"}
+
+
+def _setting(v) -> bool:
+    """A plain value a brick's forward may read (compared by a compiled step's guard)."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return True
+    if isinstance(v, tuple):
+        return len(v) <= 8 and all(_setting(x) for x in v)
+    return isinstance(v, (types.FunctionType, types.BuiltinFunctionType))
 
 
 #: versions of bricks' buffers: a brick whose buffers are replaced takes the next one
@@ -178,9 +191,15 @@ class Brick:
                     f"{self.path}: input is on {x.device} but the brick's parameters are on "
                     f"{self._device}; move one with .to('{self._device}')")
         tr = _trace.tracer()
-        if tr is not None:  # a compiled step is traced for this mode (train or eval) only,
-            tr.depends(self, "training")  # and these buffers (load_state_dict, to())
+        if tr is not None:
+            # a compiled step is traced for this mode (train or eval), these buffers
+            # (load_state_dict, to()) and these settings (a ratio, a momentum, an activation):
+            # a change traces again
+            tr.depends(self, "training")
             tr.depends(self, "_version")
+            for name, v in vars(self).items():
+                if name[0] != "_" and name not in _NOT_SETTINGS and _setting(v):
+                    tr.depends(self, name)
         prev = getattr(_fn._state, "brick", None)
         _fn._state.brick = self.path
         try:

@@ -261,7 +261,8 @@ def _as_mask(mask, x):
         return mask
     # NOTE: host: a compiled step converts (and uploads) each call's mask again
     rt = None if x.xp is np else x.data.rt
-    return Tensor(host(lambda a: _mask_array(a, x.dtype, rt), d, name="mask"))
+    dt = x.dtype  # NOTE: the closure holds values, not x (a new tensor at each call)
+    return Tensor(host(lambda a: _mask_array(a, dt, rt), d, name="mask"))
 
 
 def _mask_array(d, dtype, rt):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numbers
 import sys
+import threading
 import types
 import warnings
 
@@ -113,6 +114,7 @@ class Compiled:
         self._first: dict = {}      # key -> the first traced call, waiting for the second
         self._keep: dict = {}       # key -> the objects its identity checks refer to
         self._last_key = None
+        self._lock = threading.RLock()
         self.stats = {"calls": 0, "traces": 0, "replays": 0, "retraces": 0, "reasons": []}
 
     def __repr__(self):
@@ -127,6 +129,11 @@ class Compiled:
         if _trace.tracer() is not None:
             # NOTE: a compiled step called inside another one's trace is traced inline
             return self.fn(*args, **kwargs)
+        # NOTE: one call at a time: a replay's kept buffers and ops' attributes are shared
+        with self._lock:
+            return self._call(args, kwargs)
+
+    def _call(self, args, kwargs):
         self.stats["calls"] += 1
         leaves, tensors, key, keep = [], {}, [], []
         _flatten((args, kwargs), leaves, tensors, key, keep)

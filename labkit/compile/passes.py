@@ -40,7 +40,9 @@ def fold(nodes, sources, values, consts):
         if (n.kind == "op" and not n.effect and not n.attr_in and n.idx not in referenced
                 and not refs(n) and all(s in const for s in n.ins)):
             for s in n.outs + [s for _, _, s in n.attr_out]:
-                consts[s] = values[s]
+                # NOTE: a copy: the traced call returns the same array (as a result, as a
+                # .grad) to the caller, who may change it in place
+                consts[s] = values[s].copy()
                 const.add(s)
             continue
         kept.append(n)

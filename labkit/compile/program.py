@@ -23,7 +23,9 @@ class Program:
         consts: dict = {}
         alias: dict = {}
         for s, src in t.sources.items():
-            if src.kind in ("const", "live_array"):
+            if src.kind == "const":  # NOTE: a copy (see passes.fold); a live array is itself
+                consts[s] = src.value.copy()
+            elif src.kind == "live_array":
                 consts[s] = src.value
         nodes = list(t.nodes)
         # what the graph views need, without the arrays: each slot's shape and dtype, where
@@ -206,16 +208,20 @@ def _generate(prog, nodes, t, exposed):
             lines.append(f"    s{x} = O{k}.{name}" + ("" if i is None else f"[{i}]"))
         for old, new in n.versions:  # the same array, changed in place by this node
             lines.append(f"    s{new} = s{old}")
+    fixed = {s for s, v in enumerate(prog.init) if v is not None}
+
+    def fresh(s):  # NOTE: a constant written out is copied: the next replay writes it again
+        return f"s{s}.copy()" if s in fixed else f"s{s}"
+
     for j, (tensor, kind, s) in enumerate(prog.writes):
         if kind == "data":
             env[f"W{j}"] = tensor
-            lines.append(f"    W{j}.data = s{s}")
+            lines.append(f"    W{j}.data = {fresh(s)}")
         elif kind == "grad":
             env[f"W{j}"] = tensor
-            lines.append(f"    W{j}.grad = " + ("None" if s is None else f"Tensor(s{s})"))
+            lines.append(f"    W{j}.grad = " + ("None" if s is None else f"Tensor({fresh(s)})"))
         else:
-            lines.append(f"    AT[{tensor}].grad = Tensor(s{s})")
-    fixed = {s for s, v in enumerate(prog.init) if v is not None}
+            lines.append(f"    AT[{tensor}].grad = Tensor({fresh(s)})")
     lines.append(f"    return {_tree_code(prog.out_tree, env, fixed)}")
     source = "\n".join(lines) + "\n"
     exec(compile(source, "<lk.compile replay>", "exec"), env)  # noqa: S102 - our own code

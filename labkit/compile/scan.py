@@ -18,6 +18,8 @@ replayed and fused like any others.
 
 from __future__ import annotations
 
+import threading
+
 from ..autograd import engine
 from ..autograd import function as _fn
 from ..autograd.function import Function, enable_grad, grad_enabled, no_grad
@@ -48,11 +50,12 @@ def _split_result(r, n_carry):
     if out is None:
         return carry, ()
     out, single = _tuple(out, "the output fn returns")
-    _single[0] = single
+    _single.value = single
     return carry, out
 
 
-_single = [True]  # NOTE: whether fn's last output was one Tensor (scan returns it as given)
+#: whether fn's last output (in this thread) was one Tensor: scan returns it as given
+_single = threading.local()
 
 
 def scan(fn, sequences, init, axis: int = 0, remat: bool = False, params=None):
@@ -84,7 +87,7 @@ def scan(fn, sequences, init, axis: int = 0, remat: bool = False, params=None):
     c = carry[0] if one_carry else tuple(carry)
     if not outs:
         return c, None
-    o = outs[0] if len(outs) == 1 and _single[0] else tuple(outs)
+    o = outs[0] if len(outs) == 1 and getattr(_single, "value", True) else tuple(outs)
     return c, o
 
 
@@ -175,12 +178,14 @@ class Scan(Function):
         if grad_enabled():
             return self._backward_whole(inputs, grads)
         g_carry = list(grads[:nc])
-        g_ys = [unbind(g, self.axis) for g in grads[nc:]]
+        g_ys = [None if g.name is engine.NO_GRADIENT else unbind(g, self.axis)
+                for g in grads[nc:]]
         params = inputs[nc + ns:]
         seq_in = inputs[nc:nc + ns]
         xs = [unbind(s.detach(), self.axis) for s in seq_in]
         g_x = [[None] * self.steps for _ in range(ns)]
         g_p = [None] * len(params)
+        reached = [True] * nc
         for t in range(self.steps - 1, -1, -1):
             if self.graphs:
                 prev, xt, outs = self.graphs[t]
@@ -192,8 +197,9 @@ class Scan(Function):
                 with enable_grad():
                     c, y = _split_result(self.fn(prev if nc > 1 else prev[0], *xt), nc)
                 outs = list(c) + list(y)
-            gouts = g_carry + [g[t] for g in g_ys]
-            pairs = [(o, g) for o, g in zip(outs, gouts) if o.requires_grad]
+            gouts = g_carry + [None if g is None else g[t] for g in g_ys]
+            pairs = [(o, g) for o, g in zip(outs, gouts)
+                     if o.requires_grad and g is not None and g.name is not engine.NO_GRADIENT]
             targets = prev + [x for x in xt if x.requires_grad] + list(params)
             if pairs:
                 # NOTE: retain_graph: a target made before the loop (U.T) keeps its graph
@@ -201,8 +207,10 @@ class Scan(Function):
                                    targets=targets, retain_graph=True)
             else:
                 found = [None] * len(targets)
-            g_carry = [f if f is not None else Tensor(a * 0) for f, a in
-                       zip(found[:nc], self.saved[t])]
+            # NOTE: an initial carry step 0 does not reach gets None, as unrolled
+            reached = [found[i] is not None for i in range(nc)]
+            g_carry = [f if f is not None else Tensor(a * 0, name=engine.NO_GRADIENT)
+                       for f, a in zip(found[:nc], self.saved[t])]
             k = nc
             for i, x in enumerate(xt):
                 if x.requires_grad:
@@ -220,6 +228,7 @@ class Scan(Function):
             parts = [g if g is not None else Tensor(xs[i][t].data * 0)
                      for t, g in enumerate(g_x[i])]
             gx.append(stack(parts, self.axis))
+        g_carry = [g if r else None for g, r in zip(g_carry, reached)]
         return tuple(g_carry) + tuple(gx) + tuple(g_p)
 
     def _backward_whole(self, inputs, grads):

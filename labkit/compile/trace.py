@@ -70,12 +70,14 @@ class Source:
     arg: int = -1             # the argument's index among the step's array leaves
     tensor: object = None     # ext: the tensor it was read from (None: a raw array)
     value: object = None      # ext: the array
+    tensors: list = field(default_factory=list)  # ext: every tensor it was read from
 
 
 class Trace:
     """What one traced call did."""
 
     def __init__(self, arg_arrays):
+        self.fn_name = "the step"
         self.nodes: list[Node] = []
         self.sources: dict[int, Source] = {}
         self.n_slots = 0
@@ -97,6 +99,25 @@ class Trace:
                 self.keep.append(a)
                 self.values[s] = a
 
+    def check_raw(self, arr):
+        """Refuse an array that is a view (a slice, a reshape) of one the step computes,
+        receives or reads: raw array code on the step's data, which a replay would not run
+        again (its values would be those of the traced call)."""
+        root = arr
+        while getattr(root, "base", None) is not None:
+            root = root.base
+        if root is not arr and id(root) in self.ids:
+            s = self.ids[id(root)]
+            src = self.sources.get(s)
+            what = ("an argument" if src is not None and src.kind == "arg" else
+                    "a tensor the step reads" if src is not None else "a value the step made")
+            raise CompileError(
+                f"lk.compile: {self.fn_name} uses an array of shape {tuple(arr.shape)} made "
+                f"from {what} with raw array code (a slice or reshape of a NumPy batch or of "
+                f".data, such as ids[:, :-1]) at {where()}; a replay would reuse the traced "
+                "call's values. Use labkit ops on tensors (F.getitem, F.reshape), or compute "
+                "it in lk.compile.host(fn, *arrays)")
+
     def _new(self) -> int:
         s = self.n_slots
         self.n_slots += 1
@@ -112,9 +133,19 @@ class Trace:
     def slot_of(self, arr, tensor=None) -> int:
         s = self.ids.get(id(arr))
         if s is not None:
+            src = self.sources.get(s)
+            if src is not None and src.kind == "ext" and tensor is not None:
+                # NOTE: another tensor on the same array (p and p.detach()): each is a
+                # candidate for the one that lives on between calls
+                if all(x is not tensor for x in src.tensors):
+                    src.tensors.append(tensor)
+                if tensor.creator is None and id(tensor) not in self.live:
+                    self.live[id(tensor)] = (tensor, tensor.grad, arr)
             return s
+        self.check_raw(arr)
         s = self._new()
-        self.sources[s] = Source("ext", tensor=tensor, value=arr)
+        self.sources[s] = Source("ext", tensor=tensor, value=arr,
+                                 tensors=[tensor] if tensor is not None else [])
         self.ids[id(arr)] = s
         self.keep.append(arr)
         self.values[s] = arr
@@ -221,6 +252,7 @@ class Tracer:
 
     def __init__(self, arg_arrays, arg_tensors, fn_name: str):
         self.t = Trace(arg_arrays)
+        self.t.fn_name = fn_name
         self.t.arg_tensors = arg_tensors
         self.fn_name = fn_name
         self.node_of: dict[int, int] = {}  # id(Function) -> its node index
@@ -237,6 +269,7 @@ class Tracer:
                     attr_in.append((name, None, s))
                     sig.append((name, "slot"))
                 else:
+                    t.check_raw(v)
                     consts.append((name, None, v))
                     sig.append((name, ("array", tuple(v.shape), str(v.dtype))))
             elif isinstance(v, (tuple, list)) and any(is_array(x) for x in v):
@@ -274,6 +307,8 @@ class Tracer:
         ins = [t.slot_of(a) for a in arrays]
         consts = [("closure", i, a) for i, a in enumerate(closure_arrays(fn))
                   if id(a) not in t.ids]
+        for _, _, a in consts:
+            t.check_raw(a)
         r = fn(*arrays)
         if r is None:
             outs = []
@@ -422,8 +457,9 @@ def compare(a: Trace, b: Trace, fn_name: str) -> None:
             refuse(f"value {s} came from elsewhere")
         if sb.kind != "ext":
             continue
-        if sb.tensor is not None and sb.tensor is sa.tensor:
-            sb.kind = "live"
+        both = next((x for x in sb.tensors if any(x is y for y in sa.tensors)), None)
+        if both is not None:
+            sb.kind, sb.tensor = "live", both
         elif sb.value is sa.value:
             sb.kind = "live_array"
         elif _same_value(sa.value, sb.value):

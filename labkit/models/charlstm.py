@@ -79,10 +79,12 @@ def build(config=None):
 
 
 def loss_fn(model, batch):
-    ids = batch["text"]
-    logits = model(ids[:, :-1])
+    # NOTE: host: a compiled step slices each call's batch again (a raw slice is refused)
+    inputs, targets = lk.compile.host(lambda ids: (ids[:, :-1], ids[:, 1:].reshape(-1)),
+                                      batch["text"], name="shift")
+    logits = model(inputs)
     n, t, v = logits.shape
-    return F.softmax_cross_entropy(F.reshape(logits, (n * t, v)), ids[:, 1:].reshape(-1))
+    return F.softmax_cross_entropy(F.reshape(logits, (n * t, v)), targets)
 
 
 def make_loop(config=None, extensions=()):

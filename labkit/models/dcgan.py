@@ -50,7 +50,9 @@ class DCGAN(B.Brick):
         """``n`` images (n, 1, 8, 8) in [0, 1] from fresh noise."""
         if self.generator.device != self.device:
             self.generator.device = self.device
-        return self.generator_net(lk.Tensor(self.generator.normal((n, self.noise_size))))
+        # NOTE: host: a compiled step draws new noise at each replay
+        z = lk.compile.host(lambda: self.generator.normal((n, self.noise_size)), name="noise")
+        return self.generator_net(lk.Tensor(z))
 
     def sample(self, n):
         with lk.no_grad():

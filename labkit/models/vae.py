@@ -40,7 +40,8 @@ class VAE(B.Brick):
     def noise(self, shape, device):
         if self.generator.device != device:
             self.generator.device = device
-        return lk.Tensor(self.generator.normal(shape))
+        # NOTE: host: a compiled step draws new noise at each replay
+        return lk.Tensor(lk.compile.host(lambda: self.generator.normal(shape), name="vae.noise"))
 
     def forward(self, x):
         """Bernoulli logits (N, 64) of the reconstruction from a sample of q(z|x), and the

@@ -3,9 +3,10 @@ another result than the same step run eagerly. The standard: a compiled step giv
 result (bit-identical on cpu and on cl without fusion; within float32 rounding with fusion) or
 raises CompileError; never a silently different number.
 
-Strict xfails are faults found by the review (the reason names the cause); the other tests
-cover what the existing tests do not (optimizer chains and schedules, every brick type, fusion
-of broadcast, 0-d, strided and float64 operands, lk.scan against the unrolled loop)."""
+The first tests are the faults the review found (each fixed since; the test names the way it
+failed); the others cover what the existing tests do not (optimizer chains and schedules,
+every brick type, fusion of broadcast, 0-d, strided and float64 operands, lk.scan against the
+unrolled loop)."""
 
 import sys
 import threading
@@ -49,11 +50,6 @@ def eager_or_refused(run_eager, run_compiled):
 # ---- faults: silent wrong results ------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "program.py _generate: a parameter's .grad write `W.grad = Tensor(s)` of a folded constant "
-    "gradient (a bias under F.mean) hands every replay the same constant array (_tree_code "
-    "copies constant results, the writes do not): a change of p.grad in place after one call "
-    "changes the gradient of every later replay"))
 def test_constant_gradient_is_not_shared_between_replays(dev):
     rng = np.random.default_rng(0)
     xs = [arr(rng.standard_normal((4, 3)), dev) for _ in range(5)]
@@ -83,11 +79,6 @@ def test_constant_gradient_is_not_shared_between_replays(dev):
         np.testing.assert_array_equal(b, a, err_msg=f"b.grad after call {k + 1}")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "trace.py Tracer.slot_of: an argument array sliced with raw NumPy (ids[:, :-1], as "
-    "labkit.models.charlstm.loss_fn does) is a new array the tracer treats as made outside the "
-    "step; compare() makes it a constant when calls 1 and 2 see equal values, and every replay "
-    "then reads the batch of call 2"))
 def test_raw_slice_of_an_argument_is_not_frozen_when_calls_1_and_2_agree():
     rng = np.random.default_rng(0)
     W = lk.tensor(rng.standard_normal((7, 3)).astype(np.float32))
@@ -104,10 +95,6 @@ def _calls(f, batches):
     return [f(b).numpy() for b in batches]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "same cause in the model zoo: labkit/models/charlstm.py loss_fn slices its batch with "
-    "NumPy (ids[:, :-1], ids[:, 1:]); with the same first two batches the compiled step trains "
-    "on the second batch forever"))
 def test_charlstm_step_with_a_repeated_first_batch():
     from labkit.models import charlstm
 
@@ -137,10 +124,6 @@ def test_charlstm_step_with_a_repeated_first_batch():
     eager_or_refused(lambda: run(False, start)[1], lambda: run(True, start)[1])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "trace.py Tracer.slot_of: a tensor is registered as live only when its array is first "
-    "seen; p.detach() read before p makes the slot a live_array of the detached tensor and p "
-    "is never in trace.live, so replays never write p.grad (left at call 2's gradient)"))
 def test_parameter_read_after_its_detached_copy_gets_its_grad(dev):
     rng = np.random.default_rng(0)
     p0 = rng.standard_normal((3, 4)).astype(np.float32)
@@ -168,9 +151,6 @@ def test_parameter_read_after_its_detached_copy_gets_its_grad(dev):
         np.testing.assert_array_equal(b, a, err_msg=f"p.grad after call {k + 1}")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "same cause: with p.detach() read first the program reads p's array of the traced call "
-    "(a live_array constant, unguarded), so a new p.data (a reset, a load) is never seen"))
 def test_new_data_of_a_parameter_read_after_its_detached_copy(dev):
     p = arr(np.ones((2, 3)), dev, rg=True)
     x = arr(np.ones((2, 3)), dev)
@@ -186,10 +166,6 @@ def test_new_data_of_a_parameter_read_after_its_detached_copy(dev):
 
 
 @pytest.mark.parametrize("change", ["dropout_ratio", "batchnorm_momentum", "mlp_activation"])
-@pytest.mark.xfail(strict=True, reason=(
-    "bricks/base.py Brick.__call__ guards only `training` and `_version`: a brick's "
-    "hyper-parameters (Dropout.ratio, BatchNorm.momentum, MLP.activation) changed after the "
-    "step compiled are neither checked nor read at replay: the traced values are replayed"))
 def test_brick_attribute_changed_after_compiling(change, dev):
     x = arr(np.arange(6).reshape(2, 3), dev)
     if change == "dropout_ratio":
@@ -224,11 +200,6 @@ def test_brick_attribute_changed_after_compiling(change, dev):
         assert close(got, step(x)[0], dev), (got, step(x)[0].numpy())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "compile/__init__.py Compiled.__call__ has no lock and program.py's cpu replay writes each "
-    "lowered ufunc into a buffer (B{k}) kept between replays and sets attributes on shared "
-    "Function objects: two threads replaying the same step overwrite each other's values "
-    "(an eager step of pure functions is thread-safe)"))
 def test_two_threads_replaying_one_compiled_step():
     def predict(x):
         return F.tanh(x * 2.0) + 1.0
@@ -262,10 +233,6 @@ def test_two_threads_replaying_one_compiled_step():
 
 
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])
-@pytest.mark.xfail(strict=True, reason=(
-    "bricks/layers.py _as_mask: the host closure `lambda a: _mask_array(a, x.dtype, rt)` holds "
-    "the input Tensor x, a new object at each call, so compare() refuses every recurrent step "
-    "with a NumPy mask ('what its code holds changed') although the step is the same"))
 def test_recurrent_brick_with_a_numpy_mask_compiles(cell, dev):
     rng = np.random.default_rng(0)
     lk.bricks.set_seed(0)
@@ -282,10 +249,6 @@ def test_recurrent_brick_with_a_numpy_mask_compiles(cell, dev):
     assert f.stats["replays"] == 2
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "compile/scan.py Scan.backward: the gradient of an initial carry no output depends on is "
-    "zeros (`Tensor(a * 0)`), where the unrolled loop leaves it None (an optimizer then "
-    "updates that parameter's moments and weight decay instead of skipping it)"))
 def test_scan_gradient_of_an_unused_carry_is_none_like_the_unrolled_loop():
     rng = np.random.default_rng(0)
     x = arr(rng.standard_normal((2, 3, 2)), "cpu", rg=True)
