@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..autograd.function import Function
+from ..backend.opencl import lstm as _cl_lstm
 from ..errors import ShapeError
 from . import _check
 from ._util import sigmoid_array, xp_of
@@ -27,6 +28,8 @@ class LSTM(Function):
     n_out = 2
 
     def forward(self, c_prev, x):
+        if _cl_lstm.fits(c_prev, x):  # NOTE: one launch (backend/opencl/lstm.py)
+            return _cl_lstm.forward(c_prev, x)
         _, _, _, o, c = _gates(c_prev, x)
         return c, o * xp_of(x).tanh(c)
 
@@ -43,6 +46,8 @@ class LSTMGrad(Function):
     def forward(self, c_prev, x, gc, gh):
         # NOTE: the gates are recomputed, not kept from the forward: a node is a function of
         # its inputs alone (what a tracer that replays the ops relies on)
+        if _cl_lstm.fits(c_prev, x, gc, gh):
+            return _cl_lstm.grad(c_prev, x, gc, gh)
         a, i, f, o, c = _gates(c_prev, x)
         tc = xp_of(x).tanh(c)
         one = x.dtype.type(1)

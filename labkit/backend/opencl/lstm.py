@@ -1,0 +1,145 @@
+"""One LSTM step, forward and gradient, each one launch (F.lstm's cl path).
+
+A work-item per (row, unit): it reads the unit's four gate pre-activations (a, i, f, o: the
+four blocks of a row of x, Chainer's layout) and the previous cell, and writes the new cell and
+output, or, for the gradient, the previous cell's gradient and the four gates'. The composed
+form was about ten launches forward and twenty backward per step. tanh and sigmoid are the
+elementwise kernels' expressions, and floating-point contraction is off, so each operation
+rounds as the composed kernels do (the order of operations is labkit.functions.recurrent's).
+Rows may be strided (a time step of an (N, T, 4H) projection); columns must be contiguous.
+"""
+
+from __future__ import annotations
+
+from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
+from .program import header, kernels, source
+
+_COMMON = """#pragma OPENCL FP_CONTRACT OFF
+#define TANH(v) ((fabs(v) >= (sizeof(v) == 4 ? 10.0f : 19.1f)) ? \\
+                 (T)(((v) > 0) - ((v) < 0)) : tanh(v))
+#define SIG(v) ((v) >= 0 ? 1 / (1 + exp(-(v))) : exp(v) / (1 + exp(v)))
+"""
+
+_FORWARD = """
+__kernel void lk_lstm(const IDX n, const IDX h,
+                      __global const T* cp, const IDX cp_o, const IDX cp_ld,
+                      __global const T* x, const IDX x_o, const IDX x_ld,
+                      __global T* c, __global T* hout)
+{
+    const IDX gid = (IDX)get_global_id(0);
+    if (gid >= n * h) return;
+    const IDX r = gid / h, j = gid % h;
+    __global const T* xr = x + x_o + r * x_ld;
+    const T xa = xr[j], xi = xr[h + j], xf = xr[2 * h + j], xo = xr[3 * h + j];
+    const T a = TANH(xa), i = SIG(xi), f = SIG(xf), o = SIG(xo);
+    const T cn = a * i + f * cp[cp_o + r * cp_ld + j];
+    c[gid] = cn;
+    hout[gid] = o * TANH(cn);
+}
+"""
+
+_GRAD = """
+__kernel void lk_lstm_grad(const IDX n, const IDX h,
+                           __global const T* cp, const IDX cp_o, const IDX cp_ld,
+                           __global const T* x, const IDX x_o, const IDX x_ld,
+                           __global const T* gc, const IDX gc_o, const IDX gc_ld,
+                           __global const T* gh, const IDX gh_o, const IDX gh_ld,
+                           __global T* gcp, __global T* gx)
+{
+    const IDX gid = (IDX)get_global_id(0);
+    if (gid >= n * h) return;
+    const IDX r = gid / h, j = gid % h;
+    __global const T* xr = x + x_o + r * x_ld;
+    const T xa = xr[j], xi = xr[h + j], xf = xr[2 * h + j], xo = xr[3 * h + j];
+    const T a = TANH(xa), i = SIG(xi), f = SIG(xf), o = SIG(xo);
+    const T cpv = cp[cp_o + r * cp_ld + j];
+    const T c = a * i + f * cpv;
+    const T tc = TANH(c);
+    const T ghv = gh[gh_o + r * gh_ld + j];
+    const T g = gc[gc_o + r * gc_ld + j] + ghv * o * (1 - tc * tc);
+    const T gi0 = g * i;
+    const T gfp = g * f;
+    gcp[gid] = gfp;
+    __global T* gr = gx + r * 4 * h;
+    gr[j] = gi0 * (1 - a * a);
+    gr[h + j] = gi0 * a * (1 - i);
+    gr[2 * h + j] = gfp * cpv * (1 - f);
+    gr[3 * h + j] = ghv * tc * o * (1 - o);
+}
+"""
+
+
+def _rows(a, cols):
+    """(offset, row stride) of a 2-D array with contiguous columns, else None."""
+    if not isinstance(a, ndarray) or a.ndim != 2 or a.shape[1] != cols:
+        return None
+    if a.shape[1] > 1 and a._st[1] != 1:
+        return None
+    return a.offset, a._st[0] if a.shape[0] > 1 else cols
+
+
+def fits(c_prev, x, *more) -> bool:
+    """Whether the kernels take these arrays: OpenCL, one float dtype and device, rows of
+    contiguous columns, x (N, 4H) and the others (N, H)."""
+    if not isinstance(x, ndarray) or x.dtype.kind != "f" or x.ndim != 2:
+        return False
+    n, h4 = x.shape
+    h = h4 // 4
+    if _rows(x, h4) is None:
+        return False
+    for a in (c_prev,) + more:
+        if (_rows(a, h) is None or a.shape[0] != n or a.dtype != x.dtype or a.rt is not x.rt):
+            return False
+    return True
+
+
+def _kernel(rt, ct, idx, name, body):
+    def make():
+        src = header(rt, (ct,), {"T": ct, "IDX": idx}, what="lstm") + source("common") + \
+            _COMMON + body
+        it = IDX_NP[idx]
+        n_in = 2 if name == "lk_lstm" else 4
+        types = [it, it] + [None, it, it] * n_in + [None, None]
+        return getattr(kernels(rt, src, {name: types}, name=f"lstm:{name}"), name)
+    return rt.cached((name, ct, idx), make)
+
+
+def _launch(rt, kernel, n, h, args):
+    total = n * h
+    ls = min(256, rt.info.max_work_group_size)
+    with rt.lock:
+        kernel(rt.queue, (-(-total // ls) * ls,), (ls,), n, h, *args)
+
+
+def forward(c_prev, x):
+    """(c, h) of one step; the arrays must pass :func:`fits`."""
+    rt = x.rt
+    n, h4 = x.shape
+    h = h4 // 4
+    c = ndarray(rt, (n, h), x.dtype)
+    out = ndarray(rt, (n, h), x.dtype)
+    idx = index_ctype(c_prev, x, c)
+    k = _kernel(rt, CTYPES[x.dtype], idx, "lk_lstm", _FORWARD)
+    args = []
+    for a, cols in ((c_prev, h), (x, h4)):
+        o, ld = _rows(a, cols)
+        args += [a.data, o, ld]
+    _launch(rt, k, n, h, args + [c.data, out.data])
+    return c, out
+
+
+def grad(c_prev, x, gc, gh):
+    """(gradient of c_prev, gradient of x) of one step from those of (c, h)."""
+    rt = x.rt
+    n, h4 = x.shape
+    h = h4 // 4
+    gcp = ndarray(rt, (n, h), x.dtype)
+    gx = ndarray(rt, (n, h4), x.dtype)
+    idx = index_ctype(c_prev, x, gc, gh, gx)
+    k = _kernel(rt, CTYPES[x.dtype], idx, "lk_lstm_grad", _GRAD)
+    args = []
+    for a, cols in ((c_prev, h), (x, h4), (gc, h), (gh, h)):
+        o, ld = _rows(a, cols)
+        args += [a.data, o, ld]
+    _launch(rt, k, n, h, args + [gcp.data, gx.data])
+    return gcp, gx
