@@ -238,7 +238,7 @@ class Compiled:
                  f"traced, {self.stats['replays']} replayed, {self.stats['retraces']} retraces"]
         for p in self.programs():
             lines.append(f"  program: {p.trace_nodes} ops traced -> {len(p.nodes)} nodes "
-                         f"({p.fused} fused kernels)")
+                         f"({p.fused} fused kernel{'' if p.fused == 1 else 's'})")
             for r in sorted(set(p.rewrites)):
                 lines.append(f"  stabilised: {r} ({p.rewrites.count(r)}x)")
         for r in self.stats["reasons"]:

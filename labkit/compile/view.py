@@ -36,8 +36,10 @@ def graph(program, after: bool = True) -> Graph:
             shape, dtype = meta.get(s, ((), np.dtype(np.float32)))
             fill = np.nan if np.dtype(dtype).kind == "f" else 0
             v = Tensor(np.broadcast_to(np.asarray(fill, dtype), shape))
+            folded = kind is None and program.init[s] is not None if s < len(program.init) \
+                else False
             v.name = (f"argument {arg}" if kind == "arg" else
-                      "constant" if kind in ("const", "live_array") else None)
+                      "constant" if kind in ("const", "live_array") or folded else None)
         made[s] = v
         return v
 
@@ -57,8 +59,9 @@ def graph(program, after: bool = True) -> Graph:
         inputs = tuple(var(s) for s in ins)
         out_meta = tuple(meta.get(s, ((), np.dtype(np.float32))) for s in outs) or (
             ((), "-"),)
-        op = _Op(name if kind != "host" else f"host: {name}", group or brick, inputs,
-                 out_meta, seq)
+        # NOTE: a host computation is labelled by its last name part ("onehot (host)")
+        label = name if kind != "host" else f"{name.rsplit('.', 1)[-1]} (host)"
+        op = _Op(label, group or brick, inputs, out_meta, seq)
         seq += 1
         ops.append(op)
         for i, s in enumerate(outs):
@@ -72,6 +75,7 @@ def graph(program, after: bool = True) -> Graph:
     for sk in (program.after if after else program.before):
         add(sk)
     g = Graph.__new__(Graph)
+    g.title = "compiled program, as replayed" if after else "compiled step, as traced"
     out_slots = [s for s in _slots(program.out_tree)]
     g.outputs = [var(s) for s in out_slots]
     g.nodes = ops

@@ -17,13 +17,16 @@ __all__ = ["GraphView", "collapse", "layout"]
 
 KIND_COLOR = {"input": "#2ca02c", "function": "#1f77b4", "brick": "#7b52ab",
               "output": "#455a64", FAILED: "#d62728"}
+#: a fused kernel of a compiled program (lk.compile's graph): its group and, opened, its ops
+KERNEL_COLOR = "#00838f"
+KERNEL_GROUP = "/compiled/fused"
 ROLE_COLOR = {"WEIGHT": "#c85a00", "FILTER": "#c85a00", "BIAS": "#b5367f",
               "PARAMETER": "#8c564b"}
 FAILED_LINE = "#d62728"  # outline of the nodes of the brick where a ShapeError happened
 NEUTRAL = "#8a8a8a"  # text on the transparent background before the theme's colours arrive
 LAYER_PX = 66  # vertical room per layer: a node, an edge and its shape label
 MAX_NODES = 150  # drawn at first (the default depth is lowered until they fit)
-MAX_HEIGHT = 820  # taller graphs scroll (drag) inside the figure
+MAX_HEIGHT = 960  # taller graphs scroll (drag) inside the figure; the title says how many
 THEME_JS = (Path(__file__).with_name("graphview_theme.js")).read_text()
 CLICK_JS = """
 const i = cb_obj.indices[0];
@@ -56,7 +59,7 @@ class GraphView(_bokeh.WidgetRepr):
     plots = True
 
     def __init__(self, target, depth: int | None = None, width: int | None = None,
-                 height: int | None = None):
+                 height: int | None = None, title: str | None = None):
         from ..graph import Graph
 
         _bokeh.require()
@@ -71,6 +74,7 @@ class GraphView(_bokeh.WidgetRepr):
                 raise ValueError("GraphView: this error carries no graph")
             self.failure = gd.failure(error)
         self.graph = target if isinstance(target, Graph) else Graph(target)
+        self.title = title or getattr(self.graph, "title", None) or "computational graph"
         self.failed_brick = failed
         self.full = self.graph.to_dict()
         self.tensors = {f"v{k}": v for k, v in enumerate(self.graph.variables)}
@@ -139,7 +143,9 @@ class GraphView(_bokeh.WidgetRepr):
             cols["label"].append(text)
             cols["w"].append(7 * len(text) + 18)
             cols["kind"].append(kind)
+            kernel = kind in ("brick", "function") and (brick or "").startswith(KERNEL_GROUP)
             cols["color"].append(ROLE_COLOR.get(role, "#8c564b") if kind == "parameter"
+                                 else KERNEL_COLOR if kernel
                                  else KIND_COLOR.get(kind, "#1f77b4"))
             cols["line"].append(FAILED_LINE if failed else "#333333")
             cols["line_width"].append(3 if failed else 1)
@@ -154,6 +160,7 @@ class GraphView(_bokeh.WidgetRepr):
         index = {i: k for k, i in enumerate(cols["id"])}
         edges = {"xs": [], "ys": []}
         shapes = {"x": [], "y": [], "text": []}
+        into: dict = {}  # node -> the labels of the edges entering it
         for a, b, text in g["edges"]:
             xa, ya = cols["x"][index[a]], cols["y"][index[a]]
             xb, yb = cols["x"][index[b]], cols["y"][index[b]]
@@ -161,9 +168,20 @@ class GraphView(_bokeh.WidgetRepr):
             edges["ys"].append([ya, yb])
             if text:  # half a layer above the node it enters: clear of the layer's nodes
                 t = 0.5 / max(ya - yb, 1e-9)
-                shapes["x"].append(xb + (xa - xb) * t)
-                shapes["y"].append(yb + 0.5)
-                shapes["text"].append(text)
+                into.setdefault(b, []).append((xb + (xa - xb) * t, yb + 0.5, text, xb))
+        for labels in into.values():
+            distinct = list(dict.fromkeys(text for _, _, text, _ in labels))
+            if len(distinct) <= 3:  # NOTE: one label per shape entering a node
+                for text in distinct:
+                    x, y, _, _ = next(lb for lb in labels if lb[2] == text)
+                    shapes["x"].append(x)
+                    shapes["y"].append(y)
+                    shapes["text"].append(text)
+            else:  # many: one label over the node, not a pile of them
+                _, y, _, xb = labels[0]
+                shapes["x"].append(xb)
+                shapes["y"].append(y)
+                shapes["text"].append(gd._join(distinct))
         self.current = g
         return cols, edges, shapes
 
@@ -175,7 +193,7 @@ class GraphView(_bokeh.WidgetRepr):
         self.edge_source = ColumnDataSource({"xs": [], "ys": []})
         self.shape_source = ColumnDataSource({"x": [], "y": [], "text": []})
         self.failed_source = ColumnDataSource({"x": [], "y": [], "text": []})
-        title = "computational graph"
+        title = self.title
         if self.failure is not None:
             title += f" — {self.failure['op']} failed in {self.failed_brick or '?'}"
         size = (dict(width=self.width) if self.width else dict(sizing_mode="stretch_width"))
@@ -272,6 +290,11 @@ class GraphView(_bokeh.WidgetRepr):
             if dict(src.data) != data:
                 src.data = data
         _set(self.figure, height=height)
+        # NOTE: a graph taller than the figure says so (it is dragged, not scrolled)
+        more = int(np.ceil(layers - span - 0.05))
+        base = self.figure.title.text.split(" · drag")[0]
+        _set(self.figure.title, text=base + (f" · drag for {more} more layers" if more > 0
+                                             else ""))
         _set(self.figure.y_range, start=0.6 - span, end=0.6, reset_start=0.6 - span,
              reset_end=0.6)
         _set(self.figure.x_range, start=-half, end=half, reset_start=-half, reset_end=half)

@@ -248,9 +248,9 @@ def test_compiled_program_in_graphview_light_and_dark(browser, lab):
     labelled(page, 0, "exp")
     element_shot(view(page, 0), "compile_graphview_expanded_light")
     # the rest of the program (backward, optimizer update) lies below the figure's height
-    assert not node(page, 0, "host: optimizer.update")["visible"]
+    assert not node(page, 0, "update (host)")["visible"]
     drag_up(page, 0, 600)
-    labelled(page, 0, "host: optimizer.update")
+    labelled(page, 0, "update (host)")
     element_shot(view(page, 0), "compile_graphview_lower_light")
     reset(page, 0)
 

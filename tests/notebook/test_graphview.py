@@ -46,6 +46,7 @@ def test_nodes_are_labelled_and_edges_carry_shapes(view):
     assert texts and texts[0].data_source is view.node_source and texts[0].glyph.text == "label"
     edges = sorted(view.shape_source.data["text"])
     assert edges == ["()", "(16, 10)", "(16, 64)"]  # input -> mlp_1 -> loss -> output
+    # one label per distinct shape entering a node (here every edge's)
     assert len(view.shape_source.data["x"]) == len(view.edge_source.data["xs"])
     shapes = [r for r in view.figure.renderers if r.name == "edge shapes"]
     assert shapes and shapes[0].data_source is view.shape_source
