@@ -101,7 +101,7 @@ class Compiled:
     """A step compiled by ``lk.compile``: call it like the function."""
 
     def __init__(self, fn, *, trust_input=False, fuse=True, cse=True, stabilize=True,
-                 warn_after=4):
+                 reassociate=True, warn_after=4):
         self.fn = fn
         self.__name__ = getattr(fn, "__name__", "step")
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -109,6 +109,7 @@ class Compiled:
         self.fuse = fuse
         self.cse = cse
         self.stabilize = stabilize
+        self.reassociate = reassociate
         self.warn_after = warn_after
         self._plans: dict = {}      # key -> [Program, ...] (one per set of depends)
         self._first: dict = {}      # key -> the first traced call, waiting for the second
@@ -167,7 +168,8 @@ class Compiled:
             self._keep[key] = keep
             return result
         compare(first, trace, self.__name__)
-        prog = Program(trace, fuse=self.fuse, cse=self.cse, stabilize=self.stabilize)
+        prog = Program(trace, fuse=self.fuse, cse=self.cse, stabilize=self.stabilize,
+                       reassociate=self.reassociate)
         self._plans.setdefault(key, []).insert(0, prog)
         self._keep[key] = keep
         for n in trace.nodes:  # NOTE: the traced graph's tensors are not needed by replays
@@ -239,6 +241,9 @@ class Compiled:
         for p in self.programs():
             lines.append(f"  program: {p.trace_nodes} ops traced -> {len(p.nodes)} nodes "
                          f"({p.fused} fused kernel{'' if p.fused == 1 else 's'})")
+            if p.gathered:
+                lines.append(f"  gathered: {p.gathered} sum(s) of matrix products into one "
+                             "product each")
             for r in sorted(set(p.rewrites)):
                 lines.append(f"  stabilised: {r} ({p.rewrites.count(r)}x)")
         for r in self.stats["reasons"]:
@@ -246,15 +251,18 @@ class Compiled:
         return "\n".join(lines)
 
 
-def compile(fn=None, *, trust_input=False, fuse=True, cse=True, stabilize=True, warn_after=4):
+def compile(fn=None, *, trust_input=False, fuse=True, cse=True, stabilize=True,
+            reassociate=True, warn_after=4):
     """Compile ``fn`` (a training or evaluation step); as a decorator with or without
     arguments. See the module's documentation for what a compiled step may do.
 
     ``fuse``: elementwise chains as one kernel (OpenCL devices); ``cse``: merge ops that
     compute the same value; ``stabilize``: rewrite log(exp(z)), log(1 + x), log(sigmoid(x))
     and what their gradients leave into stable forms (not bit-identical to eager where they
-    apply); ``trust_input``: no checks at each call; ``warn_after``: retraces before a
-    CompileWarning.
+    apply); ``reassociate``: a sum of matrix products of the same shapes (a weight's
+    gradient over the steps of a loop) as one product of the stacked operands (equal to
+    float32 rounding); ``trust_input``: no checks at each call; ``warn_after``: retraces
+    before a CompileWarning.
 
     Examples
     --------
@@ -267,7 +275,7 @@ def compile(fn=None, *, trust_input=False, fuse=True, cse=True, stabilize=True, 
     [3.0, 3.0, 3.0]
     """
     options = dict(trust_input=trust_input, fuse=fuse, cse=cse, stabilize=stabilize,
-                   warn_after=warn_after)
+                   reassociate=reassociate, warn_after=warn_after)
     if fn is None:
         return lambda f: Compiled(f, **options)
     if not callable(fn):

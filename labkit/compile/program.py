@@ -17,7 +17,7 @@ from .trace import Trace
 
 class Program:
     def __init__(self, trace: Trace, *, fuse: bool = True, cse: bool = True,
-                 stabilize: bool = True):
+                 stabilize: bool = True, reassociate: bool = True):
         t = trace
         self.trace_nodes = len(t.nodes)
         consts: dict = {}
@@ -48,6 +48,17 @@ class Program:
                        for tensor, kind, s in t.writes]
         needed = set(_tree_slots(self.out_tree))
         needed.update(s for _, _, s in self.writes if s is not None)
+        self.gathered = 0
+        if reassociate:
+            extra = []
+
+            def new_slot():
+                extra.append(t.n_slots + len(extra))
+                return extra[-1]
+
+            nodes, self.gathered = passes.gather_products(nodes, alias, t.values, needed,
+                                                          new_slot)
+            t.n_slots += len(extra)
         nodes = passes.prune(nodes, needed)
         self.fused = 0
         if fuse:
