@@ -28,13 +28,16 @@ class LSTM(Function):
     n_out = 2
 
     def forward(self, c_prev, x):
+        self.gates = None
         if _cl_lstm.fits(c_prev, x):  # NOTE: one launch (backend/opencl/lstm.py)
             return _cl_lstm.forward(c_prev, x)
-        _, _, _, o, c = _gates(c_prev, x)
-        return c, o * xp_of(x).tanh(c)
+        a, i, f, o, c = _gates(c_prev, x)
+        tc = xp_of(x).tanh(c)
+        self.gates = (a, i, f, o, c, tc)  # NOTE: kept for the gradient (not recomputed)
+        return c, o * tc
 
     def backward(self, inputs, grads):
-        return LSTMGrad().apply(tuple(inputs) + tuple(grads))
+        return LSTMGrad(self).apply(tuple(inputs) + tuple(grads))
 
 
 class LSTMGrad(Function):
@@ -43,13 +46,20 @@ class LSTMGrad(Function):
     name = "lstm_grad"
     n_out = 2
 
+    def __init__(self, step=None):
+        self.step = step  # the LSTM node whose gates it reuses (None: recomputed)
+
     def forward(self, c_prev, x, gc, gh):
-        # NOTE: the gates are recomputed, not kept from the forward: a node is a function of
-        # its inputs alone (what a tracer that replays the ops relies on)
+        # NOTE: the gates are those the forward node kept (lk.compile replays that node
+        # before this one, and reads its attribute then); on cl one kernel recomputes them
         if _cl_lstm.fits(c_prev, x, gc, gh):
             return _cl_lstm.grad(c_prev, x, gc, gh)
-        a, i, f, o, c = _gates(c_prev, x)
-        tc = xp_of(x).tanh(c)
+        kept = getattr(self.step, "gates", None) if self.step is not None else None
+        if kept is not None:
+            a, i, f, o, c, tc = kept
+        else:
+            a, i, f, o, c = _gates(c_prev, x)
+            tc = xp_of(x).tanh(c)
         one = x.dtype.type(1)
         g = gc + gh * o * (one - tc * tc)
         gi = g * i
