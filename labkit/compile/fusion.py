@@ -28,8 +28,10 @@ from ..functions import activation as _act
 from ..functions import math as _m
 from .trace import Node
 
-#: the most arrays and scalars one fused kernel reads
+#: the most arrays one fused kernel reads (its constants are literals in its source)
 MAX_INPUTS = 16
+#: the most ops one fused kernel holds (a longer chain is split: its source stays short)
+MAX_OPS = 64
 
 _TANH = ("((fabs({0}) >= (sizeof({0}) == 4 ? 10.0f : 19.1f)) ? "
          "(T)((({0}) > 0) - (({0}) < 0)) : tanh({0}))")
@@ -59,6 +61,8 @@ _FORMS = {
 class _Region:
     def __init__(self, node):
         self.nodes = [node]
+        # NOTE: an upper bound of the arrays it reads (an op's inputs, some made inside)
+        self.inputs = len(node.ins) + len(node.attr_in)
 
 
 def _shape(values, s):
@@ -119,10 +123,12 @@ def fuse(nodes, trace, needed, consts):
             if (p is not None and uses.get(s, 0) == 1 and id(p) not in absorbed
                     and _shape(values, p.outs[0]) == out_shape):
                 pr = region_of[id(p)]
-                if len(r.nodes) + len(pr.nodes) > MAX_INPUTS:
+                if (len(r.nodes) + len(pr.nodes) > MAX_OPS
+                        or r.inputs + pr.inputs - 1 > MAX_INPUTS):
                     continue
                 absorbed.add(id(p))
                 r.nodes = pr.nodes + r.nodes
+                r.inputs += pr.inputs - 1
         region_of[id(n)] = r
         producer[n.outs[0]] = n
     out, count = [], 0
@@ -158,10 +164,13 @@ def _kernel(region, values, consts):
         c = None
         if attr is not None:
             bound = [s for a, _, s in n.attr_in if a == attr]
+            value = n.fn.__dict__.get(attr)
             if bound:
                 c = operand(bound[0])
+            elif isinstance(value, numbers.Number):
+                c = _literal(value, values[n.outs[0]].dtype)
             else:
-                extra.append(n.fn.__dict__[attr])
+                extra.append(value)
                 c = ("E", len(extra) - 1)
         stmts.append((f"t{k}", form, args, c))
         made[n.outs[0]] = f"t{k}"
@@ -170,6 +179,8 @@ def _kernel(region, values, consts):
     def name(x):
         if isinstance(x, str):
             return x
+        if x[0] == "C":  # a literal
+            return x[1]
         kind, i = x
         return f"v{i}" if kind == "L" else f"v{n_leaves + i}"
 
@@ -197,4 +208,12 @@ def _kernel(region, values, consts):
     return node
 
 
-_ = np
+def _literal(c, dtype):
+    """The constant ``c`` as an exact literal of ``dtype`` (NumPy's rounding of a Python number
+    to the array's type, written in hexadecimal: no decimal rounding in between)."""
+    v = float(dtype.type(c))
+    if v != v:
+        return ("C", "((T)NAN)")
+    if v in (float("inf"), float("-inf")):
+        return ("C", "((T)INFINITY)" if v > 0 else "((T)-INFINITY)")
+    return ("C", f"((T){v.hex()}{'f' if dtype == np.float32 else ''})")
