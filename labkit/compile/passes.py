@@ -113,7 +113,7 @@ def _cl():
     return opencl
 
 
-def stabilize(nodes, alias, values):
+def stabilize(nodes, alias, values, outside=frozenset()):
     """Rewrite what overflows or underflows in float32 into forms that do not (Theano's
     stabilisation): log(exp(z)) -> z, log(1 + x) -> log1p(x), log(sigmoid(x)) ->
     -softplus(-x), and in the gradients (g / e) * e -> g, which the backward of a rewritten
@@ -126,6 +126,10 @@ def stabilize(nodes, alias, values):
     for n in nodes:
         for s in n.outs:
             made_by[s] = n
+    # NOTE: a result is never made an alias of an array the step changes in place (a returned
+    # log(exp(p)) would be the parameter after its update); an alias of an argument or a
+    # parameter is copied where it leaves the program (program._generate)
+    fixed = {a for n in nodes for a, _ in n.versions}
     done = []
     kept = []
     for n in nodes:
@@ -136,12 +140,14 @@ def stabilize(nodes, alias, values):
         t = type(n.fn) if n.kind == "op" else None
         src = made_by.get(n.ins[0]) if n.ins else None
         st = type(src.fn) if src is not None and src.kind == "op" else None
-        if t is m.Log and st is m.Exp and _same_meta(values, n.outs[0], src.ins[0]):
+        if (t is m.Log and st is m.Exp and _same_meta(values, n.outs[0], src.ins[0])
+                and src.ins[0] not in fixed):
             alias[n.outs[0]] = src.ins[0]
             done.append("log(exp(z)) -> z")
             continue
         if (t is m.Log and st is m.AddConstant and isinstance(src.fn.__dict__.get("c"), float)
-                and src.fn.c == 1.0 and not src.attr_in):
+                and src.fn.c == 1.0 and not src.attr_in
+                and _same_meta(values, n.outs[0], src.ins[0])):
             n.fn = m.Log1p()
             n.ins = [src.ins[0]]
             n.name = "log1p"
@@ -155,7 +161,8 @@ def stabilize(nodes, alias, values):
             for g_slot, e_slot in ((a, b), (b, a)):
                 d = made_by.get(g_slot)
                 if (d is not None and d.kind == "op" and type(d.fn) is m.Div
-                        and d.ins[1] == e_slot and _same_meta(values, n.outs[0], d.ins[0])):
+                        and d.ins[1] == e_slot and _same_meta(values, n.outs[0], d.ins[0])
+                        and d.ins[0] not in fixed):
                     alias[n.outs[0]] = d.ins[0]
                     done.append("(g / e) * e -> g")
                     break
@@ -189,6 +196,7 @@ def gather_products(nodes, alias, values, needed, new_slot):
     from ..functions import math as m
 
     made_by = {s: n for n in nodes for s in n.outs}
+    changed = {a for n in nodes for a, _ in n.versions}  # arrays a host changes in place
     uses: dict = {}
     for n in nodes:
         for s in list(n.ins) + [s for _, _, s in n.attr_in] + [a for a, _ in n.versions]:
@@ -209,6 +217,8 @@ def gather_products(nodes, alias, values, needed, new_slot):
         if tr is None or uses.get(mm.ins[0]) != 1 or tuple(tr.fn.axes or ()) != (1, 0):
             return None
         a, b = tr.ins[0], mm.ins[1]
+        if a in changed or b in changed:  # NOTE: read before a change: cannot be moved
+            return None
         va, vb = values.get(a), values.get(b)
         if va is None or vb is None or va.ndim != 2 or vb.ndim != 2:
             return None

@@ -38,7 +38,7 @@ class Program:
             nodes = passes.merge(nodes, alias)
         self.rewrites: list = []
         if stabilize:
-            nodes, self.rewrites = passes.stabilize(nodes, alias, t.values)
+            nodes, self.rewrites = passes.stabilize(nodes, alias, t.values, set(t.sources))
 
         def res(s):
             return alias.get(s, s)
@@ -219,7 +219,10 @@ def _generate(prog, nodes, t, exposed):
             lines.append(f"    s{x} = O{k}.{name}" + ("" if i is None else f"[{i}]"))
         for old, new in n.versions:  # the same array, changed in place by this node
             lines.append(f"    s{new} = s{old}")
+    # NOTE: copied where they leave: constants (the next replay returns them again) and
+    # arrays from outside (an argument or a parameter a rewrite made a result alias)
     fixed = {s for s, v in enumerate(prog.init) if v is not None}
+    fixed |= {s for s, _ in prog.args} | {s for s, _ in prog.live}
 
     def fresh(s):  # NOTE: a constant written out is copied: the next replay writes it again
         return f"s{s}.copy()" if s in fixed else f"s{s}"

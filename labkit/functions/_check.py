@@ -269,22 +269,23 @@ def indices(d, n: int, op: str, name: str, what: str, ignore=None) -> None:
         if 0 <= lo and hi < n:
             return
         bad = (d >= n) | (d < 0)
-        if ignore is not None:
-            bad &= d != ignore
+        if ignore is not None and not (d.dtype.kind == "u" and ignore < 0):
+            bad &= d != ignore  # NOTE: an unsigned label never equals a negative ignore
         if not bad.any():
             return
         h = d
     else:
         if not config.get("LABKIT_CHECK_INDICES"):
             return
+        never = ignore is None or (d.dtype.kind == "u" and ignore < 0)
         bad = cl.logical_or(d >= n, d < 0)
-        if ignore is not None:
+        if not never:
             bad = cl.logical_and(bad, d != ignore)
         if not bool(bad.any().item()):
             return
         h = d.get()
         bad = (h >= n) | (h < 0)
-        if ignore is not None:
+        if not never:
             bad &= h != ignore
     pos = tuple(int(i) for i in np.argwhere(bad)[0])
     val = int(h[pos])

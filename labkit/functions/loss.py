@@ -8,6 +8,7 @@ import numpy as np
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
 from ..autograd.trace import host, tracer
+from ..backend import full
 from ..backend.opencl import xent as _xent
 from ..errors import ShapeError
 from . import _check
@@ -80,7 +81,10 @@ class SoftmaxCrossEntropy(Function):
     def _scale(self, x):
         """Per-label weight of the reduction: valid / count for "mean", valid otherwise."""
         xp = xp_of(x)
-        valid = (self.t != self.ignore).astype(x.dtype)
+        if self.t.dtype.kind == "u" and self.ignore < 0:  # NOTE: no unsigned label is ignored
+            valid = full(self.t.shape, 1, x.dtype, x)
+        else:
+            valid = (self.t != self.ignore).astype(x.dtype)
         if self.reduce == "mean":
             count = xp.maximum(valid.sum(), 1).astype(x.dtype)
             valid = valid / count

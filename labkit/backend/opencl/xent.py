@@ -42,7 +42,7 @@ __kernel void lk_xent(const IDX n, const IDX c, __global const T* x, const IDX x
         for (IDX k = 0; k < c; ++k) nll -= (row[k] - lse) * (T)(k == label);
         if (label != ignore) cnt += 1;
         if (mode == 2) out[out_o + r] = nll;
-        acc += nll;
+        acc += nll * (T)(label != ignore);  // NOTE: times 0, not skipped: nan stays nan
     }
     s_sum[lid] = acc;
     s_cnt[lid] = cnt;
