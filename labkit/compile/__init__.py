@@ -20,7 +20,15 @@ Inside a compiled step:
 - a tensor's value read into Python (``loss.item()``, ``if x.sum() > 0``) is refused: return
   the tensor and read it after the call;
 - results are new tensors at each call (never a buffer the next call overwrites), without a
-  graph: call ``backward`` inside the step.
+  graph: call ``backward`` inside the step;
+- tensors and numbers the step reads from its closure or globals are those it was traced with
+  (bricks' settings excepted: they are checked): pass what changes as arguments;
+- one call runs at a time (a lock): a compiled step may be shared between threads.
+
+The passes (``step.explain()`` lists what they did): constant folding, merging of ops that
+compute the same value, removal of what nothing needs, stabilisation (``stabilize=``), a sum
+of same-shape matrix products gathered into one product (``reassociate=``), and on OpenCL
+devices elementwise fusion (``fuse=``). ``step.graph()`` draws the program in GraphView.
 """
 
 from __future__ import annotations
