@@ -5,10 +5,12 @@ A region grows from an op backwards into the producers of its inputs while a pro
 elementwise op of the same shape and dtype whose result nothing else reads (not the step's
 outputs, not another op, not a host computation). Its inputs that come from outside the region
 are the kernel's arrays (broadcast as NumPy would: the generated kernel is labkit's strided
-elementwise frame) or scalars; each op is one statement, so nothing is computed twice, and
-floating-point contraction is off so each statement rounds as its own kernel would. OpenCL
-limits a kernel's arguments (at least 1,024 bytes in all, 8 to 24 bytes per array here):
-a region stops growing at ``MAX_INPUTS`` inputs, well within that.
+elementwise frame); its constants (the ``c`` of ``x + c``, fixed when traced) are exact
+hexadecimal literals of the array's type in the source. Each op is one statement, so nothing
+is computed twice, and floating-point contraction is off so each statement rounds as its own
+kernel would. OpenCL limits a kernel's arguments (at least 1,024 bytes in all, 8 to 24 bytes
+per array here): a region stops growing at ``MAX_INPUTS`` arrays, well within that, or at
+``MAX_OPS`` ops.
 
 Fused results equal the unfused ones except where an op's own kernel uses a vector form of a
 transcendental function (exp, log, tanh on a CPU device): there they agree to float32
