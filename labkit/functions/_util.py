@@ -74,8 +74,15 @@ def strided_view(a, shape, strides, offset=0):
 
 def sigmoid_array(x):
     if isinstance(x, np.ndarray):
-        # NOTE: 0.5 * (1 + tanh(x / 2)) is exact algebra and never overflows, unlike 1/(1+e^-x)
-        return (np.tanh(x * x.dtype.type(0.5)) + 1) * x.dtype.type(0.5)
+        # NOTE: from e = exp(-|x|), which never overflows: 1 / (1 + e) for x >= 0 and
+        # e / (1 + e) below, so a very negative x keeps its relative precision (the former
+        # (1 + tanh(x / 2)) / 2 cancelled to 0 from x = -17 in float32, making log(sigmoid)
+        # -inf where it is finite); the same form as the OpenCL kernel's
+        e = np.exp(-np.abs(x))
+        d = e + 1
+        out = e / d
+        np.divide(1, d, out=out, where=x >= 0)
+        return out
     return cl.sigmoid(x)
 
 
