@@ -46,7 +46,7 @@ from ..autograd.tensor import Tensor
 from ..autograd.trace import host
 from ..backend import opencl
 from ..errors import CompileError
-from .program import Program
+from .program import Program, depends_failure
 from .scan import scan
 from .trace import Tracer, compare
 
@@ -79,13 +79,6 @@ def _flatten(obj, leaves, tensors, key, keep):
     else:
         keep.append(obj)  # NOTE: kept alive, so that its id is never another object's
         key.append(("O", type(obj).__name__, id(obj)))
-
-
-def _depends_fail(trace):
-    for obj, attr, value in trace.depends:
-        if getattr(obj, attr, None) != value:
-            return f"{type(obj).__name__}.{attr}"
-    return None
 
 
 def _dev(a):
@@ -149,7 +142,7 @@ class Compiled:
         key = tuple(key)
         plans = self._plans.get(key)
         first = self._first.get(key)
-        if first is not None and _depends_fail(first) is not None:
+        if first is not None and depends_failure(first.depends) is not None:
             first = self._first.pop(key)  # NOTE: traced in another mode (train/eval): stale
             first = None
         if plans is not None:

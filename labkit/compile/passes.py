@@ -28,6 +28,13 @@ def refs(node) -> set:
     return out
 
 
+def _rename(n, alias):
+    """Point what ``n`` reads at the slots that merged values now live in."""
+    n.ins = [alias.get(s, s) for s in n.ins]
+    n.attr_in = [(a, i, alias.get(s, s)) for a, i, s in n.attr_in]
+    n.versions = [(alias.get(a, a), b) for a, b in n.versions]
+
+
 def fold(nodes, sources, values, consts):
     """Ops whose inputs are all constants become constants (their traced values). Arrays
     read live (changed in place between calls) are not constants."""
@@ -59,9 +66,7 @@ def merge(nodes, alias):
     kept = []
     for n in nodes:
         if alias:
-            n.ins = [alias.get(s, s) for s in n.ins]
-            n.attr_in = [(a, i, alias.get(s, s)) for a, i, s in n.attr_in]
-            n.versions = [(alias.get(a, a), b) for a, b in n.versions]
+            _rename(n, alias)
         if (n.kind != "op" or n.effect or n.attr_out or n.consts
                 or n.idx in referenced or refs(n)):
             kept.append(n)
@@ -134,9 +139,7 @@ def stabilize(nodes, alias, values, outside=frozenset()):
     kept = []
     for n in nodes:
         if alias:
-            n.ins = [alias.get(s, s) for s in n.ins]
-            n.attr_in = [(a, i, alias.get(s, s)) for a, i, s in n.attr_in]
-            n.versions = [(alias.get(a, a), b) for a, b in n.versions]
+            _rename(n, alias)
         t = type(n.fn) if n.kind == "op" else None
         src = made_by.get(n.ins[0]) if n.ins else None
         st = type(src.fn) if src is not None and src.kind == "op" else None

@@ -82,10 +82,9 @@ class Program:
     # ---- replay ---------------------------------------------------------------------------
     def guard_failure(self):
         """Why this program does not fit the current state (None when it does)."""
-        for obj, attr, value in self.depends:
-            now = getattr(obj, attr, None)
-            if now != value:
-                return f"{type(obj).__name__}.{attr} was {value!r} when traced, is {now!r}"
+        changed = depends_failure(self.depends)
+        if changed is not None:
+            return changed
         for tensor, shape, dtype, rg in self.live_shapes:
             d = tensor.data
             if d.shape != shape or d.dtype != dtype or tensor.requires_grad != rg:
@@ -96,6 +95,16 @@ class Program:
 
     def run(self, leaves, arg_tensors=None):
         return self.replay(leaves, arg_tensors)
+
+
+def depends_failure(depends):
+    """The first (object, attribute, value) a trace depended on that changed, described; or
+    None when none did."""
+    for obj, attr, value in depends:
+        now = getattr(obj, attr, None)
+        if now != value:
+            return f"{type(obj).__name__}.{attr} was {value!r} when traced, is {now!r}"
+    return None
 
 
 # ---- code generation ------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..autograd.tensor import Tensor
 from ..graph import Graph
+from .program import _tree_slots
 
 
 class _Op:
@@ -76,7 +77,7 @@ def graph(program, after: bool = True) -> Graph:
         add(sk)
     g = Graph.__new__(Graph)
     g.title = "compiled program, as replayed" if after else "compiled step, as traced"
-    out_slots = [s for s in _slots(program.out_tree)]
+    out_slots = list(_tree_slots(program.out_tree))
     g.outputs = [var(s) for s in out_slots]
     g.nodes = ops
     variables, seen = [], set()
@@ -92,14 +93,3 @@ def graph(program, after: bool = True) -> Graph:
     g.variables = variables
     return g
 
-
-def _slots(tree):
-    kind, body = tree
-    if kind in ("tensor", "array"):
-        yield body
-    elif kind == "dict":
-        for _, x in body:
-            yield from _slots(x)
-    elif kind != "value":
-        for x in body:
-            yield from _slots(x)

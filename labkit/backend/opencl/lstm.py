@@ -18,6 +18,14 @@ _COMMON = """#pragma OPENCL FP_CONTRACT OFF
 #define TANH(v) ((fabs(v) >= (sizeof(v) == 4 ? 10.0f : 19.1f)) ? \\
                  (T)(((v) > 0) - ((v) < 0)) : tanh(v))
 #define SIG(v) ((v) >= 0 ? 1 / (1 + exp(-(v))) : exp(v) / (1 + exp(v)))
+// this work-item's (row r, unit j) and the gate activations a, i, f, o of its unit
+#define GATES \
+    const IDX gid = (IDX)get_global_id(0); \
+    if (gid >= n * h) return; \
+    const IDX r = gid / h, j = gid % h; \
+    __global const T* xr = x + x_o + r * x_ld; \
+    const T xa = xr[j], xi = xr[h + j], xf = xr[2 * h + j], xo = xr[3 * h + j]; \
+    const T a = TANH(xa), i = SIG(xi), f = SIG(xf), o = SIG(xo);
 """
 
 _FORWARD = """
@@ -26,12 +34,7 @@ __kernel void lk_lstm(const IDX n, const IDX h,
                       __global const T* x, const IDX x_o, const IDX x_ld,
                       __global T* c, __global T* hout)
 {
-    const IDX gid = (IDX)get_global_id(0);
-    if (gid >= n * h) return;
-    const IDX r = gid / h, j = gid % h;
-    __global const T* xr = x + x_o + r * x_ld;
-    const T xa = xr[j], xi = xr[h + j], xf = xr[2 * h + j], xo = xr[3 * h + j];
-    const T a = TANH(xa), i = SIG(xi), f = SIG(xf), o = SIG(xo);
+    GATES
     const T cn = a * i + f * cp[cp_o + r * cp_ld + j];
     c[gid] = cn;
     hout[gid] = o * TANH(cn);
@@ -46,12 +49,7 @@ __kernel void lk_lstm_grad(const IDX n, const IDX h,
                            __global const T* gh, const IDX gh_o, const IDX gh_ld,
                            __global T* gcp, __global T* gx)
 {
-    const IDX gid = (IDX)get_global_id(0);
-    if (gid >= n * h) return;
-    const IDX r = gid / h, j = gid % h;
-    __global const T* xr = x + x_o + r * x_ld;
-    const T xa = xr[j], xi = xr[h + j], xf = xr[2 * h + j], xo = xr[3 * h + j];
-    const T a = TANH(xa), i = SIG(xi), f = SIG(xf), o = SIG(xo);
+    GATES
     const T cpv = cp[cp_o + r * cp_ld + j];
     const T c = a * i + f * cpv;
     const T tc = TANH(c);
