@@ -26,15 +26,21 @@ inline uint4 lk_block(const ulong b, const uint2 key)
     return philox4x32_10((uint4)((uint)b, (uint)(b >> 32), 0u, 0u), key);
 }
 
-// Raw 32-bit words: out[i] is word i % 4 of block (counter + i / 4).
+// Every kernel: work item g computes block (counter + g), whose values are values
+// per * g - skip + j (j < per) of the output; those outside [0, n) are not written. skip < per
+// lets a draw start inside a block (a rank's rows of a global batch's draw).
+
+// Raw 32-bit words: out[i] is word (skip + i) % 4 of block counter + (skip + i) / 4.
 __kernel void random_bits(const long n, __global uint* out, const ulong counter,
-                          const uint k0, const uint k1)
+                          const int skip, const uint k0, const uint k1)
 {
     const long g = get_global_id(0);
-    if (4 * g >= n) return;
+    const long o = 4 * g - skip;
+    if (o >= n) return;
     const uint4 w = lk_block(counter + (ulong)g, (uint2)(k0, k1));
     const uint ws[4] = {w.x, w.y, w.z, w.w};
-    for (int j = 0; j < 4 && 4 * g + j < n; ++j) out[4 * g + j] = ws[j];
+    for (int j = 0; j < 4; ++j)
+        if (o + j >= 0 && o + j < n) out[o + j] = ws[j];
 }
 
 #ifdef T
@@ -50,7 +56,8 @@ inline T lk_unit(const uint a, const uint b)
 
 // Uniform on [low, high). float: one word per value; double: two words per value.
 __kernel void random_uniform(const long n, __global T* out, const ulong counter,
-                             const uint k0, const uint k1, const T low, const T high)
+                             const int skip, const uint k0, const uint k1, const T low,
+                             const T high)
 {
     const long g = get_global_id(0);
     const uint4 w = lk_block(counter + (ulong)g, (uint2)(k0, k1));
@@ -61,15 +68,18 @@ __kernel void random_uniform(const long n, __global T* out, const ulong counter,
     const T u[4] = {lk_unit(w.x, 0), lk_unit(w.y, 0), lk_unit(w.z, 0), lk_unit(w.w, 0)};
     const int per = 4;
 #endif
-    for (int j = 0; j < per && per * g + j < n; ++j) {
+    const long o = per * g - skip;
+    for (int j = 0; j < per; ++j) {
+        if (o + j < 0 || o + j >= n) continue;
         const T scaled = (high - low) * u[j];
-        out[per * g + j] = low + scaled;
+        out[o + j] = low + scaled;
     }
 }
 
 // Normal by Box-Muller: each block gives two values (float and double alike).
 __kernel void random_normal(const long n, __global T* out, const ulong counter,
-                            const uint k0, const uint k1, const T mean, const T stddev)
+                            const int skip, const uint k0, const uint k1, const T mean,
+                            const T stddev)
 {
     const long g = get_global_id(0);
     const uint4 w = lk_block(counter + (ulong)g, (uint2)(k0, k1));
@@ -77,7 +87,8 @@ __kernel void random_normal(const long n, __global T* out, const ulong counter,
     const T u2 = lk_unit(w.z, w.w);
     const T r = sqrt((T)(-2) * log(u1));
     const T t = (T)(2 * M_PI) * u2;
-    if (2 * g < n) out[2 * g] = mean + stddev * (r * cos(t));
-    if (2 * g + 1 < n) out[2 * g + 1] = mean + stddev * (r * sin(t));
+    const long o = 2 * g - skip;
+    if (o >= 0 && o < n) out[o] = mean + stddev * (r * cos(t));
+    if (o + 1 >= 0 && o + 1 < n) out[o + 1] = mean + stddev * (r * sin(t));
 }
 #endif

@@ -64,6 +64,29 @@ class Generator:
         self.seed = int(seed) & 0xFFFFFFFFFFFFFFFF
         self.counter = 0
         self.device: Device = _device(device)
+        self._shard: tuple[int, int, int] | None = None
+
+    # ---- sharding (data parallel) -------------------------------------------------------
+    @property
+    def shard(self) -> tuple[int, int, int] | None:
+        """``(offset, rows, total)`` while this process holds rows ``offset:offset+rows`` of a
+        global batch of ``total`` rows (data-parallel training sets it for each batch), else
+        None. A draw whose first dimension is ``rows`` is then taken as batch-shaped: it gives
+        those rows of the draw of ``(total, *rest)`` that one process would make, and the
+        counter advances as that whole draw would, so every rank's stream stays equal to one
+        process's. Other draws are unaffected."""
+        return self._shard
+
+    @shard.setter
+    def shard(self, value) -> None:
+        if value is not None:
+            ok = (isinstance(value, tuple) and len(value) == 3
+                  and all(type(v) is int for v in value))
+            if not ok or not (0 <= value[0] and 0 <= value[1] and value[0] + value[1]
+                              <= value[2]):
+                raise ValueError(f"Generator.shard: expected (offset, rows, total) integers "
+                                 f"with 0 <= offset and offset + rows <= total, got {value!r}")
+        self._shard = value
 
     # ---- state --------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -94,43 +117,56 @@ class Generator:
         self.counter += nblocks
         return start
 
+    def _span(self, shape, per: int) -> tuple[int, int, int]:
+        """Advance the counter for a draw of ``shape`` (``per`` values per block) and return
+        ``(first block, values to skip in it, blocks to compute)`` for this process's part."""
+        n, first, total = _size(shape), 0, _size(shape)
+        sh = self._shard
+        if sh is not None and len(shape) >= 1 and shape[0] == sh[1] and sh[1] != sh[2]:
+            inner = _size(shape[1:])
+            first, total = sh[0] * inner, sh[2] * inner
+        start = self._take(-(-total // per))
+        skip = first % per
+        return start + first // per, skip, -(-(skip + n) // per)
+
+    def _words(self, b0: int, nb: int) -> np.ndarray:
+        return philox4x32_10(np.arange(b0, b0 + nb, dtype=np.uint64), self._key)
+
     # ---- draws --------------------------------------------------------------------------
     def bits(self, shape) -> object:
         """Uniform 32-bit words (uint32)."""
         n = _size(shape)
-        start = self._take(-(-n // 4))
+        b0, skip, nb = self._span(shape, 4)
         if self.device.kind == "cpu":
-            w = philox4x32_10(np.arange(start, start + -(-n // 4), dtype=np.uint64), self._key)
-            return w.reshape(-1)[:n].reshape(shape)
-        return self._cl("random_bits", np.uint32, shape, n, start, ())
+            return self._words(b0, nb).reshape(-1)[skip:skip + n].reshape(shape)
+        return self._cl("random_bits", np.uint32, shape, n, b0, skip, nb, ())
 
     def uniform(self, shape, low=0.0, high=1.0, dtype=np.float32):
         """Uniform on ``[low, high)``; float32 uses 24 bits per value, float64 53."""
         dt = np.dtype(dtype)
         n = _size(shape)
         per = 4 if dt == np.float32 else 2
-        nb = -(-n // per)
-        start = self._take(nb)
+        b0, skip, nb = self._span(shape, per)
         if self.device.kind == "cpu":
-            w = philox4x32_10(np.arange(start, start + nb, dtype=np.uint64), self._key)
+            w = self._words(b0, nb)
             if dt == np.float32:
-                u = (w.reshape(-1)[:n] >> np.uint32(8)).astype(np.float32) * np.float32(2**-24)
+                u = (w.reshape(-1)[skip:skip + n] >> np.uint32(8)).astype(np.float32) \
+                    * np.float32(2**-24)
             else:
-                w = w.reshape(-1, 2)[:n]
+                w = w.reshape(-1, 2)[skip:skip + n]
                 u = ((w[:, 0] >> np.uint32(5)).astype(np.float64) * 67108864.0
                      + (w[:, 1] >> np.uint32(6)).astype(np.float64)) * (1.0 / 9007199254740992.0)
             lo, hi = dt.type(low), dt.type(high)
             return (lo + (hi - lo) * u.astype(dt)).reshape(shape)
-        return self._cl("random_uniform", dt, shape, n, start, (low, high), per=per)
+        return self._cl("random_uniform", dt, shape, n, b0, skip, nb, (low, high))
 
     def normal(self, shape, mean=0.0, std=1.0, dtype=np.float32):
         """Normal by Box-Muller (two values per block)."""
         dt = np.dtype(dtype)
         n = _size(shape)
-        nb = -(-n // 2)
-        start = self._take(nb)
+        b0, skip, nb = self._span(shape, 2)
         if self.device.kind == "cpu":
-            w = philox4x32_10(np.arange(start, start + nb, dtype=np.uint64), self._key)
+            w = self._words(b0, nb)
             if dt == np.float32:
                 scale = np.float32(2**-24)
                 u1 = np.float32(1) - (w[:, 0] >> np.uint32(8)).astype(np.float32) * scale
@@ -143,9 +179,9 @@ class Generator:
                 u2 = unit(w[:, 2], w[:, 3])
             r = np.sqrt(dt.type(-2) * np.log(u1))
             t = dt.type(2 * np.pi) * u2
-            z = np.stack([r * np.cos(t), r * np.sin(t)], axis=1).reshape(-1)[:n]
+            z = np.stack([r * np.cos(t), r * np.sin(t)], axis=1).reshape(-1)[skip:skip + n]
             return (dt.type(mean) + dt.type(std) * z).astype(dt).reshape(shape)
-        return self._cl("random_normal", dt, shape, n, start, (mean, std), per=2)
+        return self._cl("random_normal", dt, shape, n, b0, skip, nb, (mean, std))
 
     def bernoulli(self, shape, p: float):
         """Booleans that are True with probability ``p`` (from float32 uniforms)."""
@@ -158,9 +194,9 @@ class Generator:
         """Integers in ``[low, high)`` (int64), from 64 random bits each (bias < 2**-32)."""
         if high <= low:
             raise ValueError(f"integers: high ({high}) must exceed low ({low})")
-        n = _size(shape)
-        w = self.bits((2 * n,))
-        w = w.get() if self.device.kind == "cl" else w
+        shape = tuple(shape) if isinstance(shape, (tuple, list)) else (int(shape),)
+        w = self.bits(shape + (2,))  # NOTE: a shard's rows stay whole rows of pairs
+        w = (w.get() if self.device.kind == "cl" else w).reshape(-1)
         v = (w[0::2].astype(np.uint64) << np.uint64(32)) | w[1::2].astype(np.uint64)
         r = (v % np.uint64(high - low)).astype(np.int64) + low
         r = r.reshape(shape)
@@ -171,15 +207,16 @@ class Generator:
     def permutation(self, n: int) -> np.ndarray:
         """A permutation of ``range(n)`` as a NumPy int64 array (the same on every device)."""
         dev, self.device = self.device, Device("cpu")
+        shard, self._shard = self._shard, None  # NOTE: never batch-shaped
         try:
             keys = self.bits((2 * n,))
         finally:
-            self.device = dev
+            self.device, self._shard = dev, shard
         k = (keys[0::2].astype(np.uint64) << np.uint64(32)) | keys[1::2].astype(np.uint64)
         return np.argsort(k, kind="stable").astype(np.int64)
 
     # ---- OpenCL -------------------------------------------------------------------------
-    def _cl(self, kernel, dt, shape, n, start, extra, per=4):
+    def _cl(self, kernel, dt, shape, n, b0, skip, nb, extra):
         rt = runtime(self.device.index)
         dt = np.dtype(dt)
         check_dtype(dt, rt, f"Generator.{kernel[7:]}")
@@ -190,10 +227,10 @@ class Generator:
         if dt != np.uint32:
             defs = {"T": ct, "LK_DOUBLE": int(ct == "double")}
         src = header(rt, (ct,), defs, what=f"Generator.{kernel[7:]}") + source("random")
-        arg_types = [np.int64, None, np.uint64, np.uint32, np.uint32] + [dt.type] * len(extra)
+        arg_types = [np.int64, None, np.uint64, np.int32, np.uint32, np.uint32] \
+            + [dt.type] * len(extra)
         k = getattr(kernels(rt, src, {kernel: arg_types}, name=f"random.cl:{kernel}"), kernel)
-        nb = -(-n // per)
         with rt.lock:
-            k(rt.queue, (-(-nb // 64) * 64,), None, n, out.data, start, *self._key,
+            k(rt.queue, (-(-nb // 64) * 64,), None, n, out.data, b0, skip, *self._key,
               *(dt.type(x) for x in extra))
         return out

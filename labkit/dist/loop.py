@@ -18,8 +18,11 @@ import numpy as np
 
 from ..data import DataStream, ShardedScheme
 from ..errors import CheckpointError, LabkitError
+from ..bricks import Brick
+from ..functions import noise
 from ..training.events import Extension
 from ..training.loop import MainLoop
+from ..training.state import brick_generators
 from .buckets import DataParallel
 from .comm import Communicator, DistError, world
 from .control import AgreedControl
@@ -74,20 +77,34 @@ def shard_stream(stream, comm: Communicator | None = None):
 
 
 class _Weight(Extension):
-    """Before each batch: this rank's weight in the gradient average (its examples)."""
+    """Before each batch: this rank's weight in the gradient average (its examples) and, on
+    more than one rank, its rows of the global batch for the random generators (``shard``)."""
 
     transient = True
     priority = 1000
     every = None
 
-    def __init__(self, dp):
+    def __init__(self, dp, comm, generators):
         super().__init__(name="DataParallelWeight")
-        self.dp = dp
+        self.dp, self.comm, self.generators = dp, comm, generators
 
     def before_batch(self, loop):
         if loop.batch_size < 1:
             raise DistError(f"data parallel: rank {loop.comm.rank} got an empty batch")
         self.dp.weight = float(loop.batch_size)
+        if self.comm.size > 1 and self.generators:
+            rows = np.zeros(self.comm.size)
+            rows[self.comm.rank] = loop.batch_size
+            rows = self.comm.allreduce(rows, "sum").astype(np.int64)
+            shard = (int(rows[:self.comm.rank].sum()), int(loop.batch_size), int(rows.sum()))
+            for g in self.generators():
+                g.shard = shard
+
+    def _unshard(self, loop):
+        for g in self.generators() if self.generators else ():
+            g.shard = None
+
+    after_batch = after_training = on_error = _unshard
 
 
 class _Agreement(Extension):
@@ -100,20 +117,31 @@ class _Agreement(Extension):
     priority = 1000
     every = None
 
-    def __init__(self, comm, control, metrics: bool):
+    def __init__(self, comm, control, metrics: bool, buffers: dict):
         super().__init__(name="DataParallelAgreement")
         self.comm, self.control, self.metrics = comm, control, metrics
+        self.buffers = {k: v for k, v in buffers.items()
+                        if np.dtype(v.dtype).kind == "f"}
 
     def after_batch(self, loop):
         row = loop.log.rows[-1]
         keys = [k for k in loop.step_keys if isinstance(row.get(k), (int, float))
                 and not isinstance(row.get(k), bool)] if self.metrics else []
         w = float(loop.batch_size)
-        vals = np.array([row[k] * w for k in keys] + [w], dtype=np.float64)
-        total = self.comm.allreduce(np.concatenate([vals, self.control.proposals()]), "sum")
-        for k, v in zip(keys, total[:len(keys)] / total[len(keys)]):
+        bufs = [np.asarray(b if isinstance(b, np.ndarray) else b.get(), np.float64)
+                for b in self.buffers.values()]
+        asked = self.control.proposals()
+        vals = np.concatenate([[row[k] * w for k in keys], *(b.ravel() * w for b in bufs),
+                               [w], asked])
+        total = self.comm.allreduce(vals, "sum")
+        weight = total[-len(asked) - 1]
+        for k, v in zip(keys, total[:len(keys)] / weight):
             row[k] = float(v)
-        self.control.apply(total[len(keys) + 1:])
+        at = len(keys)
+        for b, host in zip(self.buffers.values(), bufs):
+            b[...] = (total[at:at + host.size] / weight).reshape(host.shape).astype(b.dtype)
+            at += host.size
+        self.control.apply(total[len(total) - len(asked):])
 
 
 class DataParallelLoop(MainLoop):
@@ -126,6 +154,16 @@ class DataParallelLoop(MainLoop):
     bucket_mb, progress_thread : as ``DataParallel``'s.
     global_metrics : report the mean over ranks of each step's numbers (default True), else
         rank-local values. (One small all-reduce per step either way: the control requests.)
+    shard_random : each rank draws its rows of the global batch's random numbers (default
+        True): dropout (the default generators and the model's bricks', ``Generator.shard``)
+        then masks each example as one process would, where otherwise every rank would draw the same numbers for its own
+        rows. A draw whose first dimension is the rank's batch size counts as batch-shaped.
+        Costs one more tiny all-reduce per step (the ranks' batch sizes).
+
+    Floating buffers (BatchNorm's running statistics) are averaged over ranks after each batch,
+    weighted by examples, so every rank holds the same model. Each rank normalises with its own
+    shard's batch statistics (no synchronised BatchNorm): the running mean is the global batch's,
+    the running variance the mean of the shards' variances.
 
     Only rank 0 records to the run store and writes checkpoints. Pause, stop and checkpoint
     requests (the store's commands reach rank 0) and Ctrl-C act on every rank after the same
@@ -136,7 +174,8 @@ class DataParallelLoop(MainLoop):
 
     def __init__(self, model, optimizer, stream, loss_fn=None, *, comm: Communicator | None = None,
                  bucket_mb: float = 1.0, progress_thread: bool = False,
-                 global_metrics: bool = True, store: bool = True, **kwargs):
+                 global_metrics: bool = True, shard_random: bool = True, store: bool = True,
+                 **kwargs):
         comm = comm if comm is not None else world()
         super().__init__(model, optimizer, stream, loss_fn, store=store and comm.rank == 0,
                          **kwargs)
@@ -146,10 +185,28 @@ class DataParallelLoop(MainLoop):
                                progress_thread=progress_thread)
         if self.loss_fn is not None:
             self.gradient_sync = self.dp.synchronize
-        self.add(_Weight(self.dp))
+        devices = sorted({str(p.device) for p in optimizer.params.values()})
+
+        def generators():  # NOTE: looked up per batch: a brick's generator may be replaced
+            gens = [noise.default_generator(d) for d in devices]
+            return gens + [g for _, g in brick_generators(model)] if isinstance(model, Brick) \
+                else gens
+
+        # every rank starts from rank 0's random streams, as from its parameters
+        gens = generators()
+        states = comm.bcast_object([g.state_dict() for g in gens] if comm.rank == 0 else None)
+        if len(states) != len(gens):
+            raise DistError(f"data parallel: rank 0's model has {len(states)} random "
+                            f"generators (default ones included), rank {comm.rank}'s "
+                            f"{len(gens)}; build the same model on every rank")
+        for g, state in zip(gens, states):
+            g.load_state_dict(state)
+        generators = generators if shard_random else None
+        self.add(_Weight(self.dp, comm, generators))
         if comm.size > 1:
             self.control = AgreedControl(comm)
-            self.add(_Agreement(comm, self.control, global_metrics))
+            buffers = model.buffers() if hasattr(model, "buffers") else {}
+            self.add(_Agreement(comm, self.control, global_metrics, buffers))
         if os.environ.get(RUN_ID_VAR):
             self._adopt_run(os.environ.pop(RUN_ID_VAR))
 

@@ -79,3 +79,59 @@ def test_a_damaged_generator_state_is_refused_and_changes_nothing(state):
     with pytest.raises(lk.CheckpointError, match="Generator.load_state_dict"):
         g.load_state_dict(state)
     assert g.state_dict() == before
+
+
+DRAWS = {
+    "bits": lambda g, s: g.bits(s),
+    "uniform32": lambda g, s: g.uniform(s, -2, 3),
+    "uniform64": lambda g, s: g.uniform(s, dtype=np.float64),
+    "normal32": lambda g, s: g.normal(s),
+    "normal64": lambda g, s: g.normal(s, dtype=np.float64),
+    "bernoulli": lambda g, s: g.bernoulli(s, 0.3),
+    "integers": lambda g, s: g.integers(-5, 1000, s),
+}
+
+
+def _host(x):
+    return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+@pytest.mark.parametrize("kind", sorted(DRAWS))
+@pytest.mark.parametrize("total,rest,splits", [(10, (3,), (3, 3, 4)), (7, (5, 2), (4, 3)),
+                                              (5, (), (1, 2, 2)), (9, (1,), (0, 5, 4))])
+def test_a_shard_draws_its_rows_of_the_global_draw_bit_for_bit(dev, kind, total, rest, splits):
+    """Data-parallel ranks: the rows each one draws, put together, are the one-process draw,
+    and every rank's counter ends where the one-process counter does (offsets inside a block
+    included: 3 of 10 rows of 3 floats start at value 9, word 1 of block 2)."""
+    draw = DRAWS[kind]
+    g = Generator(11, dev)
+    g.counter = 5
+    whole = _host(draw(g, (total, *rest)))
+    counter = g.counter
+    after = _host(draw(g, (6,)))
+    parts, offset = [], 0
+    for rows in splits:
+        h = Generator(11, dev)
+        h.counter = 5
+        h.shard = (offset, rows, total)
+        parts.append(_host(draw(h, (rows, *rest))))
+        assert h.counter == counter
+        if rows != 6:  # a draw that is not batch-shaped: the one process's next draw
+            assert _host(draw(h, (6,))).tobytes() == after.tobytes()
+        offset += rows
+    got = np.concatenate(parts)
+    assert got.dtype == whole.dtype and got.tobytes() == whole.tobytes()
+
+
+def test_shard_settings_are_checked_and_a_permutation_ignores_them():
+    g = Generator(1)
+    for bad in [(0, 3), (2, 3, 4), (-1, 1, 2), (0.0, 1, 2), [0, 1, 2], "0,1,2"]:
+        with pytest.raises(ValueError, match="offset, rows, total"):
+            g.shard = bad
+    assert g.shard is None
+    g.shard = (0, 4, 8)
+    p = g.permutation(2)  # 2 * 2 keys would look like 4 batch rows
+    h = Generator(1)
+    assert np.array_equal(p, h.permutation(2)) and g.counter == h.counter
+    g.shard = None
+    assert g.shard is None

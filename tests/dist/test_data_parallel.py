@@ -21,8 +21,13 @@ from . import mpirun, worker  # noqa: E402
 STEPS = 20
 
 
-def reference(kind: str, steps: int = STEPS):
-    """One process, a plain MainLoop, the same global batches: params and indices per step."""
+def reference(kind: str, steps: int = STEPS, buffers: list | None = None):
+    """One process, a plain MainLoop, the same global batches: params and indices per step
+    (and the model's buffers after each step into ``buffers``)."""
+    from labkit.functions import noise
+
+    for g in noise.default_generators().values():  # a fresh process's dropout stream
+        g.load_state_dict({"seed": 0, "counter": 0})
     model = worker.build(kind, seed=1)
     opt = lk.optimizers.Momentum(lr=0.1, momentum=0.9).setup(model)
     stream = DataStream(worker.dataset(), batch_size=worker.BATCH, shuffle=True, seed=3)
@@ -35,6 +40,10 @@ def reference(kind: str, steps: int = STEPS):
     loop = lk.training.MainLoop(model, opt, stream, loss_fn, store=False)
     loop.add(lambda loop: params.append({k: p.numpy().copy() for k, p in opt.params.items()}),
              event="after_batch")
+    if buffers is not None:
+        loop.add(lambda loop: buffers.append({k: np.array(v) for k, v in
+                                              model.state_dict().items()
+                                              if k in model.buffers()}), event="after_batch")
     loop.run(max_iterations=steps)
     return indices, params, [r["loss"] for r in loop.log.rows]
 
@@ -94,6 +103,39 @@ def test_shared_and_unused_parameters(tmp_path):
     check_against_reference(ranks, ref_params, ref_loss, steps=8)
     # no gradient ever reached the spare parameter: like one process, it never moved
     np.testing.assert_array_equal(ranks[1]["param:/tied.spare"], np.full(5, 0.5, np.float32))
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_dropout_masks_each_example_as_one_process_would(tmp_path, n):
+    """Each rank draws its rows of the global batch's masks (a Dropout brick's generator and
+    F.dropout's default one; 16 rows on 3 ranks split 6/5/5, so shards start inside Philox
+    blocks). Every rank is built with another seed: the generators come from rank 0."""
+    job = mpirun.run(n, [tmp_path, "--model", "dropout", "--steps", 8, "--bucket-mb", 0.0002],
+                     timeout=60)
+    assert job.rc == 0, job
+    _, ref_params, ref_loss = reference("dropout", steps=8)
+    check_against_reference(load(tmp_path, n), ref_params, ref_loss, steps=8)
+
+
+def test_batchnorm_statistics_are_averaged_over_ranks(tmp_path):
+    """Running statistics: the same on every rank after each batch; after the first batch
+    (all ranks start from the same parameters) the running mean is the global batch's, as in
+    one process; the running variance is the mean of the shards' variances."""
+    job = mpirun.run(2, [tmp_path, "--model", "bn", "--steps", 6, "--bucket-mb", 0.0002],
+                     timeout=60)
+    assert job.rc == 0, job
+    ranks = load(tmp_path, 2)
+    names = [k for k in ranks[0] if k.startswith("buffer:")]
+    assert {k.rpartition(".")[2] for k in names} == {"running_mean", "running_var"}
+    for k in names:
+        np.testing.assert_array_equal(ranks[0][k], ranks[1][k])
+    ref_buffers = []
+    reference("bn", steps=1, buffers=ref_buffers)
+    mean = next(k for k in ref_buffers[0] if k.endswith("running_mean"))
+    np.testing.assert_allclose(ranks[0]["buffer1:" + mean], ref_buffers[0][mean], rtol=1e-6,
+                               atol=1e-7)
+    var = mean.replace("running_mean", "running_var")
+    assert not np.array_equal(ranks[0]["buffer1:" + var], ranks[0]["buffer:" + var])
 
 
 def test_mismatched_models_fail_naming_the_parameter(tmp_path):

@@ -63,6 +63,12 @@ def build(kind: str, seed: int, rank: int = 0):
         model = Tied(spare=True, seed=seed)
     elif kind == "mismatch":  # rank 1 builds a different head
         model = Tied(extra=1 if rank == 1 else 0, seed=seed)
+    elif kind == "dropout":  # a Dropout brick's generator and F.dropout's default one
+        model = B.Sequence(B.Linear(FEATURES, 16), F.relu, B.Dropout(0.3),
+                           lambda h: F.dropout(h, 0.2), B.Linear(16, CLASSES))
+    elif kind == "bn":
+        model = B.Sequence(B.Linear(FEATURES, 16), B.BatchNorm(16), F.relu,
+                           B.Linear(16, CLASSES))
     else:
         raise SystemExit(f"unknown model {kind}")
     model(lk.tensor(np.zeros((2, FEATURES), np.float32)))
@@ -93,7 +99,7 @@ def main(argv=None):
     model = build(a.model, seed=1 + comm.rank, rank=comm.rank).to(a.device)
     opt = lk.optimizers.Momentum(lr=0.1, momentum=0.9).setup(model)
     stream = DataStream(dataset(), batch_size=BATCH, shuffle=True, seed=3 + comm.rank)
-    crcs, indices, losses = [], [], []
+    crcs, indices, losses, first_buffers = [], [], [], {}
 
     def loss_fn(model, batch):
         indices.append(np.array(batch["index"]))
@@ -112,6 +118,9 @@ def main(argv=None):
             crc = zlib.crc32(np.ascontiguousarray(p.numpy()), crc)
         crcs.append(crc)
         losses.append(loop.log.rows[-1]["loss"])
+        if not first_buffers:
+            first_buffers.update({k: np.array(v) for k, v in model.state_dict().items()
+                                  if k in model.buffers()})
         if a.ckpt_every and it % a.ckpt_every == 0:
             loop.save_checkpoint(out / "ckpt")
         if it == a.die_at and comm.rank == comm.size - 1:
@@ -146,7 +155,10 @@ def main(argv=None):
              stopped=np.array(str(loop.stop_reason)), paused=np.array(paused, np.int64),
              last_ckpt=np.array(str(loop.last_checkpoint)),
              indices=np.array(indices), loss=np.array(losses), first=first,
-             **{f"param:{k}": p.numpy() for k, p in opt.params.items()})
+             **{f"param:{k}": p.numpy() for k, p in opt.params.items()},
+             **{f"buffer1:{k}": v for k, v in first_buffers.items()},
+             **{f"buffer:{k}": np.array(v) for k, v in model.state_dict().items()
+                if k in model.buffers()})
     return 0
 
 
