@@ -263,6 +263,20 @@ def resume_cmd(args) -> int:
               f"{record['progress'].get('iteration', '?')}); nothing to resume. To train it "
               f"further, fork it with a larger budget: lk.runs.fork({args.id!r}, epochs=N)")
         return 0
+    config = (record or {}).get("config") or {}
+    if record is not None and not record.get("factory") and "ranks" in config:
+        from .dist.job import resume as resume_job
+
+        job = resume_job(args.id, n=args.n)
+        print(f"run {args.id}: a data-parallel job, resumed on {job.command[2]} rank(s); "
+              f"log {job.log_path}", flush=True)
+        rc = job.wait()
+        print(job.log(20))
+        return rc
+    if args.n is not None:
+        print(f"labkit resume: -n is for data-parallel jobs (lk.dist.start); run {args.id} "
+              "trains in one process", file=sys.stderr)
+        return 2
     loop = resume(args.id)
     print(f"run {loop.run_id}: {loop.status['iteration']} iterations, epoch "
           f"{loop.status['epoch']}; last checkpoint {loop.last_checkpoint}")
@@ -346,8 +360,12 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=runs_cmd)
     p = sub.add_parser("resume", help="continue a run from its newest valid checkpoint",
                        description="Rebuild a run's loop (with the function lk.training.build "
-                       "recorded), load its newest valid checkpoint and train on.")
+                       "recorded), load its newest valid checkpoint and train on. A "
+                       "data-parallel job (lk.dist.start) starts again on its ranks (or -n N) "
+                       "and this command waits for it.")
     p.add_argument("id", help="a run id, a checkpoint directory or a run directory")
+    p.add_argument("-n", type=_positive_int, default=None,
+                   help="ranks for a data-parallel job (default: as many as last time)")
     p.set_defaults(func=resume_cmd)
     p = sub.add_parser("convert", help="write a dataset in labkit's HDF5 layout",
                        description="Write a dataset in labkit's HDF5 layout (default: "

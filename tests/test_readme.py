@@ -6,13 +6,16 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+# NOTE: a block inside a list item is indented as the item is; it runs dedented
+BLOCKS = [textwrap.dedent(b) for b in
+          re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)]
 
 # what each block must print (a fragment), by a phrase its code contains
 EXPECT = {
@@ -22,6 +25,7 @@ EXPECT = {
     "lk.runs.rename": ["['baseline', 'lr:0.01']\n['lr:0.01']\nwide-mlp loss plateaus"],
     "def train_step(x, y)": ["train_step: 5 calls, 2 traced, 3 replayed, 0 retraces\n0 True"],
     "lk.scan(step, x": ["(4, 10, 8) (8, 8)"],
+    "lk.dist.resume(job.run_id, n=1)": ["True failed\n0 40"],
 }
 
 

@@ -12,7 +12,9 @@
 Run it on N ranks with ``labkit launch -n N script.py`` (``mpiexec -n N python -m mpi4py``, one
 BLAS thread per rank); in one process the same script trains alone. From a notebook,
 ``job = lk.dist.start("script.py", n=N)`` starts it in the background: ``job.run_id``,
-``job.dashboard()``, ``job.log()``, ``job.wait()``, ``job.stop()``. ``DataParallel`` is the
+``job.dashboard()``, ``job.log()``, ``job.wait()``, ``job.stop()``; a job killed or failed
+continues from its newest checkpoint with ``lk.dist.resume(run_id, n=M)`` (any number of
+ranks). ``DataParallel`` is the
 gradient averaging by itself, for loops of your own.
 """
 
@@ -27,9 +29,9 @@ from .comm import (
     size,
     world,
 )
-from .job import Job, start
+from .job import Job, resume, start
 from .loop import DataParallelLoop, GlobalShardedScheme, shard_stream
 
 __all__ = ["Communicator", "DataParallel", "DataParallelLoop", "DistError",
            "GlobalShardedScheme", "Job", "allreduce", "barrier", "broadcast", "rank",
-           "shard_stream", "size", "start", "world"]
+           "resume", "shard_stream", "size", "start", "world"]

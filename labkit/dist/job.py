@@ -28,6 +28,8 @@ from .launch import command, environment
 
 #: the variable that tells rank 0's DataParallelLoop which run to record into
 RUN_ID_VAR = "LABKIT_RUN_ID"
+#: set to "1" by ``resume``: the loop loads the run's newest valid checkpoint before training
+RESUME_VAR = "LABKIT_RESUME"
 #: the job's output (every rank's stdout and stderr), in the run's folder
 LOG_NAME = "launch.log"
 
@@ -54,13 +56,68 @@ def start(script, n: int = 2, args=(), *, name: str | None = None, threads: int 
                         "runs.sqlite (its folder becomes the ranks' LABKIT_HOME)")
     home = store.path.parent
     script = Path(script).resolve()
-    run_id = store.create_run(name=name or script.stem, source=str(script),
-                              config={"ranks": n})
+    config = {"ranks": n}
+    if args:
+        config["script_args"] = [str(a) for a in args]
+    run_id = store.create_run(name=name or script.stem, source=str(script), config=config)
     directory = home / "runs" / run_id
     directory.mkdir(parents=True, exist_ok=True)
     store.update_run(run_id, directory=str(directory))
+    return _spawn(cmd, threads, store, run_id, directory, {}, "start")
+
+
+def resume(run_id: str, n: int | None = None, *, threads: int = 1) -> Job:
+    """Continue a job that ``start()`` made and that was killed, failed or interrupted: the
+    same script and arguments on ``n`` ranks (default: as many as last time; any number works,
+    the global sample order is kept), recording into the same run. Every rank loads the run's
+    newest valid checkpoint when its loop starts training. Returns the new ``Job`` at once.
+
+    ``lk.resume(run_id)`` and ``labkit resume RUN`` come here for such runs.
+
+    Examples
+    --------
+    >>> job = lk.dist.resume("a1b2c3d4", n=4)      # doctest: +SKIP
+    >>> job.wait()                                  # doctest: +SKIP
+    """
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise DistError(f"resume: threads must be a whole number >= 1, got {threads!r}")
+    store = runs.store()
+    record = store.get(run_id)  # RunStoreError names a run that is not there
+    config = record.get("config") or {}
+    source = record.get("source") or ""
+    if "ranks" not in config or not source.endswith(".py"):
+        raise DistError(f"resume: run {run_id} was not started by lk.dist.start (it records no "
+                        "ranks and script); resume it with lk.resume(run_id)")
+    if store.is_live(record):
+        raise DistError(f"resume: run {run_id} is {record['status']}; stop it first "
+                        f"(lk.runs.send({run_id!r}, 'stop'))")
+    if record["status"] == "finished":
+        raise DistError(f"resume: run {run_id} already finished; to train it further, fork it "
+                        f"(lk.runs.fork({run_id!r}, ...))")
+    if not runs.checkpoints(run_id):
+        raise DistError(f"resume: run {run_id} has no checkpoint to continue from; start it "
+                        "again with lk.dist.start (add lk.training.Checkpoint(every=...) so a "
+                        "later run can be resumed)")
+    n = config["ranks"] if n is None else n
+    args = config.get("script_args") or []
+    cmd = command(n, source, args)  # checks n, the script and mpiexec
+    if store.path.name != "runs.sqlite":
+        raise DistError(f"resume: the ranks find the run store as $LABKIT_HOME/runs.sqlite, "
+                        f"but this process uses {str(store.path)!r}")
+    store.update_run(run_id, config={**config, "ranks": n})
+    directory = Path(record.get("directory") or store.path.parent / "runs" / run_id)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / LOG_NAME, "ab") as f:
+        f.write(f"\n--- resumed on {n} rank(s) at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n"
+                .encode())
+    return _spawn(cmd, threads, store, run_id, directory, {RESUME_VAR: "1"}, "resume")
+
+
+def _spawn(cmd, threads, store, run_id, directory, extra_env, what) -> Job:
     env = environment(threads)
-    env.update({RUN_ID_VAR: run_id, "LABKIT_HOME": str(home), "PYTHONUNBUFFERED": "1"})
+    env.pop(RESUME_VAR, None)  # NOTE: a job started from a resumed job's rank is fresh
+    env.update({RUN_ID_VAR: run_id, "LABKIT_HOME": str(store.path.parent),
+                "PYTHONUNBUFFERED": "1", **extra_env})
     log = directory / LOG_NAME
     with open(log, "ab") as out:
         try:
@@ -69,7 +126,7 @@ def start(script, n: int = 2, args=(), *, name: str | None = None, threads: int 
         except OSError as e:
             store.update_run(run_id, status="failed", ended=time.time(),
                              error=f"the job did not start: {e}")
-            raise DistError(f"start: mpiexec did not start ({e})") from e
+            raise DistError(f"{what}: mpiexec did not start ({e})") from e
     return Job(proc, run_id, log, store, cmd)
 
 
@@ -182,11 +239,11 @@ class Job:
             self._done.set()
 
     def _settle(self, rc: int) -> None:
-        """A run the job left ``created`` or ``running`` ended without its loop recording how:
-        record it here."""
+        """A run the job left ``created``, ``running`` or ``paused`` ended without its loop
+        recording how: record it here."""
         try:
             run = self._store.get(self.run_id)
-            if run["stored_status"] not in ("created", "running"):
+            if run["stored_status"] not in ("created", "running", "paused"):
                 return
             if self._signalled:
                 status, why = "interrupted", f"ended by {self._signalled} from job.stop()"

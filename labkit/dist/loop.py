@@ -26,7 +26,7 @@ from ..training.state import brick_generators
 from .buckets import DataParallel
 from .comm import Communicator, DistError, world
 from .control import AgreedControl
-from .job import RUN_ID_VAR
+from .job import RESUME_VAR, RUN_ID_VAR
 
 
 class GlobalShardedScheme(ShardedScheme):
@@ -207,8 +207,21 @@ class DataParallelLoop(MainLoop):
             self.control = AgreedControl(comm)
             buffers = model.buffers() if hasattr(model, "buffers") else {}
             self.add(_Agreement(comm, self.control, global_metrics, buffers))
+        self._resume_pending = False
         if os.environ.get(RUN_ID_VAR):
+            self._resume_pending = os.environ.pop(RESUME_VAR, None) == "1"
             self._adopt_run(os.environ.pop(RUN_ID_VAR))
+
+    def run(self, max_iterations: int | None = None, **kwargs):
+        """``MainLoop.run``; in a job that ``lk.dist.resume`` started, every rank first loads
+        the run's newest valid checkpoint (once: after the script has added its extensions)."""
+        if self._resume_pending:
+            self._resume_pending = False
+            path = self.load_checkpoint()
+            if self.comm.rank == 0:
+                print(f"labkit: resumed run {self.run_id} from {path} (iteration "
+                      f"{self.status['iteration']}) on {self.comm.size} rank(s)", flush=True)
+        return super().run(max_iterations, **kwargs)
 
     def _adopt_run(self, run_id: str) -> None:
         """Record into the run ``lk.dist.start`` made for this job (its id came in

@@ -112,6 +112,11 @@ def resume(run_or_path, make_loop=None, run: bool = True) -> MainLoop:
                 raise
     if make_loop is None:
         factory = record.get("factory") if record else None
+        if not factory and record and "ranks" in (record.get("config") or {}) \
+                and str(record.get("source") or "").endswith(".py"):
+            raise TrainingError(f"resume: run {run_id} is a data-parallel job (lk.dist.start "
+                                f"of {record['source']}); continue it on N ranks with "
+                                f"lk.dist.resume({run_id!r}, n=N) or `labkit resume {run_id}`")
         if not factory:
             raise TrainingError(f"resume: run {run_id} does not say how to rebuild its loop "
                                 "(it was not made with lk.training.build from an importable "

@@ -1,8 +1,10 @@
 """The job tests/dist/test_job.py starts from Python, as a notebook cell would: a small
 DataParallelLoop that trains until it is stopped (a command through the store), each rank
-printing when it pauses and resumes; ``--fail-rank R`` makes rank R raise at iteration 3."""
+printing when it pauses and resumes; ``--fail-rank R`` makes rank R raise at iteration 3;
+``--iterations N`` ends it after N iterations; ``--pause-at K`` pauses it after iteration K."""
 
 import argparse
+import threading
 
 import numpy as np
 
@@ -16,6 +18,8 @@ from labkit.data import DataStream, IndexableDataset
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--fail-rank", type=int, default=-1)
+    parser.add_argument("--iterations", type=int, default=10**6)
+    parser.add_argument("--pause-at", type=int, default=0)
     opts = parser.parse_args()
 
     comm = lk.dist.world()
@@ -38,9 +42,16 @@ def main():
 
     loop = lk.dist.DataParallelLoop(model, opt, stream, loss_fn, name="background-dp",
                                     config={"lr": 1e-2},
-                                    extensions=[T.FinishAfter(iterations=10**6)])
+                                    extensions=[T.FinishAfter(iterations=opts.iterations)])
     loop.add(say("paused"), event="on_pause", name="say-paused")
     loop.add(say("resumed"), event="on_unpause", name="say-resumed")
+    if opts.pause_at and comm.rank == 0:
+        def pause(loop):  # as the Dashboard's Pause would, from another thread
+            if loop.status["iteration"] == opts.pause_at:
+                t = threading.Thread(target=loop.pause)
+                t.start()
+                t.join()
+        loop.add(pause, event="after_batch", name="pause-at")
     loop.run()
     print(f"rank {comm.rank} ended at iteration {loop.status['iteration']}", flush=True)
 

@@ -89,6 +89,51 @@ def test_a_background_job_is_watched_paused_resumed_and_stopped_through_the_stor
     assert repr(job).startswith(f"Job(run {job.run_id}: done, exit status 0")
 
 
+def test_a_killed_job_resumes_from_its_checkpoint_on_another_number_of_ranks(store, jobs):
+    job = lk.dist.start(SCRIPT, n=2, args=["--iterations", 30, "--pause-at", 7])
+    jobs.append(job)
+    run_id = job.run_id
+    until("the pause", lambda: lk.runs.get(run_id)["status"] == "paused")
+    with pytest.raises(lk.dist.DistError, match="is paused; stop it first"):
+        lk.dist.resume(run_id)
+    rec = lk.runs.send(run_id, "checkpoint", wait=30)
+    at = rec["iteration"]
+    assert rec["result"] == f"checkpoint ckpt-{at:08d} written", rec
+    job.kill()
+    assert lk.runs.get(run_id)["status"] == "interrupted"
+    with pytest.raises(lk.TrainingError, match=rf"lk.dist.resume\('{run_id}', n=N\)"):
+        lk.resume(run_id)  # one process cannot rebuild a script's loop: it says what can
+
+    again = lk.dist.resume(run_id, n=1)
+    jobs.append(again)
+    assert again.run_id == run_id and again.command[2] == "1"
+    assert again.wait(timeout=120) == 0, again.log(60)
+    log = again.log(200)
+    assert f"resumed run {run_id} from" in log and f"(iteration {at}) on 1 rank(s)" in log, log
+    assert "rank 0 ended at iteration 30" in log, log
+    run = lk.runs.get(run_id)
+    assert run["status"] == "finished" and run["progress"]["iteration"] == 30, run
+    assert run["config"]["ranks"] == 1
+    assert run["config"]["script_args"] == ["--iterations", "30", "--pause-at", "7"]
+    assert len(store.list()) == 1  # the same run, not a new one
+    with pytest.raises(lk.dist.DistError, match="already finished"):
+        lk.dist.resume(run_id)
+
+
+def test_resume_refuses_what_it_cannot_continue(store, tmp_path):
+    plain = store.create_run(name="plain", config={"lr": 0.1})
+    with pytest.raises(lk.dist.DistError, match="was not started by lk.dist.start"):
+        lk.dist.resume(plain)
+    script = tmp_path / "s.py"
+    script.write_text("print(1)\n")
+    unsaved = store.create_run(name="job", source=str(script), config={"ranks": 2})
+    store.update_run(unsaved, status="failed")
+    with pytest.raises(lk.dist.DistError, match="has no checkpoint to continue from"):
+        lk.dist.resume(unsaved)
+    with pytest.raises(lk.runs.RunStoreError):
+        lk.dist.resume("nosuchrun")
+
+
 def test_a_failing_rank_fails_the_job_and_the_log_has_the_traceback(store, jobs):
     job = lk.dist.start(SCRIPT, n=2, args=["--fail-rank", 1])
     jobs.append(job)
