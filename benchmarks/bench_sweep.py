@@ -7,6 +7,8 @@ then as a sweep on ``engine="local", workers=2`` (the cluster started first and 
 own): wall time against the ideal (the plain loops' time / workers) and the overhead per trial,
 ``(wall - ideal) * workers / trials``. On a 2-core machine the driver shares the cores with the
 two workers, so part of the overhead is that sharing.
+Also: the same trials as bare loops in as many processes at once, without Dask: on a small
+machine two busy processes slow each other down, a cost no scheduler removes.
 (b) a store seeded with ``--big`` finished trials (written directly, no training): building
 ``sw.table(sort="value")`` and the view's HTML (``sw.show().html()``). Target <= 2 s.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -59,19 +62,44 @@ def make_loop(config):
         T.FinishAfter(epochs=config["epochs"])])
 
 
+def _configs(trials: int, epochs: int) -> list[dict]:
+    dims = S.check({**SPACE, "epochs": epochs})
+    return [S.draw(dims, "random", i) for i in range(trials)]
+
+
+def plain_loops(configs, directory) -> float:
+    """Seconds to train ``configs`` one after another as bare loops (no store, no sweep)."""
+    t = time.perf_counter()
+    for i, cfg in enumerate(configs):
+        loop = make_loop(dict(cfg))
+        loop.recorder.enabled = False  # NOTE: a bare loop (no run store)
+        loop.attach({"id": f"plain-{i}", "directory": os.path.join(directory, f"plain-{i}")})
+        loop.run()  # NOTE: with its checkpoints, as a trial writes them
+        loop.close()
+    return time.perf_counter() - t
+
+
+def concurrent_plain(trials: int, epochs: int, workers: int) -> float:
+    """The machine's own ideal: ``workers`` processes each training its share of the trials as
+    bare loops at the same time (no Dask); the slowest one's loop time (imports excluded)."""
+    procs = [subprocess.Popen([sys.executable, __file__, "--plain-part", str(k), "--of",
+                               str(workers), "--trials", str(trials), "--epochs", str(epochs)],
+                              stdout=subprocess.PIPE, text=True) for k in range(workers)]
+    times = []
+    for p in procs:
+        out, _ = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise SystemExit(f"a plain-loop process failed ({p.returncode})")
+        times.append(float(out.split()[-1]))
+    return max(times)
+
+
 def overhead(trials: int, epochs: int, workers: int = 2) -> None:
     space = {**SPACE, "epochs": epochs}
-    dims = S.check(space)
-    configs = [S.draw(dims, "random", i) for i in range(trials)]
+    configs = _configs(trials, epochs)
+    together = concurrent_plain(trials, epochs, workers)
     with tempfile.TemporaryDirectory() as d:
-        t = time.perf_counter()
-        for i, cfg in enumerate(configs):
-            loop = make_loop(dict(cfg))
-            loop.recorder.enabled = False  # NOTE: a bare loop (no run store)
-            loop.attach({"id": f"plain-{i}", "directory": os.path.join(d, f"plain-{i}")})
-            loop.run()  # NOTE: with its checkpoints, as a trial writes them
-            loop.close()
-        plain = time.perf_counter() - t
+        plain = plain_loops(configs, d)
         t = time.perf_counter()
         client, close = E.connect("local", workers)
         start = time.perf_counter() - t
@@ -89,6 +117,9 @@ def overhead(trials: int, epochs: int, workers: int = 2) -> None:
           f"{wall:.2f} s, ideal {ideal:.2f} s: {wall / ideal:.2f}x; overhead "
           f"{(wall - ideal) * workers / trials * 1e3:.0f} ms/trial; cluster start-up "
           f"{start:.2f} s")
+    print(f"  the same trials as bare loops in {workers} processes at once (no Dask): "
+          f"{together:.2f} s, {together / ideal:.2f}x the ideal (what sharing the machine "
+          f"costs by itself); the sweep is {wall / together:.2f}x that")
 
 
 def big(n: int) -> None:
@@ -120,10 +151,18 @@ def big(n: int) -> None:
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--plain-part", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--of", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--big", type=int, default=10_000)
     args = ap.parse_args()
+    if args.plain_part is not None:  # one of concurrent_plain's processes
+        configs = _configs(args.trials, args.epochs)[args.plain_part::args.of]
+        with tempfile.TemporaryDirectory() as d:
+            plain_loops(configs[:1], d)  # NOTE: warm (imports, first kernels), not timed
+            print(plain_loops(configs, d))
+        return
     with tempfile.TemporaryDirectory() as d, lk.runs.use_store(Path(d) / "runs.sqlite"):
         print("sweep machinery against plain loops:")
         overhead(args.trials, args.epochs)
