@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path

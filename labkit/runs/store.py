@@ -562,6 +562,11 @@ class RunStore:
             for number, fields in changes.items():
                 sweeps.update_trial(c, sweep_id, number, dict(fields))
 
+    def add_trials(self, sweep_id: str, params: list) -> list[int]:
+        """Append one pending trial per entry of ``params`` to a sweep; their numbers."""
+        with transaction(self._conn()) as c:
+            return sweeps.add_trials(c, sweep_id, params)
+
     def start_trial_run(self, sweep_id: str, number: int, name, config: dict, factory,
                         runs_folder) -> str:
         """Create trial ``number``'s run (its folder inside ``runs_folder``), linked to its

@@ -30,8 +30,10 @@ TABLES = [
 ]
 INDEXES = ["CREATE INDEX IF NOT EXISTS runs_sweep ON runs (sweep_id)"]
 
-#: a sweep's status; "dead" is shown for a running sweep whose driver is gone
-SWEEP_STATUSES = ("running", "finished", "stopped", "failed", "interrupted")
+#: a sweep's status; "dead" is shown for a running or paused sweep whose driver is gone
+SWEEP_STATUSES = ("running", "paused", "finished", "stopped", "failed", "interrupted")
+#: what may be asked of a sweep's driver through the store (``request``)
+SWEEP_REQUESTS = ("stop", "pause", "resume")
 #: a trial's status: waiting, training, stopped at a rung (it may be promoted), done, failed,
 #: or interrupted (its driver stopped; a resumed sweep continues it from its checkpoint)
 TRIAL_STATUSES = ("pending", "running", "stopped", "finished", "failed", "interrupted")
@@ -52,6 +54,25 @@ def create(c, name, factory, space: str, settings: dict, params: list[dict]) -> 
                   "VALUES (?,?,?,?,?)",
                   [(sid, i, json.dumps(p), "pending", now) for i, p in enumerate(params)])
     return sid
+
+
+def add_trials(c, sweep_id: str, params: list[dict]) -> list[int]:
+    """Append pending trials with ``params`` to sweep ``sweep_id`` (numbered after its last)
+    and count them in its settings' ``trials``; returns their numbers."""
+    row = c.execute("SELECT settings FROM sweeps WHERE id = ?", (str(sweep_id),)).fetchone()
+    if row is None:
+        raise refuse(f"no sweep {sweep_id!r}", "not_found")
+    first = c.execute("SELECT COALESCE(MAX(number) + 1, 0) FROM trials WHERE sweep_id = ?",
+                      (str(sweep_id),)).fetchone()[0]
+    now = time.time()
+    numbers = list(range(first, first + len(params)))
+    c.executemany("INSERT INTO trials (sweep_id, number, params, status, updated) "
+                  "VALUES (?,?,?,?,?)",
+                  [(sweep_id, n, json.dumps(p), "pending", now) for n, p in zip(numbers, params)])
+    settings = json.loads(row[0] or "{}")
+    settings["trials"] = first + len(params)
+    c.execute("UPDATE sweeps SET settings = ? WHERE id = ?", (json.dumps(settings), sweep_id))
+    return numbers
 
 
 def sweep_dict(row) -> dict:
@@ -91,6 +112,8 @@ def update(c, sweep_id: str, fields: dict) -> None:
         raise ValueError(f"update_sweep: unknown fields {sorted(bad)}")
     if "status" in fields and fields["status"] not in SWEEP_STATUSES:
         raise ValueError(f"update_sweep: status must be one of {SWEEP_STATUSES}")
+    if fields.get("request") is not None and fields["request"] not in SWEEP_REQUESTS:
+        raise ValueError(f"update_sweep: request must be one of {SWEEP_REQUESTS} or None")
     if "settings" in fields:
         fields["settings"] = json.dumps(fields["settings"])
     cols = ", ".join(f"{k} = ?" for k in fields)
@@ -159,8 +182,9 @@ def driver_alive(rec: dict, dead_after: float) -> bool:
 
 
 def shown_status(rec: dict, dead_after: float) -> str:
-    """The sweep's status as people see it: ``dead`` for a running sweep whose driver is gone."""
-    if rec["status"] == "running" and not driver_alive(rec, dead_after):
+    """The sweep's status as people see it: ``dead`` for a running or paused sweep whose
+    driver is gone."""
+    if rec["status"] in ("running", "paused") and not driver_alive(rec, dead_after):
         return "dead"
     return rec["status"]
 

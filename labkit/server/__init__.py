@@ -50,9 +50,10 @@ GET      ``sweeps/ID?limit=&best=``                        settings (no director
                                                            (trial, status, params, value,
                                                            run_id, rung, epoch, error);
                                                            ``best=N``: the N best with a run
-POST     ``sweeps/ID/stop``                                ask its driver to stop, as
-                                                           ``Sweep.stop()`` (202; 409 when no
-                                                           driver runs it)
+POST     ``sweeps/ID/stop|pause|resume``                   ask its driver to stop, pause or
+                                                           continue, as ``Sweep.stop()`` etc.
+                                                           (202; 409 when no driver runs it in
+                                                           a state that takes it)
 =======  ================================================  ====================================
 """
 

@@ -15,7 +15,7 @@ from .handlers import (
                        Run,
 )
 from .lists import Compare, Lineage, Runs
-from .sweeps import BadSweep, StopSweep, Sweep, Sweeps
+from .sweeps import BadSweep, Sweep, SweepRequest, Sweeps
 
 HANDLERS = [
     (r"runs/?", Runs),
@@ -32,6 +32,6 @@ HANDLERS = [
     (r"compare/?", Compare),
     (r"sweeps/?", Sweeps),
     (rf"sweeps/({RUN_ID})/?", Sweep),
-    (rf"sweeps/({RUN_ID})/stop/?", StopSweep),
+    (rf"sweeps/({RUN_ID})/(stop|pause|resume)/?", SweepRequest),
     (r"sweeps/([^/]+)(/.*)?", BadSweep),
 ]

@@ -1,5 +1,5 @@
-"""The sweep handlers (``GET sweeps``, ``GET sweeps/ID``, ``POST sweeps/ID/stop``), paired with
-``extensions/labkit-runs/src/sweeps.ts``: what the Runs sidebar's Sweeps section shows.
+"""The sweep handlers (``GET sweeps``, ``GET sweeps/ID``, ``POST sweeps/ID/stop|pause|resume``),
+paired with ``extensions/labkit-runs/src/sweeps.ts``: what the Runs sidebar's Sweeps section shows.
 
 Sweep ids have the form of run ids and are checked the same way; a sweep's ``settings`` leave
 without its ``directory`` (no path crosses the API) and trial errors are scrubbed.
@@ -87,22 +87,27 @@ class Sweep(Base):
             "total": total, "trials": [public_trial(t) for t in trials[:limit]]})
 
 
-class StopSweep(Base):
-    """``POST sweeps/ID/stop``: ask the sweep's driver (in any process) to checkpoint its
-    trials and stop, as ``Sweep.stop()`` and ``labkit sweep stop`` do (202); 409 when no
-    driver runs it (ended, or dead: ``lk.sweep.resume`` continues it)."""
+class SweepRequest(Base):
+    """``POST sweeps/ID/stop|pause|resume``: ask the sweep's driver (in any process), as
+    ``Sweep.stop()``, ``pause()`` and ``resume()`` and ``labkit sweep stop|pause|resume`` do
+    (202). stop: its trials checkpoint and stop, the driver ends; pause: the same, but the
+    driver waits; resume: a paused driver continues. 409 when no driver runs it in a state that
+    takes the request (ended, or dead: ``lk.sweep.resume`` continues it)."""
+
+    #: request -> the statuses a sweep may be in to take it
+    ACCEPTS = {"stop": ("running", "paused"), "pause": ("running",), "resume": ("paused",)}
 
     @endpoint
-    def post(self, sweep_id):
+    def post(self, sweep_id, request):
         rec = sweep_or_404(sweep_id)
         self.body_object(())
         status = S.shown_status(rec, DEAD_AFTER)
-        if status != "running":
-            raise BadRequest(f"sweep {sweep_id} is {status}: no driver runs it to stop it"
+        if status not in self.ACCEPTS[request]:
+            raise BadRequest(f"sweep {sweep_id} is {status}: no driver runs it to {request} it"
                              + (" (lk.sweep.resume continues it)" if status == "dead" else ""),
                              409)
-        runs.store().update_sweep(sweep_id, request="stop")
-        self.write_json({"id": sweep_id, "request": "stop"}, 202)
+        runs.store().update_sweep(sweep_id, request=request)
+        self.write_json({"id": sweep_id, "request": request}, 202)
 
 
 class BadSweep(Base):

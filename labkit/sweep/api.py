@@ -82,6 +82,24 @@ class Sweep:
         ``lk.sweep.resume(id)`` continues it."""
         runs.store().update_sweep(self.id, request="stop")
 
+    def pause(self) -> None:
+        """Ask the sweep's driver (in any process) to checkpoint its training trials and stop
+        them, and to start nothing new, until ``resume()``; the driver stays (``lk.sweep.run``
+        keeps blocking), the status is ``paused``."""
+        status = self.status
+        if status not in ("running", "paused"):
+            raise SweepError(f"sweep {self.id} is {status}: no driver runs it to pause it")
+        runs.store().update_sweep(self.id, request="pause")
+
+    def resume(self, **kwargs) -> Sweep:
+        """A paused sweep: ask its driver to continue (returns at once). A sweep whose driver
+        has ended (stopped, killed, interrupted): ``lk.sweep.resume(id, **kwargs)`` here,
+        which drives it in this process until it is done."""
+        if self.status == "paused" and not kwargs:
+            runs.store().update_sweep(self.id, request="resume")
+            return self
+        return resume(self.id, **kwargs)
+
     def __repr__(self):
         rec = self.record
         counts = ", ".join(f"{k} {v}" for k, v in sorted(rec["counts"].items()))
@@ -149,17 +167,28 @@ def _show_live(sid) -> None:
         display(Sweep(sid).show())
 
 
-def resume(sweep_id: str, make_loop=None, *, engine=None, workers=None, _hook=None) -> Sweep:
+def resume(sweep_id: str, make_loop=None, *, trials=None, engine=None, workers=None,
+           _hook=None) -> Sweep:
     """Continue a sweep whose driver stopped (killed, interrupted, stopped): finished and
     failed trials stay as they are, interrupted ones continue from their newest checkpoint,
-    the others start. ``make_loop``: needed when the sweep's was not importable (a notebook
-    cell); ``engine``/``workers``: default as the sweep was started."""
+    the others start. ``trials=N``: grow the sweep to N trials (the search's next points:
+    random and Sobol' draws continue their sequences; a grid has as many as it has).
+    ``make_loop``: needed when the sweep's was not importable (a notebook cell);
+    ``engine``/``workers``: default as the sweep was started.
+
+    A *paused* sweep whose driver still runs is continued by that driver (``Sweep.resume``):
+    this asks it to, and returns at once."""
     store = runs.store()
     rec = store.get_sweep(sweep_id)
-    if (rec["status"] == "running" and driver_alive(rec, runs.DEAD_AFTER)
-            and rec.get("pid") != os.getpid()):
-        raise SweepError(f"sweep {sweep_id} is running (driver pid {rec['pid']} on "
+    alive = driver_alive(rec, runs.DEAD_AFTER) and rec.get("pid") != os.getpid()
+    if rec["status"] == "paused" and alive and trials is None:
+        store.update_sweep(sweep_id, request="resume")
+        return Sweep(sweep_id)
+    if rec["status"] in ("running", "paused") and alive:
+        raise SweepError(f"sweep {sweep_id} is {rec['status']} (driver pid {rec['pid']} on "
                          f"{rec['host']}): stop it first (`labkit sweep stop {sweep_id}`)")
+    if trials is not None:
+        _grow(store, rec, trials)
     if make_loop is None:
         if not rec.get("factory"):
             raise SweepError(f"sweep {sweep_id}: its make_loop was not importable (defined in "
@@ -177,6 +206,19 @@ def resume(sweep_id: str, make_loop=None, *, engine=None, workers=None, _hook=No
     if changes:
         store.update_trials(sweep_id, changes)
     return _drive(sweep_id, make_loop, engine, workers or settings["workers"], _hook)
+
+
+def _grow(store, rec, trials) -> None:
+    """Add the search's next points so that the sweep has ``trials`` trials."""
+    settings, have = rec["settings"], len(store.trials(rec["id"]))
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < have:
+        raise SweepError(f"resume: trials must be a whole number >= the sweep's {have} trials "
+                         f"(the total to reach, not how many to add), got {trials!r}")
+    dims = S.from_json(rec["space"])
+    n = S.check_search(dims, settings["search"], trials)
+    params = [S.draw(dims, settings["search"], i, settings["seed"]) for i in range(have, n)]
+    if params:
+        store.add_trials(rec["id"], params)
 
 
 def _drive(sid, make_loop, engine, workers, hook) -> Sweep:

@@ -1,4 +1,4 @@
-"""``labkit sweep run|ls|show|resume|stop``: sweeps from the command line (a script on a
+"""``labkit sweep run|ls|show|pause|resume|stop``: sweeps from the command line (a script on a
 cluster, a terminal next to a notebook).
 
 ``labkit sweep run TARGET`` takes where ``make_loop`` lives, as ``lk.resume`` records it:
@@ -198,9 +198,29 @@ def show_cmd(args) -> int:
 def resume_cmd(args) -> int:
     from . import api
 
-    sw = api.resume(args.id, engine=args.engine, workers=args.workers, _hook=_progress)
+    sw = api.Sweep(args.id)
+    if sw.status == "paused" and args.trials is None:
+        sw.resume()
+        print(f"asked sweep {sw.id}'s driver (pid {sw.record['pid']}) to continue")
+        return 0
+    sw = api.resume(args.id, trials=args.trials, engine=args.engine, workers=args.workers,
+                    _hook=_progress)
     _summary(sw)
     return 0 if sw.status in ("finished", "stopped") else 1
+
+
+def pause_cmd(args) -> int:
+    from .api import Sweep
+
+    sw = Sweep(args.id)
+    status = sw.status
+    if status != "running":
+        print(f"sweep {sw.id} is {status}, not running: nothing to pause")
+        return 0
+    sw.pause()
+    print(f"asked sweep {sw.id} to pause: its trials checkpoint and stop within seconds and "
+          f"its driver waits; `labkit sweep resume {sw.id}` continues it")
+    return 0
 
 
 def stop_cmd(args) -> int:
@@ -208,7 +228,7 @@ def stop_cmd(args) -> int:
 
     sw = Sweep(args.id)
     status = sw.status
-    if status != "running":
+    if status not in ("running", "paused"):
         print(f"sweep {sw.id} is {status}, not running: nothing to stop")
         return 0
     sw.stop()
@@ -229,7 +249,8 @@ def _positive(text):
 
 def add_parser(sub) -> None:
     """``labkit sweep ...`` on the ``labkit`` parser's subcommands."""
-    p = sub.add_parser("sweep", help="run, list, show, resume or stop hyperparameter sweeps",
+    p = sub.add_parser("sweep", help="run, list, show, pause, resume or stop hyperparameter "
+                       "sweeps",
                        description="Hyperparameter sweeps on Dask: every trial a run in the "
                        "store, resumable trial by trial. Needs pip install 'labkit[sweep]'.")
     ss = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -261,11 +282,17 @@ def add_parser(sub) -> None:
     q.add_argument("--all", action="store_true", help=f"every trial (default: the first "
                    f"{SHOW_ROWS})")
     q.set_defaults(func=show_cmd)
-    q = ss.add_parser("resume", help="continue a stopped, interrupted or killed sweep")
+    q = ss.add_parser("resume", help="continue a paused, stopped, interrupted or killed sweep")
     q.add_argument("id")
+    q.add_argument("--trials", type=_positive, help="grow the sweep to this many trials (the "
+                   "search's next points)")
     q.add_argument("--engine", help="default: the engine it ran on")
     q.add_argument("--workers", type=_positive, help="default: as it ran")
     q.set_defaults(func=resume_cmd)
+    q = ss.add_parser("pause", help="ask a running sweep (in any process) to checkpoint its "
+                      "trials and wait until `labkit sweep resume ID`")
+    q.add_argument("id")
+    q.set_defaults(func=pause_cmd)
     q = ss.add_parser("stop", help="ask a running sweep (in any process) to checkpoint its "
                       "trials and stop")
     q.add_argument("id")

@@ -22,6 +22,8 @@ from .space import SweepError, TrialError
 
 #: seconds between two writes of the heartbeats (and reads of a stop request)
 BEAT_EVERY = 1.0
+#: seconds between two reads of the requests while a paused sweep has nothing in flight
+PAUSED_POLL = 0.2
 #: an all-failed start aborts the sweep after this many failures
 ABORT_AFTER = 3
 
@@ -37,6 +39,7 @@ class Driver:
         self.events: queue.Queue = queue.Queue()
         self.in_flight: dict = {}  # future -> trial number
         self.stopping = False
+        self.paused = False
         self.first_error = None
         self._beat = 0.0
 
@@ -201,16 +204,44 @@ class Driver:
             self._run_update(n, heartbeat=now)
 
     def _requested(self) -> None:
-        if not self.stopping and self.store.get_sweep(self.id).get("request") == "stop":
+        if self.stopping:
+            return
+        request = self.store.get_sweep(self.id).get("request")
+        if request == "stop":
             self.stop()
+        elif request == "pause":
+            self.store.update_sweep(self.id, request=None)
+            if not self.paused:
+                self.pause()
+        elif request == "resume":
+            self.store.update_sweep(self.id, request=None)
+            if self.paused:
+                self.unpause()
+
+    def _stop_event(self):
+        from distributed import Event
+
+        return Event(f"labkit-sweep-{self.id}-stop", client=self.client)
 
     def stop(self) -> None:
         """Ask every training trial to checkpoint and stop; start nothing new."""
-        from distributed import Event
-
         self.stopping = True
-        Event(f"labkit-sweep-{self.id}-stop", client=self.client).set()
+        self._stop_event().set()
         self.hook("stop", {})
+
+    def pause(self) -> None:
+        """As ``stop``, but the driver stays: the sweep is ``paused`` until a ``resume``
+        request, which continues the interrupted trials from their checkpoints."""
+        self.paused = True
+        self._stop_event().set()
+        self.store.update_sweep(self.id, status="paused")
+        self.hook("pause", {})
+
+    def unpause(self) -> None:
+        self.paused = False
+        self._stop_event().clear()
+        self.store.update_sweep(self.id, status="running")
+        self.hook("resume", {})
 
     def run(self) -> str:
         from distributed import Event, Variable, wait
@@ -224,12 +255,15 @@ class Driver:
                 self._requested()
                 if time.monotonic() - self._beat >= BEAT_EVERY:
                     self._beat_now()
-                while not self.stopping and len(self.in_flight) < self.capacity:
+                while not (self.stopping or self.paused) and len(self.in_flight) < self.capacity:
                     job = self.next_job()
                     if job is None:
                         break
                     self.submit(*job)
                 if not self.in_flight:
+                    if self.paused and not self.stopping:
+                        time.sleep(PAUSED_POLL)  # NOTE: beats and reads requests meanwhile
+                        continue
                     break
                 try:
                     done, _ = wait(list(self.in_flight), timeout=0.25,

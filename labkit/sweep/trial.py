@@ -159,7 +159,8 @@ def train(make_loop, spec: dict, send=None, should_stop=None) -> dict:
                 outcome = str(h)
         metric = spec["metric"]
         keys = {k for r in loop.log.rows for k in r}
-        if metric not in keys:
+        # NOTE: a trial stopped or paused before its first evaluation has no value yet
+        if metric not in keys and outcome in ("rung", "finished"):
             known = sorted(k for k in keys if k not in ("iteration", "epoch"))
             raise SweepError(f"metric {metric!r} is not in the log of trial {spec['trial']} "
                              f"(it reports {known}); pass metric= one of them, or report it "

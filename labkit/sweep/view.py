@@ -356,7 +356,7 @@ class SweepView:
 
     def _loop(self) -> None:
         while not self._closed.is_set():
-            running = self.sweep.status == "running"
+            running = self.sweep.status in ("running", "paused")  # NOTE: paused may resume
             try:
                 self.refresh()
             except Exception:  # noqa: BLE001 - a view must never take the kernel down

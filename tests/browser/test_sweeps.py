@@ -5,8 +5,9 @@ The lab is open first; then a script starts a sweep (``engine="inprocess"``, one
 time, each throttled to a second or so) in its own process over the lab's ``LABKIT_HOME``. The
 sweep's header appears in the sidebar and its done-count rises while the page is open; the
 header opens to its trials (each a run); Compare opens the compare page with the trials' runs;
-Stop stops the sweep (the store says ``stopped``, and so does the header). Screenshots in the
-light and the dark theme.
+Pause pauses it (the store and the header say ``paused``; no trial trains), Resume continues it,
+Stop stops it (the store says ``stopped``, and so does the header). Screenshots in the light and
+the dark theme.
 """
 
 import json
@@ -71,7 +72,7 @@ def done_of(header):
     return int(m.group(1)), int(m.group(2))
 
 
-def test_a_sweep_in_another_process_shows_live_compares_and_stops(browser, lab):
+def test_a_sweep_in_another_process_shows_live_compares_pauses_and_stops(browser, lab):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(lab.page_url("lab?reset"))
     page.wait_for_selector(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']", timeout=90_000)
@@ -121,6 +122,30 @@ def test_a_sweep_in_another_process_shows_live_compares_and_stops(browser, lab):
         table = panel.locator(".labkit-compare-table").inner_text()
         assert "lr" in table and "hidden" in table
         shot(page, "sweeps-compare-light")
+
+        # Pause: the driver in the other process checkpoints its trial and waits
+        assert store_status(lab, sweep_id)[0] == "running", "the sweep ended before Pause"
+        header.locator(".labkit-sweep-pause").click()
+        wait_for(lambda: store_status(lab, sweep_id)[0] == "paused", timeout=60,
+                 what="the sweep paused in the store")
+        wait_for(lambda: header.locator(".labkit-run-status").inner_text() == "paused",
+                 timeout=30, what="the header saying paused")
+        wait_for(lambda: store_status(lab, sweep_id)[1].get("running", 0) == 0, timeout=60,
+                 what="the training trial checkpointed and halted")
+        assert header.locator(".labkit-sweep-pause").count() == 0
+        running_rows = page.locator(".labkit-sweep-trials .labkit-trial-row",
+                                    has=page.locator(".labkit-status-running"))
+        wait_for(lambda: running_rows.count() == 0, timeout=30,
+                 what="no trial row saying running")
+        assert header.locator(".labkit-sweep-resume").is_visible()
+        assert header.locator(".labkit-sweep-stop").is_visible()  # a paused sweep stops too
+        shot(page, "sweeps-paused-light")
+        # Resume: the same driver continues (the halted trial from its checkpoint)
+        header.locator(".labkit-sweep-resume").click()
+        wait_for(lambda: store_status(lab, sweep_id)[0] == "running", timeout=60,
+                 what="the sweep running again in the store")
+        wait_for(lambda: header.locator(".labkit-sweep-pause").count() == 1, timeout=30,
+                 what="the header's Pause button back")
 
         # Stop: the driver in the other process stops the sweep
         assert store_status(lab, sweep_id)[0] == "running", "the sweep ended before Stop"

@@ -219,6 +219,9 @@ TABLE = [
     ("stop absent sweep", "POST", "sweeps/{absent}/stop", "", b"{}", {404}),
     ("stop bad id", "POST", "sweeps/nope/stop", "", b"{}", {400}),
     ("stop with GET", "GET", "sweeps/{absent}/stop", "", None, {404, 405}),
+    ("pause absent sweep", "POST", "sweeps/{absent}/pause", "", b"{}", {404}),
+    ("resume bad id", "POST", "sweeps/nope/resume", "", b"{}", {400}),
+    ("unknown sweep request", "POST", "sweeps/{absent}/restart", "", b"{}", {404, 405}),
     ("sweeps DELETE", "DELETE", "sweeps", "", None, {405}),
 ]
 

@@ -1,6 +1,6 @@
-"""``GET sweeps``, ``GET sweeps/ID`` and ``POST sweeps/ID/stop``: the Runs sidebar's Sweeps
-section (the hostile requests are rows of test_hostile.py). Sweeps are written into the store
-as a driver writes them, without Dask."""
+"""``GET sweeps``, ``GET sweeps/ID`` and ``POST sweeps/ID/stop|pause|resume``: the Runs
+sidebar's Sweeps section (the hostile requests are rows of test_hostile.py). Sweeps are
+written into the store as a driver writes them, without Dask."""
 
 import json
 import math
@@ -127,6 +127,33 @@ async def test_stop_refuses_a_body_and_an_ended_or_dead_sweep(jp_fetch, fresh_st
     with pytest.raises(HTTPClientError) as e:
         await jp_fetch("labkit", "api", "sweeps", sid, "stop", method="POST", body="{}")
     assert e.value.code == 409 and "resume" in json.loads(e.value.response.body)["message"]
+    assert fresh_store.get_sweep(sid)["request"] is None
+
+
+async def test_pause_and_resume_ask_the_driver_in_the_states_that_take_them(jp_fetch,
+                                                                           fresh_store):
+    sid = seed(fresh_store)
+
+    async def post(what):
+        try:
+            r = await jp_fetch("labkit", "api", "sweeps", sid, what, method="POST", body="")
+            return r.code, json.loads(r.body)
+        except HTTPClientError as e:
+            return e.code, json.loads(e.response.body)
+
+    code, body = await post("resume")  # running: nothing to resume
+    assert code == 409 and "is running: no driver runs it to resume it" in body["message"]
+    assert await post("pause") == (202, {"id": sid, "request": "pause"})
+    assert fresh_store.get_sweep(sid)["request"] == "pause"
+    fresh_store.update_sweep(sid, status="paused", request=None)  # as the driver answers
+    code, body = await post("pause")
+    assert code == 409 and "is paused" in body["message"]
+    assert await post("resume") == (202, {"id": sid, "request": "resume"})
+    fresh_store.update_sweep(sid, request=None)
+    assert await post("stop") == (202, {"id": sid, "request": "stop"})  # paused: stops too
+    fresh_store.update_sweep(sid, request=None, heartbeat=time.time() - 3600)
+    code, body = await post("resume")  # its driver is gone: lk.sweep.resume, not a request
+    assert code == 409 and "is dead" in body["message"] and "lk.sweep.resume" in body["message"]
     assert fresh_store.get_sweep(sid)["request"] is None
 
 

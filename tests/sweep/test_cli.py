@@ -98,6 +98,32 @@ def test_stop_asks_a_running_sweep(store, capsys):
     assert store.get_sweep(sid)["request"] is None
 
 
+def test_pause_and_resume_ask_a_live_driver(store, capsys):
+    sid = store.create_sweep("s", None, '{"a": {"value": 1}}', {"metric": "m", "mode": "min"},
+                             [{"a": 1}])  # this process is its driver: running
+    rc, out, _ = cli(capsys, "sweep", "pause", sid)
+    assert rc == 0 and f"asked sweep {sid} to pause" in out
+    assert store.get_sweep(sid)["request"] == "pause"
+    store.update_sweep(sid, status="paused", request=None)  # as the driver answers
+    rc, out, _ = cli(capsys, "sweep", "pause", sid)
+    assert "is paused, not running: nothing to pause" in out
+    rc, out, _ = cli(capsys, "sweep", "resume", sid)
+    assert rc == 0 and f"asked sweep {sid}'s driver (pid " in out
+    assert store.get_sweep(sid)["request"] == "resume"
+
+
+def test_resume_grows_a_stopped_sweep(store, capsys):
+    make_loop, _, factory = load_target(f"{HELPERS}:make_loop")
+    sw = lk.sweep.run(make_loop, json.loads(SPACE) | {"lr": lk.sweep.loguniform(1e-3, 1e-1)},
+                      1, metric="valid_accuracy", mode="max", engine="inprocess", workers=1,
+                      _factory=factory)
+    rc, out, err = cli(capsys, "sweep", "resume", sw.id, "--trials", "2")
+    assert rc == 0, err
+    assert f"sweep {sw.id} finished; trials: finished 2" in out
+    rc, out, err = cli(capsys, "sweep", "resume", sw.id, "--trials", "1")
+    assert rc == 1 and "trials must be a whole number >= the sweep's 2" in err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["sweep", "show", "nope"], "no sweep 'nope' in"),
     (["sweep", "resume", "nope"], "no sweep 'nope' in"),

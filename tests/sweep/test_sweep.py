@@ -137,3 +137,81 @@ def test_stop_request_checkpoints_and_resume_finishes(client, tmp_path, store):
     assert [r["status"] for r in done] == ["finished"] * 4
     plain = sweep(client, tmp_path).table()
     assert [r["valid_accuracy"] for r in done] == [r["valid_accuracy"] for r in plain]
+
+
+def test_pause_checkpoints_the_trials_and_resume_continues_them(client, tmp_path, store):
+    """A pause (through the store, as from another process) halts the training trial after a
+    checkpoint and starts nothing new while the driver waits; resume continues it from the
+    checkpoint and starts the rest: the values equal an uninterrupted sweep's."""
+    from distributed import Event
+
+    gate = f"gate-{tmp_path.name}"
+    seen = []
+
+    def hook(kind, info):
+        sw = lk.sweep.get(lk.sweep.list()[0]["id"])
+        if kind == "progress" and info["progress"]["epoch"] == 1 and not seen:
+            seen.append("asked")
+            sw.pause()
+        if kind == "pause":  # trial 0 waits before epoch 2 until the sweep pauses
+            seen.append(("paused", sw.status, sw.record["counts"]))
+            Event(gate, client=client).set()
+        if kind == "result" and "paused" in {s[0] for s in seen if isinstance(s, tuple)} \
+                and "resumed" not in seen:
+            seen.append(("halted", info["outcome"], sw.table()[1]["status"]))
+            assert sw.resume() is sw  # a paused sweep with a live driver: asked, not driven
+        if kind == "resume":
+            seen.append("resumed")
+
+    sw = sweep(client, tmp_path, _hook=hook, space={**SPACE, "gate": gate})
+    assert seen[0] == "asked" and seen[1][:2] == ("paused", "paused")
+    assert seen[2] == ("halted", "stopped", "pending") and seen[3] == "resumed"
+    assert sw.status == "finished"
+    rows = sw.table()
+    assert [r["status"] for r in rows] == ["finished"] * 4
+    assert lk.runs.get(rows[0]["run_id"])["status"] == "finished"
+    plain = sweep(client, tmp_path, space={**SPACE, "gate": gate}).table()
+    assert [r["valid_accuracy"] for r in rows] == [r["valid_accuracy"] for r in plain]
+
+
+def test_resume_grows_a_sweep_with_the_searchs_next_points(client, tmp_path, store):
+    small = sweep(client, tmp_path, trials=2, search="sobol")
+    with pytest.raises(SweepError, match="trials must be a whole number >= the sweep's 2"):
+        lk.sweep.resume(small.id, engine=client, trials=1)
+    grown = lk.sweep.resume(small.id, engine=client, trials=4)
+    assert grown.record["settings"]["trials"] == 4
+    rows = grown.table()
+    assert [r["status"] for r in rows] == ["finished"] * 4
+    whole = sweep(client, tmp_path, trials=4, search="sobol").table()
+    for a, b in zip(rows, whole):  # the same points, trained the same way
+        assert {k: a[k] for k in ("lr", "hidden", "valid_accuracy")} == \
+            {k: b[k] for k in ("lr", "hidden", "valid_accuracy")}
+    grid = sweep(client, tmp_path, search="grid", trials=1,
+                 space={"lr": [0.01, 0.02], "hidden": 8, "epochs": 1})
+    with pytest.raises(SweepError, match="a grid of this space has 2 points"):
+        lk.sweep.resume(grid.id, engine=client, trials=3)
+    assert len(lk.sweep.resume(grid.id, engine=client, trials=2).table()) == 2
+
+
+def test_pause_needs_a_driver(client, tmp_path, store):
+    sw = sweep(client, tmp_path, trials=1, space={**SPACE, "epochs": 1})
+    with pytest.raises(SweepError, match="is finished: no driver runs it to pause it"):
+        sw.pause()
+
+
+def test_a_trial_stopped_before_its_first_evaluation_has_no_value_not_an_error(tmp_path,
+                                                                              monkeypatch):
+    """A stop or pause in a trial's first epoch (before DataStreamMonitoring has reported the
+    metric) halts it with a checkpoint and no value; it is not the sweep's setup error that a
+    metric missing at a rung or at the end is."""
+    from labkit.sweep import trial as trial_mod
+
+    monkeypatch.setattr(trial_mod, "REPORT_EVERY", 0.0)  # ask at the first batch
+    spec = {"sweep": "s", "trial": 0, "run_id": "r0", "params": {}, "config": {"epochs": 2},
+            "name": "t0", "directory": str(tmp_path / "r0"), "factory": None,
+            "metric": "valid_accuracy", "budget": None, "seed": 0, "since": 0, "token": "x"}
+    res = trial_mod.train(make_loop, spec, send=lambda m: None, should_stop=lambda: "stopped")
+    assert res["outcome"] == "stopped" and res["value"] is None and res["iteration"] == 1
+    assert [c["iteration"] for c in res["checkpoints"]] == [1]
+    res = trial_mod.train(make_loop, spec, send=lambda m: None, should_stop=lambda: None)
+    assert res["outcome"] == "finished" and res["loaded"] == 1 and res["value"] > 0

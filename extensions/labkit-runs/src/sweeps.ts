@@ -2,8 +2,9 @@
  * The Runs sidebar's Sweeps section (paired with ``labkit/server/sweeps.py``): a collapsible
  * list above the runs, one header per sweep — name, short id, status, "12/20 done", the best
  * value — that opens to its trials (each a run: a click opens its page). "Compare" opens the
- * compare page with the sweep's trial runs (the best ``MAX_COMPARE`` by its metric); "Stop"
- * asks a running sweep's driver to stop, as ``Sweep.stop()`` does. Its own capped request per
+ * compare page with the sweep's trial runs (the best ``MAX_COMPARE`` by its metric); "Pause",
+ * "Resume" and "Stop" ask the sweep's driver, as ``Sweep.pause()``, ``resume()`` and ``stop()``
+ * do (Pause and Stop while it runs, Resume and Stop while it is paused). Its own capped request per
  * refresh, so the runs' virtual list is untouched. Every value is rendered as text.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
@@ -19,6 +20,9 @@ import { bestFirst, compareIds, doneText, ITrial, paramsText,
 export const MAX_SWEEPS = 20;
 export const MAX_TRIAL_ROWS = 200;
 const MAX_COMPARE = 50;
+
+/** What the header's buttons ask a sweep's driver (``POST sweeps/ID/<what>``). */
+type SweepRequest = 'pause' | 'resume' | 'stop';
 
 export interface ISweepSummary {
   id: string;
@@ -156,15 +160,23 @@ export class SweepsSection {
       void this.compare(s);
     };
     actions.append(compare);
-    if (s.status === 'running') {
-      const stop = el('button', 'jp-mod-styled labkit-sweep-stop', 'Stop');
-      stop.title = 'Ask the sweep to checkpoint its trials and stop (lk.sweep.resume continues it)';
-      stop.onclick = e => {
+    const button = (what: SweepRequest, label: string, title: string): void => {
+      const b = el('button', `jp-mod-styled labkit-sweep-${what}`, label);
+      b.title = title;
+      b.onclick = e => {
         e.stopPropagation();
-        stop.disabled = true;
-        void this.stop(s);
+        b.disabled = true;
+        void this.request(s, what);
       };
-      actions.append(stop);
+      actions.append(b);
+    };
+    if (s.status === 'running') {
+      button('pause', 'Pause', 'Ask the sweep to checkpoint its trials and wait (Resume continues them)');
+    } else if (s.status === 'paused') {
+      button('resume', 'Resume', 'Ask the paused sweep to continue its trials from their checkpoints');
+    }
+    if (s.status === 'running' || s.status === 'paused') {
+      button('stop', 'Stop', 'Ask the sweep to checkpoint its trials and stop (lk.sweep.resume continues it)');
     }
     head.append(text);
     box.append(head);
@@ -221,9 +233,10 @@ export class SweepsSection {
     }
   }
 
-  private async stop(s: ISweepSummary): Promise<void> {
+  /** Ask the sweep's driver to stop, pause or resume, as ``Sweep.stop()`` etc. do. */
+  private async request(s: ISweepSummary, what: SweepRequest): Promise<void> {
     try {
-      await api(`sweeps/${encodeURIComponent(s.id)}/stop`, { method: 'POST', body: '{}' });
+      await api(`sweeps/${encodeURIComponent(s.id)}/${what}`, { method: 'POST', body: '{}' });
       this.error.textContent = '';
     } catch (e) {
       this.error.textContent = `labkit sweeps: ${(e as Error).message}`;

@@ -13,8 +13,9 @@ export interface ITrial {
   run_id: string | null;
 }
 
-/** The statuses a sweep has (``dead``: running, its driver gone), for a class name. */
-export const SWEEP_STATUSES = ['running', 'finished', 'stopped', 'failed', 'interrupted', 'dead'];
+/** The statuses a sweep has (``dead``: running or paused, its driver gone), for a class name. */
+export const SWEEP_STATUSES = ['running', 'paused', 'finished', 'stopped', 'failed', 'interrupted',
+                               'dead'];
 
 export function sweepStatusClass(status: unknown): string {
   return `labkit-status-${SWEEP_STATUSES.includes(status as string) ? status : 'unknown'}`;
