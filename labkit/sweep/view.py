@@ -7,6 +7,8 @@ each parameter; the best value so far against time; and the trials as a table, s
 ``sort`` (the metric, best first, by default; ``view.sort("lr")`` re-sorts). It is plain HTML
 (no script), so it also reads in nbconvert and on GitHub, and a sweep in another process shows
 as well as one in this one: the view only reads the store. Every name and value is escaped.
+In JupyterLab, the labkit extension makes it act: its Pause, Resume and Stop buttons ask the
+sweep's driver (as ``sw.pause()`` etc.), and a click on a trial's row opens its run page.
 
 Large sweeps are drawn downsampled, and say so: at most ``LINES`` lines (the best tenth of
 them, the rest spread evenly over the trials) and ``ROWS`` table rows.
@@ -17,6 +19,8 @@ from __future__ import annotations
 import html
 import math
 import threading
+
+from ..runs.ids import is_run_id
 
 #: the most trials drawn as lines and dots (the best first, then an even spread of the rest)
 LINES = 1000
@@ -236,11 +240,30 @@ def table(rows, columns, sort, limit) -> str:
                            f"{html.escape(str(v))}</span></td>")
             else:
                 tds.append(f"<td {cell}>{_fmt(v)}</td>")
-        body.append(f'<tr class="trial-row" data-trial="{r["trial"]}">{"".join(tds)}</tr>')
+        run = r.get("_run")
+        link = (f' data-run-id="{html.escape(run)}" title="open run {html.escape(run)}" '
+                'style="cursor:pointer"' if is_run_id(run) else "")
+        body.append(f'<tr class="trial-row" data-trial="{r["trial"]}"{link}>{"".join(tds)}</tr>')
     more = (f'<div style="opacity:0.7">{len(rows) - limit} more trials (sw.table() has them '
             "all)</div>" if len(rows) > limit else "")
     return (f'<table style="border-collapse:collapse;font-size:11px;font-variant-numeric:'
             f'tabular-nums"><tr>{head}</tr>{"".join(body)}</table>{more}')
+
+
+#: the view's buttons by the sweep's status: (request, label)
+ACTIONS = {"running": (("pause", "Pause"), ("stop", "Stop")),
+           "paused": (("resume", "Resume"), ("stop", "Stop"))}
+
+
+def actions(status: str) -> str:
+    """The buttons for a sweep in ``status``. In JupyterLab the labkit extension sends their
+    request (``POST sweeps/ID/<request>``, as the Runs sidebar's buttons) and opens a trial's
+    run page when its table row is clicked; elsewhere they do nothing (``sw.pause()`` etc.)."""
+    return "".join(
+        f' <button class="labkit-sweep-view-action" data-labkit-request="{req}" '
+        f'title="{label} the sweep (needs the labkit JupyterLab extension; else sw.{req}())" '
+        f'style="font-size:11px;padding:0 6px;cursor:pointer">{label}</button>'
+        for req, label in ACTIONS.get(status, ()))
 
 
 def render(record: dict, trials: list[dict], sort: str = "value", rows: int = ROWS,
@@ -253,7 +276,8 @@ def render(record: dict, trials: list[dict], sort: str = "value", rows: int = RO
     dims = from_json(record["space"])
     params = [k for k, d in dims.items() if d.kind != "value"]
     table_rows = [{"trial": t["number"], "status": t["status"], metric: t["value"],
-                   "rung": t["rung"], "epoch": t["epoch"], **t["params"]} for t in trials]
+                   "rung": t["rung"], "epoch": t["epoch"], **t["params"], "_run": t["run_id"]}
+                  for t in trials]
     columns = ["trial", "status", metric, "rung", "epoch", *dims]
     if sort != "value" and sort not in columns:
         from .space import SweepError
@@ -280,9 +304,10 @@ def render(record: dict, trials: list[dict], sort: str = "value", rows: int = RO
     scatters = "".join(scatter(drawn, k, metric, axes[k], axes[metric]) for k in params)
     status = status or record["status"]
     return (
-        f'<div class="labkit-sweep" style="color:inherit">'
+        f'<div class="labkit-sweep-view" data-sweep-id="{html.escape(record["id"])}" '
+        f'style="color:inherit">'
         f"<div><b>sweep {html.escape(record['name'] or '')}</b> · {html.escape(record['id'])}"
-        f" · <span>{html.escape(status)}</span> · "
+        f" · <span>{html.escape(status)}</span>{actions(status)} · "
         + ", ".join(f"{html.escape(k)} {v}" for k, v in sorted(counts.items()))
         + f" of {len(trials)}</div><div>{best_text}{note}</div>"
         f"<div>{parallel(drawn, params, metric, mode, axes)}</div>"

@@ -155,12 +155,16 @@ def open_and_run(browser, lab, notebook, steps, until):
     return page
 
 
-def dark_theme(page):
-    """Switch JupyterLab to its dark theme (Settings → Theme) and wait until it has loaded."""
+def dark_theme(page, dark=True):
+    """Switch JupyterLab to its dark theme (Settings → Theme; ``dark=False``: the light one)
+    and wait until it has loaded. The choice is a user setting: it outlives the page."""
+    name = "JupyterLab Dark" if dark else "JupyterLab Light"
+    if page.locator(f"body[data-jp-theme-light='{str(not dark).lower()}']").count():
+        return
     page.locator(".lm-MenuBar-itemLabel", has_text="Settings").click()
     page.locator(".lm-Menu-itemLabel", has_text="Theme").first.hover()
-    page.locator(".lm-Menu-itemLabel").filter(has_text=re.compile("^JupyterLab Dark$")).click()
-    page.wait_for_selector("body[data-jp-theme-light='false']", state="attached",
-                           timeout=30_000)
+    page.locator(".lm-Menu-itemLabel").filter(has_text=re.compile(f"^{name}$")).click()
+    page.wait_for_selector(f"body[data-jp-theme-light='{str(not dark).lower()}']",
+                           state="attached", timeout=30_000)
     # NOTE: JupyterLab shows its splash while the theme loads; it takes the clicks meanwhile
     page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=30_000)

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from .conftest import ROOT, dark_theme, require_browser, shot, start_lab, wait_for
+from .conftest import ROOT, dark_theme, open_notebook, require_browser, shot, start_lab, wait_for
 
 require_browser()
 
@@ -171,3 +171,91 @@ def test_a_sweep_in_another_process_shows_live_compares_pauses_and_stops(browser
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
         page.close()
+
+
+def running_sweep(lab):
+    """The id of the sweep that runs now in the lab's store (polled: its script just started)."""
+    code = ("import labkit as lk; print(' '.join(s['id'] for s in lk.sweep.list() "
+            "if lk.sweep.get(s['id']).status == 'running'))")
+
+    def ids():
+        out = subprocess.run([sys.executable, "-c", code], env=lab.env, capture_output=True,
+                             text=True, timeout=60, cwd=ROOT)
+        return out.stdout.split()
+    return wait_for(ids, timeout=60, what="a running sweep")[0]
+
+
+def test_the_notebook_view_pauses_resumes_stops_and_opens_a_trial(browser, lab):
+    """``sw.show()`` in a notebook, for a sweep running in another process: its Pause, Resume
+    and Stop buttons ask the driver through the REST API, and a click on a trial's row opens
+    the trial's run page."""
+    proc = subprocess.Popen([sys.executable, "-c", SWEEP], env=lab.env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    page = None
+    try:
+        sweep_id = running_sweep(lab)
+        nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": "c0",
+                         "metadata": {}, "outputs": [],
+                         "source": f"import labkit as lk\nlk.sweep.get({sweep_id!r})"
+                                   ".show(every=0.5)"}],
+              "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                          "name": "python3"}},
+              "nbformat": 4, "nbformat_minor": 5}
+        (lab.root / "view.ipynb").write_text(json.dumps(nb))
+        page = open_notebook(browser, lab, "view.ipynb")
+        dark_theme(page, dark=False)  # NOTE: the test before left the lab dark
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first.click()
+        page.keyboard.press("Shift+Enter")
+        view = page.locator(f".jp-OutputArea-output .labkit-sweep-view[data-sweep-id='{sweep_id}']")
+        wait_for(lambda: view.count() == 1 and view.is_visible(), timeout=60,
+                 what="the sweep's view in the notebook")
+        assert page.evaluate("window.__pwned") is None  # the evil name is text there too
+        rows = view.locator("tr.trial-row[data-run-id]")
+        wait_for(lambda: rows.count() >= 1, timeout=60, what="a trial row with a run")
+
+        # Pause from the view: the driver in the other process pauses
+        assert store_status(lab, sweep_id)[0] == "running", "the sweep ended before Pause"
+        view.locator("button[data-labkit-request='pause']").click()
+        wait_for(lambda: store_status(lab, sweep_id)[0] == "paused", timeout=60,
+                 what="the sweep paused in the store")
+        wait_for(lambda: view.locator("button[data-labkit-request='resume']").count() == 1,
+                 timeout=30, what="the view's Resume button (it refreshed)")
+        assert view.locator("button[data-labkit-request='pause']").count() == 0
+        wait_for(lambda: store_status(lab, sweep_id)[1].get("running", 0) == 0, timeout=60,
+                 what="the training trial checkpointed and halted")
+        wait_for(lambda: " running " not in view.locator("div").first.inner_text(),
+                 timeout=30, what="the view's counts without a running trial")
+        shot(page, "sweep-view-paused-light")
+        view.locator("button[data-labkit-request='resume']").click()
+        wait_for(lambda: store_status(lab, sweep_id)[0] == "running", timeout=60,
+                 what="the sweep running again")
+
+        # a trial's row opens its run page
+        run_id = rows.first.get_attribute("data-run-id")
+        rows.first.locator("td").first.click()
+        run_page = page.locator(f"#labkit-run-area-{run_id}")
+        wait_for(lambda: run_page.count() == 1 and run_page.is_visible(), timeout=30,
+                 what="the trial's run page")
+        shot(page, "sweep-view-run-page-light")
+
+        # back to the notebook, in the dark: Stop from the view
+        page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="view.ipynb").click()
+        dark_theme(page)
+        wait_for(lambda: view.is_visible(), timeout=30, what="the view in the dark")
+        wait_for(lambda: view.locator("button[data-labkit-request='stop']").count() == 1,
+                 timeout=30, what="the view's Stop button")
+        shot(page, "sweep-view-dark")
+        view.locator("button[data-labkit-request='stop']").click()
+        wait_for(lambda: store_status(lab, sweep_id)[0] == "stopped", timeout=60,
+                 what="the sweep stopped in the store")
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and f"SWEEP {sweep_id} stopped" in out, err[-2000:]
+        wait_for(lambda: view.locator("button").count() == 0, timeout=30,
+                 what="the view without buttons once the sweep stopped")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        if page is not None:
+            page.close()

@@ -3,7 +3,8 @@
  * ({base_url}labkit/api/), run panels, commands and a status-bar item.
  *
  * Modules: ``api`` (the REST client), ``code`` (the Python the commands insert), ``sidebar``,
- * ``runpanel``, ``commands`` (command ids); this file wires them into JupyterLab.
+ * ``runpanel``, ``commands`` (command ids), ``sweepview`` (the notebook's sweep view made to
+ * act); this file wires them into JupyterLab.
  */
 import {
   ILabShell,
@@ -28,6 +29,7 @@ import { ComparePanel } from './compare';
 import { pickRuns } from './picker';
 import { RunPanel } from './runpanel';
 import { MAX_COMPARE, RunsPanel, runsIcon } from './sidebar';
+import { installSweepView } from './sweepview';
 
 export { api, isRunId, runPath, RUN_ID } from './api';
 export { dashboardCode, pyString, resumeCode } from './code';
@@ -76,6 +78,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
   ) => {
     const panel = new RunsPanel(app);
     shell.add(panel, 'left', { rank: 600 });
+    // sw.show() in a notebook: its buttons ask the sweep, its rows open their runs
+    installSweepView(document.body, id => void app.commands.execute(CommandIDs.open, { id }));
     /** The run a command is for: its ``id`` argument, the row right-clicked, or one the user
      * picks (from the palette). Only a valid run id is ever returned. */
     const runFromArgs = async (args: Record<string, unknown>): Promise<string | null> => {
