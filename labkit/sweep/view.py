@@ -205,7 +205,12 @@ def best_so_far(trials, metric, mode, started) -> str:
             pts.append(f"{sx(t):.1f},{sy(steps[i - 1][1]):.1f}")
         pts.append(f"{sx(t):.1f},{sy(v):.1f}")
     pts.append(f"{sx(end):.1f},{sy(steps[-1][1]):.1f}")
-    return head + (
+    # NOTE: a dot per improvement: one done trial is a point, not an invisible line
+    dots = "".join(f'<circle cx="{sx(t):.1f}" cy="{sy(v):.1f}" r="2.5" fill="#2ca02c"/>'
+                   for t, v in steps)
+    frame = (f'<rect x="{left}" y="2" width="{w - left - 4}" height="{h - pad - 4}" '
+             'fill="none" stroke="currentColor" stroke-opacity="0.3"/>')
+    return head + frame + dots + (
         f'<polyline class="best" points="{" ".join(pts)}" fill="none" stroke="#2ca02c" '
         f'stroke-width="2"/><text x="{left - 4}" y="{sy(hi):.1f}" text-anchor="end" '
         f'fill="currentColor">{_fmt(hi)}</text><text x="{left - 4}" y="{sy(lo) + 8:.1f}" '
