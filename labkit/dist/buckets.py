@@ -26,6 +26,7 @@ import weakref
 import numpy as np
 
 from ..autograd import Tensor
+from ..autograd.trace import host, tracer
 from .comm import Communicator, DistError, world
 
 #: id(parameter) -> the DataParallel whose hooks it carries (a weak reference)
@@ -191,8 +192,8 @@ class DataParallel:
             self._sync = old
 
     def _on_ready(self, p) -> None:
-        if not self._sync:
-            return
+        if not self._sync or tracer() is not None:
+            return  # NOTE: traced by lk.compile: synchronize() reduces, as a replay will
         if id(p) in self._ready:
             raise DistError("DataParallel: a second backward() before synchronize(): its "
                             "gradients would miss the all-reduce already started. Run all but "
@@ -236,6 +237,9 @@ class DataParallel:
         over ranks (``None`` where no rank has a gradient). Inside ``no_sync()``: nothing."""
         if not self._sync:
             return
+        if tracer() is not None:
+            self._synchronize_traced()
+            return
         while self._next < len(self.buckets):
             self._start(self.buckets[self._next])
         if self._progress is not None:
@@ -259,6 +263,52 @@ class DataParallel:
         self._ready.clear()
         self._inflight = []
         self._next = 0
+
+    def _synchronize_traced(self) -> None:
+        """``synchronize()`` inside a step ``lk.compile`` traces (``MainLoop(compile=True)``):
+        the whole reduction is one host call, which every replay runs again with that step's
+        gradients (the grad-ready hooks do not run in a replay, so nothing starts during
+        backward: no overlap). A parameter without a gradient on this rank keeps none."""
+        have = tuple(p for b in self.buckets for p in b.params if p.grad is not None)
+
+        def allreduce_gradients(*grads):
+            return self._reduce_all(have, grads)
+
+        out = host(allreduce_gradients, *(p.grad.data for p in have), effect=True,
+                   name="DataParallel.allreduce")
+        for p, g in zip(have, out if isinstance(out, tuple) else (out,)):
+            p.grad = Tensor(g)
+
+    def _reduce_all(self, have, grads) -> tuple:
+        """Every bucket all-reduced at once (``have``: the parameters ``grads`` belong to);
+        the averaged gradients of ``have``, on their devices."""
+        mine = {id(p): g for p, g in zip(have, grads)}
+        w = self.weight
+        requests = []
+        for b in self.buckets:
+            buf, n = b.buffer, b.size
+            for i, (p, off) in enumerate(zip(b.params, b.offsets)):
+                g = mine.get(id(p))
+                if g is None:
+                    buf[off:off + p.size] = 0
+                    buf[n + i] = 0
+                else:
+                    np.multiply(_host(g).reshape(-1), w, out=buf[off:off + p.size])
+                    buf[n + i] = 1
+            buf[-1] = w
+            requests.append(self.comm.iallreduce_sum(buf, b.index))
+        t0 = time.perf_counter()
+        for b, r in zip(self.buckets, requests):
+            if r is not None:
+                self.comm.wait([r], "gradient bucket", b.index)
+        self.stats["wait"] = time.perf_counter() - t0
+        out = []
+        for p in have:
+            b = self._bucket_of[id(p)]
+            off = b.offsets[b.params.index(p)]
+            g = b.buffer[off:off + p.size].reshape(p.shape) / b.buffer.dtype.type(b.buffer[-1])
+            out.append(_on_device(g, mine[id(p)]))
+        return tuple(out)
 
     def __repr__(self):
         return (f"DataParallel({len(self.names)} parameters in {len(self.buckets)} buckets of "

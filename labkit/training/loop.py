@@ -387,9 +387,6 @@ class MainLoop:
                                     f"{type(out).__name__}")
             return {k: scalar(v) for k, v in out.items()}
         if self.compiled is not None:
-            if self.gradient_sync is not None:
-                raise TrainingError("MainLoop(compile=True) does not run data-parallel yet: "
-                                    "its gradient all-reduce is not traced; leave compile off")
             out, extra = self.compiled(batch)
             return {"loss": out.item(), **{k: scalar(v) for k, v in extra.items()}}
         out, extra = self._train_step(batch)

@@ -138,6 +138,19 @@ def test_batchnorm_statistics_are_averaged_over_ranks(tmp_path):
     assert not np.array_equal(ranks[0]["buffer1:" + var], ranks[0]["buffer:" + var])
 
 
+@pytest.mark.parametrize("model", ["mlp", "dropout"])
+def test_a_compiled_step_trains_data_parallel(tmp_path, model):
+    """MainLoop(compile=True) on 2 ranks: the all-reduce is a host call of the compiled step,
+    so every replay averages that step's gradients (dropout draws its shard's fresh masks)."""
+    job = mpirun.run(2, [tmp_path, "--model", model, "--steps", 10, "--bucket-mb", 0.0002,
+                         "--compile"], timeout=60)
+    assert job.rc == 0, job
+    ranks = load(tmp_path, 2)
+    assert int(ranks[0]["replays"]) == 8  # two traced calls, then replays
+    _, ref_params, ref_loss = reference(model, steps=10)
+    check_against_reference(ranks, ref_params, ref_loss, steps=10)
+
+
 def test_mismatched_models_fail_naming_the_parameter(tmp_path):
     job = mpirun.run(2, [tmp_path, "--model", "mismatch"], timeout=30)
     assert job.rc != 0

@@ -92,6 +92,7 @@ def main(argv=None):
     ap.add_argument("--sigint-at", type=int, default=0)
     ap.add_argument("--stop-thread-at", type=int, default=0)
     ap.add_argument("--pause-at", type=int, default=0)
+    ap.add_argument("--compile", action="store_true")
     a = ap.parse_args(argv)
     comm = lk.dist.world()
     out = Path(a.out)
@@ -107,7 +108,8 @@ def main(argv=None):
         return F.softmax_cross_entropy(model(x), y)
 
     loop = lk.dist.DataParallelLoop(model, opt, stream, loss_fn, bucket_mb=a.bucket_mb,
-                                    progress_thread=a.progress_thread, store=False)
+                                    progress_thread=a.progress_thread, store=False,
+                                    compile=a.compile)
 
     def record(loop):
         it = loop.status["iteration"]
@@ -155,6 +157,7 @@ def main(argv=None):
              stopped=np.array(str(loop.stop_reason)), paused=np.array(paused, np.int64),
              last_ckpt=np.array(str(loop.last_checkpoint)),
              indices=np.array(indices), loss=np.array(losses), first=first,
+             replays=np.array(loop.compiled.stats["replays"] if loop.compiled else 0),
              **{f"param:{k}": p.numpy() for k, p in opt.params.items()},
              **{f"buffer1:{k}": v for k, v in first_buffers.items()},
              **{f"buffer:{k}": np.array(v) for k, v in model.state_dict().items()
