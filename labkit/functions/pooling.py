@@ -6,6 +6,7 @@ import numpy as np
 
 from ..autograd.function import Function
 from ..autograd.trace import host, tracer
+from ..backend.opencl import pool as _pool_cl
 from ..errors import ShapeError
 from . import _check
 from .array import expand_dims
@@ -60,9 +61,9 @@ def _shares(mask, w):
 
 
 def _tiles(x, ksize, stride, pad):
-    """The (kh, kw) of windows that tile a NumPy ``x`` exactly (stride == window, no padding,
-    sides divisible), else None."""
-    if type(x.data) is not np.ndarray or x.ndim != 4:
+    """The (kh, kw) of windows that tile ``x`` exactly (stride == window, no padding, sides
+    divisible), else None."""
+    if x.ndim != 4:
         return None
     k = _pair(ksize, "ksize")
     s = _pair(stride if stride is not None else ksize, "stride")
@@ -199,12 +200,60 @@ class TileGather(_TileLinear):
         return self._apply_other(TileScatter, gout)
 
 
+class TiledMaxCL(Function):
+    """TiledMax on an OpenCL device: one launch forward (``backend/opencl/pool.py``), one for
+    the gradient (PoolScatterCL), whose own gradient is its adjoint (PoolGatherCL), so max
+    pooling stays differentiable twice; ties share the gradient as on the cpu."""
+
+    name = "max_pool2d"
+
+    def __init__(self, k):
+        self.k = k
+
+    def forward(self, x):
+        self.y = _pool_cl.max_pool(x, self.k)
+        return self.y
+
+    def backward(self, inputs, gy):
+        return PoolScatterCL(inputs[0].data, self.y, self.k).apply((gy,))
+
+
+class _PoolLinearCL(Function):
+    """What PoolScatterCL and PoolGatherCL (each the other's adjoint) share: the pooled input
+    ``x``, its window maxima ``y`` (the winners are where x equals them) and the window."""
+
+    def __init__(self, x, y, k):
+        self.x, self.y, self.k = x, y, k
+
+
+class PoolScatterCL(_PoolLinearCL):
+    name = "max_pool2d_grad"
+
+    def forward(self, gy):
+        return _pool_cl.max_pool_scatter(self.x, self.y, gy, self.k)
+
+    def backward(self, inputs, ggx):
+        return PoolGatherCL(self.x, self.y, self.k).apply((ggx,))
+
+
+class PoolGatherCL(_PoolLinearCL):
+    name = "max_pool2d_grad_t"
+
+    def forward(self, g):
+        return _pool_cl.max_pool_gather(self.x, self.y, g, self.k)
+
+    def backward(self, inputs, gout):
+        return PoolScatterCL(self.x, self.y, self.k).apply((gout,))
+
+
 def max_pool2d(x, ksize, stride=None, pad=0):
     """Max over ``ksize`` windows (stride defaults to ksize; padding never wins)."""
     _check_pool(x, ksize, stride, pad, "max_pool2d")
     k = _tiles(x, ksize, stride, pad)
-    if k is not None:
+    if k is not None and type(x.data) is np.ndarray:
         return TiledMax(k).apply((x,))
+    if k is not None and _pool_cl.fits(x.data, k):
+        return TiledMaxCL(k).apply((x,))
     return WindowMax().apply((_windows(x, ksize, stride, pad, float("-inf"), "max_pool2d"),))
 
 

@@ -314,7 +314,7 @@ def _arg(op, kind, a, axis, keepdims):
         axis = 0
     fl = a.dtype.kind == "f"
     cmp = ">" if kind == "max" else "<"
-    better = f"((x) {cmp} (b) || (isnan(x) && !isnan(b)))" if fl else f"((x) {cmp} (b))"
+    better = f"((x) {cmp} (b) || ((x) != (x) && (b) == (b)))" if fl else f"((x) {cmp} (b))"
     ct = CTYPES[a.dtype]
     return _reduce(op, a, axis, keepdims, acc_dt=a.dtype, out_dt=np.int64,
                    neutral=_float_neutrals(ct, kind), better=better, empty_ok=False)

@@ -1,0 +1,170 @@
+"""Max pooling whose windows tile the input (the usual 2x2 stride 2), one launch each way.
+
+Three kernels, one work-item per window, for (N, C, H, W) inputs read through their strides (a
+convolution's output is laid out (C, N, H, W) in memory) with windows of KH x KW (build macros)
+that tile H and W exactly:
+
+- ``pool_max``: each window's maximum (a NaN in a window wins, as ``np.maximum`` gives);
+- ``pool_scatter``: the gradient. Each window's winners (its elements equal to its maximum)
+  share its upstream gradient: ``gy * (1 / winners)`` times 1 at a winner and 0 elsewhere, so
+  a window without a winner (its maximum NaN) and an infinite ``gy`` give NaN as the NumPy path
+  (``labkit.functions.pooling.TileScatter``) does;
+- ``pool_gather``: its adjoint (the gradient's own gradient): each window's sum of its winners'
+  values, times the share.
+
+The general path (window copies, a strided reduction, a full-size mask and its scatter) took
+13.5 ms forward and 6.8 ms backward of a 111 ms CNN step on PoCL.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .core import copy, memory_order
+from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
+from .program import header, kernels
+
+_SRC = """
+#define WINDOW(a, a_o, sn, sc, sh, sw) \\
+    const IDX g = get_global_id(0); \\
+    if (g >= total) return; \\
+    const IDX ow = g % OW, t1 = g / OW, oh = t1 % OH, t2 = t1 / OH; \\
+    const IDX c = t2 % C, n = t2 / C; \\
+    __global const T* p = a + a_o + n * sn + c * sc + oh * KH * sh + ow * KW * sw;
+
+__kernel void pool_max(const IDX total, const IDX C, const IDX OH, const IDX OW,
+                       __global const T* x, const IDX x_o, const IDX sn, const IDX sc,
+                       const IDX sh, const IDX sw, __global T* y)
+{
+    WINDOW(x, x_o, sn, sc, sh, sw)
+    T m = p[0];
+    for (int i = 0; i < KH; ++i)
+        for (int j = 0; j < KW; ++j) {
+            const T v = p[i * sh + j * sw];
+            if (v != v || v > m) m = v;  // NOTE: v != v: PoCL calls isnan() out of line
+        }
+    y[g] = m;
+}
+
+// the winners of window g (x == its max y[g]) and their share 1 / count (inf for none)
+#define WINNERS \\
+    const T m = y[g]; \\
+    int count = 0; \\
+    for (int i = 0; i < KH; ++i) \\
+        for (int j = 0; j < KW; ++j) count += p[i * sh + j * sw] == m; \\
+    const T share = (T)1 / (T)count;
+
+// g_*: the strides of the full-size gradient (gx written, gg read), in its own layout
+__kernel void pool_scatter(const IDX total, const IDX C, const IDX OH, const IDX OW,
+                           __global const T* x, const IDX x_o, const IDX sn, const IDX sc,
+                           const IDX sh, const IDX sw, __global const T* y,
+                           __global const T* gy, __global T* gx, const IDX gn, const IDX gc,
+                           const IDX gh, const IDX gw)
+{
+    WINDOW(x, x_o, sn, sc, sh, sw)
+    WINNERS
+    const T v = gy[g] * share;
+    __global T* q = gx + n * gn + c * gc + oh * KH * gh + ow * KW * gw;
+    for (int i = 0; i < KH; ++i)
+        for (int j = 0; j < KW; ++j) q[i * gh + j * gw] = v * (T)(p[i * sh + j * sw] == m);
+}
+
+__kernel void pool_gather(const IDX total, const IDX C, const IDX OH, const IDX OW,
+                          __global const T* x, const IDX x_o, const IDX sn, const IDX sc,
+                          const IDX sh, const IDX sw, __global const T* y,
+                          __global const T* gg, __global T* out, const IDX gn, const IDX gc,
+                          const IDX gh, const IDX gw)
+{
+    WINDOW(x, x_o, sn, sc, sh, sw)
+    WINNERS
+    __global const T* q = gg + n * gn + c * gc + oh * KH * gh + ow * KW * gw;
+    T s = 0;
+    for (int i = 0; i < KH; ++i)
+        for (int j = 0; j < KW; ++j) s += q[i * gh + j * gw] * (T)(p[i * sh + j * sw] == m);
+    out[g] = s * share;
+}
+"""
+
+
+def fits(x, k) -> bool:
+    """Whether these kernels take ``x``: a floating (N, C, H, W) device array whose sides the
+    ``k`` = (kh, kw) windows tile."""
+    return (isinstance(x, ndarray) and x.ndim == 4 and x.dtype.kind == "f"
+            and x.shape[2] % k[0] == 0 and x.shape[3] % k[1] == 0 and x.size > 0)
+
+
+def _kernel(rt, dt, k, idx, name):
+    ct = CTYPES[dt]
+
+    def make():
+        src = header(rt, (ct,), {"T": ct, "IDX": idx, "KH": k[0], "KW": k[1]},
+                     what="max_pool2d") + _SRC
+        i = IDX_NP[idx]
+        x_args = [i, i, i, i, None, i, i, i, i, i]
+        sig = {"pool_max": x_args + [None], "pool_scatter": x_args + [None] * 3 + [i] * 4,
+               "pool_gather": x_args + [None] * 3 + [i] * 4}
+        return kernels(rt, src, sig, name=f"pool ({ct}, {k})")
+
+    return getattr(rt.cached(("pool", ct, k, idx), make), name)
+
+
+def _launch(name, x, k, out, extra, full=None):
+    """Run kernel ``name`` over ``x``'s windows into ``out``; ``extra``: contiguous arrays
+    passed after ``x``; ``full``: the full-size gradient whose strides the kernel takes."""
+    rt = x.rt
+    n, c, h, w = x.shape
+    oh, ow = h // k[0], w // k[1]
+    idx = index_ctype(x, out, *extra, *(() if full is None else (full,)))
+    kernel = _kernel(rt, x.dtype, k, idx, name)
+    total = n * c * oh * ow
+    it = IDX_NP[idx]
+    tail = () if full is None else tuple(it(s) for s in full._st)
+    with rt.lock:
+        kernel(rt.queue, (-(-total // 64) * 64,), None, it(total), it(c), it(oh), it(ow),
+               x.data, it(x.offset), *(it(s) for s in x._st), *(a.data for a in extra),
+               out.data, *tail)
+    return out
+
+
+def _like(x) -> ndarray:
+    """A new array of ``x``'s shape laid out as ``x`` is in memory (C order when ``x`` is not
+    a permutation of a contiguous array), so the gradient of a (C, N, H, W) convolution
+    output keeps that layout for the elementwise ops and the GEMMs after it."""
+    perm = memory_order([x], x.shape)
+    if perm is None:
+        return ndarray(x.rt, x.shape, x.dtype)
+    base = ndarray(x.rt, tuple(x.shape[p] for p in perm), x.dtype)
+    return base.transpose(tuple(int(a) for a in np.argsort(perm)))
+
+
+def _flat(a) -> ndarray:
+    """``a``, or a copy of it, contiguous from the start of its buffer (the kernels index the
+    small arrays without offsets)."""
+    return a if a.is_contiguous and a.offset == 0 else copy(a)
+
+
+def _pooled(x, k) -> ndarray:
+    n, c, h, w = x.shape
+    return ndarray(x.rt, (n, c, h // k[0], w // k[1]), x.dtype)
+
+
+def max_pool(x: ndarray, k) -> ndarray:
+    """The maximum of each ``k`` window of ``x`` (which must pass :func:`fits`): (N, C, OH, OW),
+    contiguous."""
+    return _launch("pool_max", x, k, _pooled(x, k), ())
+
+
+def max_pool_scatter(x: ndarray, y: ndarray, gy: ndarray, k) -> ndarray:
+    """The gradient for ``x`` of ``y = max_pool(x, k)`` given ``gy`` (contiguous copies are made
+    of ``y`` and ``gy`` where needed), laid out as ``x``: each window's winners share its
+    ``gy``."""
+    gx = _like(x)
+    return _launch("pool_scatter", x, k, gx, (_flat(y), _flat(gy)), full=gx)
+
+
+def max_pool_gather(x: ndarray, y: ndarray, g: ndarray, k) -> ndarray:
+    """The adjoint of :func:`max_pool_scatter`: each window's sum of ``g`` (any layout) at its
+    winners, times their share."""
+    g = g if g.offset == 0 else copy(g)
+    return _launch("pool_gather", x, k, _pooled(x, k), (_flat(y), g), full=g)
+
