@@ -18,6 +18,7 @@ import numpy as np
 
 from ..data import DataStream, ShardedScheme
 from ..errors import CheckpointError, LabkitError
+from ..backend import opencl
 from ..bricks import Brick
 from ..functions import noise
 from ..training.events import Extension
@@ -117,19 +118,19 @@ class _Agreement(Extension):
     priority = 1000
     every = None
 
-    def __init__(self, comm, control, metrics: bool, buffers: dict):
+    def __init__(self, comm, control, metrics: bool, buffers):
         super().__init__(name="DataParallelAgreement")
         self.comm, self.control, self.metrics = comm, control, metrics
-        self.buffers = {k: v for k, v in buffers.items()
-                        if np.dtype(v.dtype).kind == "f"}
+        self.buffers = buffers  # NOTE: called per batch: loading a state replaces the arrays
 
     def after_batch(self, loop):
         row = loop.log.rows[-1]
         keys = [k for k in loop.step_keys if isinstance(row.get(k), (int, float))
                 and not isinstance(row.get(k), bool)] if self.metrics else []
         w = float(loop.batch_size)
+        live = [b for b in self.buffers().values() if np.dtype(b.dtype).kind == "f"]
         bufs = [np.asarray(b if isinstance(b, np.ndarray) else b.get(), np.float64)
-                for b in self.buffers.values()]
+                for b in live]
         asked = self.control.proposals()
         vals = np.concatenate([[row[k] * w for k in keys], *(b.ravel() * w for b in bufs),
                                [w], asked])
@@ -138,8 +139,9 @@ class _Agreement(Extension):
         for k, v in zip(keys, total[:len(keys)] / weight):
             row[k] = float(v)
         at = len(keys)
-        for b, host in zip(self.buffers.values(), bufs):
-            b[...] = (total[at:at + host.size] / weight).reshape(host.shape).astype(b.dtype)
+        for b, host in zip(live, bufs):
+            mean = (total[at:at + host.size] / weight).reshape(host.shape).astype(b.dtype)
+            b[...] = mean if isinstance(b, np.ndarray) else opencl.asarray(mean, device=b.rt)
             at += host.size
         self.control.apply(total[len(total) - len(asked):])
 
@@ -205,7 +207,7 @@ class DataParallelLoop(MainLoop):
         self.add(_Weight(self.dp, comm, generators))
         if comm.size > 1:
             self.control = AgreedControl(comm)
-            buffers = model.buffers() if hasattr(model, "buffers") else {}
+            buffers = model.buffers if hasattr(model, "buffers") else dict
             self.add(_Agreement(comm, self.control, global_metrics, buffers))
         self._resume_pending = False
         if os.environ.get(RUN_ID_VAR):

@@ -552,6 +552,12 @@ class RunStore:
         with transaction(self._conn()) as c:
             sweeps.update(c, sweep_id, fields)
 
+    def clear_sweep_request(self, sweep_id: str, request: str) -> bool:
+        """Clear a sweep's ``request`` only if it still is ``request`` (one statement, so a
+        request written since it was read is kept)."""
+        with transaction(self._conn()) as c:
+            return sweeps.clear_request(c, sweep_id, request)
+
     def trials(self, sweep_id: str) -> list[dict]:
         """The trials of a sweep, by number (params and rung results decoded)."""
         return sweeps.trials(self._conn(), sweep_id)

@@ -123,6 +123,13 @@ def update(c, sweep_id: str, fields: dict) -> None:
         raise refuse(f"no sweep {sweep_id!r}", "not_found")
 
 
+def clear_request(c, sweep_id: str, request: str) -> bool:
+    """Clear the sweep's request if it is still ``request`` (a driver that has acted on it);
+    a newer request written meanwhile stays. Whether it was cleared."""
+    return c.execute("UPDATE sweeps SET request = NULL WHERE id = ? AND request = ?",
+                     (str(sweep_id), request)).rowcount == 1
+
+
 def trial_dict(row) -> dict:
     d = dict(row)
     d["params"] = json.loads(d["params"])

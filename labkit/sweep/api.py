@@ -187,8 +187,6 @@ def resume(sweep_id: str, make_loop=None, *, trials=None, engine=None, workers=N
     if rec["status"] in ("running", "paused") and alive:
         raise SweepError(f"sweep {sweep_id} is {rec['status']} (driver pid {rec['pid']} on "
                          f"{rec['host']}): stop it first (`labkit sweep stop {sweep_id}`)")
-    if trials is not None:
-        _grow(store, rec, trials)
     if make_loop is None:
         if not rec.get("factory"):
             raise SweepError(f"sweep {sweep_id}: its make_loop was not importable (defined in "
@@ -199,6 +197,8 @@ def resume(sweep_id: str, make_loop=None, *, trials=None, engine=None, workers=N
     if engine == "client":
         raise SweepError(f"sweep {sweep_id} ran on a Client; pass engine=<a Client or an "
                          "address>")
+    if trials is not None:  # NOTE: after every check: a refused resume adds nothing
+        _grow(store, rec, trials)
     store.update_sweep(sweep_id, status="running", pid=os.getpid(), host=socket.gethostname(),
                        heartbeat=time.time(), request=None, ended=None, error=None)
     changes = {t["number"]: {"status": "interrupted"} for t in store.trials(sweep_id)

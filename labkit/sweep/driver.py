@@ -210,11 +210,12 @@ class Driver:
         if request == "stop":
             self.stop()
         elif request == "pause":
-            self.store.update_sweep(self.id, request=None)
+            # NOTE: cleared only if unchanged: a stop written meanwhile is read next time
+            self.store.clear_sweep_request(self.id, "pause")
             if not self.paused:
                 self.pause()
         elif request == "resume":
-            self.store.update_sweep(self.id, request=None)
+            self.store.clear_sweep_request(self.id, "resume")
             if self.paused:
                 self.unpause()
 

@@ -76,3 +76,54 @@ def test_its_gradient_differentiates_again(rng):
     wgt = rng.standard_normal(gu2.shape)
     gv, = lk.grad([(gu2 * lk.tensor(wgt)).sum()], [vt])
     np.testing.assert_allclose(gv.numpy(), np_pool_grad(x, wgt, 2))
+
+
+CASES = ["plain", "ties", "nan", "transposed", "inf-gradient"]
+
+
+def _pool_grads(dev, x, gy, gg, transposed):
+    t = lk.tensor(x, device=dev, requires_grad=True)
+    y = F.max_pool2d(F.transpose(t, (1, 0, 2, 3)) if transposed else t, 2)
+    g = lk.tensor(gy, device=dev, requires_grad=True)
+    gx, = lk.grad([y], [t], [g], create_graph=True)
+    ggy, = lk.grad([gx], [g], [lk.tensor(gg, device=dev)])
+    return y, gx, ggy
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_opencl_kernels_equal_the_cpu_path_bit_for_bit(case, rng):
+    """pool_max, pool_scatter and pool_gather (backend/opencl/pool.py) against the NumPy
+    path: values, ties sharing, NaN windows, a (C, N, H, W) layout, an infinite upstream
+    gradient, and the gradient's own gradient."""
+    from labkit.functions.pooling import PoolScatterCL, TiledMaxCL
+
+    x = rng.standard_normal((3, 4, 6, 8)).astype(np.float32)
+    if case == "ties":
+        x = np.round(x).astype(np.float32)
+    if case == "nan":
+        x[0, 0, 0, 0] = x[1, 2, 3, 3] = np.nan
+    transposed = case == "transposed"
+    gy = rng.standard_normal((4, 3, 3, 4) if transposed else (3, 4, 3, 4)).astype(np.float32)
+    if case == "inf-gradient":
+        gy[0, 0, 0, 0] = np.inf
+    gg = rng.standard_normal(x.shape).astype(np.float32)
+    with np.errstate(invalid="ignore"):
+        want = _pool_grads("cpu", x, gy, gg, transposed)
+    got = _pool_grads("cl", x, gy, gg, transposed)
+    assert isinstance(got[0].creator, TiledMaxCL)
+    assert transposed or isinstance(got[1].creator, PoolScatterCL)
+    for w, g in zip(want, got):
+        assert g.dtype == w.dtype and g.numpy().tobytes() == w.numpy().tobytes()
+
+
+def test_a_float64_upstream_gradient_is_promoted_as_on_the_cpu(rng):
+    x = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
+    grads = []
+    for dev in ("cpu", "cl"):
+        t = lk.tensor(x, device=dev, requires_grad=True)
+        y = F.max_pool2d(t, 2)
+        y.backward(lk.tensor(np.full(y.shape, 3.0), device=dev))  # float64
+        grads.append(t.grad.numpy())
+    assert grads[1].dtype == grads[0].dtype
+    np.testing.assert_array_equal(grads[1], grads[0])
+    assert sorted(set(grads[1].ravel().tolist())) == [0.0, 3.0]

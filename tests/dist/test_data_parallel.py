@@ -138,6 +138,32 @@ def test_batchnorm_statistics_are_averaged_over_ranks(tmp_path):
     assert not np.array_equal(ranks[0]["buffer1:" + var], ranks[0]["buffer:" + var])
 
 
+def test_batchnorm_statistics_stay_averaged_on_opencl_and_after_a_resume(tmp_path):
+    """The buffers are looked up at every batch (loading a checkpoint replaces the arrays) and
+    written back on their device."""
+    job = mpirun.run(2, [tmp_path, "--model", "bn", "--steps", 4, "--device", "cl",
+                         "--bucket-mb", 0.0002], timeout=60)
+    assert job.rc == 0, job
+    ranks = load(tmp_path, 2)
+    for k in (k for k in ranks[0] if k.startswith("buffer:")):
+        np.testing.assert_array_equal(ranks[0][k], ranks[1][k])
+    first = tmp_path / "first"
+    first.mkdir()
+    job = mpirun.run(2, [first, "--model", "bn", "--steps", 3, "--ckpt-every", 3,
+                         "--bucket-mb", 0.0002], timeout=60)
+    assert job.rc == 0, job
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    job = mpirun.run(2, [resumed, "--model", "bn", "--steps", 6, "--bucket-mb", 0.0002,
+                         "--resume", first / "ckpt" / "ckpt-00000003"], timeout=60)
+    assert job.rc == 0, job
+    ranks = load(resumed, 2)
+    names = [k for k in ranks[0] if k.startswith("buffer:")]
+    assert names
+    for k in names:
+        np.testing.assert_array_equal(ranks[0][k], ranks[1][k])
+
+
 @pytest.mark.parametrize("model", ["mlp", "dropout"])
 def test_a_compiled_step_trains_data_parallel(tmp_path, model):
     """MainLoop(compile=True) on 2 ranks: the all-reduce is a host call of the compiled step,

@@ -108,6 +108,7 @@ def calls(store: RunStore, ids: dict) -> list:
         ("start_trial_run", lambda: store.start_trial_run(sid, 1, "t1", {"lr": 0.2}, None,
                                                           ids["folder"])),
         ("add_trials", lambda: store.add_trials(sid, [{"lr": 0.3}])),
+        ("clear_sweep_request", lambda: store.clear_sweep_request(sid, "pause")),
         ("create_sweep", lambda: store.create_sweep("s2", None, "{}", {"metric": "loss"},
                                                     [{"lr": 1}])),
         ("close", lambda: store.close()),

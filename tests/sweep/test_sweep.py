@@ -215,3 +215,18 @@ def test_a_trial_stopped_before_its_first_evaluation_has_no_value_not_an_error(t
     assert [c["iteration"] for c in res["checkpoints"]] == [1]
     res = trial_mod.train(make_loop, spec, send=lambda m: None, should_stop=lambda: None)
     assert res["outcome"] == "finished" and res["loaded"] == 1 and res["value"] > 0
+
+
+def test_a_request_written_while_the_driver_acts_on_another_is_kept(store):
+    """The driver clears the request it acted on only if it is still there: a Stop clicked
+    right after Pause is not erased (the sweep would stay paused)."""
+    sid = store.create_sweep("s", None, '{"a": {"value": 1}}', {"metric": "m", "mode": "min"},
+                             [{"a": 1}])
+    store.update_sweep(sid, request="pause")
+    assert store.clear_sweep_request(sid, "pause") is True
+    assert store.get_sweep(sid)["request"] is None
+    store.update_sweep(sid, request="stop")  # written after the driver read "pause"
+    assert store.clear_sweep_request(sid, "pause") is False
+    assert store.get_sweep(sid)["request"] == "stop"
+    with pytest.raises(ValueError, match="request must be one of"):
+        store.update_sweep(sid, request="restart")

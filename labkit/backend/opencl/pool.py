@@ -4,7 +4,8 @@ Three kernels, one work-item per window, for (N, C, H, W) inputs read through th
 convolution's output is laid out (C, N, H, W) in memory) with windows of KH x KW (build macros)
 that tile H and W exactly:
 
-- ``pool_max``: each window's maximum (a NaN in a window wins, as ``np.maximum`` gives);
+- ``pool_max``: each window's maximum, folded as the NumPy path folds it (a NaN wins; of two
+  equal values, -0 and 0, the later one);
 - ``pool_scatter``: the gradient. Each window's winners (its elements equal to its maximum)
   share its upstream gradient: ``gy * (1 / winners)`` times 1 at a winner and 0 elsewhere, so
   a window without a winner (its maximum NaN) and an infinite ``gy`` give NaN as the NumPy path
@@ -20,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .core import copy, memory_order
+from .core import astype, copy, memory_order
 from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
-from .program import header, kernels
+from .program import header, kernels, source
 
 _SRC = """
 #define WINDOW(a, a_o, sn, sc, sh, sw) \\
@@ -37,12 +38,14 @@ __kernel void pool_max(const IDX total, const IDX C, const IDX OH, const IDX OW,
                        const IDX sh, const IDX sw, __global T* y)
 {
     WINDOW(x, x_o, sn, sc, sh, sw)
-    T m = p[0];
-    for (int i = 0; i < KH; ++i)
-        for (int j = 0; j < KW; ++j) {
-            const T v = p[i * sh + j * sw];
-            if (v != v || v > m) m = v;  // NOTE: v != v: PoCL calls isnan() out of line
-        }
+    // NOTE: the NumPy path's order, np.maximum's rule (the second of two equals: -0 and 0):
+    // down each column of the window, then across the columns
+    T m = 0;
+    for (int j = 0; j < KW; ++j) {
+        T r = p[j * sw];
+        for (int i = 1; i < KH; ++i) r = LK_FMAX(r, p[i * sh + j * sw]);
+        m = j == 0 ? r : LK_FMAX(m, r);
+    }
     y[g] = m;
 }
 
@@ -98,7 +101,7 @@ def _kernel(rt, dt, k, idx, name):
 
     def make():
         src = header(rt, (ct,), {"T": ct, "IDX": idx, "KH": k[0], "KW": k[1]},
-                     what="max_pool2d") + _SRC
+                     what="max_pool2d") + source("common") + _SRC
         i = IDX_NP[idx]
         x_args = [i, i, i, i, None, i, i, i, i, i]
         sig = {"pool_max": x_args + [None], "pool_scatter": x_args + [None] * 3 + [i] * 4,
@@ -154,10 +157,20 @@ def max_pool(x: ndarray, k) -> ndarray:
     return _launch("pool_max", x, k, _pooled(x, k), ())
 
 
+def _common(x, y, g):
+    """``x``, ``y`` and ``g`` in one floating type (NumPy's promotion: a float64 gradient of a
+    float32 input gives a float64 gradient, as on the cpu), since a kernel has one type."""
+    dt = np.result_type(x.dtype, g.dtype)
+    if dt.kind != "f":
+        dt = x.dtype
+    return tuple(a if a.dtype == dt else astype(a, dt) for a in (x, y, g))
+
+
 def max_pool_scatter(x: ndarray, y: ndarray, gy: ndarray, k) -> ndarray:
     """The gradient for ``x`` of ``y = max_pool(x, k)`` given ``gy`` (contiguous copies are made
     of ``y`` and ``gy`` where needed), laid out as ``x``: each window's winners share its
     ``gy``."""
+    x, y, gy = _common(x, y, gy)
     gx = _like(x)
     return _launch("pool_scatter", x, k, gx, (_flat(y), _flat(gy)), full=gx)
 
@@ -165,6 +178,7 @@ def max_pool_scatter(x: ndarray, y: ndarray, gy: ndarray, k) -> ndarray:
 def max_pool_gather(x: ndarray, y: ndarray, g: ndarray, k) -> ndarray:
     """The adjoint of :func:`max_pool_scatter`: each window's sum of ``g`` (any layout) at its
     winners, times their share."""
+    x, y, g = _common(x, y, g)
     g = g if g.offset == 0 else copy(g)
     return _launch("pool_gather", x, k, _pooled(x, k), (_flat(y), g), full=g)
 
