@@ -9,7 +9,7 @@ from labkit.backend import opencl as cp
 from .helpers import check
 
 SHAPES = [(1, 1, 1), (7, 13, 5), (64, 64, 64), (33, 100, 65), (128, 256, 96),
-          (256, 130, 250), (8, 32, 32), (65, 257, 129)]
+          (256, 130, 250), (8, 32, 32), (65, 257, 129), (32, 784, 512)]  # the last: x @ W.T
 
 
 def ref(a, b):

@@ -239,6 +239,15 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None):
         assign(C[0], 0)
         return
     fast = ct in ("float", "double") and M * N * K >= _FAST_MIN_WORK
+    if fast and B[3] != 1 and M < N:
+        # NOTE: B's rows are not contiguous (a linear layer's x @ W.T), so the blocked kernel
+        # would pack all of B (N x K) at every call. C.T = B.T @ A.T packs A.T instead (M x
+        # K): for (32, 784) @ (784, 512) that is 25k elements copied instead of 401k
+        a, a_o, sam, sak, sab = A
+        b, b_o, sbk, sbn, sbb = B
+        c, c_o, scm, scn, scb = C
+        return _gemm(rt, dt, nb, N, M, K, (b, b_o, sbn, sbk, sbb), (a, a_o, sak, sam, sab),
+                     (c, c_o, scn, scm, scb), cfg=cfg)
     done_m = done_n = 0
     if fast:
         if cfg is None:
