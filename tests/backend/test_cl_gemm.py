@@ -9,7 +9,8 @@ from labkit.backend import opencl as cp
 from .helpers import check
 
 SHAPES = [(1, 1, 1), (7, 13, 5), (64, 64, 64), (33, 100, 65), (128, 256, 96),
-          (256, 130, 250), (8, 32, 32), (65, 257, 129), (32, 784, 512)]  # the last: x @ W.T
+          (256, 130, 250), (8, 32, 32), (65, 257, 129), (32, 784, 512),
+          (1, 512, 784), (1, 96, 48)]  # x @ W.T (32, 784, 512); batch 1: gemv and dot paths
 
 
 def ref(a, b):

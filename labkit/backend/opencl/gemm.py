@@ -299,6 +299,7 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None):
 #: B across work-items (3 GFLOP/s on PoCL). CPU devices only.
 _DOT_MAX_OUT = 4096  # beyond, rows re-read per output cost more than blocking saves
 _DOT_MIN_K = 1024
+_GEMV_MIN_K = 64  # a row vector's product from this inner size on (below, generic is as fast)
 _DOT_SRC = """
 __kernel void gemm_dot(const int M, const int N, const int K, const int kc,
                        __global const T* a, const long a_o, const long sam,
@@ -345,6 +346,49 @@ def _gemm_dot(rt, dt, M, N, K, a, b, c):
         kernel(rt.queue, (gx, M, S), (8, 1, 1), M, N, K, kc, a.data, a.offset, a._st[-2],
                b.data, b.offset, b._st[-1], parts.data)
     assign(c, rsum(parts, axis=0) if S > 1 else parts.reshape(M, N))
+
+
+#: a row vector times a matrix with contiguous rows (the input gradient of a linear layer at
+#: batch 1: (1, 512) @ (512, 784)): a work-item per W consecutive columns, reading B's rows as
+#: vectors. The generic kernel read a column of B per output (1.4 GFLOP/s on PoCL).
+_GEMV_SRC = """
+__kernel void gemv_rows(const int N, const int K, __global const T* a, const long a_o,
+                        const long sak, __global const VT* b, const long bv_o, const long ldv,
+                        __global T* c, const long c_o)
+{
+    const int jv = get_global_id(0);
+    if (jv * W >= N) return;
+    __global const T* pa = a + a_o;
+    __global const VT* pb = b + bv_o + jv;
+    VT acc = (VT)(0);
+    for (int k = 0; k < K; ++k) acc += pa[k * sak] * pb[k * ldv];
+    VSTORE(acc, 0, c + c_o + jv * W);
+}
+"""
+
+
+def _gemv_ok(rt, dt, M, N, K, b) -> bool:
+    w = VECTOR_WIDTH[dt.itemsize]
+    return (M == 1 and rt.info.is_cpu and dt.kind == "f" and N % w == 0 and N >= w
+            and b._st[-1] == 1 and b.offset % w == 0 and b._st[-2] % w == 0)
+
+
+def _gemv(rt, dt, N, K, a, b, c):
+    """``c`` (1, N), contiguous, = ``a`` (1, K) @ ``b`` (K, N) whose rows are contiguous and
+    vector-aligned (``_gemv_ok``)."""
+    ct = CTYPES[dt]
+    w = VECTOR_WIDTH[dt.itemsize]
+
+    def make():
+        defs = {"T": ct, "VT": f"{ct}{w}", "W": w, "VSTORE": f"vstore{w}"}
+        src = header(rt, (ct,), defs, what="matmul") + _GEMV_SRC
+        i4, i8 = np.int32, np.int64
+        return kernels(rt, src, {"gemv_rows": [i4, i4, None, i8, i8, None, i8, i8, None, i8]},
+                       name=f"gemv_rows ({ct})").gemv_rows
+    kernel = rt.cached(("gemv_rows", ct), make)
+    with rt.lock:
+        kernel(rt.queue, (N // w,), None, N, K, a.data, a.offset, a._st[-1], b.data,
+               b.offset // w, b._st[-2] // w, c.data, c.offset)
 
 
 def _pack_panels(rt, dt, nb, K, ncols, B, panel):
@@ -408,8 +452,11 @@ def matmul(a, b, out=None):
         sb = K * N
     c = ndarray(rt, batch + (M, N), dt)
     if (nb == 1 and a._st[-1] == 1 and b._st[-2] == 1 and M * N <= _DOT_MAX_OUT
-            and K >= _DOT_MIN_K and dt.kind == "f" and rt.info.is_cpu):
-        _gemm_dot(rt, dt, M, N, K, a, b, c)
+            and (K >= _DOT_MIN_K or (M == 1 and K >= _GEMV_MIN_K)) and dt.kind == "f"
+            and rt.info.is_cpu):
+        _gemm_dot(rt, dt, M, N, K, a, b, c)  # NOTE: also x @ W.T at batch 1
+    elif nb == 1 and K >= _GEMV_MIN_K and _gemv_ok(rt, dt, M, N, K, b):
+        _gemv(rt, dt, N, K, a, b, c)
     else:
         _gemm(rt, dt, nb, M, N, K, (a, a.offset, a._st[-2], a._st[-1], sa),
               (b, b.offset, b._st[-2], b._st[-1], sb), (c, 0, N, 1, M * N))
