@@ -126,6 +126,13 @@ class Trace:
     def produce(self, arr) -> int:
         s = self._new()
         self.ids[id(arr)] = s
+        # NOTE: a value that is a view of a buffer of its own (an OpenCL result laid out in
+        # its operand's memory order is a transpose of one): slices of it are found by root
+        root = getattr(arr, "base", None)
+        while getattr(root, "base", None) is not None:
+            root = root.base
+        if root is not None and id(root) not in self.ids:
+            self.ids[id(root)] = s
         self.keep.append(arr)
         self.values[s] = arr
         return s

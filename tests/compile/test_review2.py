@@ -461,3 +461,17 @@ def test_cl_logsumexp_few_short_rows_special_values(cp, dtype):
     np.testing.assert_allclose(cp.logsumexp(cp.asarray(x3), axis=(1, 2)).get(),
                                _lse_ref(x3.reshape(5, 3), 1), rtol=1e-6, equal_nan=True)
     assert cp.logsumexp(cp.asarray(np.zeros((0, 5), dtype)), axis=1).shape == (0,)
+
+
+def test_raw_code_on_a_slice_of_a_result_laid_out_in_memory_order_is_refused():
+    """An OpenCL elementwise result may be a transposed view of a buffer of its own (laid out
+    as its operand is in memory); a slice of it is still a value the step made."""
+    x = lk.tensor(np.random.default_rng(0).standard_normal((3, 4, 5, 6)).astype(np.float32),
+                  device="cl")
+
+    def step(x):
+        y = F.relu(F.transpose(x, (1, 0, 2, 3)))
+        return F.sum(y) + lk.tensor(y.data[:, :2]).sum()
+
+    with pytest.raises(lk.compile.CompileError, match="made from a value the step made"):
+        lk.compile(step)(x)
