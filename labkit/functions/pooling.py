@@ -257,6 +257,62 @@ def max_pool2d(x, ksize, stride=None, pad=0):
     return WindowMax().apply((_windows(x, ksize, stride, pad, float("-inf"), "max_pool2d"),))
 
 
+class TiledAvg(Function):
+    """Average pooling when the windows tile the input: each window's sum (rows, then columns
+    within each) times 1 / (kh*kw), as ``mean`` of the window copies gives, without copying
+    them; on an OpenCL device one launch (``backend/opencl/pool.py``). Its gradient is
+    TileSpread, and the two are each other's adjoint, so it is differentiable twice."""
+
+    name = "avg_pool2d"
+
+    def __init__(self, k):
+        self.k = k
+
+    def forward(self, x):
+        if type(x) is not np.ndarray:
+            return _pool_cl.avg_pool(x, self.k)
+        kh, kw = self.k
+        s = None
+        for i in range(kh):
+            for j in range(kw):
+                part = x[:, :, i::kh, j::kw]
+                s = part.copy() if s is None else np.add(s, part, out=s)
+        return s * x.dtype.type(1.0 / (kh * kw))
+
+    def backward(self, inputs, gy):
+        return TileSpread(self.k).apply((gy,))
+
+
+class TileSpread(Function):
+    """``gy`` (N, C, OH, OW) times 1 / (kh*kw), in every place of its window: the gradient of
+    TiledAvg, whose own gradient is TiledAvg."""
+
+    name = "avg_pool2d_grad"
+
+    def __init__(self, k):
+        self.k = k
+
+    def forward(self, gy):
+        if type(gy) is not np.ndarray:
+            return _pool_cl.avg_spread(gy, self.k)
+        kh, kw = self.k
+        n, c, oh, ow = gy.shape
+        v = gy * gy.dtype.type(1.0 / (kh * kw))
+        gx = np.empty((n, c, oh * kh, ow * kw), gy.dtype)
+        for i in range(kh):
+            for j in range(kw):
+                gx[:, :, i::kh, j::kw] = v
+        return gx
+
+    def backward(self, inputs, ggx):
+        return TiledAvg(self.k).apply((ggx,))
+
+
 def avg_pool2d(x, ksize, stride=None, pad=0):
     """Mean over ``ksize`` windows; padded zeros count (PyTorch's count_include_pad)."""
+    _check_pool(x, ksize, stride, pad, "avg_pool2d")
+    k = _tiles(x, ksize, stride, pad)
+    if k is not None and x.dtype.kind == "f" and (type(x.data) is np.ndarray
+                                                  or _pool_cl.fits(x.data, k)):
+        return TiledAvg(k).apply((x,))
     return mean(_windows(x, ksize, stride, pad, 0.0, "avg_pool2d"), axis=(2, 3))

@@ -127,3 +127,32 @@ def test_a_float64_upstream_gradient_is_promoted_as_on_the_cpu(rng):
     assert grads[1].dtype == grads[0].dtype
     np.testing.assert_array_equal(grads[1], grads[0])
     assert sorted(set(grads[1].ravel().tolist())) == [0.0, 3.0]
+
+
+@pytest.mark.parametrize("k", [2, 3, (2, 3)], ids=str)
+@pytest.mark.parametrize("transposed", [False, True], ids=["nchw", "cnhw"])
+def test_tiled_average_pooling_equals_the_window_mean_bit_for_bit(k, transposed, rng):
+    """TiledAvg (no window copies; one kernel on cl) against the mean of the window copies it
+    replaced, on both devices: values, gradient, and the gradient's gradient."""
+    from labkit.functions.pooling import TiledAvg, _windows
+    from labkit.functions.reduction import mean
+
+    x = rng.standard_normal((3, 4, 6, 12)).astype(np.float32)
+    shape = None
+    out = {}
+    for dev in ("cpu", "cl"):
+        t = lk.tensor(x, device=dev, requires_grad=True)
+        xx = F.transpose(t, (1, 0, 2, 3)) if transposed else t
+        y = F.avg_pool2d(xx, k)
+        assert isinstance(y.creator, TiledAvg)
+        old = mean(_windows(xx, k, None, 0, 0.0, "avg_pool2d"), axis=(2, 3))
+        shape = shape or y.shape
+        g = lk.tensor(np.linspace(-1, 1, int(np.prod(shape)), dtype=np.float32)
+                      .reshape(shape), device=dev, requires_grad=True)
+        gx, = lk.grad([y], [t], [g], create_graph=True)
+        gx_old, = lk.grad([old], [t], [g])
+        ggy, = lk.grad([gx], [g], [lk.tensor(np.full(x.shape, 0.5, np.float32), device=dev)])
+        assert y.numpy().tobytes() == old.numpy().tobytes()
+        assert gx.numpy().tobytes() == gx_old.numpy().tobytes()
+        out[dev] = [a.numpy().tobytes() for a in (y, gx, ggy)]
+    assert out["cl"] == out["cpu"]

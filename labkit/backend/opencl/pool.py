@@ -1,4 +1,5 @@
-"""Max pooling whose windows tile the input (the usual 2x2 stride 2), one launch each way.
+"""Max and average pooling whose windows tile the input (the usual 2x2 stride 2), one launch
+each way.
 
 Three kernels, one work-item per window, for (N, C, H, W) inputs read through their strides (a
 convolution's output is laid out (C, N, H, W) in memory) with windows of KH x KW (build macros)
@@ -12,6 +13,10 @@ that tile H and W exactly:
   (``labkit.functions.pooling.TileScatter``) does;
 - ``pool_gather``: its adjoint (the gradient's own gradient): each window's sum of its winners'
   values, times the share.
+
+and for average pooling ``pool_avg`` (each window's sum, in the NumPy path's order, times
+1 / (KH*KW) as ``F.mean`` does) and ``pool_spread`` (its gradient: each window's share in each
+of its places; the two are each other's adjoint).
 
 The general path (window copies, a strided reduction, a full-size mask and its scatter) took
 13.5 ms forward and 6.8 ms backward of a 111 ms CNN step on PoCL.
@@ -47,6 +52,36 @@ __kernel void pool_max(const IDX total, const IDX C, const IDX OH, const IDX OW,
         m = j == 0 ? r : LK_FMAX(m, r);
     }
     y[g] = m;
+}
+
+// the mean of each window: its sum in the NumPy path's order (rows, then columns within each)
+// times scale = (T)(1 / (KH * KW)), as F.mean multiplies its sum
+__kernel void pool_avg(const IDX total, const IDX C, const IDX OH, const IDX OW,
+                       __global const T* x, const IDX x_o, const IDX sn, const IDX sc,
+                       const IDX sh, const IDX sw, const T scale, __global T* y)
+{
+    WINDOW(x, x_o, sn, sc, sh, sw)
+    T s = p[0];
+    for (int i = 0; i < KH; ++i)
+        for (int j = (i == 0); j < KW; ++j) s += p[i * sh + j * sw];
+    y[g] = s * scale;
+}
+
+// the mean's gradient: each window's gy times scale, in every one of its places (gy read
+// through its strides, gx (N, C, OH*KH, OW*KW) contiguous)
+__kernel void pool_spread(const IDX total, const IDX C, const IDX OH, const IDX OW,
+                          __global const T* gy, const IDX gy_o, const IDX sn, const IDX sc,
+                          const IDX sh, const IDX sw, const T scale, __global T* gx)
+{
+    const IDX g = get_global_id(0);
+    if (g >= total) return;
+    const IDX ow = g % OW, t1 = g / OW, oh = t1 % OH, t2 = t1 / OH;
+    const IDX c = t2 % C, n = t2 / C;
+    const T v = gy[gy_o + n * sn + c * sc + oh * sh + ow * sw] * scale;
+    const IDX W = OW * KW;
+    __global T* q = gx + ((n * C + c) * OH * KH + oh * KH) * W + ow * KW;
+    for (int i = 0; i < KH; ++i)
+        for (int j = 0; j < KW; ++j) q[i * W + j] = v;
 }
 
 // the winners of window g (x == its max y[g]) and their share 1 / count (inf for none)
@@ -104,8 +139,10 @@ def _kernel(rt, dt, k, idx, name):
                      what="max_pool2d") + source("common") + _SRC
         i = IDX_NP[idx]
         x_args = [i, i, i, i, None, i, i, i, i, i]
+        t = dt.type
         sig = {"pool_max": x_args + [None], "pool_scatter": x_args + [None] * 3 + [i] * 4,
-               "pool_gather": x_args + [None] * 3 + [i] * 4}
+               "pool_gather": x_args + [None] * 3 + [i] * 4, "pool_avg": x_args + [t, None],
+               "pool_spread": x_args + [t, None]}
         return kernels(rt, src, sig, name=f"pool ({ct}, {k})")
 
     return getattr(rt.cached(("pool", ct, k, idx), make), name)
@@ -138,6 +175,36 @@ def _like(x) -> ndarray:
         return ndarray(x.rt, x.shape, x.dtype)
     base = ndarray(x.rt, tuple(x.shape[p] for p in perm), x.dtype)
     return base.transpose(tuple(int(a) for a in np.argsort(perm)))
+
+
+def avg_pool(x: ndarray, k) -> ndarray:
+    """The mean of each ``k`` window of ``x`` (which must pass :func:`fits`): (N, C, OH, OW),
+    contiguous."""
+    n, c, h, w = x.shape
+    oh, ow = h // k[0], w // k[1]
+    y = _pooled(x, k)
+    _run_avg("pool_avg", x, k, (c, oh, ow), n * c * oh * ow, y)
+    return y
+
+
+def avg_spread(gy: ndarray, k) -> ndarray:
+    """The gradient of :func:`avg_pool` for its input: each window's ``gy`` times 1 / (kh*kw)
+    in each of its places; (N, C, OH*kh, OW*kw), contiguous."""
+    n, c, oh, ow = gy.shape
+    gx = ndarray(gy.rt, (n, c, oh * k[0], ow * k[1]), gy.dtype)
+    _run_avg("pool_spread", gy, k, (c, oh, ow), n * c * oh * ow, gx)
+    return gx
+
+
+def _run_avg(name, a, k, dims, total, out):
+    rt = a.rt
+    idx = index_ctype(a, out)
+    kernel = _kernel(rt, a.dtype, k, idx, name)
+    it = IDX_NP[idx]
+    scale = a.dtype.type(1.0 / (k[0] * k[1]))
+    with rt.lock:
+        kernel(rt.queue, (-(-total // 64) * 64,), None, it(total), *(it(d) for d in dims),
+               a.data, it(a.offset), *(it(s) for s in a._st), scale, out.data)
 
 
 def _flat(a) -> ndarray:
