@@ -27,7 +27,9 @@ LINES = 1000
 #: table rows shown unless ``rows=``
 ROWS = 50
 CELL = 'style="padding:1px 8px;text-align:right"'
-_LOW, _HIGH = (68, 1, 84), (253, 231, 37)  # viridis' ends: worst -> best
+# NOTE: worst -> best, from viridis' blue (its 0.25) to its yellow end: its dark purple end was
+# nearly invisible on JupyterLab's dark theme
+_LOW, _HIGH = (59, 82, 139), (253, 231, 37)
 _STATUS_COLOR = {"finished": "#2ca02c", "stopped": "#ff7f0e", "running": "#1f77b4",
                  "failed": "#d62728", "interrupted": "#9467bd", "pending": "#7f7f7f"}
 
