@@ -148,21 +148,23 @@ def _kernel(rt, dt, k, idx, name):
     return getattr(rt.cached(("pool", ct, k, idx), make), name)
 
 
-def _launch(name, x, k, out, extra, full=None):
-    """Run kernel ``name`` over ``x``'s windows into ``out``; ``extra``: contiguous arrays
-    passed after ``x``; ``full``: the full-size gradient whose strides the kernel takes."""
-    rt = x.rt
-    n, c, h, w = x.shape
-    oh, ow = h // k[0], w // k[1]
-    idx = index_ctype(x, out, *extra, *(() if full is None else (full,)))
-    kernel = _kernel(rt, x.dtype, k, idx, name)
-    total = n * c * oh * ow
+def _launch(name, a, k, windows, out, between=(), strides=None):
+    """Run kernel ``name`` with a work-item per window of ``windows`` = (N, C, OH, OW): ``a``
+    read through its strides, then ``between`` (arrays, contiguous from the start of their
+    buffers, or typed scalars), ``out``, and the strides of ``strides`` (the full-size gradient
+    the kernel writes or reads in its own layout)."""
+    rt = a.rt
+    arrays = [b for b in between if isinstance(b, ndarray)]
+    idx = index_ctype(a, out, *arrays, *(() if strides is None else (strides,)))
+    kernel = _kernel(rt, a.dtype, k, idx, name)
     it = IDX_NP[idx]
-    tail = () if full is None else tuple(it(s) for s in full._st)
+    n, c, oh, ow = windows
+    total = n * c * oh * ow
+    tail = () if strides is None else tuple(it(s) for s in strides._st)
     with rt.lock:
         kernel(rt.queue, (-(-total // 64) * 64,), None, it(total), it(c), it(oh), it(ow),
-               x.data, it(x.offset), *(it(s) for s in x._st), *(a.data for a in extra),
-               out.data, *tail)
+               a.data, it(a.offset), *(it(s) for s in a._st),
+               *(b.data if isinstance(b, ndarray) else b for b in between), out.data, *tail)
     return out
 
 
@@ -177,14 +179,16 @@ def _like(x) -> ndarray:
     return base.transpose(tuple(int(a) for a in np.argsort(perm)))
 
 
+def _scale(a, k):
+    """1 / (kh * kw) in ``a``'s type, as ``F.mean`` multiplies its sum."""
+    return a.dtype.type(1.0 / (k[0] * k[1]))
+
+
 def avg_pool(x: ndarray, k) -> ndarray:
     """The mean of each ``k`` window of ``x`` (which must pass :func:`fits`): (N, C, OH, OW),
     contiguous."""
-    n, c, h, w = x.shape
-    oh, ow = h // k[0], w // k[1]
     y = _pooled(x, k)
-    _run_avg("pool_avg", x, k, (c, oh, ow), n * c * oh * ow, y)
-    return y
+    return _launch("pool_avg", x, k, y.shape, y, (_scale(x, k),))
 
 
 def avg_spread(gy: ndarray, k) -> ndarray:
@@ -192,19 +196,7 @@ def avg_spread(gy: ndarray, k) -> ndarray:
     in each of its places; (N, C, OH*kh, OW*kw), contiguous."""
     n, c, oh, ow = gy.shape
     gx = ndarray(gy.rt, (n, c, oh * k[0], ow * k[1]), gy.dtype)
-    _run_avg("pool_spread", gy, k, (c, oh, ow), n * c * oh * ow, gx)
-    return gx
-
-
-def _run_avg(name, a, k, dims, total, out):
-    rt = a.rt
-    idx = index_ctype(a, out)
-    kernel = _kernel(rt, a.dtype, k, idx, name)
-    it = IDX_NP[idx]
-    scale = a.dtype.type(1.0 / (k[0] * k[1]))
-    with rt.lock:
-        kernel(rt.queue, (-(-total // 64) * 64,), None, it(total), *(it(d) for d in dims),
-               a.data, it(a.offset), *(it(s) for s in a._st), scale, out.data)
+    return _launch("pool_spread", gy, k, gy.shape, gx, (_scale(gy, k),))
 
 
 def _flat(a) -> ndarray:
@@ -221,7 +213,8 @@ def _pooled(x, k) -> ndarray:
 def max_pool(x: ndarray, k) -> ndarray:
     """The maximum of each ``k`` window of ``x`` (which must pass :func:`fits`): (N, C, OH, OW),
     contiguous."""
-    return _launch("pool_max", x, k, _pooled(x, k), ())
+    y = _pooled(x, k)
+    return _launch("pool_max", x, k, y.shape, y)
 
 
 def _common(x, y, g):
@@ -239,7 +232,7 @@ def max_pool_scatter(x: ndarray, y: ndarray, gy: ndarray, k) -> ndarray:
     ``gy``."""
     x, y, gy = _common(x, y, gy)
     gx = _like(x)
-    return _launch("pool_scatter", x, k, gx, (_flat(y), _flat(gy)), full=gx)
+    return _launch("pool_scatter", x, k, y.shape, gx, (_flat(y), _flat(gy)), strides=gx)
 
 
 def max_pool_gather(x: ndarray, y: ndarray, g: ndarray, k) -> ndarray:
@@ -247,5 +240,6 @@ def max_pool_gather(x: ndarray, y: ndarray, g: ndarray, k) -> ndarray:
     winners, times their share."""
     x, y, g = _common(x, y, g)
     g = g if g.offset == 0 else copy(g)
-    return _launch("pool_gather", x, k, _pooled(x, k), (_flat(y), g), full=g)
+    out = _pooled(x, k)
+    return _launch("pool_gather", x, k, out.shape, out, (_flat(y), g), strides=g)
 
