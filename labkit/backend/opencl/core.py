@@ -187,18 +187,36 @@ def _elementwise(op, exprs, xs, kind="same", out=None, vec=None):
         raise DTypeError(f"{op}: not defined for {cdt} arrays; use a float dtype")
     shape = broadcast_shapes(*(x.shape for x in xs if isinstance(x, ndarray)), op=op)
     ct = CTYPES[cdt]
-    perm = memory_order(xs, shape) if out is None else None
-    if perm is not None:
-        # NOTE: NumPy's order="K": a result laid out as its operand is in memory (a
-        # convolution's output is (C, N, H, W) there), computed over that memory in order,
-        # where a C-order result made every element an index division and a scattered read
-        # (relu of a (64, 32, 28, 28) conv output: 3 ms, contiguous: 0.6 ms)
-        o = ndarray(rt, tuple(shape[p] for p in perm), check_dtype(odt, rt, op))
-        ps = [_permuted(x, shape, perm) for x in xs]
-        launch(op, expr, o, ps, (ct,) * len(xs), vec if _is_float(cdt) else None)
-        return o.transpose(tuple(int(a) for a in np.argsort(perm)))
-    o = _prepare_out(op, out, shape, odt, rt)
-    return launch(op, expr, o, xs, (ct,) * len(xs), vec if _is_float(cdt) else None)
+    vec = vec if _is_float(cdt) else None
+    if out is None:
+        return _launch_new(op, expr, xs, shape, check_dtype(odt, rt, op), rt, (ct,) * len(xs),
+                           vec)
+    return launch(op, expr, _prepare_out(op, out, shape, odt, rt), xs, (ct,) * len(xs), vec)
+
+
+def _launch_new(op, expr, xs, shape, dt, rt, in_ctypes, vec=None) -> ndarray:
+    """``launch`` into a new result of ``shape``, laid out as its operands are in memory.
+
+    NumPy's order="K": a result laid out as its operand is in memory (a convolution's output
+    is (C, N, H, W) there), computed over that memory in order, where a C-order result made
+    every element an index division and a scattered read (relu of a (64, 32, 28, 28) conv
+    output: 3 ms, contiguous: 0.6 ms)."""
+    perm = memory_order(xs, shape)
+    if perm is None:
+        return launch(op, expr, ndarray(rt, shape, dt), xs, in_ctypes, vec)
+    o = new_in_order(rt, shape, dt, perm)
+    launch(op, expr, o.transpose(perm), [_permuted(x, shape, perm) for x in xs], in_ctypes,
+           vec)
+    return o
+
+
+def new_in_order(rt, shape, dt, perm) -> ndarray:
+    """A new array of ``shape`` whose axes lie in memory in the order ``perm`` (outermost
+    first; None: C order)."""
+    if perm is None:
+        return ndarray(rt, shape, dt)
+    base = ndarray(rt, tuple(shape[p] for p in perm), dt)
+    return base.transpose(tuple(int(a) for a in np.argsort(perm)))
 
 
 def memory_order(xs, shape):
@@ -341,14 +359,7 @@ def where(cond, a=None, b=None):
     shape = broadcast_shapes(*(x.shape for x in xs if isinstance(x, ndarray)), op="where")
     ct = CTYPES[dt]
     cct = CTYPES[xs[0].dtype]
-    perm = memory_order(xs, shape)
-    if perm is not None:  # NOTE: in the operands' memory order, as _elementwise does
-        out = ndarray(rt, tuple(shape[p] for p in perm), dt)
-        launch("where", "((v0 != 0) ? v1 : v2)", out, [_permuted(x, shape, perm) for x in xs],
-               (cct, ct, ct))
-        return out.transpose(tuple(int(a) for a in np.argsort(perm)))
-    out = ndarray(rt, shape, dt)
-    return launch("where", "((v0 != 0) ? v1 : v2)", out, xs, (cct, ct, ct))
+    return _launch_new("where", "((v0 != 0) ? v1 : v2)", xs, shape, dt, rt, (cct, ct, ct))
 
 
 def clip(a, a_min=None, a_max=None, out=None):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .core import astype, copy, memory_order
+from .core import astype, copy, memory_order, new_in_order
 from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
 from .program import header, kernels, source
 
@@ -172,11 +172,7 @@ def _like(x) -> ndarray:
     """A new array of ``x``'s shape laid out as ``x`` is in memory (C order when ``x`` is not
     a permutation of a contiguous array), so the gradient of a (C, N, H, W) convolution
     output keeps that layout for the elementwise ops and the GEMMs after it."""
-    perm = memory_order([x], x.shape)
-    if perm is None:
-        return ndarray(x.rt, x.shape, x.dtype)
-    base = ndarray(x.rt, tuple(x.shape[p] for p in perm), x.dtype)
-    return base.transpose(tuple(int(a) for a in np.argsort(perm)))
+    return new_in_order(x.rt, x.shape, x.dtype, memory_order([x], x.shape))
 
 
 def _scale(a, k):
