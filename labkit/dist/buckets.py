@@ -209,28 +209,52 @@ class DataParallel:
             # thread): poke them each time backward finishes a parameter
             self.comm.progress(self._inflight)
 
-    def _start(self, b: _Bucket) -> None:
+    def _pack(self, b: _Bucket, grad_of) -> None:
+        """Copy bucket ``b``'s gradients (``grad_of(p)``: an array, or None) weighted by this
+        rank's weight into its buffer, with a used-flag each and the weight, and start its
+        all-reduce."""
         buf, w = b.buffer, self.weight
         n = b.size
         for i, (p, off) in enumerate(zip(b.params, b.offsets)):
-            g = p.grad
+            g = grad_of(p)
             if g is None:
                 buf[off:off + p.size] = 0
                 buf[n + i] = 0
             else:
                 view = buf[off:off + p.size]
                 if w != 1.0:  # NOTE: weighted while copied: one pass over the gradient
-                    np.multiply(_host(g.data).reshape(-1), w, out=view)
+                    np.multiply(_host(g).reshape(-1), w, out=view)
                 else:
-                    view[...] = _host(g.data).reshape(-1)
+                    view[...] = _host(g).reshape(-1)
                 buf[n + i] = 1
         buf[-1] = w
         b.request = self.comm.iallreduce_sum(buf, b.index)
+
+    def _start(self, b: _Bucket) -> None:
+        self._pack(b, lambda p: None if p.grad is None else p.grad.data)
         if b.request is not None:
             self._inflight.append(b.request)
             if self._progress is not None:
                 self._progress.on()
         self._next = b.index + 1
+
+    def _wait(self) -> None:
+        """Wait for every bucket's all-reduce (timed in ``stats["wait"]``)."""
+        t0 = time.perf_counter()
+        for b in self.buckets:
+            if b.request is not None:
+                self.comm.wait([b.request], "gradient bucket", b.index)
+        self.stats["wait"] = time.perf_counter() - t0
+
+    @staticmethod
+    def _mean(b: _Bucket, i: int):
+        """The average over ranks of the gradient of ``b``'s parameter ``i`` (on the host),
+        or None where no rank had one."""
+        buf, n = b.buffer, b.size
+        if buf[n + i] == 0:
+            return None
+        p, off = b.params[i], b.offsets[i]
+        return buf[off:off + p.size].reshape(p.shape) / buf.dtype.type(float(buf[-1]))
 
     def synchronize(self) -> None:
         """Finish the step's all-reduces and set every parameter's ``.grad`` to the average
@@ -244,20 +268,11 @@ class DataParallel:
             self._start(self.buckets[self._next])
         if self._progress is not None:
             self._progress.off()
-        t0 = time.perf_counter()
+        self._wait()
         for b in self.buckets:
-            if b.request is not None:
-                self.comm.wait([b.request], "gradient bucket", b.index)
-        self.stats["wait"] = time.perf_counter() - t0
-        for b in self.buckets:
-            buf, n = b.buffer, b.size
-            total = float(buf[-1])
-            for i, (p, off) in enumerate(zip(b.params, b.offsets)):
-                if buf[n + i] == 0:
-                    p.grad = None
-                else:
-                    g = buf[off:off + p.size].reshape(p.shape) / buf.dtype.type(total)
-                    p.grad = Tensor(_on_device(g, p.data))
+            for i, p in enumerate(b.params):
+                g = self._mean(b, i)
+                p.grad = None if g is None else Tensor(_on_device(g, p.data))
             b.pending = len(b.params)
             b.request = None
         self._ready.clear()
@@ -280,34 +295,17 @@ class DataParallel:
             p.grad = Tensor(g)
 
     def _reduce_all(self, have, grads) -> tuple:
-        """Every bucket all-reduced at once (``have``: the parameters ``grads`` belong to);
-        the averaged gradients of ``have``, on their devices."""
+        """Every bucket all-reduced at once (``have``: the parameters ``grads`` belong to, in
+        bucket order); the averaged gradients of ``have``, on their devices."""
         mine = {id(p): g for p, g in zip(have, grads)}
-        w = self.weight
-        requests = []
         for b in self.buckets:
-            buf, n = b.buffer, b.size
-            for i, (p, off) in enumerate(zip(b.params, b.offsets)):
-                g = mine.get(id(p))
-                if g is None:
-                    buf[off:off + p.size] = 0
-                    buf[n + i] = 0
-                else:
-                    np.multiply(_host(g).reshape(-1), w, out=buf[off:off + p.size])
-                    buf[n + i] = 1
-            buf[-1] = w
-            requests.append(self.comm.iallreduce_sum(buf, b.index))
-        t0 = time.perf_counter()
-        for b, r in zip(self.buckets, requests):
-            if r is not None:
-                self.comm.wait([r], "gradient bucket", b.index)
-        self.stats["wait"] = time.perf_counter() - t0
+            self._pack(b, lambda p: mine.get(id(p)))
+        self._wait()
         out = []
-        for p in have:
-            b = self._bucket_of[id(p)]
-            off = b.offsets[b.params.index(p)]
-            g = b.buffer[off:off + p.size].reshape(p.shape) / b.buffer.dtype.type(b.buffer[-1])
-            out.append(_on_device(g, mine[id(p)]))
+        for b in self.buckets:
+            out += [_on_device(self._mean(b, i), mine[id(p)])
+                    for i, p in enumerate(b.params) if id(p) in mine]
+            b.request = None
         return tuple(out)
 
     def __repr__(self):

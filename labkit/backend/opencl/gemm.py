@@ -369,8 +369,9 @@ __kernel void gemv_rows(const int N, const int K, __global const T* a, const lon
 
 def _gemv_ok(rt, dt, M, N, K, b) -> bool:
     w = VECTOR_WIDTH[dt.itemsize]
-    return (M == 1 and rt.info.is_cpu and dt.kind == "f" and N % w == 0 and N >= w
-            and b._st[-1] == 1 and b.offset % w == 0 and b._st[-2] % w == 0)
+    return (M == 1 and K >= _GEMV_MIN_K and rt.info.is_cpu and dt.kind == "f"
+            and N % w == 0 and N >= w and b._st[-1] == 1 and b.offset % w == 0
+            and b._st[-2] % w == 0)
 
 
 def _gemv(rt, dt, N, K, a, b, c):
@@ -455,7 +456,7 @@ def matmul(a, b, out=None):
             and (K >= _DOT_MIN_K or (M == 1 and K >= _GEMV_MIN_K)) and dt.kind == "f"
             and rt.info.is_cpu):
         _gemm_dot(rt, dt, M, N, K, a, b, c)  # NOTE: also x @ W.T at batch 1
-    elif nb == 1 and K >= _GEMV_MIN_K and _gemv_ok(rt, dt, M, N, K, b):
+    elif nb == 1 and _gemv_ok(rt, dt, M, N, K, b):
         _gemv(rt, dt, N, K, a, b, c)
     else:
         _gemm(rt, dt, nb, M, N, K, (a, a.offset, a._st[-2], a._st[-1], sa),
