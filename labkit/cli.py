@@ -253,6 +253,7 @@ def runs_cmd(args) -> int:
 def resume_cmd(args) -> int:
     from . import runs
     from .training import resume
+    from .training.resume import started_by_dist
 
     try:
         record = runs.get(args.id)
@@ -263,8 +264,7 @@ def resume_cmd(args) -> int:
               f"{record['progress'].get('iteration', '?')}); nothing to resume. To train it "
               f"further, fork it with a larger budget: lk.runs.fork({args.id!r}, epochs=N)")
         return 0
-    config = (record or {}).get("config") or {}
-    if record is not None and not record.get("factory") and "ranks" in config:
+    if record is not None and not record.get("factory") and started_by_dist(record):
         from .dist.job import resume as resume_job
 
         job = resume_job(args.id, n=args.n)

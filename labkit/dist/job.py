@@ -23,8 +23,9 @@ from pathlib import Path
 
 from .. import runs
 from ..errors import RunStoreError
+from ..training.resume import started_by_dist
 from .comm import DistError
-from .launch import command, environment
+from .launch import check_threads, command, environment
 
 #: the variable that tells rank 0's DataParallelLoop which run to record into
 RUN_ID_VAR = "LABKIT_RUN_ID"
@@ -46,14 +47,9 @@ def start(script, n: int = 2, args=(), *, name: str | None = None, threads: int 
     >>> job.dashboard()                 # live plots, Pause / Stop for every rank  # doctest: +SKIP
     >>> job.wait(timeout=600); print(job.log())                      # doctest: +SKIP
     """
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise DistError(f"start: threads must be a whole number >= 1, got {threads!r}")
+    check_threads(threads, "start")
     cmd = command(n, script, args)  # checks n, the script and mpiexec first
-    store = runs.store()
-    if store.path.name != "runs.sqlite":
-        raise DistError(f"start: the ranks find the run store as $LABKIT_HOME/runs.sqlite, but "
-                        f"this process uses {str(store.path)!r}; use_store() a file named "
-                        "runs.sqlite (its folder becomes the ranks' LABKIT_HOME)")
+    store = _ranks_store("start")
     home = store.path.parent
     script = Path(script).resolve()
     config = {"ranks": n}
@@ -79,13 +75,12 @@ def resume(run_id: str, n: int | None = None, *, threads: int = 1) -> Job:
     >>> job = lk.dist.resume("a1b2c3d4", n=4)      # doctest: +SKIP
     >>> job.wait()                                  # doctest: +SKIP
     """
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise DistError(f"resume: threads must be a whole number >= 1, got {threads!r}")
+    check_threads(threads, "resume")
     store = runs.store()
     record = store.get(run_id)  # RunStoreError names a run that is not there
     config = record.get("config") or {}
-    source = record.get("source") or ""
-    if "ranks" not in config or not source.endswith(".py"):
+    source = record.get("source")
+    if not started_by_dist(record):
         raise DistError(f"resume: run {run_id} was not started by lk.dist.start (it records no "
                         "ranks and script); resume it with lk.resume(run_id)")
     if store.is_live(record):
@@ -101,9 +96,7 @@ def resume(run_id: str, n: int | None = None, *, threads: int = 1) -> Job:
     n = config["ranks"] if n is None else n
     args = config.get("script_args") or []
     cmd = command(n, source, args)  # checks n, the script and mpiexec
-    if store.path.name != "runs.sqlite":
-        raise DistError(f"resume: the ranks find the run store as $LABKIT_HOME/runs.sqlite, "
-                        f"but this process uses {str(store.path)!r}")
+    _ranks_store("resume")
     store.update_run(run_id, config={**config, "ranks": n})
     directory = Path(record.get("directory") or store.path.parent / "runs" / run_id)
     directory.mkdir(parents=True, exist_ok=True)
@@ -111,6 +104,16 @@ def resume(run_id: str, n: int | None = None, *, threads: int = 1) -> Job:
         f.write(f"\n--- resumed on {n} rank(s) at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n"
                 .encode())
     return _spawn(cmd, threads, store, run_id, directory, {RESUME_VAR: "1"}, "resume")
+
+
+def _ranks_store(what: str):
+    """This process's run store, which the ranks must find as $LABKIT_HOME/runs.sqlite."""
+    store = runs.store()
+    if store.path.name != "runs.sqlite":
+        raise DistError(f"{what}: the ranks find the run store as $LABKIT_HOME/runs.sqlite, but "
+                        f"this process uses {str(store.path)!r}; use_store() a file named "
+                        "runs.sqlite (its folder becomes the ranks' LABKIT_HOME)")
+    return store
 
 
 def _spawn(cmd, threads, store, run_id, directory, extra_env, what) -> Job:

@@ -51,12 +51,17 @@ def environment(threads: int = 1, base: dict | None = None) -> dict:
     return env
 
 
+def check_threads(threads, what: str) -> None:
+    """BLAS threads per rank: a whole number >= 1, else a DistError naming ``what``."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise DistError(f"{what}: threads must be a whole number >= 1, got {threads!r}")
+
+
 def launch(n: int, script, args=(), *, threads: int = 1, timeout: float | None = None) -> int:
     """Run ``script`` on ``n`` ranks and return the job's exit status (non-zero when any rank
     failed). mpiexec stays in this process group, so Ctrl-C reaches every rank (and an
     interrupt checkpoint can be written); past ``timeout`` seconds the job is ended."""
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise DistError(f"launch: threads must be a whole number >= 1, got {threads!r}")
+    check_threads(threads, "launch")
     cmd = command(n, script, args)
     proc = subprocess.Popen(cmd, env=environment(threads))
     try:

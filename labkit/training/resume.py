@@ -79,6 +79,13 @@ def build(make_loop, config: dict | None = None, name: str | None = None) -> Mai
     return loop
 
 
+def started_by_dist(record: dict) -> bool:
+    """Whether run ``record`` is a job ``lk.dist.start`` made: it records its ranks (config)
+    and its script (source); ``lk.dist.resume`` continues it, not ``resume``."""
+    return ("ranks" in (record.get("config") or {})
+            and str(record.get("source") or "").endswith(".py"))
+
+
 def _locate(run_or_path):
     """(checkpoint path or None, run id or None) for a run id, a checkpoint or a run
     directory."""
@@ -112,8 +119,7 @@ def resume(run_or_path, make_loop=None, run: bool = True) -> MainLoop:
                 raise
     if make_loop is None:
         factory = record.get("factory") if record else None
-        if not factory and record and "ranks" in (record.get("config") or {}) \
-                and str(record.get("source") or "").endswith(".py"):
+        if not factory and record and started_by_dist(record):
             raise TrainingError(f"resume: run {run_id} is a data-parallel job (lk.dist.start "
                                 f"of {record['source']}); continue it on N ranks with "
                                 f"lk.dist.resume({run_id!r}, n=N) or `labkit resume {run_id}`")
