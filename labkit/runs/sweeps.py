@@ -32,8 +32,10 @@ INDEXES = ["CREATE INDEX IF NOT EXISTS runs_sweep ON runs (sweep_id)"]
 
 #: a sweep's status; "dead" is shown for a running or paused sweep whose driver is gone
 SWEEP_STATUSES = ("running", "paused", "finished", "stopped", "failed", "interrupted")
-#: what may be asked of a sweep's driver through the store (``request``)
-SWEEP_REQUESTS = ("stop", "pause", "resume")
+#: what may be asked of a sweep's driver through the store (``request``), and the statuses a
+#: sweep (as shown: a dead one takes none) must be in to take each
+REQUEST_FROM = {"stop": ("running", "paused"), "pause": ("running",), "resume": ("paused",)}
+SWEEP_REQUESTS = tuple(REQUEST_FROM)
 #: a trial's status: waiting, training, stopped at a rung (it may be promoted), done, failed,
 #: or interrupted (its driver stopped; a resumed sweep continues it from its checkpoint)
 TRIAL_STATUSES = ("pending", "running", "stopped", "finished", "failed", "interrupted")

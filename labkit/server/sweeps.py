@@ -94,15 +94,12 @@ class SweepRequest(Base):
     driver waits; resume: a paused driver continues. 409 when no driver runs it in a state that
     takes the request (ended, or dead: ``lk.sweep.resume`` continues it)."""
 
-    #: request -> the statuses a sweep may be in to take it
-    ACCEPTS = {"stop": ("running", "paused"), "pause": ("running",), "resume": ("paused",)}
-
     @endpoint
     def post(self, sweep_id, request):
         rec = sweep_or_404(sweep_id)
         self.body_object(())
         status = S.shown_status(rec, DEAD_AFTER)
-        if status not in self.ACCEPTS[request]:
+        if status not in S.REQUEST_FROM[request]:
             raise BadRequest(f"sweep {sweep_id} is {status}: no driver runs it to {request} it"
                              + (" (lk.sweep.resume continues it)" if status == "dead" else ""),
                              409)

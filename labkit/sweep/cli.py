@@ -209,32 +209,29 @@ def resume_cmd(args) -> int:
     return 0 if sw.status in ("finished", "stopped") else 1
 
 
-def pause_cmd(args) -> int:
+def _ask(args, request: str, effect: str) -> int:
+    """Write ``request`` for the sweep's driver, if its status takes it."""
+    from ..runs.sweeps import REQUEST_FROM
     from .api import Sweep
 
     sw = Sweep(args.id)
     status = sw.status
-    if status != "running":
-        print(f"sweep {sw.id} is {status}, not running: nothing to pause")
+    if status not in REQUEST_FROM[request]:
+        print(f"sweep {sw.id} is {status}, not running: nothing to {request}")
         return 0
-    sw.pause()
-    print(f"asked sweep {sw.id} to pause: its trials checkpoint and stop within seconds and "
-          f"its driver waits; `labkit sweep resume {sw.id}` continues it")
+    getattr(sw, request)()
+    print(f"asked sweep {sw.id} to {request}: {effect}; `labkit sweep resume {sw.id}` "
+          "continues it")
     return 0
+
+
+def pause_cmd(args) -> int:
+    return _ask(args, "pause", "its trials checkpoint and stop within seconds and its driver "
+                "waits")
 
 
 def stop_cmd(args) -> int:
-    from .api import Sweep
-
-    sw = Sweep(args.id)
-    status = sw.status
-    if status not in ("running", "paused"):
-        print(f"sweep {sw.id} is {status}, not running: nothing to stop")
-        return 0
-    sw.stop()
-    print(f"asked sweep {sw.id} to stop: its trials checkpoint and stop within seconds; "
-          f"`labkit sweep resume {sw.id}` continues it")
-    return 0
+    return _ask(args, "stop", "its trials checkpoint and stop within seconds")
 
 
 def _positive(text):
