@@ -118,7 +118,12 @@ def _cl():
     return opencl
 
 
-def stabilize(nodes, alias, values, outside=frozenset()):
+def changed_in_place(nodes) -> set:
+    """The slots whose arrays a host computation changes in place (``mutates``)."""
+    return {a for n in nodes for a, _ in n.versions}
+
+
+def stabilize(nodes, alias, values):
     """Rewrite what overflows or underflows in float32 into forms that do not (Theano's
     stabilisation): log(exp(z)) -> z, log(1 + x) -> log1p(x), log(sigmoid(x)) ->
     -softplus(-x), and in the gradients (g / e) * e -> g, which the backward of a rewritten
@@ -134,7 +139,7 @@ def stabilize(nodes, alias, values, outside=frozenset()):
     # NOTE: a result is never made an alias of an array the step changes in place (a returned
     # log(exp(p)) would be the parameter after its update); an alias of an argument or a
     # parameter is copied where it leaves the program (program._generate)
-    fixed = {a for n in nodes for a, _ in n.versions}
+    fixed = changed_in_place(nodes)
     done = []
     kept = []
     for n in nodes:
@@ -199,7 +204,7 @@ def gather_products(nodes, alias, values, needed, new_slot):
     from ..functions import math as m
 
     made_by = {s: n for n in nodes for s in n.outs}
-    changed = {a for n in nodes for a, _ in n.versions}  # arrays a host changes in place
+    changed = changed_in_place(nodes)
     uses: dict = {}
     for n in nodes:
         for s in list(n.ins) + [s for _, _, s in n.attr_in] + [a for a, _ in n.versions]:

@@ -38,7 +38,7 @@ class Program:
             nodes = passes.merge(nodes, alias)
         self.rewrites: list = []
         if stabilize:
-            nodes, self.rewrites = passes.stabilize(nodes, alias, t.values, set(t.sources))
+            nodes, self.rewrites = passes.stabilize(nodes, alias, t.values)
 
         def res(s):
             return alias.get(s, s)
