@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data import DataStream, ShardedScheme
-from ..errors import CheckpointError, LabkitError
 from ..backend import opencl
 from ..bricks import Brick
+from ..data import DataStream, ShardedScheme
+from ..errors import CheckpointError, LabkitError
 from ..functions import noise
 from ..training.events import Extension
 from ..training.loop import MainLoop
@@ -158,9 +158,10 @@ class DataParallelLoop(MainLoop):
         rank-local values. (One small all-reduce per step either way: the control requests.)
     shard_random : each rank draws its rows of the global batch's random numbers (default
         True): dropout (the default generators and the model's bricks', ``Generator.shard``)
-        then masks each example as one process would, where otherwise every rank would draw the same numbers for its own
-        rows. A draw whose first dimension is the rank's batch size counts as batch-shaped.
-        Costs one more tiny all-reduce per step (the ranks' batch sizes).
+        then masks each example as one process would, where otherwise every rank would draw
+        the same numbers for its own rows. A draw whose first dimension is the rank's batch
+        size counts as batch-shaped. Costs one more tiny all-reduce per step (the ranks'
+        batch sizes).
 
     Floating buffers (BatchNorm's running statistics) are averaged over ranks after each batch,
     weighted by examples, so every rank holds the same model. Each rank normalises with its own
