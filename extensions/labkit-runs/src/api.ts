@@ -72,3 +72,17 @@ export async function api<T>(path: string, init: RequestInit = {}): Promise<T> {
   }
   return body as T;
 }
+
+/** What may be asked of a sweep's driver (``POST sweeps/ID/<request>``, as ``Sweep.pause()``,
+ * ``resume()`` and ``stop()`` do): the Runs sidebar's and the notebook view's buttons. */
+export const SWEEP_REQUESTS = ['pause', 'resume', 'stop'] as const;
+export type SweepRequest = (typeof SWEEP_REQUESTS)[number];
+
+export function isSweepRequest(what: unknown): what is SweepRequest {
+  return SWEEP_REQUESTS.includes(what as SweepRequest);
+}
+
+/** Ask sweep ``id``'s driver for ``what``. */
+export async function askSweep(id: string, what: SweepRequest): Promise<void> {
+  await api(`sweeps/${encodeURIComponent(id)}/${what}`, { method: 'POST', body: '{}' });
+}

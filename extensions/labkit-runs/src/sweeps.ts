@@ -9,7 +9,7 @@
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
 
-import { api, isRunId } from './api';
+import { api, askSweep, isRunId, SweepRequest } from './api';
 import { CommandIDs } from './commands';
 import { el } from './dom';
 import { formatValue, shortId } from './sidebar_model';
@@ -20,9 +20,6 @@ import { bestFirst, compareIds, doneText, ITrial, paramsText,
 export const MAX_SWEEPS = 20;
 export const MAX_TRIAL_ROWS = 200;
 const MAX_COMPARE = 50;
-
-/** What the header's buttons ask a sweep's driver (``POST sweeps/ID/<what>``). */
-type SweepRequest = 'pause' | 'resume' | 'stop';
 
 export interface ISweepSummary {
   id: string;
@@ -236,7 +233,7 @@ export class SweepsSection {
   /** Ask the sweep's driver to stop, pause or resume, as ``Sweep.stop()`` etc. do. */
   private async request(s: ISweepSummary, what: SweepRequest): Promise<void> {
     try {
-      await api(`sweeps/${encodeURIComponent(s.id)}/${what}`, { method: 'POST', body: '{}' });
+      await askSweep(s.id, what);
       this.error.textContent = '';
     } catch (e) {
       this.error.textContent = `labkit sweeps: ${(e as Error).message}`;

@@ -5,10 +5,7 @@
  * (``POST sweeps/ID/<request>``, as the Runs sidebar's buttons do), and a click on a trial's
  * row opens that trial's run page. Ids are checked before they reach a URL or a command.
  */
-import { api, isRunId } from './api';
-
-/** The requests a view's buttons may send. */
-export const VIEW_REQUESTS = ['pause', 'resume', 'stop'];
+import { askSweep, isRunId, isSweepRequest, SweepRequest } from './api';
 
 /** Listen on ``root`` (the page) for clicks in sweep views; ``openRun`` opens a run page. */
 export function installSweepView(root: HTMLElement, openRun: (id: string) => void): void {
@@ -24,8 +21,8 @@ export function installSweepView(root: HTMLElement, openRun: (id: string) => voi
     }
     const button = target.closest('button.labkit-sweep-view-action') as HTMLButtonElement | null;
     if (button) {
-      const request = button.dataset.labkitRequest ?? '';
-      if (!VIEW_REQUESTS.includes(request)) {
+      const request = button.dataset.labkitRequest;
+      if (!isSweepRequest(request)) {
         return;
       }
       event.preventDefault();
@@ -43,10 +40,11 @@ export function installSweepView(root: HTMLElement, openRun: (id: string) => voi
 
 /** Send one request from ``button``, which says what happened (the view's next refresh
  * replaces it with the sweep's new state). */
-async function send(button: HTMLButtonElement, sweep: string, request: string): Promise<void> {
+async function send(button: HTMLButtonElement, sweep: string,
+                    request: SweepRequest): Promise<void> {
   button.disabled = true;
   try {
-    await api(`sweeps/${encodeURIComponent(sweep)}/${request}`, { method: 'POST', body: '{}' });
+    await askSweep(sweep, request);
     button.textContent = `${request} asked`;
   } catch (e) {
     button.disabled = false;
