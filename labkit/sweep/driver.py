@@ -26,6 +26,13 @@ BEAT_EVERY = 1.0
 PAUSED_POLL = 0.2
 #: an all-failed start aborts the sweep after this many failures
 ABORT_AFTER = 3
+#: trials queued per worker thread beyond the one it trains, so that a worker starts its next
+#: trial as soon as it ends one instead of waiting for the driver's round trip (a queued trial
+#: stays ``pending`` until its worker reports that it began)
+QUEUE_AHEAD = 1
+#: Dask blames every task queued on a worker that dies; a trial blamed for deaths of workers
+#: it was not training on is queued again, up to this many times, rather than failed
+REQUEUE_LIMIT = 3
 
 
 class Driver:
@@ -38,6 +45,11 @@ class Driver:
         self.token = uuid.uuid4().hex
         self.events: queue.Queue = queue.Queue()
         self.in_flight: dict = {}  # future -> trial number
+        self.queued: dict = {}  # trial number -> rung: submitted, not reported begun
+        self._submitted = 0
+        self.began_on: dict = {}  # trial number -> the worker it last reported beginning on
+        self.requeued: dict = {}  # trial number -> times queued again after a blameless death
+        self._lost: set = set()  # trials queued again: their next beginning is no new attempt
         self.stopping = False
         self.paused = False
         self.first_error = None
@@ -70,8 +82,9 @@ class Driver:
             if t["status"] == "interrupted" and n not in busy:
                 return n, t["rung"] or 0
         if self.asha is not None:
-            rungs = {n: (t["status"], t["results"]) for n, t in self.trials.items()
-                     if t["results"]}
+            # NOTE: a trial queued for its promotion is still "stopped" until it begins
+            rungs = {n: ("queued" if n in busy else t["status"], t["results"])
+                     for n, t in self.trials.items() if t["results"]}
             promoted = self.asha.next_promotion(rungs, self.settings["mode"])
             if promoted is not None:
                 return promoted
@@ -88,21 +101,31 @@ class Driver:
                                              self.sweep.get("factory"),
                                              self.settings["directory"])
             t["run_id"] = rid
-        now = time.time()
-        self._set(n, status="running", rung=rung, attempts=(t["attempts"] or 0) + 1)
-        self._run_update(n, status="running", started=now, heartbeat=now, pid=os.getpid(),
-                         host=socket.gethostname())
         since = max(0, self.store.max_iteration(t["run_id"]))
         spec = {"sweep": self.id, "trial": n, "run_id": t["run_id"], "params": t["params"],
                 "config": cfg, "name": f"{self.sweep['name']}-{n}",
                 "directory": os.path.join(self.settings["directory"], t["run_id"]),
                 "factory": self.sweep.get("factory"), "metric": self.settings["metric"],
                 "budget": self._budget(rung), "seed": self.settings["seed"], "since": since,
-                "token": self.token, "stop_event": f"labkit-sweep-{self.id}-stop",
-                "owner_variable": f"labkit-sweep-{self.id}-owner"}
+                "token": self.token, "state_variable": self._state_name()}
+        # NOTE: first submitted, first run (Dask may otherwise take a queued one first)
+        self._submitted += 1
         fut = self.client.submit(trial_mod.train, self.make_loop, spec, pure=False,
+                                 priority=-self._submitted,
                                  key=f"labkit-trial-{self.id}-{n}-{uuid.uuid4().hex[:8]}")
         self.in_flight[fut] = n
+        self.queued[n] = rung
+
+    def began(self, n: int) -> None:
+        """Trial ``n``'s worker reported that it began its chunk: it is running now."""
+        rung = self.queued.pop(n)
+        t = self.trials[n]
+        now = time.time()
+        attempts = (t["attempts"] or 0) + (0 if n in self._lost else 1)
+        self._lost.discard(n)
+        self._set(n, status="running", rung=rung, attempts=attempts)
+        self._run_update(n, status="running", started=now, heartbeat=now, pid=os.getpid(),
+                         host=socket.gethostname())
 
     # -- messages and results
     def _drain(self) -> None:
@@ -116,6 +139,11 @@ class Driver:
             if not isinstance(msg, dict) or msg.get("attempt") != self.token:
                 continue  # another sweep's, or a superseded driver's
             n = msg["trial"]
+            if msg.get("started"):
+                self.began_on[n] = msg.get("worker")
+                if n in self.queued:
+                    self.began(n)
+                continue
             if self.trials.get(n, {}).get("status") != "running":
                 continue
             rows.setdefault(n, []).extend(msg["rows"])
@@ -140,6 +168,21 @@ class Driver:
 
     def finished(self, fut, n: int) -> None:
         t = self.trials[n]
+        if n in self.queued and (fut.status == "cancelled" or (
+                fut.status == "finished" and fut.result()["outcome"] == "skipped")):
+            del self.queued[n]  # NOTE: it never began (it found the sweep stopping): pending
+            return
+        if fut.status == "error" and self._blameless(n, fut.exception()):
+            self.queued.pop(n, None)
+            self.requeued[n] = self.requeued.get(n, 0) + 1
+            if t["status"] == "running":  # NOTE: it trained before: on from its checkpoint
+                self._lost.add(n)  # NOTE: and its next beginning continues this attempt
+                self._set(n, status="interrupted")
+                self._run_update(n, status="interrupted", ended=time.time())
+            self.hook("requeued", {"trial": n})
+            return
+        if n in self.queued:  # NOTE: its "began" message is late or lost
+            self.began(n)
         if fut.status == "finished":
             res = fut.result()
             now = time.time()
@@ -195,12 +238,20 @@ class Driver:
                              f"lk.sweep.resume({self.id!r}) (failed trials are not rerun: "
                              "start a new sweep to retry them)")
 
+    def _blameless(self, n: int, exc) -> bool:
+        """Whether a ``KilledWorker`` for trial ``n`` came from deaths of workers it was only
+        queued on: the last one to die is not where it last reported beginning."""
+        if type(exc).__name__ != "KilledWorker" or self.requeued.get(n, 0) >= REQUEUE_LIMIT:
+            return False
+        last = getattr(getattr(exc, "last_worker", None), "address", None)
+        return last is not None and last != self.began_on.get(n)
+
     # -- the loop
     def _beat_now(self) -> None:
         now = time.time()
         self._beat = time.monotonic()
         self.store.update_sweep(self.id, heartbeat=now)
-        for n in set(self.in_flight.values()):
+        for n in set(self.in_flight.values()) - set(self.queued):
             self._run_update(n, heartbeat=now)
 
     def _requested(self) -> None:
@@ -219,36 +270,44 @@ class Driver:
             if self.paused:
                 self.unpause()
 
-    def _stop_event(self):
-        from distributed import Event
+    def _state_name(self) -> str:
+        return f"labkit-sweep-{self.id}-state"
 
-        return Event(f"labkit-sweep-{self.id}-stop", client=self.client)
+    def _tell_trials(self, stop: bool) -> None:
+        """What every trial of this sweep reads at its checks: which driver owns the sweep
+        (a task of any other stops as superseded) and whether to stop."""
+        from distributed import Variable
+
+        state = {"owner": self.token, "stop": stop, "version": time.time_ns()}
+        # NOTE: the variable first: a worker that joins after the push reads it
+        Variable(self._state_name(), client=self.client).set(state)
+        self.client.run(trial_mod.tell, self.id, state)
 
     def stop(self) -> None:
-        """Ask every training trial to checkpoint and stop; start nothing new."""
+        """Ask every training trial to checkpoint and stop; start nothing new (queued trials
+        end at once and stay pending)."""
         self.stopping = True
-        self._stop_event().set()
+        self._tell_trials(stop=True)
         self.hook("stop", {})
 
     def pause(self) -> None:
         """As ``stop``, but the driver stays: the sweep is ``paused`` until a ``resume``
         request, which continues the interrupted trials from their checkpoints."""
         self.paused = True
-        self._stop_event().set()
+        self._tell_trials(stop=True)
         self.store.update_sweep(self.id, status="paused")
         self.hook("pause", {})
 
     def unpause(self) -> None:
         self.paused = False
-        self._stop_event().clear()
+        self._tell_trials(stop=False)
         self.store.update_sweep(self.id, status="running")
         self.hook("resume", {})
 
     def run(self) -> str:
-        from distributed import Event, Variable, wait
+        from distributed import wait
 
-        Variable(f"labkit-sweep-{self.id}-owner", client=self.client).set(self.token)
-        Event(f"labkit-sweep-{self.id}-stop", client=self.client).clear()
+        self._tell_trials(stop=False)
         self.client.subscribe_topic(trial_mod.TOPIC, self.events.put)
         try:
             while True:
@@ -256,7 +315,8 @@ class Driver:
                 self._requested()
                 if time.monotonic() - self._beat >= BEAT_EVERY:
                     self._beat_now()
-                while not (self.stopping or self.paused) and len(self.in_flight) < self.capacity:
+                limit = self.capacity * (1 + QUEUE_AHEAD)
+                while not (self.stopping or self.paused) and len(self.in_flight) < limit:
                     job = self.next_job()
                     if job is None:
                         break
@@ -281,9 +341,11 @@ class Driver:
 
     def _abandon(self) -> None:
         """However the loop ended: no trial stays running (those in flight are interrupted;
-        a resumed sweep continues them from their checkpoints)."""
+        a resumed sweep continues them from their checkpoints; queued ones stay pending)."""
         for fut, n in list(self.in_flight.items()):
             fut.release()
+            if self.queued.pop(n, None) is not None:
+                continue
             try:
                 self._set(n, status="interrupted")
                 self._run_update(n, status="interrupted", ended=time.time(),

@@ -135,10 +135,18 @@ def _checkpoints(loop) -> list[dict]:
 
 def train(make_loop, spec: dict, send=None, should_stop=None) -> dict:
     """One chunk of trial ``spec["trial"]`` (see the module's doc); returns its outcome
-    (``"rung"``, ``"finished"`` or ``"stopped"``), the metric rows from ``spec["since"]`` on,
+    (``"rung"``, ``"finished"``, ``"stopped"``, or ``"skipped"`` for a chunk that found the
+    sweep stopping before it began and did nothing), the metric rows from ``spec["since"]`` on,
     the progress, the checkpoints on disk and the metric's last value."""
     send = send or _dask_send
     should_stop = should_stop or _dask_stop_check(spec)
+    # NOTE: the driver queues a trial on a busy worker ahead of time; one that starts after a
+    # stop or pause (or a takeover) leaves without touching its folder, and stays pending
+    if should_stop():
+        return {"outcome": "skipped", "loaded": None, "iteration": None, "epoch": None,
+                "rows": [], "progress": {}, "checkpoints": [], "value": None}
+    send({"sweep": spec["sweep"], "trial": spec["trial"], "attempt": spec["token"],
+          "started": True, "worker": _worker_address()})
     loop = build_loop(make_loop, spec)
     try:
         loaded = None
@@ -178,6 +186,15 @@ def train(make_loop, spec: dict, send=None, should_stop=None) -> dict:
         loop.close()
 
 
+def _worker_address() -> str | None:
+    from distributed import get_worker
+
+    try:
+        return get_worker().address
+    except ValueError:  # not on a worker
+        return None
+
+
 def _dask_send(message) -> None:
     from distributed import get_worker
 
@@ -187,21 +204,42 @@ def _dask_send(message) -> None:
         pass
 
 
+#: what each sweep's driver last told this process: sweep id -> {"owner", "stop", "version"}
+_TOLD: dict = {}
+
+
+def tell(sweep: str, state: dict) -> None:
+    """Keep ``state`` (from the driver, pushed to every worker with ``client.run``) if it is
+    newer than what this process holds: the trials' checks read it without a round trip."""
+    held = _TOLD.get(sweep)
+    if held is None or state["version"] > held["version"]:
+        _TOLD[sweep] = dict(state)
+
+
 def _dask_stop_check(spec):
     """Whether the sweep asked its trials to stop, or another driver took the sweep over (a
-    task left running by a driver that died stops within ``REPORT_EVERY`` seconds)."""
-    from distributed import Event, Variable
+    task left running by a driver that died stops within ``REPORT_EVERY`` seconds).
+
+    The driver pushes each change to every worker before it goes on (``Driver._tell_trials``),
+    so a check is a dictionary lookup. A worker that joined after the last push (a restarted
+    one) reads the driver's Dask ``Variable`` once, the same state, and holds it from then on.
+    """
+    from distributed import Variable
 
     try:
-        stop, owner = Event(spec["stop_event"]), Variable(spec["owner_variable"])
+        variable = Variable(spec["state_variable"])
     except ValueError:
         return lambda: None
 
     def check():
-        try:
-            if stop.is_set():
-                return "stopped"
-            return "superseded" if owner.get(timeout=5) != spec["token"] else None
-        except Exception:  # noqa: BLE001 - the scheduler is gone, and so is the driver
+        now = _TOLD.get(spec["sweep"])
+        if now is None:
+            try:
+                tell(spec["sweep"], variable.get(timeout=5))
+            except Exception:  # noqa: BLE001 - the scheduler is gone, and so is the driver
+                return "superseded"
+            now = _TOLD[spec["sweep"]]
+        if now["owner"] != spec["token"]:
             return "superseded"
+        return "stopped" if now["stop"] else None
     return check

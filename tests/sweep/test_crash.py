@@ -76,7 +76,9 @@ def test_driver_killed_then_resumed_equals_uninterrupted(tmp_path):
         sw = lk.sweep.get(rec["id"])
         assert sw.status == "dead"  # its driver is gone, whatever the record said
         for t in lk.runs.store().trials(sw.id):  # no trial's run looks alive
-            if t["run_id"]:
+            if t["run_id"] and t["status"] == "pending":  # queued on a worker, never begun
+                assert lk.runs.get(t["run_id"])["status"] == "created"
+            elif t["run_id"]:
                 assert lk.runs.get(t["run_id"])["status"] in ("dead", "finished", "paused")
         two = lk.runs.store().trials(sw.id)[2]
         assert two["status"] == "running" and two["epoch"] is None
@@ -122,3 +124,29 @@ def test_killed_workers_reschedule_and_a_poison_trial_fails(tmp_path):
     left = [c for c in psutil.Process().children(recursive=True) if c.pid not in before
             and c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     assert not left, [c.cmdline() for c in left]
+
+
+def test_a_trial_queued_on_a_dying_worker_is_not_blamed(tmp_path):
+    """One worker: trial 1 waits queued behind trial 0, which kills the worker every time.
+    Dask blames every task on a dead worker, so trial 1 gets KilledWorker too; it never
+    began there, so the driver queues it again and it finishes, as its first attempt."""
+    import dask
+    import distributed  # noqa: F401 - NOTE: its defaults first, or leaving config.set drops them
+
+    space = {"lr": 0.02, "hidden": 16, "epochs": 2, "crash": ["always", "none"],
+             "crash_at": 3, "crash_dir": str(tmp_path)}
+    seen = []
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}), \
+            lk.runs.use_store(tmp_path / "runs.sqlite"):
+        from .helpers import make_loop
+
+        sw = lk.sweep.run(make_loop, space, search="grid", metric="valid_accuracy",
+                          mode="max", workers=1, directory=tmp_path / "runs",
+                          _hook=lambda kind, info: seen.append((kind, info.get("trial"))))
+        rows = sw.table()
+        assert [r["status"] for r in rows] == ["failed", "finished"]
+        assert "KilledWorker" in rows[0]["error"]
+        assert ("requeued", 1) in seen and ("requeued", 0) not in seen
+        t0, t1 = lk.runs.store().trials(sw.id)
+        assert t1["attempts"] == 1 and t1["epoch"] == 2
+        assert lk.runs.get(t1["run_id"])["status"] == "finished"

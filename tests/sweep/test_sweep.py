@@ -210,7 +210,13 @@ def test_a_trial_stopped_before_its_first_evaluation_has_no_value_not_an_error(t
     spec = {"sweep": "s", "trial": 0, "run_id": "r0", "params": {}, "config": {"epochs": 2},
             "name": "t0", "directory": str(tmp_path / "r0"), "factory": None,
             "metric": "valid_accuracy", "budget": None, "seed": 0, "since": 0, "token": "x"}
-    res = trial_mod.train(make_loop, spec, send=lambda m: None, should_stop=lambda: "stopped")
+    asked = []
+
+    def stop_after_the_start():  # NOTE: the first check, before the chunk begins, says go on
+        asked.append(1)
+        return "stopped" if len(asked) > 1 else None
+
+    res = trial_mod.train(make_loop, spec, send=lambda m: None, should_stop=stop_after_the_start)
     assert res["outcome"] == "stopped" and res["value"] is None and res["iteration"] == 1
     assert [c["iteration"] for c in res["checkpoints"]] == [1]
     res = trial_mod.train(make_loop, spec, send=lambda m: None, should_stop=lambda: None)
@@ -230,3 +236,26 @@ def test_a_request_written_while_the_driver_acts_on_another_is_kept(store):
     assert store.get_sweep(sid)["request"] == "stop"
     with pytest.raises(ValueError, match="request must be one of"):
         store.update_sweep(sid, request="restart")
+
+
+def test_trials_read_the_drivers_state_pushed_or_from_its_variable(client):
+    """A trial's stop check is a lookup of what the driver pushed to its worker; a worker
+    that missed the push (it joined later) reads the driver's Variable once. An older state
+    never replaces a newer one (a pushed stop outranks a slower read of the variable)."""
+    from distributed import Variable
+
+    from labkit.sweep import trial as trial_mod
+
+    spec = {"sweep": "s-state", "token": "mine", "state_variable": "labkit-test-state"}
+    Variable("labkit-test-state", client=client).set({"owner": "mine", "stop": False,
+                                                      "version": 1})
+    check = trial_mod._dask_stop_check(spec)
+    trial_mod._TOLD.pop("s-state", None)
+    assert check() is None and trial_mod._TOLD["s-state"]["version"] == 1  # read once
+    trial_mod.tell("s-state", {"owner": "mine", "stop": True, "version": 3})
+    assert check() == "stopped"
+    trial_mod.tell("s-state", {"owner": "mine", "stop": False, "version": 2})  # older
+    assert check() == "stopped"
+    trial_mod.tell("s-state", {"owner": "theirs", "stop": False, "version": 4})
+    assert check() == "superseded"
+    trial_mod._TOLD.pop("s-state")
