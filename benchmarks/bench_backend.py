@@ -1,7 +1,7 @@
 """labkit's OpenCL arrays against NumPy (and PyTorch CPU, if installed), side by side.
 
     python benchmarks/bench_backend.py            # all sections
-    python benchmarks/bench_backend.py gemm       # one of: gemm, elementwise, overhead
+    python benchmarks/bench_backend.py gemm       # one of: gemm, elementwise, overhead, softmax
 
 Every row is measured in this run: timings on a shared machine are noisy, compare the ratios.
 Each timing is the best of several repeats, with the device synchronised around it.
@@ -168,7 +168,47 @@ def overhead():
     print(f"a sync round trip ((d + d).sum().get()): {t * 1e6:.0f} µs")
 
 
-SECTIONS = {"gemm": gemm, "elementwise": elementwise, "overhead": overhead}
+def softmax():
+    from labkit.backend.opencl import softmax as sm
+
+    print("\n## softmax and log-softmax over rows, µs per call (forward; gradient from y and g)")
+    row("shape / op", "cl kernel", "cl composed", "NumPy", "PyTorch", "kernel/NumPy",
+        widths=(26, 12, 13, 10, 10, 14))
+    rng = np.random.default_rng(0)
+    for shape in ((32, 10), (256, 1000), (4096, 64)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        g = rng.standard_normal(shape).astype(np.float32)
+        dx, dg = cp.asarray(x), cp.asarray(g)
+        tx, tg = (torch.from_numpy(x), torch.from_numpy(g)) if torch else (None, None)
+
+        def np_ls():
+            m = x.max(1, keepdims=True)
+            return x - (np.log(np.exp(x - m).sum(1, keepdims=True)) + m)
+
+        y = np.exp(np_ls())
+        dy, ty = cp.asarray(y), (torch.from_numpy(y) if torch else None)
+        cases = [
+            ("log_softmax", lambda: sm.softmax(dx, 1, log=True),
+             lambda: cp.subtract(dx, cp.logsumexp(dx, axis=1, keepdims=True)), np_ls,
+             (lambda: torch.log_softmax(tx, 1)) if torch else None),
+            ("softmax", lambda: sm.softmax(dx, 1, log=False),
+             lambda: cp.exp(cp.subtract(dx, cp.logsumexp(dx, axis=1, keepdims=True))),
+             lambda: np.exp(np_ls()), (lambda: torch.softmax(tx, 1)) if torch else None),
+            ("softmax gradient", lambda: sm.grad(dy, dg, 1, log=False),
+             lambda: cp.multiply(dy, cp.subtract(dg, cp.multiply(dg, dy).sum(axis=1,
+                                                                             keepdims=True))),
+             lambda: y * (g - (g * y).sum(1, keepdims=True)),
+             (lambda: torch._softmax_backward_data(tg, ty, 1, ty.dtype)) if torch else None),
+        ]
+        for name, f_k, f_c, f_np, f_t in cases:
+            t = [best(f_k), best(f_c), best(f_np, sync=False),
+                 best(f_t, sync=False) if f_t else None]
+            row(f"{shape} {name}", *[f"{v * 1e6:.0f}" if v is not None else "-" for v in t],
+                f"{t[2] / t[0]:.0%}", widths=(26, 12, 13, 10, 10, 14))
+
+
+SECTIONS = {"gemm": gemm, "elementwise": elementwise, "overhead": overhead,
+            "softmax": softmax}
 
 if __name__ == "__main__":
     print(f"labkit backend benchmark: NumPy {np.__version__}"

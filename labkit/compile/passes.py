@@ -126,10 +126,12 @@ def changed_in_place(nodes) -> set:
 def stabilize(nodes, alias, values):
     """Rewrite what overflows or underflows in float32 into forms that do not (Theano's
     stabilisation): log(exp(z)) -> z, log(1 + x) -> log1p(x), log(sigmoid(x)) ->
-    -softplus(-x), and in the gradients (g / e) * e -> g, which the backward of a rewritten
+    -softplus(-x), log(softmax(x)) -> log_softmax(x), and in the gradients (g / e) * e -> g
+    and softmax_grad(y, g / y) -> g - y * sum(g), which the backward of a rewritten
     log(exp) or log(sigmoid) leaves (0 / 0 where e underflowed). Returns the rewritten
     nodes and the names of the rewrites made. These change rounding: a stabilised program
     agrees with eager to float32 rounding where eager is finite."""
+    from ..functions import activation as act
     from ..functions import math as m
 
     made_by = {}
@@ -160,6 +162,15 @@ def stabilize(nodes, alias, values):
             n.ins = [src.ins[0]]
             n.name = "log1p"
             done.append("log(1 + x) -> log1p(x)")
+        elif t is m.Log and st is act.Softmax:
+            n.fn, n.ins, n.name = act.LogSoftmax(src.fn.axis), [src.ins[0]], "log_softmax"
+            done.append("log(softmax(x)) -> log_softmax(x)")
+        elif t is act.SoftmaxGrad and _divided_by(made_by.get(n.ins[1]), n.ins[0], fixed):
+            # NOTE: y * (g / y - sum(g / y * y)) = g - y * sum(g): log(softmax)'s gradient
+            n.fn = act.LogSoftmaxGrad(n.fn.axis)
+            n.ins = [n.ins[0], made_by[n.ins[1]].ins[0]]
+            n.name = "log_softmax_grad"
+            done.append("softmax_grad(y, g / y) -> g - y * sum(g)")
         elif t is m.Log and st is m.Sigmoid:
             n.kind, n.fn, n.ins = "host", _stable_log_sigmoid, [src.ins[0]]
             n.name = "log_sigmoid"
@@ -179,6 +190,12 @@ def stabilize(nodes, alias, values):
             continue
         kept.append(n)
     return kept, done
+
+
+def _divided_by(d, e_slot, fixed) -> bool:
+    """Whether node ``d`` is an op ``g / e`` whose denominator is slot ``e_slot``."""
+    return (d is not None and d.kind == "op" and type(d.fn).__name__ == "Div"
+            and d.ins[1] == e_slot and d.ins[0] not in fixed)
 
 
 def _same_meta(values, a, b):

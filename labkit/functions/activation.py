@@ -9,10 +9,12 @@ import numpy as np
 
 from ..autograd.function import Function
 from ..autograd.trace import host
+from ..backend.opencl import softmax as _sm
 from . import _check
 from ._util import xp_of
 from .math import MulConstant, erf, exp, mul, where
 from .reduction import logsumexp
+from .reduction import sum as rsum
 
 
 class ReLU(Function):
@@ -94,12 +96,107 @@ def gelu(x):
     return x * (erf(mul(x, 1 / _m.sqrt(2))) + 1.0) * 0.5
 
 
+def _np_log_softmax(x, axis):
+    m = x.max(axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    return x - (np.log(np.exp(x - m).sum(axis=axis, keepdims=True)) + m)
+
+
+class LogSoftmax(Function):
+    """x - logsumexp(x) over ``axis``: on ``cl`` one launch for a last axis
+    (backend/opencl/softmax.py), bitwise equal to the composed form it replaces."""
+
+    name = "log_softmax"
+
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, x):
+        if isinstance(x, np.ndarray):
+            return _np_log_softmax(x, self.axis)
+        if _sm.fits(x, self.axis):
+            return _sm.softmax(x, self.axis, log=True)
+        xp = xp_of(x)
+        return xp.subtract(x, xp.logsumexp(x, axis=self.axis, keepdims=True))
+
+    def backward(self, inputs, gy):
+        y = Softmax(self.axis).apply(inputs)
+        return LogSoftmaxGrad(self.axis).apply((y, gy))
+
+
+class Softmax(Function):
+    """exp(log_softmax(x)) over ``axis``: on ``cl`` one launch for a last axis."""
+
+    name = "softmax"
+
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, x):
+        if isinstance(x, np.ndarray):
+            return np.exp(_np_log_softmax(x, self.axis))
+        if _sm.fits(x, self.axis):
+            return _sm.softmax(x, self.axis, log=False)
+        xp = xp_of(x)
+        return xp.exp(xp.subtract(x, xp.logsumexp(x, axis=self.axis, keepdims=True)))
+
+    def backward(self, inputs, gy):
+        y = Softmax(self.axis).apply(inputs)
+        return SoftmaxGrad(self.axis).apply((y, gy))
+
+
+class LogSoftmaxGrad(Function):
+    """``g - y * sum(g)`` over ``axis``, from the softmax ``y``: log-softmax's gradient."""
+
+    name = "log_softmax_grad"
+
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, y, g):
+        if _sm.grad_fits(y, g, self.axis):
+            return _sm.grad(y, g, self.axis, log=True)
+        xp = xp_of(y)
+        return xp.subtract(g, xp.multiply(y, g.sum(axis=self.axis, keepdims=True)))
+
+    def backward(self, inputs, gg):
+        y, g = inputs
+        return (-(gg * rsum(g, axis=self.axis, keepdims=True)),
+                gg - rsum(gg * y, axis=self.axis, keepdims=True))
+
+
+class SoftmaxGrad(Function):
+    """``y * (g - sum(g * y))`` over ``axis``: softmax's gradient."""
+
+    name = "softmax_grad"
+
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, y, g):
+        if _sm.grad_fits(y, g, self.axis):
+            return _sm.grad(y, g, self.axis, log=False)
+        xp = xp_of(y)
+        return xp.multiply(y, xp.subtract(g, xp.multiply(g, y).sum(axis=self.axis,
+                                                                    keepdims=True)))
+
+    def backward(self, inputs, gg):
+        y, g = inputs
+        d = rsum(g * y, axis=self.axis, keepdims=True)
+        return (gg * (g - d) - g * rsum(gg * y, axis=self.axis, keepdims=True),
+                SoftmaxGrad(self.axis).apply((y, gg)))
+
+
 def log_softmax(x, axis=1):
     """x - logsumexp(x): stable for logits of any size."""
     _check.axis(axis, _check.tensor(x, "log_softmax").ndim, "log_softmax", x.shape)
-    return x - logsumexp(x, axis=axis, keepdims=True)
+    if x.dtype.kind != "f":
+        return x - logsumexp(x, axis=axis, keepdims=True)
+    return LogSoftmax(axis % x.ndim).apply((x,))
 
 
 def softmax(x, axis=1):
     _check.axis(axis, _check.tensor(x, "softmax").ndim, "softmax", x.shape)
-    return exp(log_softmax(x, axis=axis))
+    if x.dtype.kind != "f":
+        return exp(log_softmax(x, axis=axis))
+    return Softmax(axis % x.ndim).apply((x,))

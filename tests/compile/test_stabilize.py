@@ -1,5 +1,6 @@
-"""Stabilisation rewrites: log(exp(z)), log(1 + x), log(sigmoid(x)) and the (g / e) * e their
-gradients leave, against float64 references where eager float32 gives -inf or nan."""
+"""Stabilisation rewrites: log(exp(z)), log(1 + x), log(sigmoid(x)), log(softmax(x)) and the
+(g / e) * e and softmax_grad(y, g / y) their gradients leave, against float64 references where
+eager float32 gives -inf or nan."""
 
 import numpy as np
 import pytest
@@ -9,11 +10,12 @@ import labkit.functions as F
 
 
 def _step(x):
-    a = F.log(F.softmax(x, axis=1))          # log(exp(log_softmax))
+    a = F.log(F.softmax(x, axis=1))          # log(softmax(x))
     b = F.log(1.0 + x * 1e-4)                 # log(1 + x)
     c = F.log(F.sigmoid(x))                   # log(sigmoid(x))
-    (a.sum() + b.sum() + c.sum()).backward()
-    return a, b, c, x.grad
+    d = F.log(F.exp(F.log_softmax(x, axis=1)))  # log(exp(z))
+    (a.sum() + b.sum() + c.sum() + d.sum()).backward()
+    return a, b, c, d, x.grad
 
 
 def _reference(v):
@@ -24,26 +26,27 @@ def _reference(v):
     a = ls
     b = np.log1p(x * 1e-4)
     c = np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x)))
-    grad = (1 - x.shape[1] * sm) + 1e-4 / (1 + x * 1e-4) + (1 - 1 / (1 + np.exp(-x)))
-    return a, b, c, grad
+    grad = 2 * (1 - x.shape[1] * sm) + 1e-4 / (1 + x * 1e-4) + (1 - 1 / (1 + np.exp(-x)))
+    return a, b, c, ls, grad
 
 
 def test_rewrites_make_finite_what_eager_overflows(dev):
     v = np.array([[-200.0, 0.5, 100.0], [3.0, -1.0, 0.25]], np.float32)
     with np.errstate(all="ignore"):  # NOTE: eager overflows here, on purpose
         eager = _step(lk.tensor(v, device=dev, requires_grad=True))
-    assert not np.isfinite(eager[0].numpy()).all() and np.isnan(eager[3].numpy()).any()
+    assert not np.isfinite(eager[0].numpy()).all() and np.isnan(eager[4].numpy()).any()
     step = lk.compile(_step)
     with np.errstate(all="ignore"):  # the two traced calls run eagerly
         for _ in range(3):
             got = step(lk.tensor(v, device=dev, requires_grad=True))
     assert step.stats["replays"] == 1
-    for name, g, want in zip("abc", got[:3], _reference(v)[:3]):
+    for name, g, want in zip("abcd", got[:4], _reference(v)[:4]):
         np.testing.assert_allclose(g.numpy(), want, rtol=1e-5, atol=1e-5, err_msg=name)
-    np.testing.assert_allclose(got[3].numpy(), _reference(v)[3], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[4].numpy(), _reference(v)[4], rtol=1e-4, atol=1e-4)
     text = step.explain()
     for r in ("log(exp(z)) -> z", "log(1 + x) -> log1p(x)",
-              "log(sigmoid(x)) -> -softplus(-x)", "(g / e) * e -> g"):
+              "log(sigmoid(x)) -> -softplus(-x)", "(g / e) * e -> g",
+              "log(softmax(x)) -> log_softmax(x)", "softmax_grad(y, g / y) -> g - y * sum(g)"):
         assert r in text, text
 
 

@@ -1,0 +1,132 @@
+"""Softmax and log-softmax over the last axis, and their gradients, one launch each.
+
+A work-item takes a row. Log-softmax: the row's log-sum-exp as ``reduce.logsumexp`` computes
+it (max first; a row of +-inf or NaN keeps it), then the row minus it, the same operations in
+the same order as the composed form (logsumexp, subtract: two launches), so bitwise equal to
+it. Softmax: ``exp(x - max) / sum``, one exp per element and more accurate than the composed
+``exp(x - logsumexp)`` (whose subtraction loses the low bits of a large log-sum-exp); a row
+whose max is not finite takes the composed form's values (NaN or +-inf kept alike). The
+gradients take the softmax ``y`` and the upstream gradient ``g`` and write, per row,
+``g - y * sum(g)`` (log-softmax) or ``y * (g - sum(g * y))`` (softmax); composed, each is five
+launches and a broadcast.
+"""
+
+from __future__ import annotations
+
+from .core import ascontiguousarray
+from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
+from .program import header, kernels, source
+
+#: the longest row these kernels take (a work-item loops over its row)
+MAX_ROW = 65536
+
+_SRC = """
+__kernel void lk_softmax_rows(const IDX n, const IDX c, __global T* out, const IDX out_o,
+                              __global const T* x, const IDX x_o, const int log_out)
+{
+    const IDX r = (IDX)get_global_id(0);
+    if (r >= n) return;
+    __global const T* row = x + x_o + r * c;
+    __global T* dst = out + out_o + r * c;
+    T m = -INFINITY;
+    for (IDX k = 0; k < c; ++k) m = LK_FMAX(m, row[k]);
+    const T mm = isfinite(m) ? m : (T)0;
+    T s = 0;
+    if (log_out) {
+        for (IDX k = 0; k < c; ++k) s += exp(row[k] - mm);
+        const T lse = log(s) + mm;
+        for (IDX k = 0; k < c; ++k) dst[k] = row[k] - lse;
+    } else {  // NOTE: one exp per element; exp(x - m) / s is also the more accurate form
+        for (IDX k = 0; k < c; ++k) {
+            const T e = exp(row[k] - mm);
+            dst[k] = e;
+            s += e;
+        }
+        if (isfinite(m)) for (IDX k = 0; k < c; ++k) dst[k] = dst[k] / s;
+        else for (IDX k = 0; k < c; ++k) dst[k] = exp(row[k] - (log(s) + mm));
+    }
+}
+
+__kernel void lk_softmax_grad_rows(const IDX n, const IDX c, __global T* out, const IDX out_o,
+                                   __global const T* y, const IDX y_o,
+                                   __global const T* g, const IDX g_o, const int log_in)
+{
+    const IDX r = (IDX)get_global_id(0);
+    if (r >= n) return;
+    __global const T* yr = y + y_o + r * c;
+    __global const T* gr = g + g_o + r * c;
+    __global T* dst = out + out_o + r * c;
+    T s = 0;
+    if (log_in) {
+        for (IDX k = 0; k < c; ++k) s += gr[k];
+        for (IDX k = 0; k < c; ++k) dst[k] = gr[k] - yr[k] * s;
+    } else {
+        for (IDX k = 0; k < c; ++k) s += gr[k] * yr[k];
+        for (IDX k = 0; k < c; ++k) dst[k] = yr[k] * (gr[k] - s);
+    }
+}
+"""
+
+
+def _rows(a, axis):
+    """``(rows, row length)`` when the kernels take ``a`` over ``axis``, else None: a float
+    array whose ``axis`` is its last, with many rows or short ones (a few long rows would be a
+    few work-items looping: the composed form is parallel there)."""
+    if not isinstance(a, ndarray) or a.dtype.kind != "f" or a.ndim == 0 or a.size == 0:
+        return None
+    if axis % a.ndim != a.ndim - 1:
+        return None
+    c = a.shape[-1]
+    n = a.size // c
+    if c > MAX_ROW or not (n >= 16 or c <= 1024):
+        return None
+    return n, c
+
+
+def fits(a, axis) -> bool:
+    return _rows(a, axis) is not None
+
+
+def _kernel(rt, dt, idx, name):
+    ct = CTYPES[dt]
+
+    def make():
+        src = header(rt, (ct,), {"T": ct, "IDX": idx}, what="softmax") + source("common") + _SRC
+        it = IDX_NP[idx]
+        args = {"lk_softmax_rows": [it, it, None, it, None, it, IDX_NP["int"]],
+                "lk_softmax_grad_rows": [it, it, None, it, None, it, None, it, IDX_NP["int"]]}
+        return kernels(rt, src, args, name="softmax")
+    return getattr(rt.cached(("softmax", ct, idx), make), name)
+
+
+def _launch(kernel, rt, n, *args):
+    ls = 64
+    with rt.lock:
+        kernel(rt.queue, (-(-n // ls) * ls,), (ls,), *args)
+
+
+def softmax(x, axis, log: bool) -> ndarray:
+    """softmax (or log-softmax, ``log=True``) of ``x`` over ``axis``; ``fits(x, axis)``."""
+    n, c = _rows(x, axis)
+    x = ascontiguousarray(x)
+    out = ndarray(x.rt, x.shape, x.dtype)
+    k = _kernel(x.rt, x.dtype, index_ctype(x, out), "lk_softmax_rows")
+    _launch(k, x.rt, n, n, c, out.data, out.offset, x.data, x.offset, int(log))
+    return out
+
+
+def grad_fits(y, g, axis) -> bool:
+    return (fits(y, axis) and isinstance(g, ndarray) and g.shape == y.shape
+            and g.dtype == y.dtype and g.rt is y.rt)
+
+
+def grad(y, g, axis, log: bool) -> ndarray:
+    """The gradient through softmax (``y * (g - sum(g * y))``) or, ``log=True``, through
+    log-softmax (``g - y * sum(g)``), from the softmax ``y``; ``grad_fits(y, g, axis)``."""
+    n, c = _rows(y, axis)
+    y, g = ascontiguousarray(y), ascontiguousarray(g)
+    out = ndarray(y.rt, y.shape, y.dtype)
+    k = _kernel(y.rt, y.dtype, index_ctype(y, g, out), "lk_softmax_grad_rows")
+    _launch(k, y.rt, n, n, c, out.data, out.offset, y.data, y.offset, g.data, g.offset,
+            int(log))
+    return out
