@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 
@@ -98,10 +99,15 @@ def connect(engine, workers: int):
         raise
 
     def close():
-        try:
-            client.close()
-        finally:
-            cluster.close()
+        from distributed.utils import silence_logging_cmgr
+
+        # NOTE: our own cluster going down: its comms closing mid-message log tracebacks at
+        # INFO, which say nothing to a user of the sweep
+        with silence_logging_cmgr(logging.ERROR):
+            try:
+                client.close()
+            finally:
+                cluster.close()
     return client, close
 
 
