@@ -165,7 +165,8 @@ def stabilize(nodes, alias, values):
         elif t is m.Log and st is act.Softmax:
             n.fn, n.ins, n.name = act.LogSoftmax(src.fn.axis), [src.ins[0]], "log_softmax"
             done.append("log(softmax(x)) -> log_softmax(x)")
-        elif t is act.SoftmaxGrad and _divided_by(made_by.get(n.ins[1]), n.ins[0], fixed):
+        elif (t is act.SoftmaxGrad and _divided_by(made_by.get(n.ins[1]), n.ins[0], fixed)
+              and _same_meta(values, n.ins[1], made_by[n.ins[1]].ins[0])):
             # NOTE: y * (g / y - sum(g / y * y)) = g - y * sum(g): log(softmax)'s gradient
             n.fn = act.LogSoftmaxGrad(n.fn.axis)
             n.ins = [n.ins[0], made_by[n.ins[1]].ins[0]]
@@ -194,7 +195,9 @@ def stabilize(nodes, alias, values):
 
 def _divided_by(d, e_slot, fixed) -> bool:
     """Whether node ``d`` is an op ``g / e`` whose denominator is slot ``e_slot``."""
-    return (d is not None and d.kind == "op" and type(d.fn).__name__ == "Div"
+    from ..functions import math as m
+
+    return (d is not None and d.kind == "op" and type(d.fn) is m.Div
             and d.ins[1] == e_slot and d.ins[0] not in fixed)
 
 

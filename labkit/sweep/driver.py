@@ -33,6 +33,9 @@ QUEUE_AHEAD = 1
 #: Dask blames every task queued on a worker that dies; a trial blamed for deaths of workers
 #: it was not training on is queued again, up to this many times, rather than failed
 REQUEUE_LIMIT = 3
+#: trials skipped in a row (workers saying the sweep is stopping or another driver's) before a
+#: driver that meant them to train gives up
+SKIPS_LIMIT = 20
 
 
 class Driver:
@@ -47,6 +50,9 @@ class Driver:
         self.in_flight: dict = {}  # future -> trial number
         self.queued: dict = {}  # trial number -> rung: submitted, not reported begun
         self._submitted = 0
+        self.submission: dict = {}  # trial number -> its chunk in flight (a counter)
+        self._version = 0  # of the state told to the trials: increases, whatever the clock
+        self._skips = 0  # "skipped" chunks in a row while the driver wanted them to train
         self.began_on: dict = {}  # trial number -> the worker it last reported beginning on
         self.requeued: dict = {}  # trial number -> times queued again after a blameless death
         self._lost: set = set()  # trials queued again: their next beginning is no new attempt
@@ -110,11 +116,14 @@ class Driver:
                 "token": self.token, "state_variable": self._state_name()}
         # NOTE: first submitted, first run (Dask may otherwise take a queued one first)
         self._submitted += 1
+        spec["submission"] = self._submitted  # NOTE: a message of an earlier chunk is stale
         fut = self.client.submit(trial_mod.train, self.make_loop, spec, pure=False,
                                  priority=-self._submitted,
                                  key=f"labkit-trial-{self.id}-{n}-{uuid.uuid4().hex[:8]}")
         self.in_flight[fut] = n
         self.queued[n] = rung
+        self.submission[n] = self._submitted
+        self.began_on.pop(n, None)
 
     def began(self, n: int) -> None:
         """Trial ``n``'s worker reported that it began its chunk: it is running now."""
@@ -140,6 +149,8 @@ class Driver:
                 continue  # another sweep's, or a superseded driver's
             n = msg["trial"]
             if msg.get("started"):
+                if msg.get("submission") != self.submission.get(n):
+                    continue  # NOTE: an earlier chunk's, arriving late
                 self.began_on[n] = msg.get("worker")
                 if n in self.queued:
                     self.began(n)
@@ -168,10 +179,12 @@ class Driver:
 
     def finished(self, fut, n: int) -> None:
         t = self.trials[n]
-        if n in self.queued and (fut.status == "cancelled" or (
-                fut.status == "finished" and fut.result()["outcome"] == "skipped")):
-            del self.queued[n]  # NOTE: it never began (it found the sweep stopping): pending
+        res = fut.result() if fut.status == "finished" else None  # NOTE: fetched once
+        skipped = res is not None and res["outcome"] == "skipped"
+        if skipped or (fut.status == "cancelled" and n in self.queued):
+            self._skipped(n)
             return
+        self._skips = 0
         if fut.status == "error" and self._blameless(n, fut.exception()):
             self.queued.pop(n, None)
             self.requeued[n] = self.requeued.get(n, 0) + 1
@@ -183,8 +196,7 @@ class Driver:
             return
         if n in self.queued:  # NOTE: its "began" message is late or lost
             self.began(n)
-        if fut.status == "finished":
-            res = fut.result()
+        if res is not None:
             now = time.time()
             self.store.add_metrics(t["run_id"], [(it, ep, k, v, now)
                                                  for it, ep, k, v in res["rows"]])
@@ -246,6 +258,26 @@ class Driver:
         last = getattr(getattr(exc, "last_worker", None), "address", None)
         return last is not None and last != self.began_on.get(n)
 
+    def _skipped(self, n: int) -> None:
+        """A chunk that found the sweep stopping (or owned by another driver) as it began,
+        and did nothing: still pending if it never began; interrupted if Dask reran a chunk
+        that had begun, on another worker (it continues from its checkpoint)."""
+        if self.queued.pop(n, None) is None and self.trials[n]["status"] == "running":
+            self._lost.add(n)
+            self._set(n, status="interrupted")
+            self._run_update(n, status="interrupted", ended=time.time())
+        if self.stopping or self.paused:
+            return
+        # NOTE: the workers hold a state this driver did not mean (a stale stop, or another
+        # driver's): tell it again, and give up rather than resubmit forever
+        self._skips += 1
+        if self._skips > SKIPS_LIMIT:
+            raise SweepError(f"sweep {self.id}: the workers skipped {self._skips} trials in a "
+                             "row as stopped or owned by another driver; is another "
+                             "lk.sweep.resume of it running on this cluster? Stop that one, "
+                             f"then lk.sweep.resume({self.id!r})")
+        self._tell_trials(stop=False)
+
     # -- the loop
     def _beat_now(self) -> None:
         now = time.time()
@@ -278,10 +310,18 @@ class Driver:
         (a task of any other stops as superseded) and whether to stop."""
         from distributed import Variable
 
-        state = {"owner": self.token, "stop": stop, "version": time.time_ns()}
+        variable = Variable(self._state_name(), client=self.client)
+        where = [self._state_name(), "version"]
+        if not self._version:  # NOTE: newer than any earlier driver's, whatever our clock
+            self._version = self.client.get_metadata(where, default=0)
+        self._version = max(self._version + 1, time.time_ns())
+        self.client.set_metadata(where, self._version)
+        state = {"owner": self.token, "stop": stop, "version": self._version}
         # NOTE: the variable first: a worker that joins after the push reads it
-        Variable(self._state_name(), client=self.client).set(state)
-        self.client.run(trial_mod.tell, self.id, state)
+        variable.set(state)
+        # NOTE: a worker dying meanwhile must not end the sweep (its replacement reads the
+        # variable)
+        self.client.run(trial_mod.tell, self.id, state, on_error="ignore")
 
     def stop(self) -> None:
         """Ask every training trial to checkpoint and stop; start nothing new (queued trials
@@ -342,6 +382,10 @@ class Driver:
     def _abandon(self) -> None:
         """However the loop ended: no trial stays running (those in flight are interrupted;
         a resumed sweep continues them from their checkpoints; queued ones stay pending)."""
+        try:
+            self._drain()  # NOTE: which of the queued ones began
+        except Exception:  # noqa: BLE001 - the store failing here must not hide why it ended
+            pass
         for fut, n in list(self.in_flight.items()):
             fut.release()
             if self.queued.pop(n, None) is not None:

@@ -146,7 +146,7 @@ def train(make_loop, spec: dict, send=None, should_stop=None) -> dict:
         return {"outcome": "skipped", "loaded": None, "iteration": None, "epoch": None,
                 "rows": [], "progress": {}, "checkpoints": [], "value": None}
     send({"sweep": spec["sweep"], "trial": spec["trial"], "attempt": spec["token"],
-          "started": True, "worker": _worker_address()})
+          "started": True, "worker": _worker_address(), "submission": spec.get("submission")})
     loop = build_loop(make_loop, spec)
     try:
         loaded = None

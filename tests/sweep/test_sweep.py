@@ -259,3 +259,62 @@ def test_trials_read_the_drivers_state_pushed_or_from_its_variable(client):
     trial_mod.tell("s-state", {"owner": "theirs", "stop": False, "version": 4})
     assert check() == "superseded"
     trial_mod._TOLD.pop("s-state")
+
+
+class _Done:
+    """A finished Dask future's face, for the driver's bookkeeping."""
+
+    def __init__(self, result):
+        self.status, self._result = "finished", result
+
+    def result(self):
+        return self._result
+
+
+def _driver(client, store, tmp_path, asha=None):
+    from labkit.sweep.driver import Driver
+
+    sid = store.create_sweep("unit", None, "{}", {"metric": "valid_accuracy", "mode": "max",
+                                                  "seed": 0, "directory": str(tmp_path)},
+                             [{"lr": 0.01}, {"lr": 0.02}])
+    return Driver(store, store.get_sweep(sid), make_loop, {}, asha, client, 1)
+
+
+def test_a_rerun_chunk_that_skips_leaves_the_trial_interrupted_with_its_records(
+        client, store, tmp_path):
+    """Dask reruns a chunk that had begun (its worker died) and the rerun finds the sweep
+    pausing: the trial is interrupted (resumed from its checkpoint later), its checkpoint
+    records and numbers untouched; a stale 'started' message of an earlier chunk is ignored."""
+    d = _driver(client, store, tmp_path, asha=lk.sweep.ASHA(grace=1, reduction=2))
+    d.submit = lambda n, rung: None  # NOTE: bookkeeping only, nothing sent to Dask
+    rid = store.start_trial_run(d.id, 0, "unit-0", {}, None, tmp_path)
+    d.trials[0]["run_id"] = rid
+    store.add_checkpoint(rid, 11, 1, str(tmp_path / "c11"), 10, {})
+    d._set(0, status="running", rung=0, attempts=1, epoch=1, value=0.5)
+    d.submission[0] = 7
+    d.paused = True
+    d.events.put((0, {"attempt": d.token, "trial": 0, "started": True, "submission": 6,
+                      "worker": "tcp://old"}))
+    d._drain()
+    assert 0 not in d.began_on  # NOTE: an earlier chunk's message
+    d.finished(_Done({"outcome": "skipped"}), 0)
+    t = store.trials(d.id)[0]
+    assert t["status"] == "interrupted" and t["epoch"] == 1 and t["value"] == 0.5
+    assert [c["iteration"] for c in lk.runs.checkpoints(rid)] == [11]
+    assert d.next_job() == (0, 0)  # NOTE: once unpaused, trial 0 goes on first
+
+
+def test_a_driver_whose_clock_is_behind_still_outranks_the_last(client, store, tmp_path,
+                                                                monkeypatch):
+    from distributed import Variable
+
+    d = _driver(client, store, tmp_path)
+    Variable(d._state_name(), client=client).set({"owner": "old", "stop": True,
+                                                  "version": 10**30})
+    client.set_metadata([d._state_name(), "version"], 10**30)  # NOTE: the old driver's
+    monkeypatch.setattr("labkit.sweep.driver.time.time_ns", lambda: 5)
+    d._tell_trials(stop=False)
+    from labkit.sweep import trial as trial_mod
+
+    told = trial_mod._TOLD[d.id]
+    assert told["owner"] == d.token and told["version"] > 10**30 and not told["stop"]
