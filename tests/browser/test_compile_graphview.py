@@ -220,8 +220,9 @@ def test_compiled_program_in_graphview_light_and_dark(browser, lab):
     show(page, 1)
     wait_for(lambda: node(page, 1, "▸ linear_0"), what="the traced step drawn")
     traced = [m["label"] for m in nodes(page, 1)]
-    assert FUSED not in traced and "exp" in traced, traced
-    labelled(page, 1, "exp")
+    # NOTE: the cross-entropy's gradient takes the softmax, an op of its own
+    assert FUSED not in traced and "softmax" in traced, traced
+    labelled(page, 1, "softmax")
     element_shot(view(page, 1), "compile_graphview_traced_light")
 
     # a click opens the fused kernel: its ops, grouped under /compiled/fused 1
@@ -243,9 +244,9 @@ def test_compiled_program_in_graphview_light_and_dark(browser, lab):
     page.evaluate(PAINTED)
     inner = [m for m in nodes(page, 0) if m["brick"] == GROUP]
     assert FUSED not in [m["label"] for m in nodes(page, 0)]
-    assert {"exp", "sub"} <= {m["label"] for m in inner}, inner
+    assert {"sub", "mul"} <= {m["label"] for m in inner}, inner  # NOTE: softmax - onehot, * g
     assert f"{GROUP}: expanded" in view(page, 0).inner_text()
-    labelled(page, 0, "exp")
+    labelled(page, 0, "mul")
     element_shot(view(page, 0), "compile_graphview_expanded_light")
     # the rest of the program (backward, optimizer update) lies below the figure's height
     assert not node(page, 0, "update (host)")["visible"]
@@ -261,7 +262,7 @@ def test_compiled_program_in_graphview_light_and_dark(browser, lab):
     wait_for(lambda: set(page.evaluate(EDGE_TEXT)) == {fg2},
              what="the edge labels in the dark theme's colour")
     show(page, 0)
-    labelled(page, 0, "exp")
+    labelled(page, 0, "mul")
     element_shot(view(page, 0), "compile_graphview_expanded_dark")
     # the collapse menu folds the kernel back into its group
     view(page, 0).locator("select").select_option(GROUP)
@@ -270,6 +271,6 @@ def test_compiled_program_in_graphview_light_and_dark(browser, lab):
     labelled(page, 0, FUSED)
     element_shot(view(page, 0), "compile_graphview_dark")
     show(page, 1)
-    labelled(page, 1, "exp")
+    labelled(page, 1, "softmax")
     element_shot(view(page, 1), "compile_graphview_traced_dark")
     page.close()
