@@ -165,12 +165,11 @@ def stabilize(nodes, alias, values):
         elif t is m.Log and st is act.Softmax:
             n.fn, n.ins, n.name = act.LogSoftmax(src.fn.axis), [src.ins[0]], "log_softmax"
             done.append("log(softmax(x)) -> log_softmax(x)")
-        elif (t is act.SoftmaxGrad and _divided_by(made_by.get(n.ins[1]), n.ins[0], fixed)
-              and _same_meta(values, n.ins[1], made_by[n.ins[1]].ins[0])):
+        elif (t is act.SoftmaxGrad
+              and (g := _numerator(made_by.get(n.ins[1]), n.ins[0], fixed)) is not None
+              and _same_meta(values, n.ins[1], g)):
             # NOTE: y * (g / y - sum(g / y * y)) = g - y * sum(g): log(softmax)'s gradient
-            n.fn = act.LogSoftmaxGrad(n.fn.axis)
-            n.ins = [n.ins[0], made_by[n.ins[1]].ins[0]]
-            n.name = "log_softmax_grad"
+            n.fn, n.ins, n.name = act.LogSoftmaxGrad(n.fn.axis), [n.ins[0], g], "log_softmax_grad"
             done.append("softmax_grad(y, g / y) -> g - y * sum(g)")
         elif t is m.Log and st is m.Sigmoid:
             n.kind, n.fn, n.ins = "host", _stable_log_sigmoid, [src.ins[0]]
@@ -179,11 +178,9 @@ def stabilize(nodes, alias, values):
         elif t is m.Mul and len(n.ins) == 2:
             a, b = n.ins
             for g_slot, e_slot in ((a, b), (b, a)):
-                d = made_by.get(g_slot)
-                if (d is not None and d.kind == "op" and type(d.fn) is m.Div
-                        and d.ins[1] == e_slot and _same_meta(values, n.outs[0], d.ins[0])
-                        and d.ins[0] not in fixed):
-                    alias[n.outs[0]] = d.ins[0]
+                g = _numerator(made_by.get(g_slot), e_slot, fixed)
+                if g is not None and _same_meta(values, n.outs[0], g):
+                    alias[n.outs[0]] = g
                     done.append("(g / e) * e -> g")
                     break
             else:
@@ -193,12 +190,15 @@ def stabilize(nodes, alias, values):
     return kept, done
 
 
-def _divided_by(d, e_slot, fixed) -> bool:
-    """Whether node ``d`` is an op ``g / e`` whose denominator is slot ``e_slot``."""
+def _numerator(d, e_slot, fixed):
+    """The slot of ``g`` when node ``d`` is an op ``g / e`` whose denominator is slot
+    ``e_slot`` and ``g`` is not changed in place by the step, else None."""
     from ..functions import math as m
 
-    return (d is not None and d.kind == "op" and type(d.fn) is m.Div
-            and d.ins[1] == e_slot and d.ins[0] not in fixed)
+    if (d is not None and d.kind == "op" and type(d.fn) is m.Div and d.ins[1] == e_slot
+            and d.ins[0] not in fixed):
+        return d.ins[0]
+    return None
 
 
 def _same_meta(values, a, b):

@@ -96,62 +96,58 @@ def gelu(x):
     return x * (erf(mul(x, 1 / _m.sqrt(2))) + 1.0) * 0.5
 
 
-def _np_log_softmax(x, axis):
-    m = x.max(axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0)
-    return x - (np.log(np.exp(x - m).sum(axis=axis, keepdims=True)) + m)
+def _softmax_array(x, axis, log: bool):
+    """softmax (or log-softmax) of device array ``x`` over ``axis``: on ``cl`` one launch for
+    a last axis (backend/opencl/softmax.py), else x - logsumexp(x) (then exp), as NumPy."""
+    if isinstance(x, np.ndarray):
+        m = x.max(axis=axis, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0)
+        ls = x - (np.log(np.exp(x - m).sum(axis=axis, keepdims=True)) + m)
+        return ls if log else np.exp(ls)
+    if _sm.fits(x, axis):
+        return _sm.softmax(x, axis, log=log)
+    xp = xp_of(x)
+    ls = xp.subtract(x, xp.logsumexp(x, axis=axis, keepdims=True))
+    return ls if log else xp.exp(ls)
 
 
-class LogSoftmax(Function):
-    """x - logsumexp(x) over ``axis``: on ``cl`` one launch for a last axis
-    (backend/opencl/softmax.py), bitwise equal to the composed form it replaces."""
-
-    name = "log_softmax"
+class _AlongAxis(Function):
+    """An op on rows along ``axis`` (the softmax family)."""
 
     def __init__(self, axis):
         self.axis = axis
 
+
+class LogSoftmax(_AlongAxis):
+    """x - logsumexp(x) over ``axis``; on ``cl`` bitwise equal to the composed form."""
+
+    name = "log_softmax"
+
     def forward(self, x):
-        if isinstance(x, np.ndarray):
-            return _np_log_softmax(x, self.axis)
-        if _sm.fits(x, self.axis):
-            return _sm.softmax(x, self.axis, log=True)
-        xp = xp_of(x)
-        return xp.subtract(x, xp.logsumexp(x, axis=self.axis, keepdims=True))
+        return _softmax_array(x, self.axis, log=True)
 
     def backward(self, inputs, gy):
         y = Softmax(self.axis).apply(inputs)
         return LogSoftmaxGrad(self.axis).apply((y, gy))
 
 
-class Softmax(Function):
-    """exp(log_softmax(x)) over ``axis``: on ``cl`` one launch for a last axis."""
+class Softmax(_AlongAxis):
+    """exp(log_softmax(x)) over ``axis``; on ``cl`` computed as exp(x - max) / sum."""
 
     name = "softmax"
 
-    def __init__(self, axis):
-        self.axis = axis
-
     def forward(self, x):
-        if isinstance(x, np.ndarray):
-            return np.exp(_np_log_softmax(x, self.axis))
-        if _sm.fits(x, self.axis):
-            return _sm.softmax(x, self.axis, log=False)
-        xp = xp_of(x)
-        return xp.exp(xp.subtract(x, xp.logsumexp(x, axis=self.axis, keepdims=True)))
+        return _softmax_array(x, self.axis, log=False)
 
     def backward(self, inputs, gy):
         y = Softmax(self.axis).apply(inputs)
         return SoftmaxGrad(self.axis).apply((y, gy))
 
 
-class LogSoftmaxGrad(Function):
+class LogSoftmaxGrad(_AlongAxis):
     """``g - y * sum(g)`` over ``axis``, from the softmax ``y``: log-softmax's gradient."""
 
     name = "log_softmax_grad"
-
-    def __init__(self, axis):
-        self.axis = axis
 
     def forward(self, y, g):
         if _sm.grad_fits(y, g, self.axis):
@@ -165,13 +161,10 @@ class LogSoftmaxGrad(Function):
                 gg - rsum(gg * y, axis=self.axis, keepdims=True))
 
 
-class SoftmaxGrad(Function):
+class SoftmaxGrad(_AlongAxis):
     """``y * (g - sum(g * y))`` over ``axis``: softmax's gradient."""
 
     name = "softmax_grad"
-
-    def __init__(self, axis):
-        self.axis = axis
 
     def forward(self, y, g):
         if _sm.grad_fits(y, g, self.axis):

@@ -186,22 +186,25 @@ def train(make_loop, spec: dict, send=None, should_stop=None) -> dict:
         loop.close()
 
 
-def _worker_address() -> str | None:
+def _worker():
+    """The Dask worker running this code, or None (``train`` called directly)."""
     from distributed import get_worker
 
     try:
-        return get_worker().address
-    except ValueError:  # not on a worker
+        return get_worker()
+    except ValueError:
         return None
 
 
-def _dask_send(message) -> None:
-    from distributed import get_worker
+def _worker_address() -> str | None:
+    w = _worker()
+    return None if w is None else w.address
 
-    try:
-        get_worker().log_event(TOPIC, message)
-    except ValueError:  # not on a worker (called directly): nobody listens
-        pass
+
+def _dask_send(message) -> None:
+    w = _worker()
+    if w is not None:  # NOTE: off a worker nobody listens
+        w.log_event(TOPIC, message)
 
 
 #: what each sweep's driver last told this process: sweep id -> {"owner", "stop", "version"}

@@ -31,3 +31,15 @@ def views(rng, shape, dtype=np.float32, low=-2.0, high=2.0):
     sl = tuple(slice(1, None, 2) for _ in shape)
     out.append(("stepped", big[sl], cp.asarray(big)[sl]))
     return out
+
+
+def special_rows(rng, shape=(32, 6)):
+    """Float32 rows of standard normals whose first five hold what reductions over a row
+    must keep: a NaN, all -inf, a +inf, +inf beside -inf, and values too large to exp."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[0, 2] = np.nan
+    x[1, :] = -np.inf
+    x[2, 3] = np.inf
+    x[3, :] = [np.inf, -np.inf] + [0] * (shape[1] - 2)
+    x[4, :] = 1e30
+    return x

@@ -7,6 +7,8 @@ import pytest
 from labkit.backend import opencl as cp
 from labkit.backend.opencl import reduce as red
 
+from .helpers import special_rows
+
 
 def _ref(x, axis, keepdims=False):
     x = x.astype(np.float64)
@@ -29,12 +31,7 @@ def test_rows_match_float64(shape, axis, keepdims, rng):
 
 
 def test_special_values_as_the_composed_form(monkeypatch, rng):
-    x = rng.standard_normal((32, 6)).astype(np.float32)
-    x[0, 2] = np.nan
-    x[1, :] = -np.inf
-    x[2, 3] = np.inf
-    x[3, :] = [np.inf, -np.inf, 0, 0, 0, 0]
-    x[4, :] = 1e30
+    x = special_rows(rng)
     calls = []
     real = red._lse_rows
     monkeypatch.setattr(red, "_lse_rows", lambda *a: calls.append(1) or real(*a))
