@@ -1,13 +1,23 @@
 // labkit: the windows of a convolution or pooling (im2col) and their adjoint (col2im), for the
-// Im2Col and Col2Im functions of labkit/functions/connection.py. The window, stride, dilation
-// and sizes are compile-time constants (KH, KW, SH, SW, DH, DW, OH, OW, H, W), so the index
-// arithmetic is multiplications by constants. CFIRST selects the column layout:
+// Im2Col, Col2Im and Conv2d functions of labkit/functions/connection.py. The window, stride,
+// dilation, padding and sizes are compile-time constants (KH, KW, SH, SW, DH, DW, PH, PW,
+// OH, OW, H, W), so the index arithmetic is multiplications by constants. CFIRST selects the
+// column layout:
 //   CFIRST 1: (C, KH, KW, N, OH, OW)   (a convolution: one GEMM operand)
 //   CFIRST 0: (N, C, KH, KW, OH, OW)   (pooling)
+// H and W are the input's sizes before padding: a window position outside them reads 0 (the
+// zero padding of a convolution, without a padded copy of the input).
 
-// im2col: one work-item per column element; x is a contiguous, already padded (N, C, H, W).
+#ifndef PH
+#define PH 0
+#define PW 0
+#endif
+
+// im2col: one work-item per column element; x (N, C, H, W) is read through its strides (a
+// convolution's output is (C, N, H, W) in memory).
 __kernel void lk_im2col(const IDX total, const IDX N, const IDX C,
-                        __global T* col, __global const T* x, const IDX x_o)
+                        __global T* col, __global const T* x, const IDX x_o,
+                        const IDX sn, const IDX sc, const IDX sy, const IDX sx)
 {
     const IDX gid = (IDX)get_global_id(0);
     if (gid >= total) return;
@@ -25,13 +35,24 @@ __kernel void lk_im2col(const IDX total, const IDX N, const IDX C,
     const IDX c = r % C; r /= C;
     const IDX n = r;
 #endif
-    col[gid] = x[x_o + ((n * C + c) * H + oy * SH + i * DH) * W + ox * SW + j * DW];
+    const IDX iy = oy * SH + i * DH - PH;
+    const IDX ix = ox * SW + j * DW - PW;
+#if PH || PW
+    col[gid] = (iy >= 0 && iy < H && ix >= 0 && ix < W)
+        ? x[x_o + n * sn + c * sc + iy * sy + ix * sx] : (T)0;
+#else
+    col[gid] = x[x_o + n * sn + c * sc + iy * sy + ix * sx];
+#endif
 }
 
 // col2im: one work-item per element of the (N, C, H, W) result, gathering every window that
 // covers it, in (i, j) order: no atomics, and the same sums in the same order as adding the
 // window slices one after another (bit for bit). col is read through its strides (in the
-// layout's order: s0..s5).
+// layout's order: s0..s5). With padding, the result is the unpadded part (the data gradient
+// of a convolution). OUT_CNHW 1 writes it in (C, N, H, W) memory order.
+#ifndef OUT_CNHW
+#define OUT_CNHW 0
+#endif
 __kernel void lk_col2im(const IDX total, const IDX N, const IDX C,
                         __global T* out, __global const T* col, const IDX col_o,
                         const IDX s0, const IDX s1, const IDX s2, const IDX s3, const IDX s4,
@@ -40,10 +61,15 @@ __kernel void lk_col2im(const IDX total, const IDX N, const IDX C,
     const IDX gid = (IDX)get_global_id(0);
     if (gid >= total) return;
     IDX r = gid;
-    const IDX xx = r % W; r /= W;
-    const IDX y = r % H; r /= H;
+    const IDX xx = r % W + PW; r /= W;
+    const IDX y = r % H + PH; r /= H;
+#if OUT_CNHW
+    const IDX n = r % N; r /= N;
+    const IDX c = r;
+#else
     const IDX c = r % C; r /= C;
     const IDX n = r;
+#endif
     T acc = 0;
     for (int i = 0; i < KH; ++i) {
         const IDX ty = y - i * DH;

@@ -14,6 +14,32 @@
 // out-of-line calls and cost 3-5x in this loop.
 //
 // gemm_gen: one work-item per element of C, any strides, any dtype: edges, small or odd shapes.
+//
+// Epilogue (a linear layer or a convolution as one kernel): with BIAS 1 both kernels take a
+// bias read through its own strides (bias[bias_o + i * e_si + j * e_sj] for element (i, j) of
+// C: a stride of 0 broadcasts it along rows or columns), added to each result; with ACT 1
+// the result then goes through relu, as maximum(v, 0) does elsewhere (NaN stays NaN, -0
+// becomes 0). Each is its own rounding, in the order of the separate ops it replaces.
+
+#ifndef BIAS
+#define BIAS 0
+#endif
+#ifndef ACT
+#define ACT 0
+#endif
+#if BIAS
+#define EPI_ARGS , __global const T* bias, const long bias_o, const long e_si, const long e_sj
+#define EPI_BIAS(v, i, j) v = v + bias[bias_o + (long)(i) * e_si + (long)(j) * e_sj]
+#else
+#define EPI_ARGS
+#define EPI_BIAS(v, i, j)
+#endif
+#if ACT
+#define EPI_ACT(v) v = (v > (T)0 || v != v) ? v : (T)0
+#else
+#define EPI_ACT(v)
+#endif
+#define EPI(v, i, j) { EPI_BIAS(v, i, j); EPI_ACT(v); }
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
@@ -25,7 +51,7 @@ __kernel void gemm_rb(const int K,
                       __global const VT* B, const long b_o, const long ldb, const long sbj,
                       const long sbb,
                       __global T* C, const long c_o, const long scm, const long scn,
-                      const long scb)
+                      const long scb EPI_ARGS)
 {
     const int jv = get_global_id(0);          // block of VN*VW columns
     const int ib = get_global_id(1);          // block of RM rows
@@ -51,6 +77,13 @@ __kernel void gemm_rb(const int K,
         a += sak;
     }
     __global T* c = C + c_o + bz * scb + (long)ib * RM * scm + (long)jv * VN * VW * scn;
+#if BIAS || ACT
+    for (int r = 0; r < RM; ++r)
+        for (int v = 0; v < VN; ++v) {
+            T* p = (T*)&acc[r][v];
+            for (int i = 0; i < VW; ++i) EPI(p[i], ib * RM + r, jv * VN * VW + v * VW + i);
+        }
+#endif
     if (scn == 1) {
 #pragma unroll
         for (int r = 0; r < RM; ++r)
@@ -72,7 +105,7 @@ __kernel void gemm_gen(const int M, const int N, const int K, const int i0, cons
                        __global const T* B, const long b_o, const long sbk, const long sbn,
                        const long sbb,
                        __global T* C, const long c_o, const long scm, const long scn,
-                       const long scb)
+                       const long scb EPI_ARGS)
 {
     const int j = get_global_id(0);
     const int i = get_global_id(1);
@@ -82,5 +115,6 @@ __kernel void gemm_gen(const int M, const int N, const int K, const int i0, cons
     __global const T* b = B + b_o + bz * sbb + (long)(j0 + j) * sbn;
     T acc = 0;
     for (int k = 0; k < K; ++k) acc += a[k * sak] * b[k * sbk];
+    EPI(acc, i0 + i, j0 + j);
     C[c_o + bz * scb + (long)(i0 + i) * scm + (long)(j0 + j) * scn] = acc;
 }

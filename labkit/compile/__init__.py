@@ -27,8 +27,9 @@ Inside a compiled step:
 
 The passes (``step.explain()`` lists what they did): constant folding, merging of ops that
 compute the same value, removal of what nothing needs, stabilisation (``stabilize=``), a sum
-of same-shape matrix products gathered into one product (``reassociate=``), and on OpenCL
-devices elementwise fusion (``fuse=``). ``step.graph()`` draws the program in GraphView.
+of same-shape matrix products gathered into one product (``reassociate=``), a relu folded into
+the linear layer or convolution before it (its GEMM's epilogue on OpenCL) and on OpenCL
+devices elementwise fusion (both ``fuse=``). ``step.graph()`` draws the program in GraphView.
 """
 
 from __future__ import annotations
@@ -245,6 +246,9 @@ class Compiled:
             if p.gathered:
                 lines.append(f"  gathered: {p.gathered} sum(s) of matrix products into one "
                              "product each")
+            if p.epilogues:
+                lines.append(f"  epilogue: relu folded into {p.epilogues} linear or conv2d "
+                             "node(s)")
             for r in sorted(set(p.rewrites)):
                 lines.append(f"  stabilised: {r} ({p.rewrites.count(r)}x)")
         for r in self.stats["reasons"]:

@@ -310,3 +310,52 @@ def _stacked_product(root, found, new_slot, fa, fc, m):
         Node("op", mm, [st, sb], [root.outs[0]], "matmul (gathered)", where,
              ("gathered", "matmul"), idx=-3 * root.idx - 4),
     ]
+
+
+# ---- epilogues -------------------------------------------------------------------------------
+
+
+def fold_relu(nodes, needed):
+    """``relu(linear(x, W, b))`` -> ``linear(x, W, b, activation="relu")``, and the same for
+    ``conv2d``: one node, on an OpenCL device one GEMM kernel with the bias and relu as its
+    epilogue. Only where relu is the pre-activation's one reader, besides the gradient mask
+    (``relu_grad``), which is then read from the relu's output instead: ``y > 0`` exactly
+    where ``z > 0`` (NaN in both), so the program's results are bit for bit the same.
+    Returns the nodes and how many were folded."""
+    from ..functions import activation as act
+    from ..functions import connection as conn
+
+    made_by = {}
+    readers: dict = {}
+    for n in nodes:
+        for s in n.outs:
+            made_by[s] = n
+        for s in n.ins:
+            readers.setdefault(s, []).append(n)
+        for _, _, s in n.attr_in:
+            readers.setdefault(s, []).append(n)
+    fixed = changed_in_place(nodes)
+    gone = set()
+    for r in nodes:
+        if r.kind != "op" or type(r.fn) is not act.ReLU or r.attr_in:
+            continue
+        z = r.ins[0]
+        src = made_by.get(z)
+        if (src is None or src.kind != "op" or type(src.fn) not in (conn.Linear, conn.Conv2d)
+                or "relu" in src.fn.__dict__ or src.outs[0] != z or z in needed or z in fixed):
+            continue
+        masks = [n for n in readers.get(z, ()) if n is not r]
+        if not all(n.kind == "op" and type(n.fn) is act.ReLUGrad and z not in n.ins
+                   and all(a == "x" for a, _, s in n.attr_in if s == z) for n in masks):
+            continue
+        y = r.outs[0]
+        fn = src.fn
+        src.fn = conn.Linear(True) if type(fn) is conn.Linear else conn.Conv2d(fn.g, True)
+        src.fn.brick = getattr(fn, "brick", None)  # where GraphView draws it
+        src.name = src.fn.name
+        src.outs = [y]
+        src.sig = (type(src.fn), src.sig[1] + (("relu", True),))
+        for m in masks:
+            m.attr_in = [(a, i, y if s == z else s) for a, i, s in m.attr_in]
+        gone.add(id(r))
+    return [n for n in nodes if id(n) not in gone], len(gone)

@@ -60,8 +60,9 @@ class Program:
                                                           new_slot)
             t.n_slots += len(extra)
         nodes = passes.prune(nodes, needed)
-        self.fused = 0
+        self.fused = self.epilogues = 0
         if fuse:
+            nodes, self.epilogues = passes.fold_relu(nodes, needed)
             from . import fusion
 
             nodes, self.fused = fusion.fuse(nodes, t, needed | _read_by_hosts(nodes), consts)

@@ -70,8 +70,31 @@ def matmul(a, b):
     return MatMul().apply((a, b))
 
 
-def linear(x, W, b=None):
-    """``x @ W.T + b`` with ``W`` of shape (out, in), as PyTorch."""
+def _relu_wanted(activation, op):
+    """True for ``activation="relu"`` (or ``F.relu``), False for None; anything else is an
+    error that names what is fused."""
+    if activation is None:
+        return False
+    if activation == "relu" or getattr(activation, "__name__", None) == "relu":
+        return True
+    raise ValueError(f"{op}: activation={activation!r} cannot be fused; pass 'relu' or None "
+                     f"and apply other activations to the result")
+
+
+def linear(x, W, b=None, activation=None):
+    """``x @ W.T + b`` with ``W`` of shape (out, in), as PyTorch. ``activation="relu"``
+    applies relu in the same node (on an OpenCL device, in the GEMM kernel's epilogue): the
+    result and its gradients are bit for bit those of ``relu(linear(x, W, b))``.
+
+    Examples
+    --------
+    >>> import labkit as lk, labkit.functions as F
+    >>> x = lk.tensor([[1.0, -2.0]])
+    >>> W = lk.tensor([[1.0, 1.0], [0.5, 0.0]])
+    >>> F.linear(x, W, activation="relu").tolist()
+    [[0.0, 0.5]]
+    """
+    relu = activation is not None and _relu_wanted(activation, "linear")
     # NOTE: the usual call passes with two type tests and two identity tests; the checker's
     # calls (which word the error) run only when one fails: linear runs every layer, every step
     if not (isinstance(x, Tensor) and isinstance(W, Tensor)
@@ -93,27 +116,48 @@ def linear(x, W, b=None):
         raise ShapeError(f"linear: b must have shape ({W.shape[0]},), got b.shape={b.shape}")
     if x.ndim != 2:
         lead = x.shape[:-1]
-        y = Linear().apply((reshape(x, (-1, x.shape[-1])), W) if b is None else
-                           (reshape(x, (-1, x.shape[-1])), W, b))
+        y = Linear(relu).apply((reshape(x, (-1, x.shape[-1])), W) if b is None else
+                               (reshape(x, (-1, x.shape[-1])), W, b))
         return reshape(y, lead + (W.shape[0],))
-    return Linear().apply((x, W) if b is None else (x, W, b))
+    return Linear(relu).apply((x, W) if b is None else (x, W, b))
 
 
 class Linear(Function):
-    """``x @ W.T + b`` for 2-D x. A class, not matmul(x, transpose(W)) + b: the composed
-    version returns W's gradient as a transposed view (the gradient of W.T), which every
-    optimizer step then walks with strides, and it records four nodes instead of one."""
+    """``x @ W.T + b`` for 2-D x, then relu with ``relu=True``. A class, not matmul(x,
+    transpose(W)) + b: the composed version returns W's gradient as a transposed view (the
+    gradient of W.T), which every optimizer step then walks with strides, and it records four
+    nodes instead of one. On an OpenCL device the bias and the relu are the GEMM kernel's
+    epilogue: the layer is one launch."""
 
     name = "linear"
 
+    def __init__(self, relu=False):
+        if relu:
+            self.relu = True
+            self.name = "linear_relu"
+
     def forward(self, x, W, b=None):
-        y = x @ W.T
-        if b is not None:
-            y += b
+        relu = self.__dict__.get("relu", False)
+        if type(x) is not np.ndarray:
+            from ..backend.opencl.gemm import linear as cl_linear
+
+            y = cl_linear(x, W.T, b, axis=1, relu=relu)
+        else:
+            y = x @ W.T
+            if b is not None:
+                y += b
+            if relu:
+                np.maximum(y, 0, out=y)
+        if relu:
+            self.y = y  # the mask of the gradient: y > 0 exactly where x @ W.T + b > 0
         return y
 
     def backward(self, inputs, gy):
         x, W = inputs[0], inputs[1]
+        if "relu" in self.__dict__:
+            from .activation import ReLUGrad
+
+            gy = ReLUGrad(self.y).apply((gy,))
         gx = matmul(gy, W) if x.requires_grad else None
         gW = matmul(transpose(gy), x) if W.requires_grad else None
         if len(inputs) == 2:
@@ -264,38 +308,68 @@ def _np_cols(x, g):
     return np.ascontiguousarray(v).reshape(c * kh * kw, n * oh * ow)
 
 
-def _np_gy2(gy):
+def _gy2(gy):
     """(N, O, OH, OW) as (O, N*OH*OW), a view when gy is laid out (O, N, OH, OW)."""
     o = gy.shape[1]
     return gy.transpose(1, 0, 2, 3).reshape(o, -1)
 
 
+def _cl_cols(x, g):
+    """(C*kh*kw, N*OH*OW) windows of an OpenCL ``x`` (N, C, H, W) in any layout, padding
+    included: one kernel."""
+    from ..backend.opencl import conv
+
+    c, n = x.shape[1], x.shape[0]
+    (kh, kw), (oh, ow) = g.k, g.out_hw
+    col = conv.im2col(x, g.k, g.s, g.d, g.out_hw, cfirst=True, pad=g.p)
+    return col.reshape(c * kh * kw, n * oh * ow)
+
+
 class Conv2d(Function):
-    """conv2d on NumPy arrays as one node: im2col, one GEMM and the bias, the output left in
-    the GEMM's (O, N, OH, OW) memory order. Its gradients are Conv2dGradX and Conv2dGradW,
-    which differentiate again into each other and Conv2d (Chainer's scheme), so double
-    backprop works.
+    """conv2d as one node: im2col, one GEMM and the bias (with ``relu=True``, then relu), the
+    output left in the GEMM's (O, N, OH, OW) memory order. On an OpenCL device that is two
+    kernels, the bias and relu being the GEMM's epilogue. Its gradients are Conv2dGradX and
+    Conv2dGradW, which differentiate again into each other and Conv2d (Chainer's scheme), so
+    double backprop works.
 
     NOTE: composed of pad, im2col, reshape, matmul, transpose and add nodes, the CNN
     benchmark's step spent about 4 ms more in copies and broadcasts."""
 
     name = "conv2d"
 
-    def __init__(self, g):
+    def __init__(self, g, relu=False):
         self.g = g
+        if relu:
+            self.relu = True
+            self.name = "conv2d_relu"
 
     def forward(self, x, W, b=None):
-        col = _np_cols(x, self.g)
-        o = W.shape[0]
-        y = W.reshape(o, -1) @ col
-        if b is not None:
-            y += b[:, None]
+        relu = self.__dict__.get("relu", False)
+        o, n = W.shape[0], x.shape[0]
+        if type(x) is not np.ndarray:
+            from ..backend.opencl.gemm import linear as cl_linear
+
+            col = _cl_cols(x, self.g)
+            y = cl_linear(W.reshape(o, -1), col, b, axis=0, relu=relu)
+        else:
+            col = _np_cols(x, self.g)
+            y = W.reshape(o, -1) @ col
+            if b is not None:
+                y += b[:, None]
+            if relu:
+                np.maximum(y, 0, out=y)
         self.col = col
-        n = x.shape[0]
-        return y.reshape((o, n) + self.g.out_hw).transpose(1, 0, 2, 3)
+        y = y.reshape((o, n) + self.g.out_hw).transpose(1, 0, 2, 3)
+        if relu:
+            self.y = y
+        return y
 
     def backward(self, inputs, gy):
         x, W = inputs[0], inputs[1]
+        if "relu" in self.__dict__:
+            from .activation import ReLUGrad
+
+            gy = ReLUGrad(self.y).apply((gy,))
         gx = Conv2dGradX(self.g).apply((gy, W)) if x.requires_grad else None
         gW = Conv2dGradW(self.g, W.shape, self.col).apply((x, gy)) if W.requires_grad else None
         if len(inputs) == 2:
@@ -315,9 +389,12 @@ class Conv2dGradW(Function):
         self.g, self.w_shape, self.col = g, w_shape, col
 
     def forward(self, x, gy):
-        col = self.col if self.col is not None else _np_cols(x, self.g)
+        if self.col is not None:
+            col = self.col
+        else:
+            col = _np_cols(x, self.g) if type(x) is np.ndarray else _cl_cols(x, self.g)
         self.col = None
-        return (_np_gy2(gy) @ col.T).reshape(self.w_shape)
+        return (_gy2(gy) @ col.T).reshape(self.w_shape)
 
     def backward(self, inputs, ggW):
         x, gy = inputs
@@ -339,7 +416,12 @@ class Conv2dGradX(Function):
         o, c, kh, kw = W.shape
         n = gy.shape[0]
         (ph, pw), (h, w), (oh, ow) = g.p, g.in_hw, g.out_hw
-        gcol = (W.reshape(o, -1).T @ _np_gy2(gy)).reshape(c, kh, kw, n, oh, ow)
+        gcol = (W.reshape(o, -1).T @ _gy2(gy)).reshape(c, kh, kw, n, oh, ow)
+        if type(gcol) is not np.ndarray:  # one kernel: windows gathered, padding cropped
+            from ..backend.opencl import conv
+
+            return conv.col2im(gcol, g.k, g.s, g.d, (n, c, h, w), cfirst=True, pad=g.p,
+                               cnhw=True)
         out = _sum_windows_cnhw(np.zeros((c, n, h + 2 * ph, w + 2 * pw), gcol.dtype), gcol,
                                 g.k, g.s, g.d, g.out_hw)
         return out[:, :, ph:ph + h, pw:pw + w].transpose(1, 0, 2, 3)
@@ -350,8 +432,11 @@ class Conv2dGradX(Function):
                 Conv2dGradW(self.g, W.shape).apply((ggx, gy)) if W.requires_grad else None)
 
 
-def conv2d(x, W, b=None, stride=1, pad=0, dilation=1, groups=1):
-    """2-D convolution (cross-correlation), NCHW, ``W`` of shape (out, in/groups, kh, kw)."""
+def conv2d(x, W, b=None, stride=1, pad=0, dilation=1, groups=1, activation=None):
+    """2-D convolution (cross-correlation), NCHW, ``W`` of shape (out, in/groups, kh, kw).
+    ``activation="relu"`` applies relu in the same node (with ``groups=1``; on an OpenCL
+    device in the GEMM kernel's epilogue), bit for bit ``relu(conv2d(...))``."""
+    relu = _relu_wanted(activation, "conv2d")
     _check.tensor(x, "conv2d", "x")
     _check.tensor(W, "conv2d", "W")
     if b is not None:
@@ -373,14 +458,14 @@ def conv2d(x, W, b=None, stride=1, pad=0, dilation=1, groups=1):
         raise ShapeError(f"conv2d: b must have shape ({o},), got {b.shape}")
     s, p, d = _pair(stride, "stride", low=1), _pair(pad, "pad"), _pair(dilation, "dilation",
                                                                       low=1)
-    if groups == 1 and type(x.data) is np.ndarray:
+    if groups == 1:
         h, w = x.shape[2:]
         oh, ow = _out_size(h, kh, s[0], p[0], d[0]), _out_size(w, kw, s[1], p[1], d[1])
         if oh <= 0 or ow <= 0:
             raise ShapeError(f"conv2d: a {kh}x{kw} window (dilation {d}, padding {p}) does "
                              f"not fit an input of {h}x{w}")
         g = _Geometry((kh, kw), s, p, d, (h, w), (oh, ow))
-        return Conv2d(g).apply((x, W) if b is None else (x, W, b))
+        return Conv2d(g, relu).apply((x, W) if b is None else (x, W, b))
     col, (oh, ow) = _im2col(x, (kh, kw), s, p, d, cfirst=True)  # (C, kh, kw, N, OH, OW)
     outs = []
     og = o // groups
@@ -391,7 +476,12 @@ def conv2d(x, W, b=None, stride=1, pad=0, dilation=1, groups=1):
         outs.append(matmul(reshape(wg, (og, cg * kh * kw)), cols))  # one GEMM per group
     y = outs[0] if groups == 1 else concat(outs, axis=0)
     y = transpose(reshape(y, (o, n, oh, ow)), (1, 0, 2, 3))
-    return y if b is None else add(y, reshape(b, (1, o, 1, 1)))
+    y = y if b is None else add(y, reshape(b, (1, o, 1, 1)))
+    if relu:
+        from .activation import relu as _relu
+
+        y = _relu(y)
+    return y
 
 
 def conv_transpose2d(x, W, b=None, stride=1, pad=0, dilation=1, output_padding=0):

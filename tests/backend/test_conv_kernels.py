@@ -78,3 +78,43 @@ def test_im2col_of_a_view_and_of_float64(rng):
     d = cp.asarray(x)[:, :, ::-1]  # a reversed view: copied to contiguous first
     np.testing.assert_array_equal(conv.im2col(d, (3, 3), (1, 1), (1, 1), (4, 4), True).get(),
                                   _ref_im2col(x[:, :, ::-1], (3, 3), (1, 1), (1, 1), True))
+
+
+PADDED = [  # (N, C, H, W) before padding, window, stride, dilation, padding
+    ((2, 3, 7, 9), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((2, 1, 9, 11), (3, 2), (2, 3), (2, 1), (2, 1)),
+    ((1, 2, 5, 6), (5, 5), (1, 2), (1, 1), (2, 0)),
+]
+
+
+def _layouts(x):
+    """``x`` on the device as it is, laid out (C, N, H, W) (a convolution's output) and as a
+    reversed view: im2col reads each through its strides."""
+    yield "nchw", x, cp.asarray(x)
+    yield "cnhw", x, cp.asarray(np.ascontiguousarray(x.transpose(1, 0, 2, 3))).transpose(
+        1, 0, 2, 3)
+    yield "reversed", x[:, :, ::-1], cp.asarray(x)[:, :, ::-1]
+
+
+@pytest.mark.parametrize("shape,k,s,d,p", PADDED)
+@pytest.mark.parametrize("cfirst", [False, True])
+def test_padding_inside_the_kernels_matches_a_padded_copy_bit_for_bit(shape, k, s, d, p, cfirst,
+                                                                      rng):
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[0, 0, 0, :2] = [np.nan, -0.0]
+    n, c, h, w = shape
+    hp, wp = h + 2 * p[0], w + 2 * p[1]
+    oh, ow = _out(hp, k[0], s[0], d[0]), _out(wp, k[1], s[1], d[1])
+    for name, host, dev in _layouts(x):
+        padded = np.pad(host, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
+        got = conv.im2col(dev, k, s, d, (oh, ow), cfirst, pad=p).get()
+        want = _ref_im2col(padded, k, s, d, cfirst)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), name
+    g = rng.standard_normal(want.shape).astype(np.float32)
+    full = _ref_col2im(g, k, s, d, (n, c, hp, wp), cfirst)
+    crop = full[:, :, p[0]:p[0] + h, p[1]:p[1] + w]
+    for cnhw in (False, True):
+        back = conv.col2im(cp.asarray(g), k, s, d, shape, cfirst, pad=p, cnhw=cnhw)
+        assert back.shape == shape
+        assert (back.transpose(1, 0, 2, 3).is_contiguous if cnhw else back.is_contiguous)
+        np.testing.assert_array_equal(back.get(), crop)

@@ -1,22 +1,26 @@
 """im2col and col2im as kernels (kernels_cl/conv.cl): the windows of a convolution or a pooling
-and their adjoint, one launch each. The functions Im2Col and Col2Im
+and their adjoint, one launch each. The functions Im2Col, Col2Im and Conv2d
 (labkit/functions/connection.py) call these on OpenCL arrays; composed, im2col was a 6-D
-strided copy and col2im one strided add per window offset (nine for a 3x3 window)."""
+strided copy and col2im one strided add per window offset (nine for a 3x3 window).
+
+Both take the padding: im2col reads zeros outside the input (no padded copy of it) and
+col2im returns the unpadded part, the data gradient of a convolution.
+"""
 
 from __future__ import annotations
 
-from .core import ascontiguousarray
 from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
 from .program import header, kernels, source
 
 
-def _kernel(rt, kname, ct, idx, geometry, cfirst, signature):
-    (kh, kw), (sh, sw), (dh, dw), (oh, ow), (h, w) = geometry
-    key = ("conv", kname, ct, idx, geometry, cfirst)
+def _kernel(rt, kname, ct, idx, geometry, cfirst, signature, cnhw=False):
+    (kh, kw), (sh, sw), (dh, dw), (ph, pw), (oh, ow), (h, w) = geometry
+    key = ("conv", kname, ct, idx, geometry, cfirst, cnhw)
 
     def make():
         defs = {"T": ct, "IDX": idx, "KH": kh, "KW": kw, "SH": sh, "SW": sw, "DH": dh,
-                "DW": dw, "OH": oh, "OW": ow, "H": h, "W": w, "CFIRST": int(cfirst)}
+                "DW": dw, "PH": ph, "PW": pw, "OH": oh, "OW": ow, "H": h, "W": w,
+                "CFIRST": int(cfirst), "OUT_CNHW": int(cnhw)}
         src = header(rt, (ct,), defs, what=kname) + source("conv")
         return getattr(kernels(rt, src, {kname: signature}, name=f"conv.cl:{kname}"), kname)
     return rt.cached(key, make)
@@ -28,10 +32,9 @@ def _launch(rt, kernel, total, *args):
         kernel(rt.queue, (-(-total // ls) * ls,), (ls,), total, *args)
 
 
-def im2col(x, k, s, d, out_hw, cfirst=False) -> ndarray:
-    """Windows of the padded (N, C, H, W) ``x``: (C, kh, kw, N, OH, OW) with ``cfirst``, else
-    (N, C, kh, kw, OH, OW)."""
-    x = ascontiguousarray(x)
+def im2col(x, k, s, d, out_hw, cfirst=False, pad=(0, 0)) -> ndarray:
+    """Windows of ``x`` (N, C, H, W), read through its strides, zero-padded by ``pad`` on each
+    side: (C, kh, kw, N, OH, OW) with ``cfirst``, else (N, C, kh, kw, OH, OW)."""
     n, c, h, w = x.shape
     (kh, kw), (oh, ow) = k, out_hw
     shape = (c, kh, kw, n, oh, ow) if cfirst else (n, c, kh, kw, oh, ow)
@@ -41,24 +44,26 @@ def im2col(x, k, s, d, out_hw, cfirst=False) -> ndarray:
     idx = index_ctype(x, out)
     it = IDX_NP[idx]
     kernel = _kernel(x.rt, "lk_im2col", CTYPES[x.dtype], idx,
-                     (tuple(k), tuple(s), tuple(d), tuple(out_hw), (h, w)), cfirst,
-                     [it, it, it, None, None, it])
-    _launch(x.rt, kernel, out.size, n, c, out.data, x.data, x.offset)
+                     (tuple(k), tuple(s), tuple(d), tuple(pad), tuple(out_hw), (h, w)), cfirst,
+                     [it, it, it, None, None, it, it, it, it, it])
+    _launch(x.rt, kernel, out.size, n, c, out.data, x.data, x.offset, *x._st)
     return out
 
 
-def col2im(col, k, s, d, shape, cfirst=False) -> ndarray:
+def col2im(col, k, s, d, shape, cfirst=False, pad=(0, 0), cnhw=False) -> ndarray:
     """The adjoint of ``im2col``: the windows in ``col`` summed back into ``shape`` (N, C, H,
-    W), each element gathering the windows that cover it in a fixed order."""
+    W; before padding), each element gathering the windows that cover it in a fixed order.
+    With ``cnhw`` the result is laid out (C, N, H, W) in memory (a transposed view)."""
     n, c, h, w = shape
-    out = ndarray(col.rt, tuple(shape), col.dtype)
+    mem = (c, n, h, w) if cnhw else (n, c, h, w)
+    out = ndarray(col.rt, mem, col.dtype)
     if out.size == 0:
-        return out
+        return out.transpose(1, 0, 2, 3) if cnhw else out
     oh, ow = col.shape[4], col.shape[5]
     idx = index_ctype(col, out)
     it = IDX_NP[idx]
     kernel = _kernel(col.rt, "lk_col2im", CTYPES[col.dtype], idx,
-                     (tuple(k), tuple(s), tuple(d), (oh, ow), (h, w)), cfirst,
-                     [it, it, it, None, None, it] + [it] * 6)
+                     (tuple(k), tuple(s), tuple(d), tuple(pad), (oh, ow), (h, w)), cfirst,
+                     [it, it, it, None, None, it] + [it] * 6, cnhw)
     _launch(col.rt, kernel, out.size, n, c, out.data, col.data, col.offset, *col._st)
-    return out
+    return out.transpose(1, 0, 2, 3) if cnhw else out

@@ -22,7 +22,7 @@ from ..._fs import atomic_write
 from ...config import SETTINGS, kernel_cache_dir
 from ...config import get as setting
 from ...errors import KernelBuildError, ShapeError
-from .core import asarray, assign, result_type
+from .core import add, asarray, assign, maximum, result_type
 from .elementwise import VECTOR_WIDTH
 from .ndarray import CTYPES, ndarray, same_device
 from .program import header, kernels, source
@@ -63,16 +63,22 @@ def _local(rt, row_blocks):
     return (1, next(d for d in WG_ROWS if row_blocks % d == 0), 1)
 
 
-def _program(rt, ct, cfg=None):
-    """``gemm_gen`` (and with a blocking ``cfg``, ``gemm_rb``) for element type ``ct``."""
-    defs = {"T": ct}
-    signatures = {"gemm_gen": _GEN_ARGS}
+_EPI_ARGS = [None, np.int64, np.int64, np.int64]  # bias, its offset, row and column strides
+
+
+def _program(rt, ct, cfg=None, bias=False, act=0):
+    """``gemm_gen`` (and with a blocking ``cfg``, ``gemm_rb``) for element type ``ct``; with
+    ``bias`` and ``act`` (1: relu) their epilogue (kernels_cl/gemm.cl)."""
+    defs = {"T": ct, "BIAS": int(bias), "ACT": int(act)}
+    extra = _EPI_ARGS if bias else []
+    signatures = {"gemm_gen": _GEN_ARGS + extra}
     if cfg is not None:
         rm, vn, vw = cfg
         defs.update(VT=f"{ct}{vw}", VW=vw, RM=rm, VN=vn)
-        signatures["gemm_rb"] = _RB_ARGS
+        signatures["gemm_rb"] = _RB_ARGS + extra
     src = header(rt, (ct,), defs, what="matmul") + source("gemm")
-    return kernels(rt, src, signatures, name=f"gemm.cl ({ct}, {cfg})")
+    return kernels(rt, src, signatures, name=f"gemm.cl ({ct}, {cfg}, bias {int(bias)}, "
+                                             f"act {act})")
 
 
 def _tuning_file():
@@ -230,13 +236,17 @@ def _matmul2(a, b, cfg=None):
     return out
 
 
-def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None):
+def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None, epi=None):
+    """C = A @ B; ``epi``: None, or ``(bias, offset, sbi, sbj, act)``, the epilogue each element
+    (i, j) of C gets (``bias`` an ndarray or None; ``act`` 0, or 1 for relu)."""
     ct = CTYPES[dt]
     q = rt.queue
     if M == 0 or N == 0:
         return
     if K == 0:
         assign(C[0], 0)
+        if epi is not None:
+            _epilogue_after(C[0], epi)
         return
     fast = ct in ("float", "double") and M * N * K >= _FAST_MIN_WORK
     if fast and B[3] != 1 and M < N:
@@ -246,8 +256,13 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None):
         a, a_o, sam, sak, sab = A
         b, b_o, sbk, sbn, sbb = B
         c, c_o, scm, scn, scb = C
+        if epi is not None:
+            bias, e_o, sbi, sbj, act = epi
+            epi = (bias, e_o, sbj, sbi, act)
         return _gemm(rt, dt, nb, N, M, K, (b, b_o, sbn, sbk, sbb), (a, a_o, sak, sam, sab),
-                     (c, c_o, scn, scm, scb), cfg=cfg)
+                     (c, c_o, scn, scm, scb), cfg=cfg, epi=epi)
+    bias, act = (None, 0) if epi is None else (epi[0], epi[4])
+    eargs = () if bias is None else (bias.data,) + tuple(epi[1:4])
     done_m = done_n = 0
     if fast:
         if cfg is None:
@@ -263,16 +278,16 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None):
                 b_o, ldb, sbj, sbb = 0, vn, K * vn, (nbk // panel) * K * vn
             else:
                 b_o, ldb, sbj, sbb = b_o // vw, sbk // vw, vn, sbb // vw
-            prg = _program(rt, ct, cfg)
+            prg = _program(rt, ct, cfg, bias is not None, act)
             a, a_o, sam, sak, sab = A
             c, c_o, scm, scn, scb = C
             with rt.lock:
                 prg.gemm_rb(q, (nbk // panel, mb // rm, nb), _local(rt, mb // rm), K,
                             a.data, a_o, sam, sak, sab,
                             bufb.data, b_o, ldb, sbj, sbb,
-                            c.data, c_o, scm, scn, scb)
+                            c.data, c_o, scm, scn, scb, *eargs)
             done_m, done_n = mb, nbk
-    prg = _program(rt, ct)
+    prg = _program(rt, ct, None, bias is not None, act)
     a, a_o, sam, sak, sab = A
     b, b_o, sbk, sbn, sbb = B
     c, c_o, scm, scn, scb = C
@@ -283,7 +298,7 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None):
         with rt.lock:
             prg.gemm_gen(q, (-(-n // 8) * 8, -(-m // 4) * 4, nb), None, m, n, K, i0, j0,
                          a.data, a_o, sam, sak, sab, b.data, b_o, sbk, sbn, sbb,
-                         c.data, c_o, scm, scn, scb)
+                         c.data, c_o, scm, scn, scb, *eargs)
 
     if done_m == 0:
         gen(0, 0, M, N)
@@ -415,6 +430,64 @@ def _batch_strides(x, batch_shape, op):
     return dims[-1][1]
 
 
+def _product(rt, dt, nb, M, N, K, a, b, sa, sb, c, epi=None):
+    """``c`` = a @ b by the path that suits the shapes, with the epilogue ``epi`` (``_gemm``)
+    fused where the path has one, else applied after it."""
+    if (nb == 1 and a._st[-1] == 1 and b._st[-2] == 1 and M * N <= _DOT_MAX_OUT
+            and (K >= _DOT_MIN_K or (M == 1 and K >= _GEMV_MIN_K)) and dt.kind == "f"
+            and rt.info.is_cpu):
+        _gemm_dot(rt, dt, M, N, K, a, b, c)  # NOTE: also x @ W.T at batch 1
+    elif nb == 1 and _gemv_ok(rt, dt, M, N, K, b):
+        _gemv(rt, dt, N, K, a, b, c)
+    else:
+        _gemm(rt, dt, nb, M, N, K, (a, a.offset, a._st[-2], a._st[-1], sa),
+              (b, b.offset, b._st[-2], b._st[-1], sb), (c, 0, N, 1, M * N), epi=epi)
+        return
+    if epi is not None:
+        _epilogue_after(c, epi)
+
+
+def _epilogue_after(c, epi):
+    """The epilogue as separate ops on a finished ``c`` (..., M, N): the same roundings."""
+    bias, off, sbi, sbj, act = epi
+    if bias is not None:
+        assign(c, add(c, bias._view(c.shape[-2:], (sbi, sbj), off)))
+    if act:
+        assign(c, maximum(c, 0))
+
+
+def linear(a, b, bias=None, axis=1, relu=False) -> ndarray:
+    """``a @ b`` for 2-D ``a`` (M, K) and ``b`` (K, N) of one float dtype, then ``+ bias`` and
+    relu, in one kernel where the product runs the blocked or generic kernel (its epilogue;
+    kernels_cl/gemm.cl). ``bias`` is 1-D: one value per column of the result (``axis=1``,
+    a linear layer's (N,)) or per row (``axis=0``, a convolution's (M,) channels). The result
+    is bit for bit ``maximum(a @ b + bias, 0)`` computed as separate ops."""
+    rt = same_device("linear", (a, b) if bias is None else (a, b, bias))
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ShapeError(f"linear: needs a (M, K) and b (K, N), got a.shape={a.shape}, "
+                         f"b.shape={b.shape}")
+    M, K = a.shape
+    N = b.shape[1]
+    dt = a.dtype
+    if b.dtype != dt or dt.kind != "f" or (bias is not None and bias.dtype != dt):
+        raise TypeError(f"linear: a, b and bias must share one float dtype, got {a.dtype}, "
+                        f"{b.dtype}" + ("" if bias is None else f" and {bias.dtype}"))
+    epi = None
+    if bias is not None or relu:
+        if bias is not None:
+            want = N if axis == 1 else M
+            if bias.shape != (want,):
+                raise ShapeError(f"linear: bias must have shape ({want},) along axis {axis} of "
+                                 f"the ({M}, {N}) result, got {bias.shape}")
+            st = bias._st[0]
+            epi = (bias, bias.offset, 0 if axis == 1 else st, st if axis == 1 else 0, int(relu))
+        else:
+            epi = (None, 0, 0, 0, 1)
+    c = ndarray(rt, (M, N), dt)
+    _product(rt, dt, 1, M, N, K, a, b, 0, 0, c, epi)
+    return c
+
+
 def matmul(a, b, out=None):
     """NumPy's matmul: 1-D operands are promoted and the added axis removed; batch dims
     broadcast."""
@@ -452,15 +525,7 @@ def matmul(a, b, out=None):
         b = b.broadcast_to(batch + (K, N)).copy()
         sb = K * N
     c = ndarray(rt, batch + (M, N), dt)
-    if (nb == 1 and a._st[-1] == 1 and b._st[-2] == 1 and M * N <= _DOT_MAX_OUT
-            and (K >= _DOT_MIN_K or (M == 1 and K >= _GEMV_MIN_K)) and dt.kind == "f"
-            and rt.info.is_cpu):
-        _gemm_dot(rt, dt, M, N, K, a, b, c)  # NOTE: also x @ W.T at batch 1
-    elif nb == 1 and _gemv_ok(rt, dt, M, N, K, b):
-        _gemv(rt, dt, N, K, a, b, c)
-    else:
-        _gemm(rt, dt, nb, M, N, K, (a, a.offset, a._st[-2], a._st[-1], sa),
-              (b, b.offset, b._st[-2], b._st[-1], sb), (c, 0, N, 1, M * N))
+    _product(rt, dt, nb, M, N, K, a, b, sa, sb, c)
     shape = batch + ((M,) if not va else ()) + ((N,) if not vb else ())
     res = c.reshape(shape)
     if out is not None:

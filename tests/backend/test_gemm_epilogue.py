@@ -1,0 +1,105 @@
+"""The GEMM kernels' epilogue (labkit/backend/opencl/gemm.linear): ``relu(a @ b + bias)`` in
+one launch, against the same ops run one by one (bit for bit: each is its own rounding, in
+the same order) and against float64 NumPy, on every path a product can take (blocked with
+edge strips, the swapped product of a transposed operand, the generic kernel, the dot and
+GEMV paths that apply the epilogue after the product, an empty inner dimension)."""
+
+import numpy as np
+import pytest
+
+from labkit.backend import opencl as cp
+from labkit.backend.opencl.gemm import linear
+from labkit.errors import ShapeError
+
+SHAPES = [  # M, K, N: the path each takes on a CPU device
+    (100, 300, 70),   # blocked, with a right and a bottom edge strip
+    (32, 784, 512),   # blocked; with b transposed, the swapped product C.T = b.T @ a.T
+    (7, 13, 5),       # generic kernel only
+    (3, 2048, 4),     # few outputs, long K: the dot-product path (epilogue after)
+    (1, 784, 512),    # a row vector: GEMV or dot path (epilogue after)
+    (4, 0, 3),        # nothing to sum: the bias alone
+    (0, 5, 3),        # empty
+]
+
+
+def _composed(a, b, bias, axis, relu):
+    c = cp.matmul(a, b)
+    if bias is not None:
+        c = cp.add(c, bias if axis == 1 else bias.reshape(-1, 1))
+    return cp.maximum(c, 0) if relu else c
+
+
+def _operands(rng, M, K, N, transposed):
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    if a.size > 3:
+        a.flat[:3] = [np.nan, np.inf, -0.0]
+    db = cp.asarray(np.ascontiguousarray(b.T)).T if transposed else cp.asarray(b)
+    return a, b, cp.asarray(a), db
+
+
+@pytest.mark.parametrize("M,K,N", SHAPES)
+@pytest.mark.parametrize("transposed", [False, True], ids=["b", "b.T"])
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("relu", [False, True])
+def test_epilogue_equals_the_separate_ops_bit_for_bit(M, K, N, transposed, axis, relu, rng):
+    a, b, da, db = _operands(rng, M, K, N, transposed)
+    bias = rng.standard_normal(N if axis == 1 else M).astype(np.float32)
+    dbias = cp.asarray(bias)
+    got = linear(da, db, dbias, axis=axis, relu=relu).get()
+    want = _composed(da, db, dbias, axis, relu).get()
+    assert got.shape == (M, N)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    with np.errstate(all="ignore"):
+        ref = a.astype(np.float64) @ b + (bias if axis == 1 else bias[:, None])
+        if relu:
+            ref = np.where(np.isnan(ref), ref, np.maximum(ref, 0))
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.sqrt(max(K, 1)))
+
+
+@pytest.mark.parametrize("M,K,N", SHAPES[:3])
+def test_relu_without_bias_and_a_strided_bias(M, K, N, rng):
+    a, b, da, db = _operands(rng, M, K, N, False)
+    np.testing.assert_array_equal(linear(da, db, relu=True).get(),
+                                  _composed(da, db, None, 1, True).get())
+    wide = cp.asarray(rng.standard_normal(2 * N + 1).astype(np.float32))
+    every_other = wide[1::2]
+    assert every_other.shape == (N,) and not every_other.is_contiguous
+    np.testing.assert_array_equal(linear(da, db, every_other).get(),
+                                  _composed(da, db, every_other, 1, False).get())
+
+
+def test_relu_of_the_epilogue_is_maximum_with_zero_for_every_special_value():
+    v = np.array([np.nan, -np.nan, np.inf, -np.inf, -0.0, 0.0, -1e-38, 1e-38, 3.0, -3.0],
+                 np.float32)
+    a = cp.asarray(v.reshape(-1, 1))
+    b = cp.asarray(np.ones((1, 1), np.float32))
+    got = linear(a, b, relu=True).get().ravel()
+    want = np.maximum(v, np.float32(0))
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(got[~np.isnan(got)].view(np.uint32),
+                          want[~np.isnan(want)].view(np.uint32))
+
+
+def test_float64(rng):
+    from labkit.backend.opencl import runtime
+
+    if not runtime(0).info.fp64:
+        pytest.skip("this OpenCL device has no float64")
+    a, b = rng.standard_normal((70, 90)), rng.standard_normal((90, 66))
+    bias = rng.standard_normal(66)
+    got = linear(cp.asarray(a), cp.asarray(b), cp.asarray(bias), relu=True).get()
+    np.testing.assert_allclose(got, np.maximum(a @ b + bias, 0), rtol=1e-12, atol=1e-12)
+
+
+def test_bad_operands_are_named():
+    a = cp.asarray(np.ones((4, 3), np.float32))
+    b = cp.asarray(np.ones((3, 5), np.float32))
+    with pytest.raises(ShapeError, match=r"bias must have shape \(5,\) along axis 1"):
+        linear(a, b, cp.asarray(np.ones(4, np.float32)))
+    with pytest.raises(ShapeError, match=r"bias must have shape \(4,\) along axis 0"):
+        linear(a, b, cp.asarray(np.ones(5, np.float32)), axis=0)
+    with pytest.raises(ShapeError, match="a.shape=\\(4, 3\\), b.shape=\\(4, 3\\)"):
+        linear(a, a)
+    with pytest.raises(TypeError, match="one float dtype"):
+        linear(a, cp.asarray(np.ones((3, 5), np.int32)))

@@ -1,0 +1,93 @@
+"""The compile pass that folds ``relu(linear(...))`` and ``relu(conv2d(...))`` into one node
+(on OpenCL one GEMM launch, the bias and relu its epilogue): the compiled step trains bit for
+bit like the eager one, and the fold is skipped where something else reads the
+pre-activation."""
+
+import numpy as np
+import pytest
+
+import labkit as lk
+import labkit.bricks as B
+import labkit.functions as F
+
+
+def _setup(dev, seed=0):
+    rng = np.random.default_rng(seed)
+    P0 = [rng.standard_normal((6, 1, 3, 3)).astype(np.float32) * 0.3,
+          np.full(6, 0.01, np.float32),
+          rng.standard_normal((12, 6 * 5 * 5)).astype(np.float32) * 0.05,
+          np.zeros(12, np.float32),
+          rng.standard_normal((10, 12)).astype(np.float32) * 0.3,
+          np.zeros(10, np.float32)]
+    ps = [lk.tensor(p, device=dev, requires_grad=True) for p in P0]
+    opt = lk.optimizers.SGD(lr=0.1).setup({f"p{i}": p for i, p in enumerate(ps)})
+    x = lk.tensor(rng.standard_normal((8, 1, 10, 10)).astype(np.float32), device=dev)
+    y = lk.tensor(rng.integers(0, 10, 8), device=dev)
+    return ps, opt, x, y
+
+
+def _make_step(ps, opt, extra):
+    def step(x, y):
+        z1 = F.conv2d(x, ps[0], ps[1], pad=1)
+        h = F.max_pool2d(F.relu(z1), 2)
+        z2 = F.linear(F.flatten(h), ps[2], ps[3])
+        loss = F.softmax_cross_entropy(F.linear(F.relu(z2), ps[4], ps[5]), y)
+        if extra == "reads_z":  # another op reads the pre-activation: not folded
+            loss = loss + 1e-3 * (z2 * z2).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.update()
+        return (loss, z1) if extra == "returns_z" else loss
+    return step
+
+
+@pytest.mark.parametrize("extra,folded", [(None, 2), ("reads_z", 1), ("returns_z", 1)])
+def test_folded_step_trains_bit_for_bit_like_eager(dev, extra, folded):
+    runs = []
+    for compiled in (False, True):
+        ps, opt, x, y = _setup(dev)
+        step = _make_step(ps, opt, extra)
+        f = lk.compile(step) if compiled else step
+        outs = [f(x, y) for _ in range(4)]
+        losses = [(o[0] if isinstance(o, tuple) else o).numpy() for o in outs]
+        zs = [o[1].numpy() for o in outs] if extra == "returns_z" else []
+        runs.append((losses, zs, [p.numpy() for p in ps], f))
+    (l0, z0, p0, _), (l1, z1, p1, f) = runs
+    for a, b in zip(l0 + z0 + p0, l1 + z1 + p1):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    prog = f.programs()[0]
+    assert prog.epilogues == folded
+    assert f"relu folded into {folded} linear or conv2d" in f.explain()
+    names = [s[1] for s in prog.after]
+    assert ("conv2d_relu" in names) == (extra is None or extra == "reads_z")
+    assert ("linear_relu" in names) == (extra in (None, "returns_z"))
+
+
+def test_no_fold_without_fusion(dev):
+    ps, opt, x, y = _setup(dev)
+    f = lk.compile(_make_step(ps, opt, None), fuse=False)
+    for _ in range(3):
+        f(x, y)
+    assert f.programs()[0].epilogues == 0
+    assert "epilogue" not in f.explain()
+
+
+def test_the_folded_node_keeps_its_brick_for_graphview():
+    model = B.MLP([4, 8, 3], seed=0)
+    opt = lk.optimizers.SGD(lr=0.1).setup(model)
+    x = lk.tensor(np.ones((2, 4), np.float32))
+
+    @lk.compile
+    def step(x):
+        loss = model(x).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.update()
+        return loss
+
+    for _ in range(3):
+        step(x)
+    prog = step.programs()[0]
+    assert prog.epilogues == 1
+    fused = [s for s in prog.after if s[1] == "linear_relu"]
+    assert len(fused) == 1 and fused[0][2] is not None
