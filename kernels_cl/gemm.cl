@@ -15,31 +15,7 @@
 //
 // gemm_gen: one work-item per element of C, any strides, any dtype: edges, small or odd shapes.
 //
-// Epilogue (a linear layer or a convolution as one kernel): with BIAS 1 both kernels take a
-// bias read through its own strides (bias[bias_o + i * e_si + j * e_sj] for element (i, j) of
-// C: a stride of 0 broadcasts it along rows or columns), added to each result; with ACT 1
-// the result then goes through relu, as maximum(v, 0) does elsewhere (NaN stays NaN, -0
-// becomes 0). Each is its own rounding, in the order of the separate ops it replaces.
-
-#ifndef BIAS
-#define BIAS 0
-#endif
-#ifndef ACT
-#define ACT 0
-#endif
-#if BIAS
-#define EPI_ARGS , __global const T* bias, const long bias_o, const long e_si, const long e_sj
-#define EPI_BIAS(v, i, j) v = v + bias[bias_o + (long)(i) * e_si + (long)(j) * e_sj]
-#else
-#define EPI_ARGS
-#define EPI_BIAS(v, i, j)
-#endif
-#if ACT
-#define EPI_ACT(v) v = (v > (T)0 || v != v) ? v : (T)0
-#else
-#define EPI_ACT(v)
-#endif
-#define EPI(v, i, j) { EPI_BIAS(v, i, j); EPI_ACT(v); }
+// Both apply the epilogue of kernels_cl/epilogue.cl (a bias, relu) to each result.
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)

@@ -26,7 +26,6 @@ from .core import add, asarray, assign, maximum, result_type
 from .elementwise import VECTOR_WIDTH
 from .ndarray import CTYPES, ndarray, same_device
 from .program import header, kernels, source
-from .reduce import sum as rsum
 from .shapes import broadcast_shapes, broadcast_strides
 
 CANDIDATES = {
@@ -76,7 +75,7 @@ def _program(rt, ct, cfg=None, bias=False, act=0):
         rm, vn, vw = cfg
         defs.update(VT=f"{ct}{vw}", VW=vw, RM=rm, VN=vn)
         signatures["gemm_rb"] = _RB_ARGS + extra
-    src = header(rt, (ct,), defs, what="matmul") + source("gemm")
+    src = header(rt, (ct,), defs, what="matmul") + source("epilogue") + source("gemm")
     return kernels(rt, src, signatures, name=f"gemm.cl ({ct}, {cfg}, bias {int(bias)}, "
                                              f"act {act})")
 
@@ -340,17 +339,48 @@ __kernel void gemm_dot(const int M, const int N, const int K, const int kc,
 """
 
 
-def _gemm_dot(rt, dt, M, N, K, a, b, c):
+_DOT_FINISH_SRC = """
+__kernel void gemm_dot_finish(const int S, const int M, const int N,
+                              __global const T* part, __global T* c, const long c_o,
+                              const long scm, const long scn EPI_ARGS)
+{
+    const int n = get_global_id(0), m = get_global_id(1);
+    if (n >= N || m >= M) return;
+    T acc = 0;
+    for (int s = 0; s < S; ++s) acc += part[((long)s * M + m) * N + n];
+    EPI(acc, m, n);
+    c[c_o + m * scm + n * scn] = acc;
+}
+"""
+
+
+def _epi_defs(epi):
+    """The build macros and the kernel arguments of an epilogue (``_gemm``'s ``epi``)."""
+    if epi is None:
+        return {"BIAS": 0, "ACT": 0}, ()
+    bias, off, si, sj, act = epi
+    return ({"BIAS": int(bias is not None), "ACT": int(act)},
+            () if bias is None else (bias.data, off, si, sj))
+
+
+def _gemm_dot(rt, dt, M, N, K, a, b, c, epi=None):
+    """``c`` (M, N) = a @ b in slices of K, the slices' sums then added up (in a fixed order)
+    by a second kernel that applies the epilogue and writes ``c``."""
     ct = CTYPES[dt]
     w = VECTOR_WIDTH[dt.itemsize]
+    edefs, eargs = _epi_defs(epi)
+    i4, i8 = np.int32, np.int64
 
     def make():
-        defs = {"T": ct, "VT": f"{ct}{w}", "W": w, "VLOAD": f"vload{w}", "VSTORE": f"vstore{w}"}
-        src = header(rt, (ct,), defs, what="matmul") + _DOT_SRC
-        i4, i8 = np.int32, np.int64
+        defs = {"T": ct, "VT": f"{ct}{w}", "W": w, "VLOAD": f"vload{w}", "VSTORE": f"vstore{w}",
+                **edefs}
+        src = header(rt, (ct,), defs, what="matmul") + source("epilogue") + _DOT_SRC + \
+            _DOT_FINISH_SRC
+        finish = [i4, i4, i4, None, None, i8, i8, i8] + (_EPI_ARGS if eargs else [])
         return kernels(rt, src, {"gemm_dot": [i4, i4, i4, i4, None, i8, i8, None, i8, i8,
-                                              None]}, name=f"gemm_dot ({ct})").gemm_dot
-    kernel = rt.cached(("gemm_dot", ct), make)
+                                              None], "gemm_dot_finish": finish},
+                       name=f"gemm_dot ({ct}, {edefs})")
+    prg = rt.cached(("gemm_dot", ct, edefs["BIAS"], edefs["ACT"]), make)
     # slices: enough work-items for every core, each slice at least 256 long
     S = max(1, min(-(-4096 // (M * N)), K // 256))
     kc = -(-K // S)
@@ -358,9 +388,10 @@ def _gemm_dot(rt, dt, M, N, K, a, b, c):
     parts = ndarray(rt, (S, M, N), dt)
     gx = -(-N // 8) * 8
     with rt.lock:
-        kernel(rt.queue, (gx, M, S), (8, 1, 1), M, N, K, kc, a.data, a.offset, a._st[-2],
-               b.data, b.offset, b._st[-1], parts.data)
-    assign(c, rsum(parts, axis=0) if S > 1 else parts.reshape(M, N))
+        prg.gemm_dot(rt.queue, (gx, M, S), (8, 1, 1), M, N, K, kc, a.data, a.offset,
+                     a._st[-2], b.data, b.offset, b._st[-1], parts.data)
+        prg.gemm_dot_finish(rt.queue, (gx, M), None, S, M, N, parts.data, c.data, c.offset,
+                            c._st[-2], c._st[-1], *eargs)
 
 
 #: a row vector times a matrix with contiguous rows (the input gradient of a linear layer at
@@ -369,7 +400,7 @@ def _gemm_dot(rt, dt, M, N, K, a, b, c):
 _GEMV_SRC = """
 __kernel void gemv_rows(const int N, const int K, __global const T* a, const long a_o,
                         const long sak, __global const VT* b, const long bv_o, const long ldv,
-                        __global T* c, const long c_o)
+                        __global T* c, const long c_o EPI_ARGS)
 {
     const int jv = get_global_id(0);
     if (jv * W >= N) return;
@@ -377,6 +408,10 @@ __kernel void gemv_rows(const int N, const int K, __global const T* a, const lon
     __global const VT* pb = b + bv_o + jv;
     VT acc = (VT)(0);
     for (int k = 0; k < K; ++k) acc += pa[k * sak] * pb[k * ldv];
+#if BIAS || ACT
+    T* p = (T*)&acc;
+    for (int i = 0; i < W; ++i) EPI(p[i], 0, jv * W + i);
+#endif
     VSTORE(acc, 0, c + c_o + jv * W);
 }
 """
@@ -389,22 +424,24 @@ def _gemv_ok(rt, dt, M, N, K, b) -> bool:
             and b._st[-2] % w == 0)
 
 
-def _gemv(rt, dt, N, K, a, b, c):
+def _gemv(rt, dt, N, K, a, b, c, epi=None):
     """``c`` (1, N), contiguous, = ``a`` (1, K) @ ``b`` (K, N) whose rows are contiguous and
-    vector-aligned (``_gemv_ok``)."""
+    vector-aligned (``_gemv_ok``), with the epilogue ``epi``."""
     ct = CTYPES[dt]
     w = VECTOR_WIDTH[dt.itemsize]
+    edefs, eargs = _epi_defs(epi)
 
     def make():
-        defs = {"T": ct, "VT": f"{ct}{w}", "W": w, "VSTORE": f"vstore{w}"}
-        src = header(rt, (ct,), defs, what="matmul") + _GEMV_SRC
+        defs = {"T": ct, "VT": f"{ct}{w}", "W": w, "VSTORE": f"vstore{w}", **edefs}
+        src = header(rt, (ct,), defs, what="matmul") + source("epilogue") + _GEMV_SRC
         i4, i8 = np.int32, np.int64
-        return kernels(rt, src, {"gemv_rows": [i4, i4, None, i8, i8, None, i8, i8, None, i8]},
-                       name=f"gemv_rows ({ct})").gemv_rows
-    kernel = rt.cached(("gemv_rows", ct), make)
+        sig = [i4, i4, None, i8, i8, None, i8, i8, None, i8] + (_EPI_ARGS if eargs else [])
+        return kernels(rt, src, {"gemv_rows": sig},
+                       name=f"gemv_rows ({ct}, {edefs})").gemv_rows
+    kernel = rt.cached(("gemv_rows", ct, edefs["BIAS"], edefs["ACT"]), make)
     with rt.lock:
         kernel(rt.queue, (N // w,), None, N, K, a.data, a.offset, a._st[-1], b.data,
-               b.offset // w, b._st[-2] // w, c.data, c.offset)
+               b.offset // w, b._st[-2] // w, c.data, c.offset, *eargs)
 
 
 def _pack_panels(rt, dt, nb, K, ncols, B, panel):
@@ -436,30 +473,27 @@ def _product(rt, dt, nb, M, N, K, a, b, sa, sb, c, epi=None):
     if (nb == 1 and a._st[-1] == 1 and b._st[-2] == 1 and M * N <= _DOT_MAX_OUT
             and (K >= _DOT_MIN_K or (M == 1 and K >= _GEMV_MIN_K)) and dt.kind == "f"
             and rt.info.is_cpu):
-        _gemm_dot(rt, dt, M, N, K, a, b, c)  # NOTE: also x @ W.T at batch 1
+        _gemm_dot(rt, dt, M, N, K, a, b, c, epi)  # NOTE: also x @ W.T at batch 1
     elif nb == 1 and _gemv_ok(rt, dt, M, N, K, b):
-        _gemv(rt, dt, N, K, a, b, c)
+        _gemv(rt, dt, N, K, a, b, c, epi)
     else:
         _gemm(rt, dt, nb, M, N, K, (a, a.offset, a._st[-2], a._st[-1], sa),
               (b, b.offset, b._st[-2], b._st[-1], sb), (c, 0, N, 1, M * N), epi=epi)
-        return
-    if epi is not None:
-        _epilogue_after(c, epi)
 
 
 def _epilogue_after(c, epi):
     """The epilogue as separate ops on a finished ``c`` (..., M, N): the same roundings."""
     bias, off, sbi, sbj, act = epi
     if bias is not None:
-        assign(c, add(c, bias._view(c.shape[-2:], (sbi, sbj), off)))
+        add(c, bias._view(c.shape[-2:], (sbi, sbj), off), out=c)
     if act:
-        assign(c, maximum(c, 0))
+        maximum(c, 0, out=c)
 
 
 def linear(a, b, bias=None, axis=1, relu=False) -> ndarray:
     """``a @ b`` for 2-D ``a`` (M, K) and ``b`` (K, N) of one float dtype, then ``+ bias`` and
-    relu, in one kernel where the product runs the blocked or generic kernel (its epilogue;
-    kernels_cl/gemm.cl). ``bias`` is 1-D: one value per column of the result (``axis=1``,
+    relu in the product kernel's epilogue (kernels_cl/epilogue.cl; the dot-product path's
+    second kernel). ``bias`` is 1-D: one value per column of the result (``axis=1``,
     a linear layer's (N,)) or per row (``axis=0``, a convolution's (M,) channels). The result
     is bit for bit ``maximum(a @ b + bias, 0)`` computed as separate ops."""
     rt = same_device("linear", (a, b) if bias is None else (a, b, bias))
