@@ -13,16 +13,18 @@
 #define PW 0
 #endif
 
-// im2col: one work-item per column element; x (N, C, H, W) is read through its strides (a
-// convolution's output is (C, N, H, W) in memory).
+// im2col: one work-item per row of OW column elements (a window offset's output row): the
+// index arithmetic once per row, then a loop the compiler can vectorise (a work-item per
+// element ran 4.5x slower on PoCL). x (N, C, H, W) is read through its strides (a
+// convolution's output is (C, N, H, W) in memory). ``total`` counts rows.
 __kernel void lk_im2col(const IDX total, const IDX N, const IDX C,
                         __global T* col, __global const T* x, const IDX x_o,
                         const IDX sn, const IDX sc, const IDX sy, const IDX sx)
 {
     const IDX gid = (IDX)get_global_id(0);
     if (gid >= total) return;
+    __global T* out = col + gid * OW;
     IDX r = gid;
-    const IDX ox = r % OW; r /= OW;
     const IDX oy = r % OH; r /= OH;
 #if CFIRST
     const IDX n = r % N; r /= N;
@@ -36,13 +38,21 @@ __kernel void lk_im2col(const IDX total, const IDX N, const IDX C,
     const IDX n = r;
 #endif
     const IDX iy = oy * SH + i * DH - PH;
-    const IDX ix = ox * SW + j * DW - PW;
 #if PH || PW
-    col[gid] = (iy >= 0 && iy < H && ix >= 0 && ix < W)
-        ? x[x_o + n * sn + c * sc + iy * sy + ix * sx] : (T)0;
-#else
-    col[gid] = x[x_o + n * sn + c * sc + iy * sy + ix * sx];
+    if (iy < 0 || iy >= H) {
+        for (IDX ox = 0; ox < OW; ++ox) out[ox] = (T)0;
+        return;
+    }
 #endif
+    __global const T* px = x + x_o + n * sn + c * sc + iy * sy;
+    for (IDX ox = 0; ox < OW; ++ox) {
+        const IDX ix = ox * SW + j * DW - PW;
+#if PH || PW
+        out[ox] = (ix >= 0 && ix < W) ? px[ix * sx] : (T)0;
+#else
+        out[ox] = px[ix * sx];
+#endif
+    }
 }
 
 // col2im: one work-item per element of the (N, C, H, W) result, gathering every window that

@@ -46,7 +46,7 @@ def im2col(x, k, s, d, out_hw, cfirst=False, pad=(0, 0)) -> ndarray:
     kernel = _kernel(x.rt, "lk_im2col", CTYPES[x.dtype], idx,
                      (tuple(k), tuple(s), tuple(d), tuple(pad), tuple(out_hw), (h, w)), cfirst,
                      [it, it, it, None, None, it, it, it, it, it])
-    _launch(x.rt, kernel, out.size, n, c, out.data, x.data, x.offset, *x._st)
+    _launch(x.rt, kernel, out.size // ow, n, c, out.data, x.data, x.offset, *x._st)
     return out
 
 
