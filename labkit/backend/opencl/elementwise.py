@@ -207,6 +207,13 @@ def launch(name: str, expr: str, out: ndarray, inputs, in_ctypes, vec=None,
     """
     if out.size == 0:
         return out
+    run(plan_of(name, expr, out, inputs, in_ctypes, vec, pre), out, inputs)
+    return out
+
+
+def plan_of(name: str, expr: str, out: ndarray, inputs, in_ctypes, vec=None, pre: str = ""):
+    """The plan of ``launch``'s call (its kernel and the arguments that follow from the
+    signature), made once per signature and device."""
     rt = out.rt
     key = (name, expr, out.dtype, out.shape, out._st,
            tuple((x.dtype, x.shape, x._st) if isinstance(x, ndarray) else None for x in inputs),
@@ -215,6 +222,12 @@ def launch(name: str, expr: str, out: ndarray, inputs, in_ctypes, vec=None,
     if plan is None:
         plan = rt.cached(key, lambda: _plan(rt, name, expr, out, inputs, in_ctypes, vec,
                                             pre))
+    return plan
+
+
+def run(plan, out: ndarray, inputs) -> None:
+    """Launch ``plan`` (``plan_of``) on ``out`` and ``inputs`` of the signature it was made
+    for (their buffers and offsets, and the scalars' values, may differ)."""
     kernel, n, gs, ls, strides, dims, kinds = plan
     args = [n, out.data, out.offset, *strides[0]]
     ai = 1
@@ -225,6 +238,6 @@ def launch(name: str, expr: str, out: ndarray, inputs, in_ctypes, vec=None,
         else:
             args.append(x)
     args += dims
+    rt = out.rt
     with rt.lock:
         kernel(rt.queue, (gs,), (ls,), *args)
-    return out

@@ -267,6 +267,17 @@ class ndarray:
     __hash__ = None  # type: ignore[assignment]
 
 
+def fresh(rt: Runtime, shape: tuple, dtype: np.dtype, st: tuple, size: int) -> ndarray:
+    """A new C-contiguous array, without ``ndarray.__init__``'s conversions: for a caller that
+    made ``shape`` (ints), ``dtype`` (an np.dtype), ``st`` (its C strides) and ``size`` once
+    and reuses them (the elementwise ops' cached plans)."""
+    a = object.__new__(ndarray)
+    a.rt, a.shape, a.dtype, a.size, a._st = rt, shape, dtype, size, st
+    a.offset, a.base, a._nbuf = 0, None, size
+    a.data = rt.allocate(size * dtype.itemsize)
+    return a
+
+
 def same_device(op: str, arrays) -> Runtime:
     """The one runtime all ``arrays`` live on; a clear error when they live on two."""
     rt = None
