@@ -1,9 +1,9 @@
 """The NumPy-only fast paths against references.
 
 conv2d's one-node path (Conv2d, Conv2dGradX, Conv2dGradW) against the direct definition and
-the composed path that ``cl`` runs: both memory layouts of x, padding, stride and dilation, and
-gradients of gradients. Outer products (an inner dimension of 1) through BLAS: the same values
-as NumPy's own loop."""
+the same node on ``cl`` (its OpenCL kernels): both memory layouts of x, padding, stride and
+dilation, and gradients of gradients. Outer products (an inner dimension of 1) through BLAS:
+the same values as NumPy's own loop. NumPy's sigmoid picking its quotients by a bit mask."""
 
 import numpy as np
 import pytest
@@ -19,7 +19,7 @@ CASES = [dict(stride=1, pad=1), dict(stride=2, pad=0), dict(stride=2, pad=1, dil
 
 @pytest.mark.parametrize("cfg", CASES)
 @pytest.mark.parametrize("layout", ["nchw", "cnhw"])
-def test_values_and_gradients_match_the_composed_path(cfg, layout, rng):
+def test_values_and_gradients_match_the_definition_and_cl(cfg, layout, rng):
     x = rng.standard_normal((2, 3, 7, 6))
     if layout == "cnhw":  # as a previous convolution leaves it
         x = np.ascontiguousarray(x.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
@@ -69,3 +69,31 @@ def test_outer_products_through_blas_are_exact(rng):
     W = lk.tensor(rng.standard_normal((512, 784)).astype(np.float32), requires_grad=True)
     F.linear(x, W).sum().backward()
     np.testing.assert_array_equal(W.grad.numpy(), np.broadcast_to(b, (512, 784)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sigmoid_picks_its_two_quotients_bit_for_bit(dtype, rng):
+    """NumPy's sigmoid computes 1 / (1 + e) and e / (1 + e) (e = exp(-|x|)) everywhere and
+    picks by a bit mask: the same values as dividing where x >= 0, in any layout, special
+    values included; and a 0-d array works (ufuncs hand back scalars there)."""
+    from labkit.functions._util import sigmoid_array
+
+    def reference(x):
+        e = np.exp(-np.abs(x))
+        d = e + 1
+        out = e / d
+        np.divide(1, d, out=out, where=x >= 0)
+        return out
+
+    u = np.uint32 if dtype == np.float32 else np.uint64
+    big = (rng.standard_normal((16, 48)) * 30).astype(dtype)
+    big.flat[:7] = [np.nan, np.inf, -np.inf, -0.0, 0.0, -100, 100]
+    for x in (big, big[:, 12:], big.T, big[::2, ::-3]):
+        got = sigmoid_array(x)
+        assert got.shape == x.shape and got.dtype == dtype
+        assert np.array_equal(got.view(u), reference(x).view(u))
+    got = sigmoid_array(big[0, 9].reshape(()))
+    assert got.shape == () and got == reference(big[0, 9:10])[0]
+    t = lk.tensor(dtype(0.5), requires_grad=True)
+    F.sigmoid(t).backward()
+    np.testing.assert_allclose(t.grad.numpy(), 0.25 * (1 - np.tanh(0.25) ** 2), rtol=1e-6)
