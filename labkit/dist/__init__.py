@@ -15,7 +15,8 @@ BLAS thread per rank); in one process the same script trains alone. From a noteb
 ``job.dashboard()``, ``job.log()``, ``job.wait()``, ``job.stop()``; a job killed or failed
 continues from its newest checkpoint with ``lk.dist.resume(run_id, n=M)`` (any number of
 ranks). ``DataParallel`` is the
-gradient averaging by itself, for loops of your own.
+gradient averaging by itself, for loops of your own. ``convert_sync_batchnorm(model)`` makes
+its BatchNorm bricks normalize with the global batch's statistics (``SyncBatchNorm``).
 """
 
 from .buckets import DataParallel
@@ -31,7 +32,15 @@ from .comm import (
 )
 from .job import Job, resume, start
 from .loop import DataParallelLoop, GlobalShardedScheme, shard_stream
+from .syncbn import (
+    AllReduceSum,
+    SyncBatchNorm,
+    allreduce_sum,
+    convert_sync_batchnorm,
+    sync_batch_normalization,
+)
 
-__all__ = ["Communicator", "DataParallel", "DataParallelLoop", "DistError",
-           "GlobalShardedScheme", "Job", "allreduce", "barrier", "broadcast", "rank",
-           "resume", "shard_stream", "size", "start", "world"]
+__all__ = ["AllReduceSum", "Communicator", "DataParallel", "DataParallelLoop", "DistError",
+           "GlobalShardedScheme", "Job", "SyncBatchNorm", "allreduce", "allreduce_sum",
+           "barrier", "broadcast", "convert_sync_batchnorm", "rank", "resume", "shard_stream",
+           "size", "start", "sync_batch_normalization", "world"]

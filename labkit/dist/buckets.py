@@ -85,6 +85,17 @@ class DataParallel:
     (3, 4)
     """
 
+    @property
+    def weight(self) -> float:
+        """This rank's weight in the gradient average (its examples in the step). Also the
+        communicator's ``loss_weight``, which ``AllReduceSum`` (SyncBatchNorm) weighs the
+        gradients it sums over the ranks by, so that uneven shards stay exact."""
+        return self._weight
+
+    @weight.setter
+    def weight(self, w: float) -> None:
+        self._weight = self.comm.loss_weight = float(w)
+
     def __init__(self, model, *, comm: Communicator | None = None, bucket_mb: float = 1.0,
                  broadcast: bool = True, progress_thread: bool = False):
         if not isinstance(bucket_mb, (int, float)) or isinstance(bucket_mb, bool) \

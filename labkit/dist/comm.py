@@ -94,6 +94,9 @@ class Communicator:
         self.size = 1 if self.comm is None else self.comm.Get_size()
         self.stall_seconds = _stall_seconds() if stall_seconds is None else stall_seconds
         self.seq = 0  # collectives entered on this rank (the same sequence on every rank)
+        #: this rank's weight in the gradient average of the current step (DataParallel sets
+        #: it: the examples of its shard); AllReduceSum's gradient is weighted by it
+        self.loss_weight = 1.0
         self._table = None  # the shared-memory table of (seq, op, detail) per rank
         self._stalls = 0
 

@@ -138,6 +138,40 @@ def test_batchnorm_statistics_are_averaged_over_ranks(tmp_path):
     assert not np.array_equal(ranks[0]["buffer1:" + var], ranks[0]["buffer:" + var])
 
 
+@pytest.mark.parametrize("n,device", [(2, "cpu"), (3, "cpu"), (2, "cl")])
+def test_sync_batchnorm_trains_like_one_process(tmp_path, n, device):
+    """SyncBatchNorm normalizes each shard with the global batch's statistics (sums over the
+    ranks, and their gradients summed back): parameters, losses and running statistics follow
+    one process's plain BatchNorm on the same global batches (3 ranks: shards of 6, 5 and 5),
+    where per-shard statistics drift away from it."""
+    steps = 8
+    job = mpirun.run(n, [tmp_path, "--model", "syncbn", "--steps", steps, "--device", device,
+                         "--bucket-mb", 0.0002], timeout=90)
+    assert job.rc == 0, job
+    ranks = load(tmp_path, n)
+    ref_buffers = []
+    _, ref_params, ref_loss = reference("bn", steps=steps, buffers=ref_buffers)
+    for r in ranks[1:]:
+        np.testing.assert_array_equal(r["crc"], ranks[0]["crc"])
+    for k, want in ref_params[-1].items():
+        # NOTE: the bias before a BatchNorm gets no gradient (the mean is taken out): it stays
+        # at rounding noise, so it is compared on the scale of 0.01
+        scale = max(np.abs(want).max(), 1e-2)
+        assert np.abs(ranks[0][f"param:{k}"] - want).max() <= 2e-5 * scale, k
+    np.testing.assert_allclose(ranks[0]["loss"], ref_loss[-steps:], rtol=2e-5)
+    for k, want in ref_buffers[-1].items():
+        np.testing.assert_allclose(ranks[0]["buffer:" + k], want, rtol=2e-5, atol=1e-6)
+    if n == 2 and device == "cpu":  # per-shard statistics: visibly not one process's
+        plain = tmp_path / "plain"
+        plain.mkdir()
+        job = mpirun.run(2, [plain, "--model", "bn", "--steps", steps, "--bucket-mb",
+                             0.0002], timeout=60)
+        assert job.rc == 0, job
+        got = load(plain, 2)[0]
+        assert max(np.abs(got[f"param:{k}"] - want).max() / np.abs(want).max()
+                   for k, want in ref_params[-1].items()) > 1e-3
+
+
 def test_batchnorm_statistics_stay_averaged_on_opencl_and_after_a_resume(tmp_path):
     """The buffers are looked up at every batch (loading a checkpoint replaces the arrays) and
     written back on their device."""

@@ -172,3 +172,48 @@ def test_a_second_data_parallel_detaches_the_first():
         second.synchronize()
     assert first.stats["launched_early"] == 0
     assert second.stats["launched_early"] == 2
+
+
+def test_sync_batchnorm_on_one_rank_is_batchnorm(rng):
+    """One rank (no MPI needed): SyncBatchNorm is BatchNorm, bit for bit, running statistics
+    included; the conversion keeps parameters and buffers, so checkpoints load either way."""
+    import labkit.bricks as B
+
+    x = rng.standard_normal((6, 3, 4, 4)).astype(np.float32)
+    plain = B.BatchNorm(3)
+    synced = lk.dist.convert_sync_batchnorm(B.BatchNorm(3))
+    assert type(synced) is lk.dist.SyncBatchNorm
+    synced.load_state_dict(plain.state_dict())
+    outs = []
+    for bn in (plain, synced):
+        t = lk.tensor(x, requires_grad=True)
+        y = bn(t)
+        (y * y).sum().backward()
+        outs.append((y.numpy(), t.grad.numpy(), np.array(bn.running_var)))
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_allreduce_sum_on_one_rank_and_its_gradient_weighting():
+    x = lk.tensor(np.array([1.0, -2.0], np.float32), requires_grad=True)
+    comm = lk.dist.Communicator()
+    y = lk.dist.allreduce_sum(x * 3.0, comm)
+    np.testing.assert_array_equal(y.numpy(), [3.0, -6.0])
+    comm.loss_weight = 4.0  # one rank: weighted, then divided by its own weight
+    (y * y).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 18 * np.array([1.0, -2.0]), rtol=1e-6)
+
+
+def test_sync_batchnorm_names_bad_arguments():
+    from labkit.dist.syncbn import _check_args
+
+    x = lk.tensor(np.zeros((2, 3), np.float32))
+    g = lk.tensor(np.ones(3, np.float32))
+    with pytest.raises(lk.ShapeError, match=r"gamma must be a \(3,\) Tensor"):
+        _check_args(x, lk.tensor(np.ones(4, np.float32)), g, None, None)
+    with pytest.raises(ValueError, match="give both running_mean and running_var"):
+        _check_args(x, g, g, np.zeros(3, np.float32), None)
+    with pytest.raises(lk.ShapeError, match=r"running_var must be a \(3,\) array on x's device"):
+        _check_args(x, g, g, np.zeros(3, np.float32), np.zeros(2, np.float32))
+    with pytest.raises(lk.ShapeError, match=r"x must be \(N, C, \.\.\.\)"):
+        _check_args(lk.tensor(np.zeros(3, np.float32)), g, g, None, None)

@@ -66,9 +66,11 @@ def build(kind: str, seed: int, rank: int = 0):
     elif kind == "dropout":  # a Dropout brick's generator and F.dropout's default one
         model = B.Sequence(B.Linear(FEATURES, 16), F.relu, B.Dropout(0.3),
                            lambda h: F.dropout(h, 0.2), B.Linear(16, CLASSES))
-    elif kind == "bn":
+    elif kind in ("bn", "syncbn"):
         model = B.Sequence(B.Linear(FEATURES, 16), B.BatchNorm(16), F.relu,
                            B.Linear(16, CLASSES))
+        if kind == "syncbn":  # the same parameters, normalized by the global batch
+            lk.dist.convert_sync_batchnorm(model)
     else:
         raise SystemExit(f"unknown model {kind}")
     model(lk.tensor(np.zeros((2, FEATURES), np.float32)))
