@@ -138,15 +138,17 @@ def test_batchnorm_statistics_are_averaged_over_ranks(tmp_path):
     assert not np.array_equal(ranks[0]["buffer1:" + var], ranks[0]["buffer:" + var])
 
 
-@pytest.mark.parametrize("n,device", [(2, "cpu"), (3, "cpu"), (2, "cl")])
-def test_sync_batchnorm_trains_like_one_process(tmp_path, n, device):
+@pytest.mark.parametrize("n,device,extra", [(2, "cpu", []), (3, "cpu", []), (2, "cl", []),
+                                            (2, "cpu", ["--compile"])],
+                         ids=["2", "3", "2-cl", "2-compiled"])
+def test_sync_batchnorm_trains_like_one_process(tmp_path, n, device, extra):
     """SyncBatchNorm normalizes each shard with the global batch's statistics (sums over the
     ranks, and their gradients summed back): parameters, losses and running statistics follow
     one process's plain BatchNorm on the same global batches (3 ranks: shards of 6, 5 and 5),
     where per-shard statistics drift away from it."""
     steps = 8
     job = mpirun.run(n, [tmp_path, "--model", "syncbn", "--steps", steps, "--device", device,
-                         "--bucket-mb", 0.0002], timeout=90)
+                         "--bucket-mb", 0.0002, *extra], timeout=90)
     assert job.rc == 0, job
     ranks = load(tmp_path, n)
     ref_buffers = []
@@ -161,7 +163,9 @@ def test_sync_batchnorm_trains_like_one_process(tmp_path, n, device):
     np.testing.assert_allclose(ranks[0]["loss"], ref_loss[-steps:], rtol=2e-5)
     for k, want in ref_buffers[-1].items():
         np.testing.assert_allclose(ranks[0]["buffer:" + k], want, rtol=2e-5, atol=1e-6)
-    if n == 2 and device == "cpu":  # per-shard statistics: visibly not one process's
+    if extra:
+        assert int(ranks[0]["replays"]) == steps - 2  # two traced calls, then replays
+    elif n == 2 and device == "cpu":  # per-shard statistics: visibly not one process's
         plain = tmp_path / "plain"
         plain.mkdir()
         job = mpirun.run(2, [plain, "--model", "bn", "--steps", steps, "--bucket-mb",
