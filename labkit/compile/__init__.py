@@ -261,7 +261,8 @@ def compile(fn=None, *, trust_input=False, fuse=True, cse=True, stabilize=True,
     """Compile ``fn`` (a training or evaluation step); as a decorator with or without
     arguments. See the module's documentation for what a compiled step may do.
 
-    ``fuse``: elementwise chains as one kernel (OpenCL devices); ``cse``: merge ops that
+    ``fuse``: elementwise chains as one kernel (OpenCL devices), and a relu folded into the
+    linear layer or convolution before it (both devices); ``cse``: merge ops that
     compute the same value; ``stabilize``: rewrite log(exp(z)), log(1 + x), log(sigmoid(x))
     and what their gradients leave into stable forms (not bit-identical to eager where they
     apply); ``reassociate``: a sum of matrix products of the same shapes (a weight's

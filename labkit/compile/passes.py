@@ -342,7 +342,8 @@ def fold_relu(nodes, needed):
         z = r.ins[0]
         src = made_by.get(z)
         if (src is None or src.kind != "op" or type(src.fn) not in (conn.Linear, conn.Conv2d)
-                or "relu" in src.fn.__dict__ or src.outs[0] != z or z in needed or z in fixed):
+                or "relu" in src.fn.__dict__ or src.outs[0] != z or z in needed or z in fixed
+                or r.outs[0] in fixed):  # NOTE: the mask is read from y after the fold
             continue
         masks = [n for n in readers.get(z, ()) if n is not r]
         if not all(n.kind == "op" and type(n.fn) is act.ReLUGrad and z not in n.ins

@@ -70,12 +70,18 @@ def matmul(a, b):
     return MatMul().apply((a, b))
 
 
+def _relu_fn():
+    from .activation import relu
+
+    return relu
+
+
 def _relu_wanted(activation, op):
-    """True for ``activation="relu"`` (or ``F.relu``), False for None; anything else is an
-    error that names what is fused."""
+    """True for ``activation="relu"`` (or ``F.relu`` itself), False for None; anything else
+    is an error that names what is fused."""
     if activation is None:
         return False
-    if activation == "relu" or getattr(activation, "__name__", None) == "relu":
+    if (isinstance(activation, str) and activation == "relu") or activation is _relu_fn():
         return True
     raise ValueError(f"{op}: activation={activation!r} cannot be fused; pass 'relu' or None "
                      f"and apply other activations to the result")
@@ -127,7 +133,7 @@ class Linear(Function):
     transpose(W)) + b: the composed version returns W's gradient as a transposed view (the
     gradient of W.T), which every optimizer step then walks with strides, and it records four
     nodes instead of one. On an OpenCL device the bias and the relu are the GEMM kernel's
-    epilogue: the layer is one launch."""
+    epilogue (no pass of their own over the output); integer arrays take separate ops."""
 
     name = "linear"
 
@@ -138,16 +144,20 @@ class Linear(Function):
 
     def forward(self, x, W, b=None):
         relu = self.__dict__.get("relu", False)
-        if type(x) is not np.ndarray:
+        if not isinstance(x, np.ndarray) and x.dtype.kind == "f":
             from ..backend.opencl.gemm import linear as cl_linear
 
             y = cl_linear(x, W.T, b, axis=1, relu=relu)
-        else:
+        elif isinstance(x, np.ndarray):
             y = x @ W.T
             if b is not None:
                 y += b
             if relu:
                 np.maximum(y, 0, out=y)
+        else:  # integer OpenCL arrays: the epilogue is for floats
+            y = x @ W.T
+            y = y if b is None else y + b
+            y = xp_of(y).maximum(y, 0) if relu else y
         if relu:
             self.y = y  # the mask of the gradient: y > 0 exactly where x @ W.T + b > 0
         return y
@@ -346,11 +356,16 @@ class Conv2d(Function):
     def forward(self, x, W, b=None):
         relu = self.__dict__.get("relu", False)
         o, n = W.shape[0], x.shape[0]
-        if type(x) is not np.ndarray:
+        if not isinstance(x, np.ndarray):
             from ..backend.opencl.gemm import linear as cl_linear
 
             col = _cl_cols(x, self.g)
-            y = cl_linear(W.reshape(o, -1), col, b, axis=0, relu=relu)
+            if x.dtype.kind == "f":
+                y = cl_linear(W.reshape(o, -1), col, b, axis=0, relu=relu)
+            else:  # integer arrays: the epilogue is for floats
+                y = W.reshape(o, -1) @ col
+                y = y if b is None else y + b.reshape(o, 1)
+                y = xp_of(y).maximum(y, 0) if relu else y
         else:
             col = _np_cols(x, self.g)
             y = W.reshape(o, -1) @ col
@@ -392,7 +407,7 @@ class Conv2dGradW(Function):
         if self.col is not None:
             col = self.col
         else:
-            col = _np_cols(x, self.g) if type(x) is np.ndarray else _cl_cols(x, self.g)
+            col = _np_cols(x, self.g) if isinstance(x, np.ndarray) else _cl_cols(x, self.g)
         self.col = None
         return (_gy2(gy) @ col.T).reshape(self.w_shape)
 
@@ -417,7 +432,7 @@ class Conv2dGradX(Function):
         n = gy.shape[0]
         (ph, pw), (h, w), (oh, ow) = g.p, g.in_hw, g.out_hw
         gcol = (W.reshape(o, -1).T @ _gy2(gy)).reshape(c, kh, kw, n, oh, ow)
-        if type(gcol) is not np.ndarray:  # one kernel: windows gathered, padding cropped
+        if not isinstance(gcol, np.ndarray):  # one kernel: windows gathered, padding cropped
             from ..backend.opencl import conv
 
             return conv.col2im(gcol, g.k, g.s, g.d, (n, c, h, w), cfirst=True, pad=g.p,

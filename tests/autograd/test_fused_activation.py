@@ -94,3 +94,24 @@ def test_an_activation_that_cannot_be_fused_is_refused_by_name(bad):
                                                                            np.float32))
     with pytest.raises(ValueError, match="conv2d: activation=.* cannot be fused"):
         F.conv2d(xc, Wc, activation=bad)
+
+
+def test_integer_arrays_take_separate_ops(dev):
+    x = lk.tensor(np.array([[1, 2], [3, -4]], np.int32), device=dev)
+    W = lk.tensor(np.ones((3, 2), np.int32), device=dev)
+    b = lk.tensor(np.array([1, -10, 0], np.int32), device=dev)
+    assert F.linear(x, W, b, activation="relu").numpy().tolist() == [[4, 0, 3], [0, 0, 0]]
+    xc = lk.tensor(np.arange(9, dtype=np.int32).reshape(1, 1, 3, 3) - 4, device=dev)
+    Wc = lk.tensor(np.ones((2, 1, 2, 2), np.int32), device=dev)
+    bc = lk.tensor(np.array([1, -9], np.int32), device=dev)
+    got = F.conv2d(xc, Wc, bc, activation="relu").numpy()
+    want = np.maximum(F.conv2d(lk.tensor(xc.numpy()), lk.tensor(Wc.numpy()),
+                               lk.tensor(bc.numpy())).numpy(), 0)
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == np.int32
+
+
+def test_an_array_as_activation_is_refused_by_name():
+    x, W = lk.tensor(np.ones((2, 3), np.float32)), lk.tensor(np.ones((4, 3), np.float32))
+    with pytest.raises(ValueError, match="activation=array"):
+        F.linear(x, W, activation=np.zeros(3))

@@ -78,3 +78,25 @@ def test_empty_results_and_errors_are_not_remembered():
     with pytest.raises(DTypeError, match="needs integer or bool"):
         cp.bitwise_and(cp.asarray(np.ones(3, np.float32)), 1.0)
     assert not core._DECIDED
+
+
+def test_scalars_are_decided_afresh_where_numpy_promotes_by_value(monkeypatch):
+    """NumPy 1 promotes float32 + 1e300 to float64 and float32 + 2.0 to float32: there a call
+    with a scalar never takes the shortcut (simulated here on NumPy 2)."""
+    monkeypatch.setattr(core, "_SCALARS_BY_TYPE", False)
+    core._DECIDED.clear()
+    d = cp.asarray(np.ones(4, np.float32))
+    cp.multiply(d, 2.0)
+    cp.multiply(d, np.float32(2.0))
+    assert not core._DECIDED
+    cp.multiply(d, d)  # arrays only: still remembered
+    assert core._DECIDED
+
+
+def test_the_memory_of_decisions_is_bounded(monkeypatch):
+    monkeypatch.setattr(core, "_DECIDED_MAX", 3)
+    core._DECIDED.clear()
+    for n in range(1, 8):  # a new shape each call
+        got = cp.multiply(cp.asarray(np.ones(n, np.float32)), 2.0)
+        assert got.get().tolist() == [2.0] * n
+        assert len(core._DECIDED) <= 3

@@ -101,5 +101,7 @@ def test_bad_operands_are_named():
         linear(a, b, cp.asarray(np.ones(5, np.float32)), axis=0)
     with pytest.raises(ShapeError, match="a.shape=\\(4, 3\\), b.shape=\\(4, 3\\)"):
         linear(a, a)
+    with pytest.raises(ValueError, match="axis must be 0 .* or 1"):
+        linear(a, b, cp.asarray(np.ones(5, np.float32)), axis=2)
     with pytest.raises(TypeError, match="one float dtype"):
         linear(a, cp.asarray(np.ones((3, 5), np.int32)))

@@ -91,3 +91,34 @@ def test_the_folded_node_keeps_its_brick_for_graphview():
     assert prog.epilogues == 1
     fused = [s for s in prog.after if s[1] == "linear_relu"]
     assert len(fused) == 1 and fused[0][2] is not None
+
+
+def test_no_fold_when_the_relu_output_is_changed_in_place(dev):
+    """After a fold the gradient's mask is read from the relu's output: a step that changes
+    that output in place (a host call) keeps the relu as its own node."""
+    rng = np.random.default_rng(0)
+    x = lk.tensor(rng.standard_normal((5, 3)).astype(np.float32), device=dev)
+
+    def run(compiled):
+        W = lk.tensor(np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32),
+                      device=dev, requires_grad=True)
+
+        def negate(a):
+            a *= -1
+
+        def step(x):
+            h = F.relu(F.linear(x, W))
+            lk.compile.host(negate, h.data, effect=True, mutates=(h.data,))
+            loss = (h * h).sum()
+            W.grad = None
+            loss.backward()
+            return loss, W.grad
+        f = lk.compile(step) if compiled else step
+        for _ in range(3):
+            loss, g = f(x)
+        return loss.numpy(), g.numpy(), f
+    l0, g0, _ = run(False)
+    l1, g1, f = run(True)
+    assert f.programs()[0].epilogues == 0
+    np.testing.assert_array_equal(l0, l1)
+    np.testing.assert_array_equal(g0, g1)

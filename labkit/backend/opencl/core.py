@@ -167,9 +167,14 @@ def _prepare_out(op, out, shape, dt, rt):
 
 #: the elementwise calls seen, by signature (``_signature``): what ``_elementwise`` decided
 #: for them (result shape, dtype, layout, kernel plan), so that a repeated call only makes its
-#: result and launches. Bounded like the kernel cache: one entry per signature in use.
+#: result and launches. Emptied when it reaches ``_DECIDED_MAX`` entries (shapes that change
+#: at every step, such as sequence lengths, would otherwise grow it without end).
 _DECIDED: dict = {}
+_DECIDED_MAX = 8192
 _PY_SCALARS = {float: "f", int: "i", bool: "b"}
+#: NumPy 1 promotes an array with a scalar by the scalar's value (float32 + 1e300 is float64):
+#: there a call with a scalar is decided afresh each time
+_SCALARS_BY_TYPE = np.lib.NumpyVersion(np.__version__) >= "2.0.0"
 
 
 def _signature(op, exprs, kind, vec, xs):
@@ -185,9 +190,9 @@ def _signature(op, exprs, kind, vec, xs):
                 return None
             rt = x.rt
             sig.append((x.dtype, x.shape, x._st))
-        elif t in _PY_SCALARS:
+        elif t in _PY_SCALARS and _SCALARS_BY_TYPE:
             sig.append(_PY_SCALARS[t])
-        elif isinstance(x, np.generic):
+        elif isinstance(x, np.generic) and _SCALARS_BY_TYPE:
             sig.append(x.dtype)
         else:
             return None
@@ -258,6 +263,8 @@ def _launch_new(op, expr, xs, shape, dt, rt, in_ctypes, vec=None, key=None) -> n
         return o
     plan = plan_of(op, expr, target, ins, in_ctypes, vec)
     if key is not None:
+        if len(_DECIDED) >= _DECIDED_MAX:  # shapes that change every call: start again
+            _DECIDED.clear()
         _DECIDED[key] = (rt, o.shape, o.dtype, o._st, o.size, perm, plan)
     run(plan, target, ins)
     return o

@@ -497,6 +497,9 @@ def linear(a, b, bias=None, axis=1, relu=False) -> ndarray:
     a linear layer's (N,)) or per row (``axis=0``, a convolution's (M,) channels). The result
     is bit for bit ``maximum(a @ b + bias, 0)`` computed as separate ops."""
     rt = same_device("linear", (a, b) if bias is None else (a, b, bias))
+    if axis not in (0, 1):
+        raise ValueError(f"linear: axis must be 0 (a bias per row) or 1 (per column), got "
+                         f"{axis!r}")
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ShapeError(f"linear: needs a (M, K) and b (K, N), got a.shape={a.shape}, "
                          f"b.shape={b.shape}")
