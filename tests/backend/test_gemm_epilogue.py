@@ -2,7 +2,7 @@
 one launch, against the same ops run one by one (bit for bit: each is its own rounding, in
 the same order) and against float64 NumPy, on every path a product can take (blocked with
 edge strips, the swapped product of a transposed operand, the generic kernel, the dot and
-GEMV paths that apply the epilogue after the product, an empty inner dimension)."""
+GEMV paths, a long inner dimension split into slices, an empty inner dimension)."""
 
 import numpy as np
 import pytest
@@ -17,6 +17,8 @@ SHAPES = [  # M, K, N: the path each takes on a CPU device
     (7, 13, 5),       # generic kernel only
     (3, 2048, 4),     # few outputs, long K: the dot-product path (epilogue after)
     (1, 784, 512),    # a row vector: GEMV or dot path (epilogue after)
+    (40, 5000, 70),   # long K: 3 slices of 1666 as a batch, a slice of 2 more, then summed
+    (96, 12544, 40),  # a convolution's weight gradient: 8 slices, none left over
     (4, 0, 3),        # nothing to sum: the bias alone
     (0, 5, 3),        # empty
 ]
@@ -105,3 +107,19 @@ def test_bad_operands_are_named():
         linear(a, b, cp.asarray(np.ones(5, np.float32)), axis=2)
     with pytest.raises(TypeError, match="one float dtype"):
         linear(a, cp.asarray(np.ones((3, 5), np.int32)))
+
+
+@pytest.mark.parametrize("M,K,N", [(64, 12544, 288), (288, 5000, 64), (20, 300, 90)])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_transposed_b_and_a_long_k_against_numpy(M, K, N, batch, rng):
+    """B with contiguous columns (a weight gradient's col.T) is transposed by tiles before the
+    blocked kernel; a long K is split into slices summed in order: both against float64."""
+    a = rng.standard_normal((batch, M, K)).astype(np.float32)
+    bt = rng.standard_normal((batch, N, K)).astype(np.float32)
+    da = cp.asarray(a if batch > 1 else a[0])
+    db = cp.asarray(bt if batch > 1 else bt[0])
+    db = db.transpose(0, 2, 1) if batch > 1 else db.T
+    got = cp.matmul(da, db).get()
+    want = a.astype(np.float64) @ bt.transpose(0, 2, 1)
+    np.testing.assert_allclose(got, want if batch > 1 else want[0], rtol=1e-4,
+                               atol=1e-4 * np.sqrt(K))
