@@ -55,11 +55,13 @@ __kernel void lk_im2col(const IDX total, const IDX N, const IDX C,
     }
 }
 
-// col2im: one work-item per element of the (N, C, H, W) result, gathering every window that
-// covers it, in (i, j) order: no atomics, and the same sums in the same order as adding the
-// window slices one after another (bit for bit). col is read through its strides (in the
-// layout's order: s0..s5). With padding, the result is the unpadded part (the data gradient
-// of a convolution). OUT_CNHW 1 writes it in (C, N, H, W) memory order.
+// col2im: one work-item per row of the (N, C, H, W) result, each element gathering every
+// window that covers it, in (i, j) order: no atomics, and the same sums in the same order as
+// adding the window slices one after another (bit for bit). The row's index arithmetic and
+// which window rows reach it are worked out once per row (a work-item per element spent most
+// of its time there). col is read through its strides (in the layout's order: s0..s5). With
+// padding, the result is the unpadded part (the data gradient of a convolution). OUT_CNHW 1
+// writes it in (C, N, H, W) memory order. ``total`` counts rows.
 #ifndef OUT_CNHW
 #define OUT_CNHW 0
 #endif
@@ -71,7 +73,6 @@ __kernel void lk_col2im(const IDX total, const IDX N, const IDX C,
     const IDX gid = (IDX)get_global_id(0);
     if (gid >= total) return;
     IDX r = gid;
-    const IDX xx = r % W + PW; r /= W;
     const IDX y = r % H + PH; r /= H;
 #if OUT_CNHW
     const IDX n = r % N; r /= N;
@@ -80,23 +81,41 @@ __kernel void lk_col2im(const IDX total, const IDX N, const IDX C,
     const IDX c = r % C; r /= C;
     const IDX n = r;
 #endif
-    T acc = 0;
+    // the window rows i that cover row y, and where each starts in col
+    IDX row_at[KH];
+    char covers[KH];
     for (int i = 0; i < KH; ++i) {
         const IDX ty = y - i * DH;
+        covers[i] = 0;
         if (ty < 0 || ty % SH != 0) continue;
         const IDX oy = ty / SH;
         if (oy >= OH) continue;
-        for (int j = 0; j < KW; ++j) {
-            const IDX tx = xx - j * DW;
-            if (tx < 0 || tx % SW != 0) continue;
-            const IDX ox = tx / SW;
-            if (ox >= OW) continue;
+        covers[i] = 1;
 #if CFIRST
-            acc += col[col_o + c * s0 + i * s1 + j * s2 + n * s3 + oy * s4 + ox * s5];
+        row_at[i] = col_o + c * s0 + i * s1 + n * s3 + oy * s4;
 #else
-            acc += col[col_o + n * s0 + c * s1 + i * s2 + j * s3 + oy * s4 + ox * s5];
+        row_at[i] = col_o + n * s0 + c * s1 + i * s2 + oy * s4;
 #endif
-        }
     }
-    out[gid] = acc;
+#if CFIRST
+    const IDX sj = s2;
+#else
+    const IDX sj = s3;
+#endif
+    __global T* dst = out + gid * W;
+    for (IDX xu = 0; xu < W; ++xu) {
+        const IDX xx = xu + PW;
+        T acc = 0;
+        for (int i = 0; i < KH; ++i) {
+            if (!covers[i]) continue;
+            for (int j = 0; j < KW; ++j) {
+                const IDX tx = xx - j * DW;
+                if (tx < 0 || tx % SW != 0) continue;
+                const IDX ox = tx / SW;
+                if (ox >= OW) continue;
+                acc += col[row_at[i] + j * sj + ox * s5];
+            }
+        }
+        dst[xu] = acc;
+    }
 }

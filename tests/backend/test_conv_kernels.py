@@ -118,3 +118,14 @@ def test_padding_inside_the_kernels_matches_a_padded_copy_bit_for_bit(shape, k, 
         assert back.shape == shape
         assert (back.transpose(1, 0, 2, 3).is_contiguous if cnhw else back.is_contiguous)
         np.testing.assert_array_equal(back.get(), crop)
+
+
+def test_col2im_reads_columns_through_negative_strides(rng):
+    """A reversed view's offsets run backwards: a row's start in col may be anywhere."""
+    shape, k, s, d = GEOMETRIES[0]
+    oh, ow = _out(shape[2], k[0], s[0], d[0]), _out(shape[3], k[1], s[1], d[1])
+    g = rng.standard_normal((shape[0], shape[1], k[0], k[1], oh, ow)).astype(np.float32)
+    dev = cp.asarray(np.ascontiguousarray(g[::-1, :, ::-1]))[::-1, :, ::-1]
+    assert any(st < 0 for st in dev._st)
+    got = conv.col2im(dev, k, s, d, shape, cfirst=False)
+    np.testing.assert_array_equal(got.get(), _ref_col2im(g, k, s, d, shape, False))

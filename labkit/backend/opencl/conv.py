@@ -65,5 +65,5 @@ def col2im(col, k, s, d, shape, cfirst=False, pad=(0, 0), cnhw=False) -> ndarray
     kernel = _kernel(col.rt, "lk_col2im", CTYPES[col.dtype], idx,
                      (tuple(k), tuple(s), tuple(d), tuple(pad), (oh, ow), (h, w)), cfirst,
                      [it, it, it, None, None, it] + [it] * 6, cnhw)
-    _launch(col.rt, kernel, out.size, n, c, out.data, col.data, col.offset, *col._st)
+    _launch(col.rt, kernel, out.size // w, n, c, out.data, col.data, col.offset, *col._st)
     return out.transpose(1, 0, 2, 3) if cnhw else out
