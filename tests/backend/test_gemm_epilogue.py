@@ -15,7 +15,8 @@ SHAPES = [  # M, K, N: the path each takes on a CPU device
     (100, 300, 70),   # blocked, with a right and a bottom edge strip
     (32, 784, 512),   # blocked; with b transposed, the swapped product C.T = b.T @ a.T
     (7, 13, 5),       # generic kernel only
-    (3, 2048, 4),     # few outputs, long K: the dot-product path (epilogue after)
+    (3, 2048, 4),     # few outputs, long K: the dot-product path (its second kernel's)
+    (5, 1030, 7),     # the same with odd blocks of 2 x 2 and a tail of K past the vectors
     (1, 784, 512),    # a row vector: GEMV or dot path (epilogue after)
     (40, 5000, 70),   # long K: 3 slices of 1666 as a batch, a slice of 2 more, then summed
     (96, 12544, 40),  # a convolution's weight gradient: 8 slices, none left over
