@@ -54,7 +54,11 @@ class ReLUGrad(Function):
             np.negative(bits, out=bits)                        # all ones there
             np.bitwise_and(bits, gy.view(bits.dtype), out=bits)
             return out
-        return xp_of(gy).where(self.x > 0, gy, 0)  # one kernel
+        if gy.dtype == self.x.dtype and gy.dtype.kind == "f":
+            from ..backend.opencl.core import where_positive
+
+            return where_positive(gy, self.x)  # one kernel
+        return xp_of(gy).where(self.x > 0, gy, 0)
 
     def backward(self, inputs, ggy):
         return ReLUGrad(self.x).apply((ggy,))

@@ -100,3 +100,18 @@ def test_the_memory_of_decisions_is_bounded(monkeypatch):
         got = cp.multiply(cp.asarray(np.ones(n, np.float32)), 2.0)
         assert got.get().tolist() == [2.0] * n
         assert len(core._DECIDED) <= 3
+
+
+def test_where_positive_is_where_of_a_positive_mask_in_one_kernel(rng):
+    from labkit.backend.opencl.core import where_positive
+
+    g = rng.standard_normal((6, 70)).astype(np.float32)
+    g.flat[:4] = [np.nan, -0.0, np.inf, -np.inf]
+    m = rng.standard_normal((6, 70)).astype(np.float32)
+    m.flat[4:8] = [np.nan, -0.0, 0.0, 1e-45]
+    got = where_positive(cp.asarray(g), cp.asarray(m)).get()
+    want = np.where(m > 0, g, np.float32(0))
+    assert got.dtype == want.dtype
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    with pytest.raises(DTypeError, match="one float dtype"):
+        where_positive(cp.asarray(g), cp.asarray(m.astype(np.float64)))

@@ -392,6 +392,19 @@ isfinite = _unary("isfinite", "isfinite(v0)", "1", kind="bool")
 logical_not = _unary("logical_not", "(v0 == 0)", kind="bool")
 
 
+def where_positive(a, mask, out=None):
+    """``a`` where ``mask > 0``, else 0, as ``where(mask > 0, a, 0)`` gives it but in one
+    kernel (relu's gradient; NaN in ``a`` passes where the mask is positive). ``a`` and
+    ``mask`` share a float dtype."""
+    if not (isinstance(a, ndarray) and isinstance(mask, ndarray) and a.dtype == mask.dtype
+            and a.dtype.kind == "f"):
+        raise DTypeError(f"where_positive: needs two arrays of one float dtype, got "
+                         f"{getattr(a, 'dtype', type(a).__name__)} and "
+                         f"{getattr(mask, 'dtype', type(mask).__name__)}")
+    return _elementwise("where_positive", {"f": "((v1) > 0 ? (v0) : 0)"}, (a, mask), "same",
+                        out)
+
+
 def invert(a, out=None):
     if isinstance(a, ndarray) and a.dtype == np.bool_:
         return logical_not(a, out=out)
