@@ -11,6 +11,7 @@ Rows may be strided (a time step of an (N, T, 4H) projection); columns must be c
 
 from __future__ import annotations
 
+from .elementwise import VECTOR_WIDTH
 from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
 from .program import header, kernels, source
 
@@ -128,8 +129,6 @@ __kernel void lk_lstm_grad(const IDX n, const IDX h,
 
 def _vector_width(rt, dt, h):
     """The units per work-item of the vector kernels, or 0 (the scalar ones)."""
-    from .elementwise import VECTOR_WIDTH
-
     w = VECTOR_WIDTH[dt.itemsize]
     return w if rt.info.is_cpu and h % w == 0 else 0
 
