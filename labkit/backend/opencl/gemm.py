@@ -23,7 +23,21 @@ from ...config import SETTINGS, kernel_cache_dir
 from ...config import get as setting
 from ...errors import KernelBuildError, ShapeError
 from .core import add, asarray, assign, maximum, result_type
-from .elementwise import VECTOR_WIDTH
+from .gemm_paths import (
+    _DOT_MAX_OUT,
+    _DOT_MIN_K,
+    _EPI_ARGS,
+    _GEMV_MIN_K,
+    _TRANSPOSE_MIN,
+    _dot_program,
+    _epi_defs,
+    _finish,
+    _gemm_dot,
+    _gemv,
+    _gemv_ok,
+    _pack_panels,
+    _transpose_rows,
+)
 from .ndarray import CTYPES, ndarray, same_device
 from .program import header, kernels, source
 from .shapes import broadcast_shapes, broadcast_strides
@@ -60,9 +74,6 @@ def _local(rt, row_blocks):
     if not rt.info.is_cpu:
         return None
     return (1, next(d for d in WG_ROWS if row_blocks % d == 0), 1)
-
-
-_EPI_ARGS = [None, np.int64, np.int64, np.int64]  # bias, its offset, row and column strides
 
 
 def _program(rt, ct, cfg=None, bias=False, act=0):
@@ -312,134 +323,6 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None, epi=None):
         gen(done_m, 0, M - done_m, done_n)   # bottom strip under the blocks
 
 
-#: few outputs, a long K, both operands contiguous along K (A row-major, B column-major: a
-#: weight gradient such as gy (32, 50176) @ col.T (50176, 9)): each output is a dot product
-#: of two contiguous rows, taken in vector registers over slices of K, the slices then summed.
-#: The blocked kernels give such a product a few work-items with 50,000-long loops, or gather
-#: B across work-items (3 GFLOP/s on PoCL). CPU devices only.
-_DOT_MAX_OUT = 4096  # beyond, rows re-read per output cost more than blocking saves
-_DOT_MIN_K = 1024
-_GEMV_MIN_K = 64  # a row vector's product from this inner size on (below, generic is as fast)
-_DOT_SRC = """
-__kernel void gemm_dot(const int M, const int N, const int K, const int kc,
-                       __global const T* a, const long a_o, const long sam,
-                       __global const T* b, const long b_o, const long sbn,
-                       __global T* part)
-{
-    // a block of MB rows x NB columns of outputs per work-item, over one slice of K: each
-    // vector of a row of A is used NB times and each of B MB times from registers. Rows past
-    // M (columns past N) read the last one and are not written.
-    const int n0 = get_global_id(0) * NB, m0 = get_global_id(1) * MB, s = get_global_id(2);
-    if (n0 >= N || m0 >= M) return;
-    const int k0 = s * kc;
-    const int k1 = min(K, k0 + kc);
-    __global const T* pa[MB];
-    __global const T* pb[NB];
-    for (int i = 0; i < MB; ++i) pa[i] = a + a_o + (long)min(m0 + i, M - 1) * sam;
-    for (int j = 0; j < NB; ++j) pb[j] = b + b_o + (long)min(n0 + j, N - 1) * sbn;
-    VT acc[MB][NB];
-    for (int i = 0; i < MB; ++i)
-        for (int j = 0; j < NB; ++j) acc[i][j] = (VT)(0);
-    int k = k0;
-    for (; k + W <= k1; k += W) {
-        VT av[MB], bv[NB];
-        for (int i = 0; i < MB; ++i) av[i] = VLOAD(0, pa[i] + k);
-        for (int j = 0; j < NB; ++j) bv[j] = VLOAD(0, pb[j] + k);
-        for (int i = 0; i < MB; ++i)
-            for (int j = 0; j < NB; ++j) acc[i][j] += av[i] * bv[j];
-    }
-    for (int i = 0; i < MB; ++i) {
-        if (m0 + i >= M) break;
-        for (int j = 0; j < NB; ++j) {
-            if (n0 + j >= N) break;
-            T lanes[W];
-            VSTORE(acc[i][j], 0, lanes);
-            T r = 0;
-            for (int l = 0; l < W; ++l) r += lanes[l];
-            for (int q = k; q < k1; ++q) r += pa[i][q] * pb[j][q];
-            part[((long)s * M + m0 + i) * N + n0 + j] = r;
-        }
-    }
-}
-"""
-
-
-_DOT_FINISH_SRC = """
-__kernel void gemm_dot_finish(const int S, const int M, const int N,
-                              __global const T* part, __global T* c, const long c_o,
-                              const long scm, const long scn EPI_ARGS)
-{
-    const int n = get_global_id(0), m = get_global_id(1);
-    if (n >= N || m >= M) return;
-    T acc = 0;
-    for (int s = 0; s < S; ++s) acc += part[((long)s * M + m) * N + n];
-    EPI(acc, m, n);
-    c[c_o + m * scm + n * scn] = acc;
-}
-"""
-
-
-def _epi_defs(epi):
-    """The build macros and the kernel arguments of an epilogue (``_gemm``'s ``epi``)."""
-    if epi is None:
-        return {"BIAS": 0, "ACT": 0}, ()
-    bias, off, si, sj, act = epi
-    return ({"BIAS": int(bias is not None), "ACT": int(act)},
-            () if bias is None else (bias.data, off, si, sj))
-
-
-def _dot_program(rt, dt, edefs, mb=1, nb=1):
-    """``gemm_dot`` (blocks of ``mb`` x ``nb`` outputs) and ``gemm_dot_finish`` (the sum of
-    slices with the epilogue)."""
-    ct = CTYPES[dt]
-    w = VECTOR_WIDTH[dt.itemsize]
-    i4, i8 = np.int32, np.int64
-
-    def make():
-        defs = {"T": ct, "VT": f"{ct}{w}", "W": w, "VLOAD": f"vload{w}", "VSTORE": f"vstore{w}",
-                "MB": mb, "NB": nb, **edefs}
-        src = header(rt, (ct,), defs, what="matmul") + source("epilogue") + _DOT_SRC + \
-            _DOT_FINISH_SRC
-        finish = [i4, i4, i4, None, None, i8, i8, i8] + (_EPI_ARGS if edefs["BIAS"] else [])
-        return kernels(rt, src, {"gemm_dot": [i4, i4, i4, i4, None, i8, i8, None, i8, i8,
-                                              None], "gemm_dot_finish": finish},
-                       name=f"gemm_dot ({ct}, {mb}x{nb}, {edefs})")
-    return rt.cached(("gemm_dot", ct, edefs["BIAS"], edefs["ACT"], mb, nb), make)
-
-
-def _finish(rt, prg, S, M, N, parts, c, eargs):
-    """``c`` = the sum of the S (M, N) slices of ``parts``, in order, with the epilogue."""
-    with rt.lock:
-        prg.gemm_dot_finish(rt.queue, (-(-N // 8) * 8, M), None, S, M, N, parts.data, c.data,
-                            c.offset, c._st[-2], c._st[-1], *eargs)
-
-
-def _gemm_dot(rt, dt, M, N, K, a, b, c, epi=None):
-    """``c`` (M, N) = a @ b in slices of K, the slices' sums then added up (in a fixed order)
-    by a second kernel that applies the epilogue and writes ``c``."""
-    edefs, eargs = _epi_defs(epi)
-    mb, nb = min(DOT_BLOCK[0], M), min(DOT_BLOCK[1], N)
-    prg = _dot_program(rt, dt, edefs, mb, nb)
-    gx, gy = -(-N // nb), -(-M // mb)
-    # slices: enough work-items for every core, each slice at least 256 long
-    S = max(1, min(-(-_DOT_ITEMS // (gx * gy)), K // 256))
-    kc = -(-K // S)
-    S = -(-K // kc)
-    parts = ndarray(rt, (S, M, N), dt)
-    with rt.lock:
-        prg.gemm_dot(rt.queue, (gx, gy, S), None, M, N, K, kc, a.data, a.offset,
-                     a._st[-2], b.data, b.offset, b._st[-1], parts.data)
-    _finish(rt, prg, S, M, N, parts, c, eargs)
-
-
-#: ``gemm_dot``'s outputs per work-item (rows, columns): each vector loaded is used twice.
-#: Measured on PoCL (1x1 to 8x8, 64 to 1024 work-items): 2x2 was within noise of the best on
-#: every shape tried and keeps 4 vector accumulators (larger blocks spill on 16-register
-#: CPUs); a conv's weight gradient (32, 50176) @ (50176, 9): 2.4 -> 0.77 ms
-DOT_BLOCK = (2, 2)
-_DOT_ITEMS = 256  # work-items to aim for (slices of K are added until there are about this)
-
-
 #: a product whose inner dimension is long against its outer ones (a convolution's weight
 #: gradient: (64, 12544) @ (12544, 288)) is split along K into slices of about SPLIT_K, run
 #: as one batched product and summed: each work-item's panel of B then stays in cache, where
@@ -469,108 +352,6 @@ def _gemm_split(rt, dt, S, M, N, K, a, b, c, epi=None):
               (b, b.offset + S * kc * sbk, sbk, b._st[-1], 0), (parts, S * M * N, N, 1, 0))
     edefs, eargs = _epi_defs(epi)
     _finish(rt, _dot_program(rt, dt, edefs), parts.shape[0], M, N, parts, c, eargs)
-
-
-#: a row vector times a matrix with contiguous rows (the input gradient of a linear layer at
-#: batch 1: (1, 512) @ (512, 784)): a work-item per W consecutive columns, reading B's rows as
-#: vectors. The generic kernel read a column of B per output (1.4 GFLOP/s on PoCL).
-_GEMV_SRC = """
-__kernel void gemv_rows(const int N, const int K, __global const T* a, const long a_o,
-                        const long sak, __global const VT* b, const long bv_o, const long ldv,
-                        __global T* c, const long c_o EPI_ARGS)
-{
-    const int jv = get_global_id(0);
-    if (jv * W >= N) return;
-    __global const T* pa = a + a_o;
-    __global const VT* pb = b + bv_o + jv;
-    VT acc = (VT)(0);
-    for (int k = 0; k < K; ++k) acc += pa[k * sak] * pb[k * ldv];
-#if BIAS || ACT
-    T* p = (T*)&acc;
-    for (int i = 0; i < W; ++i) EPI(p[i], 0, jv * W + i);
-#endif
-    VSTORE(acc, 0, c + c_o + jv * W);
-}
-"""
-
-
-def _gemv_ok(rt, dt, M, N, K, b) -> bool:
-    w = VECTOR_WIDTH[dt.itemsize]
-    return (M == 1 and K >= _GEMV_MIN_K and rt.info.is_cpu and dt.kind == "f"
-            and N % w == 0 and N >= w and b._st[-1] == 1 and b.offset % w == 0
-            and b._st[-2] % w == 0)
-
-
-def _gemv(rt, dt, N, K, a, b, c, epi=None):
-    """``c`` (1, N), contiguous, = ``a`` (1, K) @ ``b`` (K, N) whose rows are contiguous and
-    vector-aligned (``_gemv_ok``), with the epilogue ``epi``."""
-    ct = CTYPES[dt]
-    w = VECTOR_WIDTH[dt.itemsize]
-    edefs, eargs = _epi_defs(epi)
-
-    def make():
-        defs = {"T": ct, "VT": f"{ct}{w}", "W": w, "VSTORE": f"vstore{w}", **edefs}
-        src = header(rt, (ct,), defs, what="matmul") + source("epilogue") + _GEMV_SRC
-        i4, i8 = np.int32, np.int64
-        sig = [i4, i4, None, i8, i8, None, i8, i8, None, i8] + (_EPI_ARGS if eargs else [])
-        return kernels(rt, src, {"gemv_rows": sig},
-                       name=f"gemv_rows ({ct}, {edefs})").gemv_rows
-    kernel = rt.cached(("gemv_rows", ct, edefs["BIAS"], edefs["ACT"]), make)
-    with rt.lock:
-        kernel(rt.queue, (N // w,), None, N, K, a.data, a.offset, a._st[-1], b.data,
-               b.offset // w, b._st[-2] // w, c.data, c.offset, *eargs)
-
-
-_TRANSPOSE_MIN = 1 << 16  # elements of B from which transposing it beats the gathers
-_TRANSPOSE_SRC = """
-#define TILE 16
-__kernel void lk_transpose_rows(const int K, const int N, __global const T* b, const long b_o,
-                                const long sbn, const long sbb, __global T* out)
-{
-    // out[z, k, n] = b[z][k, n], where b's columns are contiguous (b[k, n] at k + n * sbn):
-    // a work-item per 16 x 16 tile, read along columns and written along rows
-    const int k0 = get_global_id(0) * TILE, n0 = get_global_id(1) * TILE;
-    const long z = get_global_id(2);
-    if (k0 >= K || n0 >= N) return;
-    const int kk = min(TILE, K - k0), nn = min(TILE, N - n0);
-    T tile[TILE][TILE];
-    __global const T* src = b + b_o + z * sbb + k0 + (long)n0 * sbn;
-    for (int j = 0; j < nn; ++j)
-        for (int i = 0; i < kk; ++i) tile[j][i] = src[(long)j * sbn + i];
-    __global T* dst = out + (z * K + k0) * (long)N + n0;
-    for (int i = 0; i < kk; ++i)
-        for (int j = 0; j < nn; ++j) dst[(long)i * N + j] = tile[j][i];
-}
-"""
-
-
-def _transpose_rows(rt, dt, nb, K, N, B):
-    """B (batch of K x N with contiguous columns) copied to contiguous rows: the new B tuple."""
-    ct = CTYPES[dt]
-    b, b_o, _, sbn, sbb = B
-
-    def make():
-        src = header(rt, (ct,), {"T": ct}, what="matmul") + _TRANSPOSE_SRC
-        i4, i8 = np.int32, np.int64
-        return kernels(rt, src, {"lk_transpose_rows": [i4, i4, None, i8, i8, i8, None]},
-                       name=f"transpose_rows ({ct})").lk_transpose_rows
-    kernel = rt.cached(("transpose_rows", ct), make)
-    out = ndarray(rt, (nb, K, N), dt)
-    with rt.lock:
-        kernel(rt.queue, (-(-K // 16), -(-N // 16), nb), None, K, N, b.data, b_o, sbn, sbb,
-               out.data)
-    return (out, 0, N, 1, K * N)
-
-
-def _pack_panels(rt, dt, nb, K, ncols, B, panel):
-    """Copy B's first ``ncols`` columns panel after panel: (nb, ncols/panel, K, panel), as a
-    BLAS packs its panels, so that each work-item reads its panel sequentially."""
-    b, b_o, sbk, sbn, sbb = B
-    npan = ncols // panel
-    packed = ndarray(rt, (nb, npan, K, panel), dt)
-    src = b._view((nb, npan, K, panel), (sbb, panel * sbn, sbk, sbn), b_o)
-    assign(packed, src)
-    return packed
 
 
 def _batch_strides(x, batch_shape, op):
