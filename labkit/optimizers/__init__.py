@@ -257,7 +257,7 @@ class Optimizer:
     elementwise arithmetic (``fused``; the same numbers as the unfused ops: set
     ``opt.fused = False`` to compare)."""
 
-    #: the update as fused kernels on OpenCL devices (optimizers/fused.py)
+    #: one kernel per parameter on OpenCL devices (optimizers/fused.py)
     fused = True
 
     def __init__(self, rules, constraints=()):
@@ -309,14 +309,11 @@ class Optimizer:
         plist = list(self.params.values())
         if (self.fused and grads and not isinstance(grads[0], np.ndarray)
                 and all(r.elementwise for r in self.rules)):
-            # NOTE: on an OpenCL device the parameters' updates share kernels (one per group
-            # that fits the kernel-argument limit: optimizers/fused.py)
-            queue: list = []
+            # NOTE: on an OpenCL device one kernel per parameter (optimizers/fused.py)
             rest = [(i, g) for i, g in zip(idx, grads)
                     if not _fused.update(self.rules, plist[i], g,
                                          [st[i] for st in self.states], self.groups[i],
-                                         self.t, queue)]
-            _fused.flush(queue)
+                                         self.t)]
             idx, grads = [i for i, _ in rest], [g for _, g in rest]
         ps = [plist[i] for i in idx]
         steps = list(grads)

@@ -101,11 +101,9 @@ class _Param:
         return getattr(self._p, name)
 
 
-def update(rules, p, g, states, group, t, queue=None) -> bool:
+def update(rules, p, g, states, group, t) -> bool:
     """``p.data -= step`` and the rules' state, for one parameter, in one kernel; False (and
-    nothing changed) when the rules or the arrays do not fit one. With ``queue`` (a list) the
-    kernel's work is appended to it instead, for :func:`flush` to launch with the other
-    parameters' in as few kernels as their arguments allow."""
+    nothing changed) when the rules or the arrays do not fit one."""
     arrays = [p.data, g]
     keys = []
     for st in states:
@@ -145,19 +143,8 @@ def update(rules, p, g, states, group, t, queue=None) -> bool:
                 outs.append(v)
             pos += 1
     body = "\n".join(prog.lines + [f"const T y{j} = {o.name};" for j, o in enumerate(outs)])
-    if queue is not None:
-        queue.append((body, arrays, prog.scalars, writes))
-    else:
-        _fused.run(body, arrays, prog.scalars, writes, name="optimizer")
+    _fused.run(body, arrays, prog.scalars, writes, name="optimizer")
     return True
-
-
-def flush(queue) -> None:
-    """Launch the updates :func:`update` queued: one kernel per group of parameters that share
-    a body (the same rules on the same dtype), each parameter's update as its own kernel would
-    compute it (an MLP's six SGD updates were six launches, one now)."""
-    _fused.run_many(queue, name="optimizer")
-    queue.clear()
 
 
 _ = np  # NOTE: the rules call numpy's ufuncs on the symbols (np.sqrt): __array_ufunc__
