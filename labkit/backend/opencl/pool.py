@@ -1,9 +1,9 @@
 """Max and average pooling whose windows tile the input (the usual 2x2 stride 2), one launch
 each way.
 
-Three kernels, one work-item per window, for (N, C, H, W) inputs read through their strides (a
-convolution's output is laid out (C, N, H, W) in memory) with windows of KH x KW (build macros)
-that tile H and W exactly:
+Three kernels, one work-item per row of windows, for (N, C, H, W) inputs read through their
+strides (a convolution's output is laid out (C, N, H, W) in memory) with windows of KH x KW
+(build macros) that tile H and W exactly:
 
 - ``pool_max``: each window's maximum, folded as the NumPy path folds it (a NaN wins; of two
   equal values, -0 and 0, the later one);
@@ -31,12 +31,19 @@ from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
 from .program import header, kernels, source
 
 _SRC = """
+// NOTE: a work-item per row of windows (n, c, oh): the index divisions (by runtime sizes) once
+// per row, then a loop over the row's windows; ``total`` counts rows. WINDOW opens the loop
+// (g: the window's flat index, p: its first element), END_WINDOW closes it.
 #define WINDOW(a, a_o, sn, sc, sh, sw) \\
-    const IDX g = get_global_id(0); \\
-    if (g >= total) return; \\
-    const IDX ow = g % OW, t1 = g / OW, oh = t1 % OH, t2 = t1 / OH; \\
+    const IDX r = get_global_id(0); \\
+    if (r >= total) return; \\
+    const IDX oh = r % OH, t2 = r / OH; \\
     const IDX c = t2 % C, n = t2 / C; \\
-    __global const T* p = a + a_o + n * sn + c * sc + oh * KH * sh + ow * KW * sw;
+    __global const T* prow = a + a_o + n * sn + c * sc + oh * KH * sh; \\
+    for (IDX ow = 0; ow < OW; ++ow) { \\
+        const IDX g = r * OW + ow; \\
+        __global const T* p = prow + ow * KW * sw;
+#define END_WINDOW }
 
 __kernel void pool_max(const IDX total, const IDX C, const IDX OH, const IDX OW,
                        __global const T* x, const IDX x_o, const IDX sn, const IDX sc,
@@ -52,6 +59,7 @@ __kernel void pool_max(const IDX total, const IDX C, const IDX OH, const IDX OW,
         m = j == 0 ? r : LK_FMAX(m, r);
     }
     y[g] = m;
+    END_WINDOW
 }
 
 // the mean of each window: its sum in the NumPy path's order (rows, then columns within each)
@@ -65,6 +73,7 @@ __kernel void pool_avg(const IDX total, const IDX C, const IDX OH, const IDX OW,
     for (int i = 0; i < KH; ++i)
         for (int j = (i == 0); j < KW; ++j) s += p[i * sh + j * sw];
     y[g] = s * scale;
+    END_WINDOW
 }
 
 // the mean's gradient: each window's gy times scale, in every one of its places (gy read
@@ -73,15 +82,17 @@ __kernel void pool_spread(const IDX total, const IDX C, const IDX OH, const IDX 
                           __global const T* gy, const IDX gy_o, const IDX sn, const IDX sc,
                           const IDX sh, const IDX sw, const T scale, __global T* gx)
 {
-    const IDX g = get_global_id(0);
-    if (g >= total) return;
-    const IDX ow = g % OW, t1 = g / OW, oh = t1 % OH, t2 = t1 / OH;
+    const IDX r = get_global_id(0);
+    if (r >= total) return;
+    const IDX oh = r % OH, t2 = r / OH;
     const IDX c = t2 % C, n = t2 / C;
-    const T v = gy[gy_o + n * sn + c * sc + oh * sh + ow * sw] * scale;
     const IDX W = OW * KW;
-    __global T* q = gx + ((n * C + c) * OH * KH + oh * KH) * W + ow * KW;
-    for (int i = 0; i < KH; ++i)
-        for (int j = 0; j < KW; ++j) q[i * W + j] = v;
+    for (IDX ow = 0; ow < OW; ++ow) {
+        const T v = gy[gy_o + n * sn + c * sc + oh * sh + ow * sw] * scale;
+        __global T* q = gx + ((n * C + c) * OH * KH + oh * KH) * W + ow * KW;
+        for (int i = 0; i < KH; ++i)
+            for (int j = 0; j < KW; ++j) q[i * W + j] = v;
+    }
 }
 
 // the winners of window g (x == its max y[g]) and their share 1 / count (inf for none)
@@ -105,6 +116,7 @@ __kernel void pool_scatter(const IDX total, const IDX C, const IDX OH, const IDX
     __global T* q = gx + n * gn + c * gc + oh * KH * gh + ow * KW * gw;
     for (int i = 0; i < KH; ++i)
         for (int j = 0; j < KW; ++j) q[i * gh + j * gw] = v * (T)(p[i * sh + j * sw] == m);
+    END_WINDOW
 }
 
 __kernel void pool_gather(const IDX total, const IDX C, const IDX OH, const IDX OW,
@@ -120,6 +132,7 @@ __kernel void pool_gather(const IDX total, const IDX C, const IDX OH, const IDX 
     for (int i = 0; i < KH; ++i)
         for (int j = 0; j < KW; ++j) s += q[i * gh + j * gw] * (T)(p[i * sh + j * sw] == m);
     out[g] = s * share;
+    END_WINDOW
 }
 """
 
@@ -159,7 +172,7 @@ def _launch(name, a, k, windows, out, between=(), strides=None):
     kernel = _kernel(rt, a.dtype, k, idx, name)
     it = IDX_NP[idx]
     n, c, oh, ow = windows
-    total = n * c * oh * ow
+    total = n * c * oh  # NOTE: rows of windows (a work-item each)
     tail = () if strides is None else tuple(it(s) for s in strides._st)
     with rt.lock:
         kernel(rt.queue, (-(-total // 64) * 64,), None, it(total), it(c), it(oh), it(ow),
