@@ -11,18 +11,16 @@ On one rank (or in inference) this is ``F.batch_normalization``.
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
 from ..autograd.trace import host
+from ..backend import full
 from ..bricks.layers import BatchNorm
-from ..errors import ShapeError
 from ..functions import array as A
 from ..functions import normalization as N
 from ..functions.math import sqrt
 from ..functions.reduction import sum as _sum
-from .comm import Communicator, world
+from .comm import Communicator, _host, world
 
 
 class AllReduceSum(Function):
@@ -71,11 +69,12 @@ def sync_batch_normalization(x, gamma, beta, running_mean=None, running_var=None
     if not training or comm.size == 1:
         return N.batch_normalization(x, gamma, beta, running_mean, running_var, training,
                                      momentum, eps)
-    _check_args(x, gamma, beta, running_mean, running_var)
+    N.check_batch_norm("sync_batch_normalization", x, gamma, beta, running_mean, running_var,
+                       momentum, eps)
     c = x.shape[1]
     axes = (0,) + tuple(range(2, x.ndim))
     bs = tuple(c if i == 1 else 1 for i in range(x.ndim))
-    local = Tensor(_count(x, c))
+    local = Tensor(full((1,), x.size // c, x.dtype, x.data))  # this shard's count
     totals = allreduce_sum(A.concat([_sum(x, axis=axes), local]), comm)
     n = A.getitem(totals, slice(c, c + 1))
     m = A.reshape(A.getitem(totals, slice(0, c)) / n, bs)
@@ -83,7 +82,7 @@ def sync_batch_normalization(x, gamma, beta, running_mean=None, running_var=None
     v = A.reshape(allreduce_sum(_sum(d * d, axis=axes), comm) / n, bs)
     if running_mean is not None:
         def update(md, vd, nd):  # NOTE: in place; a compiled step runs it at each replay
-            k = float(np.asarray(_to_host(nd)).reshape(-1)[0])
+            k = float(_host(nd).reshape(-1)[0])
             mm = md.reshape(c)
             vv = vd.reshape(c) * (k / max(k - 1, 1))
             running_mean[...] = running_mean * (1 - momentum) + mm * momentum
@@ -93,42 +92,6 @@ def sync_batch_normalization(x, gamma, beta, running_mean=None, running_var=None
              name="sync_batch_norm.running_stats")
     xhat = d / sqrt(v + eps)
     return xhat * A.reshape(gamma, bs) + A.reshape(beta, bs)
-
-
-def _check_args(x, gamma, beta, running_mean, running_var):
-    """What F.batch_normalization checks, worded for this function."""
-    op = "sync_batch_normalization"
-    if not isinstance(x, Tensor) or x.dtype.kind != "f":
-        raise TypeError(f"{op}: x must be a floating Tensor, got "
-                        f"{getattr(x, 'dtype', type(x).__name__)}")
-    if x.ndim < 2:
-        raise ShapeError(f"{op}: x must be (N, C, ...), got shape {x.shape}")
-    c = x.shape[1]
-    for name, g in (("gamma", gamma), ("beta", beta)):
-        if not isinstance(g, Tensor) or g.shape != (c,) or g.dtype != x.dtype:
-            raise ShapeError(f"{op}: {name} must be a ({c},) Tensor of x's dtype {x.dtype} "
-                             f"for x of shape {x.shape}, got {getattr(g, 'shape', g)}")
-    if (running_mean is None) != (running_var is None):
-        raise ValueError(f"{op}: give both running_mean and running_var, or neither")
-    for name, r in (("running_mean", running_mean), ("running_var", running_var)):
-        if r is not None and (tuple(r.shape) != (c,) or type(r) is not type(x.data)):
-            raise ShapeError(f"{op}: {name} must be a ({c},) array on x's device "
-                             f"({x.device}), got {type(r).__name__} of shape "
-                             f"{tuple(r.shape)}")
-
-
-def _count(x, c):
-    """This shard's number of values per channel, as a (1,) array on x's device."""
-    host_count = np.array([x.size // c], dtype=x.dtype)
-    if isinstance(x.data, np.ndarray):
-        return host_count
-    from ..backend import opencl
-
-    return opencl.asarray(host_count, device=x.data.rt)
-
-
-def _to_host(a):
-    return a if isinstance(a, np.ndarray) else a.get()
 
 
 class SyncBatchNorm(BatchNorm):

@@ -16,15 +16,8 @@ def _bshape(x, axis=1):
     return tuple(x.shape[axis] if i == axis else 1 for i in range(x.ndim))
 
 
-def batch_normalization(x, gamma, beta, running_mean=None, running_var=None, training=True,
-                        momentum=0.1, eps=1e-5):
-    """Normalize over every axis but the channel axis 1 (N, C, ...).
-
-    In training, batch statistics are used and ``running_mean`` / ``running_var`` (arrays on
-    x's device, updated in place) move by ``momentum``; in inference, the running statistics
-    are used.
-    """
-    op = "batch_normalization"
+def check_batch_norm(op, x, gamma, beta, running_mean, running_var, momentum, eps):
+    """The arguments of a batch normalization (``op`` names it in the errors)."""
     _check.floating(x, op)
     _check.tensor(gamma, op, "gamma")
     _check.tensor(beta, op, "beta")
@@ -50,8 +43,21 @@ def batch_normalization(x, gamma, beta, running_mean=None, running_var=None, tra
     if not _check.scalar(eps, op, "eps") >= 0:
         raise ValueError(f"{op}: eps must be non-negative, got {eps}")
     if gamma.shape != (c,) or beta.shape != (c,):
-        raise ShapeError(f"batch_normalization: gamma and beta must have shape ({c},) for x of "
+        raise ShapeError(f"{op}: gamma and beta must have shape ({c},) for x of "
                          f"shape {x.shape}; got {gamma.shape} and {beta.shape}")
+
+
+def batch_normalization(x, gamma, beta, running_mean=None, running_var=None, training=True,
+                        momentum=0.1, eps=1e-5):
+    """Normalize over every axis but the channel axis 1 (N, C, ...).
+
+    In training, batch statistics are used and ``running_mean`` / ``running_var`` (arrays on
+    x's device, updated in place) move by ``momentum``; in inference, the running statistics
+    are used.
+    """
+    check_batch_norm("batch_normalization", x, gamma, beta, running_mean, running_var,
+                     momentum, eps)
+    c = x.shape[1]
     axes = (0,) + tuple(range(2, x.ndim))
     bs = _bshape(x)
     if training:

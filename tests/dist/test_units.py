@@ -205,15 +205,17 @@ def test_allreduce_sum_on_one_rank_and_its_gradient_weighting():
 
 
 def test_sync_batchnorm_names_bad_arguments():
-    from labkit.dist.syncbn import _check_args
+    from labkit.functions.normalization import check_batch_norm
 
+    op = "sync_batch_normalization"
     x = lk.tensor(np.zeros((2, 3), np.float32))
     g = lk.tensor(np.ones(3, np.float32))
-    with pytest.raises(lk.ShapeError, match=r"gamma must be a \(3,\) Tensor"):
-        _check_args(x, lk.tensor(np.ones(4, np.float32)), g, None, None)
-    with pytest.raises(ValueError, match="give both running_mean and running_var"):
-        _check_args(x, g, g, np.zeros(3, np.float32), None)
-    with pytest.raises(lk.ShapeError, match=r"running_var must be a \(3,\) array on x's device"):
-        _check_args(x, g, g, np.zeros(3, np.float32), np.zeros(2, np.float32))
-    with pytest.raises(lk.ShapeError, match=r"x must be \(N, C, \.\.\.\)"):
-        _check_args(lk.tensor(np.zeros(3, np.float32)), g, g, None, None)
+    with pytest.raises(lk.ShapeError, match=rf"{op}: gamma and beta must have shape \(3,\)"):
+        check_batch_norm(op, x, lk.tensor(np.ones(4, np.float32)), g, None, None, 0.1, 1e-5)
+    with pytest.raises(ValueError, match=f"{op}: give both running_mean and running_var"):
+        check_batch_norm(op, x, g, g, np.zeros(3, np.float32), None, 0.1, 1e-5)
+    with pytest.raises(lk.ShapeError, match=rf"{op}: running_var must have shape \(3,\)"):
+        check_batch_norm(op, x, g, g, np.zeros(3, np.float32), np.zeros(2, np.float32), 0.1,
+                         1e-5)
+    with pytest.raises(lk.ShapeError, match=rf"{op}: x must be \(N, C, \.\.\.\)"):
+        check_batch_norm(op, lk.tensor(np.zeros(3, np.float32)), g, g, None, None, 0.1, 1e-5)
