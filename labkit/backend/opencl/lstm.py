@@ -1,107 +1,64 @@
 """One LSTM step, forward and gradient, each one launch (F.lstm's cl path).
 
-A work-item per (row, unit): it reads the unit's four gate pre-activations (a, i, f, o: the
-four blocks of a row of x, Chainer's layout) and the previous cell, and writes the new cell and
-output, or, for the gradient, the previous cell's gradient and the four gates'. The composed
-form was about ten launches forward and twenty backward per step. tanh and sigmoid are the
-elementwise kernels' expressions, and floating-point contraction is off, so each operation
-rounds as the composed kernels do (the order of operations is labkit.functions.recurrent's).
-Rows may be strided (a time step of an (N, T, 4H) projection); columns must be contiguous.
+A work-item per (row, unit), or per W units as vectors (see _SRC): it reads the units' four
+gate pre-activations (a, i, f, o: the four blocks of a row of x, Chainer's layout) and the
+previous cell, and writes the new cell and output, or, for the gradient, the previous cell's
+gradient and the four gates'. The composed form was about ten launches forward and twenty
+backward per step. tanh and sigmoid are the elementwise kernels' expressions, and
+floating-point contraction is off, so each operation rounds as the composed kernels do (the
+order of operations is labkit.functions.recurrent's). Rows may be strided (a time step of an
+(N, T, 4H) projection); columns must be contiguous.
 """
 
 from __future__ import annotations
 
 from .elementwise import VECTOR_WIDTH
 from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
-from .program import header, kernels, source
-
-_COMMON = """#pragma OPENCL FP_CONTRACT OFF
-#define TANH(v) ((fabs(v) >= (sizeof(v) == 4 ? 10.0f : 19.1f)) ? \\
-                 (T)(((v) > 0) - ((v) < 0)) : tanh(v))
-#define SIG(v) ((v) >= 0 ? 1 / (1 + exp(-(v))) : exp(v) / (1 + exp(v)))
-// this work-item's (row r, unit j) and the gate activations a, i, f, o of its unit
-#define GATES \
-    const IDX gid = (IDX)get_global_id(0); \
-    if (gid >= n * h) return; \
-    const IDX r = gid / h, j = gid % h; \
-    __global const T* xr = x + x_o + r * x_ld; \
-    const T xa = xr[j], xi = xr[h + j], xf = xr[2 * h + j], xo = xr[3 * h + j]; \
-    const T a = TANH(xa), i = SIG(xi), f = SIG(xf), o = SIG(xo);
-"""
-
-_FORWARD = """
-__kernel void lk_lstm(const IDX n, const IDX h,
-                      __global const T* cp, const IDX cp_o, const IDX cp_ld,
-                      __global const T* x, const IDX x_o, const IDX x_ld,
-                      __global T* c, __global T* hout)
-{
-    GATES
-    const T cn = a * i + f * cp[cp_o + r * cp_ld + j];
-    c[gid] = cn;
-    hout[gid] = o * TANH(cn);
-}
-"""
-
-_GRAD = """
-__kernel void lk_lstm_grad(const IDX n, const IDX h,
-                           __global const T* cp, const IDX cp_o, const IDX cp_ld,
-                           __global const T* x, const IDX x_o, const IDX x_ld,
-                           __global const T* gc, const IDX gc_o, const IDX gc_ld,
-                           __global const T* gh, const IDX gh_o, const IDX gh_ld,
-                           __global T* gcp, __global T* gx)
-{
-    GATES
-    const T cpv = cp[cp_o + r * cp_ld + j];
-    const T c = a * i + f * cpv;
-    const T tc = TANH(c);
-    const T ghv = gh[gh_o + r * gh_ld + j];
-    const T g = gc[gc_o + r * gc_ld + j] + ghv * o * (1 - tc * tc);
-    const T gi0 = g * i;
-    const T gfp = g * f;
-    gcp[gid] = gfp;
-    __global T* gr = gx + r * 4 * h;
-    gr[j] = gi0 * (1 - a * a);
-    gr[h + j] = gi0 * a * (1 - i);
-    gr[2 * h + j] = gfp * cpv * (1 - f);
-    gr[3 * h + j] = ghv * tc * o * (1 - o);
-}
-"""
-
+from .program import header, kernels
 
 # NOTE: on a CPU device, when H is a multiple of the vector width, a work-item takes W
-# consecutive units as vectors: PoCL's vector tanh and exp run on whole SIMD registers where
-# the scalar ones are a library call per element (a (32, 512) step: 133 -> ~30 us). The vector
-# forms are the elementwise vector kernels' (labkit/backend/opencl/core.py: tanh, sigmoid).
-_VCOMMON = """#pragma OPENCL FP_CONTRACT OFF
-#define VTANH(v) select(tanh(v), copysign((VT)(1), v), \\
-                        fabs(v) >= (VT)(sizeof(TS) == 4 ? 10.0f : 19.1f))
-#define VSIG(v) select(exp(-fabs(v)) / (1 + exp(-fabs(v))), 1 / (1 + exp(-fabs(v))), \\
-                       (v) >= (VT)(0))
-#define VGATES \\
+# consecutive units as vectors (VT a vector type, LD/ST vector loads and stores): PoCL's vector
+# tanh and exp run on whole SIMD registers where the scalar ones are a library call per
+# element (a step at batch 32, H 128: 133 -> 21 us). The vector forms are the elementwise
+# vector kernels' (labkit/backend/opencl/core.py: tanh, sigmoid). With W = 1, VT is the
+# element type TS and the forms are the scalar elementwise kernels'.
+_SRC = """#pragma OPENCL FP_CONTRACT OFF
+#if W == 1
+#define LD(p) (*(p))
+#define ST(v, p) (*(p) = (v))
+#define TANH(v) ((fabs(v) >= (sizeof(v) == 4 ? 10.0f : 19.1f)) ? \\
+                 (VT)(((v) > 0) - ((v) < 0)) : tanh(v))
+#define SIG(v) ((v) >= 0 ? 1 / (1 + exp(-(v))) : exp(v) / (1 + exp(v)))
+#else
+#define LD(p) VLOAD(0, p)
+#define ST(v, p) VSTORE(v, 0, p)
+#define TANH(v) select(tanh(v), copysign((VT)(1), v), \\
+                       fabs(v) >= (VT)(sizeof(TS) == 4 ? 10.0f : 19.1f))
+#define SIG(v) select(exp(-fabs(v)) / (1 + exp(-fabs(v))), 1 / (1 + exp(-fabs(v))), \\
+                      (v) >= (VT)(0))
+#endif
+// this work-item's row r and first unit j, and the gate activations a, i, f, o of its units
+#define GATES \\
     const IDX gid = (IDX)get_global_id(0); \\
     const IDX hv = h / W; \\
     if (gid >= n * hv) return; \\
     const IDX r = gid / hv, j = (gid % hv) * W; \\
     __global const TS* xr = x + x_o + r * x_ld; \\
-    const VT xa = VLOAD(0, xr + j), xi = VLOAD(0, xr + h + j); \\
-    const VT xf = VLOAD(0, xr + 2 * h + j), xo = VLOAD(0, xr + 3 * h + j); \\
-    const VT a = VTANH(xa), i = VSIG(xi), f = VSIG(xf), o = VSIG(xo);
-"""
+    const VT xa = LD(xr + j), xi = LD(xr + h + j); \\
+    const VT xf = LD(xr + 2 * h + j), xo = LD(xr + 3 * h + j); \\
+    const VT a = TANH(xa), i = SIG(xi), f = SIG(xf), o = SIG(xo);
 
-_VFORWARD = """
 __kernel void lk_lstm(const IDX n, const IDX h,
                       __global const TS* cp, const IDX cp_o, const IDX cp_ld,
                       __global const TS* x, const IDX x_o, const IDX x_ld,
                       __global TS* c, __global TS* hout)
 {
-    VGATES
-    const VT cn = a * i + f * VLOAD(0, cp + cp_o + r * cp_ld + j);
-    VSTORE(cn, 0, c + r * h + j);
-    VSTORE(o * VTANH(cn), 0, hout + r * h + j);
+    GATES
+    const VT cn = a * i + f * LD(cp + cp_o + r * cp_ld + j);
+    ST(cn, c + r * h + j);
+    ST(o * TANH(cn), hout + r * h + j);
 }
-"""
 
-_VGRAD = """
 __kernel void lk_lstm_grad(const IDX n, const IDX h,
                            __global const TS* cp, const IDX cp_o, const IDX cp_ld,
                            __global const TS* x, const IDX x_o, const IDX x_ld,
@@ -109,28 +66,28 @@ __kernel void lk_lstm_grad(const IDX n, const IDX h,
                            __global const TS* gh, const IDX gh_o, const IDX gh_ld,
                            __global TS* gcp, __global TS* gx)
 {
-    VGATES
-    const VT cpv = VLOAD(0, cp + cp_o + r * cp_ld + j);
+    GATES
+    const VT cpv = LD(cp + cp_o + r * cp_ld + j);
     const VT c = a * i + f * cpv;
-    const VT tc = VTANH(c);
-    const VT ghv = VLOAD(0, gh + gh_o + r * gh_ld + j);
-    const VT g = VLOAD(0, gc + gc_o + r * gc_ld + j) + ghv * o * (1 - tc * tc);
+    const VT tc = TANH(c);
+    const VT ghv = LD(gh + gh_o + r * gh_ld + j);
+    const VT g = LD(gc + gc_o + r * gc_ld + j) + ghv * o * (1 - tc * tc);
     const VT gi0 = g * i;
     const VT gfp = g * f;
-    VSTORE(gfp, 0, gcp + r * h + j);
+    ST(gfp, gcp + r * h + j);
     __global TS* gr = gx + r * 4 * h;
-    VSTORE(gi0 * (1 - a * a), 0, gr + j);
-    VSTORE(gi0 * a * (1 - i), 0, gr + h + j);
-    VSTORE(gfp * cpv * (1 - f), 0, gr + 2 * h + j);
-    VSTORE(ghv * tc * o * (1 - o), 0, gr + 3 * h + j);
+    ST(gi0 * (1 - a * a), gr + j);
+    ST(gi0 * a * (1 - i), gr + h + j);
+    ST(gfp * cpv * (1 - f), gr + 2 * h + j);
+    ST(ghv * tc * o * (1 - o), gr + 3 * h + j);
 }
 """
 
 
 def _vector_width(rt, dt, h):
-    """The units per work-item of the vector kernels, or 0 (the scalar ones)."""
+    """The units per work-item: the vector width, or 1 (the scalar kernels)."""
     w = VECTOR_WIDTH[dt.itemsize]
-    return w if rt.info.is_cpu and h % w == 0 else 0
+    return w if rt.info.is_cpu and h % w == 0 else 1
 
 
 def _rows(a, cols):
@@ -157,16 +114,11 @@ def fits(c_prev, x, *more) -> bool:
     return True
 
 
-def _kernel(rt, ct, idx, name, body, w=0):
+def _kernel(rt, ct, idx, name, w):
     def make():
-        if w:
-            defs = {"TS": ct, "VT": f"{ct}{w}", "W": w, "VLOAD": f"vload{w}",
-                    "VSTORE": f"vstore{w}", "IDX": idx}
-            src = header(rt, (ct,), defs, what="lstm") + _VCOMMON + \
-                (_VFORWARD if name == "lk_lstm" else _VGRAD)
-        else:
-            src = header(rt, (ct,), {"T": ct, "IDX": idx}, what="lstm") + source("common") + \
-                _COMMON + body
+        defs = {"TS": ct, "VT": f"{ct}{w}" if w > 1 else ct, "W": w, "VLOAD": f"vload{w}",
+                "VSTORE": f"vstore{w}", "IDX": idx}
+        src = header(rt, (ct,), defs, what="lstm") + _SRC
         it = IDX_NP[idx]
         n_in = 2 if name == "lk_lstm" else 4
         types = [it, it] + [None, it, it] * n_in + [None, None]
@@ -174,8 +126,8 @@ def _kernel(rt, ct, idx, name, body, w=0):
     return rt.cached((name, ct, idx, w), make)
 
 
-def _launch(rt, kernel, n, h, args, w=0):
-    total = n * (h // w if w else h)
+def _launch(rt, kernel, n, h, args, w):
+    total = n * (h // w)
     ls = min(256, rt.info.max_work_group_size)
     with rt.lock:
         kernel(rt.queue, (-(-total // ls) * ls,), (ls,), n, h, *args)
@@ -190,7 +142,7 @@ def forward(c_prev, x):
     out = ndarray(rt, (n, h), x.dtype)
     idx = index_ctype(c_prev, x, c)
     w = _vector_width(rt, x.dtype, h)
-    k = _kernel(rt, CTYPES[x.dtype], idx, "lk_lstm", _FORWARD, w)
+    k = _kernel(rt, CTYPES[x.dtype], idx, "lk_lstm", w)
     args = []
     for a, cols in ((c_prev, h), (x, h4)):
         o, ld = _rows(a, cols)
@@ -208,7 +160,7 @@ def grad(c_prev, x, gc, gh):
     gx = ndarray(rt, (n, h4), x.dtype)
     idx = index_ctype(c_prev, x, gc, gh, gx)
     w = _vector_width(rt, x.dtype, h)
-    k = _kernel(rt, CTYPES[x.dtype], idx, "lk_lstm_grad", _GRAD, w)
+    k = _kernel(rt, CTYPES[x.dtype], idx, "lk_lstm_grad", w)
     args = []
     for a, cols in ((c_prev, h), (x, h4), (gc, h), (gh, h)):
         o, ld = _rows(a, cols)
