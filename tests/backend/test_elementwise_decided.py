@@ -115,3 +115,27 @@ def test_where_positive_is_where_of_a_positive_mask_in_one_kernel(rng):
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     with pytest.raises(DTypeError, match="one float dtype"):
         where_positive(cp.asarray(g), cp.asarray(m.astype(np.float64)))
+
+
+def test_a_view_into_a_buffer_past_31_bits_gets_64_bit_offsets(monkeypatch, rng):
+    """The index type follows the size of an operand's buffer (index_ctype), so a view into a
+    buffer of more than 2**31 elements must not reuse the 32-bit plan of a small array of the
+    same shape and layout (its offsets would overflow). The buffer's size is claimed on a small
+    array here (``_nbuf``), as allocating 8 GiB is not a unit test."""
+    from labkit.backend.opencl import elementwise
+
+    seen = []
+    real = elementwise.index_ctype
+    monkeypatch.setattr(elementwise, "index_ctype", lambda *a: seen.append(real(*a)) or seen[-1])
+    h = rng.standard_normal(40).astype(np.float32)
+    d = cp.asarray(h)
+    monkeypatch.setattr(d.rt, "kernels", {})  # plans made afresh here, not by earlier tests
+    core._DECIDED.clear()
+    small = cp.multiply(d[3:23], 2.0)   # decides (and plans) the signature with 32-bit offsets
+    assert seen[-1] == "int"
+    wide = d[3:23]
+    wide._nbuf = 2**31
+    got = cp.multiply(wide, 2.0)
+    assert seen[-1] == "long"
+    np.testing.assert_array_equal(got.get(), small.get())
+    np.testing.assert_array_equal(got.get(), h[3:23] * np.float32(2.0))

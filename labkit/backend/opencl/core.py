@@ -189,7 +189,7 @@ def _signature(op, exprs, kind, vec, xs):
             if x.dtype.kind != "f" or (rt is not None and x.rt is not rt):
                 return None
             rt = x.rt
-            sig.append((x.dtype, x.shape, x._st))
+            sig.append((x.dtype, x.shape, x._st, x._nbuf > 2147483647))  # index type
         elif t in _PY_SCALARS and _SCALARS_BY_TYPE:
             sig.append(_PY_SCALARS[t])
         elif isinstance(x, np.generic) and _SCALARS_BY_TYPE:

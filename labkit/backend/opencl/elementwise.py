@@ -219,6 +219,7 @@ def _plan(rt, name, expr, out, inputs, in_ctypes, vec=None, pre=""):
 ROW_MIN = 32
 ROW_CHUNK = 64
 ROW_MIN_SIZE = 1 << 16
+_INT_MAX = 2**31 - 1
 
 
 _CT_NP = {"float": np.float32, "double": np.float64, "char": np.int8, "uchar": np.uint8,
@@ -247,8 +248,11 @@ def plan_of(name: str, expr: str, out: ndarray, inputs, in_ctypes, vec=None, pre
     """The plan of ``launch``'s call (its kernel and the arguments that follow from the
     signature), made once per signature and device."""
     rt = out.rt
-    key = (name, expr, out.dtype, out.shape, out._st,
-           tuple((x.dtype, x.shape, x._st) if isinstance(x, ndarray) else None for x in inputs),
+    # NOTE: the index type follows the buffers' sizes (index_ctype), not only the layout: a
+    # small view into a buffer of more than 2**31 elements needs 64-bit offsets
+    key = (name, expr, out.dtype, out.shape, out._st, out._nbuf > _INT_MAX,
+           tuple((x.dtype, x.shape, x._st, x._nbuf > _INT_MAX) if isinstance(x, ndarray)
+                 else None for x in inputs),
            in_ctypes, pre)
     plan = rt.kernels.get(key)
     if plan is None:
