@@ -71,6 +71,8 @@ class SoftmaxCrossEntropy(Function):
     def _onehot(self, x):
         xp = xp_of(x)
         c = x.shape[1]
+        if xp is not np and x.ndim == 2 and _xent.labels_fit(self.t):
+            return _xent.onehot(self.t, c, x.dtype)  # NOTE: one launch, not two
         # NOTE: on a device the class indices are made once and shared (not uploaded per call)
         classes = (np.arange(c) if xp is np else xp.class_indices(c, x.rt)).reshape(
             (1, c) + (1,) * (x.ndim - 2))
@@ -81,6 +83,8 @@ class SoftmaxCrossEntropy(Function):
     def _scale(self, x):
         """Per-label weight of the reduction: valid / count for "mean", valid otherwise."""
         xp = xp_of(x)
+        if xp is not np and _xent.labels_fit(self.t):  # NOTE: one launch, not six
+            return _xent.row_weights(self.t, self.ignore, self.reduce == "mean", x.dtype)
         if self.t.dtype.kind == "u" and self.ignore < 0:  # NOTE: no unsigned label is ignored
             valid = full(self.t.shape, 1, x.dtype, x)
         else:

@@ -61,6 +61,37 @@ __kernel void lk_xent(const IDX n, const IDX c, __global const T* x, const IDX x
 
 _MODES = {"mean": 0, "sum": 1, "none": 2}
 
+_AUX_SRC = """
+__kernel void lk_xent_weights(const IDX n, __global const TI* t, const IDX t_o,
+                              const long ignore, const int check, const int mean,
+                              __global T* w, __local long* s_cnt)
+{
+    const int lid = get_local_id(0);
+    const int ls = get_local_size(0);
+    long cnt = 0;
+    for (IDX r = lid; r < n; r += ls) cnt += !check || (long)t[t_o + r] != ignore;
+    s_cnt[lid] = cnt;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = ls / 2; h > 0; h /= 2) {
+        if (lid < h) s_cnt[lid] += s_cnt[lid + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const T count = (T)(s_cnt[0] > 1 ? s_cnt[0] : 1);
+    for (IDX r = lid; r < n; r += ls) {
+        const T v = (T)(!check || (long)t[t_o + r] != ignore);
+        w[r] = mean ? v / count : v;
+    }
+}
+
+__kernel void lk_onehot(const IDX n, const IDX c, __global const TI* t, const IDX t_o,
+                        __global T* out)
+{
+    const IDX i = get_global_id(0);
+    if (i >= n * c) return;
+    out[i] = (T)((long)t[t_o + i / c] == (long)(i % c));
+}
+"""
+
 
 def fits(x, t) -> bool:
     """Whether this kernel takes logits ``x`` and labels ``t``: (N, C) contiguous float with
@@ -100,4 +131,62 @@ def softmax_cross_entropy(x, t, ignore: int, reduce: str) -> ndarray:
     with rt.lock:
         kernel(rt.queue, (ls,), (ls,), n, c, x.data, x.offset, t.data, t.offset, int(ignore),
                _MODES[reduce], out.data, out.offset, cl.LocalMemory(size), cl.LocalMemory(size))
+    return out
+
+
+def _aux(rt, ct, ti, idx):
+    """The label-side kernels of the loss's gradient (compiled once per type triple)."""
+    def make():
+        src = header(rt, (ct,), {"T": ct, "TI": ti, "IDX": idx},
+                     what="softmax_cross_entropy gradient") + source("common") + _AUX_SRC
+        it = IDX_NP[idx]
+        return kernels(rt, src, {"lk_xent_weights": [it, None, it, np.int64, np.int32,
+                                                     np.int32, None, None],
+                                 "lk_onehot": [it, it, None, it, None]},
+                       name="xent:aux")
+    return rt.cached(("xent_aux", ct, ti, idx), make)
+
+
+def labels_fit(t) -> bool:
+    """Whether :func:`row_weights` and :func:`onehot` take labels ``t``: N > 0 contiguous
+    integer labels on a device."""
+    return (isinstance(t, ndarray) and t.ndim == 1 and t.size > 0 and t.dtype.kind in "iu"
+            and t.is_contiguous)
+
+
+def row_weights(t, ignore: int, mean: bool, dtype) -> ndarray:
+    """Each row's weight in the reduced loss, in one launch: 1 where its label is not
+    ``ignore`` (an unsigned label is never a negative ``ignore``), 0 where it is, divided by
+    the number of such rows (at least 1) when ``mean``. The same numbers as composing
+    not_equal, astype, sum, maximum, astype and divide (six launches), counted exactly."""
+    rt = t.rt
+    ct = CTYPES[np.dtype(dtype)]
+    k = _aux(rt, ct, CTYPES[t.dtype], index_ctype(t)).lk_xent_weights
+    n = t.shape[0]
+    out = ndarray(rt, (n,), dtype)
+    check = not (t.dtype.kind == "u" and ignore < 0)
+    ls = 1
+    while ls * 2 <= min(256, rt.info.max_work_group_size, n):
+        ls *= 2
+    import pyopencl as cl
+
+    with rt.lock:
+        k(rt.queue, (ls,), (ls,), n, t.data, t.offset, int(ignore), int(check), int(mean),
+          out.data, cl.LocalMemory(8 * ls))
+    return out
+
+
+def onehot(t, c: int, dtype) -> ndarray:
+    """(N, C) of ``dtype``: 1 at each row's label, 0 elsewhere (a label outside [0, C), such
+    as an ignored one, gives a row of zeros); one launch where comparing against the class
+    indices and casting took two."""
+    rt = t.rt
+    n = t.shape[0]
+    out = ndarray(rt, (n, int(c)), dtype)
+    if out.size == 0:
+        return out
+    k = _aux(rt, CTYPES[np.dtype(dtype)], CTYPES[t.dtype], index_ctype(t, out)).lk_onehot
+    ls = min(256, rt.info.max_work_group_size)
+    with rt.lock:
+        k(rt.queue, (-(-out.size // ls) * ls,), (ls,), n, int(c), t.data, t.offset, out.data)
     return out
