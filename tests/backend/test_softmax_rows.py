@@ -136,3 +136,39 @@ def test_a_float64_gradient_of_a_float32_softmax_is_promoted(rng):
         (y * lk.tensor(np.ones((20, 6)), device=dev)).sum().backward()  # float64 upstream
         want = 1 - 6 * _ref(x)[1]
         np.testing.assert_allclose(t.grad.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("c", [16, 37, 1000])
+def test_long_rows_with_special_values_in_the_vector_body_and_the_tail(dtype, c, rng):
+    """CPU devices read rows in vectors (kernels_cl/rowlse.cl and the softmax's vector kernel):
+    NaN, +-inf and huge values early in a row (its vectors) and at its end (the tail) keep
+    the composed form's values, log-softmax stays bitwise the composed form, and finite rows
+    stay close to float64."""
+    x = (rng.standard_normal((12, c)) * 5).astype(dtype)
+    x[0, 1] = np.nan
+    x[1, -1] = np.nan
+    x[2, 3] = np.inf
+    x[3, -1] = np.inf
+    x[4, :] = -np.inf
+    x[5, 2] = -np.inf
+    x[6, -1] = -np.inf
+    x[7, 0] = 1e30
+    x[8, :] = 0
+    d = cp.asarray(x)
+    with np.errstate(all="ignore"):
+        for log in (True, False):
+            got, old = sm.softmax(d, -1, log=log).get(), _composed(d, -1, log).get()
+            if log:
+                np.testing.assert_array_equal(got, old)
+            else:
+                np.testing.assert_array_equal(got[:5], old[:5])  # NaN, inf, -inf rows
+                want = _ref(x)[1]
+                np.testing.assert_allclose(got[5:], want[5:], rtol=2e-5 if dtype == np.float32
+                                           else 1e-12, atol=0)
+        lse = cp.logsumexp(d, axis=-1).get()
+        ref = _ref(x)[0]
+    assert np.isnan(lse[:2]).all() and (lse[2:4] == np.inf).all() and lse[4] == -np.inf
+    fin = np.isfinite(x).all(axis=1)
+    np.testing.assert_allclose(sm.softmax(d, -1, log=True).get()[fin], ref[fin],
+                               rtol=3e-6 if dtype == np.float32 else 1e-12, atol=1e-5)

@@ -22,6 +22,17 @@ from .shapes import collapse_dims
 #: vector math (exp, log, tanh, ...) on whole SIMD registers, where the scalar built-ins are
 #: library calls one element at a time (exp: 17.8 GB/s as float16 against 3.1 as float)
 VECTOR_WIDTH = {4: 16, 8: 8}
+
+
+def vector_defines(rt, ct: str, itemsize: int) -> dict:
+    """``W`` and ``VT`` for a row kernel's vector path (kernels_cl/rowlse.cl) on a CPU
+    device, where PoCL inlines vector math and calls the scalar functions; none elsewhere."""
+    if not rt.info.is_cpu:
+        return {}
+    w = VECTOR_WIDTH[itemsize]
+    return {"W": w, "VT": f"{ct}{w}"}
+
+
 #: below this many elements the scalar kernel is used (a vector kernel is one more program)
 VECTOR_MIN = 4096
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from ...errors import ShapeError
 from .core import add, exp, full, isfinite, log, sqrt, square, subtract, true_divide, where
-from .elementwise import VECTOR_WIDTH
+from .elementwise import VECTOR_WIDTH, vector_defines
 from .ndarray import CTYPES, IDX_NP, check_dtype, index_ctype, ndarray
 from .program import header, kernels, source
 from .shapes import collapse_dims, normalize_axis
@@ -348,13 +348,7 @@ __kernel void lk_lse_rows(const IDX n_out, const IDX n_red, __global T* out, con
 {
     const IDX r = (IDX)get_global_id(0);
     if (r >= n_out) return;
-    __global const T* row = a + a_o + r * n_red;
-    T m = -INFINITY;
-    for (IDX k = 0; k < n_red; ++k) m = LK_FMAX(m, row[k]);
-    const T mm = isfinite(m) ? m : (T)0;  // as the composed form: NaN and +-inf kept
-    T s = 0;
-    for (IDX k = 0; k < n_red; ++k) s += exp(row[k] - mm);
-    out[out_o + r] = log(s) + mm;
+    out[out_o + r] = lk_row_lse(a + a_o + r * n_red, n_red);
 }
 """
 
@@ -367,8 +361,9 @@ def _lse_rows(a, n_out, n_red):
     idx = index_ctype(a)
 
     def make():
-        src = header(rt, (ct,), {"T": ct, "IDX": idx}, what="logsumexp") + \
-            source("common") + _LSE_ROWS
+        defs = {"T": ct, "IDX": idx, **vector_defines(rt, ct, a.dtype.itemsize)}
+        src = header(rt, (ct,), defs, what="logsumexp") + source("common") + \
+            source("rowlse") + _LSE_ROWS
         it = IDX_NP[idx]
         return kernels(rt, src, {"lk_lse_rows": [it, it, None, it, None, it]},
                        name="reduce:lk_lse_rows").lk_lse_rows

@@ -14,6 +14,7 @@ launches and a broadcast.
 from __future__ import annotations
 
 from .core import ascontiguousarray
+from .elementwise import VECTOR_WIDTH, vector_defines
 from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
 from .program import header, kernels, source
 
@@ -28,15 +29,16 @@ __kernel void lk_softmax_rows(const IDX n, const IDX c, __global T* out, const I
     if (r >= n) return;
     __global const T* row = x + x_o + r * c;
     __global T* dst = out + out_o + r * c;
+    if (log_out) {
+        const T lse = lk_row_lse(row, c);
+        for (IDX k = 0; k < c; ++k) dst[k] = row[k] - lse;
+        return;
+    }
     T m = -INFINITY;
     for (IDX k = 0; k < c; ++k) m = LK_FMAX(m, row[k]);
     const T mm = isfinite(m) ? m : (T)0;
     T s = 0;
-    if (log_out) {
-        for (IDX k = 0; k < c; ++k) s += exp(row[k] - mm);
-        const T lse = log(s) + mm;
-        for (IDX k = 0; k < c; ++k) dst[k] = row[k] - lse;
-    } else {  // NOTE: one exp per element; exp(x - m) / s is also the more accurate form
+    {  // NOTE: one exp per element; exp(x - m) / s is also the more accurate form
         for (IDX k = 0; k < c; ++k) {
             const T e = exp(row[k] - mm);
             dst[k] = e;
@@ -46,6 +48,52 @@ __kernel void lk_softmax_rows(const IDX n, const IDX c, __global T* out, const I
         else for (IDX k = 0; k < c; ++k) dst[k] = exp(row[k] - (log(s) + mm));
     }
 }
+
+#ifdef W
+// CPU devices: the row in vectors of W (PoCL inlines a vector exp; the scalar one is a call)
+#define VLOAD LSE_VLOAD
+#define VSTORE LSE_VSTORE
+__kernel void lk_softmax_rows_vec(const IDX n, const IDX c, __global T* out, const IDX out_o,
+                                  __global const T* x, const IDX x_o)
+{
+    const IDX r = (IDX)get_global_id(0);
+    if (r >= n) return;
+    __global const T* row = x + x_o + r * c;
+    __global T* dst = out + out_o + r * c;
+    const IDX cv = c - c % W;
+    T lanes[W];
+    VT mv = (VT)(-INFINITY);
+    for (IDX k = 0; k < cv; k += W) {
+        const VT v = VLOAD(row + k);
+        mv = select(v, mv, (mv > v) | (mv != mv));
+    }
+    VSTORE(mv, lanes);
+    T m = -INFINITY;
+    for (int j = 0; j < W; ++j) m = LK_FMAX(m, lanes[j]);
+    for (IDX k = cv; k < c; ++k) m = LK_FMAX(m, row[k]);
+    T s = 0;
+    if (!isfinite(m)) {  // NOTE: the composed form's values (NaN or +-inf kept alike)
+        for (IDX k = 0; k < c; ++k) s += exp(row[k]);
+        for (IDX k = 0; k < c; ++k) dst[k] = exp(row[k] - log(s));
+        return;
+    }
+    VT sv = (VT)(0);
+    for (IDX k = 0; k < cv; k += W) {
+        const VT e = exp(VLOAD(row + k) - (VT)(m));
+        VSTORE(e, dst + k);
+        sv += e;
+    }
+    VSTORE(sv, lanes);
+    for (int j = 0; j < W; ++j) s += lanes[j];
+    for (IDX k = cv; k < c; ++k) {
+        const T e = exp(row[k] - m);
+        dst[k] = e;
+        s += e;
+    }
+    for (IDX k = 0; k < cv; k += W) VSTORE(VLOAD(dst + k) / (VT)(s), dst + k);
+    for (IDX k = cv; k < c; ++k) dst[k] = dst[k] / s;
+}
+#endif
 
 __kernel void lk_softmax_grad_rows(const IDX n, const IDX c, __global T* out, const IDX out_o,
                                    __global const T* y, const IDX y_o,
@@ -91,10 +139,14 @@ def _kernel(rt, dt, idx, name):
     ct = CTYPES[dt]
 
     def make():
-        src = header(rt, (ct,), {"T": ct, "IDX": idx}, what="softmax") + source("common") + _SRC
+        defs = {"T": ct, "IDX": idx, **vector_defines(rt, ct, dt.itemsize)}
+        src = header(rt, (ct,), defs, what="softmax") + source("common") + \
+            source("rowlse") + _SRC
         it = IDX_NP[idx]
         args = {"lk_softmax_rows": [it, it, None, it, None, it, IDX_NP["int"]],
                 "lk_softmax_grad_rows": [it, it, None, it, None, it, None, it, IDX_NP["int"]]}
+        if rt.info.is_cpu:
+            args["lk_softmax_rows_vec"] = [it, it, None, it, None, it]
         return kernels(rt, src, args, name="softmax")
     return getattr(rt.cached(("softmax", ct, idx), make), name)
 
@@ -110,7 +162,12 @@ def softmax(x, axis, log: bool) -> ndarray:
     n, c = _rows(x, axis)
     x = ascontiguousarray(x)
     out = ndarray(x.rt, x.shape, x.dtype)
-    k = _kernel(x.rt, x.dtype, index_ctype(x, out), "lk_softmax_rows")
+    idx = index_ctype(x, out)
+    if not log and x.rt.info.is_cpu and c >= 2 * VECTOR_WIDTH[x.dtype.itemsize]:
+        k = _kernel(x.rt, x.dtype, idx, "lk_softmax_rows_vec")
+        _launch(k, x.rt, n, n, c, out.data, out.offset, x.data, x.offset)
+        return out
+    k = _kernel(x.rt, x.dtype, idx, "lk_softmax_rows")
     _launch(k, x.rt, n, n, c, out.data, out.offset, x.data, x.offset, int(log))
     return out
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .elementwise import vector_defines
 from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
 from .program import header, kernels, source
 
@@ -29,13 +30,8 @@ __kernel void lk_xent(const IDX n, const IDX c, __global const T* x, const IDX x
     T acc = 0, cnt = 0;
     for (IDX r = lid; r < n; r += ls) {
         __global const T* row = x + x_o + r * c;
-        T m = -INFINITY;
-        for (IDX k = 0; k < c; ++k) m = LK_FMAX(m, row[k]);
-        const T mm = isfinite(m) ? m : (T)0;
-        T s = 0;
-        for (IDX k = 0; k < c; ++k) s += exp(row[k] - mm);
         const long label = (long)t[t_o + r];
-        const T lse = log(s) + mm;
+        const T lse = lk_row_lse(row, c);
         // NOTE: -sum((row - lse) * onehot), as the composed form and NumPy compute it, so a
         // nan or inf anywhere in the row gives the same nan (0 * inf), label ignored or not
         T nll = 0;
@@ -112,8 +108,9 @@ def softmax_cross_entropy(x, t, ignore: int, reduce: str) -> ndarray:
     key = ("xent", ct, ti, idx)
 
     def make():
-        src = header(rt, (ct,), {"T": ct, "TI": ti, "IDX": idx}, what="softmax_cross_entropy") \
-            + source("common") + _SRC
+        defs = {"T": ct, "TI": ti, "IDX": idx, **vector_defines(rt, ct, x.dtype.itemsize)}
+        src = header(rt, (ct,), defs, what="softmax_cross_entropy") + source("common") + \
+            source("rowlse") + _SRC
         it = IDX_NP[idx]
         return kernels(rt, src, {"lk_xent": [it, it, None, it, None, it, np.int64, np.int32,
                                              None, it, None, None]},
