@@ -78,7 +78,7 @@ def test_its_gradient_differentiates_again(rng):
     np.testing.assert_allclose(gv.numpy(), np_pool_grad(x, wgt, 2))
 
 
-CASES = ["plain", "ties", "nan", "transposed", "inf-gradient"]
+CASES = ["plain", "ties", "nan", "transposed", "inf-gradient", "signed-zeros"]
 
 
 def _pool_grads(dev, x, gy, gg, transposed):
@@ -91,19 +91,24 @@ def _pool_grads(dev, x, gy, gg, transposed):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_the_opencl_kernels_equal_the_cpu_path_bit_for_bit(case, rng):
+@pytest.mark.parametrize("width", [6, 8, 14, 22])
+def test_the_opencl_kernels_equal_the_cpu_path_bit_for_bit(case, width, rng):
     """pool_max, pool_scatter and pool_gather (backend/opencl/pool.py) against the NumPy
-    path: values, ties sharing, NaN windows, a (C, N, H, W) layout, an infinite upstream
-    gradient, and the gradient's own gradient."""
+    path: values, ties sharing, NaN windows, -0 against 0, a (C, N, H, W) layout, an infinite
+    upstream gradient, and the gradient's own gradient; rows of 3, 4, 7 and 11 windows (CPU
+    devices take four at a time, then the rest one by one)."""
     from labkit.functions.pooling import PoolScatterCL, TiledMaxCL
 
-    x = rng.standard_normal((3, 4, 6, 8)).astype(np.float32)
+    x = rng.standard_normal((3, 4, 6, width)).astype(np.float32)
     if case == "ties":
         x = np.round(x).astype(np.float32)
     if case == "nan":
-        x[0, 0, 0, 0] = x[1, 2, 3, 3] = np.nan
+        x[0, 0, 0, 0] = x[1, 2, 3, 3] = x[2, 3, 5, width - 1] = np.nan
+    if case == "signed-zeros":
+        x = np.where(rng.random(x.shape) < 0.5, np.float32(0), np.float32(-0.0))
     transposed = case == "transposed"
-    gy = rng.standard_normal((4, 3, 3, 4) if transposed else (3, 4, 3, 4)).astype(np.float32)
+    ow = width // 2
+    gy = rng.standard_normal((4, 3, 3, ow) if transposed else (3, 4, 3, ow)).astype(np.float32)
     if case == "inf-gradient":
         gy[0, 0, 0, 0] = np.inf
     gg = rng.standard_normal(x.shape).astype(np.float32)

@@ -119,6 +119,69 @@ __kernel void pool_scatter(const IDX total, const IDX C, const IDX OH, const IDX
     END_WINDOW
 }
 
+#if defined(T8) && KH == 2 && KW == 2
+// CPU devices, 2x2 windows along contiguous rows: four windows at a time from two vectors of
+// eight (their even and odd lanes are the windows' two columns), in the scalar kernels' order
+// and with their rules; the row's last OW % 4 windows one at a time, as those kernels do
+#define VFMAX(a, b) select((b), (a), ((a) > (b)) | ((a) != (a)))
+#define ONES(e) select((T4)(0), (T4)(1), e)
+#define INTERLEAVE(a, b) (T8)((a).s0, (b).s0, (a).s1, (b).s1, (a).s2, (b).s2, (a).s3, (b).s3)
+#define ROW(sh) \
+    const IDX r = get_global_id(0); \
+    if (r >= total) return; \
+    const IDX oh = r % OH, t2 = r / OH; \
+    const IDX c = t2 % C, n = t2 / C; \
+    __global const T* prow = x + x_o + n * sn + c * sc + oh * 2 * sh; \
+    IDX ow = 0;
+
+__kernel void pool_max_v(const IDX total, const IDX C, const IDX OH, const IDX OW,
+                         __global const T* x, const IDX x_o, const IDX sn, const IDX sc,
+                         const IDX sh, const IDX sw, __global T* y)
+{
+    ROW(sh)
+    for (; ow + 4 <= OW; ow += 4) {
+        const T8 a = vload8(0, prow + 2 * ow), b = vload8(0, prow + sh + 2 * ow);
+        vstore4(VFMAX(VFMAX(a.even, b.even), VFMAX(a.odd, b.odd)), 0, y + r * OW + ow);
+    }
+    for (; ow < OW; ++ow) {
+        __global const T* p = prow + 2 * ow;
+        y[r * OW + ow] = LK_FMAX(LK_FMAX(p[0], p[sh]), LK_FMAX(p[1], p[sh + 1]));
+    }
+}
+
+__kernel void pool_scatter_v(const IDX total, const IDX C, const IDX OH, const IDX OW,
+                             __global const T* x, const IDX x_o, const IDX sn, const IDX sc,
+                             const IDX sh, const IDX sw, __global const T* y,
+                             __global const T* gy, __global T* gx, const IDX gn,
+                             const IDX gc, const IDX gh, const IDX gw)
+{
+    ROW(sh)
+    __global T* qrow = gx + n * gn + c * gc + oh * 2 * gh;
+    for (; ow + 4 <= OW; ow += 4) {
+        const IDX g = r * OW + ow;
+        const T8 a = vload8(0, prow + 2 * ow), b = vload8(0, prow + sh + 2 * ow);
+        const T4 m = vload4(0, y + g);
+        const T4 e00 = ONES(a.even == m), e01 = ONES(a.odd == m);
+        const T4 e10 = ONES(b.even == m), e11 = ONES(b.odd == m);
+        const T4 v = vload4(0, gy + g) * ((T4)(1) / (e00 + e01 + e10 + e11));
+        vstore8(INTERLEAVE(v * e00, v * e01), 0, qrow + 2 * ow);
+        vstore8(INTERLEAVE(v * e10, v * e11), 0, qrow + gh + 2 * ow);
+    }
+    for (; ow < OW; ++ow) {
+        const IDX g = r * OW + ow;
+        __global const T* p = prow + 2 * ow;
+        const T m = y[g];
+        const int count = (p[0] == m) + (p[1] == m) + (p[sh] == m) + (p[sh + 1] == m);
+        const T v = gy[g] * ((T)1 / (T)count);
+        __global T* q = qrow + 2 * ow;
+        q[0] = v * (T)(p[0] == m);
+        q[1] = v * (T)(p[1] == m);
+        q[gh] = v * (T)(p[sh] == m);
+        q[gh + 1] = v * (T)(p[sh + 1] == m);
+    }
+}
+#endif
+
 __kernel void pool_gather(const IDX total, const IDX C, const IDX OH, const IDX OW,
                           __global const T* x, const IDX x_o, const IDX sn, const IDX sc,
                           const IDX sh, const IDX sw, __global const T* y,
@@ -148,17 +211,25 @@ def _kernel(rt, dt, k, idx, name):
     ct = CTYPES[dt]
 
     def make():
-        src = header(rt, (ct,), {"T": ct, "IDX": idx, "KH": k[0], "KW": k[1]},
-                     what="max_pool2d") + source("common") + _SRC
+        defs = {"T": ct, "IDX": idx, "KH": k[0], "KW": k[1]}
+        if rt.info.is_cpu:
+            defs.update(T4=f"{ct}4", T8=f"{ct}8")
+        src = header(rt, (ct,), defs, what="max_pool2d") + source("common") + _SRC
         i = IDX_NP[idx]
         x_args = [i, i, i, i, None, i, i, i, i, i]
         t = dt.type
         sig = {"pool_max": x_args + [None], "pool_scatter": x_args + [None] * 3 + [i] * 4,
                "pool_gather": x_args + [None] * 3 + [i] * 4, "pool_avg": x_args + [t, None],
                "pool_spread": x_args + [t, None]}
+        if rt.info.is_cpu and k == (2, 2):
+            sig.update(pool_max_v=sig["pool_max"], pool_scatter_v=sig["pool_scatter"])
         return kernels(rt, src, sig, name=f"pool ({ct}, {k})")
 
     return getattr(rt.cached(("pool", ct, k, idx), make), name)
+
+
+#: the kernels with a vector form for 2x2 windows on CPU devices (``name + "_v"``)
+_VECTOR = ("pool_max", "pool_scatter")
 
 
 def _launch(name, a, k, windows, out, between=(), strides=None):
@@ -169,6 +240,9 @@ def _launch(name, a, k, windows, out, between=(), strides=None):
     rt = a.rt
     arrays = [b for b in between if isinstance(b, ndarray)]
     idx = index_ctype(a, out, *arrays, *(() if strides is None else (strides,)))
+    if (name in _VECTOR and k == (2, 2) and rt.info.is_cpu and windows[3] >= 4
+            and a._st[3] == 1 and (strides is None or strides._st[3] == 1)):
+        name += "_v"  # NOTE: four windows at a time along contiguous rows
     kernel = _kernel(rt, a.dtype, k, idx, name)
     it = IDX_NP[idx]
     n, c, oh, ow = windows
