@@ -27,6 +27,7 @@ import numpy as np
 
 from .. import config
 from ..autograd.tensor import Tensor
+from ..autograd.trace import host, tracer
 from ..backend import opencl as cl
 from ..errors import DeviceMismatchError, DTypeError, IndexingError, ShapeError
 
@@ -257,7 +258,17 @@ def indices(d, n: int, op: str, name: str, what: str, ignore=None) -> None:
     ``IndexError`` naming the first bad value and where it is.
 
     NOTE: an OpenCL array is checked on the device and one flag read back (a sync), only when
-    ``LABKIT_CHECK_INDICES`` is on; NumPy arrays always (two reductions of the labels)."""
+    ``LABKIT_CHECK_INDICES`` is on; NumPy arrays always (two reductions of the labels). Inside
+    a compiled step's trace the check is recorded, so that every replay checks that call's
+    indices as an eager call would (a replay never computes with a bad label silently)."""
+    if tracer() is not None:
+        host(lambda a: _indices(a, n, op, name, what, ignore), d, effect=True,
+             name=f"{op}: check {name}")
+        return
+    _indices(d, n, op, name, what, ignore)
+
+
+def _indices(d, n, op, name, what, ignore):
     if not d.size:
         return
     if isinstance(d, np.ndarray):

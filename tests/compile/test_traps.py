@@ -1,6 +1,7 @@
 """The ways a traced-and-replayed step can silently give a wrong result (tinygrad's JIT lists
 them as its own pitfalls), each refused, guarded, or shown to replay correctly."""
 
+import re
 import warnings
 
 import numpy as np
@@ -438,3 +439,51 @@ def test_op_on_a_live_array_is_not_folded():
     for k in range(4):
         buf[...] = k
         np.testing.assert_array_equal(step(x).numpy(), np.full(3, 2.0 * k), err_msg=f"call {k + 1}")
+
+
+# ---- indices checked at every replay -------------------------------------------------------
+
+
+@pytest.mark.parametrize("check", ["on", "off"])
+def test_a_replay_checks_labels_and_ids_as_an_eager_call_does(dev, check, monkeypatch):
+    """Labels and ids given as tensors were checked only while tracing: a replay with a label
+    outside [0, C) computed a wrong loss (and updated the weights from it) without a word.
+    Each replay now checks them as an eager call does (device arrays when
+    LABKIT_CHECK_INDICES is on), before anything is updated."""
+    from labkit.errors import IndexingError
+
+    monkeypatch.setenv("LABKIT_CHECK_INDICES", check)
+    rng = np.random.default_rng(0)
+    w = lk.tensor(rng.standard_normal((3, 5)).astype(np.float32), device=dev,
+                  requires_grad=True)
+    opt = O.SGD(lr=0.5).setup({"w": w})
+
+    @lk.compile
+    def step(x, labels):
+        loss = F.softmax_cross_entropy(F.linear(x, w), labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.update()
+        return loss
+
+    x = t(rng.standard_normal((4, 5)), dev)
+    for _ in range(3):
+        step(x, lk.tensor(np.array([0, 1, 2, 1]), device=dev))
+    assert step.stats["replays"] >= 1
+    before = w.numpy().copy()
+    checked = dev == "cpu" or check == "on"
+    for bad, where in (([0, 1, 7, 1], "labels[2] is 7"), ([0, -2, 1, 1], "labels[1] is -2")):
+        labels = lk.tensor(np.array(bad), device=dev)
+        if checked:
+            with pytest.raises(IndexingError, match=re.escape(where)):
+                step(x, labels)
+            np.testing.assert_array_equal(w.numpy(), before)  # NOTE: no update from it
+    assert step.stats["retraces"] == 0
+
+    E = lk.tensor(np.ones((6, 3), np.float32), device=dev, requires_grad=True)
+    pick = lk.compile(lambda ids: F.embed_id(ids, E).sum())
+    for _ in range(3):
+        pick(lk.tensor(np.array([0, 5]), device=dev))
+    if checked:
+        with pytest.raises(IndexingError, match=r"ids\[1\] is -1"):
+            pick(lk.tensor(np.array([0, -1]), device=dev))
