@@ -76,3 +76,32 @@ def test_only_whole_contiguous_float_reductions_on_a_cpu_take_the_chunked_path(r
     cp.sum(d)
     is_cpu = runtime(0).info.is_cpu
     assert calls == (["sum"] if is_cpu else [])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", ["sum", "max", "min", "mean", "prod"])
+@pytest.mark.parametrize("n_red", [red.ROWS_MIN, 1000, red.CHUNK * 3 + 37])
+def test_contiguous_rows_are_folded_in_vectors(op, dtype, n_red, rng, monkeypatch):
+    """Reductions of contiguous rows (``reduce._rows``): a convolution's bias gradient, rows
+    of a (C, N, H, W)-laid-out array over N, H and W, or the last axis; one CHUNK or several
+    (a second pass) per row; NaN and infinities kept; NumPy's results."""
+    if dtype == np.float64 and not runtime(0).info.fp64:
+        pytest.skip("this OpenCL device has no float64")
+    used = []
+    real = red._rows
+    monkeypatch.setattr(red, "_rows", lambda *a, **k: used.append(a[3]) or real(*a, **k))
+    x = rng.standard_normal((5, n_red)).astype(dtype)
+    if op == "prod":
+        x = (1 + x * dtype(1e-4)).astype(dtype)
+    x[1, 3] = np.nan
+    x[2, -1] = np.inf
+    x[3, n_red // 2] = -np.inf
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    with np.errstate(invalid="ignore"):
+        want = getattr(np, op)(x.astype(np.float64), axis=1).astype(dtype)
+        check(getattr(cp, op)(cp.asarray(x), axis=1), want, rtol=tol, atol=tol * n_red ** 0.5)
+        # the same rows laid out as a convolution's output, (C, N, H, W) in memory
+        cnhw = (5, 2, n_red // 2, 1) if n_red % 2 == 0 else (5, 1, 1, n_red)
+        nchw = cp.asarray(x.reshape(cnhw)).transpose(1, 0, 2, 3)
+        check(getattr(cp, op)(nchw, axis=(0, 2, 3)), want, rtol=tol, atol=tol * n_red ** 0.5)
+    assert used == [n_red, n_red]
