@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd.tensor import Tensor
+from ..functions import _check
 from . import passes
 from .trace import Trace
 
@@ -95,7 +96,11 @@ class Program:
         return None
 
     def run(self, leaves, arg_tensors=None):
-        return self.replay(leaves, arg_tensors)
+        try:
+            return self.replay(leaves, arg_tensors)
+        except BaseException:
+            _check.discard_deferred()
+            raise
 
 
 def depends_failure(depends):
@@ -214,6 +219,10 @@ def _generate(prog, nodes, t, exposed):
                                  f"O{k}.{name} = type(O{k}.{name})(_a)")
         else:
             env[f"F{k}"] = n.fn
+            if n.effect and not getattr(n.fn, "lk_deferred_check", False):
+                # NOTE: the device index checks queued so far are looked at before anything
+                # changes state (labkit.functions._check.indices)
+                lines.append("    RESOLVE()")
         call = f"F{k}({args})"
         if not n.outs:
             lines.append(f"    {call}")
@@ -237,6 +246,8 @@ def _generate(prog, nodes, t, exposed):
     def fresh(s):  # NOTE: a constant written out is copied: the next replay writes it again
         return f"s{s}.copy()" if s in fixed else f"s{s}"
 
+    env["RESOLVE"] = _check.resolve_deferred
+    lines.append("    RESOLVE()")  # NOTE: before the step's results are written out
     for j, (tensor, kind, s) in enumerate(prog.writes):
         if kind == "data":
             env[f"W{j}"] = tensor

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numbers
 import operator
+import threading
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from .. import config
 from ..autograd.tensor import Tensor
 from ..autograd.trace import host, tracer
 from ..backend import opencl as cl
+from ..backend.opencl import xent as _xent
 from ..errors import DeviceMismatchError, DTypeError, IndexingError, ShapeError
 
 
@@ -258,17 +260,45 @@ def indices(d, n: int, op: str, name: str, what: str, ignore=None) -> None:
     ``IndexError`` naming the first bad value and where it is.
 
     NOTE: an OpenCL array is checked on the device and one flag read back (a sync), only when
-    ``LABKIT_CHECK_INDICES`` is on; NumPy arrays always (two reductions of the labels). Inside
-    a compiled step's trace the check is recorded, so that every replay checks that call's
-    indices as an eager call would (a replay never computes with a bad label silently)."""
+    ``LABKIT_CHECK_INDICES`` is on; NumPy arrays always (two reductions of the labels).
+
+    Inside a compiled step's trace the check is recorded, so that every replay checks that
+    call's indices as an eager call would (a replay never computes with a bad label silently).
+    There the device's flag is read back without waiting: the replay looks at it before its
+    next step that changes state (an optimizer's update) and at its end, so the call raises
+    before anything is updated, without draining the queue in the middle of the step."""
     if tracer() is not None:
-        host(lambda a: _indices(a, n, op, name, what, ignore), d, effect=True,
-             name=f"{op}: check {name}")
+        def check(a):  # NOTE: while tracing it checks now; a replay (no tracer) defers
+            _indices(a, n, op, name, what, ignore, defer=tracer() is None)
+        check.lk_deferred_check = True  # NOTE: the replay resolves these (resolve_deferred)
+        host(check, d, effect=True, name=f"{op}: check {name}")
         return
     _indices(d, n, op, name, what, ignore)
 
 
-def _indices(d, n, op, name, what, ignore):
+_deferred = threading.local()
+
+
+def resolve_deferred() -> None:
+    """Wait for the flags of the device index checks queued by a replay (``indices`` inside a
+    compiled step) and raise the first one's ``IndexError``; nothing to do when none is
+    pending."""
+    pending = getattr(_deferred, "checks", None)
+    if not pending:
+        return
+    _deferred.checks = []
+    for event, flag, _keep, args in pending:
+        event.wait()
+        if flag[()]:
+            _indices(*args)  # NOTE: checked again with a sync, which finds and names it
+
+
+def discard_deferred() -> None:
+    """Forget the pending checks of a replay that stopped with another error."""
+    _deferred.checks = []
+
+
+def _indices(d, n, op, name, what, ignore, defer=False):
     if not d.size:
         return
     if isinstance(d, np.ndarray):
@@ -289,10 +319,21 @@ def _indices(d, n, op, name, what, ignore):
         if not config.get("LABKIT_CHECK_INDICES"):
             return
         never = ignore is None or (d.dtype.kind == "u" and ignore < 0)
-        bad = cl.logical_or(d >= n, d < 0)
-        if not never:
-            bad = cl.logical_and(bad, d != ignore)
-        if not bool(bad.any().item()):
+        if d.is_contiguous:  # NOTE: one launch
+            anybad = _xent.any_outside(d, n, ignore)
+        else:
+            bad = cl.logical_or(d >= n, d < 0)
+            if not never:
+                bad = cl.logical_and(bad, d != ignore)
+            anybad = bad.any()
+        if defer:
+            flag = np.zeros((), np.bool_)
+            event = d.rt.download_later(anybad, flag)
+            if getattr(_deferred, "checks", None) is None:
+                _deferred.checks = []
+            _deferred.checks.append((event, flag, anybad, (d, n, op, name, what, ignore)))
+            return
+        if not bool(anybad.item()):
             return
         h = d.get()
         bad = (h >= n) | (h < 0)

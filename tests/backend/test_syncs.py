@@ -68,6 +68,30 @@ def test_the_bounds_check_of_labels_on_the_device_is_the_one_documented_sync(mon
     assert _syncs_per_step(_mlp_step(labels_on_device=True)) == 1
 
 
+def test_a_compiled_step_checks_device_labels_without_a_sync(monkeypatch):
+    """A replay queues the labels' check and reads its flag back without waiting; it looks at
+    the flag before the update (tests/compile/test_traps.py: a bad label raises there)."""
+    monkeypatch.setenv("LABKIT_CHECK_INDICES", "on")
+    rng = np.random.default_rng(0)
+    w = lk.tensor(rng.standard_normal((5, 20)).astype(np.float32), device="cl",
+                  requires_grad=True)
+    opt = lk.optimizers.SGD(lr=0.1).setup({"w": w})
+    x = lk.tensor(rng.standard_normal((8, 20)).astype(np.float32), device="cl")
+    y = lk.tensor(rng.integers(0, 5, 8), device="cl")
+
+    @lk.compile
+    def step(x, y):
+        loss = F.softmax_cross_entropy(F.linear(x, w), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.update()
+        return loss
+
+    step(x, y)  # NOTE: calls 1 and 2 are traced, checking as an eager call does
+    assert _syncs_per_step(lambda: step(x, y), n=4) == 0
+    assert step.stats["replays"] == 4
+
+
 def test_reading_a_value_and_synchronize_are_counted():
     rt = runtime(0)
     a = cp.asarray(np.arange(4, dtype=np.float32))

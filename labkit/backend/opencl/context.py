@@ -218,6 +218,16 @@ class Runtime:
                                  if e.command_execution_status != done]
             self._uploads.append(cl.enqueue_copy(self.queue, buf, host, is_blocking=False))
 
+    def download_later(self, a, host):
+        """Queue a copy of the contiguous array ``a`` into the NumPy array ``host`` (of its
+        size and dtype) without waiting; returns the copy's event. Keep ``a`` and ``host``
+        alive until it has completed."""
+        import pyopencl as cl
+
+        with self.lock:
+            return cl.enqueue_copy(self.queue, host, a.data,
+                                   src_offset=a.offset * a.dtype.itemsize, is_blocking=False)
+
     def __repr__(self) -> str:
         return f"<Runtime cl:{self.info.index} {self.info.name}>"
 

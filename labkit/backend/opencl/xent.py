@@ -79,6 +79,26 @@ __kernel void lk_xent_weights(const IDX n, __global const TI* t, const IDX t_o,
     }
 }
 
+__kernel void lk_labels_bad(const IDX n, __global const TI* t, const IDX t_o, const long c,
+                            const long ignore, const int check, __global uchar* flag,
+                            __local int* s_bad)
+{
+    const int lid = get_local_id(0);
+    const int ls = get_local_size(0);
+    int bad = 0;
+    for (IDX r = lid; r < n; r += ls) {
+        const long v = (long)t[t_o + r];  // NOTE: an unsigned label past 2**63 reads negative
+        bad |= (v < 0 || v >= c) && !(check && v == ignore);
+    }
+    s_bad[lid] = bad;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = ls / 2; h > 0; h /= 2) {
+        if (lid < h) s_bad[lid] |= s_bad[lid + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) flag[0] = (uchar)s_bad[0];
+}
+
 __kernel void lk_onehot(const IDX n, const IDX c, __global const TI* t, const IDX t_o,
                         __global T* out)
 {
@@ -139,7 +159,9 @@ def _aux(rt, ct, ti, idx):
         it = IDX_NP[idx]
         return kernels(rt, src, {"lk_xent_weights": [it, None, it, np.int64, np.int32,
                                                      np.int32, None, None],
-                                 "lk_onehot": [it, it, None, it, None]},
+                                 "lk_onehot": [it, it, None, it, None],
+                                 "lk_labels_bad": [it, None, it, np.int64, np.int64, np.int32,
+                                                   None, None]},
                        name="xent:aux")
     return rt.cached(("xent_aux", ct, ti, idx), make)
 
@@ -187,3 +209,22 @@ def onehot(t, c: int, dtype) -> ndarray:
     with rt.lock:
         k(rt.queue, (-(-out.size // ls) * ls,), (ls,), n, int(c), t.data, t.offset, out.data)
     return out
+
+
+def any_outside(t, c: int, ignore) -> ndarray:
+    """A 0-d bool: whether a label of the contiguous integer array ``t`` is outside [0, c)
+    and not ``ignore`` (None: none is ignored; a negative one never matches an unsigned
+    label), in one launch, where comparing, combining and reducing took six."""
+    rt = t.rt
+    flag = ndarray(rt, (), np.dtype(np.bool_))
+    k = _aux(rt, "float", CTYPES[t.dtype], index_ctype(t)).lk_labels_bad
+    check = ignore is not None and not (t.dtype.kind == "u" and ignore < 0)
+    ls = 1
+    while ls * 2 <= min(256, rt.info.max_work_group_size, t.size):
+        ls *= 2
+    import pyopencl as cl
+
+    with rt.lock:
+        k(rt.queue, (ls,), (ls,), t.size, t.data, t.offset, int(c),
+          int(ignore) if check else 0, int(check), flag.data, cl.LocalMemory(4 * ls))
+    return flag
