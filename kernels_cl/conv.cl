@@ -13,19 +13,19 @@
 #define PW 0
 #endif
 
-// im2col: one work-item per row of OW column elements (a window offset's output row): the
-// index arithmetic once per row, then a loop the compiler can vectorise (a work-item per
-// element ran 4.5x slower on PoCL). x (N, C, H, W) is read through its strides (a
-// convolution's output is (C, N, H, W) in memory). ``total`` counts rows.
+// im2col: one work-item per window offset and image (a plane of OH x OW column elements):
+// the index arithmetic once per plane, then each output row, which with unit strides along x
+// is a shifted copy between zero edges (loops the compiler vectorises; a work-item per row
+// spent much of its time dividing, a work-item per element ran 4.5x slower on PoCL). x (N, C,
+// H, W) is read through its strides (a convolution's output is (C, N, H, W) in memory).
+// ``total`` counts planes.
 __kernel void lk_im2col(const IDX total, const IDX N, const IDX C,
                         __global T* col, __global const T* x, const IDX x_o,
                         const IDX sn, const IDX sc, const IDX sy, const IDX sx)
 {
     const IDX gid = (IDX)get_global_id(0);
     if (gid >= total) return;
-    __global T* out = col + gid * OW;
     IDX r = gid;
-    const IDX oy = r % OH; r /= OH;
 #if CFIRST
     const IDX n = r % N; r /= N;
     const IDX j = r % KW; r /= KW;
@@ -37,31 +37,48 @@ __kernel void lk_im2col(const IDX total, const IDX N, const IDX C,
     const IDX c = r % C; r /= C;
     const IDX n = r;
 #endif
-    const IDX iy = oy * SH + i * DH - PH;
+    __global const T* pc = x + x_o + n * sn + c * sc;
+    const IDX shift = j * DW - PW;  // ix = ox * SW + shift
+    for (IDX oy = 0; oy < OH; ++oy) {
+        __global T* out = col + (gid * OH + oy) * OW;
+        const IDX iy = oy * SH + i * DH - PH;
 #if PH || PW
-    if (iy < 0 || iy >= H) {
-        for (IDX ox = 0; ox < OW; ++ox) out[ox] = (T)0;
-        return;
-    }
+        if (iy < 0 || iy >= H) {
+            for (IDX ox = 0; ox < OW; ++ox) out[ox] = (T)0;
+            continue;
+        }
 #endif
-    __global const T* px = x + x_o + n * sn + c * sc + iy * sy;
-    for (IDX ox = 0; ox < OW; ++ox) {
-        const IDX ix = ox * SW + j * DW - PW;
+        __global const T* px = pc + iy * sy;
+#if SW == 1
+        if (sx == 1) {
+            const IDX lo = min(max(-shift, (IDX)0), (IDX)OW);
+            const IDX hi = max(min((IDX)W - shift, (IDX)OW), lo);
+            for (IDX ox = 0; ox < lo; ++ox) out[ox] = (T)0;
+            for (IDX ox = lo; ox < hi; ++ox) out[ox] = px[ox + shift];
+            for (IDX ox = hi; ox < OW; ++ox) out[ox] = (T)0;
+            continue;
+        }
+#endif
+        for (IDX ox = 0; ox < OW; ++ox) {
+            const IDX ix = ox * SW + shift;
 #if PH || PW
-        out[ox] = (ix >= 0 && ix < W) ? px[ix * sx] : (T)0;
+            out[ox] = (ix >= 0 && ix < W) ? px[ix * sx] : (T)0;
 #else
-        out[ox] = px[ix * sx];
+            out[ox] = px[ix * sx];
 #endif
+        }
     }
 }
 
-// col2im: one work-item per row of the (N, C, H, W) result, each element gathering every
-// window that covers it, in (i, j) order: no atomics, and the same sums in the same order as
-// adding the window slices one after another (bit for bit). The row's index arithmetic and
-// which window rows reach it are worked out once per row (a work-item per element spent most
-// of its time there). col is read through its strides (in the layout's order: s0..s5). With
-// padding, the result is the unpadded part (the data gradient of a convolution). OUT_CNHW 1
-// writes it in (C, N, H, W) memory order. ``total`` counts rows.
+// col2im: one work-item per image plane of the (N, C, H, W) result, row by row, each element
+// gathering every window that covers it, in (i, j) order: no atomics, and the same sums in the
+// same order as adding the window slices one after another (bit for bit). Which window rows
+// reach a row is worked out once per row. With unit strides along x and rows of at most 64,
+// a row is summed window offset by window offset into a private row (contiguous loops the
+// compiler vectorises; each element still adds its windows in (i, j) order). col is read
+// through its strides (in the layout's order: s0..s5). With padding, the result is the
+// unpadded part (the data gradient of a convolution). OUT_CNHW 1 writes it in (C, N, H, W)
+// memory order. ``total`` counts planes.
 #ifndef OUT_CNHW
 #define OUT_CNHW 0
 #endif
@@ -73,7 +90,6 @@ __kernel void lk_col2im(const IDX total, const IDX N, const IDX C,
     const IDX gid = (IDX)get_global_id(0);
     if (gid >= total) return;
     IDX r = gid;
-    const IDX y = r % H + PH; r /= H;
 #if OUT_CNHW
     const IDX n = r % N; r /= N;
     const IDX c = r;
@@ -81,41 +97,64 @@ __kernel void lk_col2im(const IDX total, const IDX N, const IDX C,
     const IDX c = r % C; r /= C;
     const IDX n = r;
 #endif
-    // the window rows i that cover row y, and where each starts in col
-    IDX row_at[KH];
-    char covers[KH];
-    for (int i = 0; i < KH; ++i) {
-        const IDX ty = y - i * DH;
-        covers[i] = 0;
-        if (ty < 0 || ty % SH != 0) continue;
-        const IDX oy = ty / SH;
-        if (oy >= OH) continue;
-        covers[i] = 1;
-#if CFIRST
-        row_at[i] = col_o + c * s0 + i * s1 + n * s3 + oy * s4;
-#else
-        row_at[i] = col_o + n * s0 + c * s1 + i * s2 + oy * s4;
-#endif
-    }
 #if CFIRST
     const IDX sj = s2;
 #else
     const IDX sj = s3;
 #endif
-    __global T* dst = out + gid * W;
-    for (IDX xu = 0; xu < W; ++xu) {
-        const IDX xx = xu + PW;
-        T acc = 0;
+    for (IDX yu = 0; yu < H; ++yu) {
+        const IDX y = yu + PH;
+        // the window rows i that cover row y, and where each starts in col
+        IDX row_at[KH];
+        char covers[KH];
+        for (int i = 0; i < KH; ++i) {
+            const IDX ty = y - i * DH;
+            covers[i] = 0;
+            if (ty < 0 || ty % SH != 0) continue;
+            const IDX oy = ty / SH;
+            if (oy >= OH) continue;
+            covers[i] = 1;
+#if CFIRST
+            row_at[i] = col_o + c * s0 + i * s1 + n * s3 + oy * s4;
+#else
+            row_at[i] = col_o + n * s0 + c * s1 + i * s2 + oy * s4;
+#endif
+        }
+        __global T* dst = out + (gid * H + yu) * W;
+#if SW == 1 && W <= 64
+        T acc[W];
+        for (IDX xu = 0; xu < W; ++xu) acc[xu] = 0;
         for (int i = 0; i < KH; ++i) {
             if (!covers[i]) continue;
             for (int j = 0; j < KW; ++j) {
-                const IDX tx = xx - j * DW;
-                if (tx < 0 || tx % SW != 0) continue;
-                const IDX ox = tx / SW;
-                if (ox >= OW) continue;
-                acc += col[row_at[i] + j * sj + ox * s5];
+                // ox = xu + PW - j * DW, for the xu where 0 <= ox < OW
+                const IDX shift = PW - j * DW;
+                const IDX lo = min(max(-shift, (IDX)0), (IDX)W);
+                const IDX hi = max(min((IDX)OW - shift, (IDX)W), lo);
+                __global const T* src = col + row_at[i] + j * sj + shift * s5;
+                if (s5 == 1)
+                    for (IDX xu = lo; xu < hi; ++xu) acc[xu] += src[xu];
+                else
+                    for (IDX xu = lo; xu < hi; ++xu) acc[xu] += src[xu * s5];
             }
         }
-        dst[xu] = acc;
+        for (IDX xu = 0; xu < W; ++xu) dst[xu] = acc[xu];
+#else
+        for (IDX xu = 0; xu < W; ++xu) {
+            const IDX xx = xu + PW;
+            T acc = 0;
+            for (int i = 0; i < KH; ++i) {
+                if (!covers[i]) continue;
+                for (int j = 0; j < KW; ++j) {
+                    const IDX tx = xx - j * DW;
+                    if (tx < 0 || tx % SW != 0) continue;
+                    const IDX ox = tx / SW;
+                    if (ox >= OW) continue;
+                    acc += col[row_at[i] + j * sj + ox * s5];
+                }
+            }
+            dst[xu] = acc;
+        }
+#endif
     }
 }

@@ -84,6 +84,8 @@ PADDED = [  # (N, C, H, W) before padding, window, stride, dilation, padding
     ((2, 3, 7, 9), (3, 3), (1, 1), (1, 1), (1, 1)),
     ((2, 1, 9, 11), (3, 2), (2, 3), (2, 1), (2, 1)),
     ((1, 2, 5, 6), (5, 5), (1, 2), (1, 1), (2, 0)),
+    ((2, 2, 4, 2), (3, 3), (1, 1), (1, 2), (1, 3)),  # windows wholly in the padding
+    ((3, 2, 6, 13), (3, 3), (1, 1), (1, 1), (1, 1)),  # a row longer than a vector
 ]
 
 
@@ -94,6 +96,7 @@ def _layouts(x):
     yield "cnhw", x, cp.asarray(np.ascontiguousarray(x.transpose(1, 0, 2, 3))).transpose(
         1, 0, 2, 3)
     yield "reversed", x[:, :, ::-1], cp.asarray(x)[:, :, ::-1]
+    yield "reversed x", x[:, :, :, ::-1], cp.asarray(x)[:, :, :, ::-1]
 
 
 @pytest.mark.parametrize("shape,k,s,d,p", PADDED)

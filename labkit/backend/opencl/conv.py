@@ -46,7 +46,7 @@ def im2col(x, k, s, d, out_hw, cfirst=False, pad=(0, 0)) -> ndarray:
     kernel = _kernel(x.rt, "lk_im2col", CTYPES[x.dtype], idx,
                      (tuple(k), tuple(s), tuple(d), tuple(pad), tuple(out_hw), (h, w)), cfirst,
                      [it, it, it, None, None, it, it, it, it, it])
-    _launch(x.rt, kernel, out.size // ow, n, c, out.data, x.data, x.offset, *x._st)
+    _launch(x.rt, kernel, out.size // (oh * ow), n, c, out.data, x.data, x.offset, *x._st)
     return out
 
 
@@ -65,5 +65,6 @@ def col2im(col, k, s, d, shape, cfirst=False, pad=(0, 0), cnhw=False) -> ndarray
     kernel = _kernel(col.rt, "lk_col2im", CTYPES[col.dtype], idx,
                      (tuple(k), tuple(s), tuple(d), tuple(pad), (oh, ow), (h, w)), cfirst,
                      [it, it, it, None, None, it] + [it] * 6, cnhw)
-    _launch(col.rt, kernel, out.size // w, n, c, out.data, col.data, col.offset, *col._st)
+    _launch(col.rt, kernel, out.size // (h * w), n, c, out.data, col.data, col.offset,
+            *col._st)
     return out.transpose(1, 0, 2, 3) if cnhw else out
