@@ -13,18 +13,21 @@
 #define PW 0
 #endif
 
-// im2col: one work-item per window offset and image (a plane of OH x OW column elements):
-// the index arithmetic once per plane, then each output row, which with unit strides along x
+// im2col: one work-item per ``rows`` rows of a window offset's plane for one image (OH x OW
+// column elements; on CPU devices a whole plane, unless planes are few; on others a row): the
+// index arithmetic once per work-item, then each output row, which with unit strides along x
 // is a shifted copy between zero edges (loops the compiler vectorises; a work-item per row
 // spent much of its time dividing, a work-item per element ran 4.5x slower on PoCL). x (N, C,
 // H, W) is read through its strides (a convolution's output is (C, N, H, W) in memory).
-// ``total`` counts planes.
-__kernel void lk_im2col(const IDX total, const IDX N, const IDX C,
+// ``total`` counts work-items.
+__kernel void lk_im2col(const IDX total, const IDX rows, const IDX N, const IDX C,
                         __global T* col, __global const T* x, const IDX x_o,
                         const IDX sn, const IDX sc, const IDX sy, const IDX sx)
 {
-    const IDX gid = (IDX)get_global_id(0);
-    if (gid >= total) return;
+    const IDX item = (IDX)get_global_id(0);
+    if (item >= total) return;
+    const IDX blocks = (OH + rows - 1) / rows;
+    const IDX gid = item / blocks, oy0 = (item % blocks) * rows;
     IDX r = gid;
 #if CFIRST
     const IDX n = r % N; r /= N;
@@ -39,7 +42,7 @@ __kernel void lk_im2col(const IDX total, const IDX N, const IDX C,
 #endif
     __global const T* pc = x + x_o + n * sn + c * sc;
     const IDX shift = j * DW - PW;  // ix = ox * SW + shift
-    for (IDX oy = 0; oy < OH; ++oy) {
+    for (IDX oy = oy0; oy < min(oy0 + rows, (IDX)OH); ++oy) {
         __global T* out = col + (gid * OH + oy) * OW;
         const IDX iy = oy * SH + i * DH - PH;
 #if PH || PW
@@ -70,25 +73,31 @@ __kernel void lk_im2col(const IDX total, const IDX N, const IDX C,
     }
 }
 
-// col2im: one work-item per image plane of the (N, C, H, W) result, row by row, each element
+// col2im: one work-item per ``rows`` rows of an image plane of the (N, C, H, W) result (as
+// im2col: on CPU devices a plane unless planes are few, on others a row), each element
 // gathering every window that covers it, in (i, j) order: no atomics, and the same sums in the
 // same order as adding the window slices one after another (bit for bit). Which window rows
-// reach a row is worked out once per row. With unit strides along x and rows of at most 64,
-// a row is summed window offset by window offset into a private row (contiguous loops the
+// reach a row is worked out once per row. On CPU devices (ROW_SUMS), with unit strides
+// along x and rows of at most 64, a row is summed window offset by window offset into a private row (contiguous loops the
 // compiler vectorises; each element still adds its windows in (i, j) order). col is read
 // through its strides (in the layout's order: s0..s5). With padding, the result is the
 // unpadded part (the data gradient of a convolution). OUT_CNHW 1 writes it in (C, N, H, W)
-// memory order. ``total`` counts planes.
+// memory order. ``total`` counts work-items.
 #ifndef OUT_CNHW
 #define OUT_CNHW 0
 #endif
-__kernel void lk_col2im(const IDX total, const IDX N, const IDX C,
+#ifndef ROW_SUMS
+#define ROW_SUMS 0
+#endif
+__kernel void lk_col2im(const IDX total, const IDX rows, const IDX N, const IDX C,
                         __global T* out, __global const T* col, const IDX col_o,
                         const IDX s0, const IDX s1, const IDX s2, const IDX s3, const IDX s4,
                         const IDX s5)
 {
-    const IDX gid = (IDX)get_global_id(0);
-    if (gid >= total) return;
+    const IDX item = (IDX)get_global_id(0);
+    if (item >= total) return;
+    const IDX blocks = (H + rows - 1) / rows;
+    const IDX gid = item / blocks, yu0 = (item % blocks) * rows;
     IDX r = gid;
 #if OUT_CNHW
     const IDX n = r % N; r /= N;
@@ -102,7 +111,7 @@ __kernel void lk_col2im(const IDX total, const IDX N, const IDX C,
 #else
     const IDX sj = s3;
 #endif
-    for (IDX yu = 0; yu < H; ++yu) {
+    for (IDX yu = yu0; yu < min(yu0 + rows, (IDX)H); ++yu) {
         const IDX y = yu + PH;
         // the window rows i that cover row y, and where each starts in col
         IDX row_at[KH];
@@ -121,7 +130,7 @@ __kernel void lk_col2im(const IDX total, const IDX N, const IDX C,
 #endif
         }
         __global T* dst = out + (gid * H + yu) * W;
-#if SW == 1 && W <= 64
+#if SW == 1 && W <= 64 && ROW_SUMS
         T acc[W];
         for (IDX xu = 0; xu < W; ++xu) acc[xu] = 0;
         for (int i = 0; i < KH; ++i) {

@@ -132,3 +132,28 @@ def test_col2im_reads_columns_through_negative_strides(rng):
     assert any(st < 0 for st in dev._st)
     got = conv.col2im(dev, k, s, d, shape, cfirst=False)
     np.testing.assert_array_equal(got.get(), _ref_col2im(g, k, s, d, shape, False))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5])
+def test_any_number_of_rows_per_work_item_gives_the_same_bits(rows, rng, monkeypatch):
+    """A work-item takes a whole plane on a CPU device with many planes, fewer rows when the
+    planes are few, and one row on other devices (conv._rows): the same results each way."""
+    x = rng.standard_normal((2, 3, 7, 9)).astype(np.float32)
+    k, s, d, p = (3, 3), (1, 1), (1, 1), (1, 1)
+    want = conv.im2col(cp.asarray(x), k, s, d, (7, 9), True, pad=p).get()
+    g = cp.asarray(rng.standard_normal(want.shape).astype(np.float32))
+    back = conv.col2im(g, k, s, d, x.shape, True, pad=p, cnhw=True).get()
+    monkeypatch.setattr(conv, "_rows", lambda rt, planes, h: rows)
+    assert np.array_equal(conv.im2col(cp.asarray(x), k, s, d, (7, 9), True, pad=p).get(), want)
+    assert np.array_equal(conv.col2im(g, k, s, d, x.shape, True, pad=p, cnhw=True).get(), back)
+
+
+def test_rows_per_work_item_keep_every_compute_unit_busy():
+    from types import SimpleNamespace as NS
+
+    cpu, gpu = NS(info=NS(is_cpu=True, compute_units=2)), NS(info=NS(is_cpu=False))
+    real = conv._rows
+    assert real(cpu, 2048, 14) == 14        # many planes: a plane each
+    assert real(cpu, 3, 224) == 42          # three planes: 16 work-items
+    assert real(cpu, 1, 5) == 1
+    assert real(gpu, 2048, 14) == 1         # a GPU: a row each

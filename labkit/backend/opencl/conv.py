@@ -20,16 +20,27 @@ def _kernel(rt, kname, ct, idx, geometry, cfirst, signature, cnhw=False):
     def make():
         defs = {"T": ct, "IDX": idx, "KH": kh, "KW": kw, "SH": sh, "SW": sw, "DH": dh,
                 "DW": dw, "PH": ph, "PW": pw, "OH": oh, "OW": ow, "H": h, "W": w,
-                "CFIRST": int(cfirst), "OUT_CNHW": int(cnhw)}
+                "CFIRST": int(cfirst), "OUT_CNHW": int(cnhw), "ROW_SUMS": int(rt.info.is_cpu)}
         src = header(rt, (ct,), defs, what=kname) + source("conv")
         return getattr(kernels(rt, src, {kname: signature}, name=f"conv.cl:{kname}"), kname)
     return rt.cached(key, make)
 
 
-def _launch(rt, kernel, total, *args):
+def _rows(rt, planes, h):
+    """Rows of a plane per work-item: on a CPU device a whole plane (the index arithmetic once
+    per plane), unless that leaves fewer than 8 work-items per compute unit; elsewhere one."""
+    if not rt.info.is_cpu:
+        return 1
+    return max(1, min(h, planes * h // (8 * rt.info.compute_units)))
+
+
+def _launch(rt, kernel, planes, h, *args):
+    """A work-item per ``_rows`` rows of each of ``planes`` planes of ``h`` rows."""
+    rows = _rows(rt, planes, h)
+    total = planes * -(-h // rows)
     ls = min(256, rt.info.max_work_group_size)
     with rt.lock:
-        kernel(rt.queue, (-(-total // ls) * ls,), (ls,), total, *args)
+        kernel(rt.queue, (-(-total // ls) * ls,), (ls,), total, rows, *args)
 
 
 def im2col(x, k, s, d, out_hw, cfirst=False, pad=(0, 0)) -> ndarray:
@@ -45,8 +56,9 @@ def im2col(x, k, s, d, out_hw, cfirst=False, pad=(0, 0)) -> ndarray:
     it = IDX_NP[idx]
     kernel = _kernel(x.rt, "lk_im2col", CTYPES[x.dtype], idx,
                      (tuple(k), tuple(s), tuple(d), tuple(pad), tuple(out_hw), (h, w)), cfirst,
-                     [it, it, it, None, None, it, it, it, it, it])
-    _launch(x.rt, kernel, out.size // (oh * ow), n, c, out.data, x.data, x.offset, *x._st)
+                     [it, it, it, it, None, None, it, it, it, it, it])
+    _launch(x.rt, kernel, out.size // (oh * ow), oh, n, c, out.data, x.data, x.offset,
+            *x._st)
     return out
 
 
@@ -64,7 +76,7 @@ def col2im(col, k, s, d, shape, cfirst=False, pad=(0, 0), cnhw=False) -> ndarray
     it = IDX_NP[idx]
     kernel = _kernel(col.rt, "lk_col2im", CTYPES[col.dtype], idx,
                      (tuple(k), tuple(s), tuple(d), tuple(pad), (oh, ow), (h, w)), cfirst,
-                     [it, it, it, None, None, it] + [it] * 6, cnhw)
-    _launch(col.rt, kernel, out.size // (h * w), n, c, out.data, col.data, col.offset,
+                     [it, it, it, it, None, None, it] + [it] * 6, cnhw)
+    _launch(col.rt, kernel, out.size // (h * w), h, n, c, out.data, col.data, col.offset,
             *col._st)
     return out.transpose(1, 0, 2, 3) if cnhw else out
