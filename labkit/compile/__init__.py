@@ -23,7 +23,13 @@ Inside a compiled step:
   graph: call ``backward`` inside the step;
 - tensors and numbers the step reads from its closure or globals are those it was traced with
   (bricks' settings excepted: they are checked): pass what changes as arguments;
-- one call runs at a time (a lock): a compiled step may be shared between threads.
+- one call runs at a time (a lock): a compiled step may be shared between threads;
+- labels and index arrays are checked at every call as an eager call checks them; on OpenCL
+  the check's flag is read back without waiting and looked at before the replay's next
+  update, so a bad label raises ``IndexError`` before anything it would change. A call that
+  raises after an update (a second loss with a bad label after a first optimizer's update)
+  keeps that update, as an eager call would, but leaves ``.grad`` as the previous call set
+  it (gradients are written when a call completes).
 
 The passes (``step.explain()`` lists what they did): constant folding, merging of ops that
 compute the same value, removal of what nothing needs, stabilisation (``stabilize=``), a sum

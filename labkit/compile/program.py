@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd.tensor import Tensor
-from ..functions import _check
+from ..backend.opencl.context import deferred_checks, resolve_checks
 from . import passes
 from .trace import Trace
 
@@ -96,11 +96,10 @@ class Program:
         return None
 
     def run(self, leaves, arg_tensors=None):
-        try:
+        # NOTE: device index checks are read back without waiting and looked at before each
+        # state change and before the results are written (labkit.functions._check.indices)
+        with deferred_checks():
             return self.replay(leaves, arg_tensors)
-        except BaseException:
-            _check.discard_deferred()
-            raise
 
 
 def depends_failure(depends):
@@ -219,7 +218,7 @@ def _generate(prog, nodes, t, exposed):
                                  f"O{k}.{name} = type(O{k}.{name})(_a)")
         else:
             env[f"F{k}"] = n.fn
-            if n.effect and not getattr(n.fn, "lk_deferred_check", False):
+            if n.effect and not getattr(n.fn, "lk_check", False):
                 # NOTE: the device index checks queued so far are looked at before anything
                 # changes state (labkit.functions._check.indices)
                 lines.append("    RESOLVE()")
@@ -246,7 +245,7 @@ def _generate(prog, nodes, t, exposed):
     def fresh(s):  # NOTE: a constant written out is copied: the next replay writes it again
         return f"s{s}.copy()" if s in fixed else f"s{s}"
 
-    env["RESOLVE"] = _check.resolve_deferred
+    env["RESOLVE"] = resolve_checks
     lines.append("    RESOLVE()")  # NOTE: before the step's results are written out
     for j, (tensor, kind, s) in enumerate(prog.writes):
         if kind == "data":

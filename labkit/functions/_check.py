@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import numbers
 import operator
-import threading
 
 import numpy as np
 
@@ -30,6 +29,7 @@ from .. import config
 from ..autograd.tensor import Tensor
 from ..autograd.trace import host, tracer
 from ..backend import opencl as cl
+from ..backend.opencl import context as opencl_context
 from ..backend.opencl import xent as _xent
 from ..errors import DeviceMismatchError, DTypeError, IndexingError, ShapeError
 
@@ -264,41 +264,20 @@ def indices(d, n: int, op: str, name: str, what: str, ignore=None) -> None:
 
     Inside a compiled step's trace the check is recorded, so that every replay checks that
     call's indices as an eager call would (a replay never computes with a bad label silently).
-    There the device's flag is read back without waiting: the replay looks at it before its
-    next step that changes state (an optimizer's update) and at its end, so the call raises
-    before anything is updated, without draining the queue in the middle of the step."""
+    A replay reads the device's flag back without waiting (``opencl.context.deferred_checks``)
+    and looks at it before its next step that changes state (an optimizer's update) and
+    before it returns, so the call raises before anything is updated, without draining the
+    queue in the middle of the step."""
     if tracer() is not None:
-        def check(a):  # NOTE: while tracing it checks now; a replay (no tracer) defers
-            _indices(a, n, op, name, what, ignore, defer=tracer() is None)
-        check.lk_deferred_check = True  # NOTE: the replay resolves these (resolve_deferred)
+        def check(a):
+            _indices(a, n, op, name, what, ignore)
+        check.lk_check = True  # NOTE: a replay does not wait for earlier checks before it
         host(check, d, effect=True, name=f"{op}: check {name}")
         return
     _indices(d, n, op, name, what, ignore)
 
 
-_deferred = threading.local()
-
-
-def resolve_deferred() -> None:
-    """Wait for the flags of the device index checks queued by a replay (``indices`` inside a
-    compiled step) and raise the first one's ``IndexError``; nothing to do when none is
-    pending."""
-    pending = getattr(_deferred, "checks", None)
-    if not pending:
-        return
-    _deferred.checks = []
-    for event, flag, _keep, args in pending:
-        event.wait()
-        if flag[()]:
-            _indices(*args)  # NOTE: checked again with a sync, which finds and names it
-
-
-def discard_deferred() -> None:
-    """Forget the pending checks of a replay that stopped with another error."""
-    _deferred.checks = []
-
-
-def _indices(d, n, op, name, what, ignore, defer=False):
+def _indices(d, n, op, name, what, ignore):
     if not d.size:
         return
     if isinstance(d, np.ndarray):
@@ -312,33 +291,38 @@ def _indices(d, n, op, name, what, ignore, defer=False):
         bad = (d >= n) | (d < 0)
         if ignore is not None and not (d.dtype.kind == "u" and ignore < 0):
             bad &= d != ignore  # NOTE: an unsigned label never equals a negative ignore
-        if not bad.any():
-            return
-        h = d
+        if bad.any():
+            _raise(d, bad, n, op, name, what, ignore)
+        return
+    if not config.get("LABKIT_CHECK_INDICES"):
+        return
+    never = ignore is None or (d.dtype.kind == "u" and ignore < 0)
+    if d.is_contiguous:  # NOTE: one launch
+        anybad = _xent.any_outside(d, n, ignore)
     else:
-        if not config.get("LABKIT_CHECK_INDICES"):
-            return
-        never = ignore is None or (d.dtype.kind == "u" and ignore < 0)
-        if d.is_contiguous:  # NOTE: one launch
-            anybad = _xent.any_outside(d, n, ignore)
-        else:
-            bad = cl.logical_or(d >= n, d < 0)
-            if not never:
-                bad = cl.logical_and(bad, d != ignore)
-            anybad = bad.any()
-        if defer:
-            flag = np.zeros((), np.bool_)
-            event = d.rt.download_later(anybad, flag)
-            if getattr(_deferred, "checks", None) is None:
-                _deferred.checks = []
-            _deferred.checks.append((event, flag, anybad, (d, n, op, name, what, ignore)))
-            return
-        if not bool(anybad.item()):
-            return
-        h = d.get()
-        bad = (h >= n) | (h < 0)
+        bad = cl.logical_or(d >= n, d < 0)
         if not never:
-            bad &= h != ignore
+            bad = cl.logical_and(bad, d != ignore)
+        anybad = bad.any()
+    if opencl_context.deferring():  # NOTE: a compiled step's replay (see indices)
+        opencl_context.defer_check(
+            anybad, lambda: _bad_labels(d.get(), n, op, name, what, ignore, never))
+    elif bool(anybad.item()):
+        _bad_labels(d.get(), n, op, name, what, ignore, never)
+
+
+def _bad_labels(h, n, op, name, what, ignore, never):
+    """Raise the IndexError for the host copy ``h`` of labels a device check found bad."""
+    bad = (h >= n) | (h < 0)
+    if not never:
+        bad &= h != ignore
+    if not bad.any():  # NOTE: changed in place after the check was queued
+        raise IndexingError(f"{op}: {name} were outside [0, {n}) for {what} when checked on "
+                            "the device and have changed since; pass the step its own copy")
+    _raise(h, bad, n, op, name, what, ignore)
+
+
+def _raise(h, bad, n, op, name, what, ignore):
     pos = tuple(int(i) for i in np.argwhere(bad)[0])
     val = int(h[pos])
     ign = "" if ignore is None else f" or ignore_label={ignore}"

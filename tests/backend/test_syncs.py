@@ -92,6 +92,36 @@ def test_a_compiled_step_checks_device_labels_without_a_sync(monkeypatch):
     assert step.stats["replays"] == 4
 
 
+def test_a_compiled_step_checks_ids_and_index_arrays_without_a_sync(monkeypatch):
+    """embed_id's ids and the index array of the lookup after it are checked without waiting
+    in a replay, and a bad id still raises from the call with embed_id's own message, before
+    the update. (The gradient's scatter reads the ids back to sort them: its one sync.)"""
+    from labkit.errors import IndexingError
+
+    monkeypatch.setenv("LABKIT_CHECK_INDICES", "on")
+    E = lk.tensor(np.ones((6, 3), np.float32), device="cl", requires_grad=True)
+    opt = lk.optimizers.SGD(lr=0.1).setup({"E": E})
+
+    @lk.compile
+    def step(ids):
+        loss = F.embed_id(ids, E).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.update()
+        return loss
+
+    ids = lk.tensor(np.array([0, 5, 5]), device="cl")
+    lookup = lk.compile(lambda ids: F.embed_id(ids, E).sum())
+    lookup(ids)
+    assert _syncs_per_step(lambda: lookup(ids), n=3) == 0
+    step(ids)
+    assert _syncs_per_step(lambda: step(ids), n=3) == 1  # the scatter's
+    before = E.numpy().copy()
+    with pytest.raises(IndexingError, match=r"embed_id: ids\[1\] is 7"):
+        step(lk.tensor(np.array([0, 7, 1]), device="cl"))
+    np.testing.assert_array_equal(E.numpy(), before)
+
+
 def test_reading_a_value_and_synchronize_are_counted():
     rt = runtime(0)
     a = cp.asarray(np.arange(4, dtype=np.float32))

@@ -18,6 +18,8 @@ import functools
 import threading
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from ...errors import DeviceError, DTypeError
 
 NO_PLATFORM_HELP = (
@@ -230,6 +232,63 @@ class Runtime:
 
     def __repr__(self) -> str:
         return f"<Runtime cl:{self.info.index} {self.info.name}>"
+
+
+# ---- deferred checks ----------------------------------------------------------------------
+# A compiled step's replay checks index arrays and labels without waiting for the device: a
+# check queues its flag, a non-blocking read brings the flag back, and the replay looks at the
+# flags (``resolve_checks``) before it changes any state and before it returns.
+
+_deferred = threading.local()
+
+
+class deferred_checks:
+    """``with deferred_checks():`` checks made inside (``deferring()`` is true) are queued with
+    ``defer_check`` instead of waiting; they are resolved on exit. When the block raises, a
+    check queued before that fails is raised instead (it came first: its error is the cause),
+    chained to the block's error. Not reentrant: an inner block joins the outer one."""
+
+    def __enter__(self):
+        self.outer = getattr(_deferred, "on", False)
+        if not self.outer:
+            _deferred.on, _deferred.pending = True, []
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if self.outer:
+            return False
+        try:
+            if kind is None or issubclass(kind, Exception):
+                resolve_checks()
+        finally:
+            _deferred.on, _deferred.pending = False, []
+        return False
+
+
+def deferring() -> bool:
+    """Whether checks are being deferred (inside ``deferred_checks``)."""
+    return getattr(_deferred, "on", False)
+
+
+def defer_check(flag, on_bad) -> None:
+    """Queue the read of the 0-d bool device array ``flag``; ``resolve_checks`` calls
+    ``on_bad()`` (which raises) if it was true."""
+    host = np.zeros((), np.bool_)
+    event = flag.rt.download_later(flag, host)
+    _deferred.pending.append((event, host, flag, on_bad))
+
+
+def resolve_checks() -> None:
+    """Wait for the flags of the checks deferred so far and raise the first failing one's
+    error; nothing to do when none is pending."""
+    pending = getattr(_deferred, "pending", None)
+    if not pending:
+        return
+    _deferred.pending = []
+    for event, host, _flag, on_bad in pending:
+        event.wait()
+        if host[()]:
+            on_bad()
 
 
 def runtime(index: int) -> Runtime:

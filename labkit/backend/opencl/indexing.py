@@ -17,6 +17,7 @@ import numpy as np
 
 from ...config import get as setting
 from ...errors import DeviceMismatchError, IndexingError, ShapeError
+from .context import defer_check, deferring
 from .core import add as _add
 from .core import (
     asarray,
@@ -67,7 +68,10 @@ def index_array(idx, rt, size: int, axis: int, op: str) -> ndarray:
                 f"cl:{rt.info.index}; move them with .to('cl:{rt.info.index}')")
         dev = idx if idx.dtype == np.int64 and idx.is_contiguous else astype(idx, np.int64)
         if dev.size and setting("LABKIT_CHECK_INDICES"):
-            if any_(logical_or(less(dev, -size), greater_equal(dev, size))).item():
+            bad = any_(logical_or(less(dev, -size), greater_equal(dev, size)))
+            if deferring():  # NOTE: a compiled step's replay: looked at before any update
+                defer_check(bad, lambda: _check_host(dev.get(), size, axis, op))
+            elif bad.item():
                 _check_host(dev.get(), size, axis, op)
         return dev
     h = np.asarray(idx)

@@ -9,7 +9,19 @@ from string import Template
 import numpy as np
 
 from ...errors import ShapeError
-from .core import add, exp, full, isfinite, log, sqrt, square, subtract, true_divide, where
+from .core import (
+    add,
+    ascontiguousarray,
+    exp,
+    full,
+    isfinite,
+    log,
+    sqrt,
+    square,
+    subtract,
+    true_divide,
+    where,
+)
 from .elementwise import VECTOR_WIDTH, vector_defines
 from .ndarray import CTYPES, IDX_NP, check_dtype, index_ctype, ndarray
 from .program import header, kernels, source
@@ -450,18 +462,20 @@ def _lse_rows(a, n_out, n_red):
 
 def logsumexp(a, axis=None, keepdims=False):
     """log(sum(exp(a))) computed stably (max subtracted first). Over the trailing axes of a
-    contiguous float array with many rows (a softmax's classes), one kernel per call."""
+    float array with many rows (a softmax's classes), one kernel per call (after a copy when
+    the array is not contiguous)."""
     axes = _axes(a, axis, "logsumexp")
     kept_shape = tuple(d for i, d in enumerate(a.shape) if i not in axes)
     n_red = 1
     for i in axes:
         n_red *= a.shape[i]
     n_out = a.size // n_red if n_red else 0
-    if (a.dtype.kind == "f" and a.is_contiguous and axes == tuple(range(a.ndim - len(axes),
-                                                                       a.ndim))
+    if (a.dtype.kind == "f" and axes == tuple(range(a.ndim - len(axes), a.ndim))
             and n_red and (16 <= n_out or n_red <= 1024) and n_red <= 65536):
-        # NOTE: a few long rows would be a few work-items looping: composed (parallel) there
-        r = _lse_rows(a, n_out, n_red)
+        # NOTE: a few long rows would be a few work-items looping: composed (parallel) there.
+        # Another layout is copied first, as log_softmax's kernel does, so that the two agree
+        # bit for bit whatever the layout
+        r = _lse_rows(ascontiguousarray(a), n_out, n_red)
         full_shape = tuple(1 if i in axes else d for i, d in enumerate(a.shape))
         return r.reshape(full_shape if keepdims else kept_shape)
     m = max(a, axis=axis, keepdims=True)
