@@ -166,8 +166,9 @@ def main():
     with tempfile.TemporaryDirectory() as d, lk.runs.use_store(Path(d) / "runs.sqlite"):
         print("sweep machinery against plain loops:")
         overhead(args.trials, args.epochs)
-        print("a large sweep's table and view:")
-        big(args.big)
+        if args.big:  # NOTE: --big 0 skips it
+            print("a large sweep's table and view:")
+            big(args.big)
 
 
 if __name__ == "__main__":

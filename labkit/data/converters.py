@@ -270,20 +270,44 @@ def get(name: str, split: str = "train", **kwargs) -> H5Dataset:
     """
     path = dataset_path(name)
     if name == "digits":
-        if path.exists() and _old_format(path):
-            path.unlink()  # labkit's own copy, rebuilt in the checksummed format
-        if path.exists() and _corrupt(path):
-            import warnings
-
-            warnings.warn(f"{path} was corrupted; rebuilt it from the data labkit ships",
-                          stacklevel=2)
-            path.unlink()
-        if not path.exists():
-            convert_digits(path)
+        if _stamp(path) is None or _stamp(path) != _VERIFIED.get(str(path)):
+            _check_digits(path)
     elif not path.exists():
         raise DataError(f"no dataset {name!r} at {path}; convert it first "
                         f"(`labkit convert {name} SOURCE`, see `labkit convert --help`)")
     return H5Dataset(path, split=split, **kwargs)
+
+
+def _check_digits(path) -> None:
+    """labkit's own digits file, (re)built when missing, in the old format or corrupted.
+
+    NOTE: read through once per process and version of the file (a sweep's trials and a
+    notebook's cells open it again and again, 3 ms each time); a file written since is checked
+    again, and reading it checks every chunk's checksum anyway."""
+    if path.exists() and _old_format(path):
+        path.unlink()  # labkit's own copy, rebuilt in the checksummed format
+    if path.exists() and _corrupt(path):
+        import warnings
+
+        warnings.warn(f"{path} was corrupted; rebuilt it from the data labkit ships",
+                      stacklevel=3)
+        path.unlink()
+    if not path.exists():
+        convert_digits(path)
+    _VERIFIED[str(path)] = _stamp(path)
+
+
+#: the digits files read through and found sound, by path: their _stamp then
+_VERIFIED: dict = {}
+
+
+def _stamp(path):
+    """What changes when a file is written or replaced (None: it does not exist)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _old_format(path) -> bool:

@@ -170,3 +170,23 @@ def test_npz_and_cli(tmp_path, capsys):
     assert cli(["convert", "mnist", str(tmp_path)]) == 1
     assert "no train-images-idx3-ubyte" in capsys.readouterr().err
     assert json.loads(json.dumps(H5Dataset(tmp_path / "d.h5").splits))
+
+
+def test_digits_are_read_through_once_per_file_version(monkeypatch):
+    """lk.data.get("digits") checks the file by reading it through once per process and
+    version of the file (a sweep's trials open it many times); a file written since is
+    checked again."""
+    from labkit.data import converters
+
+    path = lk.data.get("digits").path
+    calls = []
+    real = converters._corrupt
+    monkeypatch.setattr(converters, "_corrupt", lambda p: calls.append(p) or real(p))
+    for split in ("train", "valid", "test", "train"):
+        lk.data.get("digits", split=split)
+    assert calls == []
+    path.write_bytes(path.read_bytes())  # the same bytes, written again: a new version
+    lk.data.get("digits", split="valid")
+    assert calls == [path]
+    lk.data.get("digits")
+    assert calls == [path]
