@@ -26,10 +26,11 @@ Inside a compiled step:
 - one call runs at a time (a lock): a compiled step may be shared between threads;
 - labels and index arrays are checked at every call as an eager call checks them; on OpenCL
   the check's flag is read back without waiting and looked at before the replay's next
-  update, so a bad label raises ``IndexError`` before anything it would change. A call that
-  raises after an update (a second loss with a bad label after a first optimizer's update)
-  keeps that update, as an eager call would, but leaves ``.grad`` as the previous call set
-  it (gradients are written when a call completes).
+  state change, so a bad label raises ``IndexError`` before any update. What changed before
+  the check in the step's order is kept, as in an eager call: BatchNorm's running statistics
+  of a forward that came before the loss, a dropout generator's counter, or a first
+  optimizer's update before a second loss; ``.grad`` keeps what the previous call set
+  (gradients are written when a call completes).
 
 The passes (``step.explain()`` lists what they did): constant folding, merging of ops that
 compute the same value, removal of what nothing needs, stabilisation (``stabilize=``), a sum

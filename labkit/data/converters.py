@@ -286,7 +286,8 @@ def _check_digits(path) -> None:
     again, and reading it checks every chunk's checksum anyway."""
     if path.exists() and _old_format(path):
         path.unlink()  # labkit's own copy, rebuilt in the checksummed format
-    if path.exists() and _corrupt(path):
+    seen = _stamp(path)  # NOTE: the version read through below
+    if seen is not None and _corrupt(path):
         import warnings
 
         warnings.warn(f"{path} was corrupted; rebuilt it from the data labkit ships",
@@ -294,7 +295,9 @@ def _check_digits(path) -> None:
         path.unlink()
     if not path.exists():
         convert_digits(path)
-    _VERIFIED[str(path)] = _stamp(path)
+        seen = _stamp(path)
+    if seen is not None and _stamp(path) == seen:  # NOTE: not replaced while it was read
+        _VERIFIED[str(path)] = seen
 
 
 #: the digits files read through and found sound, by path: their _stamp then
@@ -307,7 +310,7 @@ def _stamp(path):
         st = path.stat()
     except OSError:
         return None
-    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _old_format(path) -> bool:
