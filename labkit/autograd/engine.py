@@ -135,7 +135,9 @@ def run(roots, grads, *, targets=None, retain_graph=False, create_graph=False):
         slots = pending.get(node)
         if slots is None:
             slots = pending[node] = [None] * len(node.out_meta)
-            heapq.heappush(heap, node)
+            # NOTE: keyed by -seq (the newest node first): tuples compare in C, not by a
+            # Python __lt__ per comparison
+            heapq.heappush(heap, (-node.seq, node))
         slots[t.index] = add(slots[t.index], g)
 
     tracing = _trace.tracer() is not None
@@ -146,7 +148,7 @@ def run(roots, grads, *, targets=None, retain_graph=False, create_graph=False):
             if uses and t.creator is None and id(t) in uses:
                 used(t)
         while heap:
-            node = heapq.heappop(heap)
+            node = heapq.heappop(heap)[1]
             gys = pending.pop(node)
             if node.freed:
                 raise RuntimeError(
@@ -164,17 +166,26 @@ def run(roots, grads, *, targets=None, retain_graph=False, create_graph=False):
                 for i, g in enumerate(gys):
                     for k in want_node.get((id(node), i), ()):
                         found[k] = add(found[k], g)
-            if all(g is None for g in gys):
-                if uses:
-                    for x in node.inputs:
-                        if x.creator is None and id(x) in uses:
-                            used(x)
-                continue
-            like = next(g for g in gys if g is not None)
-            gys = tuple(g if g is not None else _zeros_like_out(node, i, like)
-                        for i, g in enumerate(gys))
+            if len(gys) == 1:  # NOTE: most nodes: no search for a gradient, no zeros
+                gy = gys[0]
+                if gy is None:
+                    if uses:
+                        for x in node.inputs:
+                            if x.creator is None and id(x) in uses:
+                                used(x)
+                    continue
+            else:
+                if all(g is None for g in gys):
+                    if uses:
+                        for x in node.inputs:
+                            if x.creator is None and id(x) in uses:
+                                used(x)
+                    continue
+                like = next(g for g in gys if g is not None)
+                gy = tuple(g if g is not None else _zeros_like_out(node, i, like)
+                           for i, g in enumerate(gys))
             inputs = node.inputs
-            gxs = node.backward(inputs, gys if len(gys) > 1 else gys[0])
+            gxs = node.backward(inputs, gy)
             if not isinstance(gxs, tuple):
                 gxs = (gxs,)
             if not retain_graph and not tracing:  # a compiled replay runs these ops again

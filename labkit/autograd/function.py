@@ -99,8 +99,15 @@ class Function:
         record = getattr(_state, "enabled", True) and any(t.requires_grad for t in inputs)
         if self.n_out == 1:
             out = Tensor._wrap(ys, record)
-            if record:
-                self._record(inputs, (out,))
+            if record:  # NOTE: _record for one output, inline (most ops: ~0.5 us less)
+                self.inputs = tuple(inputs)
+                self.seq = next(_seq)
+                d = out.data
+                self.out_meta = ((d.shape, d.dtype),)
+                self.out_hooks = None
+                self.freed = False
+                self.brick = _current_brick()
+                out.creator = self
             if tr is not None:
                 tr.record(self, before, inputs, (out,))
             return out
@@ -127,9 +134,6 @@ class Function:
         self.inputs = ()
         self.__dict__.clear()
         self.freed = True
-
-    def __lt__(self, other):  # for the engine's heap
-        return self.seq > other.seq
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.name}>"
