@@ -261,3 +261,41 @@ def test_dot_products_read_views_at_offsets_and_float64(rng):
         check(da @ db, a @ b, rtol=1e-12, atol=1e-10)
     check(da.astype(np.float32) @ db.astype(np.float32),
           (a.astype(np.float32) @ b.astype(np.float32)), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("m,k,n", [(512, 256, 784), (256, 512, 10), (9, 300, 784),
+                                   (100, 128, 33), (5, 640, 48), (300, 80, 17)])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn"])
+def test_edges_run_blocked_and_match_numpy(m, k, n, layout, rng, monkeypatch):
+    """The rows under the register blocks (fewer than RM) and the columns right of them
+    (fewer than a panel) run as blocks too, and a product with fewer columns than a vector
+    as its transpose: per-element gemm_gen is left only the columns past the last whole
+    vector. Each with a bias and relu, against NumPy."""
+    from labkit.backend.opencl import gemm
+
+    monkeypatch.setenv("LABKIT_GEMM_CONFIG", "8,2,16")
+    gen = []
+    real = gemm._program
+
+    class Spy:
+        def __init__(self, prg):
+            self.prg = prg
+            self.gemm_rb = getattr(prg, "gemm_rb", None)
+
+        def gemm_gen(self, q, gs, *a):
+            gen.append(gs)
+            return self.prg.gemm_gen(q, gs, *a)
+
+    monkeypatch.setattr(gemm, "_program", lambda *a, **kw: Spy(real(*a, **kw)))
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    da = cp.asarray(np.ascontiguousarray(a.T)).T if layout == "tn" else cp.asarray(a)
+    db = cp.asarray(np.ascontiguousarray(b.T)).T if layout == "nt" else cp.asarray(b)
+    bias = rng.standard_normal(n).astype(np.float32)
+    got = gemm.linear(da, db, cp.asarray(bias), axis=1, relu=True).get()
+    want = np.maximum(a.astype(np.float64) @ b + bias, 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+    # NOTE: work-items of gemm_gen (padded to 8 x 4): at most one 8-wide strip, the columns
+    # past the last whole vector (before: up to a panel's width, or every element)
+    left = sum(gs[0] * gs[1] for gs in gen)
+    assert left <= 8 * (-(-max(m, n) // 4) * 4), (gen, left)

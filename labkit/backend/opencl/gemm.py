@@ -49,6 +49,7 @@ CANDIDATES = {
 DEFAULT = {"float": (8, 2, 16), "double": (4, 2, 8)}
 #: the sizes (n x n x n) each product's blocking is tuned on: the nearest in log scale
 TUNING_SIZES = (512, 1024, 2048)
+_MIN_COLS = 16  # a product with fewer columns (and more rows) runs as its transpose
 _FAST_MIN_WORK = 64 * 64 * 64  # below this many multiply-adds, the plain kernel is as fast
 _PACK_MIN_ROWS = 128  # from this many rows of A on, packing B pays for its copy,
 _PACK_MIN_LD = 1024  # when B's rows are a page (4 KiB of floats) or more apart: each k of an
@@ -246,7 +247,7 @@ def _matmul2(a, b, cfg=None):
     return out
 
 
-def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None, epi=None):
+def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None, epi=None, swapped=False):
     """C = A @ B; ``epi``: None, or ``(bias, offset, sbi, sbj, act)``, the epilogue each element
     (i, j) of C gets (``bias`` an ndarray or None; ``act`` 0, or 1 for relu)."""
     ct = CTYPES[dt]
@@ -259,7 +260,9 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None, epi=None):
             _epilogue_after(C[0], epi)
         return
     fast = ct in ("float", "double") and M * N * K >= _FAST_MIN_WORK
-    if fast and B[3] != 1 and M < N:
+    # NOTE: fewer columns than a vector (a classifier's 10) left every element to gemm_gen
+    # (4 GFLOP/s): C.T = B.T @ A.T has them as rows
+    if fast and not swapped and ((B[3] != 1 and _MIN_COLS <= M < N) or N < _MIN_COLS <= M):
         # NOTE: B's rows are not contiguous (a linear layer's x @ W.T), so the blocked kernel
         # would pack all of B (N x K) at every call. C.T = B.T @ A.T packs A.T instead (M x
         # K): for (32, 784) @ (784, 512) that is 25k elements copied instead of 401k
@@ -270,39 +273,37 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None, epi=None):
             bias, e_o, sbi, sbj, act = epi
             epi = (bias, e_o, sbj, sbi, act)
         return _gemm(rt, dt, nb, N, M, K, (b, b_o, sbn, sbk, sbb), (a, a_o, sak, sam, sab),
-                     (c, c_o, scn, scm, scb), cfg=cfg, epi=epi)
+                     (c, c_o, scn, scm, scb), cfg=cfg, epi=epi, swapped=True)
     bias, act = (None, 0) if epi is None else (epi[0], epi[4])
-    eargs = () if bias is None else (bias.data,) + tuple(epi[1:4])
     done_m = done_n = 0
     if fast:
         if cfg is None:
             cfg = config(rt, ct, (M, N, K))
         rm, vn, vw = cfg
         mb, nbk = (M // rm) * rm, (N // (vn * vw)) * (vn * vw)
-        if mb and nbk and B[3] != 1 and B[2] == 1 and K * N >= _TRANSPOSE_MIN:
+        w2 = ((N - nbk) // vw) * vw  # NOTE: columns right of the panels, whole vectors
+        if (nbk or w2) and B[3] != 1 and B[2] == 1 and K * N >= _TRANSPOSE_MIN:
             # NOTE: B is a transposed matrix (its columns contiguous, both operands read along
             # K: a weight gradient gy @ col.T): a tiled transpose makes its rows contiguous,
             # where packing its panels gathered every element from another row (a (12544, 64)
             # B: 4.4 ms to pack, 1.0 ms to transpose)
             B = _transpose_rows(rt, dt, nb, K, N, B)
-        if mb and nbk:
-            bufb, b_o, sbk, sbn, sbb = B
-            panel = vn * vw
-            if (M >= _PACK_MIN_ROWS and sbk >= _PACK_MIN_LD) or not (
-                    sbn == 1 and b_o % vw == 0 and sbk % vw == 0 and sbb % vw == 0):
-                bufb = _pack_panels(rt, dt, nb, K, nbk, B, panel)
-                b_o, ldb, sbj, sbb = 0, vn, K * vn, (nbk // panel) * K * vn
-            else:
-                b_o, ldb, sbj, sbb = b_o // vw, sbk // vw, vn, sbb // vw
-            prg = _program(rt, ct, cfg, bias is not None, act)
-            a, a_o, sam, sak, sab = A
-            c, c_o, scm, scn, scb = C
-            with rt.lock:
-                prg.gemm_rb(q, (nbk // panel, mb // rm, nb), _local(rt, mb // rm), K,
-                            a.data, a_o, sam, sak, sab,
-                            bufb.data, b_o, ldb, sbj, sbb,
-                            c.data, c_o, scm, scn, scb, *eargs)
-            done_m, done_n = mb, nbk
+        # NOTE: blocks of rm rows, then blocks of the M - mb rows left under them (fewer than
+        # rm); panels of vn vectors, then blocks of one vector for the columns left of a
+        # panel's width: a work-item per element there ran at 5-15 GFLOP/s (an MLP step's
+        # 784- and 10-wide products: 1.8 of 6.6 ms)
+        for j0, width, v in ((0, nbk, vn), (nbk, w2, 1)):
+            if not width:
+                continue
+            Bj = (B[0], B[1] + j0 * B[3], B[2], B[3], B[4])
+            panels = _panels(rt, dt, nb, M, K, width, Bj, v * vw, vw)
+            if mb:
+                _blocked(rt, ct, nb, K, (rm, v, vw), A, panels, C, epi, 0, j0, mb, width)
+            if M > mb:
+                _blocked(rt, ct, nb, K, (M - mb, v, vw), A, panels, C, epi, mb, j0, M - mb,
+                         width)
+            done_m, done_n = M, j0 + width
+    eargs = () if bias is None else (bias.data,) + tuple(epi[1:4])
     prg = _program(rt, ct, None, bias is not None, act)
     a, a_o, sam, sak, sab = A
     b, b_o, sbk, sbn, sbb = B
@@ -321,6 +322,37 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None, epi=None):
     else:
         gen(0, done_n, M, N - done_n)        # right strip, all rows
         gen(done_m, 0, M - done_m, done_n)   # bottom strip under the blocks
+
+
+def _panels(rt, dt, nb, M, K, ncols, B, panel, vw):
+    """B's first ``ncols`` columns as ``gemm_rb`` reads them: ``(buffer, offset, ldb, sbj,
+    sbb)`` in vectors, B in place when its rows are contiguous and aligned, else packed panel
+    after panel (also for large products whose rows of B are a page or more apart)."""
+    bufb, b_o, sbk, sbn, sbb = B
+    if (M >= _PACK_MIN_ROWS and sbk >= _PACK_MIN_LD) or not (
+            sbn == 1 and b_o % vw == 0 and sbk % vw == 0 and sbb % vw == 0):
+        packed = _pack_panels(rt, dt, nb, K, ncols, B, panel)
+        return packed, 0, panel // vw, K * (panel // vw), (ncols // panel) * K * (panel // vw)
+    return bufb, b_o // vw, sbk // vw, panel // vw, sbb // vw
+
+
+def _blocked(rt, ct, nb, K, cfg, A, panels, C, epi, i0, j0, m, n):
+    """``gemm_rb`` with blocking ``cfg`` on rows [i0, i0 + m) and columns [j0, j0 + n) of C
+    (m a multiple of its rows, n of its panel), B's columns from ``panels`` (``_panels``,
+    starting at column j0)."""
+    rm, vn, vw = cfg
+    bias, act = (None, 0) if epi is None else (epi[0], epi[4])
+    eargs = () if bias is None else (bias.data, epi[1] + i0 * epi[2] + j0 * epi[3], epi[2],
+                                     epi[3])
+    bufb, b_o, ldb, sbj, sbb = panels
+    a, a_o, sam, sak, sab = A
+    c, c_o, scm, scn, scb = C
+    prg = _program(rt, ct, cfg, bias is not None, act)
+    with rt.lock:
+        prg.gemm_rb(rt.queue, (n // (vn * vw), m // rm, nb), _local(rt, m // rm), K,
+                    a.data, a_o + i0 * sam, sam, sak, sab,
+                    bufb.data, b_o, ldb, sbj, sbb,
+                    c.data, c_o + i0 * scm + j0 * scn, scm, scn, scb, *eargs)
 
 
 #: a product whose inner dimension is long against its outer ones (a convolution's weight
