@@ -8,13 +8,14 @@
 // partial sums are then added in lane order, then the tail. Without W, one element at a time.
 
 #ifdef W
-#define LSE_CAT_(a, b) a##b
-#define LSE_CAT(a, b) LSE_CAT_(a, b)
-#define LSE_VLOAD(p) LSE_CAT(vload, W)(0, p)
-#define LSE_VSTORE(v, p) LSE_CAT(vstore, W)(v, 0, p)
+#define ROW_CAT_(a, b) a##b
+#define ROW_CAT(a, b) ROW_CAT_(a, b)
+#define ROW_VLOAD(p) ROW_CAT(vload, W)(0, p)
+#define ROW_VSTORE(v, p) ROW_CAT(vstore, W)(v, 0, p)
 #endif
 
-inline T lk_row_lse(__global const T* row, const IDX c)
+// The row's maximum as LK_FMAX folds it (a NaN wins), in vectors of W where W is defined.
+inline T lk_row_max(__global const T* row, const IDX c)
 {
     T m = -INFINITY;
 #ifdef W
@@ -22,22 +23,32 @@ inline T lk_row_lse(__global const T* row, const IDX c)
     T lanes[W];
     VT mv = (VT)(-INFINITY);
     for (IDX k = 0; k < cv; k += W) {
-        const VT v = LSE_VLOAD(row + k);
+        const VT v = ROW_VLOAD(row + k);
         mv = select(v, mv, (mv > v) | (mv != mv));
     }
-    LSE_VSTORE(mv, lanes);
+    ROW_VSTORE(mv, lanes);
     for (int j = 0; j < W; ++j) m = LK_FMAX(m, lanes[j]);
 #else
     const IDX cv = 0;
 #endif
     for (IDX k = cv; k < c; ++k) m = LK_FMAX(m, row[k]);
+    return m;
+}
+
+inline T lk_row_lse(__global const T* row, const IDX c)
+{
+    const T m = lk_row_max(row, c);
     const T mm = isfinite(m) ? m : (T)0;
     T s = 0;
 #ifdef W
+    const IDX cv = c - c % W;
+    T lanes[W];
     VT sv = (VT)(0);
-    for (IDX k = 0; k < cv; k += W) sv += exp(LSE_VLOAD(row + k) - (VT)(mm));
-    LSE_VSTORE(sv, lanes);
+    for (IDX k = 0; k < cv; k += W) sv += exp(ROW_VLOAD(row + k) - (VT)(mm));
+    ROW_VSTORE(sv, lanes);
     for (int j = 0; j < W; ++j) s += lanes[j];
+#else
+    const IDX cv = 0;
 #endif
     for (IDX k = cv; k < c; ++k) s += exp(row[k] - mm);
     return log(s) + mm;

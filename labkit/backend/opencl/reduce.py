@@ -130,32 +130,10 @@ def _reduce(op: str, a: ndarray, axis, keepdims: bool, *, acc_dt, out_dt, map_="
 
 
 #: a whole contiguous array of at least this many elements is reduced on a CPU device by
-#: ``_chunked``: each work-item folds CHUNK consecutive elements in vector registers
+#: ``_chunked``: one row for ``_rows``, whose work-items fold CHUNK consecutive elements each in
+#: vector registers
 CHUNKED_MIN = 1 << 16
 CHUNK = 4096
-
-_CHUNK_SRC = """
-__kernel void lk_chunk_${name}(const IDX n, __global ACC* part, __global const ACC* a,
-                               const IDX a_o)
-{
-    const IDX g = (IDX)get_global_id(0);
-    const IDX start = g * CHUNK;
-    const IDX stop = min(start + (IDX)CHUNK, n);
-    if (start >= n) return;
-    VT acc = (VT)(NEUTRAL);
-    IDX k = start;
-    for (; k + W <= stop; k += W) {
-        const VT x = vload${w}(0, a + a_o + k);
-        acc = COMBINE(acc, x);
-    }
-    ACC lanes[W];
-    vstore${w}(acc, 0, lanes);
-    ACC r = lanes[0];
-    for (int l = 1; l < W; ++l) r = COMBINE(r, lanes[l]);  // a fixed order: deterministic
-    for (; k < stop; ++k) r = COMBINE(r, a[a_o + k]);
-    part[g] = r;
-}
-"""
 
 
 def _chunked_ok(a, n_axes, n_red, acc_dt, map_, better):
@@ -168,29 +146,9 @@ def _chunked_ok(a, n_axes, n_red, acc_dt, map_, better):
 
 
 def _chunked(op, a, n, acc_dt, combine, neutral):
-    """The partial results of ``n`` elements, one per CHUNK of them (the first pass)."""
-    rt = a.rt
-    ct = CTYPES[acc_dt]
-    w = VECTOR_WIDTH[acc_dt.itemsize]
-    idx = index_ctype(a)
-    key = ("reduce_chunk", op, ct, idx)
-
-    def make():
-        defs = {"ACC": ct, "IDX": idx, "VT": f"{ct}{w}", "W": w, "CHUNK": CHUNK,
-                "NEUTRAL": neutral, "COMBINE(a,b)": combine}
-        src = header(rt, (ct,), defs, what=op) + source("common") + \
-            Template(_CHUNK_SRC).substitute(name=op, w=w)
-        kname = f"lk_chunk_{op}"
-        it = IDX_NP[idx]
-        return getattr(kernels(rt, src, {kname: [it, None, None, it]},
-                               name=f"reduce:{kname}"), kname)
-    kernel = rt.cached(key, make)
-    parts = -(-n // CHUNK)
-    part = ndarray(rt, (parts,), acc_dt)
-    ls = 64
-    with rt.lock:
-        kernel(rt.queue, (-(-parts // ls) * ls,), (ls,), n, part.data, a.data, a.offset)
-    return part
+    """The partial results of ``n`` elements, one per CHUNK of them (the first pass): the
+    whole array as one row of ``_rows``."""
+    return _rows(op, a, 1, n, 0, acc_dt, combine, neutral).reshape(-1)
 
 
 #: rows at least this long (contiguous, over any row stride) are reduced on a CPU device by

@@ -50,9 +50,8 @@ __kernel void lk_softmax_rows(const IDX n, const IDX c, __global T* out, const I
 }
 
 #ifdef W
-// CPU devices: the row in vectors of W (PoCL inlines a vector exp; the scalar one is a call)
-#define VLOAD LSE_VLOAD
-#define VSTORE LSE_VSTORE
+// CPU devices: the row in vectors of W (PoCL inlines a vector exp; the scalar one is a call),
+// its max as kernels_cl/rowlse.cl folds it
 __kernel void lk_softmax_rows_vec(const IDX n, const IDX c, __global T* out, const IDX out_o,
                                   __global const T* x, const IDX x_o)
 {
@@ -62,15 +61,7 @@ __kernel void lk_softmax_rows_vec(const IDX n, const IDX c, __global T* out, con
     __global T* dst = out + out_o + r * c;
     const IDX cv = c - c % W;
     T lanes[W];
-    VT mv = (VT)(-INFINITY);
-    for (IDX k = 0; k < cv; k += W) {
-        const VT v = VLOAD(row + k);
-        mv = select(v, mv, (mv > v) | (mv != mv));
-    }
-    VSTORE(mv, lanes);
-    T m = -INFINITY;
-    for (int j = 0; j < W; ++j) m = LK_FMAX(m, lanes[j]);
-    for (IDX k = cv; k < c; ++k) m = LK_FMAX(m, row[k]);
+    const T m = lk_row_max(row, c);
     T s = 0;
     if (!isfinite(m)) {  // NOTE: the composed form's values (NaN or +-inf kept alike)
         for (IDX k = 0; k < c; ++k) s += exp(row[k]);
@@ -79,18 +70,18 @@ __kernel void lk_softmax_rows_vec(const IDX n, const IDX c, __global T* out, con
     }
     VT sv = (VT)(0);
     for (IDX k = 0; k < cv; k += W) {
-        const VT e = exp(VLOAD(row + k) - (VT)(m));
-        VSTORE(e, dst + k);
+        const VT e = exp(ROW_VLOAD(row + k) - (VT)(m));
+        ROW_VSTORE(e, dst + k);
         sv += e;
     }
-    VSTORE(sv, lanes);
+    ROW_VSTORE(sv, lanes);
     for (int j = 0; j < W; ++j) s += lanes[j];
     for (IDX k = cv; k < c; ++k) {
         const T e = exp(row[k] - m);
         dst[k] = e;
         s += e;
     }
-    for (IDX k = 0; k < cv; k += W) VSTORE(VLOAD(dst + k) / (VT)(s), dst + k);
+    for (IDX k = 0; k < cv; k += W) ROW_VSTORE(ROW_VLOAD(dst + k) / (VT)(s), dst + k);
     for (IDX k = cv; k < c; ++k) dst[k] = dst[k] / s;
 }
 #endif
