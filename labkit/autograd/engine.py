@@ -168,22 +168,18 @@ def run(roots, grads, *, targets=None, retain_graph=False, create_graph=False):
                         found[k] = add(found[k], g)
             if len(gys) == 1:  # NOTE: most nodes: no search for a gradient, no zeros
                 gy = gys[0]
-                if gy is None:
-                    if uses:
-                        for x in node.inputs:
-                            if x.creator is None and id(x) in uses:
-                                used(x)
-                    continue
+            elif all(g is None for g in gys):
+                gy = None
             else:
-                if all(g is None for g in gys):
-                    if uses:
-                        for x in node.inputs:
-                            if x.creator is None and id(x) in uses:
-                                used(x)
-                    continue
                 like = next(g for g in gys if g is not None)
                 gy = tuple(g if g is not None else _zeros_like_out(node, i, like)
                            for i, g in enumerate(gys))
+            if gy is None:
+                if uses:
+                    for x in node.inputs:
+                        if x.creator is None and id(x) in uses:
+                            used(x)
+                continue
             inputs = node.inputs
             gxs = node.backward(inputs, gy)
             if not isinstance(gxs, tuple):

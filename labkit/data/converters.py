@@ -270,7 +270,8 @@ def get(name: str, split: str = "train", **kwargs) -> H5Dataset:
     """
     path = dataset_path(name)
     if name == "digits":
-        if _stamp(path) is None or _stamp(path) != _VERIFIED.get(str(path)):
+        stamp = _stamp(path)
+        if stamp is None or stamp != _VERIFIED.get(str(path)):
             _check_digits(path)
     elif not path.exists():
         raise DataError(f"no dataset {name!r} at {path}; convert it first "

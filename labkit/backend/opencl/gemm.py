@@ -275,7 +275,7 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None, epi=None, swapped=False):
         return _gemm(rt, dt, nb, N, M, K, (b, b_o, sbn, sbk, sbb), (a, a_o, sak, sam, sab),
                      (c, c_o, scn, scm, scb), cfg=cfg, epi=epi, swapped=True)
     bias, act = (None, 0) if epi is None else (epi[0], epi[4])
-    done_m = done_n = 0
+    done_n = 0  # NOTE: the blocks take every row of the columns before done_n
     if fast:
         if cfg is None:
             cfg = config(rt, ct, (M, N, K))
@@ -302,26 +302,19 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None, epi=None, swapped=False):
             if M > mb:
                 _blocked(rt, ct, nb, K, (M - mb, v, vw), A, panels, C, epi, mb, j0, M - mb,
                          width)
-            done_m, done_n = M, j0 + width
+            done_n = j0 + width
+    n = N - done_n  # NOTE: the columns past the last whole vector (or all of them)
+    if n == 0:
+        return
     eargs = () if bias is None else (bias.data,) + tuple(epi[1:4])
     prg = _program(rt, ct, None, bias is not None, act)
     a, a_o, sam, sak, sab = A
     b, b_o, sbk, sbn, sbb = B
     c, c_o, scm, scn, scb = C
-
-    def gen(i0, j0, m, n):
-        if m <= 0 or n <= 0:
-            return
-        with rt.lock:
-            prg.gemm_gen(q, (-(-n // 8) * 8, -(-m // 4) * 4, nb), None, m, n, K, i0, j0,
-                         a.data, a_o, sam, sak, sab, b.data, b_o, sbk, sbn, sbb,
-                         c.data, c_o, scm, scn, scb, *eargs)
-
-    if done_m == 0:
-        gen(0, 0, M, N)
-    else:
-        gen(0, done_n, M, N - done_n)        # right strip, all rows
-        gen(done_m, 0, M - done_m, done_n)   # bottom strip under the blocks
+    with rt.lock:
+        prg.gemm_gen(q, (-(-n // 8) * 8, -(-M // 4) * 4, nb), None, M, n, K, 0, done_n,
+                     a.data, a_o, sam, sak, sab, b.data, b_o, sbk, sbn, sbb,
+                     c.data, c_o, scm, scn, scb, *eargs)
 
 
 def _panels(rt, dt, nb, M, K, ncols, B, panel, vw):

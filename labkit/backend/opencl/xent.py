@@ -109,6 +109,15 @@ __kernel void lk_onehot(const IDX n, const IDX c, __global const TI* t, const ID
 """
 
 
+def _group(rt, n) -> int:
+    """The work-group size of the kernels that walk ``n`` rows in one group and reduce in
+    local memory: the largest power of two up to 256, the device's limit and ``n``."""
+    ls = 1
+    while ls * 2 <= min(256, rt.info.max_work_group_size, max(n, 1)):
+        ls *= 2
+    return ls
+
+
 def fits(x, t) -> bool:
     """Whether this kernel takes logits ``x`` and labels ``t``: (N, C) contiguous float with
     C <= MAX_CLASSES, and N contiguous integer labels on the same device."""
@@ -139,9 +148,7 @@ def softmax_cross_entropy(x, t, ignore: int, reduce: str) -> ndarray:
     kernel = rt.cached(key, make)
     n, c = x.shape
     out = ndarray(rt, (n,) if reduce == "none" else (), x.dtype)
-    ls = 1
-    while ls * 2 <= min(256, rt.info.max_work_group_size, max(n, 1)):
-        ls *= 2
+    ls = _group(rt, n)
     import pyopencl as cl
 
     size = x.dtype.itemsize * ls
@@ -184,9 +191,7 @@ def row_weights(t, ignore: int, mean: bool, dtype) -> ndarray:
     n = t.shape[0]
     out = ndarray(rt, (n,), dtype)
     check = not (t.dtype.kind == "u" and ignore < 0)
-    ls = 1
-    while ls * 2 <= min(256, rt.info.max_work_group_size, n):
-        ls *= 2
+    ls = _group(rt, n)
     import pyopencl as cl
 
     with rt.lock:
@@ -219,9 +224,7 @@ def any_outside(t, c: int, ignore) -> ndarray:
     flag = ndarray(rt, (), np.dtype(np.bool_))
     k = _aux(rt, "float", CTYPES[t.dtype], index_ctype(t)).lk_labels_bad
     check = ignore is not None and not (t.dtype.kind == "u" and ignore < 0)
-    ls = 1
-    while ls * 2 <= min(256, rt.info.max_work_group_size, t.size):
-        ls *= 2
+    ls = _group(rt, t.size)
     import pyopencl as cl
 
     with rt.lock:
