@@ -247,6 +247,12 @@ class WeightDecay(Rule):
                 for g, p, gr in zip(steps, ps, groups)]
 
 
+#: the rules whose ``apply`` is elementwise arithmetic on the arrays it is given (a subclass
+#: that overrides ``apply`` is not assumed to be): they may run on pieces of a parameter
+_PIECEWISE = {r.apply for r in (SGD, Momentum, Nesterov, AdaGrad, RMSProp, Adam, AdamW,
+                                WeightDecay)}
+
+
 # ---- the optimizer ------------------------------------------------------------------------
 
 
@@ -254,10 +260,12 @@ class Optimizer:
     """Rules applied in order to the gradients; the last one gives the step ``p -= step``.
 
     On an OpenCL device the update of each parameter is one kernel when every rule is
-    elementwise arithmetic (``fused``; the same numbers as the unfused ops: set
-    ``opt.fused = False`` to compare)."""
+    elementwise arithmetic; on the CPU a large parameter is updated in cache-sized pieces
+    when every rule is a built-in elementwise one (``fused``; the same numbers as the unfused
+    ops: set ``opt.fused = False`` to compare)."""
 
-    #: one kernel per parameter on OpenCL devices (optimizers/fused.py)
+    #: one kernel per parameter on OpenCL devices, cache-sized pieces on the CPU
+    #: (optimizers/fused.py)
     fused = True
 
     def __init__(self, rules, constraints=()):
@@ -314,6 +322,14 @@ class Optimizer:
                     if not _fused.update(self.rules, plist[i], g,
                                          [st[i] for st in self.states], self.groups[i],
                                          self.t)]
+            idx, grads = [i for i, _ in rest], [g for _, g in rest]
+        elif (self.fused and grads and isinstance(grads[0], np.ndarray)
+              and all(type(r).apply in _PIECEWISE for r in self.rules)):
+            # NOTE: on the CPU a large parameter's update runs in cache-sized pieces
+            rest = [(i, g) for i, g in zip(idx, grads)
+                    if not _fused.update_pieces(self.rules, plist[i], g,
+                                                [st[i] for st in self.states],
+                                                self.groups[i], self.t)]
             idx, grads = [i for i, _ in rest], [g for _, g in rest]
         ps = [plist[i] for i in idx]
         steps = list(grads)

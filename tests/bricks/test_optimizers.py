@@ -196,3 +196,60 @@ def test_lr_reads_and_sets_the_same_rule():
     assert bare.lr is None
     with pytest.raises(TypeError, match="no rule with a learning rate"):
         bare.lr = 0.1
+
+
+@pytest.mark.parametrize("rules", [
+    lambda: [O.SGD(0.1)], lambda: [O.Momentum(0.1, 0.9)], lambda: [O.Nesterov()],
+    lambda: [O.AdaGrad()], lambda: [O.RMSProp()], lambda: [O.Adam(O.Cosine(1e-2, 10))],
+    lambda: [O.AdamW()], lambda: [O.WeightDecay(1e-2), O.Momentum()],
+    lambda: [O.GradientClipping(1.0), O.SGD()],
+    # a schedule giving a NumPy float64 promotes the state: the pieces step aside
+    lambda: [O.Momentum(lambda t: np.float64(0.1), np.float64(0.9))],
+], ids=["sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw", "decay",
+        "clipping", "float64"])
+def test_cpu_update_in_pieces_is_bitwise_the_whole_array_update(rules, rng):
+    from labkit.optimizers import fused as _fused
+
+    # NOTE: sizes around the piece size, one not a multiple of it, a weight and a bias role
+    n = _fused.PIECE
+    shapes = [(3, n // 2 + 5), (2 * n + 1,), (7,), (n,)]
+    p0 = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    grads = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(3)]
+    runs = []
+    for fused in (True, False):
+        ps = {f"p{i}": lk.tensor(p.copy(), requires_grad=True) for i, p in enumerate(p0)}
+        ps["p0"].role = lk.roles.WEIGHT
+        ps["p1"].role = lk.roles.BIAS
+        opt = O.chain(*rules()).setup(ps, groups=[{"name": "p3", "lr": 0.5}])
+        opt.fused = fused
+        for gs in grads:
+            for p, g in zip(ps.values(), gs):
+                p.grad = lk.tensor(g)
+            opt.update()
+        runs.append(([p.data for p in ps.values()],
+                     [(k, v) for st in opt.states for s in st for k, v in sorted(s.items())]))
+    (pa, sa), (pb, sb) = runs
+    for a, b in zip(pa, pb):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert [k for k, _ in sa] == [k for k, _ in sb]
+    for (_, a), (_, b) in zip(sa, sb):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_cpu_update_pieces_only_known_elementwise_rules(rng):
+    """A rule that overrides ``apply`` may look at the whole array (here its mean): it is
+    given the whole array, never a piece."""
+    from labkit.optimizers import fused as _fused
+
+    class Centered(O.SGD):
+        def apply(self, ps, steps, states, groups, t):
+            return [(g - g.mean()) * self.hyper["lr"] for g in steps]
+
+    n = 3 * _fused.PIECE
+    p0 = rng.standard_normal(n).astype(np.float32)
+    g = np.linspace(0, 1, n, dtype=np.float32)
+    p = lk.tensor(p0.copy(), requires_grad=True)
+    opt = Centered(0.1).setup({"p": p})
+    p.grad = lk.tensor(g)
+    opt.update()
+    np.testing.assert_array_equal(p.data, p0 - (g - g.mean()) * np.float32(0.1))
