@@ -104,6 +104,12 @@ def _reduce(op: str, a: ndarray, axis, keepdims: bool, *, acc_dt, out_dt, map_="
             part = _reduce(op, part, 1, False, acc_dt=acc_dt, out_dt=out_dt, combine=combine,
                            neutral=neutral)
         return part.reshape(full_shape if keepdims else out_shape)
+    if _cols_ok(a, outer, inner, n_out, n_red, acc_dt, out_dt, map_, better):
+        part = _cols(op, a, n_out, n_red, inner[1][0], acc_dt, combine, neutral)
+        if part.shape[0] > 1:  # NOTE: a second pass over each column's chunks of rows
+            part = _reduce(op, part, 0, False, acc_dt=acc_dt, out_dt=out_dt, combine=combine,
+                           neutral=neutral)
+        return part.reshape(full_shape if keepdims else out_shape)
     ls = 1
     while ls * 2 <= builtins.min(256, rt.info.max_work_group_size):
         ls *= 2
@@ -214,6 +220,77 @@ def _rows(op, a, n_out, n_red, row_st, acc_dt, combine, neutral):
     with rt.lock:
         kernel(rt.queue, (chunks, n_out), None, n_red, chunks, row_st, part.data, a.data,
                a.offset)
+    return part
+
+
+#: a reduction over leading axes whose kept elements are contiguous (a bias gradient: (N, C)
+#: summed over N) runs on a CPU device as ``_cols``: a work-item per COLS_ROWS rows of two
+#: vectors of columns. Each column is still folded row by row in order (then chunk by chunk).
+COLS_ROWS = 64
+
+_COLS_SRC = """
+__kernel void lk_cols_${name}(const IDX n_red, const IDX n_out, const IDX row_st,
+                              __global ACC* part, __global const ACC* a, const IDX a_o)
+{
+    const IDX c0 = (IDX)get_global_id(0) * (2 * W), ch = (IDX)get_global_id(1);
+    if (c0 >= n_out) return;
+    const IDX r0 = ch * COLS_ROWS, r1 = min(r0 + (IDX)COLS_ROWS, n_red);
+    __global const ACC* src = a + a_o + c0;
+    __global ACC* dst = part + ch * n_out + c0;
+    if (c0 + 2 * W <= n_out) {
+        VT acc0 = (VT)(NEUTRAL), acc1 = (VT)(NEUTRAL);
+        for (IDX r = r0; r < r1; ++r) {
+            __global const ACC* row = src + r * row_st;
+            acc0 = COMBINE(acc0, vload${w}(0, row));
+            acc1 = COMBINE(acc1, vload${w}(1, row));
+        }
+        vstore${w}(acc0, 0, dst);
+        vstore${w}(acc1, 1, dst);
+        return;
+    }
+    for (IDX c = 0; c < 2 * W && c0 + c < n_out; ++c) {  // the last columns, one at a time
+        ACC acc = NEUTRAL;
+        for (IDX r = r0; r < r1; ++r) acc = COMBINE(acc, src[r * row_st + c]);
+        dst[c] = acc;
+    }
+}
+"""
+
+
+def _cols_ok(a, outer, inner, n_out, n_red, acc_dt, out_dt, map_, better):
+    """A sum, product, max or min over leading axes of a float array on a CPU device, the
+    kept elements contiguous and at least a vector of them: a work-item per output walked
+    its column with a row stride between adds (a bias gradient, (256, 512) over axis 0, took
+    75 us; (1024, 512) 551 us)."""
+    return (a.rt.info.is_cpu and n_red >= 2 and better is None and map_ == "(x)"
+            and a.dtype == acc_dt == out_dt and a.dtype.kind == "f"
+            and n_out >= VECTOR_WIDTH[a.dtype.itemsize]
+            and len(outer[0]) == 1 and outer[1][0] == 1 and len(inner[0]) == 1)
+
+
+def _cols(op, a, n_out, n_red, row_st, acc_dt, combine, neutral):
+    """(chunks, n_out): each column's result over each COLS_ROWS rows."""
+    rt = a.rt
+    ct = CTYPES[acc_dt]
+    w = VECTOR_WIDTH[acc_dt.itemsize]
+    idx = index_ctype(a)
+    key = ("reduce_cols", op, ct, idx)
+
+    def make():
+        defs = {"ACC": ct, "IDX": idx, "VT": f"{ct}{w}", "W": w, "COLS_ROWS": COLS_ROWS,
+                "NEUTRAL": neutral, "COMBINE(a,b)": combine}
+        src = header(rt, (ct,), defs, what=op) + source("common") + \
+            Template(_COLS_SRC).substitute(name=op, w=w)
+        kname = f"lk_cols_{op}"
+        it = IDX_NP[idx]
+        return getattr(kernels(rt, src, {kname: [it, it, it, None, None, it]},
+                               name=f"reduce:{kname}"), kname)
+    kernel = rt.cached(key, make)
+    chunks = -(-n_red // COLS_ROWS)
+    part = ndarray(rt, (chunks, n_out), acc_dt)
+    with rt.lock:
+        kernel(rt.queue, (-(-n_out // (2 * w)), chunks), None, n_red, n_out, row_st,
+               part.data, a.data, a.offset)
     return part
 
 
