@@ -71,6 +71,44 @@ def test_concatenate_stack_split(rng):
         cp.concatenate([cp.ones((2, 3)), cp.ones((4, 2))])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.bool_])
+@pytest.mark.parametrize("shapes,axis,kind", [
+    ([(32, 40)] * 19, 1, "stack"),          # more pieces than one launch copies, ragged rows
+    ([(5, 3), (0, 3), (9, 3)] * 4, 0, "concat"),  # uneven pieces, an empty one
+    ([(2, 3, 17), (2, 1, 17), (2, 6, 17)], 1, "concat"),
+    ([(7,)] * 3, 1, "stack"), ([(4, 33)], 0, "concat"),
+])
+def test_concatenate_and_stack_of_many_pieces_match_numpy(dtype, shapes, axis, kind, rng):
+    if dtype == np.float64 and not cp.runtime(0).info.fp64:
+        pytest.skip("this OpenCL device has no float64")
+    hs = [(rng.standard_normal(s) * 50).astype(dtype) for s in shapes]
+    f, g = (cp.stack, np.stack) if kind == "stack" else (cp.concatenate, np.concatenate)
+    got = f([cp.asarray(h) for h in hs], axis=axis)
+    want = g(hs, axis=axis)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.get(), want)
+
+
+def test_concatenate_of_views_and_mixed_pieces(rng, monkeypatch):
+    from labkit.backend.opencl import indexing
+
+    calls = []
+    real = indexing._concat_pieces
+    monkeypatch.setattr(indexing, "_concat_pieces", lambda *a: calls.append(1) or real(*a))
+    h = rng.standard_normal((10, 64)).astype(np.float32)
+    d = cp.asarray(h)
+    # contiguous views at offsets into one buffer: the pieces' path
+    check(cp.concatenate([d[2:4], d[5:9], d[0:1]]), np.concatenate([h[2:4], h[5:9], h[0:1]]))
+    assert calls == ([1] if cp.runtime(0).info.is_cpu else [])
+    calls.clear()
+    # strided pieces and mixed dtypes: one copy each, as before
+    check(cp.concatenate([d[:, ::2], d[:, 1::2]], axis=1),
+          np.concatenate([h[:, ::2], h[:, 1::2]], axis=1))
+    i = rng.integers(0, 9, (10, 3)).astype(np.int32)
+    check(cp.concatenate([d, cp.asarray(i)], axis=1), np.concatenate([h, i], axis=1))
+    assert calls == []
+
+
 @pytest.mark.parametrize("key", [
     ([2, 0, 2],), (slice(None), [1, -1]), (np.array([[0, 1], [2, 3]]),),
     ([0, 2], [1, 3]), (1, [0, 3]), (slice(1, 3), [0, 0], slice(None)),
