@@ -278,7 +278,9 @@ def output_grad(y: Tensor, g, op: str) -> Tensor:
     None and y has one element."""
     if not y.requires_grad:
         raise RuntimeError(f"{op}: the output does not require grad; none of its inputs had "
-                           "requires_grad=True (or it was computed under no_grad)")
+                           "requires_grad=True (or it was computed under no_grad, or it is "
+                           "the result of an lk.compile step, which carries no graph: call "
+                           "backward inside the step)")
     if g is None:
         if y.size != 1:
             raise RuntimeError(f"{op}: the gradient can be implied only for a one-element "

@@ -19,6 +19,8 @@ True
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..errors import CheckpointError
@@ -57,6 +59,21 @@ def _size(shape) -> int:
     return int(np.prod(shape, dtype=np.int64))
 
 
+#: every generator alive: what ``states`` saves
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+def states() -> list:
+    """The state of every generator alive, for ``restore_states``: code run a second time in
+    between (lk.scan's recomputed steps) then draws the numbers it drew the first time."""
+    return [(g, g.seed, g.counter) for g in list(_LIVE)]
+
+
+def restore_states(saved: list) -> None:
+    for g, seed, counter in saved:
+        g.seed, g.counter = seed, counter
+
+
 class Generator:
     """A seeded stream of random numbers on one device; its state is ``(seed, counter)``."""
 
@@ -65,6 +82,7 @@ class Generator:
         self.counter = 0
         self.device: Device = _device(device)
         self._shard: tuple[int, int, int] | None = None
+        _LIVE.add(self)
 
     # ---- sharding (data parallel) -------------------------------------------------------
     @property

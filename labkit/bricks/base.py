@@ -89,13 +89,15 @@ def _setting(v) -> bool:
 
 #: versions of bricks' buffers: a brick whose buffers are replaced takes the next one
 _versions = itertools.count(1)
+_UNSET = object()
 
 
 class Brick:
     """Base class: subclasses define ``forward(*inputs)`` and, for sizes resolved on the first
     call, ``build(*inputs)`` that creates the parameters with ``self.add_param``."""
 
-    #: changes when the buffers are replaced (a compiled step holding the old ones retraces)
+    #: changes when the buffers, or a parameter or other object it holds, are replaced (a
+    #: compiled step holding the old ones retraces)
     _version = 0
 
     def __init__(self, name: str | None = None, seed: int | None = None):
@@ -124,7 +126,12 @@ class Brick:
             value.name = key
             value.owner = self
             self._params[key] = value
+        old = self.__dict__.get(key, _UNSET)
         object.__setattr__(self, key, value)
+        if old is not _UNSET and old is not value and key[0] != "_" and not _setting(value):
+            # NOTE: a parameter, buffer, generator or child replaced: compiled steps that read
+            # the old one trace again (plain settings are compared by value)
+            object.__setattr__(self, "_version", next(_versions))
 
     def add_child(self, brick: Brick, name: str | None = None) -> Brick:
         if name is not None:

@@ -83,7 +83,11 @@ def _flatten(obj, leaves, tensors, key, keep):
         for x in obj.values():
             _flatten(x, leaves, tensors, key, keep)
     elif obj is None or isinstance(obj, (bool, str, numbers.Number, np.generic)):
-        key.append(("V", type(obj).__name__, obj))
+        # NOTE: a float by its repr: NaN equals itself there, and -0.0 is not 0.0
+        if isinstance(obj, (float, complex, np.inexact)):
+            key.append(("V", type(obj).__name__, repr(obj), "repr"))
+        else:
+            key.append(("V", type(obj).__name__, obj))
     else:
         keep.append(obj)  # NOTE: kept alive, so that its id is never another object's
         key.append(("O", type(obj).__name__, id(obj)))
@@ -100,10 +104,35 @@ def _describe(key):
     if kind == "A":
         return f"an array {key[2]}{key[1]}"
     if kind == "V":
-        return f"the value {key[2]!r}"
+        return f"the value {key[2] if len(key) > 3 else repr(key[2])}"
     if kind == "O":
         return f"a {key[1]} object"
+    if kind == "alias":
+        pairs = [f"{a} and {k}" for k, a in enumerate(key[1]) if a != k]
+        return (f"array arguments {', '.join(pairs)} the same array" if pairs
+                else "no array passed twice")
     return f"a {kind} of {key[1]}"
+
+
+#: first traces kept waiting for their second call, and argument signatures with programs:
+#: the least recently used beyond these are dropped (an argument whose value changes at every
+#: call, such as a step counter, would otherwise keep a trace, and its arrays, per call)
+MAX_PENDING = 8
+MAX_SIGNATURES = 64
+
+
+def _detached(obj):
+    """The step's results with every tensor computed by the step cut from its graph (the
+    traced graph's functions are the program's, which the next replay runs again)."""
+    if isinstance(obj, Tensor):
+        return obj if obj.creator is None else Tensor(obj.data)
+    if isinstance(obj, tuple) and type(obj) is not tuple and hasattr(obj, "_fields"):
+        return type(obj)(*(_detached(x) for x in obj))
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_detached(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _detached(v) for k, v in obj.items()}
+    return obj
 
 
 class Compiled:
@@ -147,8 +176,15 @@ class Compiled:
         self.stats["calls"] += 1
         leaves, tensors, key, keep = [], {}, [], []
         _flatten((args, kwargs), leaves, tensors, key, keep)
+        # NOTE: the same array passed twice is one slot of the trace: which arguments are
+        # the same array is part of the signature
+        first_of: dict = {}
+        key.append(("alias", tuple(first_of.setdefault(id(a), k)
+                                   for k, a in enumerate(leaves))))
         key = tuple(key)
         plans = self._plans.get(key)
+        if plans is not None and len(self._plans) > 1:
+            self._plans[key] = self._plans.pop(key)  # NOTE: the most recently used last
         first = self._first.get(key)
         if first is not None and depends_failure(first.depends) is not None:
             first = self._first.pop(key)  # NOTE: traced in another mode (train/eval): stale
@@ -175,16 +211,27 @@ class Compiled:
         if first is None:
             self._first[key] = trace
             self._keep[key] = keep
+            while len(self._first) > MAX_PENDING:
+                self._drop(next(iter(self._first)), pending=True)
             return result
         compare(first, trace, self.__name__)
         prog = Program(trace, fuse=self.fuse, cse=self.cse, stabilize=self.stabilize,
                        reassociate=self.reassociate)
         self._plans.setdefault(key, []).insert(0, prog)
         self._keep[key] = keep
+        while len(self._plans) > MAX_SIGNATURES:
+            self._drop(next(iter(self._plans)), pending=False)
         for n in trace.nodes:  # NOTE: the traced graph's tensors are not needed by replays
             if n.kind == "op":
                 n.fn.inputs = ()
-        return result
+        # NOTE: so the results carry no graph, as a replay's do (theirs is the program's)
+        return _detached(result)
+
+    def _drop(self, key, pending):
+        """Forget a pending first trace or a signature's programs (the least recently used)."""
+        (self._first if pending else self._plans).pop(key, None)
+        if key not in self._first and key not in self._plans:
+            self._keep.pop(key, None)
 
     def _why(self, key):
         old = self._last_key
@@ -192,6 +239,8 @@ class Compiled:
             return "the arguments have another structure"
         for a, b in zip(old, key):
             if a != b:
+                if a[0] == b[0] == "alias":
+                    return f"{_describe(a)} when traced, now {_describe(b)}"
                 if a[0] == b[0] == "O" and a[1] == b[1]:
                     return (f"an argument is another {b[1]} object than the one traced (a "
                             "program reads the tensors of the objects it was traced with)")

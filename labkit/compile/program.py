@@ -108,6 +108,9 @@ def depends_failure(depends):
     for obj, attr, value in depends:
         now = getattr(obj, attr, None)
         if now != value:
+            if attr == "_version":  # NOTE: labkit.bricks.base.Brick._version
+                return (f"{type(obj).__name__} {getattr(obj, 'path', '')}: a parameter, buffer "
+                        "or other object it holds was replaced or moved since it was traced")
             return f"{type(obj).__name__}.{attr} was {value!r} when traced, is {now!r}"
     return None
 

@@ -25,6 +25,7 @@ from ..autograd import function as _fn
 from ..autograd.function import Function, enable_grad, grad_enabled, no_grad
 from ..autograd.tensor import Tensor
 from ..autograd.trace import tracer
+from ..backend import random as _random
 from ..errors import ShapeError
 from ..functions import stack, unbind
 
@@ -109,8 +110,12 @@ def _params(fn, seqs, carry, axis):
     args = [Tensor(c.data, requires_grad=True) for c in carry]
     xs = [Tensor(unbind(s.detach(), axis)[0].data, requires_grad=True) for s in seqs]
     start = next(_fn._seq)  # NOTE: ops numbered from here were made by this step
-    with enable_grad():
-        c, y = _split_result(fn(args if len(args) > 1 else args[0], *xs), len(args))
+    rng = _random.states()  # NOTE: its random draws (dropout) are made again by the loop
+    try:
+        with enable_grad():
+            c, y = _split_result(fn(args if len(args) > 1 else args[0], *xs), len(args))
+    finally:
+        _random.restore_states(rng)
     mine = {id(t) for t in args + xs}
     found, seen, ids = [], set(), set()
     stack_ = [t.creator for t in c + y if t.creator is not None]
@@ -147,9 +152,14 @@ class Scan(Function):
         keep = not self.remat
         with no_grad():
             xs = [unbind(s, self.axis) for s in seqs]
-        saved, ys, graphs = [], [], []
+        saved, ys, graphs, rngs = [], [], [], []
+        # NOTE: the generators' states before the loop and, with remat, before each step: a
+        # step run again in backward draws the numbers (dropout masks) it drew here
+        self.rng0 = _random.states()
         for t in range(self.steps):
             saved.append(tuple(c.data for c in carry))
+            if not keep:
+                rngs.append(_random.states())
             if keep:  # each step's graph kept, on leaves of its own: backward walks it
                 carry = [Tensor(c.data, requires_grad=True) for c in carry]
                 xt = [Tensor(x[t].data, requires_grad=s.requires_grad)
@@ -166,7 +176,7 @@ class Scan(Function):
         with no_grad():
             outs = tuple(stack([y[k] for y in ys], self.axis).data
                          for k in range(len(ys[0])))
-        self.saved, self.graphs = saved, graphs
+        self.saved, self.graphs, self.rngs = saved, graphs, rngs
         self.n_y = len(outs)
         res = tuple(c.data for c in carry) + outs
         self.n_out = len(res)
@@ -194,8 +204,13 @@ class Scan(Function):
                 prev = [Tensor(a, requires_grad=True) for a in self.saved[t]]
                 xt = [Tensor(x[t].data, requires_grad=s.requires_grad)
                       for x, s in zip(xs, seq_in)]
-                with enable_grad():
-                    c, y = _split_result(self.fn(prev if nc > 1 else prev[0], *xt), nc)
+                now = _random.states()
+                _random.restore_states(self.rngs[t])
+                try:
+                    with enable_grad():
+                        c, y = _split_result(self.fn(prev if nc > 1 else prev[0], *xt), nc)
+                finally:
+                    _random.restore_states(now)
                 outs = list(c) + list(y)
             gouts = g_carry + [None if g is None else g[t] for g in g_ys]
             pairs = [(o, g) for o, g in zip(outs, gouts)
@@ -234,8 +249,13 @@ class Scan(Function):
     def _backward_whole(self, inputs, grads):
         """Double backprop: the loop recomputed with its graph, differentiated as a whole."""
         nc, ns = self.n_carry, self.n_seq
-        carry, outs = _unrolled(self.fn, list(inputs[nc:nc + ns]), tuple(inputs[:nc]),
-                                self.axis)
+        now = _random.states()
+        _random.restore_states(self.rng0)  # NOTE: the forward's draws again
+        try:
+            carry, outs = _unrolled(self.fn, list(inputs[nc:nc + ns]), tuple(inputs[:nc]),
+                                    self.axis)
+        finally:
+            _random.restore_states(now)
         res = list(carry) + list(outs)
         pairs = [(o, g) for o, g in zip(res, grads) if o.requires_grad]
         wanted = [x for x in inputs if x.requires_grad]

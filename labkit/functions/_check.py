@@ -236,7 +236,9 @@ def data(v, like: Tensor, op: str, name: str, move: bool = True):
         if d.dtype.kind not in "biuf":
             raise DTypeError(f"{op}: {name} must hold numbers, got dtype {d.dtype}")
         if move and isinstance(like.data, cl.ndarray):
-            return cl.asarray(d, device=like.data.rt)
+            rt = like.data.rt
+            # NOTE: a replay of a compiled step copies that call's array (an argument)
+            return host(lambda a: cl.asarray(a, device=rt), d, name=f"upload {name}")
         return d
     if isinstance(d, cl.ndarray):
         if not isinstance(like.data, cl.ndarray) or d.rt is not like.data.rt:

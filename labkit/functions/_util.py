@@ -7,6 +7,7 @@ import numbers
 import numpy as np
 
 from ..autograd.tensor import Tensor
+from ..autograd.trace import host
 from ..backend import opencl as cl
 from ..errors import DeviceMismatchError, DTypeError
 
@@ -33,7 +34,9 @@ def as_tensor(x, like: Tensor, op: str, name: str = "operand") -> Tensor:
                 f"{op}: got a NumPy array (cpu) and a tensor on {like.device}; make it a "
                 f"tensor there with lk.tensor(x, device='{like.device}')")
         if isinstance(like.data, cl.ndarray):
-            return Tensor(cl.asarray(x, device=like.data.rt))
+            rt = like.data.rt
+            # NOTE: a replay of a compiled step copies that call's array (an argument)
+            return Tensor(host(lambda a: cl.asarray(a, device=rt), x, name=f"upload {name}"))
         return Tensor(x)
     if not isinstance(x, (list, tuple, numbers.Number, np.generic)):
         raise DTypeError(f"{op}: {name} must be a Tensor, a number or a list of numbers, got "
