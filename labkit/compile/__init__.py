@@ -305,6 +305,9 @@ class Compiled:
             if p.epilogues:
                 lines.append(f"  epilogue: relu folded into {p.epilogues} linear or conv2d "
                              "node(s)")
+            if p.added:
+                lines.append(f"  epilogue: an addition folded into {p.added} matrix "
+                             "product(s)")
             for r in sorted(set(p.rewrites)):
                 lines.append(f"  stabilised: {r} ({p.rewrites.count(r)}x)")
         for r in self.stats["reasons"]:

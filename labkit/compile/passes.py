@@ -360,3 +360,50 @@ def fold_relu(nodes, needed):
             m.attr_in = [(a, i, y if s == z else s) for a, i, s in m.attr_in]
         gone.add(id(r))
     return [n for n in nodes if id(n) not in gone], len(gone)
+
+
+def fold_add(nodes, needed, values):
+    """``c + a @ b`` -> ``matmul_add(a, b, c)`` on OpenCL devices, where the 2-D product is
+    read by the addition only: one GEMM kernel with ``c`` added in its epilogue instead of a
+    product and an elementwise launch (an LSTM step's ``x_t + h @ U.T``, and its backward's
+    gradient of h). Addition is commutative, so the results are bit for bit the same.
+    Returns the nodes and how many were folded."""
+    from ..backend import opencl
+    from ..functions import connection as conn
+    from ..functions import math as m
+
+    made_by = {}
+    readers: dict = {}
+    for n in nodes:
+        for s in n.outs:
+            made_by[s] = n
+        for s in list(n.ins) + [s for _, _, s in n.attr_in] + [a for a, _ in n.versions]:
+            readers[s] = readers.get(s, 0) + 1
+    fixed = changed_in_place(nodes)
+    gone = set()
+    for add in nodes:
+        if add.kind != "op" or type(add.fn) is not m.Add or add.attr_in or len(add.ins) != 2:
+            continue
+        y = add.outs[0]
+        vy = values.get(y)
+        if not isinstance(vy, opencl.ndarray) or vy.ndim != 2 or vy.dtype.kind != "f" or (
+                y in fixed):
+            continue
+        for k in (1, 0):  # NOTE: the product on either side
+            p, c = add.ins[k], add.ins[1 - k]
+            mm = made_by.get(p)
+            vp, vc = values.get(p), values.get(c)
+            if (mm is None or mm.kind != "op" or type(mm.fn) is not conn.MatMul or mm.attr_in
+                    or readers.get(p) != 1 or p in needed or p in fixed or id(mm) in gone
+                    or not isinstance(vc, opencl.ndarray) or vp is None
+                    or vp.shape != vy.shape or vc.dtype != vy.dtype or vp.dtype != vy.dtype
+                    or any(values[x].ndim != 2 for x in mm.ins)):
+                continue
+            fn = conn.MatMulAdd()
+            fn.brick = getattr(add.fn, "brick", None)
+            add.fn, add.name = fn, fn.name
+            add.ins = [mm.ins[0], mm.ins[1], c]
+            add.sig = (type(fn), ())
+            gone.add(id(mm))
+            break
+    return [n for n in nodes if id(n) not in gone], len(gone)

@@ -61,9 +61,10 @@ class Program:
                                                           new_slot)
             t.n_slots += len(extra)
         nodes = passes.prune(nodes, needed)
-        self.fused = self.epilogues = 0
+        self.fused = self.epilogues = self.added = 0
         if fuse:
             nodes, self.epilogues = passes.fold_relu(nodes, needed)
+            nodes, self.added = passes.fold_add(nodes, needed, t.values)
             from . import fusion
 
             nodes, self.fused = fusion.fuse(nodes, t, needed | _read_by_hosts(nodes), consts)

@@ -49,6 +49,31 @@ class MatMul(Function):
                 sum_to(matmul(_swap_last(a), gy), b.shape) if b.requires_grad else None)
 
 
+class MatMulAdd(Function):
+    """``a @ b + c`` (2-D ``a``, ``b``; ``c`` broadcast to the product): what lk.compile makes
+    of an addition whose operand is a matrix product only it reads. On an OpenCL device one
+    kernel, ``c`` added in the product's epilogue; bit for bit ``c + a @ b``."""
+
+    name = "matmul_add"
+
+    def forward(self, a, b, c):
+        if isinstance(a, np.ndarray):
+            y = a @ b
+            if y.shape == np.broadcast_shapes(y.shape, c.shape):
+                y += c
+                return y
+            return c + y
+        from ..backend.opencl.gemm import matmul_add as cl_matmul_add
+
+        return cl_matmul_add(a, b, c)
+
+    def backward(self, inputs, gy):
+        a, b, c = inputs
+        return (matmul(gy, _swap_last(b)) if a.requires_grad else None,
+                matmul(_swap_last(a), gy) if b.requires_grad else None,
+                sum_to(gy, c.shape) if c.requires_grad else None)
+
+
 def matmul(a, b):
     """Matrix product with NumPy's rules: 1-D operands are promoted, batch dims broadcast,
     dtypes promote as in the other arithmetic ops (layers such as linear insist on one)."""

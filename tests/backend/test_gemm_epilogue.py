@@ -124,3 +124,40 @@ def test_a_transposed_b_and_a_long_k_against_numpy(M, K, N, batch, rng):
     want = a.astype(np.float64) @ bt.transpose(0, 2, 1)
     np.testing.assert_allclose(got, want if batch > 1 else want[0], rtol=1e-4,
                                atol=1e-4 * np.sqrt(K))
+
+
+@pytest.mark.parametrize("M,K,N", SHAPES, ids=str)
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("cshape", ["full", "row", "column", "strided"])
+def test_matmul_add_is_the_product_plus_c_bit_for_bit(M, K, N, transposed, cshape, rng):
+    """``matmul_add(a, b, c)``: ``c`` (the whole result's shape, a row or a column broadcast,
+    or a strided slice of a larger array, as an LSTM step's ``x_t``) read in the epilogue."""
+    from labkit.backend.opencl.gemm import matmul_add
+
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    da = cp.asarray(a)
+    db = cp.asarray(np.ascontiguousarray(b.T)).T if transposed else cp.asarray(b)
+    if cshape == "strided":
+        big = rng.standard_normal((M, 3, N)).astype(np.float32)
+        dc, c = cp.asarray(big)[:, 1], big[:, 1]
+    else:
+        c = rng.standard_normal({"full": (M, N), "row": (N,), "column": (M, 1)}[cshape])
+        c = c.astype(np.float32)
+        dc = cp.asarray(c)
+    got = matmul_add(da, db, dc).get()
+    np.testing.assert_array_equal(got, cp.add(dc, cp.matmul(da, db)).get())
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b + c, rtol=1e-4,
+                               atol=1e-4 * np.sqrt(max(K, 1)))
+
+
+def test_matmul_add_refuses_what_it_cannot_add():
+    from labkit.backend.opencl.gemm import matmul_add
+
+    a, b = cp.ones((3, 4)), cp.ones((4, 5))
+    with pytest.raises(ShapeError, match="matmul_add"):
+        matmul_add(a, b, cp.ones((3, 4)))
+    with pytest.raises(ShapeError, match=r"matmul_add: needs a \(M, K\) and b \(K, N\)"):
+        matmul_add(a, cp.ones((5, 4)), cp.ones((3, 4)))
+    with pytest.raises(TypeError, match="one float dtype"):
+        matmul_add(a, b, cp.ones((3, 5), dtype=np.int32))

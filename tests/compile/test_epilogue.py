@@ -122,3 +122,53 @@ def test_no_fold_when_the_relu_output_is_changed_in_place(dev):
     assert f.programs()[0].epilogues == 0
     np.testing.assert_array_equal(l0, l1)
     np.testing.assert_array_equal(g0, g1)
+
+
+# ---- c + a @ b: the addition in the product's epilogue (OpenCL) ----------------------------
+
+@pytest.mark.parametrize("extra", [None, "reads_product", "returns_product"])
+def test_an_addition_of_a_product_folds_and_trains_bit_for_bit_like_eager(dev, extra):
+    """A recurrent step's ``x_t + h @ U.T`` (a strided slice of x), a broadcast bias on
+    either side, and the backward's additions of products: on an OpenCL device one GEMM
+    each, bit for bit the eager step; not folded where something else reads the product."""
+    rng = np.random.default_rng(1)
+    U0 = rng.standard_normal((16, 16)).astype(np.float32) * 0.3
+    c0 = rng.standard_normal(16).astype(np.float32)
+    xs = rng.standard_normal((4, 3, 16)).astype(np.float32)
+    runs = []
+    for compiled in (False, True):
+        U, c = (lk.tensor(v, device=dev, requires_grad=True) for v in (U0, c0))
+        opt = lk.optimizers.SGD(lr=0.05).setup({"U": U, "c": c})
+
+        def step(x, U=U, c=c, opt=opt):
+            h = F.tanh(F.getitem(x, (slice(None), 0)))
+            p = None
+            for k in range(1, 3):
+                p = F.matmul(h, F.transpose(U))
+                h = F.tanh(F.getitem(x, (slice(None), k)) + p)
+            z = c + F.matmul(h, U)  # the broadcast operand first
+            loss = (z * z).sum()
+            if extra == "reads_product":
+                loss = loss + (p * p).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.update()
+            return (loss, p) if extra == "returns_product" else loss
+
+        f = lk.compile(step) if compiled else step
+        x = lk.tensor(xs, device=dev)
+        outs = [f(x) for _ in range(4)]
+        got = [o[0].numpy() for o in outs] + [o[1].numpy() for o in outs] if extra == \
+            "returns_product" else [o.numpy() for o in outs]
+        runs.append((got + [U.numpy(), c.numpy()], f))
+    (a, _), (b, f) = runs
+    for u, v in zip(a, b):
+        assert np.array_equal(u.view(np.uint32), v.view(np.uint32))
+    prog = f.programs()[0]
+    if dev == "cpu":
+        assert prog.added == 0  # NOTE: NumPy's add into a kept buffer is as fast
+        return
+    assert prog.added == (4 if extra is None else 3)
+    assert "an addition folded into" in f.explain()
+    names = [n.name for n in prog.nodes]
+    assert "matmul_add" in names

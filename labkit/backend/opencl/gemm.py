@@ -451,6 +451,26 @@ def linear(a, b, bias=None, axis=1, relu=False) -> ndarray:
     return c
 
 
+def matmul_add(a, b, c) -> ndarray:
+    """``a @ b + c`` for 2-D ``a`` (M, K) and ``b`` (K, N) and ``c`` broadcastable to (M, N),
+    of one float dtype: ``c`` read in the product kernel's epilogue (an LSTM step's
+    ``x_t + h @ U.T``). Bit for bit the product and the addition computed as separate ops."""
+    rt = same_device("matmul_add", (a, b, c))
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ShapeError(f"matmul_add: needs a (M, K) and b (K, N), got a.shape={a.shape}, "
+                         f"b.shape={b.shape}")
+    M, K = a.shape
+    N = b.shape[1]
+    dt = a.dtype
+    if b.dtype != dt or c.dtype != dt or dt.kind != "f":
+        raise TypeError(f"matmul_add: a, b and c must share one float dtype, got {a.dtype}, "
+                        f"{b.dtype} and {c.dtype}")
+    sti, stj = broadcast_strides(c.shape, c._st, (M, N), "matmul_add")
+    out = ndarray(rt, (M, N), dt)
+    _product(rt, dt, 1, M, N, K, a, b, 0, 0, out, (c, c.offset, sti, stj, 0))
+    return out
+
+
 def matmul(a, b, out=None):
     """NumPy's matmul: 1-D operands are promoted and the added axis removed; batch dims
     broadcast."""
