@@ -19,7 +19,7 @@ True
 
 from __future__ import annotations
 
-import weakref
+import threading
 
 import numpy as np
 
@@ -59,19 +59,30 @@ def _size(shape) -> int:
     return int(np.prod(shape, dtype=np.int64))
 
 
-#: every generator alive: what ``states`` saves
-_LIVE: weakref.WeakSet = weakref.WeakSet()
+_RECORDING = threading.local()
 
 
-def states() -> list:
-    """The state of every generator alive, for ``restore_states``: code run a second time in
-    between (lk.scan's recomputed steps) then draws the numbers it drew the first time."""
-    return [(g, g.seed, g.counter) for g in list(_LIVE)]
+class recording:
+    """``with recording() as drawn:`` -- ``drawn`` maps each generator this thread drew from
+    inside the block to its state ``(seed, counter)`` before its first draw there. ``rewind``
+    puts them back, so code run again (lk.scan's recomputed steps) draws the numbers it drew
+    the first time; generators it did not draw from, and other threads', are left alone."""
+
+    def __enter__(self) -> dict:
+        self.drawn: dict = {}
+        _RECORDING.__dict__.setdefault("stack", []).append(self.drawn)
+        return self.drawn
+
+    def __exit__(self, *exc) -> None:
+        _RECORDING.stack.pop()
 
 
-def restore_states(saved: list) -> None:
-    for g, seed, counter in saved:
+def rewind(drawn: dict) -> dict:
+    """Set each generator in ``drawn`` to its state there; returns their states before."""
+    now = {g: (g.seed, g.counter) for g in drawn}
+    for g, (seed, counter) in drawn.items():
         g.seed, g.counter = seed, counter
+    return now
 
 
 class Generator:
@@ -82,7 +93,6 @@ class Generator:
         self.counter = 0
         self.device: Device = _device(device)
         self._shard: tuple[int, int, int] | None = None
-        _LIVE.add(self)
 
     # ---- sharding (data parallel) -------------------------------------------------------
     @property
@@ -131,6 +141,10 @@ class Generator:
         return (self.seed & 0xFFFFFFFF, self.seed >> 32)
 
     def _take(self, nblocks: int) -> int:
+        stack = _RECORDING.__dict__.get("stack")
+        if stack:
+            for drawn in stack:
+                drawn.setdefault(self, (self.seed, self.counter))
         start = self.counter
         self.counter += nblocks
         return start

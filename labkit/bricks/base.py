@@ -128,10 +128,18 @@ class Brick:
             self._params[key] = value
         old = self.__dict__.get(key, _UNSET)
         object.__setattr__(self, key, value)
-        if old is not _UNSET and old is not value and key[0] != "_" and not _setting(value):
-            # NOTE: a parameter, buffer, generator or child replaced: compiled steps that read
-            # the old one trace again (plain settings are compared by value)
-            object.__setattr__(self, "_version", next(_versions))
+        if (old is not _UNSET and old is not value and key[0] != "_"
+                and not (_setting(old) and _setting(value))):
+            # NOTE: a parameter, buffer, generator or child replaced (by anything, None
+            # included): compiled steps that read the old one trace again (plain settings are
+            # compared by value). Not while a step is traced: what its forward stores on the
+            # brick is Python a replay does not run (it would retrace at every call)
+            if isinstance(old, Parameter) and not isinstance(value, Parameter):
+                self._params.pop(key, None)
+            if isinstance(old, Brick) and not isinstance(value, Brick):
+                self._children.pop(old.name, None)
+            if _trace.tracer() is None:
+                object.__setattr__(self, "_version", next(_versions))
 
     def add_child(self, brick: Brick, name: str | None = None) -> Brick:
         if name is not None:

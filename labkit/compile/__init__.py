@@ -114,10 +114,11 @@ def _describe(key):
     return f"a {kind} of {key[1]}"
 
 
-#: first traces kept waiting for their second call, and argument signatures with programs:
-#: the least recently used beyond these are dropped (an argument whose value changes at every
-#: call, such as a step counter, would otherwise keep a trace, and its arrays, per call)
-MAX_PENDING = 8
+#: first traces kept waiting for their second call (slimmed: no arrays of the step's), and
+#: argument signatures with programs: the least recently used beyond these are dropped (an
+#: argument whose value changes at every call, such as a step counter, would otherwise keep a
+#: trace per call; a step cycling through more signatures than this traces at every call)
+MAX_PENDING = 64
 MAX_SIGNATURES = 64
 
 
@@ -186,8 +187,9 @@ class Compiled:
         if plans is not None and len(self._plans) > 1:
             self._plans[key] = self._plans.pop(key)  # NOTE: the most recently used last
         first = self._first.get(key)
-        if first is not None and depends_failure(first.depends) is not None:
-            first = self._first.pop(key)  # NOTE: traced in another mode (train/eval): stale
+        stale = None if first is None else depends_failure(first.depends)
+        if stale is not None:
+            self._first.pop(key)  # NOTE: traced in another mode (train/eval): stale
             first = None
         if plans is not None:
             for p in plans:
@@ -196,6 +198,8 @@ class Compiled:
                     return p.run(leaves, tensors)
             if first is None:
                 self._note_retrace(plans[0].guard_failure())
+        elif stale is not None:
+            self._note_retrace(stale)
         elif first is None and self._last_key is not None:
             self._note_retrace(self._why(key))
         self._last_key = key
@@ -209,6 +213,7 @@ class Compiled:
         self.stats["traces"] += 1
         first = self._first.pop(key, None)
         if first is None:
+            trace.slim()
             self._first[key] = trace
             self._keep[key] = keep
             while len(self._first) > MAX_PENDING:

@@ -285,6 +285,10 @@ def _tree_code(tree, env, fixed):
                           for i, (_, x) in enumerate(body))
         return "{" + items + "}"
     items = [_tree_code(x, env, fixed) for x in body]
+    if isinstance(kind, tuple):  # ("namedtuple", its type)
+        name = f"N{len(env)}"
+        env[name] = kind[1]
+        return f"{name}(" + ", ".join(items) + ")"
     if kind == "tuple":
         return "(" + "".join(f"{x}, " for x in items) + ")"
     return "[" + ", ".join(items) + "]"

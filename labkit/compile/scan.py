@@ -110,12 +110,13 @@ def _params(fn, seqs, carry, axis):
     args = [Tensor(c.data, requires_grad=True) for c in carry]
     xs = [Tensor(unbind(s.detach(), axis)[0].data, requires_grad=True) for s in seqs]
     start = next(_fn._seq)  # NOTE: ops numbered from here were made by this step
-    rng = _random.states()  # NOTE: its random draws (dropout) are made again by the loop
-    try:
-        with enable_grad():
-            c, y = _split_result(fn(args if len(args) > 1 else args[0], *xs), len(args))
-    finally:
-        _random.restore_states(rng)
+    # NOTE: its random draws (dropout) are taken back: the loop makes them
+    with _random.recording() as drawn:
+        try:
+            with enable_grad():
+                c, y = _split_result(fn(args if len(args) > 1 else args[0], *xs), len(args))
+        finally:
+            _random.rewind(drawn)
     mine = {id(t) for t in args + xs}
     found, seen, ids = [], set(), set()
     stack_ = [t.creator for t in c + y if t.creator is not None]
@@ -149,30 +150,19 @@ class Scan(Function):
         nc, ns = self.n_carry, self.n_seq
         carry = tuple(Tensor(a) for a in arrays[:nc])
         seqs = [Tensor(a) for a in arrays[nc:nc + ns]]
-        keep = not self.remat
         with no_grad():
             xs = [unbind(s, self.axis) for s in seqs]
         saved, ys, graphs, rngs = [], [], [], []
-        # NOTE: the generators' states before the loop and, with remat, before each step: a
-        # step run again in backward draws the numbers (dropout masks) it drew here
-        self.rng0 = _random.states()
-        for t in range(self.steps):
-            saved.append(tuple(c.data for c in carry))
-            if not keep:
-                rngs.append(_random.states())
-            if keep:  # each step's graph kept, on leaves of its own: backward walks it
-                carry = [Tensor(c.data, requires_grad=True) for c in carry]
-                xt = [Tensor(x[t].data, requires_grad=s.requires_grad)
-                      for x, s in zip(xs, self.seq_in)]
-                with enable_grad():
-                    new, y = _split_result(self.fn(carry if nc > 1 else carry[0], *xt), nc)
-                graphs.append((carry, xt, list(new) + list(y)))
-                carry = new
-            else:
-                with no_grad():
-                    carry, y = _split_result(self.fn(carry if nc > 1 else carry[0],
-                                                     *[x[t] for x in xs]), nc)
-            ys.append(y)
+        # NOTE: the generators the loop draws from, as they were before it and before each
+        # step: a step run again in backward (remat, double backprop) draws the numbers
+        # (dropout masks) it drew here
+        with _random.recording() as self.rng0:
+            for t in range(self.steps):
+                saved.append(tuple(c.data for c in carry))
+                with _random.recording() as drawn:
+                    carry, y = self._step(t, carry, xs, graphs)
+                rngs.append(drawn)
+                ys.append(y)
         with no_grad():
             outs = tuple(stack([y[k] for y in ys], self.axis).data
                          for k in range(len(ys[0])))
@@ -181,6 +171,20 @@ class Scan(Function):
         res = tuple(c.data for c in carry) + outs
         self.n_out = len(res)
         return res if len(res) > 1 else res[0]
+
+    def _step(self, t, carry, xs, graphs):
+        nc = self.n_carry
+        if not self.remat:  # each step's graph kept, on leaves of its own: backward walks it
+            carry = [Tensor(c.data, requires_grad=True) for c in carry]
+            xt = [Tensor(x[t].data, requires_grad=s.requires_grad)
+                  for x, s in zip(xs, self.seq_in)]
+            with enable_grad():
+                new, y = _split_result(self.fn(carry if nc > 1 else carry[0], *xt), nc)
+            graphs.append((carry, xt, list(new) + list(y)))
+            return new, y
+        with no_grad():
+            return _split_result(self.fn(carry if nc > 1 else carry[0], *[x[t] for x in xs]),
+                                 nc)
 
     def backward(self, inputs, grads):
         nc, ns = self.n_carry, self.n_seq
@@ -204,13 +208,12 @@ class Scan(Function):
                 prev = [Tensor(a, requires_grad=True) for a in self.saved[t]]
                 xt = [Tensor(x[t].data, requires_grad=s.requires_grad)
                       for x, s in zip(xs, seq_in)]
-                now = _random.states()
-                _random.restore_states(self.rngs[t])
+                now = _random.rewind(self.rngs[t])
                 try:
                     with enable_grad():
                         c, y = _split_result(self.fn(prev if nc > 1 else prev[0], *xt), nc)
                 finally:
-                    _random.restore_states(now)
+                    _random.rewind(now)
                 outs = list(c) + list(y)
             gouts = g_carry + [None if g is None else g[t] for g in g_ys]
             pairs = [(o, g) for o, g in zip(outs, gouts)
@@ -249,13 +252,12 @@ class Scan(Function):
     def _backward_whole(self, inputs, grads):
         """Double backprop: the loop recomputed with its graph, differentiated as a whole."""
         nc, ns = self.n_carry, self.n_seq
-        now = _random.states()
-        _random.restore_states(self.rng0)  # NOTE: the forward's draws again
+        now = _random.rewind(self.rng0)  # NOTE: the forward's draws again
         try:
             carry, outs = _unrolled(self.fn, list(inputs[nc:nc + ns]), tuple(inputs[:nc]),
                                     self.axis)
         finally:
-            _random.restore_states(now)
+            _random.rewind(now)
         res = list(carry) + list(outs)
         pairs = [(o, g) for o, g in zip(res, grads) if o.requires_grad]
         wanted = [x for x in inputs if x.requires_grad]

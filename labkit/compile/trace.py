@@ -99,6 +99,17 @@ class Trace:
                 self.keep.append(a)
                 self.values[s] = a
 
+    def slim(self) -> None:
+        """Keep only what ``compare`` reads of this trace (its nodes' kinds, signatures and
+        slots, its sources, results and writes), not the step's intermediate arrays nor its
+        functions (which hold them): a first call's trace waiting for the second is small."""
+        self.values = {s: v for s, v in self.values.items() if s in self.sources}
+        self.keep = []
+        self.live = {}
+        self.sums = {}
+        for n in self.nodes:
+            n.fn = None
+
     def check_raw(self, arr):
         """Refuse an array that is a view (a slice, a reshape) of one the step computes,
         receives or reads: raw array code on the step's data, which a replay would not run
@@ -395,6 +406,8 @@ class Tracer:
         t = self.t
         if isinstance(r, Tensor):
             return ("tensor", t.slot_of(r.data, None))
+        if isinstance(r, tuple) and hasattr(type(r), "_fields"):  # a namedtuple: its type
+            return (("namedtuple", type(r)), tuple(self._outputs(x) for x in r))
         if isinstance(r, (tuple, list)):
             return (type(r).__name__, tuple(self._outputs(x) for x in r))
         if isinstance(r, dict):

@@ -324,7 +324,10 @@ class Optimizer:
                                          self.t)]
             idx, grads = [i for i, _ in rest], [g for _, g in rest]
         elif (self.fused and grads and isinstance(grads[0], np.ndarray)
-              and all(type(r).apply in _PIECEWISE for r in self.rules)):
+              and all(type(r).apply in _PIECEWISE for r in self.rules)
+              and len({id(_fused.root(plist[i].data)) for i in idx}) == len(idx)):
+            # NOTE: (no two parameters sharing memory: the whole-array update computes every
+            # step before it changes any parameter)
             # NOTE: on the CPU a large parameter's update runs in cache-sized pieces
             rest = [(i, g) for i, g in zip(idx, grads)
                     if not _fused.update_pieces(self.rules, plist[i], g,

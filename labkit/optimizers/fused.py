@@ -161,10 +161,24 @@ def update(rules, p, g, states, group, t) -> bool:
 PIECE = 1 << 16
 
 
+def root(a):
+    """The array owning ``a``'s memory (``a`` itself when it owns it)."""
+    while isinstance(getattr(a, "base", None), np.ndarray):
+        a = a.base
+    return a
+
+
+def _scalar(v) -> bool:
+    return isinstance(v, (numbers.Number, np.generic)) or (
+        isinstance(v, np.ndarray) and v.ndim == 0)
+
+
 def update_pieces(rules, p, g, states, group, t) -> bool:
     """``p.data -= step`` and the rules' state for one NumPy parameter, ``PIECE`` elements at a
-    time; False (and nothing changed) when the parameter is small, the arrays are not
-    contiguous ones of one shape, or the rules' state would change its dtype."""
+    time; False (and nothing changed) where that could differ from the whole-array update: a
+    small parameter, arrays that are not contiguous ones of one shape, a gradient or state
+    sharing memory with the parameter, a hyper-parameter that is an array, or a state whose
+    dtype the rules would change. The caller makes sure no two parameters share memory."""
     d = p.data
     n = d.size
     arrays = [d] + [v for st in states for v in st.values()]
@@ -173,6 +187,16 @@ def update_pieces(rules, p, g, states, group, t) -> bool:
             or not all(type(a) is np.ndarray and a.shape == d.shape and a.flags.c_contiguous
                        for a in arrays)):
         return False
+    if (g is not d and root(g) is root(d)) or len({id(root(a)) for a in arrays}) < len(arrays):
+        return False  # NOTE: a later piece would read what an earlier one wrote
+    # NOTE: each rule's hyper-parameters at this step, once (a schedule is called once)
+    groups = []
+    for r in rules:
+        values = {k: group.get(k, v) for k, v in r.hyper.items()}
+        values = {k: v(t) if callable(v) else v for k, v in values.items()}
+        if not all(_scalar(v) for v in values.values()):
+            return False  # NOTE: an array (a learning rate per row) broadcasts the step
+        groups.append({**group, **values})
     flat, gflat = d.reshape(-1), g.reshape(-1)
     flats = [{k: v.reshape(-1) for k, v in st.items()} for st in states]
     for lo in range(0, n, size):
@@ -181,10 +205,12 @@ def update_pieces(rules, p, g, states, group, t) -> bool:
         pieces = [dict(vw) for vw in views]
         step = gflat[sl]
         param = _Param(p, flat[sl])
-        for r, st in zip(rules, pieces):
-            (step,) = r.apply([param], [step], [st], [group], t)
-        if lo == 0 and any(k not in views[i] or v.dtype != views[i][k].dtype
-                           for i, st in enumerate(pieces) for k, v in st.items()):
+        for r, st, gr in zip(rules, pieces, groups):
+            (step,) = r.apply([param], [step], [st], [gr], t)
+        if lo == 0 and (step.shape != flat[sl].shape or any(
+                k not in views[i] or v.dtype != views[i][k].dtype
+                or v.shape != views[i][k].shape for i, st in enumerate(pieces)
+                for k, v in st.items())):
             return False  # NOTE: nothing written yet; the whole-array path rebinds the state
         for vw, st in zip(views, pieces):
             for k, v in st.items():

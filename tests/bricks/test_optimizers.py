@@ -253,3 +253,54 @@ def test_cpu_update_pieces_only_known_elementwise_rules(rng):
     p.grad = lk.tensor(g)
     opt.update()
     np.testing.assert_array_equal(p.data, p0 - (g - g.mean()) * np.float32(0.1))
+
+
+def test_cpu_update_pieces_step_aside_where_they_could_differ(rng):
+    """A gradient that is another view of the parameter's memory, two parameters sharing one
+    array (decay reads both before either changes), a learning rate per row: the update is
+    the whole-array one, bit for bit; a schedule is called once per parameter and update."""
+    from labkit.optimizers import fused as _fused
+
+    n = 3 * _fused.PIECE
+    calls = []
+
+    def schedule(step):
+        calls.append(step)
+        return 0.1
+
+    def run(fused, case):
+        base = rng_values.copy()
+        if case == "reversed_grad":
+            p = lk.tensor(base, requires_grad=True)
+            p.role = lk.roles.WEIGHT
+            ps = {"p": p}
+            grads = {"p": p.data[::-1]}
+        elif case == "shared":
+            a = lk.tensor(base, requires_grad=True)
+            b = lk.tensor(base[:0], requires_grad=True)
+            b.data = a.data.reshape(-1)  # NOTE: the same memory, another array
+            a.role = b.role = lk.roles.WEIGHT
+            ps = {"a": a, "b": b}
+            grads = {"a": np.ones(n, np.float32), "b": np.full(n, 2, np.float32)}
+        else:  # a learning rate per element, as an array
+            p = lk.tensor(base, requires_grad=True)
+            ps = {"p": p}
+            grads = {"p": np.ones(n, np.float32)}
+        rules = [O.WeightDecay(0.5), O.SGD(0.1)] if case != "array_lr" else [
+            O.SGD(np.linspace(0, 1, n, dtype=np.float32))]
+        opt = O.chain(*rules).setup(ps)
+        opt.fused = fused
+        for name, g in grads.items():
+            ps[name].grad = lk.tensor(g) if case != "reversed_grad" else lk.Tensor(g)
+        opt.update()
+        return [p.data.copy() for p in ps.values()]
+
+    rng_values = rng.standard_normal(n).astype(np.float32)
+    for case in ("reversed_grad", "shared", "array_lr"):
+        for a, b in zip(run(True, case), run(False, case)):
+            np.testing.assert_array_equal(a, b)
+    p = lk.tensor(rng_values.copy(), requires_grad=True)
+    opt = O.SGD(schedule).setup({"p": p})
+    p.grad = lk.tensor(np.ones(n, np.float32))
+    opt.update()
+    assert calls == [0]

@@ -167,3 +167,75 @@ def test_scan_with_dropout_draws_as_the_loop_written_out(remat, given, dev):
         for a, b in zip(got[:3], want[:3]):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
         assert got[3] == want[3]
+
+
+def test_a_brick_that_stores_an_object_in_forward_still_replays(dev):
+    class Keeps(B.Brick):
+        def forward(self, x):
+            self.last = [x]  # an object kept for inspection: Python a replay does not run
+            return x * 2.0
+
+    k = Keeps()
+    f = lk.compile(lambda x: k(x))
+    x = t([1, 2], dev)
+    for _ in range(6):
+        f(x)
+    assert f.stats["traces"] == 2 and f.stats["replays"] == 4, f.stats
+
+
+def test_a_step_cycling_through_many_signatures_replays():
+    f = lk.compile(lambda x: x * 2.0)
+    xs = [t(np.ones(n), "cpu") for n in range(1, 13)]  # 12 shapes, round robin
+    for _ in range(4):
+        for x in xs:
+            f(x)
+    assert f.stats["traces"] == 24 and f.stats["replays"] == 24, f.stats
+
+
+def test_a_parameter_replaced_by_none_retraces_and_leaves_the_brick(dev):
+    class Opt(B.Brick):
+        def __init__(self):
+            super().__init__()
+            self.add_param("extra", (2,), lk.bricks.initializers.Constant(100.0))
+
+        def forward(self, x):
+            return x + self.extra if self.extra is not None else x
+
+    b = Opt().to(dev)
+    f = lk.compile(lambda x: b(x))
+    x = t([1, 2], dev)
+    for _ in range(3):
+        f(x)
+    b.extra = None
+    np.testing.assert_array_equal(f(x).numpy(), [1, 2])
+    assert "extra" not in dict(b.params())
+
+
+def test_scan_rewinds_only_the_generators_its_step_drew_from():
+    import threading
+
+    from labkit.backend import random as R
+
+    used, other = lk.Generator(1), lk.Generator(2)
+    other.uniform((5,))
+    before = other.counter
+    with R.recording() as drawn:
+        used.uniform((8,))
+        t2 = threading.Thread(target=lambda: other.uniform((5,)))  # another thread's draw
+        t2.start()
+        t2.join()
+    assert list(drawn) == [used] and drawn[used] == (1, 0)
+    after = other.counter
+    R.rewind(drawn)
+    assert used.counter == 0 and other.counter == after > before
+
+
+def test_namedtuple_results_keep_their_type():
+    from collections import namedtuple
+
+    P = namedtuple("P", "loss aux")
+    f = lk.compile(lambda x: P(x * 2.0, x + 1.0))
+    x = t([1, 2], "cpu")
+    outs = [f(x) for _ in range(4)]
+    assert all(type(o) is P for o in outs)
+    np.testing.assert_array_equal(outs[3].aux.numpy(), [2, 3])
