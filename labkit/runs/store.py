@@ -552,6 +552,13 @@ class RunStore:
         with transaction(self._conn()) as c:
             sweeps.update(c, sweep_id, fields)
 
+    def claim_sweep(self, sweep_id: str, check, **fields) -> None:
+        """``check(record)`` (raising to refuse) then ``update_sweep``, in one transaction:
+        two drivers resuming one sweep at once cannot both take it."""
+        with transaction(self._conn()) as c:
+            check(sweeps.get(c, sweep_id, self.path))
+            sweeps.update(c, sweep_id, fields)
+
     def clear_sweep_request(self, sweep_id: str, request: str) -> bool:
         """Clear a sweep's ``request`` only if it still is ``request`` (one statement, so a
         request written since it was read is kept)."""

@@ -12,6 +12,7 @@ from .. import runs
 from ..config import runs_dir
 from ..runs.sweeps import driver_alive, shown_status
 from ..training.resume import factory_name, load_factory
+from . import engine as E
 from . import space as S
 from .asha import ASHA
 from .space import SweepError
@@ -142,6 +143,8 @@ def run(make_loop, space, trials=None, *, search="random", metric="valid_loss", 
     dims = S.check(space)
     n = S.check_search(dims, search, trials)
     _check(metric, mode, early_stopping)
+    S.check_names(dims, metric)
+    E.check(engine, workers)  # NOTE: before anything is written to the store
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SweepError(f"seed must be an integer >= 0, got {seed!r}")
     params = [S.draw(dims, search, i, seed) for i in range(n)]
@@ -184,45 +187,54 @@ def resume(sweep_id: str, make_loop=None, *, trials=None, engine=None, workers=N
     if rec["status"] == "paused" and alive and trials is None:
         store.update_sweep(sweep_id, request="resume")
         return Sweep(sweep_id)
-    if rec["status"] in ("running", "paused") and alive:
-        raise SweepError(f"sweep {sweep_id} is {rec['status']} (driver pid {rec['pid']} on "
-                         f"{rec['host']}): stop it first (`labkit sweep stop {sweep_id}`)")
+    _not_driven(rec)
     if make_loop is None:
         if not rec.get("factory"):
             raise SweepError(f"sweep {sweep_id}: its make_loop was not importable (defined in "
                              "a notebook?); pass make_loop=<the function>")
         make_loop = load_factory(rec["factory"])
     settings = rec["settings"]
-    engine = engine or settings["engine"]
+    engine = settings["engine"] if engine is None else engine
+    workers = settings["workers"] if workers is None else workers
     if engine == "client":
         raise SweepError(f"sweep {sweep_id} ran on a Client; pass engine=<a Client or an "
                          "address>")
-    if trials is not None:  # NOTE: after every check: a refused resume adds nothing
-        _grow(store, rec, trials)
-    store.update_sweep(sweep_id, status="running", pid=os.getpid(), host=socket.gethostname(),
-                       heartbeat=time.time(), request=None, ended=None, error=None)
+    E.check(engine, workers)  # NOTE: before anything is written to the store
+    grown = [] if trials is None else _grown(store, rec, trials)
+    # NOTE: checked again and taken in one transaction: of two drivers resuming at once, one
+    # is refused; a refused resume adds nothing
+    store.claim_sweep(sweep_id, _not_driven, status="running", pid=os.getpid(),
+                      host=socket.gethostname(), heartbeat=time.time(), request=None,
+                      ended=None, error=None)
+    if grown:
+        store.add_trials(sweep_id, grown)
     changes = {t["number"]: {"status": "interrupted"} for t in store.trials(sweep_id)
                if t["status"] == "running"}
     if changes:
         store.update_trials(sweep_id, changes)
-    return _drive(sweep_id, make_loop, engine, workers or settings["workers"], _hook)
+    return _drive(sweep_id, make_loop, engine, workers, _hook)
 
 
-def _grow(store, rec, trials) -> None:
-    """Add the search's next points so that the sweep has ``trials`` trials."""
+def _not_driven(rec) -> None:
+    """Refuse a sweep that a live driver (another process's) runs or holds paused."""
+    alive = driver_alive(rec, runs.DEAD_AFTER) and rec.get("pid") != os.getpid()
+    if rec["status"] in ("running", "paused") and alive:
+        raise SweepError(f"sweep {rec['id']} is {rec['status']} (driver pid {rec['pid']} on "
+                         f"{rec['host']}): stop it first (`labkit sweep stop {rec['id']}`)")
+
+
+def _grown(store, rec, trials) -> list:
+    """The search's next points, so that the sweep has ``trials`` trials."""
     settings, have = rec["settings"], len(store.trials(rec["id"]))
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < have:
         raise SweepError(f"resume: trials must be a whole number >= the sweep's {have} trials "
                          f"(the total to reach, not how many to add), got {trials!r}")
     dims = S.from_json(rec["space"])
     n = S.check_search(dims, settings["search"], trials)
-    params = [S.draw(dims, settings["search"], i, settings["seed"]) for i in range(have, n)]
-    if params:
-        store.add_trials(rec["id"], params)
+    return [S.draw(dims, settings["search"], i, settings["seed"]) for i in range(have, n)]
 
 
 def _drive(sid, make_loop, engine, workers, hook) -> Sweep:
-    from . import engine as E
     from .driver import Driver
 
     store = runs.store()

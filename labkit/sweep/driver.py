@@ -113,7 +113,8 @@ class Driver:
                 "directory": os.path.join(self.settings["directory"], t["run_id"]),
                 "factory": self.sweep.get("factory"), "metric": self.settings["metric"],
                 "budget": self._budget(rung), "seed": self.settings["seed"], "since": since,
-                "token": self.token, "state_variable": self._state_name()}
+                "token": self.token, "state_variable": self._state_name(),
+                "driver": [socket.gethostname(), os.getpid()]}
         # NOTE: first submitted, first run (Dask may otherwise take a queued one first)
         self._submitted += 1
         spec["submission"] = self._submitted  # NOTE: a message of an earlier chunk is stale
@@ -208,6 +209,8 @@ class Driver:
                 results[rung] = value
             common = {"results": results, "value": value, "iteration": res["iteration"],
                       "epoch": res["epoch"]}
+            if res.get("nonfinite"):  # NOTE: a value of NaN or inf: none, and why
+                common["error"] = res["nonfinite"][:2000]
             progress = {**res["progress"], "training": False}
             if res["outcome"] == "rung":
                 self._set(n, status="stopped", **common)

@@ -61,6 +61,24 @@ def _warm_up() -> None:
     import labkit.sweep.trial  # noqa: F401
 
 
+def check(engine, workers) -> None:
+    """A ``SweepError`` for an ``engine`` or ``workers`` that ``connect`` would refuse, raised
+    before anything is written to the store."""
+    from distributed import Client
+
+    if isinstance(engine, Client):
+        return
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise SweepError(f"workers must be a positive integer, got {workers!r}")
+    if engine == "inprocess" and workers != 1:
+        raise SweepError("engine='inprocess' runs one trial at a time in this process "
+                         f"(workers=1), got workers={workers}: use engine='local' for more")
+    if engine not in ("local", "inprocess") and not (isinstance(engine, str)
+                                                     and "://" in engine):
+        raise SweepError(f"engine must be 'local', 'inprocess', a scheduler address such as "
+                         f"'tcp://10.0.0.5:8786', or a distributed.Client; got {engine!r}")
+
+
 def connect(engine, workers: int):
     """``(client, close)``: a client for ``engine`` and what ends it (nothing for a given
     client)."""
@@ -68,27 +86,20 @@ def connect(engine, workers: int):
 
     if isinstance(engine, Client):
         return engine, lambda: None
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise SweepError(f"workers must be a positive integer, got {workers!r}")
+    check(engine, workers)
     if engine == "local":
         cluster = local_cluster(workers)
     elif engine == "inprocess":
-        if workers != 1:
-            raise SweepError("engine='inprocess' runs one trial at a time in this process "
-                             f"(workers=1), got workers={workers}: use engine='local' for more")
         # NOTE: in one process Dask talks over inproc://, which binds no network address
         cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                                dashboard_address=None, silence_logs=40)
-    elif isinstance(engine, str) and "://" in engine:
+    else:  # NOTE: a scheduler address (check)
         try:
             client = Client(engine, timeout=30)
         except OSError as e:
             raise SweepError(f"engine={engine!r}: no Dask scheduler answered there ({e}); start "
                              "one (`dask scheduler`) or use engine='local'") from None
         return client, client.close
-    else:
-        raise SweepError(f"engine must be 'local', 'inprocess', a scheduler address such as "
-                         f"'tcp://10.0.0.5:8786', or a distributed.Client; got {engine!r}")
     try:
         client = Client(cluster)
         client.wait_for_workers(workers, timeout=120)

@@ -196,17 +196,29 @@ class fixed(Dimension):  # noqa: N801
 
 
 def _json_value(v, name):
+    where = name if name.startswith("space[") else f"space[{name!r}]"
     try:
         text = json.dumps(v, allow_nan=False)
     except (TypeError, ValueError) as e:
-        raise SweepError(f"space[{name!r}]: {v!r} is not a JSON value ({e}); a trial's "
+        raise SweepError(f"{where}: {v!r} is not a JSON value ({e}); a trial's "
                          "parameters are stored as JSON") from None
     if json.loads(text) != v:
-        raise SweepError(f"space[{name!r}]: {v!r} does not survive JSON unchanged (tuples and "
+        raise SweepError(f"{where}: {v!r} does not survive JSON unchanged (tuples and "
                          "non-string keys do not): use lists and string keys")
 
 
 _KINDS = {"uniform": uniform, "loguniform": loguniform}
+#: the columns of a sweep's table besides the parameters (and the metric's)
+RESERVED = frozenset({"trial", "status", "rung", "epoch", "iteration", "run_id", "error"})
+_SPEC_KEYS = ("loguniform", "uniform", "range", "choice", "value")
+
+
+def _no_duplicates(pairs):
+    keys = [k for k, _ in pairs]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    if dup:
+        raise SweepError(f"a space in JSON names {', '.join(map(repr, dup))} more than once")
+    return dict(pairs)
 
 
 def check(space) -> dict[str, Dimension]:
@@ -233,6 +245,16 @@ def check(space) -> dict[str, Dimension]:
     return out
 
 
+def check_names(dims: dict[str, Dimension], metric: str) -> None:
+    """A new sweep's parameters may not take the names of its table's other columns (they
+    would hide them: a parameter ``status`` showed instead of each trial's status)."""
+    for name in dims:
+        if name in RESERVED or name == metric or name.startswith("_"):
+            raise SweepError(f"space: {name!r} is the name of a column of the sweep's table "
+                             f"({', '.join(sorted(RESERVED))}, the metric {metric!r}; and "
+                             "names starting with '_'): rename the parameter")
+
+
 def to_json(dims: dict[str, Dimension]) -> str:
     return json.dumps({k: d.to_json() for k, d in dims.items()})
 
@@ -242,29 +264,45 @@ def from_json(text) -> dict[str, Dimension]:
     ``{"loguniform": [lo, hi]}``, ``{"uniform": [lo, hi]}`` (optional ``"points": N``),
     ``{"range": [lo, hi]}`` or ``[lo, hi, step]``, ``{"choice": [...]}``, ``{"value": v}``; a
     plain list is a choice and any other plain value is fixed."""
-    raw = json.loads(text) if isinstance(text, str) else text
+    raw = json.loads(text, object_pairs_hook=_no_duplicates) if isinstance(text, str) else text
     if not isinstance(raw, dict):
         raise SweepError(f"a space in JSON must be an object, got {str(text)[:60]!r}")
     out = {}
     for name, spec in raw.items():
-        if isinstance(spec, dict) and len(set(spec) - {"points"}) == 1:
-            (kind,) = set(spec) - {"points"}
-            args = spec[kind]
-            if kind in _KINDS and isinstance(args, list) and len(args) == 2:
-                out[name] = _KINDS[kind](*args, points=spec.get("points"))
-                continue
-            if kind == "range" and isinstance(args, list) and len(args) in (2, 3):
-                out[name] = range(*args)
-                continue
-            if kind == "choice":
-                out[name] = choice(args, f"space[{name!r}]")
-                continue
-            if kind == "value":
-                out[name] = fixed(args, name)
-                continue
-        out[name] = choice(spec, f"space[{name!r}]") if isinstance(spec, list) else \
-            fixed(spec, name)
+        if isinstance(spec, dict) and (len(spec) == 1 or "points" in spec
+                                       or set(spec) & set(_SPEC_KEYS)):
+            out[name] = _spec(name, spec)
+        else:
+            out[name] = choice(spec, f"space[{name!r}]") if isinstance(spec, list) else \
+                fixed(spec, name)
     return check(out)
+
+
+def _spec(name, spec):
+    """One ``{kind: args}`` of a JSON space; a mistyped kind or wrong arguments are errors
+    (never a fixed dict value: that is ``{"value": {...}}``)."""
+    where = f"space[{name!r}]"
+    kinds = set(spec) - {"points"}
+    if len(kinds) != 1 or not kinds <= set(_SPEC_KEYS):
+        raise SweepError(f"{where}: {json.dumps(spec)[:80]} is not a spec: expected one of "
+                         f"{', '.join(_SPEC_KEYS)} as its key (with \"points\" for uniform "
+                         "and loguniform); a dict value that stays fixed is {\"value\": {...}}")
+    (kind,) = kinds
+    args = spec[kind]
+    if "points" in spec and kind not in _KINDS:
+        raise SweepError(f"{where}: \"points\" goes with uniform or loguniform, not {kind}")
+    if kind in _KINDS:
+        if not (isinstance(args, list) and len(args) == 2):
+            raise SweepError(f"{where}: {kind} takes [low, high], got {json.dumps(args)[:60]}")
+        return _KINDS[kind](*args, points=spec.get("points"))
+    if kind == "range":
+        if not (isinstance(args, list) and len(args) in (2, 3)):
+            raise SweepError(f"{where}: range takes [low, high] or [low, high, step], got "
+                             f"{json.dumps(args)[:60]}")
+        return range(*args)
+    if kind == "choice":
+        return choice(args, where)
+    return fixed(args, name)
 
 
 def grid_size(dims: dict[str, Dimension]) -> int:

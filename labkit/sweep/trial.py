@@ -15,11 +15,13 @@ continues bit for bit.
 from __future__ import annotations
 
 import math
+import socket
 import time
 from pathlib import Path
 
 from .. import checkpoint as ckpt
-from ..training import Extension, MainLoop
+from .._proc import alive
+from ..training import Checkpoint, Extension, MainLoop
 from ..training.log import is_metric
 from .space import SweepError, TrialError
 
@@ -62,7 +64,13 @@ class _Reporter(Extension):
         # NOTE: a trial taken over by another driver writes nothing more: that driver's task
         # for it may be writing its checkpoints now
         if why != "superseded" and loop.last_checkpoint_iteration != loop.status["iteration"]:
-            loop.save_checkpoint()
+            # NOTE: through the loop's Checkpoint extension where it has one, so that its
+            # keep_last counts (and later prunes) this checkpoint too
+            saver = next((e for e in loop.extensions if isinstance(e, Checkpoint)), None)
+            if saver is not None:
+                saver.save(loop)
+            else:
+                loop.save_checkpoint()
         raise _Halt(why)
 
     def after_batch(self, loop):
@@ -165,14 +173,20 @@ def train(make_loop, spec: dict, send=None, should_stop=None) -> dict:
                 outcome = "finished"
             except _Halt as h:
                 outcome = str(h)
+            except SystemExit as e:  # NOTE: it would end the worker process, not the trial
+                raise TrialError(f"trial {spec['trial']} called sys.exit({e.code!r}) while "
+                                 "training; raise an exception to fail a trial") from None
         metric = spec["metric"]
         keys = {k for r in loop.log.rows for k in r}
-        # NOTE: a trial stopped or paused before its first evaluation has no value yet
+        # NOTE: a trial stopped or paused before its first evaluation has no value yet. One
+        # that reached a rung or its end without one fails, the sweep goes on (a sweep whose
+        # first trials all fail this way stops with this message)
         if metric not in keys and outcome in ("rung", "finished"):
             known = sorted(k for k in keys if k not in ("iteration", "epoch"))
-            raise SweepError(f"metric {metric!r} is not in the log of trial {spec['trial']} "
-                             f"(it reports {known}); pass metric= one of them, or report it "
-                             "(e.g. DataStreamMonitoring(valid_stream) reports valid_loss)")
+            raise TrialError(f"metric {metric!r} is not in the log of trial {spec['trial']} "
+                             f"at epoch {st['epoch']} (it reports {known}); pass metric= one "
+                             "of them, or report it by each rung and the end (e.g. "
+                             "DataStreamMonitoring(valid_stream) reports valid_loss)")
         value = next((r[metric] for r in reversed(loop.log.rows) if metric in r), None)
         since = spec.get("since") or 0
         rows = [[r["iteration"], r["epoch"], k, v] for r in loop.log.rows
@@ -181,7 +195,9 @@ def train(make_loop, spec: dict, send=None, should_stop=None) -> dict:
         return {"outcome": outcome, "loaded": loaded, "iteration": st["iteration"],
                 "epoch": st["epoch"], "rows": rows, "progress": loop.progress(),
                 "checkpoints": _checkpoints(loop),
-                "value": float(value) if is_metric(value) else None}
+                "value": float(value) if is_metric(value) and math.isfinite(value) else None,
+                "nonfinite": None if not is_metric(value) or math.isfinite(value)
+                else f"{metric} was {float(value)} at epoch {st['epoch']} (diverged?)"}
     finally:
         loop.close()
 
@@ -219,6 +235,18 @@ def tell(sweep: str, state: dict) -> None:
         _TOLD[sweep] = dict(state)
 
 
+def _driver_gone(spec) -> bool:
+    """Whether the driver that submitted this chunk is gone: on its host, its process ended;
+    elsewhere, this worker lost its scheduler (which lives and dies with a local driver).
+    Without this a chunk went on training for the scheduler's death timeout, into folders a
+    resumed sweep may be training too."""
+    host, pid = (spec.get("driver") or [None, None])
+    if host == socket.gethostname():
+        return not alive(pid)
+    comm = getattr(getattr(_worker(), "batched_stream", None), "comm", None)
+    return comm is not None and comm.closed()
+
+
 def _dask_stop_check(spec):
     """Whether the sweep asked its trials to stop, or another driver took the sweep over (a
     task left running by a driver that died stops within ``REPORT_EVERY`` seconds).
@@ -235,6 +263,8 @@ def _dask_stop_check(spec):
         return lambda: None
 
     def check():
+        if _driver_gone(spec):
+            return "superseded"  # NOTE: stop, writing nothing: a resume takes the trial on
         now = _TOLD.get(spec["sweep"])
         if now is None:
             try:

@@ -64,3 +64,22 @@ def _gate(name):
 
 def broken_loop(config):
     raise ValueError(f"no such layer size {config.get('hidden')}")
+
+
+def odd_loop(config):
+    """make_loop's loop, changed by ``config["kind"]``: "nometric" reports no valid_accuracy,
+    "nan" reports it as NaN, "exit" calls sys.exit(3) in training, "ok" is make_loop's."""
+    import math
+    import sys
+
+    kind = config.get("kind", "ok")
+    loop = make_loop(config)
+    if kind == "nometric":
+        loop.remove(next(e for e in loop.extensions
+                         if isinstance(e, T.DataStreamMonitoring)))
+    elif kind == "nan":
+        loop.add(lambda lp: lp.log.report(valid_accuracy=math.nan),
+                 event="after_epoch", priority=-10).transient = True
+    elif kind == "exit":
+        loop.add(lambda lp: sys.exit(3), event="after_batch").transient = True
+    return loop

@@ -163,3 +163,30 @@ def test_a_v4_store_migrates_to_v5(tmp_path):
     assert store.get(rid)["sweep_id"] == sid and store.get_sweep(sid)["counts"] == {
         "pending": 2}
     assert [t["run_id"] for t in store.trials(sid)] == [None, rid]
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"a": {"logunifrom": [1e-3, 1]}}', "is not a spec: expected one of loguniform"),
+    ('{"a": {"loguniform": [1, 2, 3]}}', r"loguniform takes \[low, high\]"),
+    ('{"a": {"range": [3]}}', r"range takes \[low, high\]"),
+    ('{"a": {"points": 3}}', "is not a spec"),
+    ('{"a": {"choice": [1], "points": 3}}', '"points" goes with uniform or loguniform'),
+    ('{"a": 1, "a": 2}', "names 'a' more than once"),
+])
+def test_mistyped_json_specs_are_errors_not_fixed_values(text, words):
+    with pytest.raises(SweepError, match=words):
+        S.from_json(text)
+
+
+def test_dict_values_stay_fixed_when_said_so():
+    assert S.from_json('{"a": {"value": {"x": 1}}}')["a"].v == {"x": 1}
+    assert S.from_json('{"a": {"x": 1, "y": 2}}')["a"].v == {"x": 1, "y": 2}
+
+
+@pytest.mark.parametrize("name", ["status", "trial", "rung", "run_id", "error", "_x",
+                                  "valid_loss"])
+def test_parameters_may_not_take_a_column_of_the_table(name):
+    dims = S.check({name: [1, 2], "lr": [0.1]})
+    with pytest.raises(SweepError, match=f"'{name}' is the name of a column"):
+        S.check_names(dims, "valid_loss")
+    S.check_names(S.check({"lr": [0.1]}), "valid_loss")

@@ -1,12 +1,14 @@
 """Sweeps in this process (one Dask worker thread, shared by the module): the store's
 records, ASHA continuing trials from checkpoints, clear errors, a stop request."""
 
+import time
+
 import pytest
 
 import labkit as lk
-from labkit.sweep import SweepError, TrialError
+from labkit.sweep import SweepError, TrialError, api
 
-from .helpers import broken_loop, make_loop
+from .helpers import broken_loop, make_loop, odd_loop
 
 SPACE = {"lr": lk.sweep.loguniform(1e-3, 1e-1), "hidden": [8, 16], "epochs": 3}
 
@@ -88,11 +90,81 @@ def test_a_rung_on_the_last_epoch_finishes_the_trial(client, tmp_path, store):
 
 
 def test_an_unknown_metric_stops_the_sweep_with_the_names(client, tmp_path, store):
-    with pytest.raises(SweepError, match=r"'valid_acc' is not in the log.*'valid_accuracy'"):
+    """Each trial without the metric fails; the first three failing stop the sweep."""
+    with pytest.raises(TrialError, match=r"first 3 trials all failed.*'valid_acc' is not in "
+                       r"the log.*'valid_accuracy'"):
         sweep(client, tmp_path, metric="valid_acc")
     rec = lk.sweep.list()[0]
     assert rec["status"] == "failed" and "valid_acc" in rec["error"]
-    assert "running" not in rec["counts"]
+    assert "running" not in rec["counts"] and rec["counts"]["failed"] == 3
+
+
+def test_a_trial_without_the_metric_nan_or_exit_fails_alone(client, tmp_path, store):
+    """A trial that never reports the metric, or calls sys.exit, fails with the reason; one
+    whose metric ends NaN has no value and says so; the sweep goes on."""
+    sw = sweep(client, tmp_path, make_loop=odd_loop, space={"kind": ["ok", "nometric", "nan",
+                                                                     "exit"], "epochs": 1},
+               search="grid")
+    rows = {r["kind"]: r for r in sw.table()}
+    assert sw.status == "finished" and rows["ok"]["status"] == "finished"
+    assert rows["nometric"]["status"] == "failed"
+    assert "'valid_accuracy' is not in the log" in rows["nometric"]["error"]
+    assert rows["exit"]["status"] == "failed" and "sys.exit(3)" in rows["exit"]["error"]
+    assert rows["nan"]["status"] == "finished" and rows["nan"]["valid_accuracy"] is None
+    assert "valid_accuracy was nan" in rows["nan"]["error"]
+
+
+def test_bad_engine_or_workers_write_nothing_and_leave_a_sweep_as_it_was(client, tmp_path,
+                                                                        store):
+    for kw, words in (({"engine": "bogus"}, "engine must be"),
+                      ({"engine": "local", "workers": 0}, "workers must be a positive"),
+                      ({"engine": "inprocess", "workers": 2}, "workers=1")):
+        with pytest.raises(SweepError, match=words):
+            sweep(client, tmp_path, **kw)
+    assert lk.sweep.list() == []
+    sw = sweep(client, tmp_path, trials=1)
+    for kw in ({"engine": "bogus"}, {"workers": 0}, {"workers": -1}):
+        with pytest.raises(SweepError):
+            lk.sweep.resume(sw.id, **kw)
+        rec = lk.sweep.get(sw.id).record
+        assert rec["status"] == "finished" and rec["error"] is None
+
+
+def test_two_drivers_cannot_take_one_sweep(client, tmp_path, store):
+    """The check that no live driver holds the sweep and the taking are one transaction: a
+    driver that took it in between is seen."""
+    import os
+
+    sw = sweep(client, tmp_path, trials=1)
+    st = lk.runs.store()
+
+    def taken_meanwhile(rec):  # another live process takes it just before the check
+        st_rec = {**rec, "status": "running", "pid": os.getppid(), "heartbeat": time.time()}
+        return api._not_driven(st_rec)
+
+    with pytest.raises(SweepError, match="is running.*stop it first"):
+        st.claim_sweep(sw.id, taken_meanwhile, status="running", pid=os.getpid())
+    assert lk.sweep.get(sw.id).record["status"] == "finished"  # nothing written
+    st.update_sweep(sw.id, status="running", pid=os.getppid(), heartbeat=time.time(),
+                    host=__import__("socket").gethostname())
+    with pytest.raises(SweepError, match="is running"):
+        lk.sweep.resume(sw.id)
+
+
+def test_a_chunk_stops_when_its_driver_is_gone():
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from labkit.sweep import trial as trial_mod
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    here = socket.gethostname()
+    assert trial_mod._driver_gone({"driver": [here, p.pid]})
+    assert not trial_mod._driver_gone({"driver": [here, os.getpid()]})
+    assert not trial_mod._driver_gone({})  # off a worker, no driver recorded
 
 
 def test_a_make_loop_that_raises(client, tmp_path, store):
@@ -110,7 +182,7 @@ def test_bad_arguments_are_named(client, tmp_path, store):
         sweep(client, tmp_path, early_stopping="asha")
     with pytest.raises(SweepError, match="engine must be 'local'"):
         sweep(client, tmp_path, engine="cluster")
-    assert [s["status"] for s in lk.sweep.list()] == ["failed"]  # the engine's, recorded
+    assert lk.sweep.list() == []  # NOTE: refused before anything is written to the store
 
 
 def test_stop_request_checkpoints_and_resume_finishes(client, tmp_path, store):
@@ -318,3 +390,29 @@ def test_a_driver_whose_clock_is_behind_still_outranks_the_last(client, store, t
 
     told = trial_mod._TOLD[d.id]
     assert told["owner"] == d.token and told["version"] > 10**30 and not told["stop"]
+
+
+def test_a_stop_mid_epoch_checkpoint_counts_for_keep_last(tmp_path, monkeypatch):
+    """The checkpoint a stop writes goes through the loop's Checkpoint extension, so that
+    keep_last prunes it later like any other."""
+    from labkit.sweep import trial as trial_mod
+
+    monkeypatch.setattr(trial_mod, "REPORT_EVERY", 0.0)  # NOTE: a stop check at each batch
+    spec = {"sweep": "s", "trial": 0, "token": "t", "run_id": "r0", "params": {},
+            "config": {"epochs": 4, "hidden": 8}, "name": "t0", "metric": "valid_accuracy",
+            "directory": str(tmp_path / "r0"), "seed": 0, "budget": None, "since": 0}
+    batches = []
+
+    def stop_at(n):
+        def should_stop():
+            batches.append(1)
+            return "stopped" if len(batches) == n else None
+        return should_stop
+
+    res = trial_mod.train(make_loop, spec, send=lambda m: None, should_stop=stop_at(16))
+    assert res["outcome"] == "stopped"
+    batches.clear()
+    res = trial_mod.train(make_loop, spec, send=lambda m: None, should_stop=stop_at(10 ** 9))
+    assert res["outcome"] == "finished"
+    on_disk = sorted(p.name for p in (tmp_path / "r0" / "checkpoints").glob("ckpt-*"))
+    assert len(on_disk) == 2, on_disk  # keep_last=2: the stop's checkpoint pruned too
