@@ -52,10 +52,6 @@ TUNING_SIZES = (512, 1024, 2048)
 _MIN_COLS = 16  # a product with fewer columns (and more rows) runs as its transpose
 _FAST_MIN_WORK = 64 * 64 * 64  # below this many multiply-adds, the plain kernel is as fast
 _PACK_MIN_ROWS = 128  # from this many rows of A on, packing B pays for its copy,
-#: elements of a transposed A from which it is transposed first (by tiles): an LSTM's
-#: gathered weight gradient, (512, 1024) @ (1024, 128), 1020 -> 841 us of device time, an MLP's
-#: at batch 32 and 256 0.97x (interleaved runs)
-_TRANSPOSE_A_MIN = 1 << 14
 _PACK_MIN_LD = 1024  # when B's rows are a page (4 KiB of floats) or more apart: each k of an
 # unpacked panel then touches a new page (TLB misses), which packing removes
 
@@ -292,10 +288,6 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None, epi=None, swapped=False):
             # where packing its panels gathered every element from another row (a (12544, 64)
             # B: 4.4 ms to pack, 1.0 ms to transpose)
             B = _transpose_rows(rt, dt, nb, K, N, B)
-        if (nbk or w2) and A[3] != 1 and A[2] == 1 and M * K >= _TRANSPOSE_A_MIN:
-            # NOTE: A transposed (a weight gradient gy.T @ x): each work-item read its rows
-            # element by element a row stride apart
-            A = _transpose_rows(rt, dt, nb, M, K, A)
         # NOTE: blocks of rm rows, then blocks of the M - mb rows left under them (fewer than
         # rm); panels of vn vectors, then blocks of one vector for the columns left of a
         # panel's width: a work-item per element there ran at 5-15 GFLOP/s (an MLP step's
