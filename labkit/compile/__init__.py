@@ -313,6 +313,9 @@ class Compiled:
             if p.added:
                 lines.append(f"  epilogue: an addition folded into {p.added} matrix "
                              "product(s)")
+            if p.copied:
+                lines.append(f"  contiguous: {p.copied} transposed weight(s) copied once for "
+                             "the products that read them")
             for r in sorted(set(p.rewrites)):
                 lines.append(f"  stabilised: {r} ({p.rewrites.count(r)}x)")
         for r in self.stats["reasons"]:

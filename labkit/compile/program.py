@@ -61,10 +61,16 @@ class Program:
                                                           new_slot)
             t.n_slots += len(extra)
         nodes = passes.prune(nodes, needed)
-        self.fused = self.epilogues = self.added = 0
+        self.fused = self.epilogues = self.added = self.copied = 0
         if fuse:
             nodes, self.epilogues = passes.fold_relu(nodes, needed)
             nodes, self.added = passes.fold_add(nodes, needed, t.values)
+
+            def slot():
+                t.n_slots += 1
+                return t.n_slots - 1
+
+            nodes, self.copied = passes.contiguous_weights(nodes, needed, t.values, slot)
             from . import fusion
 
             nodes, self.fused = fusion.fuse(nodes, t, needed | _read_by_hosts(nodes), consts)

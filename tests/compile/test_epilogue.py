@@ -172,3 +172,47 @@ def test_an_addition_of_a_product_folds_and_trains_bit_for_bit_like_eager(dev, e
     assert "an addition folded into" in f.explain()
     names = [n.name for n in prog.nodes]
     assert "matmul_add" in names
+
+
+# ---- a transposed weight read by many products: copied once (OpenCL) ----------------------
+
+@pytest.mark.parametrize("steps,update_between", [(6, False), (3, False), (6, True)])
+def test_a_transposed_weight_read_by_many_products_is_copied_once(dev, steps, update_between):
+    """``h @ U.T`` over the steps of a loop: on an OpenCL device U.T is copied to contiguous
+    rows once (from 4 readers on), bit for bit the eager step. Not where the weight changes
+    in place before the last product (an update between them: the view must see it)."""
+    rng = np.random.default_rng(2)
+    U0 = rng.standard_normal((24, 24)).astype(np.float32) * 0.2
+    xs = rng.standard_normal((5, steps, 24)).astype(np.float32)
+    runs = []
+    for compiled in (False, True):
+        U = lk.tensor(U0, device=dev, requires_grad=True)
+        opt = lk.optimizers.SGD(lr=0.05).setup({"U": U})
+
+        def step(x, U=U, opt=opt):
+            UT = F.transpose(U)
+            h = F.tanh(F.getitem(x, (slice(None), 0)))
+            for k in range(1, steps):
+                h = F.tanh(F.getitem(x, (slice(None), k)) + F.matmul(h, UT))
+            loss = (h * h).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.update()
+            if update_between:  # NOTE: the old view, after U changed in place
+                return loss, F.matmul(h.detach(), UT)
+            return loss
+
+        # NOTE: reassociate=False: U's gradient summed in the eager order (bit for bit)
+        f = lk.compile(step, reassociate=False) if compiled else step
+        x = lk.tensor(xs, device=dev)
+        outs = [f(x) for _ in range(4)]
+        flat = [o for out in outs for o in (out if isinstance(out, tuple) else (out,))]
+        runs.append(([o.numpy() for o in flat] + [U.numpy()], f))
+    (a, _), (b, f) = runs
+    for u, v in zip(a, b):
+        assert np.array_equal(u.view(np.uint32), v.view(np.uint32))
+    prog = f.programs()[0]
+    want = 1 if dev != "cpu" and steps - 1 >= 4 and not update_between else 0
+    assert prog.copied == want
+    if want:
+        assert "copied once" in f.explain()
