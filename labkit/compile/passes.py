@@ -67,6 +67,8 @@ def merge(nodes, alias):
     for n in nodes:
         if alias:
             _rename(n, alias)
+        if n.versions:  # NOTE: an in-place change: nothing before it merges with after
+            seen.clear()
         if (n.kind != "op" or n.effect or n.attr_out or n.consts
                 or n.idx in referenced or refs(n)):
             kept.append(n)
@@ -85,6 +87,13 @@ def merge(nodes, alias):
             for a, b in zip(n.outs, first.outs):
                 alias[a] = b
     return kept
+
+
+def _merge_barriers(nodes):
+    """Positions of the nodes that change an array in place: no op is merged, moved or
+    copied across one (a view of a changed array, a slice of an updated parameter, is not
+    a new slot after the change, so slots alone do not show what changed)."""
+    return [i for i, n in enumerate(nodes) if n.versions]
 
 
 def prune(nodes, needed):
@@ -380,6 +389,8 @@ def fold_add(nodes, needed, values):
         for s in list(n.ins) + [s for _, _, s in n.attr_in] + [a for a, _ in n.versions]:
             readers[s] = readers.get(s, 0) + 1
     fixed = changed_in_place(nodes)
+    pos = {id(n): i for i, n in enumerate(nodes)}
+    barriers = _merge_barriers(nodes)
     gone = set()
     for add in nodes:
         if add.kind != "op" or type(add.fn) is not m.Add or add.attr_in or len(add.ins) != 2:
@@ -397,8 +408,9 @@ def fold_add(nodes, needed, values):
                     or readers.get(p) != 1 or p in needed or p in fixed or id(mm) in gone
                     or not isinstance(vc, opencl.ndarray) or vp is None
                     or vp.shape != vy.shape or vc.dtype != vy.dtype or vp.dtype != vy.dtype
-                    or any(values[x].ndim != 2 for x in mm.ins)):
-                continue
+                    or any(values[x].ndim != 2 for x in mm.ins)
+                    or any(pos[id(mm)] < b < pos[id(add)] for b in barriers)):
+                continue  # NOTE: (the product moves to the addition: not across a change)
             fn = conn.MatMulAdd()
             fn.brick = getattr(add.fn, "brick", None)
             add.fn, add.name = fn, fn.name
@@ -414,10 +426,12 @@ def contiguous_weights(nodes, needed, values, new_slot, min_readers=4):
     least ``min_readers`` products read as their second operand (a recurrent weight over the
     steps of a loop) is copied to contiguous rows once, by 16 x 16 tiles, after it is made:
     each product then reads rows, where it transposed or gathered the view again (an LSTM
-    step's ``h @ U.T``: 83 -> 35 us of device time, 32 times a step). Only where nothing
-    changes the weight in place before the last of those products. Returns the nodes and
-    how many copies were made."""
+    step's ``h @ U.T``: 83 -> 41 us of device time, 32 times a step). Only for products
+    that run the blocked GEMM with either layout (which sums each element over K in order:
+    the same bits), and where nothing changes an array in place between the transpose and
+    the last of them. Returns the nodes and how many copies were made."""
     from ..backend import opencl
+    from ..backend.opencl import gemm
     from ..functions import array as fa
     from ..functions import connection as conn
     from ..functions import math as m
@@ -427,27 +441,34 @@ def contiguous_weights(nodes, needed, values, new_slot, min_readers=4):
     for i, n in enumerate(nodes):
         if n.kind == "op" and type(n.fn) in (conn.MatMul, conn.MatMulAdd) and len(n.ins) > 1:
             readers.setdefault(n.ins[1], []).append(i)
-    changed_at: dict = {}
-    for i, n in enumerate(nodes):
-        for a, _ in n.versions:
-            changed_at.setdefault(a, i)
+    barriers = _merge_barriers(nodes)
     out, count = [], 0
-    for n in nodes:
+    for k, n in enumerate(nodes):
         out.append(n)
         if n.kind != "op" or type(n.fn) is not m.Transpose or tuple(n.fn.axes or ()) != (1, 0):
             continue
         t = n.outs[0]
         v = values.get(t)
-        users = readers.get(t, [])
         if (not isinstance(v, opencl.ndarray) or v.ndim != 2 or v._st[0] != 1
-                or v.dtype.kind != "f" or len(users) < min_readers or t in needed
-                or min(changed_at.get(n.ins[0], len(nodes)), changed_at.get(t, len(nodes)))
-                < max(users)):
+                or v.dtype.kind != "f" or t in needed):
+            continue
+        fn = fa.Contiguous()
+        copy = fn.forward(v)
+
+        def same_kernels(i, v=v, copy=copy):
+            a = values.get(nodes[i].ins[0])
+            if not isinstance(a, opencl.ndarray) or a.ndim != 2:
+                return False
+            M, K, N = a.shape[0], a.shape[1], v.shape[1]
+            return (gemm.path(a.rt, a.dtype, 1, M, N, K, a, v) == "gemm"
+                    == gemm.path(a.rt, a.dtype, 1, M, N, K, a, copy))
+
+        users = [i for i in readers.get(t, []) if same_kernels(i)]
+        if len(users) < min_readers or any(k < b < max(users) for b in barriers):
             continue
         s = new_slot()
-        fn = fa.Contiguous()
         fn.brick = getattr(n.fn, "brick", None)
-        values[s] = fn.forward(v)
+        values[s] = copy
         out.append(Node("op", fn, [t], [s], fn.name, n.where, (type(fn), ()),
                         idx=-10 * n.idx - 7))
         for i in users:

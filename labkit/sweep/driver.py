@@ -114,7 +114,7 @@ class Driver:
                 "factory": self.sweep.get("factory"), "metric": self.settings["metric"],
                 "budget": self._budget(rung), "seed": self.settings["seed"], "since": since,
                 "token": self.token, "state_variable": self._state_name(),
-                "driver": [socket.gethostname(), os.getpid()]}
+                "driver": trial_mod.driver_identity()}
         # NOTE: first submitted, first run (Dask may otherwise take a queued one first)
         self._submitted += 1
         spec["submission"] = self._submitted  # NOTE: a message of an earlier chunk is stale

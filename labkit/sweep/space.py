@@ -234,6 +234,8 @@ def check(space) -> dict[str, Dimension]:
             raise SweepError(f"space: names must be non-empty strings, got {name!r}")
         if isinstance(spec, Dimension):
             out[name] = spec
+        elif _looks_like_spec(spec):  # NOTE: as in JSON: {"loguniform": [lo, hi]}, ...
+            out[name] = _spec(name, spec)
         elif isinstance(spec, (list, tuple)):
             out[name] = choice(list(spec), f"space[{name!r}]")
         elif isinstance(spec, (builtins.range, set, frozenset)) or callable(spec):
@@ -269,13 +271,19 @@ def from_json(text) -> dict[str, Dimension]:
         raise SweepError(f"a space in JSON must be an object, got {str(text)[:60]!r}")
     out = {}
     for name, spec in raw.items():
-        if isinstance(spec, dict) and (len(spec) == 1 or "points" in spec
-                                       or set(spec) & set(_SPEC_KEYS)):
+        if _looks_like_spec(spec):
             out[name] = _spec(name, spec)
         else:
             out[name] = choice(spec, f"space[{name!r}]") if isinstance(spec, list) else \
                 fixed(spec, name)
     return check(out)
+
+
+def _looks_like_spec(spec) -> bool:
+    """A dict meant as ``{kind: args}`` (one key, or a kind's or "points" among its keys);
+    a dict value that stays fixed is ``{"value": {...}}``."""
+    return isinstance(spec, dict) and (len(spec) == 1 or "points" in spec
+                                       or bool(set(spec) & set(_SPEC_KEYS)))
 
 
 def _spec(name, spec):

@@ -15,12 +15,13 @@ continues bit for bit.
 from __future__ import annotations
 
 import math
+import os
 import socket
 import time
 from pathlib import Path
 
 from .. import checkpoint as ckpt
-from .._proc import alive
+from .._proc import alive, start_time
 from ..training import Checkpoint, Extension, MainLoop
 from ..training.log import is_metric
 from .space import SweepError, TrialError
@@ -142,6 +143,16 @@ def _checkpoints(loop) -> list[dict]:
 
 
 def train(make_loop, spec: dict, send=None, should_stop=None) -> dict:
+    """One chunk of trial ``spec["trial"]`` (``_train``); ``sys.exit`` anywhere in it (in
+    make_loop, in training) fails the trial instead of ending the worker process."""
+    try:
+        return _train(make_loop, spec, send, should_stop)
+    except SystemExit as e:
+        raise TrialError(f"trial {spec['trial']} called sys.exit({e.code!r}); raise an "
+                         "exception to fail a trial") from None
+
+
+def _train(make_loop, spec: dict, send=None, should_stop=None) -> dict:
     """One chunk of trial ``spec["trial"]`` (see the module's doc); returns its outcome
     (``"rung"``, ``"finished"``, ``"stopped"``, or ``"skipped"`` for a chunk that found the
     sweep stopping before it began and did nothing), the metric rows from ``spec["since"]`` on,
@@ -173,9 +184,6 @@ def train(make_loop, spec: dict, send=None, should_stop=None) -> dict:
                 outcome = "finished"
             except _Halt as h:
                 outcome = str(h)
-            except SystemExit as e:  # NOTE: it would end the worker process, not the trial
-                raise TrialError(f"trial {spec['trial']} called sys.exit({e.code!r}) while "
-                                 "training; raise an exception to fail a trial") from None
         metric = spec["metric"]
         keys = {k for r in loop.log.rows for k in r}
         # NOTE: a trial stopped or paused before its first evaluation has no value yet. One
@@ -235,14 +243,31 @@ def tell(sweep: str, state: dict) -> None:
         _TOLD[sweep] = dict(state)
 
 
+def _pid_namespace():
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def driver_identity() -> list:
+    """This process as a driver: host name, pid namespace, pid and start time, which a
+    worker compares with its own before it looks for the driver's process."""
+    return [socket.gethostname(), _pid_namespace(), os.getpid(), start_time(os.getpid())]
+
+
 def _driver_gone(spec) -> bool:
-    """Whether the driver that submitted this chunk is gone: on its host, its process ended;
-    elsewhere, this worker lost its scheduler (which lives and dies with a local driver).
-    Without this a chunk went on training for the scheduler's death timeout, into folders a
-    resumed sweep may be training too."""
-    host, pid = (spec.get("driver") or [None, None])
-    if host == socket.gethostname():
-        return not alive(pid)
+    """Whether the driver that submitted this chunk is gone: where the worker sees the
+    driver's processes (same host and pid namespace), its process ended; elsewhere, this
+    worker lost its scheduler (which lives and dies with a driver's own local cluster; a
+    cluster's scheduler outlives a driver, and then only a takeover is noticed). Without this
+    a chunk went on training for the scheduler's death timeout, into folders a resumed sweep
+    may be training too."""
+    ident = spec.get("driver")
+    if isinstance(ident, list) and len(ident) == 4 and ident[1] is not None:
+        host, ns, pid, start = ident
+        if host == socket.gethostname() and ns == _pid_namespace():
+            return not alive(pid, start)
     comm = getattr(getattr(_worker(), "batched_stream", None), "comm", None)
     return comm is not None and comm.closed()
 

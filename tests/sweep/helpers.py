@@ -73,6 +73,8 @@ def odd_loop(config):
     import sys
 
     kind = config.get("kind", "ok")
+    if kind == "exit_in_make_loop":
+        sys.exit(4)
     loop = make_loop(config)
     if kind == "nometric":
         loop.remove(next(e for e in loop.extensions

@@ -190,3 +190,10 @@ def test_parameters_may_not_take_a_column_of_the_table(name):
     with pytest.raises(SweepError, match=f"'{name}' is the name of a column"):
         S.check_names(dims, "valid_loss")
     S.check_names(S.check({"lr": [0.1]}), "valid_loss")
+
+
+def test_python_spaces_read_dict_specs_as_json_does():
+    dims = S.check({"lr": {"loguniform": [1e-4, 0.1]}, "opt": {"value": {"name": "adam"}}})
+    assert dims["lr"] == lk.sweep.loguniform(1e-4, 0.1) and dims["opt"].v == {"name": "adam"}
+    with pytest.raises(SweepError, match="is not a spec"):
+        S.check({"lr": {"logunifrom": [1e-4, 0.1]}})

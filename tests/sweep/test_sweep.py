@@ -112,6 +112,11 @@ def test_a_trial_without_the_metric_nan_or_exit_fails_alone(client, tmp_path, st
     assert rows["exit"]["status"] == "failed" and "sys.exit(3)" in rows["exit"]["error"]
     assert rows["nan"]["status"] == "finished" and rows["nan"]["valid_accuracy"] is None
     assert "valid_accuracy was nan" in rows["nan"]["error"]
+    sw = sweep(client, tmp_path, make_loop=odd_loop, space={"kind": ["exit_in_make_loop", "ok"],
+                                                             "epochs": 1}, search="grid",
+               trials=2)
+    rows = {r["kind"]: r for r in sw.table()}  # NOTE: sys.exit in make_loop: no hang
+    assert rows["exit_in_make_loop"]["status"] == "failed" and rows["ok"]["status"] == "finished"
 
 
 def test_bad_engine_or_workers_write_nothing_and_leave_a_sweep_as_it_was(client, tmp_path,
@@ -161,9 +166,15 @@ def test_a_chunk_stops_when_its_driver_is_gone():
 
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
-    here = socket.gethostname()
-    assert trial_mod._driver_gone({"driver": [here, p.pid]})
-    assert not trial_mod._driver_gone({"driver": [here, os.getpid()]})
+    here, ns = socket.gethostname(), trial_mod._pid_namespace()
+    me = trial_mod.driver_identity()
+    assert me[:3] == [here, ns, os.getpid()]
+    assert not trial_mod._driver_gone({"driver": me})
+    assert trial_mod._driver_gone({"driver": [here, ns, p.pid, 0]})
+    assert trial_mod._driver_gone({"driver": [here, ns, os.getpid(), me[3] + 1]})  # pid reused
+    # a worker that cannot see the driver's processes (another pid namespace: a container on
+    # the host's network; or another machine of the same name) does not judge by the pid
+    assert not trial_mod._driver_gone({"driver": [here, "pid:[other]", p.pid, 0]})
     assert not trial_mod._driver_gone({})  # off a worker, no driver recorded
 
 

@@ -391,17 +391,32 @@ def _batch_strides(x, batch_shape, op):
     return dims[-1][1]
 
 
-def _product(rt, dt, nb, M, N, K, a, b, sa, sb, c, epi=None):
-    """``c`` = a @ b by the path that suits the shapes, with the epilogue ``epi`` (``_gemm``)
-    fused where the path has one, else applied after it."""
+def path(rt, dt, nb, M, N, K, a, b) -> str:
+    """Which kernels ``a @ b`` runs: ``"dot"`` (dot products over slices of K), ``"gemv"``,
+    ``"split"`` (slices of K as a batch) or ``"gemm"``. Each element of ``"gemm"`` is summed
+    over K in order, whatever the operands' layouts; the others sum in another order (so
+    lk.compile changes an operand's layout only where both layouts take ``"gemm"``)."""
     if (nb == 1 and a._st[-1] == 1 and b._st[-2] == 1 and M * N <= _DOT_MAX_OUT
             and (K >= _DOT_MIN_K or (M == 1 and K >= _GEMV_MIN_K)) and dt.kind == "f"
             and rt.info.is_cpu):
-        _gemm_dot(rt, dt, M, N, K, a, b, c, epi)  # NOTE: also x @ W.T at batch 1
-    elif nb == 1 and _gemv_ok(rt, dt, M, N, K, b):
+        return "dot"  # NOTE: also x @ W.T at batch 1
+    if nb == 1 and _gemv_ok(rt, dt, M, N, K, b):
+        return "gemv"
+    if nb == 1 and _split_k(rt, dt, M, N, K):
+        return "split"
+    return "gemm"
+
+
+def _product(rt, dt, nb, M, N, K, a, b, sa, sb, c, epi=None):
+    """``c`` = a @ b by the path that suits the shapes (``path``), with the epilogue ``epi``
+    (``_gemm``) fused where the path has one, else applied after it."""
+    way = path(rt, dt, nb, M, N, K, a, b)
+    if way == "dot":
+        _gemm_dot(rt, dt, M, N, K, a, b, c, epi)
+    elif way == "gemv":
         _gemv(rt, dt, N, K, a, b, c, epi)
-    elif nb == 1 and (S := _split_k(rt, dt, M, N, K)):
-        _gemm_split(rt, dt, S, M, N, K, a, b, c, epi)
+    elif way == "split":
+        _gemm_split(rt, dt, _split_k(rt, dt, M, N, K), M, N, K, a, b, c, epi)
     else:
         _gemm(rt, dt, nb, M, N, K, (a, a.offset, a._st[-2], a._st[-1], sa),
               (b, b.offset, b._st[-2], b._st[-1], sb), (c, 0, N, 1, M * N), epi=epi)
