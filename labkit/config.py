@@ -79,9 +79,12 @@ def _gemm(raw: str) -> tuple[int, int, int]:
         vals = tuple(int(p) for p in parts)
     except ValueError:
         vals = ()
-    if len(vals) != 3 or not all(v > 0 for v in vals) or vals[2] not in (1, 2, 4, 8, 16):
-        raise ValueError("expected three positive integers RM,VN,VW (rows per work-item, "
-                         "vectors per row, vector width 1/2/4/8/16), e.g. 8,2,16")
+    # NOTE: a work-item holds RM x VN vectors of VW in registers: past 16 x 8 the kernel
+    # spills (99999999,2,16 took 16 s for a 512^3 product) or does not build
+    if (len(vals) != 3 or not all(v > 0 for v in vals) or vals[2] not in (1, 2, 4, 8, 16)
+            or vals[0] > 16 or vals[1] > 8):
+        raise ValueError("expected three positive integers RM,VN,VW (rows per work-item "
+                         "1-16, vectors per row 1-8, vector width 1/2/4/8/16), e.g. 8,2,16")
     return vals  # type: ignore[return-value]
 
 

@@ -19,6 +19,7 @@ True
 
 from __future__ import annotations
 
+import reprlib
 import threading
 
 import numpy as np
@@ -85,6 +86,14 @@ def rewind(drawn: dict) -> dict:
     return now
 
 
+def _short(v, n: int) -> str:
+    """``repr(v)`` cut to ``n`` characters, nested values elided (a deeply nested state would
+    exhaust the recursion limit in repr)."""
+    r = reprlib.Repr()
+    r.maxlevel, r.maxother, r.maxstring = 3, n, n
+    return r.repr(v)[:n]
+
+
 class Generator:
     """A seeded stream of random numbers on one device; its state is ``(seed, counter)``."""
 
@@ -127,7 +136,8 @@ class Generator:
             v = state.get(key) if isinstance(state, dict) else None
             if type(v) is not int or not 0 <= v < 1 << 64:
                 raise CheckpointError(f"Generator.load_state_dict: {key!r} must be an integer in "
-                                      f"[0, 2**64), got {v!r:.60} (state {state!r:.80})")
+                                      f"[0, 2**64), got {_short(v, 60)} (state "
+                                      f"{_short(state, 80)})")
             return v
 
         seed, counter = value("seed"), value("counter")

@@ -184,7 +184,8 @@ def _scan(directory):
             it = manifest(p)["iteration"]
         except CheckpointError:  # unreadable: order by the name, so latest() reports it
             tail = e.name.rsplit("-", 1)[-1]
-            it = int(tail) if tail.isdigit() and len(tail) < 19 else -1
+            # NOTE: ASCII digits only: str.isdigit() takes "²", which int() refuses
+            it = int(tail) if tail.isascii() and tail.isdigit() and len(tail) < 19 else -1
         found.append((it, st.st_mtime_ns, e.name, p))
     return [p for *_, p in sorted(found)], refused
 

@@ -295,7 +295,11 @@ def _check_digits(path) -> None:
                       stacklevel=3)
         path.unlink()
     if not path.exists():
-        convert_digits(path)
+        try:
+            convert_digits(path)
+        except OSError as e:  # NOTE: LABKIT_HOME a file, read-only, full
+            raise DataError(f"cannot write the digits dataset to {path} ({e.strerror or e}); "
+                            "set LABKIT_HOME to a directory you can write") from e
         seen = _stamp(path)
     if seen is not None and _stamp(path) == seen:  # NOTE: not replaced while it was read
         _VERIFIED[str(path)] = seen

@@ -371,8 +371,9 @@ class _Reader:
             shape, dtype = d.shape, d.dtype
             if len(shape) == 0:
                 self.fail(f"source {key!r}", "expected a first axis of examples, got a scalar")
-            if dtype.kind == "O":
-                self.fail(f"source {key!r}", f"expected numbers, got dtype {dtype}")
+            if dtype.kind not in "biuf" or dtype.fields is not None:
+                self.fail(f"source {key!r}", f"expected numbers (bool, integer or float), got "
+                          f"dtype {dtype}")
             d_attrs = self.h5(f"source {key!r}", lambda d=d: set(d.attrs.keys()))
             is_ragged = False
             if "ragged" in d_attrs:
@@ -427,10 +428,21 @@ class _Reader:
         return Layout(tuple(sources), frozenset(ragged), splits, labels, meta, n, info)
 
     def dataset(self, group, key, field):
+        import h5py
+
+        link = self.h5(field, lambda: group.get(key, getlink=True))
+        if not isinstance(link, h5py.HardLink):
+            # NOTE: a soft or external link reads another member or another file
+            self.fail(field, f"expected a dataset stored in this file, got a "
+                      f"{type(link).__name__} (links are not part of the layout)")
         obj = self.h5(field, lambda: group[key])
         if not hasattr(obj, "shape") or not hasattr(obj, "dtype"):
             self.fail(field, f"expected a dataset, got {type(obj).__name__}")
         self.h5(field, lambda: (obj.shape, obj.dtype))
+        if self.h5(field, lambda: obj.external) or self.h5(field, lambda: obj.is_virtual):
+            # NOTE: its bytes would come from other files (any file: /etc/passwd)
+            self.fail(field, "expected data stored in this file, got external or virtual "
+                      "storage that reads other files")
         return obj
 
     def group(self, key):

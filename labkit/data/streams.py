@@ -33,6 +33,8 @@ True
 
 from __future__ import annotations
 
+import reprlib
+
 import numpy as np
 
 from ..backend.random import Generator
@@ -133,7 +135,7 @@ class Stream:
             if isinstance(saved, list) and all(isinstance(s, dict) for s in saved):
                 got = [s.get("type") for s in saved]
             elif isinstance(saved, list):
-                got = f"{saved!r}"[:80]
+                got = reprlib.repr(saved)[:80]  # NOTE: not repr(): deep nesting recurses
             else:
                 got = f"none (it is the state of a {state.get('type')})"
             if got != have:

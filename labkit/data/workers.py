@@ -213,6 +213,15 @@ def _shutdown(procs, tasks, results):
             p.join(1.0)
 
 
+class _Failed:
+    """An item a worker could not prepare or send: its error, raised in its turn."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message):
+        self.message = message
+
+
 def _describe_exit(code) -> str:
     if code is None:
         return "is not responding"
@@ -402,11 +411,14 @@ class Parallel(Stream):
             return  # from before a load_state_dict
         self._pending.discard((e, j))
         if kind == "raised":
-            self._fail(f"{self._name(w)} raised while preparing item {j} of epoch {e}:\n{err}")
-        if kind == "unsendable":
-            self._fail(f"{self._name(w)} prepared item {j} of epoch {e} but could not send it to "
-                       "the main process (items must pickle: arrays, numbers, strings, and "
-                       f"lists and dicts of them):\n{err}")
+            item = _Failed(f"{self._name(w)} raised while preparing item {j} of epoch {e}:"
+                           f"\n{err}")
+        elif kind == "unsendable":
+            item = _Failed(f"{self._name(w)} prepared item {j} of epoch {e} but could not send "
+                           "it to the main process (items must pickle: arrays, numbers, "
+                           f"strings, and lists and dicts of them):\n{err}")
+        # NOTE: a failed item is raised when its turn comes: the items before it are delivered
+        # first, as workers=0 would (the same batches for any number of workers)
         self._done[(e, j)] = item
 
     def _wait(self, epoch, k):
@@ -429,7 +441,10 @@ class Parallel(Stream):
                     self._died(w, key)
             if key not in self._done:
                 self._check(key)
-        return self._done.pop(key)
+        item = self._done.pop(key)
+        if isinstance(item, _Failed):
+            self._fail(item.message)
+        return item
 
     def _check(self, key):
         now = time.monotonic()

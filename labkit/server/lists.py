@@ -154,7 +154,8 @@ class Compare(Base):
 
 
 def _is_int(text: str) -> bool:
-    return text.lstrip("-").isdigit() and len(text) <= 19
+    digits = text.lstrip("-")
+    return digits.isascii() and digits.isdigit() and len(text) <= 19  # NOTE: not "²"
 
 
 def _valid_tree(nodes: list[dict]) -> list[dict]:

@@ -366,7 +366,10 @@ class Checkpoint(Extension):
         self._prune(loop)
 
     def _pick_best(self, entries):
-        scored = [s for s in entries if s["name"] and is_metric(s["metric"])]
+        # NOTE: a NaN or infinite metric is no score (min() would keep the first NaN and
+        # drop the real best)
+        scored = [s for s in entries if s["name"] and is_metric(s["metric"])
+                  and math.isfinite(s["metric"])]
         if not scored:
             return None
         pick = min if self.mode == "min" else max

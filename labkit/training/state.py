@@ -59,6 +59,12 @@ def load_loop_state(loop, state: dict) -> None:
     if unknown:
         raise CheckpointError(f"MainLoop.load_state_dict: the checkpoint has random "
                               f"generators {unknown} that this model lacks")
+    missing = sorted(set(gens) - set(state["rng"]["bricks"]))
+    if missing:
+        # NOTE: loaded without them, their draws would restart and resume would not be exact
+        raise CheckpointError(f"MainLoop.load_state_dict: the checkpoint has no state for the "
+                              f"model's random generators {missing}; it was saved by another "
+                              "model (or damaged)")
     fresh = sorted(k for k, e in mine.items() if k not in saved and e.state_dict())
     if fresh:
         warnings.warn(f"extensions {fresh} are not in the checkpoint: they start fresh",
@@ -78,7 +84,10 @@ def _load_parts(loop, state, extensions, gens) -> None:
              ("optimizer", loop.optimizer.load_state_dict, state["optimizer"]),
              ("stream", loop.stream.load_state_dict, state["stream"]),
              ("log", loop.log.load_state_dict, state["log"])]
-    parts += [(f"dropout generator of {d}", noise.default_generator(d).load_state_dict, g)
+    # NOTE: the device is looked up inside the loop below: a checkpoint from a machine with
+    # another device (cl:1) is a CheckpointError naming it, with the loop left as it was
+    parts += [(f"dropout generator of {d}",
+               lambda g, d=d: noise.default_generator(d).load_state_dict(g), g)
               for d, g in state["rng"]["dropout"].items()]
     parts += [(f"generator {k}", gens[k].load_state_dict, g)
               for k, g in state["rng"]["bricks"].items()]
@@ -111,11 +120,13 @@ def check(state) -> None:
         if key not in state["status"] and key != "resumed_from":
             raise bad(f"status lacks '{key}'")
         v = state["status"].get(key)
-        if kind is int and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise bad(f"status['{key}'] must be an integer >= 0, got {v!r}")
+        if kind is int and (isinstance(v, bool) or not isinstance(v, int) or v < 0
+                            or v >= 1 << 63):
+            # NOTE: below 2**63: the run store keeps counters as SQLite integers
+            raise bad(f"status['{key}'] must be an integer in [0, 2**63), got {v!r}")
         if kind is float and (isinstance(v, bool) or not isinstance(v, (int, float))
-                              or not v >= 0):
-            raise bad(f"status['{key}'] must be a number >= 0, got {v!r}")
+                              or not 0 <= v < float("inf")):
+            raise bad(f"status['{key}'] must be a finite number >= 0, got {v!r}")
         if kind is bool and not isinstance(v, bool):
             raise bad(f"status['{key}'] must be true or false, got {v!r}")
         if isinstance(kind, tuple) and not isinstance(v, kind):

@@ -109,6 +109,7 @@ def calls(store: RunStore, ids: dict) -> list:
                                                           ids["folder"])),
         ("add_trials", lambda: store.add_trials(sid, [{"lr": 0.3}])),
         ("clear_sweep_request", lambda: store.clear_sweep_request(sid, "pause")),
+        ("claim_sweep", lambda: store.claim_sweep(sid, lambda rec: None, heartbeat=time.time())),
         ("create_sweep", lambda: store.create_sweep("s2", None, "{}", {"metric": "loss"},
                                                     [{"lr": 1}])),
         ("close", lambda: store.close()),
