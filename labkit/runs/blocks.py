@@ -62,13 +62,16 @@ def downsample(c: sqlite3.Connection, run_id: str, key: str, since: int | None,
     """The rows (iteration, epoch, value, time) to draw of one series, at most ``max_points``;
     None when its blocks cannot say (few rows, or fewer blocks than buckets): then the caller
     reads the rows (and downsamples them with ``downsample.minmax_indices``)."""
+    if since is not None and since >= 2**63 - 1:
+        return []  # NOTE: nothing comes after the largest iteration SQLite holds
     start = -(2**63) if since is None else since + 1
     first_block = start // BLOCK + 1 if since is not None else -(2**62)
-    # the rows of a block that ``since`` cuts are counted and read as rows
+    # the rows of a block that ``since`` cuts are counted and read as rows (the bound kept
+    # within SQLite's integers)
     head = c.execute("SELECT iteration, value FROM metrics WHERE run_id = ? AND key = ? AND "
                      "iteration >= ? AND iteration < ?",
-                     (run_id, key, start, max(start, first_block * BLOCK))).fetchall() \
-        if since is not None else []
+                     (run_id, key, start, min(max(start, first_block * BLOCK), 2**63 - 1))
+                     ).fetchall() if since is not None else []
     blocks = c.execute("SELECT n, min_it, min_v, max_it, max_v FROM metric_blocks WHERE "
                        "run_id = ? AND key = ? AND block >= ? ORDER BY block",
                        (run_id, key, first_block)).fetchall()

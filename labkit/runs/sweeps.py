@@ -71,16 +71,31 @@ def add_trials(c, sweep_id: str, params: list[dict]) -> list[int]:
     c.executemany("INSERT INTO trials (sweep_id, number, params, status, updated) "
                   "VALUES (?,?,?,?,?)",
                   [(sweep_id, n, json.dumps(p), "pending", now) for n, p in zip(numbers, params)])
-    settings = json.loads(row[0] or "{}")
+    try:
+        settings = json.loads(row[0] or "{}")
+        if not isinstance(settings, dict):
+            raise ValueError("settings must be a JSON object")
+    except (TypeError, ValueError) as e:
+        raise _damaged(f"sweep {sweep_id!r}", e) from e
     settings["trials"] = first + len(params)
     c.execute("UPDATE sweeps SET settings = ? WHERE id = ?", (json.dumps(settings), sweep_id))
     return numbers
 
 
+def _damaged(what: str, e: Exception):
+    return refuse(f"{what} cannot be read ({e}): the run store is damaged; `labkit doctor` "
+                  "checks it", "damaged")
+
+
 def sweep_dict(row) -> dict:
     d = dict(row)
-    d["settings"] = json.loads(d["settings"] or "{}")
-    d["space"] = json.loads(d["space"] or "{}")
+    try:
+        d["settings"] = json.loads(d["settings"] or "{}")
+        d["space"] = json.loads(d["space"] or "{}")
+        if not isinstance(d["settings"], dict) or not isinstance(d["space"], dict):
+            raise ValueError("settings and space must be JSON objects")
+    except (TypeError, ValueError) as e:
+        raise _damaged(f"sweep {d.get('id')!r}", e) from e
     return d
 
 
@@ -134,8 +149,14 @@ def clear_request(c, sweep_id: str, request: str) -> bool:
 
 def trial_dict(row) -> dict:
     d = dict(row)
-    d["params"] = json.loads(d["params"])
-    d["results"] = {int(k): v for k, v in json.loads(d["results"] or "{}").items()}
+    try:
+        d["params"] = json.loads(d["params"])
+        results = json.loads(d["results"] or "{}")
+        if not isinstance(d["params"], dict) or not isinstance(results, dict):
+            raise ValueError("params and results must be JSON objects")
+        d["results"] = {int(k): v for k, v in results.items()}
+    except (TypeError, ValueError) as e:
+        raise _damaged(f"trial {d.get('number')!r} of sweep {d.get('sweep_id')!r}", e) from e
     return d
 
 

@@ -106,6 +106,15 @@ TABLE = [
     ("keys 10,000 commas", "GET", "runs/{run}/metrics", "keys=" + "," * 10_000, None, {400}),
     ("force maybe", "DELETE", "runs/{run}", "force=maybe", None, {400}),
     # compare: a list of at most 50 run ids, each once, each a run of the store
+    ("compare since --5", "GET", "compare?ids={run}", "since_iteration=--5", None, {400}),
+    ("compare since 1,--5", "GET", "compare?ids={run},{other}", "since_iteration=1,--5", None,
+     {400}),
+    ("compare since 2**63-1", "GET", "compare?ids={run}", "since_iteration=9223372036854775807",
+     None, {400}),
+    ("compare since 19 nines", "GET", "compare?ids={run}", "since_iteration=9999999999999999999",
+     None, {400}),
+    ("compare since superscript", "GET", "compare?ids={run}", "since_iteration=%C2%B2", None,
+     {400}),
     ("compare without ids", "GET", "compare", "", None, {400}),
     ("compare ids empty", "GET", "compare", "ids=", None, {400}),
     ("compare ids trailing comma", "GET", "compare?ids={run},", "", None, {400}),
@@ -377,3 +386,52 @@ def test_the_table_is_large_and_every_path_is_urlsafe():
     assert len(TABLE) >= 80
     for _, _, path, query, _, _ in TABLE:
         assert " " not in path and (not query or urllib.parse.parse_qs(query) is not None)
+
+
+async def test_a_damaged_sweep_row_is_a_503_not_a_500(jp_fetch, fresh_store):
+    """A sweep whose settings, space or trial params are not JSON objects (a damaged store):
+    the sweep's routes and the sweep list answer 503 naming the damage."""
+    from tornado.httpclient import HTTPClientError
+
+    sid = fresh_store.create_sweep("s", None, "{}", {"metric": "loss", "mode": "min",
+                                                     "trials": 1}, [{"lr": 0.1}])
+    conn = fresh_store._conn()
+    for column, value in (("settings", "{not json"), ("settings", "[1, 2]")):
+        conn.execute(f"UPDATE sweeps SET {column} = ? WHERE id = ?", (value, sid))  # noqa: S608
+        conn.commit()
+        for path, method in ((("sweeps",), "GET"), (("sweeps", sid), "GET"),
+                             (("sweeps", sid, "stop"), "POST")):
+            with pytest.raises(HTTPClientError) as e:
+                await jp_fetch("labkit", "api", *path, method=method,
+                               **({"body": b"{}"} if method == "POST" else {}))
+            assert e.value.code == 503, (column, value, path, e.value.code)
+            assert "damaged" in json.loads(e.value.response.body)["message"]
+
+
+def test_paths_glued_to_a_word_are_scrubbed():
+    from labkit.server.handlers import scrub
+
+    assert scrub("checkpoint-/tmp/x/ckpt-1 failed") == "checkpoint-<path> failed"
+    assert scrub("3/home/u/a.h5") == "3<path>"
+    assert scrub("ratio 3/4, valid/loss") == "ratio 3/4, valid/loss"
+
+
+def test_metrics_since_the_largest_iteration_is_empty_not_an_overflow(fresh_store):
+    rid = fresh_store.create_run("r", {})
+    fresh_store.add_metrics(rid, [(i, 0, "loss", float(i), 0.0) for i in range(300)])
+    for since in (2**63 - 1, 2**63 - 2, 2**62):
+        got = fresh_store.metrics(rid, ["loss"], since, 10)["loss"]
+        assert not got["iteration"], since
+
+
+async def test_metrics_are_capped_in_all_without_max_points(jp_fetch, fresh_store, monkeypatch):
+    from labkit.server import handlers
+
+    monkeypatch.setattr(handlers, "MAX_METRIC_POINTS", 40)
+    rid = fresh_store.create_run("r", {})
+    fresh_store.add_metrics(rid, [(i, 0, k, float(i), 0.0) for i in range(500)
+                                  for k in ("a", "b")])
+    r = await jp_fetch("labkit", "api", "runs", rid, "metrics")
+    body = json.loads(r.body)
+    assert body["max_points"] == 20
+    assert all(0 < len(s["iteration"]) <= 20 for s in body["metrics"].values())
