@@ -20,11 +20,12 @@ inline long lk_powi(long b, long e) {
 // Python/NumPy floor division and modulo for integers (C truncates toward zero).
 inline long lk_floordiv(long a, long b) {
     if (b == 0) return 0;
+    if (b == -1) return (long)(0UL - (ulong)a);  // NOTE: LONG_MIN / -1 wraps (as NumPy)
     long q = a / b;
     return ((a % b != 0) && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 inline long lk_mod(long a, long b) {
-    if (b == 0) return 0;
+    if (b == 0 || b == -1) return 0;  // NOTE: LONG_MIN % -1 would trap
     long m = a % b;
     return (m != 0 && ((m < 0) != (b < 0))) ? m + b : m;
 }

@@ -42,7 +42,18 @@ def full(shape, fill_value, dtype=None, device=None) -> ndarray:
     if dtype is None:
         dtype = np.result_type(fill_value)
     out = empty(shape, dtype, device)
-    return launch("fill", "v0", out, [fill_value], (CTYPES[out.dtype],))
+    # NOTE: the value cast to the array's dtype first, as NumPy's full does (2.7 -> 2 for
+    # int32, 2 -> True for bool)
+    return launch("fill", "v0", out, [_cast_scalar(fill_value, out.dtype)], (CTYPES[out.dtype],))
+
+
+def _cast_scalar(v, dtype):
+    """A Python or NumPy scalar as a NumPy scalar of ``dtype`` (NumPy's unsafe cast)."""
+    if isinstance(v, (bool, int, float, np.generic)):
+        with np.errstate(all="ignore"):
+            x = np.asarray(v).astype(dtype)[()]
+        return int(x) if x.dtype == np.bool_ else x.item()  # NOTE: what the kernel args take
+    return v
 
 
 def zeros(shape, dtype=np.float32, device=None) -> ndarray:
@@ -234,6 +245,8 @@ def _elementwise(op, exprs, xs, kind="same", out=None, vec=None):
         cdt = np.dtype(np.float64)  # NumPy: true division of integers or bools is float64
     elif kind == "bitwise" and cdt.kind not in "iub":
         raise DTypeError(f"{op}: needs integer or bool arrays, got {cdt}")
+    if cdt.kind in "iu":
+        cdt = _int_scalars(op, xs, cdt, kind)
     check_dtype(cdt, rt, op)
     odt = np.dtype(np.bool_) if kind == "bool" else cdt
     expr = exprs["f"] if _is_float(cdt) else exprs.get("i", exprs["f"])
@@ -245,7 +258,28 @@ def _elementwise(op, exprs, xs, kind="same", out=None, vec=None):
     if out is None:
         return _launch_new(op, expr, xs, shape, check_dtype(odt, rt, op), rt, (ct,) * len(xs),
                            vec, key)
-    return launch(op, expr, _prepare_out(op, out, shape, odt, rt), xs, (ct,) * len(xs), vec)
+    out = _prepare_out(op, out, shape, odt, rt)
+    # NOTE: an operand that shares memory with ``out`` other than element for element (x +=
+    # x[::-1], add(x, x.T, out=x)) would read values this launch already wrote: copied first
+    xs = [copy(x) if isinstance(x, ndarray) and _overlaps(out, x) and not _same_view(out, x)
+          else x for x in xs]
+    return launch(op, expr, out, xs, (ct,) * len(xs), vec)
+
+
+def _int_scalars(op, xs, cdt, kind):
+    """NumPy 2's rule for a Python int with an integer array (NEP 50): it takes the array's
+    dtype, and one that does not fit is an OverflowError; a comparison is exact (computed in
+    a dtype that holds both). Returns the compute dtype."""
+    info = np.iinfo(cdt)
+    for x in xs:
+        if type(x) is int and not info.min <= x <= info.max:
+            if kind != "bool":
+                raise OverflowError(f"{op}: Python integer {x} out of bounds for {cdt}")
+            cdt = np.result_type(cdt, np.min_scalar_type(x))
+            if cdt.kind == "f" or cdt.kind not in "iu":
+                return cdt
+            info = np.iinfo(cdt)
+    return cdt
 
 
 def _launch_new(op, expr, xs, shape, dt, rt, in_ctypes, vec=None, key=None) -> ndarray:
@@ -335,8 +369,22 @@ subtract = _binary("subtract", "(v0 - v1)")
 multiply = _binary("multiply", "(v0 * v1)")
 true_divide = _binary("true_divide", "(v0 / v1)", kind="divide")
 divide = true_divide
-floor_divide = _binary("floor_divide", "floor(v0 / v1)", "lk_floordiv(v0, v1)")
-mod = _binary("mod", "(v0 - floor(v0 / v1) * v1)", "lk_mod(v0, v1)")
+# NOTE: NumPy's floats (npy_divmod): the remainder from fmod (exact), moved to the divisor's
+# sign; the quotient from (a - remainder) / b, rounded to the nearest integer below. floor(a /
+# b) gave 10 for 1.0 // 0.1 (NumPy 9), and a - floor(a / b) * b gave -2 for 1e17 % 7 and NaN
+# for 5 % inf
+_M = "fmod(v0, v1)"
+_ADJ = f"(({_M} != 0) && ((v1 < 0) != ({_M} < 0)))"
+_MOD = f"((v1 == 0 || {_M} != {_M}) ? {_M} : ({_M} != 0 ? ({_ADJ} ? {_M} + v1 : {_M}) : " \
+       f"copysign({_M} * 0, v1)))"
+_Q = f"((v0 - {_M}) / v1 - ({_ADJ} ? 1 : 0))"
+_FDIV = f"((v1 == 0) ? v0 / v1 : ({_Q} != 0 ? floor({_Q}) + ({_Q} - floor({_Q}) > 0.5f ? 1 : 0)" \
+        f" : copysign({_Q} * 0, v0 / v1)))"
+# NOTE: integers: C's own / and % where neither is negative (unsigned types: always, where
+# the long arithmetic of lk_floordiv was wrong from 2**63 on), lk_floordiv/lk_mod otherwise
+floor_divide = _binary("floor_divide", _FDIV, "((v0 < 0 || v1 < 0) ? lk_floordiv(v0, v1) : "
+                       "(v1 == 0 ? 0 : v0 / v1))")
+mod = _binary("mod", _MOD, "((v0 < 0 || v1 < 0) ? lk_mod(v0, v1) : (v1 == 0 ? 0 : v0 % v1))")
 remainder = mod
 power = _binary("power", "pow(v0, v1)", "lk_powi(v0, v1)")
 maximum = _binary("maximum", "LK_FMAX(v0, v1)", "LK_IMAX(v0, v1)")
@@ -464,11 +512,22 @@ def assign(view: ndarray, value) -> None:
     """``view[...] = value`` (broadcast; a value that overlaps ``view`` is copied first)."""
     value = _operand(value)
     same_device("setitem", (view, value))
+    ct = CTYPES[view.dtype]
     if isinstance(value, ndarray):
         broadcast_strides(value.shape, value._st, view.shape, "setitem")
         if _overlaps(view, value):
             value = copy(value)
-    launch("assign", "v0", view, [value], (CTYPES[view.dtype],))
+        if view.dtype == np.bool_:
+            ct = CTYPES[value.dtype]  # NOTE: 0.5 is true: compared with 0 before the store
+    else:
+        value = _cast_scalar(value, view.dtype)
+    launch("assign", "v0", view, [value], (ct,))
+
+
+def _same_view(a: ndarray, b: ndarray) -> bool:
+    """``b`` reads exactly the elements ``a`` writes, at the same positions."""
+    return (a.data is b.data and a.offset == b.offset and a.shape == b.shape
+            and tuple(a._st) == tuple(b._st))
 
 
 def _overlaps(a: ndarray, b: ndarray) -> bool:

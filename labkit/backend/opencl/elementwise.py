@@ -160,7 +160,10 @@ def _plan(rt, name, expr, out, inputs, in_ctypes, vec=None, pre=""):
     dim_params = "".join(f", const IDX d{j}" for j in range(1, cnd))
     unravel = []
     octype = CTYPES[out.dtype]
-    store = f"{pre}    o[{out_index}] = ({octype})({expr});"
+    # NOTE: a bool is stored as 0 or 1, as NumPy's cast to bool (x != 0; NaN is true): a
+    # bool sum or a float assigned into a bool array must not leave 2, 255 or 0.5 truncated
+    value = f"(({expr}) != 0)" if out.dtype == np.bool_ else f"({expr})"
+    store = f"{pre}    o[{out_index}] = ({octype}){value};"
     # NOTE: on a CPU device, with a long innermost dimension, a work-item takes ROW_CHUNK
     # consecutive elements along it: the index arithmetic (a division per dimension) once per
     # chunk instead of per element ((4096, 4096) + a row: 6.5 -> 13+ GB/s on PoCL). A GPU keeps

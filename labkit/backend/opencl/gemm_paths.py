@@ -169,8 +169,10 @@ __kernel void gemv_rows(const int N, const int K, __global const T* a, const lon
 
 
 def _gemv_ok(rt, dt, M, N, K, b) -> bool:
+    if dt.kind != "f":  # NOTE: bool and small integers have no vector width here
+        return False
     w = VECTOR_WIDTH[dt.itemsize]
-    return (M == 1 and K >= _GEMV_MIN_K and rt.info.is_cpu and dt.kind == "f"
+    return (M == 1 and K >= _GEMV_MIN_K and rt.info.is_cpu
             and N % w == 0 and N >= w and b._st[-1] == 1 and b.offset % w == 0
             and b._st[-2] % w == 0)
 

@@ -325,7 +325,9 @@ def _is_advanced(k) -> bool:
 
 def basic_index(a: ndarray, key: tuple):
     """The view that ints, slices, None and Ellipsis in ``key`` select (no copy)."""
-    nindexed = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
+    # NOTE: a Python or NumPy bool is a 0-d mask (NumPy): a new axis of length 1 (True) or 0
+    nindexed = builtins.sum(1 for k in key if k is not None and k is not Ellipsis
+                            and not isinstance(k, (bool, np.bool_)))
     if builtins.sum(1 for k in key if k is Ellipsis) > 1:
         raise IndexingError("an index can only have a single ellipsis ('...')")
     if nindexed > a.ndim:
@@ -339,8 +341,8 @@ def basic_index(a: ndarray, key: tuple):
                 shape.append(a.shape[dim])
                 st.append(a._st[dim])
                 dim += 1
-        elif k is None:
-            shape.append(1)
+        elif k is None or isinstance(k, (bool, np.bool_)):
+            shape.append(0 if k is False or k is np.False_ else 1)
             st.append(0)
         elif isinstance(k, slice):
             start, stop, step = k.indices(a.shape[dim])
@@ -452,7 +454,11 @@ def _mask_getitem(a, key, i, mask):
     if v.shape[pos:pos + md] != mask.shape:
         raise IndexingError(f"boolean index of shape {mask.shape} does not match the indexed "
                          f"dimensions {v.shape[pos:pos + md]} of an array of shape {a.shape}")
-    merged = v.reshape(v.shape[:pos] + (-1,) + v.shape[pos + md:])
+    n = 1
+    for d in mask.shape:
+        n *= d
+    # NOTE: the masked dimensions' size given, not -1 (which a zero-size array cannot infer)
+    merged = v.reshape(v.shape[:pos] + (n,) + v.shape[pos + md:])
     return _take(merged, asarray(np.flatnonzero(mask), device=a.rt), pos)
 
 
@@ -475,6 +481,10 @@ def advanced_setitem(a, key, adv, value):
                     "a[mask] = array: only a scalar (or a full-shape array through "
                     "where(mask, values, a)) can be assigned through a mask")
             md = k if isinstance(k, ndarray) else asarray(k, device=a.rt)
+            # NOTE: the value cast to a's dtype first (as NumPy's setitem): where() would
+            # promote int64 a with a float to float64, rounding the elements it keeps
+            value = astype(value, a.dtype) if isinstance(value, ndarray) else \
+                asarray(np.asarray(value).astype(a.dtype), device=a.rt)
             assign(a, where(md, value, a))
             return
     raise NotImplementedError(

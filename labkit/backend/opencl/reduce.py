@@ -73,6 +73,10 @@ def _offset_code(var, idx_var, tag, dims, st, params, args, idx):
 def _reduce(op: str, a: ndarray, axis, keepdims: bool, *, acc_dt, out_dt, map_="(x)",
             combine=None, neutral=None, better=None, empty_ok=True):
     axes = _axes(a, axis, op)
+    if a.ndim == 0:  # NOTE: NumPy reduces a 0-d array over axis 0 (or -1) to itself
+        return _reduce(op, a.reshape(1), 0, False, acc_dt=acc_dt, out_dt=out_dt, map_=map_,
+                       combine=combine, neutral=neutral, better=better,
+                       empty_ok=empty_ok).reshape(())
     kept = [i for i in range(a.ndim) if i not in axes]
     out_shape = tuple(a.shape[i] for i in kept)
     full_shape = tuple(1 if i in axes else a.shape[i] for i in range(a.ndim))
@@ -433,8 +437,8 @@ amax, amin = max, min
 
 def _arg(op, kind, a, axis, keepdims):
     if axis is None:
-        a = a.reshape(-1)
-        axis = 0
+        flat = _arg(op, kind, a.reshape(-1), 0, False)
+        return flat.reshape((1,) * a.ndim) if keepdims else flat
     fl = a.dtype.kind == "f"
     cmp = ">" if kind == "max" else "<"
     better = f"((x) {cmp} (b) || ((x) != (x) && (b) == (b)))" if fl else f"((x) {cmp} (b))"

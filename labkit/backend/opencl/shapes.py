@@ -29,7 +29,7 @@ def normalize_axis(axis, ndim: int, op: str) -> int:
         a = int(axis)
     except TypeError:
         raise TypeError(f"{op}: axis must be an integer, got {axis!r}") from None
-    if not -ndim <= a < max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
+    if (a not in (0, -1)) if ndim == 0 else not -ndim <= a < ndim:
         raise ShapeError(f"{op}: axis {axis} is out of bounds for an array of dimension {ndim}")
     return a % ndim if ndim else 0
 
@@ -158,6 +158,11 @@ def collapse_dims(shape, strides_list):
 def split_bounds(n: int, indices_or_sections, axis: int, op: str = "split") -> list:
     """The split points of an axis of length ``n``: NumPy's ``split`` arguments checked."""
     if isinstance(indices_or_sections, int):
+        if indices_or_sections <= 0:
+            raise ShapeError(f"{op}: the number of sections must be at least 1, got "
+                             f"{indices_or_sections}")
+        if n == 0:
+            return [0] * (indices_or_sections - 1)  # NOTE: as many empty pieces
         if n % indices_or_sections:
             raise ShapeError(f"{op}: axis {axis} of size {n} does not divide into "
                              f"{indices_or_sections} equal sections")
