@@ -103,3 +103,13 @@ def test_matmul_of_small_integer_types(dtype):
     a = np.ones((1, 300), dtype)
     b = np.ones((300, 2), dtype)
     np.testing.assert_array_equal((cp.asarray(a) @ cp.asarray(b)).get(), a @ b)
+
+
+def test_out_and_in_place_follow_same_kind_casting():
+    a = cp.asarray(np.array([1, 2], np.int32))
+    with pytest.raises(TypeError, match="casting='same_kind'"):
+        a += 2.5
+    assert a.get().tolist() == [1, 2]  # NOTE: unchanged
+    f = cp.asarray(np.array([1.0, 2.0], np.float32))
+    f += cp.asarray(np.array([1.0, 2.0]))  # float64 into float32: same kind
+    assert f.get().tolist() == [2.0, 4.0]

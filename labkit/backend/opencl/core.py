@@ -173,6 +173,11 @@ def _prepare_out(op, out, shape, dt, rt):
     if out.rt is not rt:
         raise DeviceMismatchError(f"{op}: out is on cl:{out.rt.info.index}, the inputs on "
                                   f"cl:{rt.info.index}")
+    if not np.can_cast(dt, out.dtype, "same_kind"):
+        # NOTE: NumPy's rule for out= (and x += ...): int32 += 2.5 is refused, not truncated
+        raise DTypeError(f"{op}: cannot cast the {dt} result to out's {out.dtype} with "
+                         "casting='same_kind'; cast explicitly (astype) or give out of the "
+                         "result's dtype")
     return out
 
 
