@@ -114,6 +114,15 @@ def _describe(key):
     return f"a {kind} of {key[1]}"
 
 
+#: what ``explain`` says of each pass that changed a program: (its count, the line)
+_PASS_LINES = (
+    ("gathered", "gathered: {} sum(s) of matrix products into one product each"),
+    ("epilogues", "epilogue: relu folded into {} linear or conv2d node(s)"),
+    ("added", "epilogue: an addition folded into {} matrix product(s)"),
+    ("copied", "contiguous: {} transposed weight(s) copied once for the products that read "
+               "them"),
+)
+
 #: first traces kept waiting for their second call (slimmed: no arrays of the step's), and
 #: argument signatures with programs: the least recently used beyond these are dropped (an
 #: argument whose value changes at every call, such as a step counter, would otherwise keep a
@@ -304,18 +313,9 @@ class Compiled:
         for p in self.programs():
             lines.append(f"  program: {p.trace_nodes} ops traced -> {len(p.nodes)} nodes "
                          f"({p.fused} fused kernel{'' if p.fused == 1 else 's'})")
-            if p.gathered:
-                lines.append(f"  gathered: {p.gathered} sum(s) of matrix products into one "
-                             "product each")
-            if p.epilogues:
-                lines.append(f"  epilogue: relu folded into {p.epilogues} linear or conv2d "
-                             "node(s)")
-            if p.added:
-                lines.append(f"  epilogue: an addition folded into {p.added} matrix "
-                             "product(s)")
-            if p.copied:
-                lines.append(f"  contiguous: {p.copied} transposed weight(s) copied once for "
-                             "the products that read them")
+            for count, text in _PASS_LINES:
+                if getattr(p, count):
+                    lines.append("  " + text.format(getattr(p, count)))
             for r in sorted(set(p.rewrites)):
                 lines.append(f"  stabilised: {r} ({p.rewrites.count(r)}x)")
         for r in self.stats["reasons"]:

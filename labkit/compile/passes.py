@@ -127,6 +127,16 @@ def _cl():
     return opencl
 
 
+def _readers(nodes) -> dict:
+    """Slot -> the nodes that read it, once per read: as an input, an attribute, or an array
+    they change in place."""
+    out: dict = {}
+    for n in nodes:
+        for s in list(n.ins) + [s for _, _, s in n.attr_in] + [a for a, _ in n.versions]:
+            out.setdefault(s, []).append(n)
+    return out
+
+
 def changed_in_place(nodes) -> set:
     """The slots whose arrays a host computation changes in place (``mutates``)."""
     return {a for n in nodes for a, _ in n.versions}
@@ -234,10 +244,7 @@ def gather_products(nodes, alias, values, needed, new_slot):
 
     made_by = {s: n for n in nodes for s in n.outs}
     changed = changed_in_place(nodes)
-    uses: dict = {}
-    for n in nodes:
-        for s in list(n.ins) + [s for _, _, s in n.attr_in] + [a for a, _ in n.versions]:
-            uses[s] = uses.get(s, 0) + 1
+    uses = {s: len(r) for s, r in _readers(nodes).items()}
     for s in needed:
         uses[s] = uses.get(s, 0) + 2
 
@@ -334,15 +341,8 @@ def fold_relu(nodes, needed):
     from ..functions import activation as act
     from ..functions import connection as conn
 
-    made_by = {}
-    readers: dict = {}
-    for n in nodes:
-        for s in n.outs:
-            made_by[s] = n
-        for s in n.ins:
-            readers.setdefault(s, []).append(n)
-        for _, _, s in n.attr_in:
-            readers.setdefault(s, []).append(n)
+    made_by = {s: n for n in nodes for s in n.outs}
+    readers = _readers(nodes)
     fixed = changed_in_place(nodes)
     gone = set()
     for r in nodes:
@@ -381,13 +381,8 @@ def fold_add(nodes, needed, values):
     from ..functions import connection as conn
     from ..functions import math as m
 
-    made_by = {}
-    readers: dict = {}
-    for n in nodes:
-        for s in n.outs:
-            made_by[s] = n
-        for s in list(n.ins) + [s for _, _, s in n.attr_in] + [a for a, _ in n.versions]:
-            readers[s] = readers.get(s, 0) + 1
+    made_by = {s: n for n in nodes for s in n.outs}
+    readers = _readers(nodes)
     fixed = changed_in_place(nodes)
     pos = {id(n): i for i, n in enumerate(nodes)}
     barriers = _merge_barriers(nodes)
@@ -405,7 +400,7 @@ def fold_add(nodes, needed, values):
             mm = made_by.get(p)
             vp, vc = values.get(p), values.get(c)
             if (mm is None or mm.kind != "op" or type(mm.fn) is not conn.MatMul or mm.attr_in
-                    or readers.get(p) != 1 or p in needed or p in fixed or id(mm) in gone
+                    or len(readers.get(p, ())) != 1 or p in needed or p in fixed or id(mm) in gone
                     or not isinstance(vc, opencl.ndarray) or vp is None
                     or vp.shape != vy.shape or vc.dtype != vy.dtype or vp.dtype != vy.dtype
                     or any(values[x].ndim != 2 for x in mm.ins)

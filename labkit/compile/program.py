@@ -49,28 +49,21 @@ class Program:
                        for tensor, kind, s in t.writes]
         needed = set(_tree_slots(self.out_tree))
         needed.update(s for _, _, s in self.writes if s is not None)
+
+        def new_slot():  # NOTE: a slot for a value a pass adds
+            t.n_slots += 1
+            return t.n_slots - 1
+
         self.gathered = 0
         if reassociate:
-            extra = []
-
-            def new_slot():
-                extra.append(t.n_slots + len(extra))
-                return extra[-1]
-
             nodes, self.gathered = passes.gather_products(nodes, alias, t.values, needed,
                                                           new_slot)
-            t.n_slots += len(extra)
         nodes = passes.prune(nodes, needed)
         self.fused = self.epilogues = self.added = self.copied = 0
         if fuse:
             nodes, self.epilogues = passes.fold_relu(nodes, needed)
             nodes, self.added = passes.fold_add(nodes, needed, t.values)
-
-            def slot():
-                t.n_slots += 1
-                return t.n_slots - 1
-
-            nodes, self.copied = passes.contiguous_weights(nodes, needed, t.values, slot)
+            nodes, self.copied = passes.contiguous_weights(nodes, needed, t.values, new_slot)
             from . import fusion
 
             nodes, self.fused = fusion.fuse(nodes, t, needed | _read_by_hosts(nodes), consts)

@@ -326,9 +326,9 @@ class Optimizer:
         elif (self.fused and grads and isinstance(grads[0], np.ndarray)
               and all(type(r).apply in _PIECEWISE for r in self.rules)
               and len({id(_fused.root(plist[i].data)) for i in idx}) == len(idx)):
-            # NOTE: (no two parameters sharing memory: the whole-array update computes every
-            # step before it changes any parameter)
-            # NOTE: on the CPU a large parameter's update runs in cache-sized pieces
+            # NOTE: on the CPU a large parameter's update runs in cache-sized pieces (when no
+            # two parameters share memory: the whole-array update computes every step before
+            # it changes any parameter)
             rest = [(i, g) for i, g in zip(idx, grads)
                     if not _fused.update_pieces(self.rules, plist[i], g,
                                                 [st[i] for st in self.states],

@@ -192,8 +192,7 @@ def update_pieces(rules, p, g, states, group, t) -> bool:
     # NOTE: each rule's hyper-parameters at this step, once (a schedule is called once)
     groups = []
     for r in rules:
-        values = {k: group.get(k, v) for k, v in r.hyper.items()}
-        values = {k: v(t) if callable(v) else v for k, v in values.items()}
+        values = {k: r.h(k, group, t) for k in r.hyper}
         if not all(_scalar(v) for v in values.values()):
             return False  # NOTE: an array (a learning rate per row) broadcasts the step
         groups.append({**group, **values})

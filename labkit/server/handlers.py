@@ -325,19 +325,31 @@ class Metrics(Base):
         # row, 34 MB, took 4 s there, stalling every other request)
         used = max(2, min(mp or MAX_METRIC_POINTS, MAX_METRIC_POINTS // max(len(wanted), 1)))
         metrics = await tornado.ioloop.IOLoop.current().run_in_executor(
-            _verifier(), lambda: store.metrics(run_id, wanted, since, used))
+            _reader(), lambda: store.metrics(run_id, wanted, since, used))
         self.write_json({"keys": known, "metrics": metrics, "max_points": used})
 
 
+#: how many long store reads (metrics, compare) run at once (more requests wait their turn,
+#: not the server)
+READ_THREADS = 2
 #: how many checkpoint verifications run at once (each reads every file of a checkpoint)
 VERIFY_THREADS = 2
-_verify_pool: list[ThreadPoolExecutor] = []
+_pools: dict[str, ThreadPoolExecutor] = {}
+
+
+def _pool(name: str, threads: int) -> ThreadPoolExecutor:
+    """The server's thread pool ``name``, made on first use."""
+    if name not in _pools:
+        _pools[name] = ThreadPoolExecutor(threads, f"labkit-{name}")
+    return _pools[name]
+
+
+def _reader() -> ThreadPoolExecutor:
+    return _pool("read", READ_THREADS)
 
 
 def _verifier() -> ThreadPoolExecutor:
-    if not _verify_pool:
-        _verify_pool.append(ThreadPoolExecutor(VERIFY_THREADS, "labkit-verify"))
-    return _verify_pool[0]
+    return _pool("verify", VERIFY_THREADS)
 
 
 class Checkpoints(Base):

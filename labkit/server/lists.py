@@ -8,31 +8,19 @@ long histories take seconds to read); each answer holds at most ``MAX_COMPARE_PO
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
 
 import tornado.ioloop
 
 from .. import runs
 from ..runs import STATUSES, is_run_id
 from ..runs.listing import MAX_POINTS, SORTS
-from .handlers import MAX_LIMIT, BadRequest, Base, endpoint, public_run
+from .handlers import MAX_LIMIT, BadRequest, Base, _reader, endpoint, public_run
 
 #: the most runs one compare request may name
 MAX_COMPARE = 50
 #: the most points one compare answer holds, every run and key together: ``max_points`` is
 #: lowered so that (series in the answer) x ``max_points`` stays within it
 MAX_COMPARE_POINTS = 60_000
-#: how many compare reads run at once (more requests wait their turn, not the server)
-READ_THREADS = 2
-_read_pool: list[ThreadPoolExecutor] = []
-
-
-def _reader() -> ThreadPoolExecutor:
-    if not _read_pool:
-        _read_pool.append(ThreadPoolExecutor(READ_THREADS, "labkit-read"))
-    return _read_pool[0]
-
-
 class Runs(Base):
     """``GET runs``: every run, newest first (the old form); ``name=`` matches part of the name,
     ``q=`` part of the name or id; with ``limit``, ``offset``, ``sort``, ``metric``, ``points``

@@ -179,7 +179,7 @@ class fixed(Dimension):  # noqa: N801
     kind = "value"
 
     def __init__(self, v, name="value"):
-        _json_value(v, name)
+        _json_value(v, f"space[{name!r}]")
         self.v = v
 
     def value(self, u):
@@ -195,8 +195,8 @@ class fixed(Dimension):  # noqa: N801
         return repr(self.v)
 
 
-def _json_value(v, name):
-    where = name if name.startswith("space[") else f"space[{name!r}]"
+def _json_value(v, where):
+    """``v`` unchanged through JSON, or a SweepError naming ``where`` (``space['lr']``)."""
     try:
         text = json.dumps(v, allow_nan=False)
     except (TypeError, ValueError) as e:

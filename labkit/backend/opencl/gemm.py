@@ -431,6 +431,14 @@ def _epilogue_after(c, epi):
         maximum(c, 0, out=c)
 
 
+def _matrices(op, a, b):
+    """``(M, K, N)`` of a 2-D ``a`` (M, K) and ``b`` (K, N), or a ShapeError naming ``op``."""
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ShapeError(f"{op}: needs a (M, K) and b (K, N), got a.shape={a.shape}, "
+                         f"b.shape={b.shape}")
+    return a.shape[0], a.shape[1], b.shape[1]
+
+
 def linear(a, b, bias=None, axis=1, relu=False) -> ndarray:
     """``a @ b`` for 2-D ``a`` (M, K) and ``b`` (K, N) of one float dtype, then ``+ bias`` and
     relu in the product kernel's epilogue (kernels_cl/epilogue.cl; the dot-product path's
@@ -441,11 +449,7 @@ def linear(a, b, bias=None, axis=1, relu=False) -> ndarray:
     if axis not in (0, 1):
         raise ValueError(f"linear: axis must be 0 (a bias per row) or 1 (per column), got "
                          f"{axis!r}")
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise ShapeError(f"linear: needs a (M, K) and b (K, N), got a.shape={a.shape}, "
-                         f"b.shape={b.shape}")
-    M, K = a.shape
-    N = b.shape[1]
+    M, K, N = _matrices("linear", a, b)
     dt = a.dtype
     if b.dtype != dt or dt.kind != "f" or (bias is not None and bias.dtype != dt):
         raise TypeError(f"linear: a, b and bias must share one float dtype, got {a.dtype}, "
@@ -471,11 +475,7 @@ def matmul_add(a, b, c) -> ndarray:
     of one float dtype: ``c`` read in the product kernel's epilogue (an LSTM step's
     ``x_t + h @ U.T``). Bit for bit the product and the addition computed as separate ops."""
     rt = same_device("matmul_add", (a, b, c))
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise ShapeError(f"matmul_add: needs a (M, K) and b (K, N), got a.shape={a.shape}, "
-                         f"b.shape={b.shape}")
-    M, K = a.shape
-    N = b.shape[1]
+    M, K, N = _matrices("matmul_add", a, b)
     dt = a.dtype
     if b.dtype != dt or c.dtype != dt or dt.kind != "f":
         raise TypeError(f"matmul_add: a, b and c must share one float dtype, got {a.dtype}, "

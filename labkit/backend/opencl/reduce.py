@@ -195,30 +195,44 @@ def _rows_ok(a, outer, inner, n_red, acc_dt, out_dt, map_, better):
     array on a CPU device: the generic kernels' loops are not vectorised by PoCL and a
     work-item folding a 12,544-long row one add at a time waits on each add (a convolution's
     bias gradient: 0.49 ms for 64 rows, about a quarter of that in vectors)."""
-    return (a.rt.info.is_cpu and n_red >= ROWS_MIN and better is None and map_ == "(x)"
-            and a.dtype == acc_dt == out_dt and a.dtype.kind == "f" and len(outer[0]) == 1
-            and len(inner[0]) == 1 and inner[1][0] == 1)
+    return (_vector_ok(a, acc_dt, out_dt, map_, better) and n_red >= ROWS_MIN
+            and len(outer[0]) == 1 and len(inner[0]) == 1 and inner[1][0] == 1)
+
+
+def _vector_ok(a, acc_dt, out_dt, map_, better) -> bool:
+    """A sum, product, max or min (no map, no arg-reduction) of a float array, in its own
+    dtype, on a CPU device: what ``_rows`` and ``_cols`` fold in vectors."""
+    return (a.rt.info.is_cpu and better is None and map_ == "(x)"
+            and a.dtype == acc_dt == out_dt and a.dtype.kind == "f")
+
+
+def _vector_kernel(family, src, op, a, acc_dt, combine, neutral, defs):
+    """The kernel ``lk_{family}_{op}`` of ``src`` (a template over ``name`` and the vector
+    width ``w``) for ``a``'s index type, built once per device: ``(kernel, w)``. Its
+    arguments: three indices, the output, the input and its offset."""
+    rt = a.rt
+    ct = CTYPES[acc_dt]
+    w = VECTOR_WIDTH[acc_dt.itemsize]
+    idx = index_ctype(a)
+
+    def make():
+        d = {"ACC": ct, "IDX": idx, "VT": f"{ct}{w}", "W": w, **defs, "NEUTRAL": neutral,
+             "COMBINE(a,b)": combine}
+        text = header(rt, (ct,), d, what=op) + source("common") + \
+            Template(src).substitute(name=op, w=w)
+        kname = f"lk_{family}_{op}"
+        it = IDX_NP[idx]
+        return getattr(kernels(rt, text, {kname: [it, it, it, None, None, it]},
+                               name=f"reduce:{kname}"), kname)
+    return rt.cached((f"reduce_{family}", op, ct, idx), make), w
 
 
 def _rows(op, a, n_out, n_red, row_st, acc_dt, combine, neutral):
     """Each row's result (n_out,) when a row is one CHUNK or less, else (n_out, chunks) of
     partial results, one per CHUNK of each row."""
     rt = a.rt
-    ct = CTYPES[acc_dt]
-    w = VECTOR_WIDTH[acc_dt.itemsize]
-    idx = index_ctype(a)
-    key = ("reduce_rows", op, ct, idx)
-
-    def make():
-        defs = {"ACC": ct, "IDX": idx, "VT": f"{ct}{w}", "W": w, "CHUNK": CHUNK,
-                "NEUTRAL": neutral, "COMBINE(a,b)": combine}
-        src = header(rt, (ct,), defs, what=op) + source("common") + \
-            Template(_ROWS_SRC).substitute(name=op, w=w)
-        kname = f"lk_rows_{op}"
-        it = IDX_NP[idx]
-        return getattr(kernels(rt, src, {kname: [it, it, it, None, None, it]},
-                               name=f"reduce:{kname}"), kname)
-    kernel = rt.cached(key, make)
+    kernel, _ = _vector_kernel("rows", _ROWS_SRC, op, a, acc_dt, combine, neutral,
+                               {"CHUNK": CHUNK})
     chunks = -(-n_red // CHUNK)
     part = ndarray(rt, (n_out, chunks) if chunks > 1 else (n_out,), acc_dt)
     with rt.lock:
@@ -266,8 +280,7 @@ def _cols_ok(a, outer, inner, n_out, n_red, acc_dt, out_dt, map_, better):
     kept elements contiguous and at least a vector of them: a work-item per output walked
     its column with a row stride between adds (a bias gradient, (256, 512) over axis 0, took
     75 us; (1024, 512) 551 us)."""
-    return (a.rt.info.is_cpu and n_red >= 2 and better is None and map_ == "(x)"
-            and a.dtype == acc_dt == out_dt and a.dtype.kind == "f"
+    return (_vector_ok(a, acc_dt, out_dt, map_, better) and n_red >= 2
             and n_out >= VECTOR_WIDTH[a.dtype.itemsize]
             and len(outer[0]) == 1 and outer[1][0] == 1 and len(inner[0]) == 1)
 
@@ -275,21 +288,8 @@ def _cols_ok(a, outer, inner, n_out, n_red, acc_dt, out_dt, map_, better):
 def _cols(op, a, n_out, n_red, row_st, acc_dt, combine, neutral):
     """(chunks, n_out): each column's result over each COLS_ROWS rows."""
     rt = a.rt
-    ct = CTYPES[acc_dt]
-    w = VECTOR_WIDTH[acc_dt.itemsize]
-    idx = index_ctype(a)
-    key = ("reduce_cols", op, ct, idx)
-
-    def make():
-        defs = {"ACC": ct, "IDX": idx, "VT": f"{ct}{w}", "W": w, "COLS_ROWS": COLS_ROWS,
-                "NEUTRAL": neutral, "COMBINE(a,b)": combine}
-        src = header(rt, (ct,), defs, what=op) + source("common") + \
-            Template(_COLS_SRC).substitute(name=op, w=w)
-        kname = f"lk_cols_{op}"
-        it = IDX_NP[idx]
-        return getattr(kernels(rt, src, {kname: [it, it, it, None, None, it]},
-                               name=f"reduce:{kname}"), kname)
-    kernel = rt.cached(key, make)
+    kernel, w = _vector_kernel("cols", _COLS_SRC, op, a, acc_dt, combine, neutral,
+                               {"COLS_ROWS": COLS_ROWS})
     chunks = -(-n_red // COLS_ROWS)
     part = ndarray(rt, (chunks, n_out), acc_dt)
     with rt.lock:
