@@ -183,7 +183,12 @@ def test_a_make_loop_that_raises(client, tmp_path, store):
                        "ValueError for trial 0.*no such layer size 8"):
         sweep(client, tmp_path, make_loop=broken_loop)
     t = lk.sweep.list()[0]
-    assert t["counts"] == {"failed": 3, "pending": 1}
+    # NOTE: trial 3 waits queued behind trial 2 on the one worker: whether the worker began it
+    # before the driver saw trial 2 fail is a race, so it is left pending (not begun) or
+    # interrupted (begun, then cut by the abort); never running, failed or finished
+    counts = dict(t["counts"])
+    assert counts.pop("failed") == 3
+    assert counts in ({"pending": 1}, {"interrupted": 1})
 
 
 def test_bad_arguments_are_named(client, tmp_path, store):
