@@ -4,7 +4,9 @@ The layout (format version 1):
 
 - the root group has the attribute ``labkit_dataset = 1`` (the format version) and ``splits``,
   a JSON object ``{"train": [start, stop], ...}`` of row ranges; optional ``name`` and
-  ``description`` attributes;
+  ``description`` attributes. Two splits that share rows nest (``train_full`` holds
+  ``train`` and ``valid``, as the MNIST and CIFAR-10 converters write it; a subset lies inside
+  its split); ranges that cross (``train [0, 6]``, ``test [4, 8]``) are refused;
 - every *source* is a dataset in the root group whose first axis is the example axis (all
   splits, concatenated; every source has the same number of rows); its ``axis_labels``
   attribute is a JSON list such as ``["batch", "channel", "height", "width"]``;
@@ -120,6 +122,9 @@ def write_h5(path, sources: Mapping[str, object],
         if problem:
             raise DataError(f"write_h5({path}): split {split!r} = {rng!r}: {problem}")
         checked[split] = [int(rng[0]), int(rng[1])]
+    problem = overlap_problem(checked)
+    if problem:
+        raise DataError(f"write_h5({path}): {problem}")
     for key in metadata or {}:
         if not isinstance(key, str) or not key or "/" in key or key in (".", ".."):
             raise DataError(f"write_h5({path}): metadata key {key!r} must be a non-empty string "
@@ -290,6 +295,28 @@ def split_problem(rng, n: int) -> str | None:
         return "expected [start, stop] (two integers)"
     if not 0 <= int(rng[0]) <= int(rng[1]) <= n:
         return f"expected 0 <= start <= stop <= {n} (the number of rows)"
+    return None
+
+
+def overlap_problem(splits: Mapping[str, Sequence[int]]) -> str | None:
+    """What is wrong with how valid split ranges meet, or None: two splits that share rows must
+    nest (one holds every row of the other: ``train_full`` holds ``train`` and ``valid``, a
+    ``small`` subset lies inside ``train``); ranges that cross are refused. Empty splits hold
+    no rows and meet nothing."""
+    # NOTE: sorted by start, longest first, a stack of the open ranges (each inside the one
+    # below it) finds the first range that crosses another in O(n log n)
+    order = sorted((int(a), -int(b), name) for name, (a, b) in splits.items() if a < b)
+    stack: list[tuple[int, int, str]] = []
+    for a, neg_b, name in order:
+        b = -neg_b
+        while stack and stack[-1][1] <= a:
+            stack.pop()
+        if stack and b > stack[-1][1]:
+            pa, pb, other = stack[-1]
+            return (f"splits {other!r} [{pa}, {pb}] and {name!r} [{a}, {b}] cross: they share "
+                    f"rows {a}..{pb - 1} but each has rows the other lacks; splits either hold "
+                    "disjoint rows or nest (train_full holds train and valid)")
+        stack.append((a, b, name))
     return None
 
 
@@ -489,6 +516,9 @@ class _Reader:
             if problem:
                 self.fail(f"{field}, split {name!r}", f"{problem}, got {rng!r}"[:200])
             out[name] = (int(rng[0]), int(rng[1]))
+        problem = overlap_problem(out)
+        if problem:
+            self.fail(field, problem)
         return out
 
 
