@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..autograd.function import Function
 from ..backend.opencl import lstm as _cl_lstm
 from ..errors import ShapeError
@@ -11,11 +13,28 @@ from .array import concat, split
 from .math import sigmoid, tanh
 
 
+def _gate_sigmoid(x):
+    """The gates' sigmoid on the CPU: ``1 / (1 + exp(-x))`` in four NumPy passes, where the
+    stable ``sigmoid_array`` takes twelve (an LSTM step's (32, 384) gates: 28 -> 13 us).
+    Within 3.5 ulp of the exact value wherever that is a normal number (the stable form:
+    3.1; ``exp(-x)`` loses no relative precision); where it is subnormal (x below -87 in
+    float32), 0, as ``exp(-x)`` overflows to inf (quietly). No log is taken of a gate, so
+    that is all the precision it needs; float16 (overflow from x = -11) takes the stable
+    form."""
+    if x.dtype not in (np.float32, np.float64):
+        return sigmoid_array(x)
+    with np.errstate(over="ignore"):
+        e = np.negative(x)
+        np.exp(e, out=e)
+        e += 1
+        return np.divide(1, e, out=e)
+
+
 def _gates(c_prev, x):
     """The gate activations a, i, f, o and the new cell c of one step, on device arrays."""
     n = c_prev.shape[1]
     a = xp_of(x).tanh(x[:, :n])
-    s = sigmoid_array(x[:, n:])
+    s = _gate_sigmoid(x[:, n:]) if isinstance(x, np.ndarray) else sigmoid_array(x[:, n:])
     i, f, o = s[:, :n], s[:, n:2 * n], s[:, 2 * n:]
     return a, i, f, o, a * i + f * c_prev
 
