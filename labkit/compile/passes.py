@@ -28,11 +28,19 @@ def refs(node) -> set:
     return out
 
 
+def resolve(alias, s):
+    """The slot that value ``s`` lives in after the passes: aliases chain (a duplicate
+    merged into a value that a later rewrite made an alias in turn)."""
+    while s in alias:
+        s = alias[s]
+    return s
+
+
 def _rename(n, alias):
     """Point what ``n`` reads at the slots that merged values now live in."""
-    n.ins = [alias.get(s, s) for s in n.ins]
-    n.attr_in = [(a, i, alias.get(s, s)) for a, i, s in n.attr_in]
-    n.versions = [(alias.get(a, a), b) for a, b in n.versions]
+    n.ins = [resolve(alias, s) for s in n.ins]
+    n.attr_in = [(a, i, resolve(alias, s)) for a, i, s in n.attr_in]
+    n.versions = [(resolve(alias, a), b) for a, b in n.versions]
 
 
 def fold(nodes, sources, values, consts):

@@ -42,7 +42,7 @@ class Program:
             nodes, self.rewrites = passes.stabilize(nodes, alias, t.values)
 
         def res(s):
-            return alias.get(s, s)
+            return passes.resolve(alias, s)
 
         self.out_tree = _alias_tree(t.out_tree, res)
         self.writes = [(tensor, kind, None if s is None else res(s))

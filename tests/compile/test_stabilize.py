@@ -64,3 +64,22 @@ def test_where_eager_is_finite_the_rewrites_agree_with_it(dev, stabilize):
             else:  # NOTE: without the rewrites a replay is the eager computation, bit for bit
                 np.testing.assert_array_equal(g.numpy(), w.numpy())
     assert ("stabilised" in step.explain()) == stabilize
+
+
+def test_a_duplicate_merged_into_a_rewritten_value_is_still_returned(dev):
+    """Merge makes the second log(exp(x)) an alias of the first, then the rewrite makes the
+    first an alias of x: the chain is followed (the second result's slot was read from no
+    node: a NameError in the replay)."""
+    def f(x):
+        return F.log(F.exp(x)), F.log(F.exp(x)), F.log(F.exp(x)) * 2
+
+    v = np.array([1.0, -2.0, 0.5], np.float32)
+    step = lk.compile(f)
+    for _ in range(3):
+        a, b, c = step(lk.tensor(v, device=dev))
+    assert step.stats["replays"] == 1
+    for got in (a, b):
+        np.testing.assert_allclose(got.numpy(), v, rtol=1e-6)
+    np.testing.assert_allclose(c.numpy(), 2 * v, rtol=1e-6)
+    a.data[...] = 7  # NOTE: results alias neither the argument nor each other
+    np.testing.assert_allclose(b.numpy(), v, rtol=1e-6)
