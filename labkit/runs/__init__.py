@@ -31,10 +31,13 @@ from __future__ import annotations
 
 import logging
 import shutil
+import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import CheckpointError, RunStoreError
+from . import listing
+from ._db import explain
 from .checks import MAX_CONFIG_BYTES, printable, refuse
 from .ids import RUN_ID, is_run_id, new_run_id
 from .notes import MAX_NAME, MAX_NOTE, MAX_TAG, MAX_TAGS, check_name, check_note
@@ -70,6 +73,16 @@ def list(status: str | None = None, name: str | None = None) -> list[dict]:  # n
 
 def get(run_id: str) -> dict:
     return store().get(run_id)
+
+
+def folders() -> list[str]:
+    """The folders the store names: each run directory's folder and each sweep's directory
+    (``listing.folders``)."""
+    s = store()
+    try:
+        return listing.folders(s._conn())
+    except (sqlite3.Error, UnicodeDecodeError) as e:
+        raise explain(s.path, e) from e
 
 
 def metrics(run_id: str, keys=None, since_iteration=None, max_points=None, *,
@@ -255,6 +268,6 @@ def remove_orphans() -> dict:
 
 __all__ = ["COMMANDS", "DEAD_AFTER", "MAX_CONFIG_BYTES", "MAX_NAME", "MAX_NOTE", "MAX_TAG",
            "MAX_TAGS", "RUN_ID", "STATUSES", "RunStore", "RunStoreError", "checkpoints",
-           "default_path", "delete", "delete_checkpoint", "fork", "get", "is_run_id", "list",
-           "listening", "metrics", "new_run_id", "note", "printable", "remove_orphans",
+           "default_path", "delete", "delete_checkpoint", "folders", "fork", "get", "is_run_id",
+           "list", "listening", "metrics", "new_run_id", "note", "printable", "remove_orphans",
            "rename", "send", "store", "tag", "use_store"]

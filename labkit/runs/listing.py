@@ -188,3 +188,14 @@ def page(c: sqlite3.Connection, run_dict, is_live, *, status=None, name=None, te
     if ids:  # at most max_ids of them: a caller that wants more than that refuses by total
         out["ids"] = every if max_ids is None else every[:max_ids]
     return out
+
+
+def folders(c: sqlite3.Connection) -> list[str]:
+    """The folders the store names: the folder of each run's directory and each sweep's
+    directory, absolute, without a trailing slash (what the REST API hides by name)."""
+    # NOTE: rtrim(x, replace(x, '/', '')) drops x's last component: its folder, in SQL
+    q = ("SELECT DISTINCT rtrim(directory, replace(directory, '/', '')) FROM runs "
+         "WHERE typeof(directory) = 'text' UNION SELECT DISTINCT json_extract(settings, "
+         "'$.directory') FROM sweeps WHERE json_valid(settings)")
+    out = {f.rstrip("/") for (f,) in c.execute(q) if isinstance(f, str) and f.startswith("/")}
+    return sorted(f for f in out if len(f) > 1)

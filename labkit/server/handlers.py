@@ -29,6 +29,7 @@ from .._json import loads_strict
 from ..errors import RunStoreError
 from ..runs import is_run_id
 from ..runs.notes import check_name, check_note, check_tags
+from .scrub import scrub, scrub_values
 
 #: the largest request body (a fork's changes are a config: 64 KiB of JSON at most)
 MAX_BODY = 256 * 1024
@@ -40,28 +41,12 @@ MAX_LIMIT = 1000
 STATUS_FOR = {"not_found": 404, "deleted": 404, "invalid": 400, "live": 409, "damaged": 503,
               "failed": 503, "not_training": 409}
 _INT_RE = re.compile(r"-?[0-9]{1,18}")
-# an absolute path (or ~/...) not glued to a word, or one under a system's usual top-level
-# directories wherever it starts ("checkpoint-/tmp/x", "3/home/u"): what `scrub` hides
-_PATH_RE = re.compile(r"(?:(?<![\w.~/-])~?|(?=/(?:home|tmp|root|usr|var|etc|mnt|opt|srv|"
-                      r"data|media|private|Users|Volumes|run|proc)/))"
-                      r"/[^\s'\"`<>|,;:()\[\]{}]+")
 
 
 class BadRequest(Exception):
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
         self.status, self.message = status, message
-
-
-def scrub(text) -> str:
-    """``text`` without filesystem paths: the store's file becomes "the run store", any other
-    absolute path ``<path>``."""
-    text = str(text)
-    try:
-        text = text.replace(str(runs.store().path), "the run store")
-    except RunStoreError:
-        pass
-    return _PATH_RE.sub("<path>", text)
 
 
 def _clean(v):
@@ -72,16 +57,6 @@ def _clean(v):
         return {str(k): _clean(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_clean(x) for x in v]
-    return v
-
-
-def _scrub_strings(v):
-    if isinstance(v, str):
-        return scrub(v)
-    if isinstance(v, dict):
-        return {k: _scrub_strings(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_scrub_strings(x) for x in v]
     return v
 
 
@@ -97,7 +72,7 @@ def public_run(run: dict) -> dict:
         where, _, qual = factory.rpartition(":")
         out["factory"] = f"{PurePath(where).name}:{qual}"
     out["error"] = scrub(run["error"]) if run.get("error") else run.get("error")
-    out["progress"] = _scrub_strings(run.get("progress") or {})
+    out["progress"] = scrub_values(run.get("progress") or {})
     # NOTE: the run page reads them from runs/ID; a list of many runs stays small without
     out.pop("note", None)
     out.pop("traceback", None)
