@@ -116,6 +116,8 @@ def _describe(key):
 
 #: what ``explain`` says of each pass that changed a program: (its count, the line)
 _PASS_LINES = (
+    ("pieces", "one piece: {} slice(s) or gradient(s) of one step of a stack read from "
+               "that step"),
     ("gathered", "gathered: {} sum(s) of matrix products into one product each"),
     ("epilogues", "epilogue: relu folded into {} linear or conv2d node(s)"),
     ("added", "epilogue: an addition folded into {} matrix product(s)"),

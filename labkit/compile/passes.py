@@ -236,6 +236,77 @@ def _same_meta(values, a, b):
             and va.dtype == vb.dtype)
 
 
+# ---- one step of a stack ----------------------------------------------------------------------
+
+
+def _one_index(key, shape, axis):
+    """``k`` when ``key`` selects index ``k`` of ``axis`` and every element of the other
+    axes of an array of ``shape`` (``[:, -1]``), else None."""
+    key = key if isinstance(key, tuple) else (key,)
+    if not axis < len(key) <= len(shape):
+        return None
+    k = key[axis]
+    if (isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer))
+            or not -shape[axis] <= k < shape[axis]):
+        return None
+    if any(not (isinstance(x, slice) and x == slice(None)) for i, x in enumerate(key)
+           if i != axis):
+        return None
+    return int(k) % shape[axis]
+
+
+def one_piece(nodes, alias, values):
+    """A loop's stacked outputs read at one step only (an RNN's last hidden state,
+    ``net(x)[:, -1]``): ``stack(h_1, ..., h_T)[:, k]`` is ``h_k``; and its gradient, the
+    slice's adjoint (zeros but ``g`` at ``k``) unbound into T pieces, is ``g`` for piece
+    ``k`` and zeros for the others, which the backward adds to each step's gradient of h:
+    ``u + 0`` is ``u``. The slice, the piece and the sums become aliases; the stack, the
+    zeros and T - 1 additions go (prune). Bit for bit eager but for a zero's sign where
+    ``u`` is -0.0 (-0.0 + 0.0 is +0.0). Returns the nodes and how many were rewritten."""
+    from ..functions import array as fa
+    from ..functions import math as m
+
+    made_by: dict = {}
+    fixed = changed_in_place(nodes)
+    zeros: set = set()
+    kept, count = [], 0
+
+    def op(s, cls):
+        n = made_by.get(s)
+        return n if n is not None and n.kind == "op" and type(n.fn) is cls else None
+
+    for n in nodes:
+        if alias:
+            _rename(n, alias)
+        t = type(n.fn) if n.kind == "op" and not n.attr_in else None
+        y = n.outs[0] if n.outs else None
+        if t is fa.GetItem and (st := op(n.ins[0], fa.Stack)) is not None:
+            k = _one_index(n.fn.key, values[n.ins[0]].shape, st.fn.axis)
+            if (k is not None and y not in fixed and st.ins[k] not in fixed
+                    and _same_meta(values, y, st.ins[k])):
+                alias[y] = st.ins[k]
+                count += 1
+                continue
+        elif t is fa.Unbind and (gi := op(n.ins[0], fa.GetItemGrad)) is not None:
+            k = _one_index(gi.fn.key, gi.fn.shape, n.fn.axis)
+            g = gi.ins[0]
+            if (k is not None and len(n.outs) == gi.fn.shape[n.fn.axis] and g not in fixed
+                    and n.outs[k] not in fixed and _same_meta(values, n.outs[k], g)):
+                alias[n.outs[k]] = g
+                zeros.update(p for i, p in enumerate(n.outs) if i != k and p not in fixed)
+                count += 1
+        elif t is m.Add and len(n.ins) == 2 and y not in fixed:
+            u = next((a for a, z in (n.ins, n.ins[::-1]) if z in zeros and a not in fixed
+                      and _same_meta(values, y, a)), None)
+            if u is not None:
+                alias[y] = u
+                continue
+        for s in n.outs:
+            made_by[s] = n
+        kept.append(n)
+    return kept, count
+
+
 # ---- sums of products --------------------------------------------------------------------------
 
 

@@ -40,6 +40,9 @@ class Program:
         self.rewrites: list = []
         if stabilize:
             nodes, self.rewrites = passes.stabilize(nodes, alias, t.values)
+        self.pieces = 0
+        if cse:
+            nodes, self.pieces = passes.one_piece(nodes, alias, t.values)
 
         def res(s):
             return passes.resolve(alias, s)
