@@ -207,6 +207,8 @@ def runs_cmd(args) -> int:
             pr = r["progress"] or {}
             last = ", ".join(f"{show(k)} {v:.4g}" for k, v in
                              list(pr.get("last", {}).items())[:3] if not k.startswith("time"))
+            if "damaged" in r:  # its row cannot be read; `labkit runs rm ID` deletes it
+                last = f"damaged: {show(r['damaged'])}"
             print(f"{show(r['id']):32s} {show(r['name'] or '-')[:16]:16s} "
                   f"{show(r['status']):12s} "
                   f"{_when(r['created']):16s} {pr.get('epoch', 0):5d} "

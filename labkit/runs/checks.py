@@ -25,6 +25,33 @@ def refuse(message: str, reason: str) -> RunStoreError:
     return e
 
 
+def json_columns(d: dict, spec) -> None:
+    """Decode the JSON text columns of row ``d`` in place: ``spec`` is ``(column, type)``
+    pairs (an empty column is that type's empty value). A ValueError names the first column
+    that is not JSON of its type (a damaged row)."""
+    for col, kind in spec:
+        try:
+            v = json.loads(d.get(col) or ("[]" if kind is list else "{}"))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"its {col} is not JSON ({e})") from None
+        if not isinstance(v, kind):
+            raise ValueError(f"its {col} is not a JSON {'list' if kind is list else 'object'}")
+        d[col] = v
+
+
+def damaged_row(row, why, **empty) -> dict:
+    """What a list shows in place of a row it cannot decode (one damaged row does not hide the
+    others): the row's plain values (text, numbers, None; its times only if numbers), the
+    ``empty`` values for its JSON columns, ``status`` ``"damaged"`` and ``damaged``: why."""
+    d = {k: v if v is None or isinstance(v, (str, int, float)) else None
+         for k, v in dict(row).items()}
+    for t in ("created", "started", "ended", "heartbeat"):
+        if t in d and not isinstance(d[t], (int, float)):
+            d[t] = None
+    d.update(empty, status="damaged", damaged=str(why))
+    return d
+
+
 def config_json(config, what: str = "config") -> str:
     """``config`` as JSON text, checked: a dict with string keys at every level, values that
     are strings, finite numbers, booleans, None, lists or dicts, nested at most

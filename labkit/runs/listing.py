@@ -23,7 +23,8 @@ import json
 import sqlite3
 from collections.abc import Callable
 
-from .checks import refuse
+from ..errors import RunStoreError
+from .checks import damaged_row, refuse
 
 #: orders a list can have: ``status`` orders by the stored status (a dead run sorts as running)
 SORTS = {
@@ -37,6 +38,34 @@ SORTS = {
 _STORED = {"running": ("running",), "dead": ("running",), "live": ("running", "paused")}
 #: the most points a sparkline may have
 MAX_POINTS = 200
+
+
+#: a run row's JSON columns and what each holds
+RUN_JSON = (("config", dict), ("progress", dict), ("tags", list))
+
+
+def listed(run_dict, row, is_live) -> dict:
+    """``run_dict(row)``, or for a row that cannot be decoded (a damaged store) the record a
+    list shows in its place: its plain columns, empty config, progress and tags, ``status``
+    ``"damaged"`` (``stored_status``: the stored one) and ``damaged``: which column is not
+    what it should be. Reading that run by itself stays a ``RunStoreError``."""
+    try:
+        return run_dict(row)
+    except RunStoreError as e:
+        if getattr(e, "reason", None) != "damaged":
+            raise
+        d = damaged_row(row, e.__cause__ or e, config={}, progress={}, tags=[])
+        d["stored_status"] = row["status"] if isinstance(row["status"], str) else None
+        return d
+
+
+def listed_as(run: dict, is_live) -> str | None:
+    """The status a filter selects ``run`` by: its own, or a damaged run's stored one
+    (``dead`` for a running one that is not live), so that it stays where counts put it."""
+    if "damaged" not in run:
+        return run["status"]
+    status = run["stored_status"]
+    return "dead" if status == "running" and not is_live(run) else status
 
 
 def _like(name: str) -> str:
@@ -176,9 +205,9 @@ def page(c: sqlite3.Connection, run_dict, is_live, *, status=None, name=None, te
                      "invalid")
     every = matching(c, is_live, status, name, sort, text)
     window = every[offset:] if limit is None else every[offset:offset + limit]
-    runs = [run_dict(r) for r in rows(c, window)]
+    runs = [listed(run_dict, r, is_live) for r in rows(c, window)]
     if status is not None and status != "live":  # a run that died between the two reads
-        runs = [r for r in runs if r["status"] == status]
+        runs = [r for r in runs if listed_as(r, is_live) == status]
     if metric is not None:
         lines = sparklines(c, [r["id"] for r in runs], metric, points)
         for r in runs:

@@ -30,7 +30,7 @@ from ..config import home
 from ..errors import RunStoreError
 from . import blocks, lineage, listing, schema, sweeps
 from ._db import connect, explain, guarded, pid_alive, transaction
-from .checks import config_json, refuse
+from .checks import config_json, json_columns, refuse
 from .downsample import minmax_indices
 from .ids import new_run_id
 from .notes import MAX_TRACEBACK, check_name, check_note, check_tag, check_tags
@@ -237,7 +237,8 @@ class RunStore:
 
     def list(self, status: str | None = None, name: str | None = None) -> list[dict]:
         """Runs, newest first; ``status`` may also be ``"dead"`` (running, heartbeat stopped);
-        ``name`` matches part of the name, literally."""
+        ``name`` matches part of the name, literally. A run whose row cannot be read is listed
+        with status ``"damaged"`` and ``damaged`` saying why (``listing.listed``)."""
         if status is not None and status not in (*STATUSES, "dead"):
             raise refuse(f"list: status must be one of {(*STATUSES, 'dead')}, got {status!r}",
                          "invalid")
@@ -246,9 +247,10 @@ class RunStore:
             q += " WHERE name LIKE ? ESCAPE '\\'"
             args.append("%" + str(name).replace("\\", "\\\\").replace("%", "\\%")
                         .replace("_", "\\_") + "%")
-        rows = [self._run_dict(r) for r in
+        # NOTE: a damaged row is listed as such (listing.listed), not a reason to list nothing
+        rows = [listing.listed(self._run_dict, r, self.is_live) for r in
                 self._conn().execute(q + " ORDER BY created DESC, id DESC", args).fetchall()]
-        return [r for r in rows if status is None or r["status"] == status]
+        return [r for r in rows if status is None or listing.listed_as(r, self.is_live) == status]
 
     def page(self, status: str | None = None, name: str | None = None, sort: str = "newest",
              offset: int = 0, limit: int | None = None, metric: str | None = None,
@@ -283,20 +285,14 @@ class RunStore:
     def _run_dict(self, row) -> dict:
         d = dict(row)
         try:
-            d["config"] = json.loads(d["config"] or "{}")
-            d["progress"] = json.loads(d["progress"]) if d.get("progress") else {}
-            if not isinstance(d["config"], dict) or not isinstance(d["progress"], dict):
-                raise ValueError("config and progress must be JSON objects")
-            d["tags"] = json.loads(d.get("tags") or "[]")
-            if not isinstance(d["tags"], list):
-                raise ValueError("tags must be a JSON list")
-            d["stored_status"] = d["status"]
-            # NOTE: only a running run can die: "paused" is also a run whose process ended
-            # after run(max_iterations=N), waiting to be continued
-            if d["status"] == "running" and not self.is_live(d):
-                d["status"] = "dead"
-        except (TypeError, ValueError) as e:
+            json_columns(d, listing.RUN_JSON)
+        except ValueError as e:
             raise self._damaged(f"run {d.get('id')!r}", e) from e
+        d["stored_status"] = d["status"]
+        # NOTE: only a running run can die: "paused" is also a run whose process ended
+        # after run(max_iterations=N), waiting to be continued
+        if d["status"] == "running" and not self.is_live(d):
+            d["status"] = "dead"
         return d
 
     def is_live(self, run: dict) -> bool:
@@ -320,7 +316,7 @@ class RunStore:
             row = c.execute("SELECT * FROM runs WHERE id = ?", (str(run_id),)).fetchone()
             if row is None:
                 raise refuse(f"no run {run_id!r} in {self.path}", "not_found")
-            run = self._run_dict(row)
+            run = listing.listed(self._run_dict, row, self.is_live)  # a damaged one too
             if not force and self.is_live(run):
                 raise refuse(f"run {run_id} is training (pid {run['pid']} on {run['host']}, "
                              f"status {run['stored_status']}): stop it first, or delete it "

@@ -14,7 +14,8 @@ import os
 import socket
 import time
 
-from .checks import config_json, refuse
+from ..errors import RunStoreError
+from .checks import config_json, damaged_row, json_columns, refuse
 from .ids import new_run_id
 
 TABLES = [
@@ -83,20 +84,26 @@ def add_trials(c, sweep_id: str, params: list[dict]) -> list[int]:
 
 
 def _damaged(what: str, e: Exception):
-    return refuse(f"{what} cannot be read ({e}): the run store is damaged; `labkit doctor` "
-                  "checks it", "damaged")
+    return refuse(f"{what} cannot be read ({e}): the run store is damaged there", "damaged")
 
 
 def sweep_dict(row) -> dict:
     d = dict(row)
     try:
-        d["settings"] = json.loads(d["settings"] or "{}")
-        d["space"] = json.loads(d["space"] or "{}")
-        if not isinstance(d["settings"], dict) or not isinstance(d["space"], dict):
-            raise ValueError("settings and space must be JSON objects")
-    except (TypeError, ValueError) as e:
+        json_columns(d, (("settings", dict), ("space", dict)))
+    except ValueError as e:
         raise _damaged(f"sweep {d.get('id')!r}", e) from e
     return d
+
+
+def listed(row) -> dict:
+    """``sweep_dict(row)``, or for a row that cannot be decoded the record a list shows in its
+    place (``checks.damaged_row``: ``status`` ``"damaged"``, ``damaged`` says why); reading
+    that sweep by itself stays a ``RunStoreError``."""
+    try:
+        return sweep_dict(row)
+    except RunStoreError as e:
+        return damaged_row(row, e.__cause__ or e, settings={}, space={})
 
 
 def get(c, sweep_id: str, path) -> dict:
@@ -117,7 +124,7 @@ def listing(c) -> list[dict]:
         counts.setdefault(sid, {})[status] = n
     out = []
     for row in c.execute("SELECT * FROM sweeps ORDER BY created DESC, id DESC"):
-        d = sweep_dict(row)
+        d = listed(row)
         d["counts"] = counts.get(d["id"], {})
         out.append(d)
     return out
@@ -150,11 +157,8 @@ def clear_request(c, sweep_id: str, request: str) -> bool:
 def trial_dict(row) -> dict:
     d = dict(row)
     try:
-        d["params"] = json.loads(d["params"])
-        results = json.loads(d["results"] or "{}")
-        if not isinstance(d["params"], dict) or not isinstance(results, dict):
-            raise ValueError("params and results must be JSON objects")
-        d["results"] = {int(k): v for k, v in results.items()}
+        json_columns(d, (("params", dict), ("results", dict)))
+        d["results"] = {int(k): v for k, v in d["results"].items()}
     except (TypeError, ValueError) as e:
         raise _damaged(f"trial {d.get('number')!r} of sweep {d.get('sweep_id')!r}", e) from e
     return d
@@ -231,9 +235,10 @@ def best_value(values: dict, mode: str):
 
 def summaries(c, limit: int, dead_after: float) -> dict:
     """The newest ``limit`` sweeps, each ``{id, name, status, counts, trials, done, best,
-    metric, mode, created}`` (``done``: trials finished, stopped or failed), and ``total``."""
+    metric, mode, created, error}`` (``done``: trials finished, stopped or failed; a sweep
+    whose row cannot be read: status ``damaged`` and ``damaged``, why), and ``total``."""
     total = c.execute("SELECT COUNT(*) FROM sweeps").fetchone()[0]
-    rows = [sweep_dict(r) for r in c.execute(
+    rows = [listed(r) for r in c.execute(
         "SELECT * FROM sweeps ORDER BY created DESC, id DESC LIMIT ?", (int(limit),))]
     ids = [r["id"] for r in rows]
     counts: dict = {}
@@ -257,7 +262,9 @@ def summaries(c, limit: int, dead_after: float) -> dict:
         out.append({"id": r["id"], "name": r["name"], "status": shown_status(r, dead_after),
                     "counts": n, "trials": sum(n.values()),
                     "done": sum(n.get(s, 0) for s in DONE),
-                    "best": best_value(values.get(r["id"], {}), mode),
+                    "best": None if "damaged" in r else best_value(values.get(r["id"], {}),
+                                                                     mode),
                     "metric": r["settings"].get("metric"), "mode": mode,
-                    "created": r["created"], "error": r["error"]})
+                    "created": r["created"], "error": r["error"],
+                    **({"damaged": r["damaged"]} if "damaged" in r else {})})
     return {"sweeps": out, "total": total}

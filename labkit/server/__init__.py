@@ -6,7 +6,11 @@ checkpoint ids are checked against a pattern and then against the store: nothing
 becomes a filesystem path, and no path leaves in a response. Errors are JSON
 ``{"message": ...}``: 400 for a malformed request, 404 for an unknown run, checkpoint or
 sweep, 409 for deleting a run that trains or stopping a sweep no driver runs, 413 for a body
-over 256 KiB, 503 for a damaged or locked store.
+over 256 KiB, 503 for a damaged or locked store. A run or sweep whose row cannot be read is a
+503 by itself (``runs/ID``, ``sweeps/ID``), but the lists show it among the others with
+``"status": "damaged"`` and ``"damaged"``: why (e.g. ``"its config is not JSON (...)"``); its
+other fields are what could be read (``config``, ``progress`` and ``settings`` empty). Such a
+run can still be deleted.
 
 =======  ================================================  ====================================
 GET      ``runs?status=&name=``                            runs, newest first (``dead`` when

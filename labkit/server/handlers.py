@@ -72,6 +72,8 @@ def public_run(run: dict) -> dict:
         where, _, qual = factory.rpartition(":")
         out["factory"] = f"{PurePath(where).name}:{qual}"
     out["error"] = scrub(run["error"]) if run.get("error") else run.get("error")
+    if "damaged" in run:  # a list's stand-in for a run whose row cannot be read
+        out["damaged"] = scrub(run["damaged"])
     out["progress"] = scrub_values(run.get("progress") or {})
     # NOTE: the run page reads them from runs/ID; a list of many runs stays small without
     out.pop("note", None)
@@ -273,7 +275,9 @@ class Run(Base):
 
     @endpoint
     def delete(self, run_id):
-        self.run_or_404(run_id)
+        # NOTE: not run_or_404: a damaged run, a 503 to read, can still be deleted
+        if not runs.store().exists(run_id):
+            raise BadRequest(f"no run {run_id}", 404)
         runs.delete(run_id, files=True, force=self.bool_query("force"))
         self.write_json({"deleted": run_id})
 

@@ -21,6 +21,8 @@ MAX_COMPARE = 50
 #: the most points one compare answer holds, every run and key together: ``max_points`` is
 #: lowered so that (series in the answer) x ``max_points`` stays within it
 MAX_COMPARE_POINTS = 60_000
+
+
 class Runs(Base):
     """``GET runs``: every run, newest first (the old form); ``name=`` matches part of the name,
     ``q=`` part of the name or id; with ``limit``, ``offset``, ``sort``, ``metric``, ``points``
@@ -29,7 +31,9 @@ class Runs(Base):
     with ``metric=KEY``, each run's ``metric``: ``{iteration, value, last, last_iteration}``,
     a sparkline of at most ``points`` points downsampled in SQLite, or null. ``ids=1`` adds
     the ids of the matching runs, at most ``MAX_COMPARE + 1`` of them (what "compare every
-    match" needs to refuse more than ``MAX_COMPARE``; ``total`` says how many match)."""
+    match" needs to refuse more than ``MAX_COMPARE``; ``total`` says how many match). A run
+    whose row cannot be read is listed with status ``damaged`` and ``damaged`` (why; its own
+    ``runs/ID`` answers 503), not a 503 for the whole list."""
 
     @endpoint
     def get(self):

@@ -48,13 +48,15 @@ def public_trial(t: dict) -> dict:
 class Sweeps(Base):
     """``GET sweeps?limit=50``: the newest sweeps, each ``{id, name, status, counts, trials,
     done, best, metric, mode, created, error}`` (``status`` ``dead``: running, but its driver
-    is gone), and ``total``."""
+    is gone), and ``total``. A sweep whose row cannot be read is listed with status
+    ``damaged`` and ``damaged`` (why; ``sweeps/ID`` answers 503), not a 503 for the list."""
 
     @endpoint
     def get(self):
         limit = self.int_query("limit", 1, MAX_SWEEPS) or 50
         body = runs.store().sweep_summaries(limit)
-        body["sweeps"] = [{**s, "error": scrub(s["error"]) if s["error"] else None}
+        body["sweeps"] = [{**s, "error": scrub(s["error"]) if s["error"] else None,
+                           **({"damaged": scrub(s["damaged"])} if "damaged" in s else {})}
                           for s in body["sweeps"] if is_run_id(s["id"])]
         self.write_json(body)
 

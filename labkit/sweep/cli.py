@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..errors import RunStoreError
 from ..runs.checks import printable as show
 from .space import SweepError
 
@@ -150,17 +151,24 @@ def ls_cmd(args) -> int:
         return 0
     print(f"{'id':32s} {'name':16s} {'status':11s} {'created':16s} {'done':>11s}  best")
     for rec in recs:
-        sw = Sweep(rec["id"])
         total = sum(rec["counts"].values())
         done = sum(rec["counts"].get(s, 0) for s in ("finished", "stopped", "failed"))
-        try:
-            b = sw.best()
-            best = f"{show(sw.metric)} {_fmt(b[sw.metric])} (trial {b['trial']})"
-        except SweepError:
-            best = "-"
+        status, best = rec["status"], f"damaged: {show(rec.get('damaged'))}"
+        if "damaged" not in rec:  # NOTE: one damaged sweep or trial does not hide the others
+            try:
+                sw = Sweep(rec["id"])
+                status = sw.status
+                b = sw.best()
+                best = f"{show(sw.metric)} {_fmt(b[sw.metric])} (trial {b['trial']})"
+            except SweepError:
+                best = "-"
+            except RunStoreError as e:
+                if getattr(e, "reason", None) != "damaged":
+                    raise
+                best = f"damaged: {show(e)}"
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(rec["created"] or 0))
         print(f"{show(rec['id']):32s} {show(rec['name'] or '-')[:16]:16s} "
-              f"{sw.status:11s} {when:16s} {f'{done}/{total}':>11s}  {best}")
+              f"{show(status):11s} {when:16s} {f'{done}/{total}':>11s}  {best}")
     return 0
 
 

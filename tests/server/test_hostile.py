@@ -390,7 +390,8 @@ def test_the_table_is_large_and_every_path_is_urlsafe():
 
 async def test_a_damaged_sweep_row_is_a_503_not_a_500(jp_fetch, fresh_store):
     """A sweep whose settings, space or trial params are not JSON objects (a damaged store):
-    the sweep's routes and the sweep list answer 503 naming the damage."""
+    the sweep's routes answer 503 naming the damage; the sweep list shows it as damaged
+    (tests/server/test_damaged_rows.py)."""
     from tornado.httpclient import HTTPClientError
 
     sid = fresh_store.create_sweep("s", None, "{}", {"metric": "loss", "mode": "min",
@@ -399,8 +400,9 @@ async def test_a_damaged_sweep_row_is_a_503_not_a_500(jp_fetch, fresh_store):
     for column, value in (("settings", "{not json"), ("settings", "[1, 2]")):
         conn.execute(f"UPDATE sweeps SET {column} = ? WHERE id = ?", (value, sid))  # noqa: S608
         conn.commit()
-        for path, method in ((("sweeps",), "GET"), (("sweeps", sid), "GET"),
-                             (("sweeps", sid, "stop"), "POST")):
+        (listed,) = json.loads((await jp_fetch("labkit", "api", "sweeps")).body)["sweeps"]
+        assert listed["status"] == "damaged" and "its settings" in listed["damaged"]
+        for path, method in ((("sweeps", sid), "GET"), (("sweeps", sid, "stop"), "POST")):
             with pytest.raises(HTTPClientError) as e:
                 await jp_fetch("labkit", "api", *path, method=method,
                                **({"body": b"{}"} if method == "POST" else {}))

@@ -1,0 +1,151 @@
+"""One damaged run or sweep row (JSON columns that do not decode) does not hide the others:
+the lists (REST, ``lk.runs.list``, ``lk.sweep.list``, ``labkit runs``, ``labkit sweep ls``)
+show it with status ``damaged`` and why; reading it by itself is still a 503 naming the damage."""
+
+import json
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+import labkit as lk
+from labkit.cli import main
+
+SETTINGS = {"metric": "loss", "mode": "min", "trials": 2}
+# (column, damaged text, what the damage is called)
+RUN_DAMAGE = [("config", "{oops", "its config is not JSON"),
+              ("progress", "[1, 2]", "its progress is not a JSON object"),
+              ("tags", '"x"', "its tags is not a JSON list")]
+
+
+def damage(store, table: str, column: str, value, key: str, rid: str) -> None:
+    store._conn().execute(f"UPDATE {table} SET {column} = ? WHERE {key} = ?",  # noqa: S608
+                          (value, rid))
+
+
+def seeded(store) -> dict:
+    good = store.create_run("good", {"lr": 0.1})
+    store.update_run(good, status="finished", progress={"iteration": 5})
+    store.add_metrics(good, [(i, 0, "loss", 1.0 / (i + 1), 0.0) for i in range(5)])
+    bad = {}
+    for column, value, _ in RUN_DAMAGE:
+        rid = store.create_run(f"bad {column}", {"lr": 0.2})
+        store.update_run(rid, status="finished")
+        damage(store, "runs", column, value, "id", rid)
+        bad[rid] = column
+    ok = store.create_sweep("ok", None, "{}", SETTINGS, [{"lr": 0.1}, {"lr": 0.2}])
+    store.update_trials(ok, {0: {"status": "finished", "value": 0.5}})
+    broken = store.create_sweep("broken", None, "{}", SETTINGS, [{"lr": 0.1}])
+    damage(store, "sweeps", "settings", "[1, 2]", "id", broken)
+    odd_trial = store.create_sweep("odd trial", None, "{}", SETTINGS, [{"lr": 0.1}])
+    damage(store, "trials", "params", "nope", "sweep_id", odd_trial)
+    return {"good": good, "bad": bad, "ok": ok, "broken": broken, "odd_trial": odd_trial}
+
+
+def why(column: str) -> str:
+    return next(w for c, _, w in RUN_DAMAGE if c == column)
+
+
+def test_the_store_lists_damaged_rows_as_damaged(fresh_store):
+    ids = seeded(fresh_store)
+    listed = {r["id"]: r for r in fresh_store.list()}
+    assert listed[ids["good"]]["status"] == "finished"
+    assert listed[ids["good"]]["config"] == {"lr": 0.1} and "damaged" not in listed[ids["good"]]
+    for rid, column in ids["bad"].items():
+        r = listed[rid]
+        assert r["status"] == "damaged" and r["stored_status"] == "finished"
+        assert r["damaged"].startswith(why(column)), r["damaged"]
+        assert (r["config"], r["progress"], r["tags"]) == ({}, {}, [])
+        assert r["name"] == f"bad {column}" and isinstance(r["created"], float)
+        with pytest.raises(lk.runs.RunStoreError) as e:
+            fresh_store.get(rid)
+        assert e.value.reason == "damaged" and why(column) in str(e.value)
+    # a status filter finds a damaged run where the counts put it: by its stored status
+    assert len(fresh_store.list(status="finished")) == 4
+    page = fresh_store.page(status="finished", limit=10, metric="loss")
+    assert page["total"] == len(page["runs"]) == page["counts"]["finished"] == 4
+    assert fresh_store.page(status="created", limit=10)["runs"] == []
+    sweeps = {s["id"]: s for s in lk.sweep.list()}
+    assert sweeps[ids["broken"]]["status"] == "damaged"
+    assert sweeps[ids["broken"]]["damaged"] == "its settings is not a JSON object"
+    assert sweeps[ids["ok"]]["settings"]["metric"] == "loss"
+
+
+def test_a_damaged_run_can_be_deleted(fresh_store):
+    ids = seeded(fresh_store)
+    rid = next(iter(ids["bad"]))
+    lk.runs.delete(rid)
+    assert not fresh_store.exists(rid) and fresh_store.exists(ids["good"])
+
+
+async def test_the_run_list_shows_a_damaged_run_and_its_page_is_a_503(jp_fetch, fresh_store,
+                                                                      tmp_path):
+    ids = seeded(fresh_store)
+    for params in ({}, {"limit": "50", "metric": "loss", "sort": "name"},
+                   {"limit": "50", "status": "finished", "ids": "1"}, {"q": "bad"}):
+        r = await jp_fetch("labkit", "api", "runs", params=params)
+        body = json.loads(r.body)
+        listed = {x["id"]: x for x in body["runs"]}
+        assert set(ids["bad"]) <= set(listed), params
+        assert (ids["good"] in listed) == ("q" not in params)
+        if "q" not in params:
+            assert listed[ids["good"]]["status"] == "finished"
+            assert "damaged" not in listed[ids["good"]]
+        for rid, column in ids["bad"].items():
+            entry = listed[rid]
+            assert entry["status"] == "damaged" and entry["damaged"].startswith(why(column))
+            # what the sidebar reads of a row is there, with the shapes it expects
+            assert entry["name"] == f"bad {column}" and isinstance(entry["created"], float)
+            assert entry["progress"] == {} and "directory" not in entry
+        assert str(tmp_path) not in r.body.decode()
+    for rid, column in ids["bad"].items():
+        with pytest.raises(HTTPClientError) as e:
+            await jp_fetch("labkit", "api", "runs", rid)
+        message = json.loads(e.value.response.body)["message"]
+        assert e.value.code == 503 and why(column) in message and "damaged" in message
+        assert str(tmp_path) not in message
+    rid = next(iter(ids["bad"]))
+    r = await jp_fetch("labkit", "api", "runs", rid, method="DELETE")
+    assert r.code == 200 and not fresh_store.exists(rid)
+
+
+async def test_the_sweep_list_shows_a_damaged_sweep_and_its_page_is_a_503(jp_fetch,
+                                                                          fresh_store):
+    ids = seeded(fresh_store)
+    body = json.loads((await jp_fetch("labkit", "api", "sweeps")).body)
+    listed = {s["id"]: s for s in body["sweeps"]}
+    assert body["total"] == 3 and len(listed) == 3
+    broken = listed[ids["broken"]]
+    assert broken["status"] == "damaged"
+    assert broken["damaged"] == "its settings is not a JSON object"
+    assert (broken["trials"], broken["done"], broken["best"]) == (1, 0, None)
+    ok = listed[ids["ok"]]
+    assert "damaged" not in ok and ok["best"] == 0.5 and ok["metric"] == "loss"
+    # the list does not read trials: a damaged trial shows when its sweep is opened
+    assert "damaged" not in listed[ids["odd_trial"]]
+    for sid, what in ((ids["broken"], "settings"), (ids["odd_trial"], "params")):
+        with pytest.raises(HTTPClientError) as e:
+            await jp_fetch("labkit", "api", "sweeps", sid)
+        message = json.loads(e.value.response.body)["message"]
+        assert e.value.code == 503 and "damaged" in message and f"its {what}" in message
+
+
+def test_the_cli_lists_list_damaged_rows_and_the_others(fresh_store, capsys):
+    ids = seeded(fresh_store)
+    assert main(["runs"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert set(lines) == {ids["good"], *ids["bad"]}
+    assert " finished " in lines[ids["good"]]
+    for rid, column in ids["bad"].items():
+        assert " damaged " in lines[rid] and f"damaged: {why(column)}" in lines[rid]
+    assert main(["runs", "ls", "--status", "finished"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 5
+    assert main(["sweep", "ls"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert set(lines) == {ids["ok"], ids["broken"], ids["odd_trial"]}
+    assert "loss 0.5 (trial 0)" in lines[ids["ok"]]
+    assert " damaged " in lines[ids["broken"]]
+    assert "damaged: its settings is not a JSON object" in lines[ids["broken"]]
+    assert "damaged: trial 0 of sweep" in lines[ids["odd_trial"]]
+    assert "its params is not JSON" in lines[ids["odd_trial"]]
