@@ -537,7 +537,8 @@ class RunStore:
         return sweeps.get(self._conn(), sweep_id, self.path)
 
     def list_sweeps(self) -> list[dict]:
-        """Sweeps, newest first, each with ``counts`` of its trials by status."""
+        """Sweeps, newest first, each with ``counts`` of its trials by status (a damaged row
+        as ``sweeps.listed`` shows it)."""
         return sweeps.listing(self._conn())
 
     def sweep_summaries(self, limit: int = 50) -> dict:

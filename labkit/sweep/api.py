@@ -270,5 +270,6 @@ def get(sweep_id: str) -> Sweep:
 
 
 def list() -> list[dict]:  # noqa: A001 - lk.sweep.list(), as lk.runs.list()
-    """Every sweep in the store, newest first, with its trials counted by status."""
+    """Every sweep in the store, newest first, with its trials counted by status (one whose
+    row cannot be read: status ``"damaged"`` and ``"damaged"``, why)."""
     return runs.store().list_sweeps()
