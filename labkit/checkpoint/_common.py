@@ -43,6 +43,14 @@ def is_int(v) -> bool:
     return type(v) is int  # NOTE: not isinstance: True and False are ints too
 
 
+def is_count(v) -> bool:
+    """An integer (not a bool) in [0, 2**63): what every counter and step number of a saved
+    state must be (iterations, epochs, optimizer steps, generator counters; the run store keeps
+    them as SQLite integers)."""
+    return (isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+            and 0 <= v < INT64)
+
+
 def kind(v) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
             int: "an integer", float: "a number", type(None): "null"}.get(type(v), type(v).__name__)

@@ -19,6 +19,7 @@ from ._common import (
     VERSION,
     brief,
     check_keys,
+    is_count,
     is_int,
     kind,
     read_json,
@@ -50,8 +51,9 @@ def check_manifest(m, where="manifest.json") -> dict:
     check_keys(m, ("format", "version", counter, "epoch", "files"),
                ("labkit", "created", "run_id", "metrics", "fields_crc32"), where)
     for k in (counter, "epoch"):
-        if not is_int(m[k]) or not 0 <= m[k] < INT64:
-            raise CheckpointError(f"{where}: {k} is {brief(m[k])}, expected an integer >= 0")
+        if not is_int(m[k]) or not is_count(m[k]):
+            raise CheckpointError(f"{where}: {k} is {brief(m[k])}, expected an integer in "
+                                  "[0, 2**63)")
     if not isinstance(m.get("labkit", ""), str):
         raise CheckpointError(f"{where}: labkit is {brief(m['labkit'])}, expected a version "
                               "string")

@@ -21,6 +21,7 @@ import numpy as np
 from .. import roles as _roles
 from ..autograd.trace import host
 from ..backend import get_array_module, zeros
+from ..checkpoint import is_count
 from ..errors import CheckpointError
 from . import fused as _fused
 
@@ -391,9 +392,10 @@ class Optimizer:
         if extra:
             problems.append(f"unexpected keys {', '.join(extra)} (expected 't' and 'state')")
         t = state.get("t")
-        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)) or t < 0:
-            problems.append(f"'t' (the steps taken) must be a non-negative int, got {t!r} "
-                            f"({type(t).__name__})")
+        if not is_count(t):
+            problems.append(f"'t' (the steps taken) must be a non-negative int, got "
+                            f"{t!r:.60} ({type(t).__name__}); the steps taken are an "
+                            "integer in [0, 2**63)")
         saved = state.get("state")
         if not isinstance(saved, Mapping):
             raise CheckpointError(f"{where}: " + "; ".join(problems + [

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..autograd import no_grad
+from ..checkpoint import is_count
 from ..errors import CheckpointError, LabkitError, NonFiniteError, TrainingError
 from .events import Extension
 from .log import is_metric, scalar
@@ -131,7 +132,15 @@ class TrainingDataMonitoring(Extension):
         return {"sums": self.sums, "counts": self.counts}
 
     def load_state_dict(self, state):
-        self.sums, self.counts = dict(state["sums"]), dict(state["counts"])
+        sums, counts = (state.get("sums"), state.get("counts")) if isinstance(state, dict) \
+            else (None, None)
+        if not (isinstance(sums, dict) and isinstance(counts, dict) and set(sums) == set(counts)
+                and all(map(is_metric, sums.values()))
+                and all(is_count(c) and c > 0 for c in counts.values())):
+            raise CheckpointError(f"{self.name}: the saved state must be {{'sums': {{key: "
+                                  "number}, 'counts': {key: integer in [1, 2**63)}} with the "
+                                  f"same keys, got {state!r:.120}")
+        self.sums, self.counts = dict(sums), dict(counts)
 
 
 class DataStreamMonitoring(Extension):
@@ -184,6 +193,9 @@ class DataStreamMonitoring(Extension):
         return {"stream": self.stream.state_dict()}
 
     def load_state_dict(self, state):
+        if not isinstance(state, dict) or set(state) != {"stream"}:
+            raise CheckpointError(f"{self.name}: the saved state must be {{'stream': ...}}, got "
+                                  f"{state!r:.120}")
         self.stream.load_state_dict(state["stream"])
 
 
@@ -237,10 +249,27 @@ class EarlyStopping(Extension):
                 "best_params": self.best_params}
 
     def load_state_dict(self, state):
-        self.best, self.best_iteration = state["best"], state["best_iteration"]
-        self.bad = int(state["bad"])
-        self.best_params = {k: np.array(v) for k, v in state["best_params"].items()} \
-            if state["best_params"] is not None else None
+        keys = ("best", "best_iteration", "bad", "best_params")
+        if not isinstance(state, dict) or set(state) != set(keys):
+            raise CheckpointError(f"{self.name}: the saved state must be an object with the "
+                                  f"keys {list(keys)}, got {state!r:.120}")
+        best, it, bad, params = (state[k] for k in keys)
+        checks = [
+            (best is None or is_metric(best), f"'best' must be a number or null, got {best!r:.60}"),
+            (it is None or is_count(it), "'best_iteration' must be null or an integer in "
+             f"[0, 2**63), got {it!r:.60}"),
+            (is_count(bad), f"'bad' must be an integer in [0, 2**63), got {bad!r:.60}"),
+            (params is None or isinstance(params, dict) and all(
+                isinstance(v, np.ndarray) for v in params.values()),
+             "'best_params' must be null or an object of arrays"),
+            (len({best is None, it is None, params is None}) == 1,
+             "'best', 'best_iteration' and 'best_params' must be all null or all set")]
+        for ok, problem in checks:
+            if not ok:
+                raise CheckpointError(f"{self.name}: the saved state's {problem}")
+        self.best, self.best_iteration, self.bad = best, it, int(bad)
+        self.best_params = {k: np.array(v) for k, v in params.items()} \
+            if params is not None else None
 
 
 class LearningRateSchedule(Extension):
@@ -416,9 +445,9 @@ class Checkpoint(Extension):
                 s = {"iteration": s.get("step"), "metric": s.get("metric"),
                      "name": Path(s["path"]).name if isinstance(s["path"], str) else None}
             it, metric, name = s.get("iteration"), s.get("metric"), s.get("name")
-            if isinstance(it, bool) or not isinstance(it, int) or it < 0:
+            if not is_count(it):
                 raise CheckpointError(f"Checkpoint: saved[{i}]['iteration'] must be an integer "
-                                      f">= 0, got {it!r}")
+                                      f"in [0, 2**63), got {it!r:.60}")
             if metric is not None and not is_metric(metric):
                 raise CheckpointError(f"Checkpoint: saved[{i}]['metric'] must be a number or "
                                       f"null, got {metric!r}")

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from ..autograd import Tensor
+from ..checkpoint import is_count
 from ..errors import CheckpointError
 
 #: the columns every row has; the rest are reported values
@@ -141,9 +142,9 @@ class Log:
                 raise CheckpointError(f"log: row {i} must be an object, got {type(r).__name__}")
             for k in INDEX_KEYS:
                 v = r.get(k)
-                if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                    raise CheckpointError(f"log: row {i} has {k}={v!r}; expected an integer "
-                                          ">= 0")
+                if not is_count(v):
+                    raise CheckpointError(f"log: row {i} has {k}={v!r:.60}; expected an integer "
+                                          "in [0, 2**63)")
             if r["iteration"] < last:
                 raise CheckpointError(f"log: row {i} goes back from iteration {last} to "
                                       f"{r['iteration']}")
