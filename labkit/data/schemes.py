@@ -37,9 +37,10 @@ def check_state(state, where: str) -> dict:
     return state
 
 
-#: the range of counts (epochs, positions) and of seeds a state may hold
+#: the range of counts (epochs, positions; below 2**63 like every counter of a checkpoint) and
+#: of seeds (64-bit keys; non-negative, as NumPy's seeds are) a state may hold
 COUNT = (0, 2 ** 63 - 1)
-SEED = (-(2 ** 63), 2 ** 64 - 1)
+SEED = (0, 2 ** 64 - 1)
 
 
 def state_int(state: dict, key: str, where: str, low: int | None = None,
@@ -85,9 +86,21 @@ def mix_seed(*words: int) -> int:
     return h
 
 
-def fresh_seed(seed: int | None) -> int:
-    """``seed`` as an int, or a new random one (kept in the state, so a resume is still exact)."""
-    return secrets.randbits(63) if seed is None else int(seed)
+def fresh_seed(seed: int | None, where: str = "seed") -> int:
+    """``seed`` as an int, or a new random one (kept in the state, so a resume is still exact).
+    A seed is an integer in [0, 2**64) (NumPy's seeds are non-negative; labkit's generators
+    take 64 bits); anything else is a ``DataError``."""
+    if seed is None:
+        return secrets.randbits(63)
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, (bool, np.bool_)) or \
+            not SEED[0] <= seed <= SEED[1]:
+        try:
+            shown = f"{seed!r:.60}"
+        except ValueError:  # an int too long to print
+            shown = "a huge integer"
+        raise DataError(f"{where}={shown}: a seed is an integer in [0, 2**64) (as NumPy's, "
+                        "non-negative), or None for a fresh one")
+    return int(seed)
 
 
 class Scheme:
@@ -178,7 +191,7 @@ class ShuffledScheme(_Shuffled, _BatchScheme):
 
     def __init__(self, num_examples, batch_size, seed: int | None = None, drop_last=False):
         super().__init__(num_examples, batch_size, drop_last)
-        self.seed = fresh_seed(seed)
+        self.seed = fresh_seed(seed, f"{type(self).__name__}: seed")
 
     def request(self, epoch, k):
         a, b = self._bounds(epoch, k)
@@ -215,7 +228,7 @@ class ShuffledExampleScheme(_Shuffled, SequentialExampleScheme):
 
     def __init__(self, num_examples, seed: int | None = None):
         super().__init__(num_examples)
-        self.seed = fresh_seed(seed)
+        self.seed = fresh_seed(seed, f"{type(self).__name__}: seed")
 
     def request(self, epoch, k):
         self._check_k(epoch, k)

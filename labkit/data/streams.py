@@ -314,7 +314,7 @@ class RandomTransformer(Transformer):
 
     def __init__(self, stream, which_sources=None, seed: int | None = None):
         super().__init__(stream, which_sources)
-        self.seed = fresh_seed(seed)
+        self.seed = fresh_seed(seed, f"{type(self).__name__}: seed")
 
     def rng(self, epoch: int, k: int) -> Generator:
         return Generator(seed=mix_seed(self.seed, epoch, k))

@@ -412,7 +412,7 @@ class Bucket(_Replaying):
         if source not in self.sources:
             raise DataError(f"Bucket: no source {source!r}; the sources are {list(self.sources)}")
         self.source, self.batch_size, self.pool = source, int(batch_size), int(pool)
-        self.seed = fresh_seed(seed)
+        self.seed = fresh_seed(seed, f"{type(self).__name__}: seed")
         self.produces_examples = False
 
     def _config(self):
