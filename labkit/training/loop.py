@@ -447,15 +447,18 @@ class MainLoop:
         valid one (those passed over are marked invalid in the store), or, for a fork that has
         none of its own yet, the checkpoint it was forked from. The next ``run()`` continues
         exactly where it was saved."""
-        state = None
+        loaded = None
         if path is None:
             if self.checkpoint_dir is None:
                 raise CheckpointError("load_checkpoint: give a path (this loop has no run "
                                       "directory yet)")
-            path, state, skipped = ckpt.load_latest(self.checkpoint_dir)
+            path, loaded, skipped = ckpt.load_latest(self.checkpoint_dir)
             if path is not None:
-                self.recorder.mark_invalid(skipped, state["status"]["iteration"]
-                                           if isinstance(state.get("status"), dict) else -1)
+                try:
+                    state.check(loaded)  # NOTE: before its iteration is believed
+                except CheckpointError as e:
+                    raise CheckpointError(f"{path}: {e}") from e
+                self.recorder.mark_invalid(skipped, loaded["status"]["iteration"])
             elif self.recorder.parent_checkpoint:
                 path = self.recorder.parent_checkpoint
             else:
@@ -463,7 +466,7 @@ class MainLoop:
                                       f"from (in {self.checkpoint_dir})")
         path = Path(path)
         try:
-            self.load_state_dict(ckpt.load(path) if state is None else state)
+            self.load_state_dict(ckpt.load(path) if loaded is None else loaded)
         except CheckpointError as e:
             raise CheckpointError(f"{path}: {e}") from e
         self.status["resumed_from"] = str(path)

@@ -10,9 +10,15 @@ from __future__ import annotations
 import warnings
 
 from ..backend.random import Generator
+from ..checkpoint import is_count
 from ..errors import CheckpointError, LabkitError
 
 FORMAT = "labkit-mainloop"
+#: the loop state's version: 1 since the first labkit; a newer one is refused (upgrade labkit)
+VERSION = 1
+#: the keys of a loop state of this version
+KEYS = ("format", "version", "status", "model", "optimizer", "stream", "rng", "log",
+        "extensions", "run")
 #: the loop's status entries and their types, as saved in checkpoints
 STATUS = {"iteration": int, "epoch": int, "epoch_iteration": int, "epoch_started": bool,
           "training_started": bool, "finished": bool, "time_total": float,
@@ -31,7 +37,7 @@ def loop_state(loop) -> dict:
     from ..functions import noise
 
     return {
-        "format": FORMAT, "version": 1,
+        "format": FORMAT, "version": VERSION,
         "status": dict(loop.status),
         "model": loop.model.state_dict(),
         "optimizer": loop.optimizer.state_dict(),
@@ -113,25 +119,79 @@ def check(state) -> None:
 
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise bad("not the state of a MainLoop")
-    for key in ("status", "model", "optimizer", "stream", "rng", "log", "extensions"):
+    version = state.get("version")
+    if is_count(version) and version > VERSION:
+        raise bad(f"the state is version {version}, written by a newer labkit; this labkit reads "
+                  f"loop states of version {VERSION} - upgrade labkit")
+    if not (is_count(version) and version == VERSION):
+        raise bad(f"'version' must be {VERSION}, got {_brief(version)}; the checkpoint is "
+                  "damaged or was edited")
+    unknown = sorted(set(state) - set(KEYS), key=str)
+    if unknown:
+        raise bad(f"unknown keys {_keys(unknown)}; a loop state of version {VERSION} has "
+                  f"{list(KEYS)}")
+    for key in KEYS[2:-1]:
         if not isinstance(state.get(key), dict):
             raise bad(f"'{key}' must be an object, got {type(state.get(key)).__name__}")
+    status = state["status"]
+    unknown = sorted(set(status) - set(STATUS), key=str)
+    if unknown:
+        raise bad(f"status has unknown keys {_keys(unknown)}; expected {list(STATUS)}")
     for key, kind in STATUS.items():
-        if key not in state["status"] and key != "resumed_from":
+        if key not in status and key != "resumed_from":
             raise bad(f"status lacks '{key}'")
-        v = state["status"].get(key)
-        if kind is int and (isinstance(v, bool) or not isinstance(v, int) or v < 0
-                            or v >= 1 << 63):
+        v = status.get(key)
+        if kind is int and not is_count(v):
             # NOTE: below 2**63: the run store keeps counters as SQLite integers
-            raise bad(f"status['{key}'] must be an integer in [0, 2**63), got {v!r}")
+            raise bad(f"status['{key}'] must be an integer in [0, 2**63), got {_brief(v)}")
         if kind is float and (isinstance(v, bool) or not isinstance(v, (int, float))
                               or not 0 <= v < float("inf")):
-            raise bad(f"status['{key}'] must be a finite number >= 0, got {v!r}")
+            raise bad(f"status['{key}'] must be a finite number >= 0, got {_brief(v)}")
         if kind is bool and not isinstance(v, bool):
-            raise bad(f"status['{key}'] must be true or false, got {v!r}")
+            raise bad(f"status['{key}'] must be true or false, got {_brief(v)}")
         if isinstance(kind, tuple) and not isinstance(v, kind):
-            raise bad(f"status['{key}'] must be a string or null, got {v!r}")
+            raise bad(f"status['{key}'] must be a string or null, got {_brief(v)}")
+    if status["epoch_iteration"] > status["iteration"]:
+        raise bad(f"status['epoch_iteration'] is {status['epoch_iteration']}, more than "
+                  f"status['iteration'] {status['iteration']} (the iterations of all epochs)")
     for key in ("dropout", "bricks"):
         gens = state["rng"].get(key)
         if not isinstance(gens, dict) or not all(isinstance(g, dict) for g in gens.values()):
             raise bad(f"rng['{key}'] must be an object of generator states")
+        for name, g in gens.items():
+            problem = _generator_problem(g)
+            if problem:
+                raise bad(f"rng['{key}'][{_brief(name, 60)}]: {problem}")
+    if set(state["rng"]) != {"dropout", "bricks"}:
+        raise bad(f"rng must have the keys 'dropout' and 'bricks', got {sorted(state['rng'])}")
+    run = state.get("run", {})
+    if not isinstance(run, dict) or not set(run) <= {"id", "name", "config"} or not all(
+            isinstance(run.get(k), (str, type(None))) for k in ("id", "name")) or not \
+            isinstance(run.get("config", {}), dict):
+        raise bad(f"'run' must be {{\"id\": string or null, \"name\": string or null, "
+                  f"\"config\": object}}, got {_brief(run)}")
+
+
+def _generator_problem(g: dict) -> str | None:
+    """What is wrong with a saved random generator's state, or None: its seed is a 64-bit key
+    (NumPy's seeds are non-negative), its counter counts blocks drawn, like every counter."""
+    if set(g) != {"seed", "counter"}:
+        return f"expected the keys 'seed' and 'counter', got {sorted(map(str, g))[:5]}"
+    seed, counter = g["seed"], g["counter"]
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 64:
+        return f"'seed' must be an integer in [0, 2**64), got {_brief(seed)}"
+    if not is_count(counter):
+        return f"'counter' must be an integer in [0, 2**63), got {_brief(counter)}"
+    return None
+
+
+def _keys(keys) -> str:
+    return ", ".join(_brief(k, 30) for k in keys[:5]) + (" ..." if len(keys) > 5 else "")
+
+
+def _brief(v, n: int = 60) -> str:
+    try:
+        r = repr(v)
+    except ValueError:  # an integer too long to print
+        return "an integer of more than 4300 digits"
+    return r if len(r) <= n else r[:n] + "..."

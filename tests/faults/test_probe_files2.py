@@ -2,12 +2,17 @@
 versions, counters, step numbers and seeds are of the wrong type or out of range, each refused
 with a labkit error that names the field, before anything loads."""
 
+import copy
+
 import h5py
 import numpy as np
 import pytest
 
-from labkit.data import H5Dataset, write_h5
-from labkit.errors import DataError
+from labkit import checkpoint as ckpt
+from labkit.data import DataStream, H5Dataset, write_h5
+from labkit.errors import CheckpointError, DataError
+
+from ..training.helpers import make_loop
 
 
 # ---- dataset splits -------------------------------------------------------------------------
@@ -75,3 +80,237 @@ def test_many_splits_are_checked_quickly(tmp_path):
     with pytest.raises(DataError, match=r"'big' \[100, 200\] and 'cross' \[150, 300\] cross"):
         H5Dataset(path, split=[])
     assert time.perf_counter() - t0 < 2
+
+
+# ---- checkpoint states: versions, counters, seeds -------------------------------------------
+@pytest.fixture(scope="module")
+def saved():
+    loop = make_loop({"epochs": 1})
+    loop.run()
+    return loop.state_dict()
+
+
+def _load(tmp_path, state):
+    """The CheckpointError of loading ``state`` into a fresh loop, which is left as it was."""
+    path = ckpt.save(tmp_path / "c", state, iteration=1)
+    fresh = make_loop({"epochs": 1})
+    before = fresh.state_dict()
+    with pytest.raises(CheckpointError) as e:
+        fresh.load_checkpoint(path)
+    after = fresh.state_dict()
+    assert after["status"] == before["status"] and after["optimizer"]["t"] == 0
+    assert str(path) in str(e.value)
+    return str(e.value)
+
+
+def _with(saved, *path_value):
+    state = copy.deepcopy(saved)
+    for path, value in zip(path_value[::2], path_value[1::2]):
+        d = state
+        for k in path[:-1]:
+            d = d[k]
+        if value is _DELETE:
+            del d[path[-1]]
+        else:
+            d[path[-1]] = value
+    return state
+
+
+_DELETE = object()
+#: values of the wrong type, or out of every counter's range
+WRONG = ["7", 1.5, True, None, [1], {"a": 1}, -1, 2 ** 63, 2 ** 70]
+
+
+def test_a_loop_state_of_a_newer_version_says_upgrade(tmp_path, saved):
+    message = _load(tmp_path, _with(saved, ("version",), 99))
+    assert "version 99, written by a newer labkit" in message and "upgrade labkit" in message
+
+
+@pytest.mark.parametrize("value", ["1", 1.0, True, None, [1], 0, -1, 2 ** 70, _DELETE])
+def test_a_loop_state_version_that_is_not_1_is_refused(tmp_path, saved, value):
+    message = _load(tmp_path, _with(saved, ("version",), value))
+    assert "'version' must be 1" in message or "newer labkit" in message
+
+
+@pytest.mark.parametrize("path", [("extra",), ("status", "batch")])
+def test_unknown_keys_in_a_loop_state_are_refused(tmp_path, saved, path):
+    assert f"unknown keys {path[-1]!r}" in _load(tmp_path, _with(saved, path, 1))
+
+
+@pytest.mark.parametrize("value", WRONG)
+@pytest.mark.parametrize("key", ["iteration", "epoch", "epoch_iteration"])
+def test_status_counters_must_be_integers_below_2_63(tmp_path, saved, key, value):
+    assert f"status['{key}'] must be an integer in [0, 2**63)" in _load(
+        tmp_path, _with(saved, ("status", key), value))
+
+
+def test_more_iterations_in_the_epoch_than_in_all_is_refused(tmp_path, saved):
+    state = _with(saved, ("status", "epoch_iteration"), saved["status"]["iteration"] + 1)
+    assert "status['epoch_iteration']" in _load(tmp_path, state)
+
+
+@pytest.mark.parametrize("value", WRONG)
+def test_the_optimizer_step_count_must_be_an_integer_below_2_63(tmp_path, saved, value):
+    message = _load(tmp_path, _with(saved, ("optimizer", "t"), value))
+    assert "optimizer" in message and "'t' (the steps taken)" in message
+
+
+def test_the_largest_optimizer_step_count_loads():
+    import labkit as lk
+
+    opt = lk.optimizers.SGD(lr=0.1).setup({})
+    opt.load_state_dict({"t": 2 ** 63 - 1, "state": {}})
+    assert opt.t == 2 ** 63 - 1
+
+
+SEEDS = [-5, -1, 2 ** 64, 2 ** 70, "5", 5.0, True, None, [5]]
+
+
+@pytest.mark.parametrize("value", SEEDS)
+@pytest.mark.parametrize("stage", [0, 1])  # the scheme's seed, RandomFlip's seed
+def test_data_seeds_must_be_numpys_non_negative_64_bit_integers(tmp_path, saved, stage, value):
+    path = ("stream", "stages", stage) + (("scheme", "seed") if stage == 0 else ("seed",))
+    message = _load(tmp_path, _with(saved, path, value))
+    assert "the saved stream" in message and "'seed'" in message
+
+
+@pytest.mark.parametrize("value", SEEDS[:-3])
+def test_a_data_seed_out_of_range_is_refused_when_the_stream_is_built(value):
+    from labkit.data import IndexableDataset, RandomFlip, ShuffledScheme
+
+    with pytest.raises(DataError, match=r"ShuffledScheme: seed=.*an integer in \[0, 2\*\*64\)"):
+        ShuffledScheme(10, 2, seed=value)
+    data = DataStream(IndexableDataset({"features": np.zeros((4, 1, 2, 2))}), batch_size=2)
+    with pytest.raises(DataError, match=r"RandomFlip: seed="):
+        RandomFlip(data, seed=value)
+    assert ShuffledScheme(10, 2, seed=2 ** 64 - 1).seed == 2 ** 64 - 1
+    assert ShuffledScheme(10, 2, seed=np.uint64(7)).seed == 7
+
+
+@pytest.mark.parametrize("key,value", [("seed", v) for v in SEEDS[:-2]]
+                         + [("counter", v) for v in WRONG]
+                         + [("extra", 1), ("seed", _DELETE)])
+def test_generator_states_are_checked_before_anything_loads(tmp_path, saved, key, value):
+    (name,) = saved["rng"]["bricks"]
+    message = _load(tmp_path, _with(saved, ("rng", "bricks", name, key), value))
+    assert f"rng['bricks'][{name!r}]" in message
+
+
+@pytest.mark.parametrize("value", WRONG)
+def test_log_counters_must_be_integers_below_2_63(tmp_path, saved, value):
+    assert "log: row 0 has iteration=" in _load(tmp_path, _with(
+        saved, ("log", "rows", 0, "iteration"), value))
+
+
+@pytest.mark.parametrize("part,value", [("id", 5), ("name", ["x"]), ("config", "x"),
+                                        ("other", 1)])
+def test_the_run_part_of_a_loop_state_is_checked(tmp_path, saved, part, value):
+    assert "'run' must be" in _load(tmp_path, _with(saved, ("run", part), value))
+
+
+@pytest.mark.parametrize("sums,counts", [({"loss": "x"}, {"loss": 2}), ({"loss": 1.0}, {}),
+                                         ({"loss": 1.0}, {"loss": 0}),
+                                         ({"loss": 1.0}, {"loss": 2 ** 63}),
+                                         ({"loss": 1.0}, {"loss": 2.0}), (None, {})])
+def test_training_data_monitoring_state_is_checked(tmp_path, saved, sums, counts):
+    state = _with(saved, ("extensions", "TrainingDataMonitoring"),
+                  {"sums": sums, "counts": counts})
+    assert "TrainingDataMonitoring: the saved state must be" in _load(tmp_path, state)
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"bad": -1}, "'bad' must be"), ({"bad": 2 ** 63}, "'bad' must be"),
+    ({"bad": "1"}, "'bad' must be"), ({"best": "0.5"}, "'best' must be"),
+    ({"best_iteration": 2 ** 63}, "'best_iteration' must be"),
+    ({"best_iteration": True}, "'best_iteration' must be"),
+    ({"best_params": {"w": 1}}, "'best_params' must be"),
+    ({"best_params": None}, "all null or all set"), ({"extra": 1}, "must be an object"),
+])
+def test_early_stopping_state_is_checked(change, match):
+    from labkit.training import EarlyStopping
+
+    state = {"best": 0.5, "best_iteration": 3, "bad": 0, "best_params": {"w": np.zeros(2)},
+             **change}
+    e = EarlyStopping()
+    with pytest.raises(CheckpointError, match=match):
+        e.load_state_dict(state)
+    assert e.best is None and e.bad == 0
+    e.load_state_dict({"best": 0.5, "best_iteration": 3, "bad": 2,
+                       "best_params": {"w": np.zeros(2)}})
+    assert (e.best, e.best_iteration, e.bad) == (0.5, 3, 2)
+
+
+def test_checkpoint_extension_iterations_must_be_below_2_63():
+    from labkit.training import Checkpoint
+
+    with pytest.raises(CheckpointError, match=r"saved\[0\]\['iteration'\] must be an integer "
+                                              r"in \[0, 2\*\*63\)"):
+        Checkpoint().load_state_dict({"saved": [{"iteration": 2 ** 63, "metric": None,
+                                                 "name": "ckpt-1"}]})
+
+
+def test_resuming_the_newest_checkpoint_checks_its_state_before_believing_it(tmp_path, saved):
+    import labkit as lk
+
+    loop = make_loop({"epochs": 1, "checkpoint_every": 6})
+    loop.run()
+    ckpt.save(loop.checkpoint_dir, _with(saved, ("status", "iteration"), "12"), iteration=99)
+    fresh = make_loop({"epochs": 1})
+    fresh.attach(lk.runs.get(loop.run_id))
+    with pytest.raises(CheckpointError, match=r"ckpt-00000099: .*status\['iteration'\] must "
+                                              r"be an integer"):
+        fresh.load_checkpoint()
+    assert all(c["valid"] for c in lk.runs.store().checkpoints(loop.run_id))
+
+
+def _leaves(v, p=()):
+    if isinstance(v, dict):
+        for k, x in v.items():
+            yield from _leaves(x, p + (k,))
+    elif isinstance(v, list):
+        for i, x in enumerate(v[:2]):
+            yield from _leaves(x, p + (i,))
+    elif not isinstance(v, np.ndarray):
+        yield p, v
+
+
+def test_every_field_of_a_real_checkpoint_with_a_wrong_value_is_refused_or_fits(tmp_path, saved):
+    """Each JSON value of a real loop's checkpoint replaced by values of other types and out of
+    range: loading either refuses it with a CheckpointError that names the part (never a raw
+    KeyError or TypeError, wrapped or not), or the value is one a loop could have written (a
+    log value, a name, a number of the right type and range); nothing outside is ever hit."""
+    fresh = make_loop({"epochs": 1})
+    raw, accepted = [], []
+    for path, orig in _leaves(saved):
+        if path[:2] == ("run", "config"):
+            continue
+        for bad in WRONG + ["x", 0.0, _DELETE]:
+            if type(bad) is type(orig) and bad == orig:
+                continue
+            where = ckpt.save(tmp_path / "c", _with(saved, path, bad), iteration=1, name="x")
+            try:
+                fresh.load_checkpoint(where)
+                accepted.append((path, bad))
+                fresh.load_state_dict(saved)
+            except CheckpointError as e:
+                if any(f"({n}:" in str(e) for n in ("KeyError", "TypeError", "ValueError",
+                                                    "AttributeError", "IndexError")):
+                    raw.append((path, bad, str(e)[:200]))
+            except Exception as e:  # noqa: BLE001 - what the test looks for
+                raw.append((path, bad, f"{type(e).__name__}: {e}"[:200]))
+    assert not raw, raw
+    for path, bad in accepted:
+        # NOTE: what may take another value: logged values, the time, the run's names, a
+        # checkpoint's origin, a boolean flag flipped, and counters and seeds within range
+        ok = (path[0] == "log" and path[-1] not in ("iteration", "epoch")) or \
+            path in (("status", "time_total"), ("status", "resumed_from"),
+                     ("run", "id"), ("run", "name")) or \
+            (type(bad) is type(saved_value(saved, path)) and bad not in (-1, 2 ** 70)
+             and (bad != 2 ** 63 or path[-1] == "seed"))  # a seed is 64 bits
+        assert ok, (path, bad)
+
+
+def saved_value(saved, path):
+    for k in path:
+        saved = saved[k]
+    return saved
