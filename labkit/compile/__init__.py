@@ -119,6 +119,7 @@ _PASS_LINES = (
     ("pieces", "one piece: {} slice(s) or gradient(s) of one step of a stack read from "
                "that step"),
     ("gathered", "gathered: {} sum(s) of matrix products into one product each"),
+    ("rows", "rows: {} transposed product(s) or sum(s) of products computed into rows"),
     ("epilogues", "epilogue: relu folded into {} linear or conv2d node(s)"),
     ("added", "epilogue: an addition folded into {} matrix product(s)"),
     ("copied", "contiguous: {} transposed weight(s) copied once for the products that read "

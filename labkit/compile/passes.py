@@ -372,7 +372,8 @@ def gather_products(nodes, alias, values, needed, new_slot):
                 kb = {(values[b].shape[1], values[b].dtype) for _, b in found}
                 res = values.get(n.outs[0])
                 if len(ka) == 1 and len(kb) == 1 and res is not None and res.ndim == 2:
-                    out.extend(reversed(_stacked_product(n, found, new_slot, fa, fc, m)))
+                    out.extend(reversed(_stacked_product(n, found, new_slot, values, fa,
+                                                          fc, m)))
                     _mark_chain(n.outs[0], made_by, m, done)
                     count += 1
                     continue
@@ -388,12 +389,16 @@ def _mark_chain(s, made_by, m, done):
             _mark_chain(x, made_by, m, done)
 
 
-def _stacked_product(root, found, new_slot, fa, fc, m):
+def _stacked_product(root, found, new_slot, values, fa, fc, m):
     from .trace import Node
 
     sa, sb, st = new_slot(), new_slot(), new_slot()
     ca, cb = fa.Concat(0), fa.Concat(0)
     tr, mm = m.Transpose((1, 0)), fc.MatMul()
+    # NOTE: the new slots' values, for the passes after this one (shapes, layouts)
+    values[sa] = ca.forward(*[values[a] for a, _ in found])
+    values[sb] = cb.forward(*[values[b] for _, b in found])
+    values[st] = tr.forward(values[sa])
     where = root.where
     return [
         Node("op", ca, [a for a, _ in found], [sa], "concat", where, ("gathered", "a"),

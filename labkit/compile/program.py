@@ -57,10 +57,13 @@ class Program:
             t.n_slots += 1
             return t.n_slots - 1
 
-        self.gathered = 0
+        self.gathered = self.rows = 0
         if reassociate:
+            from .transposed import transposed_products
+
             nodes, self.gathered = passes.gather_products(nodes, alias, t.values, needed,
                                                           new_slot)
+            nodes, self.rows = transposed_products(nodes, t.values, needed, new_slot)
         nodes = passes.prune(nodes, needed)
         self.fused = self.epilogues = self.added = self.copied = 0
         if fuse:
