@@ -33,8 +33,10 @@ Inside a compiled step:
   (gradients are written when a call completes).
 
 The passes (``step.explain()`` lists what they did): constant folding, merging of ops that
-compute the same value, removal of what nothing needs, stabilisation (``stabilize=``), a sum
-of same-shape matrix products gathered into one product (``reassociate=``), a relu folded into
+compute the same value, removal of what nothing needs, stabilisation (``stabilize=``), a
+stack read at one step read from that step (its gradient's zeros not added), a sum of
+same-shape matrix products gathered into one product and, on the CPU, a product read
+transposed computed into rows (both ``reassociate=``), a relu folded into
 the linear layer or convolution before it (its GEMM's epilogue on OpenCL) and on OpenCL
 devices elementwise fusion (both ``fuse=``). ``step.graph()`` draws the program in GraphView.
 """
