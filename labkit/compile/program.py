@@ -59,10 +59,10 @@ class Program:
 
         self.gathered = self.rows = 0
         if reassociate:
+            from .gather import gather_products
             from .transposed import transposed_products
 
-            nodes, self.gathered = passes.gather_products(nodes, alias, t.values, needed,
-                                                          new_slot)
+            nodes, self.gathered = gather_products(nodes, alias, t.values, needed, new_slot)
             nodes, self.rows = transposed_products(nodes, t.values, needed, new_slot)
         nodes = passes.prune(nodes, needed)
         self.fused = self.epilogues = self.added = self.copied = 0

@@ -51,3 +51,58 @@ def test_without_reassociation_the_replay_is_exact(devname):
     np.testing.assert_array_equal(lc, le)
     for k in pe:
         np.testing.assert_array_equal(pc[k], pe[k], err_msg=k)
+
+
+def _gathered_nodes(f):
+    return [n.name for n in f.programs()[0].nodes if n.sig and n.sig[0] == "gathered"]
+
+
+def test_the_recurrent_gradient_reads_the_stack_of_step_gradients(dev):
+    """The LSTM's step gradients are stacked once (for the input projection's gradient); the
+    gathered recurrent gradient reads that stack, with the hidden states stacked the same
+    way, and the first step's product (from the initial state, not a transpose) joins it."""
+    _, le, pe = _run(dev, False)
+    f, lc, pc = _run(dev, True)
+    names = _gathered_nodes(f)
+    assert "concat" not in names and names.count("stack") == 1, names
+    assert names[0] == "transpose", names   # NOTE: the first step's x, from the initial state
+    kinds = [n.name for n in f.programs()[0].nodes]
+    assert kinds.count("stack") == 2, kinds       # NOTE: the step gradients', and the a's
+    np.testing.assert_allclose(lc, le, rtol=1e-5, atol=1e-6)
+    for k in pe:
+        np.testing.assert_allclose(pc[k], pe[k], rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+def _sums(kind):
+    def fn(a1, a2, a3, b1, b2, b3):
+        if kind == "plain":        # no transposes: a forward sum of products, left alone
+            return sum((F.transpose(a) * 1.0) @ b for a, b in ((a2, b2), (a3, b3))) + (
+                F.transpose(a1) * 1.0) @ b1
+        if kind == "same_b":       # one b for every term: each term keeps its a
+            return a1.T @ b1 + a2.T @ b1 + a3.T @ b1
+        # the b's stacked by the step too, in another order
+        return a1.T @ b1 + a2.T @ b2 + a3.T @ b3, F.stack([b3, b1, b2], axis=1)
+    return fn
+
+
+@pytest.mark.parametrize("kind, gathered", [
+    ("plain", False), ("same_b", True), ("stacked", True)])
+def test_gathered_sums_with_shared_and_stacked_operands(dev, kind, gathered):
+    rng = np.random.default_rng(5)
+    A = [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(3)]
+    Bs = [rng.standard_normal((4, 6)).astype(np.float32) for _ in range(3)]
+
+    def make():
+        return tuple(lk.tensor(v, device=dev) for v in A + Bs)
+    fn = _sums(kind)
+    want = fn(*make())
+    f = lk.compile(fn)
+    for _ in range(3):
+        got = f(*make())
+    want, got = (want, got) if isinstance(want, tuple) else ((want,), (got,))
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-5)
+    assert ("gathered" in f.explain()) == gathered, f.explain()
+    if kind == "stacked":
+        names = _gathered_nodes(f)
+        assert "concat" not in names and "stack" in names, names
