@@ -1,6 +1,6 @@
-"""Indexing: basic indexing (views), advanced indexing (integer arrays on adjacent axes, or one
-boolean mask), take, a deterministic scatter-add (``add.at``), concatenate, stack, split.
-Kernels in kernels_cl/indexing.cl.
+"""Indexing: basic indexing (views), take, a deterministic scatter-add (``add.at``),
+concatenate, stack, split. Kernels in kernels_cl/indexing.cl. Getitem and setitem, with
+NumPy's advanced indexing, build on these in advanced.py.
 
 Every index array is checked against the size of the axis it indexes before a kernel reads
 through it: host arrays on the host, device arrays by one reduction and one read back of its
@@ -28,15 +28,13 @@ from .core import (
     greater_equal,
     less,
     logical_or,
-    multiply,
     result_type,
-    where,
 )
 from .elementwise import VECTOR_WIDTH
 from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray, same_device
 from .program import header, kernels, source
 from .reduce import any as any_
-from .shapes import broadcast_shapes, normalize_axis, split_bounds
+from .shapes import normalize_axis, split_bounds
 
 _TAKE_ARGS = [np.int64] * 4 + [None, None, np.int64, None, np.int64]
 _SCATTER_ARGS = [np.int64] * 4 + [None, np.int64, None, np.int64, None, None]
@@ -317,12 +315,7 @@ def split(a, indices_or_sections, axis=0):
     return [a[pre + (slice(s, e),)] for s, e in zip(edges[:-1], edges[1:])]
 
 
-# ---- getitem and setitem ----------------------------------------------------------------------
-def _is_advanced(k) -> bool:
-    return isinstance(k, (ndarray, np.ndarray, list)) and not (
-        isinstance(k, np.ndarray) and k.ndim == 0)
-
-
+# ---- basic indexing ---------------------------------------------------------------------------
 def basic_index(a: ndarray, key: tuple):
     """The view that ints, slices, None and Ellipsis in ``key`` select (no copy)."""
     # NOTE: a Python or NumPy bool is a 0-d mask (NumPy): a new axis of length 1 (True) or 0
@@ -368,125 +361,3 @@ def basic_index(a: ndarray, key: tuple):
         shape.append(a.shape[k])
         st.append(a._st[k])
     return a._view(tuple(shape), tuple(st), off)
-
-
-def getitem(a: ndarray, key):
-    if not isinstance(key, tuple):
-        key = (key,)
-    adv = [i for i, k in enumerate(key) if _is_advanced(k)]
-    if not adv:
-        return basic_index(a, key)
-    return advanced_getitem(a, key, adv)
-
-
-def setitem(a: ndarray, key, value) -> None:
-    if not isinstance(key, tuple):
-        key = (key,)
-    adv = [i for i, k in enumerate(key) if _is_advanced(k)]
-    if not adv:
-        assign(basic_index(a, key), value)
-        return
-    advanced_setitem(a, key, adv, value)
-
-
-# ---- advanced indexing ------------------------------------------------------------------------
-def _as_index(k):
-    if isinstance(k, ndarray):
-        return k
-    h = np.asarray(k)
-    if h.dtype == object:
-        raise IndexingError(f"invalid index {k!r}")
-    return h
-
-
-def advanced_getitem(a, key, adv):
-    """One boolean mask, or integer arrays on adjacent axes (NumPy's result layout). Each
-    integer array, on the device or the host, is checked against the axis it indexes."""
-    ks = [_as_index(key[i]) for i in adv]
-    if len(adv) == 1 and ks[0].dtype == np.bool_:
-        return _mask_getitem(a, key, adv[0], ks[0])
-    if builtins.any(k.dtype == np.bool_ for k in ks):
-        raise NotImplementedError("indexing with a boolean mask together with other arrays; "
-                                  "index with the mask alone, or use nonzero(mask)")
-    if adv != list(range(adv[0], adv[0] + len(adv))):
-        raise NotImplementedError("integer-array indices on non-adjacent axes; index one axis "
-                                  "at a time, or use take")
-    if builtins.any(k is Ellipsis for k in key):
-        raise NotImplementedError("integer-array indexing together with '...'; spell out the "
-                                  "slices")
-    # basic indexing first, keeping the advanced axes whole
-    basic = tuple(slice(None) if i in adv else k for i, k in enumerate(key))
-    pre = key[:adv[0]]
-    pos = builtins.sum(1 for k in pre if k is None or isinstance(k, slice))  # in the view
-    axis0 = builtins.sum(1 for k in pre if k is not None)  # in `a`, for the error message
-    v = basic_index(a, basic)
-    if v.ndim < pos + len(adv):
-        raise IndexingError(f"too many indices for array of shape {a.shape}")
-    dims = v.shape[pos:pos + len(adv)]
-    idx = [index_array(k, a.rt, d, axis0 + j, "getitem")
-           for j, (k, d) in enumerate(zip(ks, dims))]
-    if len(idx) == 1:
-        return _take(v, idx[0], pos)
-    # one flat index over the merged axes, negatives wrapped per axis
-    shp = broadcast_shapes(*(k.shape for k in idx), op="indexing")
-    flat = None
-    for k, d in zip(idx, dims):
-        k = _add(k, multiply(less(k, 0), d))
-        flat = k if flat is None else _add(multiply(flat, d), k)
-    flat = flat.broadcast_to(shp).copy() if flat.shape != shp else flat
-    merged = v.reshape(v.shape[:pos] + (int(np.prod(dims)),) + v.shape[pos + len(adv):])
-    return _take(merged, flat, pos)
-
-
-def _mask_getitem(a, key, i, mask):
-    if isinstance(mask, ndarray):
-        mask = mask.get()
-
-    def whole(k):
-        return k is Ellipsis or (isinstance(k, slice) and k == slice(None))
-
-    if i != 0 or not builtins.all(whole(k) for k in key[1:]):
-        v = basic_index(a, tuple(slice(None) if j == i else k for j, k in enumerate(key)))
-        pos = builtins.sum(1 for k in key[:i] if k is None or isinstance(k, slice))
-    else:
-        v, pos = a, 0
-    md = mask.ndim
-    if v.shape[pos:pos + md] != mask.shape:
-        raise IndexingError(f"boolean index of shape {mask.shape} does not match the indexed "
-                         f"dimensions {v.shape[pos:pos + md]} of an array of shape {a.shape}")
-    n = 1
-    for d in mask.shape:
-        n *= d
-    # NOTE: the masked dimensions' size given, not -1 (which a zero-size array cannot infer)
-    merged = v.reshape(v.shape[:pos] + (n,) + v.shape[pos + md:])
-    return _take(merged, asarray(np.flatnonzero(mask), device=a.rt), pos)
-
-
-def advanced_setitem(a, key, adv, value):
-    """``a[mask] = value`` for a boolean mask of ``a``'s shape (the one form supported)."""
-    if len(adv) == 1 and len(key) == 1:
-        k = _as_index(key[0])
-        if k.dtype == np.bool_:
-            if k.shape != a.shape[:k.ndim]:
-                raise IndexingError(f"setitem: boolean index of shape {k.shape} does not match "
-                                 f"the indexed dimensions {a.shape[:k.ndim]} of an array of "
-                                 f"shape {a.shape}")
-            if k.shape != a.shape:
-                raise NotImplementedError(
-                    f"a[mask] = value with a mask of shape {k.shape} on an array of shape "
-                    f"{a.shape}: only a mask of the array's shape is supported; broadcast the "
-                    "mask, e.g. a[mask[:, None] & (a == a)] = value, or use where()")
-            if isinstance(value, ndarray) and value.shape not in ((), (1,)):
-                raise NotImplementedError(
-                    "a[mask] = array: only a scalar (or a full-shape array through "
-                    "where(mask, values, a)) can be assigned through a mask")
-            md = k if isinstance(k, ndarray) else asarray(k, device=a.rt)
-            # NOTE: the value cast to a's dtype first (as NumPy's setitem): where() would
-            # promote int64 a with a float to float64, rounding the elements it keeps
-            value = astype(value, a.dtype) if isinstance(value, ndarray) else \
-                asarray(np.asarray(value).astype(a.dtype), device=a.rt)
-            assign(a, where(md, value, a))
-            return
-    raise NotImplementedError(
-        "assignment through integer arrays is not supported on OpenCL arrays; use "
-        "scatter_add / add.at for accumulation, or where(mask, values, a)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import core, gemm, indexing, reduce
+from . import advanced, core, gemm, indexing, reduce
 from .ndarray import ndarray
 
 
@@ -21,7 +21,7 @@ def _astype(self, dtype, copy=True):
 
 
 def _fill(self, value) -> None:
-    indexing.setitem(self, Ellipsis, value)
+    advanced.setitem(self, Ellipsis, value)
 
 
 def _reflected(f):
@@ -47,7 +47,7 @@ def _keywords(f, *names):
 METHODS = {
     # copies, casts, transfers
     "copy": core.copy, "astype": _astype, "fill": _fill, "to": core.to,
-    "__getitem__": indexing.getitem, "__setitem__": indexing.setitem,
+    "__getitem__": advanced.getitem, "__setitem__": advanced.setitem,
     # reductions
     "sum": _keywords(reduce.sum, "axis", "dtype", "keepdims"),
     "mean": _keywords(reduce.mean, "axis", "dtype", "keepdims"),
