@@ -15,6 +15,16 @@ from ...errors import DeviceMismatchError, DTypeError, ShapeError
 from .context import Runtime, cl_index, runtime
 from .elementwise import launch, plan_of, run
 from .ndarray import CTYPES, check_dtype, fresh, ndarray, same_device
+from .promotion import (
+    BOOL_INT8,
+    NO_BOOL_NEGATIVE,
+    NO_BOOL_SIGN,
+    NO_BOOL_SUBTRACT,
+    bool_rule,
+    exact_compare,
+    float_of,
+    needs_exact,
+)
 from .shapes import broadcast_shapes, broadcast_strides
 
 
@@ -155,14 +165,6 @@ def _operand(x):
     raise TypeError(f"unsupported operand of type {type(x).__name__}")
 
 
-def _float_of(dt):
-    # NumPy turns integers into float64 for transcendental ops (bools and small ints into
-    # float16, which OpenCL lacks; labkit uses float32 there).
-    if dt.kind == "f":
-        return dt
-    return np.dtype(np.float64) if dt.itemsize >= 4 and dt.kind != "b" else np.dtype(np.float32)
-
-
 def _prepare_out(op, out, shape, dt, rt):
     if out is None:
         return ndarray(rt, shape, check_dtype(dt, rt, op))
@@ -244,31 +246,44 @@ def _elementwise(op, exprs, xs, kind="same", out=None, vec=None):
     xs = [_operand(x) for x in xs]
     rt = same_device(op, xs)
     cdt = result_type(*xs)
+    if cdt == np.bool_ and "bool" in exprs:
+        cdt = bool_rule(op, exprs["bool"])  # NOTE: NumPy's square(bool) is int8, bool - bool
     if kind == "float":
-        cdt = _float_of(cdt)
+        cdt = float_of(op, xs, cdt)
     elif kind == "divide" and cdt.kind != "f":
         cdt = np.dtype(np.float64)  # NumPy: true division of integers or bools is float64
     elif kind == "bitwise" and cdt.kind not in "iub":
         raise DTypeError(f"{op}: needs integer or bool arrays, got {cdt}")
-    if cdt.kind in "iu":
-        cdt = _int_scalars(op, xs, cdt, kind)
-    check_dtype(cdt, rt, op)
-    odt = np.dtype(np.bool_) if kind == "bool" else cdt
-    expr = exprs["f"] if _is_float(cdt) else exprs.get("i", exprs["f"])
-    if expr is None:
-        raise DTypeError(f"{op}: not defined for {cdt} arrays; use a float dtype")
     shape = broadcast_shapes(*(x.shape for x in xs if isinstance(x, ndarray)), op=op)
-    ct = CTYPES[cdt]
-    vec = vec if _is_float(cdt) else None
+    if "cmp" in exprs and needs_exact(xs, cdt):
+        # NOTE: int64 with uint64 promotes to float64, which rounds from 2**53: compared
+        # exactly, as NumPy 2 does
+        expr, cts = exact_compare(exprs["cmp"], xs)
+        if cts is None:  # a Python int beyond every 64-bit value: the same answer everywhere
+            if out is None:
+                return full(shape, expr, np.bool_, rt)
+            out = _prepare_out(op, out, shape, np.dtype(np.bool_), rt)
+            assign(out, expr)
+            return out
+        cdt, vec = np.dtype(np.bool_), None
+    else:
+        if cdt.kind in "iu":
+            cdt = _int_scalars(op, xs, cdt, kind)
+        check_dtype(cdt, rt, op)
+        expr = exprs["f"] if _is_float(cdt) else exprs.get("i", exprs["f"])
+        if expr is None:
+            raise DTypeError(f"{op}: not defined for {cdt} arrays; use a float dtype")
+        cts = (CTYPES[cdt],) * len(xs)
+        vec = vec if _is_float(cdt) else None
+    odt = np.dtype(np.bool_) if kind == "bool" else cdt
     if out is None:
-        return _launch_new(op, expr, xs, shape, check_dtype(odt, rt, op), rt, (ct,) * len(xs),
-                           vec, key)
+        return _launch_new(op, expr, xs, shape, check_dtype(odt, rt, op), rt, cts, vec, key)
     out = _prepare_out(op, out, shape, odt, rt)
     # NOTE: an operand that shares memory with ``out`` other than element for element (x +=
     # x[::-1], add(x, x.T, out=x)) would read values this launch already wrote: copied first
     xs = [copy(x) if isinstance(x, ndarray) and _overlaps(out, x) and not _same_view(out, x)
           else x for x in xs]
-    return launch(op, expr, out, xs, (ct,) * len(xs), vec)
+    return launch(op, expr, out, xs, cts, vec)
 
 
 def _int_scalars(op, xs, cdt, kind):
@@ -344,8 +359,19 @@ def _permuted(x, shape, perm):
     return x.transpose(perm)
 
 
-def _binary(name, f_expr, i_expr=None, kind="same"):
+def _exprs(f_expr, i_expr, bools, cmp):
+    """``bools``: what bool operands become where NumPy does not keep bool (``promotion``);
+    ``cmp``: the comparison's C operator, for exact integer comparisons of mixed signs."""
     exprs = {"f": f_expr, "i": i_expr if i_expr is not None else f_expr}
+    if bools is not None:
+        exprs["bool"] = bools
+    if cmp is not None:
+        exprs["cmp"] = cmp
+    return exprs
+
+
+def _binary(name, f_expr, i_expr=None, kind="same", bools=None, cmp=None):
+    exprs = _exprs(f_expr, i_expr, bools, cmp)
 
     def op(a, b, out=None):
         return _elementwise(name, exprs, (a, b), kind, out)
@@ -355,11 +381,11 @@ def _binary(name, f_expr, i_expr=None, kind="same"):
     return op
 
 
-def _unary(name, f_expr, i_expr=None, kind="same", vec=None):
+def _unary(name, f_expr, i_expr=None, kind="same", vec=None, bools=None):
     """``vec``: the float expression written for vectors (OpenCL vector semantics: a
     comparison is 0 or -1 per lane, ``?:`` is ``select``), for the vector kernels on CPU
     devices; None where the scalar kernel is as fast (memory-bound ops)."""
-    exprs = {"f": f_expr, "i": i_expr if i_expr is not None else f_expr}
+    exprs = _exprs(f_expr, i_expr, bools, None)
 
     def op(a, out=None):
         return _elementwise(name, exprs, (a,), kind, out, vec)
@@ -370,7 +396,7 @@ def _unary(name, f_expr, i_expr=None, kind="same", vec=None):
 
 
 add = _binary("add", "(v0 + v1)")
-subtract = _binary("subtract", "(v0 - v1)")
+subtract = _binary("subtract", "(v0 - v1)", bools=NO_BOOL_SUBTRACT)
 multiply = _binary("multiply", "(v0 * v1)")
 true_divide = _binary("true_divide", "(v0 / v1)", kind="divide")
 divide = true_divide
@@ -388,19 +414,21 @@ _FDIV = f"((v1 == 0) ? v0 / v1 : ({_Q} != 0 ? floor({_Q}) + ({_Q} - floor({_Q}) 
 # NOTE: integers: C's own / and % where neither is negative (unsigned types: always, where
 # the long arithmetic of lk_floordiv was wrong from 2**63 on), lk_floordiv/lk_mod otherwise
 floor_divide = _binary("floor_divide", _FDIV, "((v0 < 0 || v1 < 0) ? lk_floordiv(v0, v1) : "
-                       "(v1 == 0 ? 0 : v0 / v1))")
-mod = _binary("mod", _MOD, "((v0 < 0 || v1 < 0) ? lk_mod(v0, v1) : (v1 == 0 ? 0 : v0 % v1))")
+                       "(v1 == 0 ? 0 : v0 / v1))", bools=BOOL_INT8)
+mod = _binary("mod", _MOD, "((v0 < 0 || v1 < 0) ? lk_mod(v0, v1) : (v1 == 0 ? 0 : v0 % v1))",
+              bools=BOOL_INT8)
 remainder = mod
-power = _binary("power", "pow(v0, v1)", "lk_powi(v0, v1)")
+power = _binary("power", "pow(v0, v1)", "lk_powi(v0, v1)", bools=BOOL_INT8)
 maximum = _binary("maximum", "LK_FMAX(v0, v1)", "LK_IMAX(v0, v1)")
 minimum = _binary("minimum", "LK_FMIN(v0, v1)", "LK_IMIN(v0, v1)")
 arctan2 = _binary("arctan2", "atan2(v0, v1)", kind="float")
-equal = _binary("equal", "(v0 == v1)", kind="bool")
-not_equal = _binary("not_equal", "(v0 != v1)", kind="bool")
-less = _binary("less", "(v0 < v1)", kind="bool")
-less_equal = _binary("less_equal", "(v0 <= v1)", kind="bool")
-greater = _binary("greater", "(v0 > v1)", kind="bool")
-greater_equal = _binary("greater_equal", "(v0 >= v1)", kind="bool")
+equal = _binary("equal", "(v0 == v1)", kind="bool", cmp="==")
+not_equal = _binary("not_equal", "(v0 != v1)", kind="bool", cmp="!=")
+less = _binary("less", "(v0 < v1)", kind="bool", cmp="<")
+less_equal = _binary("less_equal", "(v0 <= v1)", kind="bool", cmp="<=")
+greater = _binary("greater", "(v0 > v1)", kind="bool", cmp=">")
+greater_equal = _binary("greater_equal", "(v0 >= v1)", kind="bool",
+                               cmp=">=")
 logical_and = _binary("logical_and", "((v0 != 0) && (v1 != 0))", kind="bool")
 logical_or = _binary("logical_or", "((v0 != 0) || (v1 != 0))", kind="bool")
 logical_xor = _binary("logical_xor", "((v0 != 0) != (v1 != 0))", kind="bool")
@@ -408,13 +436,13 @@ bitwise_and = _binary("bitwise_and", None, "(v0 & v1)", kind="bitwise")
 bitwise_or = _binary("bitwise_or", None, "(v0 | v1)", kind="bitwise")
 bitwise_xor = _binary("bitwise_xor", None, "(v0 ^ v1)", kind="bitwise")
 
-negative = _unary("negative", "(-v0)")
+negative = _unary("negative", "(-v0)", bools=NO_BOOL_NEGATIVE)
 absolute = _unary("absolute", "fabs(v0)", "((v0) < 0 ? -(v0) : (v0))")
 abs = absolute  # noqa: A001 - NumPy's name
 sign = _unary("sign", "((v0) != (v0) ? v0 : (((v0) > 0) - ((v0) < 0)))",
-              "(((v0) > 0) - ((v0) < 0))")
-square = _unary("square", "(v0 * v0)")
-reciprocal = _unary("reciprocal", "(1 / v0)")
+              "(((v0) > 0) - ((v0) < 0))", bools=NO_BOOL_SIGN)
+square = _unary("square", "(v0 * v0)", bools=BOOL_INT8)
+reciprocal = _unary("reciprocal", "(1 / v0)", bools=BOOL_INT8)
 exp = _unary("exp", "exp(v0)", kind="float", vec="exp(v0)")
 expm1 = _unary("expm1", "expm1(v0)", kind="float", vec="expm1(v0)")
 log = _unary("log", "log(v0)", kind="float", vec="log(v0)")
@@ -436,7 +464,9 @@ erf = _unary("erf", "erf(v0)", kind="float", vec="erf(v0)")
 floor = _unary("floor", "floor(v0)", "v0")
 ceil = _unary("ceil", "ceil(v0)", "v0")
 trunc = _unary("trunc", "trunc(v0)", "v0")
-rint = _unary("rint", "rint(v0)", "v0")
+# NOTE: NumPy's rint of integers is a float (int16: float32, int32 and int64: float64), where
+# floor, ceil and trunc keep them
+rint = _unary("rint", "rint(v0)", kind="float")
 # NOTE: x != x, not isnan(x), here and in LK_FMAX: PoCL calls isnan() out of line (maximum
 # of 1.6M floats: 4.5 ms with it, 0.37 ms without)
 isnan = _unary("isnan", "((v0) != (v0))", "0", kind="bool")

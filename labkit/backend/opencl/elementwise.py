@@ -286,7 +286,7 @@ def run(plan, out: ndarray, inputs) -> None:
             args += (x.data, x.offset, *strides[ai])
             ai += 1
         else:
-            args.append(x)
+            args.append(int(x) if type(x) is np.bool_ else x)  # NOTE: pyopencl refuses np.bool_
     args += dims
     rt = out.rt
     with rt.lock:
