@@ -90,6 +90,8 @@ def test_setitem_through_index_arrays_edge_cases():
         cp.asarray(h)[[0, 1], False]
     with pytest.raises(IndexError, match="index 4 is out of bounds for axis 2 with size 4"):
         cp.asarray(h).reshape(3, 1, 4, 5)[[0], S, [4]]
+    for key in (([5], False), (Ellipsis, [[-7], [1]], S, False)):  # NOTE: selects nothing,
+        assert cp.asarray(h)[key].shape == h[key].shape          # so NumPy checks nothing
 
 
 # ---- exact comparisons of integers ------------------------------------------------------------

@@ -182,26 +182,31 @@ def _parse(a, key, op):
             aax += 1
     v = basic_index(a, tuple(basic))
     axes = [ax for ax, _, _ in found]
-    idx = [_checked(k, a.rt, v.shape[ax], aax, op) for ax, k, aax in found]
     try:
-        shp = broadcast_shapes(*(k.shape for k in idx), op=op)
+        shp = broadcast_shapes(*(k.shape for _, k, _ in found), op=op)
     except ShapeError:
         raise IndexingError(
             f"{op}: shape mismatch: indexing arrays could not be broadcast together with "
-            f"shapes {' '.join(str(k.shape) for k in idx)}") from None
+            f"shapes {' '.join(str(k.shape) for _, k, _ in found)}") from None
+    # NOTE: NumPy checks no index when they select nothing (a[[5], False] is empty)
+    idx = [_checked(k, a.rt, v.shape[ax], aax if 0 not in shp else None, op)
+           for ax, k, aax in found]
     return v, axes, _flat(idx, [v.shape[ax] for ax in axes], shp, a.rt), shp, front
 
 
 def _checked(k, rt, size, axis, op):
     """Index ``k`` checked against its axis: an int64 host array if it was one (or came from a
-    mask), else a device array (``index_array``)."""
-    if axis is None:
-        return k
+    mask), else a device array (``index_array``). ``axis`` None: not checked."""
     if isinstance(k, np.ndarray):
         if k.size and k.dtype.kind not in "iu":
             raise IndexingError(f"{op}: indices must be integers, got {k.dtype}")
         k = k.astype(np.int64)
-        _check_host(k, size, axis, op)
+        if axis is not None:
+            _check_host(k, size, axis, op)
+        return k
+    if axis is None:
+        if k.dtype.kind not in "iu":
+            raise IndexingError(f"{op}: indices must be integers, got {k.dtype}")
         return k
     return index_array(k, rt, size, axis, op)
 
