@@ -9,6 +9,15 @@
 #define LK_IMAX(a, b) ((a) > (b) ? (a) : (b))
 #define LK_IMIN(a, b) ((a) < (b) ? (a) : (b))
 
+// float32 tanh without the library call (PoCL's is out of line, ~70% of NumPy's speed): for
+// |x| < 0.55 an odd polynomial x (1 + x^2 P(x^2)) (fitted to float64 tanh, 0.02 ulp from it;
+// -0 stays -0), from 0.55 (1 - e) / (1 + e) with e = exp(-2|x|), exactly +-1 from |x| ~ 8.7.
+// At most 1.5 ulp from float64 (tests/backend/test_vector_kernels.py; the library's: 1.2).
+// z is x * x; both work on scalars and vectors.
+#define LK_TANH_S(x, z) ((x) * (1.0f + (z) * ((((-6.287662853e-03f * (z) + 2.108205948e-02f) \
+    * (z) - 5.385511985e-02f) * (z) + 1.333261687e-01f) * (z) - 3.333331865e-01f)))
+#define LK_TANH_L(x, e) copysign((1.0f - (e)) / (1.0f + (e)), x)
+
 // Integer power by squaring (NumPy: integer ** negative integer is an error; we return 0).
 inline long lk_powi(long b, long e) {
     if (e < 0) return (b == 1) ? 1 : ((b == -1) ? ((e & 1) ? -1 : 1) : 0);

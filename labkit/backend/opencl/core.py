@@ -449,13 +449,15 @@ log = _unary("log", "log(v0)", kind="float", vec="log(v0)")
 log1p = _unary("log1p", "log1p(v0)", kind="float", vec="log1p(v0)")
 log2 = _unary("log2", "log2(v0)", kind="float", vec="log2(v0)")
 sqrt = _unary("sqrt", "sqrt(v0)", kind="float")
-# NOTE: PoCL's tanh gives +-0.99999994 for every float32 |x| past ~9, +-inf included, where
-# NumPy gives +-1 from |x| >= 10 (and 1 - y*y, tanh's gradient, must then be 0): from 10
-# (float) or 19.1 (double), where NumPy's tanh is +-1, the result is the sign itself
-tanh = _unary("tanh", "((fabs(v0) >= (sizeof(v0) == 4 ? 10.0f : 19.1f)) ? "
-              "(((v0) > 0) - ((v0) < 0)) : tanh(v0))", kind="float",
-              vec="select(tanh(v0), copysign((VT)(1), v0), "
-                  "fabs(v0) >= (VT)(sizeof(TS) == 4 ? 10.0f : 19.1f))")
+# NOTE: float32 tanh is common.cl's LK_TANH_S/L (a polynomial, then exp: faster than PoCL's
+# library call, 1.5 ulp); double is the library's, whose +-0.99999... past 19.1, where NumPy's
+# is +-1 (and 1 - y*y, tanh's gradient, must then be 0), is the sign itself
+tanh = _unary("tanh", "(sizeof(v0) == 4 ? (fabs(v0) >= 0.55f ? "
+              "LK_TANH_L(v0, exp(-2.0f * fabs(v0))) : LK_TANH_S(v0, v0 * v0)) : "
+              "((fabs(v0) >= 19.1) ? (((v0) > 0) - ((v0) < 0)) : tanh(v0)))", kind="float",
+              vec="(sizeof(TS) == 4 ? select(LK_TANH_S(v0, v0 * v0), "
+                  "LK_TANH_L(v0, exp(-2.0f * fabs(v0))), fabs(v0) >= (VT)(0.55f)) : "
+                  "select(tanh(v0), copysign((VT)(1), v0), fabs(v0) >= (VT)(19.1f)))")
 sin = _unary("sin", "sin(v0)", kind="float", vec="sin(v0)")
 cos = _unary("cos", "cos(v0)", kind="float", vec="cos(v0)")
 tan = _unary("tan", "tan(v0)", kind="float")

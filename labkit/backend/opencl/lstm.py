@@ -14,26 +14,28 @@ from __future__ import annotations
 
 from .elementwise import VECTOR_WIDTH
 from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
-from .program import header, kernels
+from .program import header, kernels, source
 
 # NOTE: on a CPU device, when H is a multiple of the vector width, a work-item takes W
 # consecutive units as vectors (VT a vector type, LD/ST vector loads and stores): PoCL's vector
-# tanh and exp run on whole SIMD registers where the scalar ones are a library call per
-# element (a step at batch 32, H 128: 133 -> 21 us). The vector forms are the elementwise
-# vector kernels' (labkit/backend/opencl/core.py: tanh, sigmoid). With W = 1, VT is the
-# element type TS and the forms are the scalar elementwise kernels'.
+# exp runs on whole SIMD registers where the scalar one is a library call per element (a
+# step at batch 32, H 128: 133 -> 21 us), and float32 tanh is common.cl's, with no library
+# call. The forms are the elementwise kernels' (labkit/backend/opencl/core.py: tanh,
+# sigmoid). With W = 1, VT is the element type TS and the forms are the scalar ones.
 _SRC = """#pragma OPENCL FP_CONTRACT OFF
 #if W == 1
 #define LD(p) (*(p))
 #define ST(v, p) (*(p) = (v))
-#define TANH(v) ((fabs(v) >= (sizeof(v) == 4 ? 10.0f : 19.1f)) ? \\
-                 (VT)(((v) > 0) - ((v) < 0)) : tanh(v))
+#define TANH(v) (sizeof(v) == 4 ? (fabs(v) >= 0.55f ? LK_TANH_L(v, exp(-2.0f * fabs(v))) \\
+                 : LK_TANH_S(v, (v) * (v))) : ((fabs(v) >= 19.1) ? \\
+                 (VT)(((v) > 0) - ((v) < 0)) : tanh(v)))
 #define SIG(v) ((v) >= 0 ? 1 / (1 + exp(-(v))) : exp(v) / (1 + exp(v)))
 #else
 #define LD(p) VLOAD(0, p)
 #define ST(v, p) VSTORE(v, 0, p)
-#define TANH(v) select(tanh(v), copysign((VT)(1), v), \\
-                       fabs(v) >= (VT)(sizeof(TS) == 4 ? 10.0f : 19.1f))
+#define TANH(v) (sizeof(TS) == 4 ? select(LK_TANH_S(v, (v) * (v)), \\
+                       LK_TANH_L(v, exp(-2.0f * fabs(v))), fabs(v) >= (VT)(0.55f)) : \\
+                       select(tanh(v), copysign((VT)(1), v), fabs(v) >= (VT)(19.1f)))
 #define SIG(v) select(exp(-fabs(v)) / (1 + exp(-fabs(v))), 1 / (1 + exp(-fabs(v))), \\
                       (v) >= (VT)(0))
 #endif
@@ -118,7 +120,7 @@ def _kernel(rt, ct, idx, name, w):
     def make():
         defs = {"TS": ct, "VT": f"{ct}{w}" if w > 1 else ct, "W": w, "VLOAD": f"vload{w}",
                 "VSTORE": f"vstore{w}", "IDX": idx}
-        src = header(rt, (ct,), defs, what="lstm") + _SRC
+        src = header(rt, (ct,), defs, what="lstm") + source("common") + _SRC
         it = IDX_NP[idx]
         n_in = 2 if name == "lk_lstm" else 4
         types = [it, it] + [None, it, it] * n_in + [None, None]
