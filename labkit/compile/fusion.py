@@ -24,6 +24,7 @@ import numbers
 import numpy as np
 
 from ..backend.opencl import ndarray
+from ..backend.opencl.core import TANH_FORM
 from ..backend.opencl.elementwise import launch
 from ..backend.opencl.ndarray import CTYPES
 from ..functions import activation as _act
@@ -35,8 +36,7 @@ MAX_INPUTS = 16
 #: the most ops one fused kernel holds (a longer chain is split: its source stays short)
 MAX_OPS = 64
 
-_TANH = ("((fabs({0}) >= (sizeof({0}) == 4 ? 10.0f : 19.1f)) ? "
-         "(T)((({0}) > 0) - (({0}) < 0)) : tanh({0}))")
+_TANH = TANH_FORM  # NOTE: the scalar kernel's: the same bits
 _SIGMOID = "({0} >= 0 ? 1 / (1 + exp(-{0})) : exp({0}) / (1 + exp({0})))"
 
 #: op type -> (statement form over its inputs {0}, {1}, ... and constant {c}, constant attr)

@@ -35,8 +35,8 @@ def gather_products(nodes, alias, values, needed, new_slot):
         return n if n is not None and n.kind == "op" and type(n.fn) is cls else None
 
     def term(s):
-        """(a, b, flip) when slot ``s`` is transpose(a) @ b of 2-D arrays (flip False) or
-        x @ b with x any 2-D array (a = x, flip True), read only by the sum."""
+        """(a, b, flip, product) when slot ``s`` is transpose(a) @ b of 2-D arrays (flip
+        False) or x @ b with x any 2-D array (a = x, flip True), read only by the sum."""
         mm = op(s, fc.MatMul)
         if mm is None or uses.get(s) != 1 or len(mm.ins) != 2 or mm.attr_in:
             return None
@@ -55,7 +55,7 @@ def gather_products(nodes, alias, values, needed, new_slot):
         va, vb = values.get(a), values.get(b)
         if va is None or vb is None or va.ndim != 2 or vb.ndim != 2:
             return None
-        return a, b, flip
+        return a, b, flip, mm
 
     def terms(s, top):
         """The products summed into slot ``s`` (None: not a sum of products)."""
@@ -87,8 +87,12 @@ def gather_products(nodes, alias, values, needed, new_slot):
         if n.kind != "op" or type(n.fn) is not m.Add or n.outs[0] in done:
             continue
         found = terms(n.outs[0], True)
-        if found is None or sum(not f for _, _, f in found) < 3:
+        # NOTE: the product reads the operands where the sum ends: never across a node that
+        # changes an array in place (a slice of a parameter the optimizer then updates)
+        if found is None or sum(not f for _, _, f, _ in found) < 3 or any(
+                pos[id(mm)] < x < pos[id(n)] for *_, mm in found for x in barriers):
             continue
+        found = [(a, b, f) for a, b, f, _ in found]
         ka = {(values[a].shape[0 if f else 1], values[a].dtype) for a, _, f in found}
         kb = {(values[b].shape[1], values[b].dtype) for _, b, _ in found}
         res = values.get(n.outs[0])

@@ -150,6 +150,21 @@ def changed_in_place(nodes) -> set:
     return {a for n in nodes for a, _ in n.versions}
 
 
+def root_id(a) -> int:
+    """The id of the array ``a`` is a view of (itself when it is not a view)."""
+    while getattr(a, "base", None) is not None:
+        a = a.base
+    return id(a)
+
+
+def sharing(values) -> dict:
+    """Root array id -> the slots whose traced values are it or views of it."""
+    out: dict = {}
+    for s, v in values.items():
+        out.setdefault(root_id(v), set()).add(s)
+    return out
+
+
 def stabilize(nodes, alias, values):
     """Rewrite what overflows or underflows in float32 into forms that do not (Theano's
     stabilisation): log(exp(z)) -> z, log(1 + x) -> log1p(x), log(sigmoid(x)) ->
@@ -255,21 +270,38 @@ def _one_index(key, shape, axis):
     return int(k) % shape[axis]
 
 
-def one_piece(nodes, alias, values):
+def one_piece(nodes, alias, values, leaving):
     """A loop's stacked outputs read at one step only (an RNN's last hidden state,
     ``net(x)[:, -1]``): ``stack(h_1, ..., h_T)[:, k]`` is ``h_k``; and its gradient, the
     slice's adjoint (zeros but ``g`` at ``k``) unbound into T pieces, is ``g`` for piece
     ``k`` and zeros for the others, which the backward adds to each step's gradient of h:
     ``u + 0`` is ``u``. The slice, the piece and the sums become aliases; the stack, the
     zeros and T - 1 additions go (prune). Bit for bit eager but for a zero's sign where
-    ``u`` is -0.0 (-0.0 + 0.0 is +0.0). Returns the nodes and how many were rewritten."""
+    ``u`` is -0.0 (-0.0 + 0.0 is +0.0). Never for a value that leaves the step (``leaving``:
+    results and writes; eager gives each its own array), one that something else views (the
+    program keeps buffers by the traced views), or memory the step changes in place. Returns
+    the nodes and how many were rewritten."""
     from ..functions import array as fa
     from ..functions import math as m
 
     made_by: dict = {}
     fixed = changed_in_place(nodes)
+    shared = sharing(values)
+    fixed_roots = {root_id(values[s]) for s in fixed if s in values}
     zeros: set = set()
     kept, count = [], 0
+
+    def alone(s, allowed):
+        """Nothing but ``allowed`` views slot ``s``'s memory, which nothing changes."""
+        v = values.get(s)
+        return (v is not None and shared.get(root_id(v), set()) <= allowed
+                and root_id(v) not in fixed_roots)
+
+    def own(s):
+        """Slot ``s`` is an array of its own (no view of an argument or a parameter), which
+        nothing changes in place."""
+        v = values.get(s)
+        return v is not None and getattr(v, "base", None) is None and id(v) not in fixed_roots
 
     def op(s, cls):
         n = made_by.get(s)
@@ -282,21 +314,24 @@ def one_piece(nodes, alias, values):
         y = n.outs[0] if n.outs else None
         if t is fa.GetItem and (st := op(n.ins[0], fa.Stack)) is not None:
             k = _one_index(n.fn.key, values[n.ins[0]].shape, st.fn.axis)
-            if (k is not None and y not in fixed and st.ins[k] not in fixed
-                    and _same_meta(values, y, st.ins[k])):
+            if (k is not None and y not in leaving and alone(n.ins[0], {n.ins[0], y})
+                    and own(st.ins[k]) and _same_meta(values, y, st.ins[k])):
                 alias[y] = st.ins[k]
                 count += 1
                 continue
         elif t is fa.Unbind and (gi := op(n.ins[0], fa.GetItemGrad)) is not None:
             k = _one_index(gi.fn.key, gi.fn.shape, n.fn.axis)
             g = gi.ins[0]
-            if (k is not None and len(n.outs) == gi.fn.shape[n.fn.axis] and g not in fixed
-                    and n.outs[k] not in fixed and _same_meta(values, n.outs[k], g)):
+            if (k is not None and len(n.outs) == gi.fn.shape[n.fn.axis]
+                    and n.outs[k] not in leaving and alone(n.ins[0], {n.ins[0], *n.outs})
+                    and g in values and root_id(values[g]) not in fixed_roots
+                    and _same_meta(values, n.outs[k], g)):
                 alias[n.outs[k]] = g
                 zeros.update(p for i, p in enumerate(n.outs) if i != k and p not in fixed)
                 count += 1
-        elif t is m.Add and len(n.ins) == 2 and y not in fixed:
-            u = next((a for a, z in (n.ins, n.ins[::-1]) if z in zeros and a not in fixed
+        elif t is m.Add and len(n.ins) == 2 and y not in leaving and alone(y, {y}):
+            u = next((a for a, z in (n.ins, n.ins[::-1]) if z in zeros and a in values
+                      and root_id(values[a]) not in fixed_roots
                       and _same_meta(values, y, a)), None)
             if u is not None:
                 alias[y] = u

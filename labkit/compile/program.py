@@ -42,7 +42,9 @@ class Program:
             nodes, self.rewrites = passes.stabilize(nodes, alias, t.values)
         self.pieces = 0
         if cse:
-            nodes, self.pieces = passes.one_piece(nodes, alias, t.values)
+            leaving = {passes.resolve(alias, s) for s in _tree_slots(t.out_tree)}
+            leaving.update(passes.resolve(alias, s) for _, _, s in t.writes if s is not None)
+            nodes, self.pieces = passes.one_piece(nodes, alias, t.values, leaving)
 
         def res(s):
             return passes.resolve(alias, s)
@@ -143,10 +145,6 @@ def _ufuncs():
     return _UFUNCS
 
 
-def _root(a):
-    while getattr(a, "base", None) is not None:
-        a = a.base
-    return id(a)
 
 
 def _lowerable(n, values, referenced):
@@ -185,7 +183,7 @@ def _generate(prog, nodes, t, exposed):
     for n in nodes:
         referenced |= passes.refs(n)
     values = t.values
-    exposed_roots = {_root(values[s]) for s in exposed if s in values}
+    exposed_roots = {passes.root_id(values[s]) for s in exposed if s in values}
     for s, arg in prog.args:
         lines.append(f"    s{s} = L[{arg}]")
     for j, (s, tensor) in enumerate(prog.live):
@@ -209,7 +207,7 @@ def _generate(prog, nodes, t, exposed):
             if c is not None:
                 env[f"C{k}"] = c
                 args += f", C{k}"
-            if _root(values[o]) in exposed_roots or values[o].ndim == 0:
+            if passes.root_id(values[o]) in exposed_roots or values[o].ndim == 0:
                 lines.append(f"    s{o} = U{k}({args})")
             else:
                 env[f"B{k}"] = np.empty_like(values[o])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .passes import _readers, _same_meta, changed_in_place, refs
+from .passes import _readers, _same_meta, changed_in_place, refs, root_id, sharing
 
 
 def transposed_products(nodes, values, needed, new_slot):
@@ -26,6 +26,7 @@ def transposed_products(nodes, values, needed, new_slot):
     made_by = {s: n for n in nodes for s in n.outs}
     readers = _readers(nodes)
     fixed = changed_in_place(nodes)
+    shared = sharing(values)
     referenced: set = set()
     for n in nodes:
         referenced |= refs(n)
@@ -63,7 +64,10 @@ def transposed_products(nodes, values, needed, new_slot):
                 or tuple(t.fn.axes or ()) != (1, 0) or len(readers.get(t.ins[0], ())) != 1):
             continue
         found = tree(t.ins[0], True)
-        if found is None or any(id(n) in plan for n in found):
+        # NOTE: nothing else may view the sum (a slice of its transpose returned): the
+        # program keeps its buffers by the traced views, which the rows would not be
+        if (found is None or any(id(n) in plan for n in found)
+                or shared[root_id(values[t.ins[0]])] - {t.ins[0], t.outs[0]}):
             continue
         for n in found:
             s = t.outs[0] if n.outs[0] == t.ins[0] else new_slot()
@@ -79,8 +83,8 @@ def transposed_products(nodes, values, needed, new_slot):
         if id(n) in plan:
             if type(n.fn) is fc.MatMul:
                 a, b = n.ins
-                n.ins = [_flip(b, out, n, made_by, values, new_slot, m, Node),
-                         _flip(a, out, n, made_by, values, new_slot, m, Node)]
+                n.ins = [_flip(b, out, n, made_by, gone, values, new_slot, m, Node),
+                         _flip(a, out, n, made_by, gone, values, new_slot, m, Node)]
             else:
                 n.ins = [renamed[x] for x in n.ins]
             n.outs = [plan[id(n)][1]]
@@ -88,11 +92,13 @@ def transposed_products(nodes, values, needed, new_slot):
     return out, len(gone)
 
 
-def _flip(s, out, n, made_by, values, new_slot, m, Node):
-    """A slot holding ``s`` transposed: the input of a transpose that made ``s``, or a new
-    transpose (a view) added to ``out`` before node ``n``."""
+def _flip(s, out, n, made_by, gone, values, new_slot, m, Node):
+    """A slot holding ``s`` transposed: the input of a transpose that made ``s`` (one this
+    pass keeps: a removed one's input is not made any more), or a new transpose (a view)
+    added to ``out`` before node ``n``."""
     src = made_by.get(s)
     if (src is not None and src.kind == "op" and type(src.fn) is m.Transpose
+            and id(src) not in gone
             and not src.attr_in and tuple(src.fn.axes or ()) == (1, 0)):
         return src.ins[0]
     r = new_slot()

@@ -452,9 +452,11 @@ sqrt = _unary("sqrt", "sqrt(v0)", kind="float")
 # NOTE: float32 tanh is common.cl's LK_TANH_S/L (a polynomial, then exp: faster than PoCL's
 # library call, 1.5 ulp); double is the library's, whose +-0.99999... past 19.1, where NumPy's
 # is +-1 (and 1 - y*y, tanh's gradient, must then be 0), is the sign itself
-tanh = _unary("tanh", "(sizeof(v0) == 4 ? (fabs(v0) >= 0.55f ? "
-              "LK_TANH_L(v0, exp(-2.0f * fabs(v0))) : LK_TANH_S(v0, v0 * v0)) : "
-              "((fabs(v0) >= 19.1) ? (((v0) > 0) - ((v0) < 0)) : tanh(v0)))", kind="float",
+#: tanh of one operand {0}, as the scalar kernels and lk.compile's fused kernels compute it
+TANH_FORM = ("(sizeof({0}) == 4 ? (fabs({0}) >= 0.55f ? "
+             "LK_TANH_L({0}, exp(-2.0f * fabs({0}))) : LK_TANH_S({0}, {0} * {0})) : "
+             "((fabs({0}) >= 19.1f) ? ((({0}) > 0) - (({0}) < 0)) : tanh({0})))")
+tanh = _unary("tanh", TANH_FORM.format("v0"), kind="float",
               vec="(sizeof(TS) == 4 ? select(LK_TANH_S(v0, v0 * v0), "
                   "LK_TANH_L(v0, exp(-2.0f * fabs(v0))), fabs(v0) >= (VT)(0.55f)) : "
                   "select(tanh(v0), copysign((VT)(1), v0), fabs(v0) >= (VT)(19.1f)))")

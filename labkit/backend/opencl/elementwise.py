@@ -24,6 +24,12 @@ from .shapes import collapse_dims
 VECTOR_WIDTH = {4: 16, 8: 8}
 
 
+#: every elementwise kernel rounds each operation of its expression on its own, as NumPy does
+#: (a formula such as tanh's polynomial, and lk.compile's fused chains of ops, the same bits
+#: in every kernel that computes them)
+_NO_CONTRACT = "#pragma OPENCL FP_CONTRACT OFF\n"
+
+
 def vector_defines(rt, ct: str, itemsize: int) -> dict:
     """``W`` and ``VT`` for a row kernel's vector path (kernels_cl/rowlse.cl) on a CPU
     device, where PoCL inlines vector math and calls the scalar functions; none elsewhere."""
@@ -89,8 +95,8 @@ def _vector_plan(rt, name, expr, vec, out, inputs, in_ctypes):
             kinds.append("s")
     kname = f"ewv_{name}"
     defs = {"IDX": idx, "TS": ct, "VT": vt, "W": w}
-    src = header(rt, (ct,), defs, what=name) + \
-        source("common") + Template(_VECTOR_FRAME).substitute(
+    src = header(rt, (ct,), defs, what=name) + source("common") + _NO_CONTRACT + \
+        Template(_VECTOR_FRAME).substitute(
             name=kname, params="".join(params), vload="\n".join(vload),
             sload="\n".join(sload), w=w, vexpr=vec, expr=expr)
     kernel = getattr(kernels(rt, src, {kname: arg_types}, name=f"elementwise:{kname}"), kname)
@@ -189,8 +195,7 @@ def _plan(rt, name, expr, out, inputs, in_ctypes, vec=None, pre=""):
         unravel.append("    const IDX i0 = r;")
     kname = f"ew_{name}"
     ctypes = {octype, *in_ctypes, *(CTYPES[x.dtype] for x in inputs if isinstance(x, ndarray))}
-    src = header(rt, ctypes, {"IDX": idx}, what=name) + source("common") + (
-        "#pragma OPENCL FP_CONTRACT OFF\n" if pre else "") + Template(
+    src = header(rt, ctypes, {"IDX": idx}, what=name) + source("common") + _NO_CONTRACT + Template(
         source("elementwise")).substitute(name=kname, params="".join(params) + dim_params,
                                           unravel="\n".join(unravel), load="\n".join(loads),
                                           store=store)

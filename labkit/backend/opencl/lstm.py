@@ -27,7 +27,7 @@ _SRC = """#pragma OPENCL FP_CONTRACT OFF
 #define LD(p) (*(p))
 #define ST(v, p) (*(p) = (v))
 #define TANH(v) (sizeof(v) == 4 ? (fabs(v) >= 0.55f ? LK_TANH_L(v, exp(-2.0f * fabs(v))) \\
-                 : LK_TANH_S(v, (v) * (v))) : ((fabs(v) >= 19.1) ? \\
+                 : LK_TANH_S(v, (v) * (v))) : ((fabs(v) >= 19.1f) ? \\
                  (VT)(((v) > 0) - ((v) < 0)) : tanh(v)))
 #define SIG(v) ((v) >= 0 ? 1 / (1 + exp(-(v))) : exp(v) / (1 + exp(v)))
 #else
