@@ -11,7 +11,7 @@ from ..autograd.function import Function
 from ..autograd.trace import host
 from ..backend.opencl import softmax as _sm
 from . import _check
-from ._util import xp_of
+from ._util import row_max, xp_of
 from .math import MulConstant, erf, exp, mul, where
 from .reduction import logsumexp
 from .reduction import sum as rsum
@@ -104,7 +104,7 @@ def _softmax_array(x, axis, log: bool):
     """softmax (or log-softmax) of device array ``x`` over ``axis``: on ``cl`` one launch for
     a last axis (backend/opencl/softmax.py), else x - logsumexp(x) (then exp), as NumPy."""
     if isinstance(x, np.ndarray):
-        m = x.max(axis=axis, keepdims=True)
+        m = row_max(x) if axis == 1 else x.max(axis=axis, keepdims=True)
         m = np.where(np.isfinite(m), m, 0)
         ls = x - (np.log(np.exp(x - m).sum(axis=axis, keepdims=True)) + m)
         return ls if log else np.exp(ls)

@@ -12,8 +12,8 @@ from ..backend import full
 from ..backend.opencl import xent as _xent
 from ..errors import ShapeError
 from . import _check
-from ._util import operands, xp_of
-from .activation import relu
+from ._util import operands, row_max, xp_of
+from .activation import Softmax, relu
 from .math import MulConstant, abs, exp, log1p, mul, neg
 from .reduction import mean, sum
 
@@ -96,11 +96,17 @@ class SoftmaxCrossEntropy(Function):
 
     def forward(self, x):
         xp = xp_of(x)
+        self.p = None
         if xp is np:
-            m = x.max(axis=1, keepdims=True)
+            m = row_max(x)
             z = x - m
             lse = xp.log(xp.exp(z).sum(axis=1, keepdims=True))
             nll = -((z - lse) * self._onehot(x)).sum(axis=1)
+            if np.isfinite(m).all():
+                # NOTE: the softmax the gradient needs, as softmax(x, axis=1) computes it
+                # (activation._softmax_array: the same operations, so the same bits), from
+                # this forward's sums: the backward does not compute it again
+                self.p = np.exp(x - (lse + m))
         elif _xent.fits(x, self.t):  # NOTE: one launch (backend/opencl/xent.py)
             return _xent.softmax_cross_entropy(x, self.t, self.ignore, self.reduce)
         else:  # NOTE: the log-sum-exp of each row in one kernel (five launches composed)
@@ -112,7 +118,6 @@ class SoftmaxCrossEntropy(Function):
         return (nll * w).sum()
 
     def backward(self, inputs, gy):
-        from .activation import softmax
         from .array import expand_dims
         from .math import broadcast_to
 
@@ -124,8 +129,25 @@ class SoftmaxCrossEntropy(Function):
             g = gy * w
         else:
             g = MulConstant(w).apply((broadcast_to(gy, w.shape),))
-        diff = softmax(x, axis=1) - Tensor(host(self._onehot, xd, name="cross_entropy.onehot"))
+        diff = _KeptSoftmax(self).apply((x,)) - Tensor(
+            host(self._onehot, xd, name="cross_entropy.onehot"))
         return diff * expand_dims(g, 1)
+
+
+class _KeptSoftmax(Softmax):
+    """softmax(x) over axis 1 for the cross-entropy's gradient: the one its forward kept (a
+    compiled step replays that forward first), else computed (as Softmax, also its
+    gradient)."""
+
+    def __init__(self, xent):
+        super().__init__(1)
+        self.xent = xent
+
+    def forward(self, x):
+        p = getattr(self.xent, "p", None)
+        if p is not None and p.shape == x.shape and p.dtype == x.dtype:
+            return p
+        return super().forward(x)
 
 
 def sigmoid_cross_entropy(x, t, reduce="mean"):

@@ -252,6 +252,7 @@ class WeightDecay(Rule):
 #: that overrides ``apply`` is not assumed to be): they may run on pieces of a parameter
 _PIECEWISE = {r.apply for r in (SGD, Momentum, Nesterov, AdaGrad, RMSProp, Adam, AdamW,
                                 WeightDecay)}
+_fused.SCALE_ONLY.add(SGD.apply)
 
 
 # ---- the optimizer ------------------------------------------------------------------------

@@ -168,6 +168,16 @@ def root(a):
     return a
 
 
+#: the rules whose step is the gradient times ``lr`` and nothing else (SGD's apply; a
+#: subclass that overrides it is not assumed to be): optimizers/__init__.py fills it
+SCALE_ONLY: set = set()
+
+
+def _weak(v, dtype) -> bool:
+    """Whether ``g * v`` stays in ``dtype`` (a Python number, or a NumPy scalar of it)."""
+    return type(v) in (int, float) or (isinstance(v, np.generic) and v.dtype == dtype)
+
+
 def _scalar(v) -> bool:
     return isinstance(v, (numbers.Number, np.generic)) or (
         isinstance(v, np.ndarray) and v.ndim == 0)
@@ -197,6 +207,16 @@ def update_pieces(rules, p, g, states, group, t) -> bool:
             return False  # NOTE: an array (a learning rate per row) broadcasts the step
         groups.append({**group, **values})
     flat, gflat = d.reshape(-1), g.reshape(-1)
+    if (len(rules) == 1 and type(rules[0]).apply in SCALE_ONLY and not states[0]
+            and g.dtype == d.dtype and _weak(groups[0]["lr"], d.dtype)):
+        # NOTE: SGD: each piece's step into one kept array, not a new one per piece (the
+        # same multiply and subtract; the MLP's parameters: 271 -> 226 us)
+        lr, scratch = groups[0]["lr"], np.empty(size, d.dtype)
+        for lo in range(0, n, size):
+            hi = min(lo + size, n)
+            np.multiply(gflat[lo:hi], lr, out=scratch[:hi - lo])
+            np.subtract(flat[lo:hi], scratch[:hi - lo], out=flat[lo:hi])
+        return True
     flats = [{k: v.reshape(-1) for k, v in st.items()} for st in states]
     for lo in range(0, n, size):
         sl = slice(lo, lo + size)

@@ -205,8 +205,12 @@ def test_lr_reads_and_sets_the_same_rule():
     lambda: [O.GradientClipping(1.0), O.SGD()],
     # a schedule giving a NumPy float64 promotes the state: the pieces step aside
     lambda: [O.Momentum(lambda t: np.float64(0.1), np.float64(0.9))],
+    # SGD's kept-scratch pieces take a Python number or a float32 scalar; a float64 one
+    # (g * lr in float64, then one rounding) takes the general path
+    lambda: [O.SGD(np.float64(0.1))], lambda: [O.SGD(np.float32(0.1))], lambda: [O.SGD(1)],
+    lambda: [O.SGD(O.StepDecay(0.3, every=1, gamma=0.7))],
 ], ids=["sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw", "decay",
-        "clipping", "float64"])
+        "clipping", "float64", "sgd-f64", "sgd-f32", "sgd-int", "sgd-schedule"])
 def test_cpu_update_in_pieces_is_bitwise_the_whole_array_update(rules, rng):
     from labkit.optimizers import fused as _fused
 
