@@ -173,6 +173,34 @@ def _lowerable(n, values, referenced):
     return ufunc, c
 
 
+def _view_ops():
+    from ..functions import array as fa
+    from ..functions import math as m
+
+    return (fa.GetItem, fa.Split, fa.Unbind, fa.Cast, fa.ToDevice, fa.Contiguous,
+            m.Reshape, m.Transpose, m.BroadcastTo, m.SumTo)
+
+
+def _viewed(nodes, values, exposed) -> set:
+    """The slots whose arrays a result may be, or be a view of: the exposed slots and, back
+    through every op that can return a view of its input (a reshape, a slice, a
+    transpose...), that op's inputs. From the program's own data flow, not only from the
+    traced views: after a pass changes a layout, a reshape that copied when traced (of a
+    transpose) may return a view when replayed, and what it views must not be a buffer the
+    next replay overwrites."""
+    views = _view_ops()
+    out = set(exposed)
+    for n in reversed(nodes):
+        if n.kind != "op" or not any(o in out for o in n.outs):
+            continue
+        if isinstance(n.fn, views) or any(
+                o in values and i in values
+                and passes.root_id(values[o]) == passes.root_id(values[i])
+                for o in n.outs for i in n.ins):
+            out.update(n.ins)
+    return out
+
+
 def _generate(prog, nodes, t, exposed):
     """A Python function that runs ``nodes`` once: one line per node, slots as locals."""
     from . import passes
@@ -183,7 +211,8 @@ def _generate(prog, nodes, t, exposed):
     for n in nodes:
         referenced |= passes.refs(n)
     values = t.values
-    exposed_roots = {passes.root_id(values[s]) for s in exposed if s in values}
+    exposed_roots = {passes.root_id(values[s]) for s in _viewed(nodes, values, exposed)
+                     if s in values}
     for s, arg in prog.args:
         lines.append(f"    s{s} = L[{arg}]")
     for j, (s, tensor) in enumerate(prog.live):

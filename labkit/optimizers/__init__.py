@@ -253,6 +253,7 @@ class WeightDecay(Rule):
 _PIECEWISE = {r.apply for r in (SGD, Momentum, Nesterov, AdaGrad, RMSProp, Adam, AdamW,
                                 WeightDecay)}
 _fused.SCALE_ONLY.add(SGD.apply)
+_fused.PLAIN_H.add(Rule.h)
 
 
 # ---- the optimizer ------------------------------------------------------------------------

@@ -171,6 +171,10 @@ def root(a):
 #: the rules whose step is the gradient times ``lr`` and nothing else (SGD's apply; a
 #: subclass that overrides it is not assumed to be): optimizers/__init__.py fills it
 SCALE_ONLY: set = set()
+#: Rule.h, which reads a hyper-parameter (a schedule's value at the step): the pieces resolve
+#: each once and hand the values to ``apply``, whose ``h`` must give a value back unchanged;
+#: a rule that overrides ``h`` (doubling lr) would apply it twice. optimizers/__init__.py
+PLAIN_H: set = set()
 
 
 def _weak(v, dtype) -> bool:
@@ -199,6 +203,8 @@ def update_pieces(rules, p, g, states, group, t) -> bool:
         return False
     if (g is not d and root(g) is root(d)) or len({id(root(a)) for a in arrays}) < len(arrays):
         return False  # NOTE: a later piece would read what an earlier one wrote
+    if any(type(r).h not in PLAIN_H for r in rules):
+        return False
     # NOTE: each rule's hyper-parameters at this step, once (a schedule is called once)
     groups = []
     for r in rules:

@@ -308,3 +308,27 @@ def test_cpu_update_pieces_step_aside_where_they_could_differ(rng):
     p.grad = lk.tensor(np.ones(n, np.float32))
     opt.update()
     assert calls == [0]
+
+
+def test_cpu_update_pieces_step_aside_for_a_rule_with_its_own_h(rng):
+    """A rule that overrides ``h`` (here: twice the learning rate) is asked once per
+    hyper-parameter, in pieces as in the whole-array update (the pieces resolved the values
+    and the rule's apply asked its h again: the step was four times lr)."""
+    from labkit.optimizers import fused as _fused
+
+    class Doubled(O.SGD):
+        def h(self, name, group, step):
+            v = super().h(name, group, step)
+            return 2 * v if name == "lr" else v
+
+    g = rng.standard_normal(3 * _fused.PIECE).astype(np.float32)
+    outs = []
+    for fused in (True, False):
+        p = lk.tensor(np.zeros_like(g), requires_grad=True)
+        opt = O.chain(Doubled(np.float64(0.1))).setup({"p": p})
+        opt.fused = fused
+        p.grad = lk.tensor(g)
+        opt.update()
+        outs.append(p.numpy())
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_allclose(outs[1], -0.2 * g, rtol=1e-6)

@@ -149,3 +149,41 @@ def test_gathered_products_of_a_parameters_rows_read_before_its_update(dev):
         return [f(*[lk.tensor(a, device=dev) for a in A]).numpy() for _ in range(4)]
     for want, got in zip(run(False), run(True)):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+# ---- second review: a reshape that copied when traced is a view after a pass ---------------
+
+
+def test_a_reshape_of_a_transposed_sum_is_not_left_in_a_buffer(dev):
+    """Traced, transpose(sum) is not contiguous and the reshape copies; replayed, the sum is
+    computed into rows and the reshape is a view of it."""
+    def f(a, b, c, d):
+        return F.reshape(F.transpose(F.matmul(a, b) + F.matmul(c, d)), (-1,))
+
+    def make(r):
+        return tuple(lk.tensor(r.standard_normal(s).astype(np.float32), device=dev)
+                     for s in ((6, 4), (4, 5), (6, 4), (4, 5)))
+    _stable(lk.compile(f), make, lambda a, b, c, d: (
+        a.numpy() @ b.numpy() + c.numpy() @ d.numpy()).T.reshape(-1))
+
+
+def test_a_reshape_of_a_stacks_slice_along_axis_1_is_not_left_in_a_buffer(dev):
+    def f(x):
+        y = F.stack([F.tanh(xt) for xt in F.unbind(x, axis=0)], axis=1)[:, 1]
+        return F.reshape(y, (-1,))
+    _stable(lk.compile(f), lambda r: (lk.tensor(r.standard_normal((3, 2, 4)).astype(
+        np.float32), device=dev),), lambda x: np.tanh(x.numpy()[1]).reshape(-1))
+
+
+def test_a_reshaped_gradient_of_a_stack_slice_is_not_left_in_a_buffer(dev):
+    ps = [lk.tensor(np.full((2, 4), k, np.float32), device=dev, requires_grad=True)
+          for k in range(3)]
+
+    def f(x):
+        for p in ps:
+            p.grad = None
+        y = F.stack([F.transpose(p) for p in ps], axis=1)[:, 1]
+        (y * x).sum().backward()
+        return F.reshape(ps[1].grad * 1.0, (-1,))
+    _stable(lk.compile(f), lambda r: (lk.tensor(r.standard_normal((4, 2)).astype(np.float32),
+                                                device=dev),), lambda x: x.numpy().T.reshape(-1))
