@@ -105,7 +105,10 @@ def _install(tmp: Path, final: Path, olds: list) -> None:
     """Rename ``tmp`` to ``final``, moving a checkpoint already there aside (into ``olds``)."""
     for attempt in itertools.count():
         if os.path.lexists(final):
+            seen = _identity(final)
             if not is_checkpoint_dir(final):
+                if attempt < 16 and _identity(final) != seen:
+                    continue  # NOTE: moved aside or replaced by another writer as it was read
                 raise CheckpointError(f"save: {final} exists and is not a labkit checkpoint; "
                                       "refusing to replace it (choose another name)")
             old = final.with_name(_writers.temp_name(final.name, "old"))
@@ -121,6 +124,15 @@ def _install(tmp: Path, final: Path, olds: list) -> None:
             # NOTE: another writer of the same name got its rename in between: replace it too
             if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or attempt >= 16:
                 raise
+
+
+def _identity(path):
+    """(device, inode) of ``path``, or None when nothing is there."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _read(path):

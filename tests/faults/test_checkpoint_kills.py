@@ -412,3 +412,33 @@ def test_a_writer_that_loses_the_rename_race_replaces_the_winner(tmp_path, monke
     assert raced == [path]
     assert np.array_equal(C.load(path)["a"], [1.0, 1.0])
     assert hidden(d) == []
+
+
+def test_a_checkpoint_moved_aside_while_a_save_looks_at_it(tmp_path, monkeypatch):
+    """Another writer of the same name moves the existing checkpoint aside (or a deleter
+    removes it) just as a save checks what is there: the save looks again and installs, where
+    it said "exists and is not a labkit checkpoint" (a writer failed this way in the
+    concurrency test about one run in twenty)."""
+    from labkit.checkpoint import _directory
+
+    d = tmp_path / "ck"
+    C.save(d, {"a": np.ones(3)}, iteration=1)
+    real = _directory.is_checkpoint_dir
+    moved = []
+
+    def racing(path):
+        if not moved and path.name == "ckpt-00000001":
+            moved.append(path.with_name(".elsewhere"))
+            os.replace(path, moved[0])  # NOTE: another writer's rename, between the two looks
+            return False
+        return real(path)
+    monkeypatch.setattr(_directory, "is_checkpoint_dir", racing)
+    p = C.save(d, {"a": np.full(3, 2.0)}, iteration=1)
+    monkeypatch.setattr(_directory, "is_checkpoint_dir", real)
+    assert moved and (C.load(p)["a"] == 2).all()
+    not_ours = d / "ckpt-00000002"
+    not_ours.mkdir()
+    (not_ours / "notes.txt").write_text("mine")
+    with pytest.raises(CheckpointError, match="exists and is not a labkit checkpoint"):
+        C.save(d, {"a": np.ones(3)}, iteration=2)
+    assert (not_ours / "notes.txt").read_text() == "mine"
