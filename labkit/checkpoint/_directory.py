@@ -282,12 +282,18 @@ def remove(path) -> None:
     if path.is_symlink():
         raise CheckpointError(f"remove: {path} is a symbolic link; remove() deletes checkpoint "
                               "directories only, never a link or what it points to")
+    seen = _identity(path)
     if not is_checkpoint_dir(path):
+        if _identity(path) != seen:
+            return  # NOTE: moved aside or removed by another process as it was read
         raise CheckpointError(f"remove: {path} is not a labkit checkpoint directory (a link, a "
                               "file, or a directory without a labkit manifest.json); refusing "
                               "to delete it")
     gone = path.with_name(_writers.temp_name(path.name, "deleting"))
-    os.replace(path, gone)
+    try:
+        os.replace(path, gone)
+    except FileNotFoundError:
+        return  # NOTE: another process removed it first
     shutil.rmtree(gone, ignore_errors=True)
 
 

@@ -442,3 +442,28 @@ def test_a_checkpoint_moved_aside_while_a_save_looks_at_it(tmp_path, monkeypatch
     with pytest.raises(CheckpointError, match="exists and is not a labkit checkpoint"):
         C.save(d, {"a": np.ones(3)}, iteration=2)
     assert (not_ours / "notes.txt").read_text() == "mine"
+
+
+def test_a_checkpoint_removed_by_another_process_while_remove_looks_at_it(tmp_path,
+                                                                           monkeypatch):
+    """remove() of a checkpoint that another process moves away as it is checked does
+    nothing, as for one already gone; a directory that stays and is not ours is refused."""
+    from labkit.checkpoint import _directory
+
+    d = tmp_path / "ck"
+    p = C.save(d, {"a": np.ones(3)}, iteration=1)
+    real = _directory.is_checkpoint_dir
+
+    def racing(path):
+        os.replace(path, path.with_name(".taken"))
+        return False
+    monkeypatch.setattr(_directory, "is_checkpoint_dir", racing)
+    C.remove(p)
+    monkeypatch.setattr(_directory, "is_checkpoint_dir", real)
+    assert (d / ".taken" / "manifest.json").exists()
+    mine = d / "ckpt-00000009"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(CheckpointError, match="not a labkit checkpoint directory"):
+        C.remove(mine)
+    assert (mine / "notes.txt").read_text() == "mine"
