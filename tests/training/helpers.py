@@ -45,3 +45,22 @@ def make_loop(config=None):
         ext.append(T.Checkpoint(every=cfg["checkpoint_every"], unit="iterations", keep_last=2))
     return T.MainLoop(model, opt, s, loss_fn, extensions=ext, name="helper", config=cfg,
                       compile=cfg["compile"])
+
+
+def refused_checkpoint(tmp_path, state):
+    """The CheckpointError message of loading the loop ``state`` (saved as a checkpoint) into
+    a fresh loop, which must be left as it was and the message name the checkpoint."""
+    import pytest
+
+    from labkit import checkpoint as ckpt
+    from labkit.errors import CheckpointError
+
+    path = ckpt.save(tmp_path / "c", state, iteration=1)
+    fresh = make_loop({"epochs": 1})
+    before = fresh.state_dict()
+    with pytest.raises(CheckpointError) as e:
+        fresh.load_checkpoint(path)
+    after = fresh.state_dict()
+    assert after["status"] == before["status"] and after["optimizer"]["t"] == 0
+    assert str(path) in str(e.value)
+    return str(e.value)
