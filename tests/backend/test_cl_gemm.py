@@ -99,12 +99,21 @@ def fresh(monkeypatch, tmp_path):
     return Runtime(*probe()[0]), tmp_path / "kernels" / "gemm-tuning.json"
 
 
-def _fake_matmul(fail):
-    """A stand-in for the timed product: raises ``fail(cfg)`` when that is not None."""
+def _fake_matmul(fail, monkeypatch):
+    """A stand-in for the timed product: raises ``fail(cfg)`` when that is not None, else
+    takes exactly 2 ms of a fake clock. (On the real clock an empty call's timings are all
+    noise, and a choice from noisy timings is, rightly, not stored: the tests of storing
+    failed so on a busy CI machine.)"""
+    from labkit.backend.opencl import gemm
+
+    clock = [0.0]
+    monkeypatch.setattr(gemm.time, "perf_counter", lambda: clock[0])
+
     def matmul2(a, b, cfg=None):
         err = fail(cfg)
         if err is not None:
             raise err
+        clock[0] += 0.002
     return matmul2
 
 
@@ -112,7 +121,7 @@ def test_a_programming_error_while_tuning_propagates_and_stores_nothing(fresh, m
     from labkit.backend.opencl import gemm
 
     rt, path = fresh
-    monkeypatch.setattr(gemm, "_matmul2", _fake_matmul(lambda cfg: TypeError("a bug")))
+    monkeypatch.setattr(gemm, "_matmul2", _fake_matmul(lambda cfg: TypeError("a bug"), monkeypatch))
     with pytest.raises(TypeError, match="a bug"):
         gemm.config(rt, "float")
     assert not path.exists() and not rt.tuned
@@ -126,7 +135,7 @@ def test_opencl_failures_skip_candidates_and_an_all_failed_tuning_is_not_cached(
 
     rt, path = fresh
     monkeypatch.setattr(gemm, "_matmul2", _fake_matmul(
-        lambda cfg: cl.RuntimeError("CL_OUT_OF_RESOURCES")))
+        lambda cfg: cl.RuntimeError("CL_OUT_OF_RESOURCES"), monkeypatch))
     with pytest.warns(RuntimeWarning, match="no GEMM blocking could run.*without caching"):
         assert gemm.config(rt, "float") == gemm.DEFAULT["float"]
     assert not path.exists()  # the next process tunes again
@@ -134,7 +143,7 @@ def test_opencl_failures_skip_candidates_and_an_all_failed_tuning_is_not_cached(
     ok = gemm.CANDIDATES["float"][1]
     monkeypatch.setattr(gemm, "_matmul2", _fake_matmul(
         lambda cfg: None if cfg == ok else lk.KernelBuildError(
-            "too many registers", device="cl:0", log="", source_name="gemm.cl")))
+            "too many registers", device="cl:0", log="", source_name="gemm.cl"), monkeypatch))
     rt.tuned.clear()
     assert gemm.config(rt, "float") == ok
     (entry,) = json.loads(path.read_text()).values()
@@ -152,7 +161,7 @@ def test_the_tuning_file_is_written_atomically_and_keeps_other_devices(fresh, mo
     writes = []
     real = gemm.atomic_write
     monkeypatch.setattr(gemm, "atomic_write", lambda p, data: writes.append(p) or real(p, data))
-    monkeypatch.setattr(gemm, "_matmul2", _fake_matmul(lambda cfg: None))
+    monkeypatch.setattr(gemm, "_matmul2", _fake_matmul(lambda cfg: None, monkeypatch))
     cfg = gemm.config(rt, "float")
     assert writes == [path]
     stored = json.loads(path.read_text())
