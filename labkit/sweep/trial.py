@@ -272,6 +272,28 @@ def _driver_gone(spec) -> bool:
     return comm is not None and comm.closed()
 
 
+def _task_released():
+    """A check of whether the scheduler let go of the Dask task running this code (its
+    driver's client disconnected, or released the future): the worker then marks the task
+    ``cancelled``, but cannot stop a running thread. This is how a chunk on a cluster's
+    scheduler, which outlives a driver, learns of the driver's death where no pid tells it
+    (another host or pid namespace): within a second of it, where before it trained on until
+    a resumed driver took the sweep over. Always False off a worker."""
+    w = _worker()
+    try:
+        from distributed.worker import thread_state
+
+        key = thread_state.key
+        tasks = w.state.tasks
+    except AttributeError:  # NOTE: off a worker (or a Dask without the worker's state)
+        return lambda: False
+
+    def released():
+        ts = tasks.get(key)
+        return ts is None or ts.state in ("cancelled", "released", "forgotten")
+    return released
+
+
 def _dask_stop_check(spec):
     """Whether the sweep asked its trials to stop, or another driver took the sweep over (a
     task left running by a driver that died stops within ``REPORT_EVERY`` seconds).
@@ -286,9 +308,10 @@ def _dask_stop_check(spec):
         variable = Variable(spec["state_variable"])
     except ValueError:
         return lambda: None
+    released = _task_released()
 
     def check():
-        if _driver_gone(spec):
+        if _driver_gone(spec) or released():
             return "superseded"  # NOTE: stop, writing nothing: a resume takes the trial on
         now = _TOLD.get(spec["sweep"])
         if now is None:

@@ -150,3 +150,62 @@ def test_a_trial_queued_on_a_dying_worker_is_not_blamed(tmp_path):
         t0, t1 = lk.runs.store().trials(sw.id)
         assert t1["attempts"] == 1 and t1["epoch"] == 2
         assert lk.runs.get(t1["run_id"])["status"] == "finished"
+
+
+ON_A_CLUSTER = """
+import os, signal, sys
+import labkit as lk
+from labkit.sweep import trial
+from tests.sweep.helpers import make_loop
+
+# NOTE: the worker must not see this process: as if the driver ran on another machine
+trial._pid_namespace = lambda: "pid:[another machine]"
+
+
+def hook(kind, info):  # the chosen point: the trial trains
+    if kind == "progress" and info["trial"] == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+with lk.runs.use_store(sys.argv[2] + "/runs.sqlite"):
+    lk.sweep.run(make_loop, {"lr": 0.01, "hidden": 8, "epochs": 100000}, trials=1,
+                 metric="valid_accuracy", mode="max", engine=sys.argv[1],
+                 directory=sys.argv[2] + "/runs", _hook=hook)
+"""
+
+
+def test_a_driver_killed_on_another_machine_stops_its_chunks_on_a_cluster(tmp_path):
+    """A cluster's scheduler outlives a driver, and its worker cannot see the driver's
+    process (another machine, as far as it can tell): when the driver is killed mid-trial,
+    the chunk stops within seconds (the scheduler releases the task of a disconnected
+    client). Before, it trained on (here: for 100,000 epochs) into a folder that a resumed
+    sweep would train in too."""
+    import time
+
+    from distributed import Client, LocalCluster
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None, silence_logs=40) as cluster, \
+            Client(cluster) as client:
+        p = subprocess.Popen([sys.executable, "-c", ON_A_CLUSTER, cluster.scheduler_address,
+                              str(tmp_path)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            out, err = p.communicate(timeout=120)
+        finally:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        assert p.returncode == -signal.SIGKILL, err[-3000:]
+
+        def busy():
+            return sum(client.run(lambda dask_worker: len(dask_worker.active_threads))
+                       .values())
+        deadline = time.monotonic() + 60
+        while busy() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert busy() == 0, "the dead driver's chunk still trains"
+        (trial_dir,) = (tmp_path / "runs").iterdir()
+        assert trial_dir.is_dir()

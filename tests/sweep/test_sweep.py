@@ -2,6 +2,7 @@
 records, ASHA continuing trials from checkpoints, clear errors, a stop request."""
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -347,6 +348,56 @@ def test_trials_read_the_drivers_state_pushed_or_from_its_variable(client):
     trial_mod.tell("s-state", {"owner": "theirs", "stop": False, "version": 4})
     assert check() == "superseded"
     trial_mod._TOLD.pop("s-state")
+
+
+def _watch_until_released(spec, path):
+    """A task: its stop check, asked until it says something (at most 60 s); what it said
+    (or "never") is written to ``path``."""
+    from labkit.sweep import trial as trial_mod
+
+    check = trial_mod._dask_stop_check(spec)
+    said = check()
+    Path(path + ".started").write_text(str(said))
+    deadline = time.monotonic() + 60
+    while said is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        said = check()
+    Path(path).write_text(str(said or "never"))
+
+
+def _wait_for(path, seconds=60):
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return path.read_text() if path.exists() else None
+
+
+def test_a_chunk_whose_task_the_scheduler_let_go_stops(client, tmp_path):
+    """Where no pid tells a worker that its driver died (another host or pid namespace) and
+    the cluster's scheduler outlives the driver, the scheduler releasing the task (as it does
+    when the driver's client disconnects) stops the chunk; before, it trained on until a
+    resumed driver took the sweep over."""
+    from distributed import Variable
+
+    from labkit.sweep import trial as trial_mod
+
+    spec = {"sweep": "s-released", "token": "mine", "state_variable": "labkit-test-released",
+            "driver": ["another-host", "pid:[elsewhere]", 1, 0]}
+    Variable("labkit-test-released", client=client).set({"owner": "mine", "stop": False,
+                                                         "version": 1})
+    out = tmp_path / "said"
+    fut = client.submit(_watch_until_released, spec, str(out), pure=False)
+    try:
+        # NOTE: running, owned, not stopped: the check says nothing while the task is wanted
+        assert _wait_for(Path(str(out) + ".started")) == "None"
+        assert not out.exists()
+        fut.release()  # NOTE: what a disconnected client's futures get from the scheduler
+        del fut
+        assert _wait_for(out) == "superseded"
+    finally:
+        trial_mod._TOLD.pop("s-released", None)
+    # off a worker there is no task to be released: the check never stops a direct call
+    assert trial_mod._task_released()() is False
 
 
 class _Done:
