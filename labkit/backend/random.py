@@ -4,7 +4,9 @@
 compute the same 32-bit words, so ``bits``, ``uniform``, ``integers`` and ``bernoulli`` give
 bitwise-identical results on every device; ``normal`` uses the device's log/cos and agrees to a
 few ulps. ``state_dict()`` is ``{"seed": s, "counter": c}``: saving it and loading it later
-continues the stream exactly.
+continues the stream exactly. The counter counts the 2**64 blocks of four words a seed has: a
+draw that would pass the last one raises ``CheckpointError`` instead of wrapping around to
+numbers already drawn (only an edited state's counter gets near it).
 
 Examples
 --------
@@ -35,6 +37,8 @@ from .opencl.program import header, kernels, source
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
 _MASK = np.uint64(0xFFFFFFFF)
+#: the blocks of one key: the counter (blocks drawn) never passes it
+_BLOCKS = 1 << 64
 
 
 def philox4x32_10(blocks: np.ndarray, key: tuple[int, int]) -> np.ndarray:
@@ -130,13 +134,18 @@ class Generator:
         return {"seed": self.seed, "counter": self.counter}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore ``{"seed", "counter"}``: both integers (not bools, floats or strings) in
-        [0, 2**64); anything else is a ``CheckpointError`` and changes nothing."""
+        """Restore ``{"seed", "counter"}``: integers (not bools, floats or strings), the seed in
+        [0, 2**64), the counter in [0, 2**64] (2**64: every block drawn, as ``state_dict()``
+        says after the last one); anything else is a ``CheckpointError`` and changes nothing.
+        A counter near the end loads; the draw that would pass the end raises (see ``_take``).
+        """
         def value(key):
             v = state.get(key) if isinstance(state, dict) else None
-            if type(v) is not int or not 0 <= v < 1 << 64:
+            top = _BLOCKS if key == "counter" else _BLOCKS - 1
+            if type(v) is not int or not 0 <= v <= top:
+                span = "[0, 2**64]" if key == "counter" else "[0, 2**64)"
                 raise CheckpointError(f"Generator.load_state_dict: {key!r} must be an integer in "
-                                      f"[0, 2**64), got {_short(v, 60)} (state "
+                                      f"{span}, got {_short(v, 60)} (state "
                                       f"{_short(state, 80)})")
             return v
 
@@ -151,6 +160,15 @@ class Generator:
         return (self.seed & 0xFFFFFFFF, self.seed >> 32)
 
     def _take(self, nblocks: int) -> int:
+        if self.counter + nblocks > _BLOCKS:
+            # NOTE: Philox's block index is 64 bits: past the end it would wrap to blocks
+            # already drawn and repeat their numbers. No run draws 2**64 blocks (centuries at
+            # 1e10 a second), so the counter came from a crafted or damaged state
+            raise CheckpointError(
+                f"{self!r}: drawing {nblocks} blocks would pass the last of its 2**64 blocks "
+                f"({_BLOCKS - self.counter} left) and repeat random numbers already drawn; its "
+                "counter was loaded from a damaged or edited state. Load the state the run "
+                "saved, or give the generator a new seed")
         stack = _RECORDING.__dict__.get("stack")
         if stack:
             for drawn in stack:

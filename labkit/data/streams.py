@@ -163,8 +163,24 @@ class Stream:
                 raise DataError(f"{where}['stream']: expected the upstream's state (an object), "
                                 f"got {type(upstream).__name__}; the state is damaged")
             self._load_upstream_state(upstream, f"{where}['stream']")
+            self._check_upstream(epoch, position, where)
             self._reset()
         self.epoch, self.position = epoch, position
+
+    def _check_upstream(self, epoch: int, position: int, where: str) -> None:
+        """A sequential stage's epoch against its upstream's (just loaded). Each of its epochs
+        reads one epoch of the upstream to the end, so the upstream is in the same epoch, or in
+        the next one with nothing read yet (the stage's state was saved after its last item of
+        the epoch). Anything else would label one epoch's items with another's number, or skip
+        epochs: a state no pipeline writes."""
+        up = self.stream
+        if up.epoch == epoch or (up.epoch == epoch + 1 and up.position == 0):
+            return
+        raise DataError(f"{where}['epoch'] = {epoch} but {where}['stream'] is at epoch "
+                        f"{up.epoch}, position {up.position}: a {type(self).__name__} reads its "
+                        f"upstream's epoch {epoch} to the end in its own epoch {epoch} (the "
+                        f"upstream is then at epoch {epoch} or at the start of {epoch + 1}); the "
+                        "state is damaged or was edited")
 
     def stages(self) -> list[Stream]:
         """The indexed stages from the dataset's stream up to this one."""

@@ -313,6 +313,26 @@ class Batch(_Sequential):
     def _load_own_state(self, state, where="state"):
         config_mismatch(state, self._own_state(), where, "Batch")
 
+    def _check_upstream(self, epoch, position, where):
+        super()._check_upstream(epoch, position, where)
+        up = self.stream
+        if not up.indexed:
+            return  # NOTE: a Filter's or an Unpack's count of items is known only by reading
+        # a batch is yielded when it is full, or (not drop_last) with the epoch's rest after
+        # the upstream has ended: ``position`` batches are position * batch_size items read
+        n = up.num_items(epoch)
+        full, rest = divmod(n, self.batch_size)
+        if up.epoch == epoch:
+            ok, want = up.position == position * self.batch_size, "position * batch_size items"
+        else:
+            ok = rest and not self.drop_last and position == full + 1
+            want = f"its epoch ended after the last, short batch ({n} items)"
+        if not ok:
+            raise DataError(f"{where}['position'] = {position} batches, but {where}['stream'] is "
+                            f"at epoch {up.epoch}, position {up.position} (batch_size "
+                            f"{self.batch_size}, drop_last {self.drop_last}; expected "
+                            f"{want}); the state is damaged or was edited")
+
 
 def _collate(examples, sources):
     return {s: stack([ex[s] for ex in examples]) for s in sources}

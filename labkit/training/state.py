@@ -71,6 +71,7 @@ def load_loop_state(loop, state: dict) -> None:
         raise CheckpointError(f"MainLoop.load_state_dict: the checkpoint has no state for the "
                               f"model's random generators {missing}; it was saved by another "
                               "model (or damaged)")
+    _check_optimizer_steps(loop, state)
     fresh = sorted(k for k, e in mine.items() if k not in saved and e.state_dict())
     if fresh:
         warnings.warn(f"extensions {fresh} are not in the checkpoint: they start fresh",
@@ -81,6 +82,21 @@ def load_loop_state(loop, state: dict) -> None:
     except BaseException:
         _load_parts(loop, before, mine, gens)  # leave the loop as it was
         raise
+
+
+def _check_optimizer_steps(loop, state) -> None:
+    """A loop with ``loss_fn`` updates its optimizer once per iteration, so the optimizer has
+    taken at least as many steps as the loop has iterations (more when it was stepped before
+    the loop, or by an extension). Fewer cannot be: an edited ``t`` would restart the
+    learning-rate schedule and Adam's bias correction silently. With ``step=`` the step decides
+    how often to update (gradient accumulation), and nothing is assumed."""
+    t, it = state["optimizer"].get("t"), state["status"]["iteration"]
+    if loop.loss_fn is not None and is_count(t) and t < it:
+        raise CheckpointError(
+            f"MainLoop.load_state_dict: optimizer['t'] is {t} (the optimizer's steps taken), "
+            f"fewer than status['iteration'] {it}; a loop with loss_fn updates the optimizer "
+            "once per iteration, so the checkpoint is damaged or was edited (a state saved by "
+            "a loop with step= that updates less often loads into a loop built with that step)")
 
 
 def _load_parts(loop, state, extensions, gens) -> None:
@@ -154,6 +170,7 @@ def check(state) -> None:
     if status["epoch_iteration"] > status["iteration"]:
         raise bad(f"status['epoch_iteration'] is {status['epoch_iteration']}, more than "
                   f"status['iteration'] {status['iteration']} (the iterations of all epochs)")
+    _check_counters(status, state.get("log"), bad)
     for key in ("dropout", "bricks"):
         gens = state["rng"].get(key)
         if not isinstance(gens, dict) or not all(isinstance(g, dict) for g in gens.values()):
@@ -170,6 +187,33 @@ def check(state) -> None:
             isinstance(run.get("config", {}), dict):
         raise bad(f"'run' must be {{\"id\": string or null, \"name\": string or null, "
                   f"\"config\": object}}, got {_brief(run)}")
+
+
+def _check_counters(status: dict, log, bad) -> None:
+    """The loop's counters against each other and against its log: only what no loop can
+    write (the loop alone moves them). The stream's epoch and position are not compared with
+    them: a notebook may read batches from ``loop.stream`` between runs, and both resume
+    exactly as they were."""
+    it, epoch, in_epoch = status["iteration"], status["epoch"], status["epoch_iteration"]
+    fix = "; the checkpoint is damaged or was edited"
+    if not status["epoch_started"] and in_epoch:
+        # NOTE: an epoch ends by setting both (epoch_iteration 0, epoch_started false)
+        raise bad(f"status['epoch_iteration'] is {in_epoch} but status['epoch_started'] is "
+                  f"false: iterations are counted only inside a started epoch{fix}")
+    if epoch == 0 and it != in_epoch:
+        raise bad(f"status['iteration'] is {it} but status['epoch_iteration'] is {in_epoch} in "
+                  f"epoch 0: every iteration of the first epoch is one of both{fix}")
+    rows = log.get("rows") if isinstance(log, dict) else None
+    for i, row in enumerate(rows if isinstance(rows, list) else ()):
+        if not isinstance(row, dict):
+            continue  # NOTE: the log's own check names it
+        for key, now in (("iteration", it), ("epoch", epoch)):
+            v = row.get(key)
+            if is_count(v) and v > now:
+                # NOTE: the log only has rows of iterations already trained; a later one would
+                # stay in the run store and come before the next rows, which no later load takes
+                raise bad(f"log row {i} has {key}={v}, after status['{key}'] {now} (the "
+                          f"loop's own {key}){fix}")
 
 
 def _generator_problem(g: dict) -> str | None:

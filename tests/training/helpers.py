@@ -62,5 +62,20 @@ def refused_checkpoint(tmp_path, state):
         fresh.load_checkpoint(path)
     after = fresh.state_dict()
     assert after["status"] == before["status"] and after["optimizer"]["t"] == 0
+    assert same_state(after, before), "a refused load changed the loop"
     assert str(path) in str(e.value)
     return str(e.value)
+
+
+def same_state(a, b) -> bool:
+    """Two loop states (nested dicts, lists, arrays and JSON values) equal bit for bit: the
+    model, the optimizer, the stream, every generator, the log and the extensions."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and list(a) == list(b) and all(
+            same_state(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(same_state, a, b))
+    if isinstance(a, np.ndarray):
+        return (isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape
+                and a.tobytes() == b.tobytes())
+    return type(a) is type(b) and (a == b or a != a and b != b)

@@ -1,0 +1,128 @@
+"""Stream states whose values are each well typed but contradict each other: a sequential
+stage in an epoch its upstream is not in, a Batch's position that is not the items its upstream
+has read. Refused with a DataError naming the key; the stream is left as it was. Every state a
+pipeline really writes (mid-epoch, at an epoch's end, with drop_last either way, after a
+resume) still loads and continues with the same items."""
+
+import copy
+
+import numpy as np
+import pytest
+
+from labkit.data import Batch, DataStream, IndexableDataset, SequentialExampleScheme, Unpack
+from labkit.errors import DataError
+
+from .helpers import PIPELINES
+from .test_resume import same
+
+
+def batches(n=23, size=5, drop_last=False, shuffle=False):
+    """Batches of ``size`` over an indexed stream of ``n`` examples (the last one short)."""
+    from labkit.data import ShuffledExampleScheme
+
+    data = IndexableDataset({"i": np.arange(n)})
+    scheme = ShuffledExampleScheme(n, seed=3) if shuffle else SequentialExampleScheme(n)
+    return Batch(DataStream(data, scheme), size, drop_last=drop_last)
+
+
+def every_state(make, epochs=2):
+    """Every item of ``epochs`` epochs, and ``(state, items delivered before it)`` at every
+    item and between epochs (states taken mid-iteration, as the loop takes them)."""
+    s = make()
+    items, states = [], [(s.state_dict(), 0)]
+    while s.epoch < epochs:
+        for item in s:
+            items.append(item)
+            states.append((s.state_dict(), len(items)))
+        states.append((s.state_dict(), len(items)))
+    s.close()
+    return items, states
+
+
+def rest(s, epochs=2):
+    out = []
+    while s.epoch < epochs:
+        out += list(s)
+    return out
+
+
+@pytest.mark.parametrize("make", [
+    lambda: batches(), lambda: batches(drop_last=True), lambda: batches(25),
+    lambda: batches(25, drop_last=True), lambda: batches(shuffle=True),
+    lambda: Unpack(batches()), lambda: PIPELINES["examples"](), lambda: PIPELINES["text"](),
+], ids=["short-last", "drop-last", "even", "even-drop-last", "shuffled", "unpack", "examples",
+        "text"])
+def test_every_state_a_pipeline_writes_loads_and_continues_the_same(make):
+    items, states = every_state(make)
+    assert len(states) > 10
+    for state, k in states:
+        with make() as s:
+            s.load_state_dict(copy.deepcopy(state))
+            got = rest(s)
+        want = items[k:]
+        assert len(got) == len(want) and all(same(a, b) for a, b in zip(got, want)), k
+
+
+def _refused(make, state, *needles):
+    s = make()
+    before = s.state_dict()
+    with pytest.raises(DataError) as e:
+        s.load_state_dict(state)
+    assert s.state_dict() == before
+    for n in needles:
+        assert n in str(e.value), str(e.value)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("epoch,up_epoch,up_position", [
+    (0, 1, 5),   # the upstream has read into the next epoch
+    (0, 2, 0),   # two epochs ahead
+    (1, 0, 10),  # behind
+    (3, 0, 0),   # the stage three epochs ahead of what it reads
+])
+def test_a_sequential_stage_in_another_epoch_than_its_upstream_is_refused(epoch, up_epoch,
+                                                                          up_position):
+    s = batches()
+    next(iter(s)), next(iter(s))
+    state = s.state_dict()
+    state["epoch"], state["stream"]["epoch"] = epoch, up_epoch
+    state["stream"]["position"] = up_position
+    state["position"] = up_position // 5
+    message = _refused(batches, state, "['epoch'] = ", f"at epoch {up_epoch}",
+                       f"position {up_position}")
+    assert "damaged or was edited" in message
+
+
+@pytest.mark.parametrize("position,up_position", [(3, 10), (1, 10), (2, 11), (5, 23)])
+def test_a_batch_position_that_is_not_the_items_read_is_refused(position, up_position):
+    state = batches().state_dict()
+    state["position"], state["stream"]["position"] = position, up_position
+    _refused(batches, state, f"['position'] = {position} batches",
+             f"position {up_position}", "batch_size 5")
+
+
+def test_a_short_last_batch_after_drop_last_or_after_an_even_epoch_is_refused():
+    s = batches()
+    for _ in s:
+        end = s.state_dict()
+        if s.position == 5:  # the short batch: the upstream has ended its epoch
+            break
+    assert end["stream"]["epoch"] == 1 and end["position"] == 5
+    batches().load_state_dict(copy.deepcopy(end))  # written by a real pipeline
+    _refused(lambda: batches(drop_last=True), {**copy.deepcopy(end), "drop_last": True},
+             "drop_last True")
+    wrong = copy.deepcopy(end)
+    wrong["position"] = 4
+    _refused(batches, wrong, "['position'] = 4 batches", "the last, short batch (23 items)")
+
+
+def test_the_text_pipelines_bucket_in_another_epoch_than_its_reader_is_refused():
+    make = PIPELINES["text"]
+    s = make()
+    for _ in zip(range(3), s):
+        pass
+    state = s.state_dict()
+    s.close()
+    state["stream"]["epoch"] = 4  # the Bucket, under SortByLength
+    message = _refused(make, state)
+    assert "['stream']['epoch'] = 4" in message or "['epoch']" in message
