@@ -101,6 +101,11 @@ class Rule:
     def h(self, name, group, step):
         return _value(group.get(name, self.hyper[name]), step)
 
+    #: the state keys that hold sums or means of squares: never negative in a real run (NaN
+    #: and infinity can be: a run that diverged), so a checkpoint with a negative value there
+    #: is damaged or crafted, and refused on load
+    nonnegative: tuple = ()
+
     def init_state(self, p):
         return {}
 
@@ -155,6 +160,7 @@ class Nesterov(Momentum):
 
 class AdaGrad(Rule):
     defaults = {"lr": 0.01, "eps": 1e-10}
+    nonnegative = ("sum_sq",)
 
     def init_state(self, p):
         return {"sum_sq": _zeros_like(p.data)}
@@ -170,6 +176,7 @@ class AdaGrad(Rule):
 
 class RMSProp(Rule):
     defaults = {"lr": 0.01, "alpha": 0.99, "eps": 1e-8}
+    nonnegative = ("sq",)
 
     def init_state(self, p):
         return {"sq": _zeros_like(p.data)}
@@ -186,6 +193,7 @@ class RMSProp(Rule):
 
 class Adam(Rule):
     defaults = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
+    nonnegative = ("v",)
 
     def init_state(self, p):
         return {"m": _zeros_like(p.data), "v": _zeros_like(p.data)}
@@ -439,6 +447,14 @@ class Optimizer:
                 elif arr.shape != tuple(cur.shape) or arr.dtype != cur.dtype:
                     problems.append(f"state[{name!r}][{k!r}] is {arr.dtype}{arr.shape}, the "
                                     f"parameter's state is {cur.dtype}{tuple(cur.shape)}")
+                elif self._negative(k, arr):
+                    rule = self.rules[int(k.split(".")[0])]
+                    problems.append(
+                        f"state[{name!r}][{k!r}] has {int((arr < 0).sum())} negative values "
+                        f"(the least {float(arr.min()):.6g}): {type(rule).__name__}'s "
+                        f"{k.split('.', 1)[1]!r} holds squares and is never negative, so "
+                        "this state is damaged or was edited; load another checkpoint, or "
+                        "leave the optimizer's state as it is")
                 else:
                     arrays[name, k] = arr
         if problems:
@@ -450,6 +466,14 @@ class Optimizer:
                     cur = s[k]
                     dev = "cpu" if isinstance(cur, np.ndarray) else cur.device
                     s[k] = asarray(arrays[name, f"{ri}.{k}"].copy(), device=dev)
+
+    def _negative(self, key, arr) -> bool:
+        """Whether ``arr``, saved under ``key`` ("rule.key"), is a rule's sum of squares
+        (``Rule.nonnegative``) with a negative value (NaN is not: a diverged run has it)."""
+        ri, _, k = key.partition(".")
+        return (ri.isdigit() and int(ri) < len(self.rules)
+                and k in type(self.rules[int(ri)]).nonnegative
+                and arr.dtype.kind == "f" and bool((arr < 0).any()))
 
     def __repr__(self):
         return f"Optimizer({self.rules}, t={self.t})"

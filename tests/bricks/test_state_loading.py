@@ -126,6 +126,11 @@ OPT_CASES = {
                           "state['/linear.W'] has an unexpected '1.m' (this optimizer's keys: "
                           "0.m, 0.v)"),
     "unexpected_top_key": (lambda s: s.update(lr=0.1), "unexpected keys lr"),
+    # NOTE: Adam's v is a mean of squares: a negative value would give NaN steps, silently
+    "negative_second_moment": (
+        lambda s: s["state"]["/linear.W"]["0.v"].__setitem__((3, 5), -1e-3),
+        "state['/linear.W']['0.v'] has 1 negative values (the least -0.001): "
+        "Adam's 'v' holds squares and is never negative"),
     "not_a_dict": (None, "expected a dict with 't' and 'state'"),
 }
 
@@ -178,3 +183,25 @@ def test_optimizer_round_trip_is_exact_and_does_not_alias(dev):
             assert got["state"][name][k].tobytes() == v.tobytes()
     state["state"]["/linear.W"]["0.m"][...] = 5
     assert not (opt.state_dict()["state"]["/linear.W"]["0.m"] == 5).any()
+
+
+@pytest.mark.parametrize("rule,key", [(O.AdaGrad, "sum_sq"), (O.RMSProp, "sq"),
+                                      (O.Adam, "v"), (O.AdamW, "v")])
+def test_a_sum_of_squares_may_be_nan_or_infinite_but_not_negative(rule, key, dev):
+    """A run that diverged saves NaN or infinity (it loads, as it was); a negative sum of
+    squares no run writes (refused). A first moment (Adam's m) may be negative."""
+    _, src = trained(dev, rule(lr=0.01))
+    state = src.state_dict()
+    v = state["state"]["/linear.W"][f"0.{key}"]
+    v[0, :3] = [np.nan, np.inf, -0.0]
+    _, opt = trained(dev, rule(lr=0.01))
+    opt.load_state_dict(state)
+    got = opt.state_dict()["state"]["/linear.W"][f"0.{key}"]
+    assert got.tobytes() == v.tobytes()
+    v[1, 1] = -np.inf
+    with pytest.raises(lk.CheckpointError, match=f"'0.{key}'.* has 1 negative values"):
+        opt.load_state_dict(state)
+    if rule in (O.Adam, O.AdamW):  # the first moment is a mean of gradients: any sign
+        state = src.state_dict()
+        state["state"]["/linear.W"]["0.m"][...] = -1
+        opt.load_state_dict(state)
