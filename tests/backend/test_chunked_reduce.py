@@ -11,6 +11,13 @@ from labkit.backend.opencl import runtime
 
 from .helpers import check
 
+
+@pytest.fixture(autouse=True)
+def _decided_afresh(monkeypatch):
+    """Which path a reduction takes is decided on its signature's first call (later calls
+    replay the decision: ``reduce._RECIPES``): these tests watch the decision."""
+    monkeypatch.setattr(red, "_RECIPES", {})
+
 N = red.CHUNKED_MIN + 4096 * 3 + 37  # several chunks and a ragged last one
 
 
