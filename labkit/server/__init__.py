@@ -7,10 +7,10 @@ becomes a filesystem path, and no path leaves in a response. Errors are JSON
 ``{"message": ...}``: 400 for a malformed request, 404 for an unknown run, checkpoint or
 sweep, 409 for deleting a run that trains or stopping a sweep no driver runs, 413 for a body
 over 256 KiB, 503 for a damaged or locked store. A run or sweep whose row cannot be read is a
-503 by itself (``runs/ID``, ``sweeps/ID``), but the lists show it among the others with
-``"status": "damaged"`` and ``"damaged"``: why (e.g. ``"its config is not JSON (...)"``); its
-other fields are what could be read (``config``, ``progress`` and ``settings`` empty). Such a
-run can still be deleted.
+503 by itself (``runs/ID``, ``sweeps/ID``), but the lists and ``compare`` show it among the
+others with ``"status": "damaged"`` and ``"damaged"``: why (e.g. ``"its config is not JSON
+(...)"``); its other fields are what could be read (``config``, ``progress`` and ``settings``
+empty; ``compare`` adds its metrics). Such a run can still be deleted.
 
 =======  ================================================  ====================================
 GET      ``runs?status=&name=``                            runs, newest first (``dead`` when
@@ -45,7 +45,8 @@ GET      ``compare?ids=A,B&max_points=500&``               the compare page's ru
                                                            answer holds at most 60,000 points;
                                                            ``since_iteration`` (one, or one per
                                                            id): only newer points; unknown ids:
-                                                           a 404 listing them (``missing``)
+                                                           a 404 listing them (``missing``); a
+                                                           damaged run: as ``runs`` lists it
 GET      ``sweeps?limit=50``                               the newest sweeps: status (``dead``
                                                            when its driver is gone), trials
                                                            per status, ``done``, ``best``,

@@ -12,6 +12,7 @@ import re
 import tornado.ioloop
 
 from .. import runs
+from ..errors import RunStoreError
 from ..runs import STATUSES, is_run_id
 from ..runs.listing import MAX_POINTS, SORTS
 from .handlers import MAX_LIMIT, BadRequest, Base, _reader, endpoint, public_run
@@ -85,7 +86,9 @@ class Compare(Base):
     asked. ``since_iteration`` (one integer, or one per id, comma-separated) keeps only the
     points after it: what a page that has the history asks for a live run's new points. Ids
     are checked first (at most ``MAX_COMPARE``, each a run id, none twice), then against the
-    store: unknown ones are a 404 that lists them all."""
+    store: unknown ones are a 404 that lists them all. A run whose row cannot be read is in its
+    place as ``GET runs`` lists it (status ``damaged``, ``damaged``: why, config empty) with
+    the metrics that can be read, not a 503 for the whole comparison."""
 
     def since(self, n: int) -> list[int | None]:
         raw = self.query("since_iteration")
@@ -128,7 +131,7 @@ class Compare(Base):
             used = max(2, min(mp, MAX_COMPARE_POINTS // max(series, 1)))
             out = []
             for i, after in zip(ids, since):
-                run = public_run(store.get(i))
+                run = public_run(_record(store, i))
                 run["metrics"] = store.metrics(i, keys[i], after, used)
                 out.append(run)
             return [], out, used
@@ -144,6 +147,21 @@ class Compare(Base):
                              "missing": missing}, 404)
             return
         self.write_json({"runs": out, "max_points": used})
+
+
+def _record(store, run_id: str) -> dict:
+    """Run ``run_id`` as ``get`` reads it or, for a row that cannot be decoded, as the run list
+    shows it (``listing.listed``: status ``damaged`` and why)."""
+    try:
+        return store.get(run_id)
+    except RunStoreError as e:
+        if getattr(e, "reason", None) != "damaged":
+            raise
+        # NOTE: the list's stand-in, found by the id (text= matches names and ids alike)
+        found = [r for r in store.page(text=run_id)["runs"] if r["id"] == run_id]
+        if not found:
+            raise
+        return found[0]
 
 
 def _is_int(text: str) -> bool:

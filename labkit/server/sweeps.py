@@ -13,6 +13,7 @@ from .. import runs
 from ..errors import RunStoreError
 from ..runs import DEAD_AFTER, is_run_id
 from ..runs import sweeps as S
+from ..runs.checks import refuse
 from .handlers import BadRequest, Base, endpoint, scrub
 
 #: the most sweeps one ``GET sweeps`` answer lists (newest first)
@@ -32,6 +33,16 @@ def sweep_or_404(sweep_id: str) -> dict:
         if getattr(e, "reason", None) == "not_found":
             raise BadRequest(f"no sweep {sweep_id}", 404) from None
         raise
+
+
+def shown_status(rec: dict) -> str:
+    """``sweeps.shown_status``, with a heartbeat that is not a number (a damaged row) a 503
+    naming it, not a 500."""
+    beat = rec.get("heartbeat")
+    if beat is not None and (isinstance(beat, bool) or not isinstance(beat, (int, float))):
+        raise refuse(f"sweep {rec['id']!r} cannot be read (its heartbeat is not a number): "
+                     "the run store is damaged there", "damaged")
+    return S.shown_status(rec, DEAD_AFTER)
 
 
 def _finite(v) -> bool:
@@ -81,7 +92,7 @@ class Sweep(Base):
                 t["number"]))
             limit = min(limit, best)
         self.write_json({
-            "id": rec["id"], "name": rec["name"], "status": S.shown_status(rec, DEAD_AFTER),
+            "id": rec["id"], "name": rec["name"], "status": shown_status(rec),
             "created": rec["created"], "started": rec["started"], "ended": rec["ended"],
             "counts": rec["counts"], "request": rec["request"],
             "error": scrub(rec["error"]) if rec["error"] else None,
@@ -100,7 +111,7 @@ class SweepRequest(Base):
     def post(self, sweep_id, request):
         rec = sweep_or_404(sweep_id)
         self.body_object(())
-        status = S.shown_status(rec, DEAD_AFTER)
+        status = shown_status(rec)
         if status not in S.REQUEST_FROM[request]:
             raise BadRequest(f"sweep {sweep_id} is {status}: no driver runs it to {request} it"
                              + (" (lk.sweep.resume continues it)" if status == "dead" else ""),

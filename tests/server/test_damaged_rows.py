@@ -3,6 +3,7 @@ the lists (REST, ``lk.runs.list``, ``lk.sweep.list``, ``labkit runs``, ``labkit 
 show it with status ``damaged`` and why; reading it by itself is still a 503 naming the damage."""
 
 import json
+import time
 
 import pytest
 from tornado.httpclient import HTTPClientError
@@ -150,3 +151,68 @@ def test_the_cli_lists_list_damaged_rows_and_the_others(fresh_store, capsys):
     assert "damaged: its settings is not a JSON object" in lines[ids["broken"]]
     assert "damaged: trial 0 of sweep" in lines[ids["odd_trial"]]
     assert "its params is not JSON" in lines[ids["odd_trial"]]
+
+
+async def test_compare_shows_a_damaged_run_in_its_place_and_the_others_as_usual(jp_fetch,
+                                                                               fresh_store,
+                                                                               tmp_path):
+    ids = seeded(fresh_store)
+    other = fresh_store.create_run("other", {"lr": 0.3})
+    fresh_store.update_run(other, status="finished")
+    fresh_store.add_metrics(other, [(i, 0, "loss", 2.0 / (i + 1), 0.0) for i in range(5)])
+    bad = {column: rid for rid, column in ids["bad"].items()}
+    # the damaged run's metrics are rows of their own, readable: drawn as the list's sparkline is
+    fresh_store.add_metrics(bad["config"], [(i, 0, "loss", 3.0 / (i + 1), 0.0) for i in range(5)])
+    asked = [ids["good"], bad["config"], other, bad["tags"]]
+    r = await jp_fetch("labkit", "api", "compare", params={"ids": ",".join(asked)})
+    body = json.loads(r.body)
+    assert [x["id"] for x in body["runs"]] == asked
+    good, config, second, tags = body["runs"]
+    for run in (good, second):
+        assert run["status"] == "finished" and "damaged" not in run
+        assert len(run["metrics"]["loss"]["value"]) == 5
+    assert good["config"] == {"lr": 0.1}
+    listed = {x["id"]: x for x in json.loads(
+        (await jp_fetch("labkit", "api", "runs")).body)["runs"]}
+    for run, column in ((config, "config"), (tags, "tags")):
+        # what the run list shows of it, and its metrics (none, or the readable ones)
+        assert run["status"] == "damaged" and run["damaged"].startswith(why(column))
+        assert run["damaged"] == listed[run["id"]]["damaged"]
+        assert run["name"] == f"bad {column}" and run["stored_status"] == "finished"
+        assert (run["config"], run["progress"]) == ({}, {})
+        assert {k: v for k, v in run.items() if k != "metrics"} == listed[run["id"]]
+    assert config["metrics"]["loss"]["iteration"] == [0, 1, 2, 3, 4]
+    assert tags["metrics"] == {}
+    assert str(tmp_path) not in r.body.decode()
+    # a live page's poll of new points (since_iteration) answers the same way
+    r = await jp_fetch("labkit", "api", "compare",
+                       params={"ids": f"{bad['progress']},{other}", "since_iteration": "3"})
+    first, then = json.loads(r.body)["runs"]
+    assert first["status"] == "damaged" and then["metrics"]["loss"]["iteration"] == [4]
+
+
+async def test_compare_of_a_missing_and_a_damaged_run_is_still_a_404(jp_fetch, fresh_store):
+    ids = seeded(fresh_store)
+    absent = "20200101-000000-0123456789abcdef"
+    with pytest.raises(HTTPClientError) as e:
+        await jp_fetch("labkit", "api", "compare",
+                       params={"ids": f"{next(iter(ids['bad']))},{absent}"})
+    assert e.value.code == 404 and json.loads(e.value.response.body)["missing"] == [absent]
+
+
+@pytest.mark.parametrize("column, value, why_", [
+    ("heartbeat", "soon", "its heartbeat is not a number"),
+    ("settings", "[1, 2]", "its settings is not a JSON object")])
+async def test_a_damaged_sweeps_own_endpoints_answer_503_naming_the_damage(
+        jp_fetch, fresh_store, column, value, why_):
+    sid = fresh_store.create_sweep("s", None, "{}", SETTINGS, [{"lr": 0.1}])
+    fresh_store.update_sweep(sid, status="running", heartbeat=time.time(), host="elsewhere")
+    damage(fresh_store, "sweeps", column, value, "id", sid)
+    for path, kw in ((("sweeps", sid), {}), (("sweeps", sid), {"params": {"best": "3"}}),
+                     (("sweeps", sid, "stop"), {"method": "POST", "body": "{}"}),
+                     (("sweeps", sid, "pause"), {"method": "POST", "body": "{}"})):
+        with pytest.raises(HTTPClientError) as e:
+            await jp_fetch("labkit", "api", *path, **kw)
+        message = json.loads(e.value.response.body)["message"]
+        assert e.value.code == 503, (path, e.value.code, message)
+        assert why_ in message and "damaged" in message and sid in message, message
