@@ -35,6 +35,8 @@ export interface IRun {
     last?: Record<string, number>;
   };
   children?: string[];
+  /** why its row in the store cannot be read (status ``damaged``; in lists and compare) */
+  damaged?: string;
 }
 
 export interface ISeries {

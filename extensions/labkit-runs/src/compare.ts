@@ -4,7 +4,10 @@
  * run), a table of the config keys that differ (the ones the same in all listed once above it)
  * with start time, duration, status and the best value of a chosen metric, sortable and
  * filterable by any column, and a parallel-coordinates view of config against that metric.
- * Every value is rendered as text, never as HTML.
+ * A run whose row in the store cannot be read (``damaged``) keeps its place, labelled with why:
+ * its curves are drawn from the metrics that could be read, its config is unknown (left out of
+ * the config table's differences and of the parallel coordinates). Every value is rendered as
+ * text, never as HTML.
  */
 import { Panel, Widget } from '@lumino/widgets';
 
@@ -12,10 +15,12 @@ import { api } from './api';
 import {
   bestOf,
   configDiff,
+  damageOf,
   defaultMode,
   duration,
   filterRows,
   IRow,
+  knownConfigs,
   runLabels,
   sameText,
   sortRows,
@@ -51,6 +56,8 @@ export interface ICompareRun {
   config: Record<string, unknown>;
   progress?: unknown;
   metrics: Record<string, ISeriesData>;
+  /** why its row in the store cannot be read (status ``damaged``): its config is unknown */
+  damaged?: string;
 }
 
 const LIVE = ['created', 'running', 'paused'];
@@ -107,8 +114,9 @@ export class ComparePanel extends Panel {
     bar.append(el('span', 'labkit-compare-caption', 'best'), this.metricSelect,
                this.modeSelect, options, refresh);
     this.message = el('div', 'labkit-compare-message');
+    this.damage = el('ul', 'labkit-compare-damage');
     this.legend = el('div', 'labkit-compare-legend');
-    head.node.append(bar, this.message, this.legend);
+    head.node.append(bar, this.message, this.damage, this.legend);
 
     this.charts = new Widget();
     this.charts.addClass('labkit-compare-charts');
@@ -143,6 +151,7 @@ export class ComparePanel extends Panel {
   private metricSelect: HTMLSelectElement;
   private modeSelect: HTMLSelectElement;
   private message: HTMLDivElement;
+  private damage: HTMLUListElement;
   private legend: HTMLDivElement;
   private charts: Widget;
   private configBox: Widget;
@@ -253,7 +262,9 @@ export class ComparePanel extends Panel {
 
   private render(): void {
     this.labels = runLabels(this.runs);
-    const diff = configDiff(this.runs.map(r => r.config));
+    // NOTE: a damaged run's config comes empty: unknown, not a config whose every key differs
+    const known = knownConfigs(this.runs);
+    const diff = configDiff(known);
     this.differ = diff.differ;
     // the metric chooser: every plottable key of any run
     const keys = orderGroups([...new Set(this.runs.flatMap(r => Object.keys(r.metrics)))]
@@ -265,22 +276,45 @@ export class ComparePanel extends Panel {
     this.metricSelect.replaceChildren(...keys.map(k => new Option(k, k)));
     this.metricSelect.value = this.metric;
     this.modeSelect.value = this.mode;
+    // the damaged runs, each with why (the rest of the page shows what could be read)
+    this.damage.replaceChildren(...this.runs.flatMap((r, i) => {
+      const why = damageOf(r);
+      if (why === null) {
+        return [];
+      }
+      const item = el('li', 'labkit-compare-damaged');
+      item.dataset.runId = r.id;
+      item.append(el('span', 'labkit-run-status labkit-status-damaged', 'damaged'),
+                  el('b', undefined, this.labels[i]),
+                  document.createTextNode(`: ${why}. Its config is unknown; ` +
+                    (Object.keys(r.metrics || {}).length ? 'its curves are drawn from the ' +
+                      'metrics that could be read.' : 'it has no metrics to draw.')));
+      item.title = `${r.id}: ${why}`;
+      return [item];
+    }));
     // the legend: a colour per run, its name and short id
     this.legend.replaceChildren(...this.runs.map((r, i) => {
       const item = el('span', 'labkit-compare-legend-item');
       item.dataset.runId = r.id;
-      item.title = `${r.id} (${r.status})`;
+      const why = damageOf(r);
+      item.title = `${r.id} (${r.status})` + (why === null ? '' : `: ${why}`);
       const swatch = el('span', 'labkit-compare-swatch');
       swatch.style.background = `var(--labkit-run-color-${i % COLORS})`;
       item.append(swatch, document.createTextNode(this.labels[i]));
+      if (why !== null) {
+        item.classList.add('labkit-compare-damaged');
+        item.append(el('span', 'labkit-compare-damaged-mark', ' (damaged)'));
+      }
       item.onmouseenter = () => this.highlight(r.id);
       item.onmouseleave = () => this.highlight(null);
       return item;
     }));
     this.same.replaceChildren(
-      el('summary', undefined, diff.same.length
-        ? `Same in all ${this.runs.length} runs (${diff.same.length}): ${sameText(diff.same)}`
-        : 'No config key has the same value in all runs'));
+      el('summary', undefined, (diff.same.length
+        ? `Same in all ${known.length} runs (${diff.same.length}): ${sameText(diff.same)}`
+        : 'No config key has the same value in all runs') +
+        (known.length < this.runs.length
+          ? ` (${this.runs.length - known.length} damaged: config unknown)` : '')));
     const list = el('ul');
     for (const [k, v] of diff.same) {
       list.append(el('li', undefined, `${k} = ${valueText(v)}`));
@@ -409,6 +443,10 @@ export class ComparePanel extends Panel {
       tr.dataset.runId = row.id;
       tr.onmouseenter = () => this.highlight(row.id);
       tr.onmouseleave = () => this.highlight(null);
+      const why = damageOf(this.runs[i]);
+      if (why !== null) {
+        tr.classList.add('labkit-compare-damaged');
+      }
       for (const c of columns) {
         const v = row.cells[c];
         const text = c === 'started' ? dateText(v)
@@ -419,7 +457,8 @@ export class ComparePanel extends Panel {
         if (c === 'status') {
           td.append(el('span', `labkit-run-status ${statusClass(v)}`, text));
         }
-        td.title = text;  // the whole value where a long one is cut short
+        td.title = why !== null && (c === 'status' || c.startsWith('config:'))
+          ? `damaged: ${why}` : text;  // the whole value where a long one is cut short
         if (c === 'run') {
           const swatch = el('span', 'labkit-compare-swatch');
           swatch.style.background = `var(--labkit-run-color-${i % COLORS})`;
@@ -449,11 +488,15 @@ export class ComparePanel extends Panel {
       this.shownIds = shown;
     }
     const keys = [...this.differ, this.bestColumn()];
-    const lines = this.rows.filter(r => !this.shownIds || this.shownIds.has(r.id)).map(r => {
-      const i = this.runs.findIndex(x => x.id === r.id);
-      return { id: r.id, label: this.labels[i], color: this.color(i),
-               values: [...this.differ.map(k => r.cells[`config:${k}`]), r.cells.best] };
-    });
+    // a damaged run's config is unknown: it has no line against it
+    const sound = new Set(this.runs.filter(r => damageOf(r) === null).map(r => r.id));
+    const lines = this.rows
+      .filter(r => sound.has(r.id) && (!this.shownIds || this.shownIds.has(r.id)))
+      .map(r => {
+        const i = this.runs.findIndex(x => x.id === r.id);
+        return { id: r.id, label: this.labels[i], color: this.color(i),
+                 values: [...this.differ.map(k => r.cells[`config:${k}`]), r.cells.best] };
+      });
     this.parcoords.setData(keys, lines);
     this.parcoords.draw();
   }

@@ -127,6 +127,22 @@ export function duration(run: { started?: unknown; created?: unknown; ended?: un
   return start === null ? null : Math.max(0, end - start);
 }
 
+/** Why a run's row in the store cannot be read (``damaged``, as ``GET runs`` and ``GET
+ * compare`` give it), or null for a sound run. */
+export function damageOf(run: { status?: unknown; damaged?: unknown }): string | null {
+  if (typeof run.damaged === 'string' && run.damaged) {
+    return run.damaged;
+  }
+  return run.status === 'damaged' ? 'its row in the run store cannot be read' : null;
+}
+
+/** The configs of the runs that are not damaged: a damaged run's config is unknown (sent
+ * empty), not one whose every key differs. */
+export function knownConfigs(runs: { status?: unknown; damaged?: unknown; config?: unknown }[]):
+unknown[] {
+  return runs.filter(r => damageOf(r) === null).map(r => r.config);
+}
+
 /** A table row: the run's id and a value per column (numbers, strings, or absent). */
 export interface IRow {
   id: string;

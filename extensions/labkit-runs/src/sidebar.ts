@@ -41,7 +41,9 @@ export const runsIcon = new LabIcon({
 
 /** A status the stylesheet knows, for a class name; anything else is ``unknown``. */
 export function statusClass(status: unknown): string {
-  return `labkit-status-${STATUSES.includes(status as string) ? status : 'unknown'}`;
+  // NOTE: damaged is no status a filter selects (the store counts such a run by its stored one)
+  return `labkit-status-${STATUSES.includes(status as string) || status === 'damaged'
+    ? status : 'unknown'}`;
 }
 
 /** "iteration 40 · epoch 2, batch 19/21", or "iteration 42 · 2 epochs done". */
@@ -390,7 +392,8 @@ export class RunsPanel extends Widget {
     row.title = `${r.name || 'unnamed'} · ${r.id}\n${r.status} · ${progressText(p)}\n` +
       `started ${new Date((r.started ?? r.created) * 1000).toLocaleString()}` +
       (r.metric ? `\n${this.sparklineKey} ${formatValue(r.metric.last)} at iteration ` +
-        `${r.metric.last_iteration}` : '');
+        `${r.metric.last_iteration}` : '') +
+      (r.damaged ? `\ndamaged: ${r.damaged}` : '');
     row.onclick = e => {
       if (e.shiftKey || e.ctrlKey || e.metaKey) {
         e.preventDefault();

@@ -5,7 +5,10 @@
  * compare page with the sweep's trial runs (the best ``MAX_COMPARE`` by its metric); "Pause",
  * "Resume" and "Stop" ask the sweep's driver, as ``Sweep.pause()``, ``resume()`` and ``stop()``
  * do (Pause and Stop while it runs, Resume and Stop while it is paused). Its own capped request per
- * refresh, so the runs' virtual list is untouched. Every value is rendered as text.
+ * refresh, so the runs' virtual list is untouched; each open sweep's trials are then read on
+ * their own, so one that cannot be read says so under its header and the others show as usual.
+ * A damaged sweep (its row cannot be read: ``GET sweeps`` lists it so, ``sweeps/ID`` is a 503)
+ * is one row naming the damage. Every value is rendered as text.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
 
@@ -13,8 +16,8 @@ import { api, askSweep, isRunId, SweepRequest } from './api';
 import { CommandIDs } from './commands';
 import { el } from './dom';
 import { formatValue, shortId } from './sidebar_model';
-import { bestFirst, compareIds, doneText, ITrial, paramsText,
-         sweepStatusClass } from './sweeps_model';
+import { bestFirst, compareIds, doneText, ITrial, paramsText, sweepDamage,
+         sweepStatusClass, trialsToLoad } from './sweeps_model';
 
 /** The most sweeps listed (newest first) and the most trials shown under an open one. */
 export const MAX_SWEEPS = 20;
@@ -32,6 +35,8 @@ export interface ISweepSummary {
   metric: string | null;
   mode: string | null;
   created: number;
+  /** why its row cannot be read (status ``damaged``) */
+  damaged?: string;
 }
 
 interface ISweepDetail {
@@ -67,29 +72,56 @@ export class SweepsSection {
   private collapsed = false;
   private open = new Set<string>();
   private details = new Map<string, ISweepDetail>();
+  /** why an open sweep's trials could not be read, by sweep id */
+  private failed = new Map<string, string>();
   private seq = 0;
 
-  /** One request for the newest sweeps, and one per open sweep for its trials. */
+  /** One request for the newest sweeps; then one per open sweep for its trials, each shown
+   * when it comes (one that fails says so in its own place). */
   async refresh(): Promise<void> {
     const seq = ++this.seq;
     try {
       const body = await api<{ sweeps: ISweepSummary[]; total: number }>(
         `sweeps?limit=${MAX_SWEEPS}`);
-      const sweeps = (body.sweeps || []).filter(s => isRunId(s.id));
-      const open = this.collapsed ? [] : sweeps.filter(s => this.open.has(s.id));
-      const details = await Promise.all(open.map(s => api<ISweepDetail>(
-        `sweeps/${encodeURIComponent(s.id)}?limit=${MAX_TRIAL_ROWS}`)));
       if (seq !== this.seq) {
         return;
       }
-      this.sweeps = sweeps;
-      this.total = body.total ?? sweeps.length;
-      this.details = new Map(details.map(d => [d.id, d]));
+      this.sweeps = (body.sweeps || []).filter(s => isRunId(s.id));
+      this.total = body.total ?? this.sweeps.length;
       this.error.textContent = '';
     } catch (e) {
       if (seq === this.seq) {
         this.error.textContent = `labkit sweeps: ${(e as Error).message}`;
+        this.render();
       }
+      return;
+    }
+    const load = trialsToLoad(this.sweeps, this.open, this.collapsed);
+    for (const shown of [this.details, this.failed]) {
+      for (const id of [...shown.keys()].filter(id => !load.includes(id))) {
+        shown.delete(id);
+      }
+    }
+    this.render();
+    await Promise.all(load.map(id => this.loadTrials(id, seq)));
+  }
+
+  /** Sweep ``id``'s trials, for its open header; a failure is kept for that sweep alone. */
+  private async loadTrials(id: string, seq: number): Promise<void> {
+    try {
+      const d = await api<ISweepDetail>(
+        `sweeps/${encodeURIComponent(id)}?limit=${MAX_TRIAL_ROWS}`);
+      if (seq !== this.seq) {
+        return;
+      }
+      this.details.set(id, d);
+      this.failed.delete(id);
+    } catch (e) {
+      if (seq !== this.seq) {
+        return;
+      }
+      this.details.delete(id);
+      this.failed.set(id, (e as Error).message);
     }
     this.render();
   }
@@ -114,6 +146,10 @@ export class SweepsSection {
     const box = el('div', 'labkit-sweep');
     box.setAttribute('role', 'listitem');
     box.dataset.sweepId = s.id;
+    const damage = sweepDamage(s);
+    if (damage !== null) {
+      return this.damagedItem(box, s, damage);
+    }
     const isOpen = this.open.has(s.id);
     const head = el('div', 'labkit-sweep-header');
     head.setAttribute('role', 'button');
@@ -178,9 +214,36 @@ export class SweepsSection {
     head.append(text);
     box.append(head);
     const detail = this.details.get(s.id);
-    if (isOpen) {
+    const failed = this.failed.get(s.id);
+    if (isOpen && failed !== undefined) {
+      const why = el('div', 'labkit-sweep-empty labkit-sweep-failed',
+                     `its trials cannot be read: ${failed}`);
+      why.title = why.textContent || '';
+      box.append(why);
+    } else if (isOpen) {
       box.append(detail ? this.trials(detail) : el('div', 'labkit-sweep-empty', '…'));
     }
+    return box;
+  }
+
+  /** A sweep whose row cannot be read: one row, its name, short id and why; nothing to open,
+   * compare or ask (``labkit sweep ls`` lists it too). */
+  private damagedItem(box: HTMLElement, s: ISweepSummary, damage: string): HTMLElement {
+    box.classList.add('labkit-sweep-damaged');
+    const head = el('div', 'labkit-sweep-header');
+    head.title = `${s.name || 'sweep'} · ${s.id}\ndamaged: ${damage}\n` +
+      'its row in the run store cannot be read (labkit sweep ls lists it)';
+    const line1 = el('div', 'labkit-run-line');
+    line1.append(el('span', 'labkit-sweep-arrow', '!'),
+                 el('span', 'labkit-run-name', String(s.name || 'sweep')),
+                 el('span', 'labkit-run-id', shortId(s.id)));
+    const line2 = el('div', 'labkit-run-line labkit-run-meta');
+    line2.append(el('span', `labkit-run-status ${sweepStatusClass('damaged')}`, 'damaged'),
+                 el('span', 'labkit-sweep-damage', damage));
+    const text = el('div', 'labkit-run-text');
+    text.append(line1, line2);
+    head.append(text);
+    box.append(head);
     return box;
   }
 

@@ -13,9 +13,10 @@ export interface ITrial {
   run_id: string | null;
 }
 
-/** The statuses a sweep has (``dead``: running or paused, its driver gone), for a class name. */
+/** The statuses a sweep has (``dead``: running or paused, its driver gone; ``damaged``: its
+ * row cannot be read), for a class name. */
 export const SWEEP_STATUSES = ['running', 'paused', 'finished', 'stopped', 'failed', 'interrupted',
-                               'dead'];
+                               'dead', 'damaged'];
 
 export function sweepStatusClass(status: unknown): string {
   return `labkit-status-${SWEEP_STATUSES.includes(status as string) ? status : 'unknown'}`;
@@ -72,4 +73,20 @@ export function paramsText(params: unknown, maxLength = 80): string {
     `${k}=${finite(v) && !Number.isInteger(v) ? v.toPrecision(3) : String(v)}`);
   const text = parts.join(' · ');
   return text.length > maxLength ? `${text.slice(0, maxLength - 1)}…` : text;
+}
+
+/** Why a listed sweep's row cannot be read (``GET sweeps`` gives it ``damaged``), or null. */
+export function sweepDamage(s: { status?: unknown; damaged?: unknown }): string | null {
+  if (typeof s.damaged === 'string' && s.damaged) {
+    return s.damaged;
+  }
+  return s.status === 'damaged' ? 'its row in the run store cannot be read' : null;
+}
+
+/** The ids of the sweeps whose trials a refresh reads: the open ones that can be read (a
+ * damaged sweep's ``sweeps/ID`` is a 503), none while the section is collapsed. */
+export function trialsToLoad(sweeps: { id: string; status?: unknown; damaged?: unknown }[],
+                             open: Set<string>, collapsed: boolean): string[] {
+  return collapsed ? []
+    : sweeps.filter(s => open.has(s.id) && sweepDamage(s) === null).map(s => s.id);
 }

@@ -6,8 +6,8 @@ import { test } from 'node:test';
 
 const lib = process.env.LABKIT_TS_LIB;
 const {
-  bestOf, compareValues, configDiff, defaultMode, duration, filterRows, flatten, parseFilter,
-  runLabels, sameText, sameValue, sortRows, valueText
+  bestOf, compareValues, configDiff, damageOf, defaultMode, duration, filterRows, flatten,
+  knownConfigs, parseFilter, runLabels, sameText, sameValue, sortRows, valueText
 } = await import(`${lib}/compare_model.mjs`);
 const { axisFor, axisTicks, axisX, nearest, polyline, position, segmentDistance } =
   await import(`${lib}/parcoords_layout.mjs`);
@@ -163,4 +163,24 @@ test('nearest: the polyline under the mouse within reach, else -1', () => {
   assert.equal(nearest(lines, 52, 198), 2, 'a lone point');
   assert.equal(nearest(lines, 50, 30), -1);
   assert.equal(nearest([], 0, 0), -1);
+});
+
+test('damageOf: why a run cannot be read, or null for a sound one', () => {
+  assert.equal(damageOf({ status: 'damaged', damaged: 'its config is not JSON (x)' }),
+               'its config is not JSON (x)');
+  assert.equal(damageOf({ status: 'damaged' }), 'its row in the run store cannot be read');
+  assert.equal(damageOf({ status: 'finished', damaged: 'its tags is not a JSON list' }),
+               'its tags is not a JSON list');
+  assert.equal(damageOf({ status: 'finished' }), null);
+  assert.equal(damageOf({ status: 'failed', damaged: 7 }), null);
+});
+
+test('knownConfigs: a damaged run\'s empty config is unknown, not a config that differs', () => {
+  const runs = [{ status: 'finished', config: { lr: 0.1, epochs: 3 } },
+                { status: 'damaged', damaged: 'its config is not JSON', config: {} },
+                { status: 'finished', config: { lr: 0.2, epochs: 3 } }];
+  const d = configDiff(knownConfigs(runs));
+  assert.deepEqual(d.differ, ['lr']);
+  assert.deepEqual(d.same, [['epochs', 3]]);
+  assert.deepEqual(knownConfigs([runs[1]]), []);
 });

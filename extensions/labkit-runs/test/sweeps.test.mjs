@@ -4,7 +4,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 const lib = process.env.LABKIT_TS_LIB;
-const { bestFirst, compareIds, doneText, paramsText, sweepStatusClass } =
+const { bestFirst, compareIds, doneText, paramsText, sweepDamage, sweepStatusClass,
+        trialsToLoad } =
   await import(`${lib}/sweeps_model.mjs`);
 
 const t = (trial, value, run_id = `r${trial}`) =>
@@ -37,6 +38,7 @@ test('doneText and sweepStatusClass', () => {
   assert.equal(doneText(undefined, null), '0/0 done');
   assert.equal(sweepStatusClass('stopped'), 'labkit-status-stopped');
   assert.equal(sweepStatusClass('<b>'), 'labkit-status-unknown');
+  assert.equal(sweepStatusClass('damaged'), 'labkit-status-damaged');
 });
 
 test('paramsText: short numbers, cut to length', () => {
@@ -46,4 +48,18 @@ test('paramsText: short numbers, cut to length', () => {
   const long = paramsText({ name: 'x'.repeat(200) }, 20);
   assert.equal(long.length, 20);
   assert.ok(long.endsWith('…'));
+});
+
+test('sweepDamage: why a listed sweep cannot be read, or null', () => {
+  assert.equal(sweepDamage({ status: 'damaged', damaged: 'its settings is not a JSON object' }),
+               'its settings is not a JSON object');
+  assert.equal(sweepDamage({ status: 'damaged' }), 'its row in the run store cannot be read');
+  assert.equal(sweepDamage({ status: 'running' }), null);
+});
+
+test('trialsToLoad: each open sweep that can be read, none while the section is collapsed', () => {
+  const sweeps = [{ id: 'a', status: 'running' }, { id: 'b', status: 'damaged', damaged: 'x' },
+                  { id: 'c', status: 'finished' }, { id: 'd', status: 'finished' }];
+  assert.deepEqual(trialsToLoad(sweeps, new Set(['a', 'b', 'd', 'gone']), false), ['a', 'd']);
+  assert.deepEqual(trialsToLoad(sweeps, new Set(['a']), true), []);
 });
