@@ -91,6 +91,9 @@ def sweep_dict(row) -> dict:
     d = dict(row)
     try:
         json_columns(d, (("settings", dict), ("space", dict)))
+        for t in ("created", "started", "ended", "heartbeat"):
+            if d.get(t) is not None and type(d[t]) not in (int, float):
+                raise ValueError(f"its {t} is not a number ({str(d[t])[:40]!r})")
     except ValueError as e:
         raise _damaged(f"sweep {d.get('id')!r}", e) from e
     return d
@@ -206,8 +209,9 @@ DONE = ("finished", "stopped", "failed")
 def driver_alive(rec: dict, dead_after: float) -> bool:
     """Whether the driver of sweep record ``rec`` still beats: its heartbeat is recent and, on
     this host, its process exists (a driver on another host is trusted while it beats)."""
-    if time.time() - float(rec.get("heartbeat") or 0) > dead_after:
-        return False
+    beat = rec.get("heartbeat")
+    if type(beat) not in (int, float) or time.time() - beat > dead_after:
+        return False  # NOTE: no beat, or one that is not a number (a damaged row): not alive
     if rec.get("host") != socket.gethostname():
         return True
     from .._proc import alive

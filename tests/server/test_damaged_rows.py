@@ -216,3 +216,20 @@ async def test_a_damaged_sweeps_own_endpoints_answer_503_naming_the_damage(
         message = json.loads(e.value.response.body)["message"]
         assert e.value.code == 503, (path, e.value.code, message)
         assert why_ in message and "damaged" in message and sid in message, message
+
+
+@pytest.mark.parametrize("column", ["heartbeat", "created", "started", "ended"])
+async def test_a_sweep_whose_time_is_not_a_number_is_listed_damaged(jp_fetch, fresh_store,
+                                                                    column):
+    """A running sweep's heartbeat that is text (a damaged row) made the whole sweep list a
+    500 (driver_alive read it as a float): it is one damaged row now, the others listed."""
+    sid = fresh_store.create_sweep("s", None, "{}", SETTINGS, [{"lr": 0.1}])
+    ok = fresh_store.create_sweep("ok", None, "{}", SETTINGS, [{"lr": 0.1}])
+    fresh_store.update_sweep(sid, status="running", heartbeat=time.time(), host="elsewhere")
+    damage(fresh_store, "sweeps", column, "soon", "id", sid)
+    r = await jp_fetch("labkit", "api", "sweeps")
+    listed = {s["id"]: s for s in json.loads(r.body)["sweeps"]}
+    assert listed[sid]["status"] == "damaged"
+    assert listed[sid]["damaged"].startswith(f"its {column} is not a number")
+    assert listed[ok]["status"] != "damaged"
+    assert {s["id"]: s["status"] for s in lk.sweep.list()}[sid] == "damaged"
