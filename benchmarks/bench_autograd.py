@@ -23,7 +23,9 @@ except ImportError:
     torch = None
 
 
-def timeit(f, reps=20, sync=None):
+def timeit(f, reps=20, sync=None, every=None):
+    """The median of ``reps`` timed calls after one untimed (``every``: a list that gets all
+    the times)."""
     f()
     if sync:
         sync()
@@ -34,6 +36,8 @@ def timeit(f, reps=20, sync=None):
         if sync:
             sync()
         ts.append(time.perf_counter() - t)
+    if every is not None:
+        every.extend(ts)
     return statistics.median(ts)
 
 
@@ -65,7 +69,8 @@ def overhead():
 
     t_cpu = timeit(lk_chain("cpu"), 30) / (n + 1)
     cl = lk.device("cl")
-    t_cl = timeit(lk_chain("cl"), 10, cl.synchronize) / (n + 1)
+    cl_all = []
+    t_cl = timeit(lk_chain("cl"), 20, cl.synchronize, every=cl_all) / (n + 1)
     t_t = None
     if torch is not None:
         th = torch.from_numpy(h)
@@ -96,6 +101,11 @@ def overhead():
     t_np = timeit(tape, 30) / (n + 1)
     row("y = y * c / y + c", fmt(t_cpu, 1e6), fmt(t_cl, 1e6), fmt(t_t, 1e6), fmt(t_np, 1e6),
         f"{t_cpu / t_t:.2f}x" if t_t else "-")
+    q = statistics.quantiles(cl_all, n=4)
+    print(f"labkit cl per op over 20 runs: fastest {min(cl_all) / (n + 1) * 1e6:.2f} µs, "
+          f"quartiles {q[0] / (n + 1) * 1e6:.2f} / {q[1] / (n + 1) * 1e6:.2f} / "
+          f"{q[2] / (n + 1) * 1e6:.2f} µs (the table shows the median; the spread is the "
+          "host thread and PoCL's sharing the cores)")
 
     # what recording costs: the node, its metadata (op, shapes, dtype, brick path), per op
     import labkit.bricks as B

@@ -283,16 +283,46 @@ def plan_of(name: str, expr: str, out: ndarray, inputs, in_ctypes, vec=None, pre
 def run(plan, out: ndarray, inputs) -> None:
     """Launch ``plan`` (``plan_of``) on ``out`` and ``inputs`` of the signature it was made
     for (their buffers and offsets, and the scalars' values, may differ)."""
+    got = _LAUNCHERS.get(id(plan))
+    if got is None or got[0] is not plan:
+        got = _LAUNCHERS[id(plan)] = (plan, _launcher(plan, out.rt))
+    got[1](out, inputs)
+
+
+#: a launch function per plan (by id; the plan kept with it, so a reused id is seen)
+_LAUNCHERS: dict = {}
+
+
+def _launcher(plan, rt):
+    """``launch(out, inputs)`` for ``plan`` on ``rt``: one line of Python that passes the
+    arguments in the kernel's order (n, out, each array's buffer, offset and strides, each
+    scalar, the dims), with the plan's constants bound (a loop that built the list took about
+    a microsecond more per launch)."""
     kernel, n, gs, ls, strides, dims, kinds = plan
-    args = [n, out.data, out.offset, *strides[0]]
+    env = {"K": kernel, "Q": rt.queue, "LOCK": rt.lock, "G": (gs,), "L": (ls,),
+           "BOOL": np.bool_}
+    args = ["o.data", "o.offset"]
+
+    def consts(values):
+        for v in values:
+            env[f"c{len(env)}"] = v
+            args.append(f"c{len(env) - 1}")
+    consts([n])
+    args.insert(0, args.pop())  # NOTE: n first
+    consts(strides[0])
+    names = []
     ai = 1
-    for x, kind in zip(inputs, kinds):
+    for i, kind in enumerate(kinds):
+        names.append(f"x{i}")
         if kind == "a":
-            args += (x.data, x.offset, *strides[ai])
+            args += [f"x{i}.data", f"x{i}.offset"]
+            consts(strides[ai])
             ai += 1
-        else:
-            args.append(int(x) if type(x) is np.bool_ else x)  # NOTE: pyopencl refuses np.bool_
-    args += dims
-    rt = out.rt
-    with rt.lock:
-        kernel(rt.queue, (gs,), (ls,), *args)
+        else:  # NOTE: pyopencl refuses np.bool_
+            args.append(f"(int(x{i}) if type(x{i}) is BOOL else x{i})")
+    consts(dims)
+    unpack = f"    {', '.join(names)}, = xs\n" if names else ""
+    src = (f"def launch(o, xs):\n{unpack}    with LOCK:\n"
+           f"        K(Q, G, L, {', '.join(args)})\n")
+    exec(compile(src, f"<elementwise launch {kernel.function_name}>", "exec"), env)  # noqa: S102
+    return env["launch"]
