@@ -80,3 +80,21 @@ def test_a_bad_axis_is_still_refused_after_a_good_call(rng):
         x.sum(axis=2)
     with pytest.raises(Exception, match="duplicate"):
         x.sum(axis=[1, 1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "mean"])
+def test_a_reduction_over_axes_of_length_one_is_numpys_bit_for_bit(op, dtype):
+    """A bias gradient at batch 1 sums over an axis of length 1: one elementwise launch,
+    and NumPy's bits (a sum of -0.0 is +0.0, its maximum -0.0; NaN and infinities kept)."""
+    from labkit.backend.opencl import runtime
+
+    if dtype == np.float64 and not runtime(0).info.fp64:
+        pytest.skip("this OpenCL device has no float64")
+    x = np.array([[[-0.0, 1.5, np.nan, -np.inf, np.inf, -2.25]]], dtype)  # (1, 1, 6)
+    for axis in (0, 1, (0, 1), (1, 0)):
+        for keepdims in (False, True):
+            got = getattr(cp, op)(cp.asarray(x), axis=axis, keepdims=keepdims).get()
+            want = getattr(np, op)(x, axis=axis, keepdims=keepdims)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            assert got.tobytes() == want.tobytes(), (axis, keepdims, got, want)

@@ -134,6 +134,13 @@ def _reduce(op: str, a: ndarray, axis, keepdims: bool, *, acc_dt, out_dt, map_="
     if n_red == 0:
         out = full(out_shape, neutral_value(neutral), out_dt, rt)
         return out.reshape(full_shape) if keepdims else out
+    if (n_red == 1 and op in ("sum", "prod", "max", "min") and map_ == "(x)"
+            and a.dtype == acc_dt == out_dt and a.dtype.kind == "f"):
+        # NOTE: over axes of length 1 (a bias gradient at batch 1) each result is its one
+        # element combined with the neutral value, as NumPy's: -0.0 + 0 is +0.0 for a sum,
+        # the element itself for the others. One elementwise launch, not the generic kernel
+        x = add(a, a.dtype.type(0)) if op == "sum" else a.copy()
+        return x.reshape(full_shape if keepdims else out_shape)
     if _chunked_ok(a, len(axes), n_red, acc_dt, map_, better):
         part = _chunked(op, a, n_red, acc_dt, combine, neutral)
         return _reduce(op, part, None, keepdims=False, acc_dt=acc_dt, out_dt=out_dt,
