@@ -24,7 +24,8 @@ lock on it, so the next ``save`` into the same directory removes what killed wri
 ``load`` reads only regular files inside the checkpoint directory (no links, FIFOs or paths),
 checks sizes and checksums before parsing anything, validates the safetensors header, the
 manifest and the state field by field, and parses only JSON and raw bytes (no pickle, no code).
-Whatever is damaged or crafted raises ``CheckpointError`` naming the file and the field;
+Whatever is damaged or crafted raises ``CheckpointError`` naming the file and the field
+(also a MainLoop's state whose ``status`` says another iteration or epoch than the manifest);
 ``latest`` skips such checkpoints with a warning. Non-finite floats in the state (a diverged
 loss in the log) are written as JSON's common ``NaN``/``Infinity`` extension and read back as
 floats; everywhere a manifest or header needs an integer, they are refused.
@@ -43,14 +44,14 @@ Examples
 """
 
 from ..errors import CheckpointError
-from ._common import FILES, FORMAT, MANIFEST, VERSION, is_count
+from ._common import FILES, FORMAT, LOOP_FORMAT, MANIFEST, VERSION, is_count
 from ._directory import latest, list_checkpoints, load, load_latest, remove, save, verify
 from ._manifest import check_manifest, manifest
 from ._state import join_state, split_state
 from ._tensors import tensors_bytes, tensors_from_bytes
 from ._writers import cleanup
 
-__all__ = ["FILES", "FORMAT", "MANIFEST", "VERSION", "CheckpointError", "check_manifest",
-           "cleanup", "is_count", "join_state", "latest", "list_checkpoints", "load", "load_latest",
-           "manifest", "remove",
-           "save", "split_state", "tensors_bytes", "tensors_from_bytes", "verify"]
+__all__ = ["FILES", "FORMAT", "LOOP_FORMAT", "MANIFEST", "VERSION", "CheckpointError",
+           "check_manifest", "cleanup", "is_count", "join_state", "latest", "list_checkpoints",
+           "load", "load_latest", "manifest", "remove", "save", "split_state", "tensors_bytes",
+           "tensors_from_bytes", "verify"]

@@ -16,7 +16,18 @@ from pathlib import Path
 from .._fs import fsync_dir
 from ..errors import CheckpointError
 from . import _files, _writers
-from ._common import FILES, FORMAT, INT64, MANIFEST, MANIFEST_LIMIT, VERSION, brief, read_json
+from ._common import (
+    FILES,
+    FORMAT,
+    INT64,
+    LOOP_FORMAT,
+    MANIFEST,
+    MANIFEST_LIMIT,
+    VERSION,
+    brief,
+    is_count,
+    read_json,
+)
 from ._files import Dir
 from ._manifest import fields_crc32, json_metrics, manifest, manifest_of
 from ._state import join_state, split_state
@@ -154,8 +165,25 @@ def load(path) -> dict:
     CheckpointError
         for anything missing, damaged, crafted or unreadable, naming the file and the field.
     """
-    _, tensors, tree = _read(path)
-    return join_state(tree, tensors, os.path.join(path, FILES[1]))
+    m, tensors, tree = _read(path)
+    state = join_state(tree, tensors, os.path.join(path, FILES[1]))
+    _check_counters(m, state, path)
+    return state
+
+
+def _check_counters(m: dict, state: dict, path) -> None:
+    """A MainLoop's state says its iteration and epoch (``status``); the manifest, which
+    ``latest``, the listings and the run store go by, must say the same ones. (Counters that
+    are not counts are left to the loop's own check, which names them.)"""
+    status = state.get("status") if state.get("format") == LOOP_FORMAT else None
+    it, epoch = (status.get("iteration"), status.get("epoch")) if isinstance(status, dict) \
+        else (None, None)
+    if is_count(it) and is_count(epoch) and (it, epoch) != (m["iteration"], m["epoch"]):
+        raise CheckpointError(
+            f"{os.path.join(path, MANIFEST)}: iteration {m['iteration']} and epoch {m['epoch']}, "
+            f"but {FILES[1]} holds a loop at status['iteration'] {it} and status['epoch'] "
+            f"{epoch}; the manifest and the state do not belong together (one was edited or "
+            "replaced), so this checkpoint is not the one its manifest says")
 
 
 def verify(path) -> str | None:

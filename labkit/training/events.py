@@ -119,6 +119,12 @@ class Extension:
     def load_state_dict(self, state: dict) -> None:
         pass
 
+    def check_saved(self, state, status: dict) -> None:
+        """Called with this extension's saved ``state`` and the loop's saved ``status`` (its
+        counters, checked) before anything of a loop state loads: raise ``CheckpointError``
+        where they contradict each other (an iteration after the loop's own). ``state`` is not
+        checked yet: compare only well-typed values, ``load_state_dict`` names the others."""
+
     def __repr__(self):
         trig = "" if self.every is None else f", every {self.every} {self.unit}"
         return f"<{self.name}{trig}, priority {self.priority}>"

@@ -281,12 +281,17 @@ class MainLoop:
             self.recorder.set_status("running", self.progress(), started=started, error=None,
                                      traceback=None)
             self.recorder.listen(self.control, lambda: self.status["iteration"], started)
+            st = self.status
             if self._resumed:
                 self._resumed = False
                 self.dispatch("on_resumption")
-            elif not self.status["training_started"]:
-                self.status["training_started"] = True
-                self.dispatch("before_training")
+            if not st["training_started"]:
+                st["training_started"] = True
+                # NOTE: resumed from a checkpoint taken before run(), a loop starts as a fresh
+                # one does; one that trained without the flag (earlier labkit left it false
+                # after such a resume) is not started again in the middle
+                if not (st["iteration"] or st["epoch"] or st["epoch_started"]):
+                    self.dispatch("before_training")
             outcome = self._epochs(budget_end, t0)
             # no command is taken after the last batch (what it asked would act on the next run)
             self.recorder.stop_listening(f"training {outcome}")

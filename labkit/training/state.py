@@ -10,10 +10,10 @@ from __future__ import annotations
 import warnings
 
 from ..backend.random import Generator
-from ..checkpoint import is_count
+from ..checkpoint import LOOP_FORMAT, is_count
 from ..errors import CheckpointError, LabkitError
 
-FORMAT = "labkit-mainloop"
+FORMAT = LOOP_FORMAT  # "labkit-mainloop"; checkpoints compare its status with their manifest
 #: the loop state's version: 1 since the first labkit; a newer one is refused (upgrade labkit)
 VERSION = 1
 #: the keys of a loop state of this version
@@ -72,6 +72,12 @@ def load_loop_state(loop, state: dict) -> None:
                               f"model's random generators {missing}; it was saved by another "
                               "model (or damaged)")
     _check_optimizer_steps(loop, state)
+    for name, ext in mine.items():
+        if name in saved:
+            try:
+                ext.check_saved(saved[name], state["status"])
+            except CheckpointError as e:
+                raise CheckpointError(f"MainLoop.load_state_dict: extension {name}: {e}") from e
     fresh = sorted(k for k, e in mine.items() if k not in saved and e.state_dict())
     if fresh:
         warnings.warn(f"extensions {fresh} are not in the checkpoint: they start fresh",

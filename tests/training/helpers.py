@@ -43,20 +43,35 @@ def make_loop(config=None):
     ext = [T.TrainingDataMonitoring(), T.FinishAfter(epochs=cfg["epochs"])]
     if cfg["checkpoint_every"]:
         ext.append(T.Checkpoint(every=cfg["checkpoint_every"], unit="iterations", keep_last=2))
+    if cfg.get("early_stopping"):  # checks train_loss each epoch; never stops before the end
+        ext.append(T.EarlyStopping("train_loss", patience=100))
     return T.MainLoop(model, opt, s, loss_fn, extensions=ext, name="helper", config=cfg,
                       compile=cfg["compile"])
 
 
-def refused_checkpoint(tmp_path, state):
-    """The CheckpointError message of loading the loop ``state`` (saved as a checkpoint) into
-    a fresh loop, which must be left as it was and the message name the checkpoint."""
+def manifest_counters(state) -> dict:
+    """``iteration=`` and ``epoch=`` for saving the loop ``state`` as the loop would: its
+    status's, so that a crafted state is refused for what was crafted in it, not because the
+    manifest says another iteration or epoch (0 where the status has no counter to give)."""
+    from labkit.checkpoint import is_count
+
+    status = state.get("status") if isinstance(state, dict) else None
+    status = status if isinstance(status, dict) else {}
+    return {k: status[k] if is_count(status.get(k)) else 0 for k in ("iteration", "epoch")}
+
+
+def refused_checkpoint(tmp_path, state, config=None):
+    """The CheckpointError message of loading the loop ``state`` (saved as a checkpoint, its
+    manifest saying the state's own iteration and epoch) into a fresh
+    ``make_loop({"epochs": 1, **config})``, which must be left as it was and the message name
+    the checkpoint."""
     import pytest
 
     from labkit import checkpoint as ckpt
     from labkit.errors import CheckpointError
 
-    path = ckpt.save(tmp_path / "c", state, iteration=1)
-    fresh = make_loop({"epochs": 1})
+    path = ckpt.save(tmp_path / "c", state, **manifest_counters(state))
+    fresh = make_loop({"epochs": 1, **(config or {})})
     before = fresh.state_dict()
     with pytest.raises(CheckpointError) as e:
         fresh.load_checkpoint(path)

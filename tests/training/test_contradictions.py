@@ -21,7 +21,7 @@ from labkit import training as T
 from labkit.data import DataStream, RandomFlip, ShuffledScheme
 from labkit.errors import CheckpointError
 
-from .helpers import dataset, make_loop, refused_checkpoint, same_state
+from .helpers import dataset, make_loop, manifest_counters, refused_checkpoint, same_state
 
 
 def small_loop(n=44, batch_size=10, drop_last=False, step_every=0, epochs=3):
@@ -89,9 +89,9 @@ def test_every_state_a_loop_writes_loads_and_resumes_bit_for_bit(config):
 
 
 def test_a_checkpoint_after_a_resume_and_after_reading_the_stream_between_runs_loads(tmp_path):
-    """States a notebook writes: a resume from a checkpoint taken before training (whose
-    training_started stays false), and batches read from ``loop.stream`` by hand between two
-    runs (the stream is then ahead of the loop's counters, in its epoch and position)."""
+    """States a notebook writes: a resume from a checkpoint taken before training, and batches
+    read from ``loop.stream`` by hand between two runs (the stream is then ahead of the loop's
+    counters, in its epoch and position)."""
     first = small_loop()
     path = first.save_checkpoint(tmp_path / "a")
     loop = small_loop()
@@ -104,7 +104,7 @@ def test_a_checkpoint_after_a_resume_and_after_reading_the_stream_between_runs_l
         pass  # and the rest of epoch 1, by hand
     state = loop.state_dict()
     assert state["status"]["epoch"] == 1 and state["stream"]["epoch"] == 2
-    path = ckpt.save(tmp_path / "b", state, iteration=state["status"]["iteration"])
+    path = ckpt.save(tmp_path / "b", state, **manifest_counters(state))
     again = small_loop()
     again.load_checkpoint(path)
     assert same_state(again.state_dict()["stream"], state["stream"])
