@@ -40,7 +40,7 @@ class _Program:
     def scalar(self, v) -> str:
         # NOTE: only Python numbers: NumPy treats them as the array's type, as the kernel
         # does; a NumPy float64 scalar would promote the eager result
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if type(v) not in (int, float):  # NOTE: np.float64 is a float subclass: refused
             raise _Unsupported(type(v).__name__)
         self.scalars.append(float(v))
         return f"s{len(self.scalars) - 1}"
@@ -111,6 +111,19 @@ class _Param:
 def update(rules, p, g, states, group, t) -> bool:
     """``p.data -= step`` and the rules' state, for one parameter, in one kernel; False (and
     nothing changed) when the rules or the arrays do not fit one."""
+    sgd = (len(rules) == 1 and not states[0] and type(rules[0]).apply in SCALE_ONLY
+           and type(rules[0]).h in PLAIN_H)
+    if sgd and _SGD_BODY:
+        # NOTE: SGD's kernel does not depend on its learning rate's value (a kernel
+        # argument): the body its symbols wrote the first time, with this step's rate (the
+        # symbolic run cost about 6 us of host time per parameter and step)
+        if not _fused.fits(p.data, g):
+            return False
+        lr = rules[0].h("lr", group, t)
+        if type(lr) not in (int, float):
+            return False  # NOTE: what _Program.scalar refuses (a NumPy scalar, an array)
+        _fused.run(_SGD_BODY[0], [p.data, g], [float(lr)], [0], name="optimizer")
+        return True
     arrays = [p.data, g]
     keys = []
     for st in states:
@@ -150,8 +163,14 @@ def update(rules, p, g, states, group, t) -> bool:
                 outs.append(v)
             pos += 1
     body = "\n".join(prog.lines + [f"const T y{j} = {o.name};" for j, o in enumerate(outs)])
+    if sgd and len(prog.scalars) == 1:
+        _SGD_BODY[:] = [body]
     _fused.run(body, arrays, prog.scalars, writes, name="optimizer")
     return True
+
+
+#: SGD's kernel body, as its symbols write it (``update``)
+_SGD_BODY: list = []
 
 
 #: elements updated at a time on the CPU, over the parameter and its state arrays together

@@ -332,3 +332,37 @@ def test_cpu_update_pieces_step_aside_for_a_rule_with_its_own_h(rng):
         outs.append(p.numpy())
     np.testing.assert_array_equal(outs[0], outs[1])
     np.testing.assert_allclose(outs[1], -0.2 * g, rtol=1e-6)
+
+
+@pytest.mark.parametrize("lr", [lambda t: 0.1 / (t + 1), 3, 0.05, np.float32(0.1),
+                                np.float64(0.2)],
+                         ids=["schedule", "int", "float", "np-float32", "np-float64"])
+def test_cl_sgd_kernel_kept_from_the_first_step_is_the_unfused_update(lr, rng):
+    """On an OpenCL device SGD's kernel is written by its symbols once and kept (its rate is
+    an argument): each later step, with a rate that changes, is bit for bit the unfused
+    update; a rate the kernel cannot take (a NumPy float32) takes the unfused path; a
+    schedule is asked once per parameter and step either way."""
+    from labkit.optimizers import fused as _fused
+
+    shapes = [(7, 5), (5,), (300,)]
+    p0 = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    grads = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(4)]
+    calls = []
+    rate = (lambda t: calls.append(t) or lr(t)) if callable(lr) else lr
+    out = []
+    for fused in (True, False):
+        _fused._SGD_BODY.clear()
+        ps = {f"p{i}": lk.tensor(p.copy(), device="cl", requires_grad=True)
+              for i, p in enumerate(p0)}
+        opt = O.SGD(rate).setup(ps)
+        opt.fused = fused
+        for gs in grads:
+            for p, g in zip(ps.values(), gs):
+                p.grad = lk.tensor(g, device="cl")
+            opt.update()
+        out.append([p.numpy() for p in ps.values()])
+        if callable(lr):
+            assert calls == [t for t in range(4) for _ in shapes], calls
+            calls.clear()
+    for a, b in zip(*out):
+        assert a.tobytes() == b.tobytes()
