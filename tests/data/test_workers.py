@@ -76,11 +76,19 @@ def test_unsendable_result_is_reported_at_once():
 
 def test_hung_worker_times_out_with_its_name():
     # NOTE: the timeout counts from when the worker starts the item (not from when it was asked
-    # for, which included the workers' start-up), so only item 5 can exceed it.
-    s = stream(helpers.hang_on_item_5, timeout=3.0)
+    # for, which included the workers' start-up). It is set to 3 s once items 0-4 have come,
+    # and item 5 is the last: no other item is in preparation then, so only item 5 can exceed
+    # it (with 3 s throughout, a machine that stalls a worker 3 s on an item of a few
+    # milliseconds would name that item)
+    s = Parallel(Mapping(DataStream(helpers.images(6), batch_size=None), helpers.hang_on_item_5),
+                 workers=2)
+    items = iter(s)
+    assert [int(next(items)["index"]) for _ in range(5)] == [0, 1, 2, 3, 4]
+    s.timeout = 3.0
     with pytest.raises(WorkerError, match=r"data worker 1 .* has not returned item 5 of epoch 0 "
                                           r"after 3 s"):
-        list(s)
+        next(items)
+    assert s._procs == []
 
 
 def test_unsendable_function_gets_a_clear_message():

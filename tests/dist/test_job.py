@@ -77,7 +77,9 @@ def test_a_background_job_is_watched_paused_resumed_and_stopped_through_the_stor
     assert lk.runs.send(job.run_id, "resume", wait=30)["result"] == "resumed"
     until("training after the resume",
           lambda: lk.runs.get(job.run_id)["progress"]["iteration"] > at)
-    assert all(f"rank {r} resumed at iteration {at}" in job.log() for r in (0, 1)), job.log()
+    # NOTE: the ranks' output reaches the log through mpiexec, later than the store's progress
+    until("both ranks' resume in the log", lambda: all(
+        f"rank {r} resumed at iteration {at}" in job.log() for r in (0, 1)))
 
     assert job.stop(grace=30) == 0, job.log()
     assert job.status == "done" and job.returncode == 0

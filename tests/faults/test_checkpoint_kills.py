@@ -337,8 +337,12 @@ def _writer(d: Path, who: int, out: Path):
 
 
 def _reader(d: Path, who: int, out: Path):
-    seen = 0
-    for _ in range(40):
+    # NOTE: at least 40 attempts and one that read a checkpoint (else every attempt can come
+    # before the first save; the newest checkpoint stays once the others end; run_in_child's
+    # timeout bounds the loop)
+    seen = attempts = 0
+    while attempts < 40 or not seen:
+        attempts += 1
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a checkpoint removed while it is checked
             p = C.latest(d)
@@ -366,7 +370,7 @@ def test_concurrent_writers_readers_and_deleters(tmp_path):
     writers' files, and afterwards everything visible is intact and nothing is left over."""
     tally = D.Tally("checkpoint: concurrent writers, readers, deleters (processes)")
     d = tmp_path / "ck"
-    d.mkdir()
+    C.save(d, {"a": np.full(500, -1.0), "who": -1, "k": 0}, iteration=0)  # read from the start
     roles = [_writer] * 3 + [_reader] * 2 + [_deleter]
     threads, status = [], {}
     for i, role in enumerate(roles):

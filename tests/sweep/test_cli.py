@@ -2,6 +2,7 @@
 (one Dask worker thread), the make_loop of tests/sweep/helpers.py imported from its path."""
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 import labkit as lk
 from labkit.cli import main
 from labkit.sweep.cli import load_target
+
+from . import helpers
 
 HELPERS = Path(__file__).with_name("helpers.py")
 SPACE = json.dumps({"lr": {"loguniform": [1e-3, 1e-1]}, "hidden": [8, 16], "epochs": 1})
@@ -58,20 +61,41 @@ def test_run_ls_show(store, capsys):
     assert [int(x.split()[0]) for x in out.splitlines()[2:5]] == [0, 1, 2]
 
 
+_TOLD = threading.Event()  # the driver has told the trials to stop
+_BUILT = []
+
+
+def _later_trials_wait_for_the_stop(config):
+    """helpers.make_loop, but a second or later trial (queued on the worker behind the first,
+    it starts as the first ends) is built only once the driver has told the trials to stop:
+    else it can train to its end while the driver records the first and reads the request.
+    Module-level, so the engine pickles it by reference (the same Event)."""
+    _BUILT.append(config)
+    if len(_BUILT) > 1:
+        assert _TOLD.wait(60), "the driver never told the trials to stop"
+    return helpers.make_loop(config)
+
+
 def test_stop_then_resume_from_the_command_line(store, capsys):
     """A sweep stopped after its first trial (the store's stop request, as `labkit sweep stop`
     writes it) is finished by `labkit sweep resume`, which imports make_loop from the path the
     sweep recorded; the first trial is not trained again."""
-    def stop_after_first(kind, info):
-        if kind == "result":
+    _TOLD.clear()
+    _BUILT.clear()
+
+    def hook(kind, info):
+        if kind == "start":
+            sid.append(info["sweep"])
+        elif kind == "result":
             lk.sweep.get(sid[0]).stop()
+        elif kind == "stop":  # the driver calls it right after telling the trials
+            _TOLD.set()
     sid = []
-    make_loop, _, factory = load_target(f"{HELPERS}:make_loop")
-    sw = lk.sweep.run(make_loop, json.loads(SPACE) | {"lr": lk.sweep.loguniform(1e-3, 1e-1)},
+    _, _, factory = load_target(f"{HELPERS}:make_loop")  # what resume imports
+    sw = lk.sweep.run(_later_trials_wait_for_the_stop,
+                      json.loads(SPACE) | {"lr": lk.sweep.loguniform(1e-3, 1e-1)},
                       3, metric="valid_accuracy", mode="max", engine="inprocess", workers=1,
-                      _factory=factory,
-                      _hook=lambda k, i: sid.append(i["sweep"]) if k == "start" else
-                      stop_after_first(k, i))
+                      _factory=factory, _hook=hook)
     assert sw.status == "stopped"
     first = [r for r in sw.table() if r["status"] == "finished"]
     assert len(first) == 1
