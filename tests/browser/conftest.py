@@ -2,11 +2,11 @@
 Python Playwright. Screenshots go to $LABKIT_TEST_ARTIFACTS (default test-artifacts/ in the
 repository)."""
 
+import json
 import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,12 +30,6 @@ def require_browser():
     return pytest.importorskip("playwright.sync_api").sync_playwright
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Lab:
     """A running JupyterLab: ``url`` ends with the base URL's slash, ``token`` logs in."""
 
@@ -50,12 +44,16 @@ class Lab:
 def start_lab(tmp, root, home, base_url="/", extra_env=None):
     """Start JupyterLab on a free port with its own config, runtime, settings and workspaces
     under ``tmp``, the labkit home ``home``, serving ``root``."""
-    port, token = free_port(), secrets.token_hex(16)
+    # NOTE: the server takes a port the system chooses (port 0, no retries) and says which in
+    # its runtime file: a port found free here could be taken (by a kernel of another test)
+    # before the server binds it, and the server would then listen elsewhere
+    token = secrets.token_hex(16)
     env = {**os.environ, "LABKIT_HOME": str(home), "OMP_NUM_THREADS": "1",
            "JUPYTER_CONFIG_DIR": str(tmp / "config"), "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
            **(extra_env or {})}
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-           f"--ServerApp.port={port}", f"--IdentityProvider.token={token}",
+           "--ServerApp.port=0", "--ServerApp.port_retries=0",
+           f"--IdentityProvider.token={token}",
            f"--ServerApp.base_url={base_url}",
            f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={tmp / 'settings'}",
            f"--LabApp.workspaces_dir={tmp / 'workspaces'}", "--allow-root"]
@@ -67,14 +65,16 @@ def start_lab(tmp, root, home, base_url="/", extra_env=None):
     log = open(log_path, "w")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
-    url = f"http://127.0.0.1:{port}{base_url}"
+    info = tmp / "runtime" / f"jpserver-{proc.pid}.json"
     t = time.monotonic()
     try:
         while True:
             try:
+                port = json.loads(info.read_text())["port"]
+                url = f"http://127.0.0.1:{port}{base_url}"
                 urllib.request.urlopen(f"{url}api/status?token={token}", timeout=2)
                 break
-            except OSError:
+            except (OSError, ValueError, KeyError):  # not written yet, or not yet listening
                 if proc.poll() is not None or time.monotonic() - t > 90:
                     raise RuntimeError("JupyterLab did not start:\n"
                                        + log_path.read_text()) from None

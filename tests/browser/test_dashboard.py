@@ -152,11 +152,12 @@ def test_cockpit_live_exact_and_controls_answer_while_a_cell_blocks(browser, lab
     shot(page, "dashboard-training-light")
     assert page.evaluate(REPEATS) == []
 
-    # Pause while the cell blocks: the loop acknowledges within 1 s
+    # Pause while the cell blocks: the loop acknowledges (about 0.2 s; the bound only says it
+    # is answered while the cell blocks, not stuck behind it, with room for a stalled machine)
     latency = click_and_time(first, "Pause")
     wait_for(lambda: status(first) == "paused" and status(second) == "paused", timeout=10,
              what="both displays to show the pause")
-    assert latency <= 1.0, f"Pause took {latency} s from click to the loop's answer"
+    assert latency <= 15.0, f"Pause took {latency} s from click to the loop's answer"
     print(f"\nPause (cell blocked in loop.wait()): {latency:.2f} s click to acknowledgement")
     it = int(re.search(r"iteration (\d+)", first.locator(".labkit-cockpit-info")
                        .inner_text()).group(1))
@@ -213,11 +214,19 @@ def test_cockpit_live_exact_and_controls_answer_while_a_cell_blocks(browser, lab
 
     # the saved notebook keeps a static copy; reopened without its kernel, it draws the run
     page.keyboard.press("Control+s")
-    time.sleep(1.5)
-    nb = json.loads((lab.root / "live.ipynb").read_text())
-    outs = [o for c in nb["cells"] for o in c["outputs"]
-            if "application/vnd.labkit.dashboard+json" in o.get("data", {})]
-    assert len(outs) == 2
+
+    def saved():  # the two final static copies on disk (before: an older file, or none)
+        try:
+            nb = json.loads((lab.root / "live.ipynb").read_text())
+        except json.JSONDecodeError:
+            return None
+        outs = [o for c in nb["cells"] for o in c["outputs"]
+                if "application/vnd.labkit.dashboard+json" in o.get("data", {})]
+        done = len(outs) == 2 and all("finished" in "".join(o["data"]["text/html"])
+                                      for o in outs)
+        return outs if done else None
+
+    outs = wait_for(saved, what="the notebook saved with both finished dashboards")
     for o in outs:
         static = "".join(o["data"]["text/html"])  # nbformat keeps text as a list of lines
         assert "<svg" in static and "finished" in static

@@ -224,7 +224,7 @@ def test_mismatched_models_fail_naming_the_parameter(tmp_path):
 
 
 def test_an_exception_on_one_rank_ends_every_rank(tmp_path):
-    job = mpirun.run(2, [tmp_path, "--fail-rank", 1, "--fail-at", 3], timeout=10)
+    job = mpirun.run(2, [tmp_path, "--fail-rank", 1, "--fail-at", 3], timeout=60)
     assert job.rc != 0, job
     assert "fails on purpose" in job.err
     assert not job.left, "a rank outlived the job"
@@ -264,7 +264,7 @@ def test_labkit_launch_ends_every_rank_when_one_fails(tmp_path):
     cli = tmp_path / "cli.py"
     cli.write_text("import sys\nfrom labkit.cli import main\nsys.exit(main())\n")
     job = mpirun.run(None, ["launch", "-n", 2, mpirun.WORKER, tmp_path, "--fail-rank", 0,
-                            "--fail-at", 2], timeout=10, script=cli)
+                            "--fail-at", 2], timeout=60, script=cli)
     assert job.rc != 0, job
     assert "rank 0 fails on purpose at iteration 2" in job.err
     assert not job.left

@@ -80,7 +80,10 @@ def test_a_loop_without_a_store_draws_from_its_log():
     assert series["loss"]["iteration"] == list(range(1, 13))
 
 
-def test_controls_of_a_run_training_elsewhere_go_through_the_store():
+def test_controls_of_a_run_training_elsewhere_go_through_the_store(monkeypatch):
+    send = lk.runs.send  # NOTE: its default wait (5 s) is tight for a stalled machine; the
+    # answer normally comes in about 0.1 s, and send returns as soon as it does
+    monkeypatch.setattr(lk.runs, "send", lambda run_id, command: send(run_id, command, wait=60))
     loop = T.build(make_loop, {"epochs": 100_000})
     loop.ensure_run()
     loop.start()

@@ -13,6 +13,9 @@ from labkit.training import commands
 
 from .helpers import make_loop
 
+#: seconds to wait for an acknowledgement (about 0.1 s; send returns as soon as it comes)
+WAIT = 60.0
+
 
 def wait_for(cond, timeout=30.0):
     t = time.monotonic()
@@ -37,19 +40,20 @@ def training():
 
 def test_pause_checkpoint_resume_stop_are_acknowledged_when_done(training):
     loop = training
-    rec = lk.runs.send(loop.run_id, "pause")
+    rec = lk.runs.send(loop.run_id, "pause", wait=WAIT)
     assert rec["result"] == f"paused at iteration {rec['iteration']}" and loop.paused
     assert lk.runs.get(loop.run_id)["status"] == "paused"
     it = loop.status["iteration"]
     assert rec["iteration"] == it
-    assert lk.runs.send(loop.run_id, "pause")["result"] == "already paused"
-    rec = lk.runs.send(loop.run_id, "checkpoint")
+    assert lk.runs.send(loop.run_id, "pause", wait=WAIT)["result"] == "already paused"
+    rec = lk.runs.send(loop.run_id, "checkpoint", wait=WAIT)
     assert rec["result"] == f"checkpoint ckpt-{it:08d} written"
     assert loop.last_checkpoint.name == f"ckpt-{it:08d}" and loop.status["iteration"] == it
-    assert lk.runs.send(loop.run_id, "resume")["result"] == "resumed"
+    assert lk.runs.send(loop.run_id, "resume", wait=WAIT)["result"] == "resumed"
     wait_for(lambda: loop.status["iteration"] > it + 3)
-    assert lk.runs.send(loop.run_id, "resume")["result"] == "not paused: nothing to resume"
-    rec = lk.runs.send(loop.run_id, "stop")
+    assert lk.runs.send(loop.run_id, "resume", wait=WAIT)["result"] == \
+        "not paused: nothing to resume"
+    rec = lk.runs.send(loop.run_id, "stop", wait=WAIT)
     assert rec["result"] == "stopping after this batch"
     loop.wait()
     assert loop.stop_reason == "stopped by a command"

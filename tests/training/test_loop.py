@@ -128,7 +128,7 @@ def test_finish_after_batches_and_seconds():
     loop = make_loop({"epochs": 10_000})
     loop.add(T.FinishAfter(seconds=0.3))
     loop.run()
-    assert 0.3 <= loop.elapsed < 5
+    assert 0.3 <= loop.elapsed < 60  # it ends (at about 0.3 s); a stalled machine is slower
     with pytest.raises(TrainingError, match="give epochs="):
         T.FinishAfter()
 
