@@ -33,6 +33,9 @@ class Listener:
         self.store, self.run_id, self.control = store, run_id, control
         self._iteration = iteration
         self._waiting: dict[str, list[int]] = defaultdict(list)
+        # NOTE: ids answered here whose answer may not be written yet: a poll that read them
+        # as pending just before must not take them again (a pause answered "already paused")
+        self._answered: set[int] = set()
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self.error: BaseException | None = None
@@ -59,16 +62,22 @@ class Listener:
     def poll(self) -> int:
         """Take the pending commands now; returns how many."""
         taken = 0
-        for c in self.store.pending_commands(self.run_id):
+        pending = self.store.pending_commands(self.run_id)
+        with self._lock:  # NOTE: an answer no longer pending is written: forget its id
+            self._answered &= {c["id"] for c in pending}
+        for c in pending:
             with self._lock:
-                if c["id"] in {i for ids in self._waiting.values() for i in ids}:
-                    continue  # taken already, waiting for the loop to act
+                if c["id"] in self._answered or c["id"] in {
+                        i for ids in self._waiting.values() for i in ids}:
+                    continue  # taken already: waiting for the loop to act, or answered
                 self._take(c["command"], c["id"])
             taken += 1
         return taken
 
     def _take(self, command: str, cid: int) -> None:
         it = self._iteration()
+        if command in ("resume", "stop") or (command == "pause" and self.control.paused):
+            self._answered.add(cid)  # NOTE: answered below, at once
         if command == "pause":
             if self.control.paused:
                 self.store.ack_command(cid, "already paused", it)
@@ -92,6 +101,7 @@ class Listener:
         written): acknowledge every command of that kind waiting for it."""
         with self._lock:
             ids, self._waiting[command] = self._waiting[command], []
+            self._answered.update(ids)
         for cid in ids:
             self._ack(cid, result, iteration)
 

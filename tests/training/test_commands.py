@@ -148,3 +148,58 @@ def test_a_deleted_run_stops_the_listener_not_the_loop(training):
     lk.runs.delete(loop.run_id, force=True)
     loop.wait()  # the loop stops at its next write, without an error
     assert loop.recorder.deleted
+
+
+@pytest.mark.parametrize("command", ["pause", "checkpoint"])
+def test_a_command_being_answered_is_not_taken_again(command):
+    """The loop answers a pause (or a checkpoint) while the listener's thread polls: a poll
+    that read the command as pending just before the answer was written took it again (a
+    pause answered "already paused"; a second checkpoint asked for). The answer's write is
+    made to poll in the middle, deterministically."""
+    store = lk.runs.store()
+    loop = T.build(make_loop, {"epochs": 1})
+    rid = loop.ensure_run()
+
+    class Control:
+        paused = False
+        checkpoints = 0
+
+        def pause(self):
+            self.paused = True
+
+        def unpause(self):
+            self.paused = False
+
+        def request_checkpoint(self):
+            self.checkpoints += 1
+
+        def take_checkpoint_request(self):
+            pass
+
+    control = Control()
+    listener = commands.Listener(store, rid, control, lambda: 3)
+    try:
+        listener._closed.set()  # NOTE: this test polls; the thread only waits to end
+        listener._thread.join()
+        cid = store.add_command(rid, command)
+        assert listener.poll() == 1 and listener._waiting[command] == [cid]
+        real = store.ack_command
+        polled = []
+
+        def ack_with_a_poll_first(i, result, iteration=None):
+            if not polled:  # NOTE: the other thread's poll, just before the first write
+                polled.append(None)
+                polled[0] = listener.poll()
+            real(i, result, iteration)
+        store.ack_command = ack_with_a_poll_first
+        try:
+            listener.acknowledge(command, "paused" if command == "pause" else "written", 3)
+        finally:
+            store.ack_command = real
+        assert polled == [0]
+        rec = store.command(cid)
+        assert rec["result"] == ("paused" if command == "pause" else "written")
+        assert control.checkpoints == (1 if command == "checkpoint" else 0)
+        assert listener.poll() == 0 and not listener._answered  # forgotten once written
+    finally:
+        listener.close()
