@@ -24,8 +24,7 @@ lock on it, so the next ``save`` into the same directory removes what killed wri
 ``load`` reads only regular files inside the checkpoint directory (no links, FIFOs or paths),
 checks sizes and checksums before parsing anything, validates the safetensors header, the
 manifest and the state field by field, and parses only JSON and raw bytes (no pickle, no code).
-Whatever is damaged or crafted raises ``CheckpointError`` naming the file and the field
-(also a MainLoop's state whose ``status`` says another iteration or epoch than the manifest);
+Whatever is damaged or crafted raises ``CheckpointError`` naming the file and the field;
 ``latest`` skips such checkpoints with a warning. Non-finite floats in the state (a diverged
 loss in the log) are written as JSON's common ``NaN``/``Infinity`` extension and read back as
 floats; everywhere a manifest or header needs an integer, they are refused.

@@ -13,7 +13,7 @@ from ..backend.random import Generator
 from ..checkpoint import LOOP_FORMAT, is_count
 from ..errors import CheckpointError, LabkitError
 
-FORMAT = LOOP_FORMAT  # "labkit-mainloop"; checkpoints compare its status with their manifest
+FORMAT = LOOP_FORMAT  # "labkit-mainloop"
 #: the loop state's version: 1 since the first labkit; a newer one is refused (upgrade labkit)
 VERSION = 1
 #: the keys of a loop state of this version
