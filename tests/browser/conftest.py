@@ -168,3 +168,20 @@ def dark_theme(page, dark=True):
                            state="attached", timeout=30_000)
     # NOTE: JupyterLab shows its splash while the theme loads; it takes the clicks meanwhile
     page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=30_000)
+
+
+#: a script for canvas.evaluate: how many pixels of the canvas are inked in ``color`` (any CSS
+#: colour), within a small distance
+INKED_IN = """(c, color) => {
+  const probe = document.createElement('canvas').getContext('2d');
+  probe.fillStyle = color;
+  const hex = probe.fillStyle;  // the colour normalised to #rrggbb
+  const want = [1, 3, 5].map(i => parseInt(hex.slice(i, i + 2), 16));
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let n = 0;
+  for (let i = 0; i < d.length; i += 4) {
+    if (d[i + 3] > 100 && Math.abs(d[i] - want[0]) + Math.abs(d[i + 1] - want[1]) +
+        Math.abs(d[i + 2] - want[2]) < 40) { n++; }
+  }
+  return n;
+}"""

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from .conftest import dark_theme, require_browser, seeded_lab, shot, wait_for
+from .conftest import INKED_IN, dark_theme, require_browser, seeded_lab, shot, wait_for
 
 require_browser()
 
@@ -44,19 +44,7 @@ LIGHT_INK = """(c) => {
   }
   return n;
 }"""
-INKED_IN = """(c, color) => {
-  const probe = document.createElement('canvas').getContext('2d');
-  probe.fillStyle = color;
-  const hex = probe.fillStyle;  // the colour normalised to #rrggbb
-  const want = [1, 3, 5].map(i => parseInt(hex.slice(i, i + 2), 16));
-  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-  let n = 0;
-  for (let i = 0; i < d.length; i += 4) {
-    if (d[i + 3] > 100 && Math.abs(d[i] - want[0]) + Math.abs(d[i + 1] - want[1]) +
-        Math.abs(d[i + 2] - want[2]) < 40) { n++; }
-  }
-  return n;
-}"""
+
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,15 @@ cannot be read. Screenshots in the light and the dark theme.
 
 import pytest
 
-from .conftest import ARTIFACTS, dark_theme, require_browser, seeded_lab, shot, wait_for
+from .conftest import (
+    ARTIFACTS,
+    INKED_IN,
+    dark_theme,
+    require_browser,
+    seeded_lab,
+    shot,
+    wait_for,
+)
 
 require_browser()
 
@@ -52,19 +60,7 @@ print(json.dumps({"slow": slow, "bad": bad, "fast": fast, "ok": ok, "odd": odd,
 """
 
 # how many of a canvas's pixels are close to a CSS colour
-INKED_IN = """(c, color) => {
-  const probe = document.createElement('canvas').getContext('2d');
-  probe.fillStyle = color;
-  const hex = probe.fillStyle;
-  const want = [1, 3, 5].map(i => parseInt(hex.slice(i, i + 2), 16));
-  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-  let n = 0;
-  for (let i = 0; i < d.length; i += 4) {
-    if (d[i + 3] > 100 && Math.abs(d[i] - want[0]) + Math.abs(d[i + 1] - want[1]) +
-        Math.abs(d[i + 2] - want[2]) < 40) { n++; }
-  }
-  return n;
-}"""
+
 
 
 @pytest.fixture(scope="module")
