@@ -12,9 +12,6 @@ FORMAT = "labkit-checkpoint"
 #: 2: the manifest says ``iteration`` (1 said ``step``; both are read)
 VERSION = 2
 MANIFEST = "manifest.json"
-#: the format of a MainLoop's state (``labkit.training.state``), whose ``status`` says the
-#: iteration and epoch that the manifest says
-LOOP_FORMAT = "labkit-mainloop"
 #: the files a manifest lists (exactly these; it never names a path)
 FILES = ("tensors.safetensors", "state.json")
 CHUNK = 8 << 20

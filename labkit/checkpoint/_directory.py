@@ -16,16 +16,7 @@ from pathlib import Path
 from .._fs import fsync_dir
 from ..errors import CheckpointError
 from . import _files, _writers
-from ._common import (
-    FILES,
-    FORMAT,
-    INT64,
-    MANIFEST,
-    MANIFEST_LIMIT,
-    VERSION,
-    brief,
-    read_json,
-)
+from ._common import FILES, FORMAT, INT64, MANIFEST, MANIFEST_LIMIT, VERSION, brief, read_json
 from ._files import Dir
 from ._manifest import fields_crc32, json_metrics, manifest, manifest_of
 from ._state import join_state, split_state

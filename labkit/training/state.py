@@ -10,10 +10,10 @@ from __future__ import annotations
 import warnings
 
 from ..backend.random import Generator
-from ..checkpoint import LOOP_FORMAT, is_count
+from ..checkpoint import is_count
 from ..errors import CheckpointError, LabkitError
 
-FORMAT = LOOP_FORMAT  # "labkit-mainloop"
+FORMAT = "labkit-mainloop"
 #: the loop state's version: 1 since the first labkit; a newer one is refused (upgrade labkit)
 VERSION = 1
 #: the keys of a loop state of this version

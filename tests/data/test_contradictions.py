@@ -157,7 +157,7 @@ def test_a_state_after_an_iteration_abandoned_inside_a_buffer_loads(make):
     after run(max_iterations=k), a stop or Ctrl-C do) restarts that stage at buffer 0: its
     buffer index and position then disagree with the upstream, and a check of the two on load
     refused the run's next checkpoint (a review found it; the checks are off until the
-    restart continues the open buffer instead: ``sequential._Replaying.CHECK_BUFFER``)."""
+    restart continues the open buffer instead: see ``sequential._Replaying``)."""
     s = make()
     it = iter(s)
     next(it)
