@@ -93,6 +93,7 @@ class _Replaying(_Sequential):
     def __init__(self, stream):
         super().__init__(stream)
         self._current = None   # (upstream state before the buffer, buffer index, delivered, size)
+        self._items = None     # the current buffer's items
         self._resume = (0, 0)  # (buffer index, delivered) to start from after a load
 
     def _partial(self):
@@ -118,25 +119,88 @@ class _Replaying(_Sequential):
     def _upstream_state(self):
         return self._current[0] if self._partial() else self.stream.state_dict()
 
-    # NOTE: the buffer index, skip and position are not checked against the upstream on
-    # load: an iteration abandoned inside a buffer (run(max_iterations=k) then run(), a stop,
-    # Ctrl-C) restarts at buffer 0 with the open buffer's rest dropped (an older defect of
-    # _iterate: it should continue from _current), so real states disagree with it. Checks
-    # that refused them are in the history of b8b9af1, to bring back once _iterate is fixed.
+    #: upstream items read for each buffer (but the epoch's last); items yielded for each
+    #: buffer (but the last) where every buffer yields as many, else None
+    _reads, _yields = 1, None
+
+    def _check_upstream(self, epoch, position, where):
+        """Where the loaded state resumes against its upstream (just loaded), before anything
+        is read: inside a begun buffer (``skip`` of its items delivered, the upstream at the
+        buffer's start) or between buffers (``skip`` 0, the upstream after them)."""
+        super()._check_upstream(epoch, position, where)
+        (buffer, skip), up, name = self._resume, self.stream, type(self).__name__
+        reads, out = self._reads, self._yields
+        fix = "; the state is damaged or was edited"
+        ended = up.epoch != epoch  # NOTE: as the epoch's last buffer was read (Bucket)
+        if ended and skip:
+            raise DataError(f"{where}['skip'] = {skip}, but {where}['stream'] has ended epoch "
+                            f"{epoch}: no buffer is begun to resume inside (skip is 0 after a "
+                            f"whole buffer){fix}")
+        if not ended and up.position != buffer * reads:
+            raise DataError(f"{where}['buffer'] = {buffer}, but {where}['stream'] is at position "
+                            f"{up.position}: a {name} reads {reads} upstream items a buffer, so "
+                            f"buffer {buffer} begins at position {buffer * reads}{fix}")
+        if out is not None:
+            full = buffer * out + skip
+            ok = position == full if not ended else \
+                position <= full and (position > full - out or buffer == 0)
+            at = full if not ended else f"{max(full - out + 1, 0)} to {full} (the last read)"
+            want = (f"a {name} yields {out} items a buffer (the epoch's last fewer), so the "
+                    f"position is {at}")
+        else:
+            ok = position >= skip and (buffer > 0 or position == skip)
+            want = (f"the position counts the items of the buffers before and the {skip} of "
+                    f"this one, so it is {'at least' if buffer else 'exactly'} {skip}")
+        if not ok:
+            raise DataError(f"{where}['position'] = {position}, with ['buffer'] = {buffer} and "
+                            f"['skip'] = {skip}: {want}{fix}")
+        if skip:
+            size = self._buffer_size(buffer)
+            if size is None or skip >= size:
+                has = "no items left" if size is None else f"{size} items"
+                raise DataError(f"{where}['skip'] = {skip}, but buffer {buffer} has {has} (a "
+                                "state resumes inside a buffer after 1 to all but one of its "
+                                f"items){fix}")
+
+    def _buffer_size(self, index):
+        """The number of items of the upstream's next buffer (None: none is left), read and
+        then put back: the upstream's state is left as it was."""
+        saved = self.stream.state_dict()
+        up = iter(self.stream)
+        try:
+            items = self._fill(up, index)
+        finally:
+            up.close()  # NOTE: first: a Prefetch upstream rewinds itself when closed
+            self.stream.load_state_dict(saved)
+        return None if items is None else len(items)
 
     def _reset(self):
-        self._current = None
+        self._current = self._items = None
 
     def _new_epoch(self):
-        self._current = None
+        self._current = self._items = None
         self._resume = (0, 0)
 
     def _config(self):
         return {}
 
+    def _open(self):
+        return self._current is not None
+
     def _iterate(self):
-        index, skip = self._resume
-        self._resume = (0, 0)
+        c, items = self._current, self._items
+        if c is None:  # NOTE: the first read of this epoch, or the first after a load
+            index, skip = self._resume
+            self._resume = (0, 0)
+        else:  # NOTE: a read abandoned at c (a stop, run(max_iterations=k)): carry on from it
+            before, index, delivered, size = c
+            for t in range(delivered, size):
+                self._current = (before, index, t + 1, size)
+                yield items[t]
+            index, skip = index + 1, 0
+            if self.stream.epoch > self.epoch:  # NOTE: that was the epoch's last buffer
+                self._current = self._items = None
+                return
         up = iter(self.stream)
         while True:
             before = self.stream.state_dict()
@@ -147,12 +211,13 @@ class _Replaying(_Sequential):
                 raise DataError(f"{type(self).__name__}: the state resumes after item {skip} of "
                                 f"a buffer of {len(items)}; the state is damaged or from another "
                                 "pipeline")
+            self._items = items
             for t in range(skip, len(items)):
                 self._current = (before, index, t + 1, len(items))
                 yield items[t]
             skip = 0
             index += 1
-        self._current = None
+        self._current = self._items = None
 
 
 class Unpack(_Replaying):
@@ -190,6 +255,14 @@ class Bucket(_Replaying):
 
     def _config(self):
         return {"seed": self.seed, "batch_size": self.batch_size, "pool": self.pool}
+
+    @property
+    def _reads(self):
+        return self.batch_size * self.pool
+
+    @property
+    def _yields(self):
+        return self.pool
 
     def _load_own_state(self, state, where="state"):
         seed = state_int(state, "seed", where, *SEED)

@@ -81,7 +81,7 @@ class Stream:
                 yield item
         # NOTE: an upstream that already finished this epoch has nothing left for it (this
         # happens when a state was saved right after the last item of an epoch).
-        elif self.stream.epoch <= self.epoch:
+        elif self.stream.epoch <= self.epoch or self._open():
             for item in self._iterate():
                 self.position += 1
                 yield item
@@ -91,6 +91,11 @@ class Stream:
 
     def _new_epoch(self) -> None:
         """Called when an epoch ends: drop any position within it."""
+
+    def _open(self) -> bool:
+        """True while a read of this epoch, abandoned inside a buffer, has items to continue
+        with (even where the upstream has finished its epoch)."""
+        return False
 
     def _iterate(self):
         raise NotImplementedError

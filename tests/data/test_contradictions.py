@@ -151,6 +151,49 @@ def state_after(make, n):
     return s.state_dict()
 
 
+@pytest.mark.parametrize("make,n,skip,size", [
+    (unpacked, 2, 5, 5), (unpacked, 2, 6, 5), (unpacked, 2, 10 ** 6, 5),
+    (unpacked, 21, 3, 3),  # the last, short batch
+    (bucketed, 1, 3, 3), (bucketed, 4, 3, 3), (bucketed, 4, 10 ** 6, 3),
+])
+def test_a_skip_past_its_buffer_is_refused_on_load(make, n, skip, size):
+    """Checked when the state loads (not when the stream is next read): the stream is left as
+    it was."""
+    state = state_after(make, n)
+    assert 0 < state["skip"] < size
+    state["position"] += skip - state["skip"]  # NOTE: as many items delivered as skipped
+    state["skip"] = skip
+    message = _refused(make, state, f"['skip'] = {skip}", f"buffer {state['buffer']} has "
+                       f"{size} items", "damaged or was edited")
+    assert type(make()).__name__ in message
+
+
+@pytest.mark.parametrize("make,n,position", [(unpacked, 23, 24), (bucketed, 13, 14),
+                                             (bucketed, 3, 3),
+                                             (unpacked, 0, 0), (unpacked, 0, 2)])
+def test_a_skip_where_no_buffer_is_begun_is_refused(make, n, position):
+    """After the epoch's last buffer nothing is left to skip into; and the items delivered
+    (the position) count those skipped: a Bucket's buffers but the last yield ``pool``
+    batches, the first buffer's position is its skip. (An Unpack's position after its first
+    buffer is not compared: the sizes of the batches before would have to be read.)"""
+    state = state_after(make, n)
+    assert state["skip"] == 0
+    state["skip"], state["position"] = 1, position
+    message = _refused(make, state, "['skip'] = 1")
+    assert "damaged or was edited" in message
+
+
+@pytest.mark.parametrize("make,n,buffer", [(unpacked, 7, 0), (unpacked, 7, 2),
+                                           (bucketed, 4, 0), (bucketed, 4, 2),
+                                           (bucketed, 3, 2), (bucketed, 0, 1)])
+def test_a_buffer_that_is_not_where_its_upstream_is_is_refused(make, n, buffer):
+    """The buffer keys a Bucket's order; it is the upstream's items read, in buffers."""
+    state = state_after(make, n)
+    assert state["buffer"] != buffer
+    state["buffer"] = buffer
+    _refused(make, state, f"['buffer'] = {buffer}", "damaged or was edited")
+
+
 @pytest.mark.parametrize("make", [unpacked, bucketed], ids=["unpack", "bucket"])
 def test_a_state_after_an_iteration_abandoned_inside_a_buffer_loads(make):
     """Reading a stream, stopping inside a buffer and reading it again (what run() again
