@@ -213,10 +213,14 @@ def list_checkpoints(directory) -> list[Path]:
     return _scan(directory)[0]
 
 
-def load_latest(directory, *, warn: bool = True):
+def load_latest(directory, *, warn: bool = True, accept=None):
     """``(path, state, skipped)``: the newest checkpoint in ``directory`` that loads, its state
     (read and checked once), and the newer ones skipped as damaged (each with a warning);
-    ``(None, None, skipped)`` if none loads. Never raises for what it finds."""
+    ``(None, None, skipped)`` if none loads. Never raises for what it finds.
+
+    ``accept(path, state)``, if given, is the caller's own check of a state that loaded (a
+    loop's checks of its counters): a ``CheckpointError`` it raises skips that checkpoint as
+    a damaged one is skipped; anything else it raises propagates."""
     found, refused = _scan(directory)
     if warn:
         for p, why in refused:
@@ -224,7 +228,10 @@ def load_latest(directory, *, warn: bool = True):
     skipped = []
     for p in reversed(found):
         try:
-            return p, load(p), skipped
+            state = load(p)
+            if accept is not None:
+                accept(p, state)
+            return p, state, skipped
         except CheckpointError as e:
             skipped.append(p)
             if warn:

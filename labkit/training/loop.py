@@ -27,6 +27,13 @@ from .recorder import Recorder
 _viewer = None
 
 
+def _holds_checkpoints(path) -> bool:
+    """Whether ``path`` is a directory of checkpoints (a run's ``checkpoints``), not one."""
+    p = Path(path)
+    return (p.is_dir() and not p.is_symlink() and not (p / ckpt.MANIFEST).exists()
+            and bool(ckpt.list_checkpoints(p)))
+
+
 def set_viewer(factory) -> None:
     """Register what ``MainLoop.show()`` returns: ``factory(loop, **kwargs)``. ``import labkit``
     registers the notebook Dashboard (a layer above this one, imported only when used)."""
@@ -448,32 +455,27 @@ class MainLoop:
         return path
 
     def load_checkpoint(self, path=None) -> Path:
-        """Restore everything from the checkpoint at ``path``; by default this run's newest
-        valid one (those passed over are marked invalid in the store), or, for a fork that has
-        none of its own yet, the checkpoint it was forked from. The next ``run()`` continues
-        exactly where it was saved."""
-        loaded = None
+        """Restore everything from the checkpoint at ``path``; anything wrong with it raises
+        ``CheckpointError`` and leaves the loop as it was. By default (or for ``path`` a
+        directory of checkpoints) the newest that loads: damaged ones and those whose state
+        this loop's checks refuse are passed over with a warning (and marked invalid in the
+        store), or, for a fork that has none of its own that loads, the checkpoint it was
+        forked from (see ``state.load_newest``). The next ``run()`` continues exactly where it
+        was saved."""
         if path is None:
             if self.checkpoint_dir is None:
                 raise CheckpointError("load_checkpoint: give a path (this loop has no run "
                                       "directory yet)")
-            path, loaded, skipped = ckpt.load_latest(self.checkpoint_dir)
-            if path is not None:
-                try:
-                    state.check(loaded)  # NOTE: before its iteration is believed
-                except CheckpointError as e:
-                    raise CheckpointError(f"{path}: {e}") from e
-                self.recorder.mark_invalid(skipped, loaded["status"]["iteration"])
-            elif self.recorder.parent_checkpoint:
-                path = self.recorder.parent_checkpoint
-            else:
-                raise CheckpointError(f"run {self.run_id} has no valid checkpoint to resume "
-                                      f"from (in {self.checkpoint_dir})")
-        path = Path(path)
-        try:
-            self.load_state_dict(ckpt.load(path) if loaded is None else loaded)
-        except CheckpointError as e:
-            raise CheckpointError(f"{path}: {e}") from e
+            path = state.load_newest(self, self.checkpoint_dir)
+        elif _holds_checkpoints(path):
+            path = state.load_newest(self, path)
+        else:
+            path = Path(path)
+            try:
+                self.load_state_dict(ckpt.load(path))
+            except CheckpointError as e:
+                raise CheckpointError(f"{path}: {e}") from e
+        self._resumed = True
         self.status["resumed_from"] = str(path)
         self.recorder.sync_to_log(self.log, self.status["iteration"])
         return path

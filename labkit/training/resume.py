@@ -96,7 +96,10 @@ def _locate(run_or_path):
     if p.is_dir() and (p / "manifest.json").exists():
         return p, ckpt.manifest(p).get("run_id")
     if p.is_dir() and (p / "checkpoints").is_dir():
-        return ckpt.latest(p / "checkpoints"), p.name
+        # NOTE: the directory, not its newest valid checkpoint: the loop takes the newest that
+        # loads into it, as for a run id (one whose state it refuses is passed over)
+        found = ckpt.list_checkpoints(p / "checkpoints")
+        return (p / "checkpoints" if found else None), p.name
     return None, str(run_or_path)
 
 

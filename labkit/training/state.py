@@ -8,7 +8,9 @@ values), the error names the part and everything loaded so far is put back as it
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
+from .. import checkpoint as ckpt
 from ..backend.random import Generator
 from ..checkpoint import is_count
 from ..errors import CheckpointError, LabkitError
@@ -23,6 +25,12 @@ KEYS = ("format", "version", "status", "model", "optimizer", "stream", "rng", "l
 STATUS = {"iteration": int, "epoch": int, "epoch_iteration": int, "epoch_started": bool,
           "training_started": bool, "finished": bool, "time_total": float,
           "resumed_from": (str, type(None))}
+
+
+class NotThisLoop(CheckpointError):
+    """A state that is not this loop's (another model's generators, extensions it lacks): the
+    loop was built otherwise than the one that saved it, so no other checkpoint of the run is
+    taken instead of it (see ``MainLoop.load_checkpoint``)."""
 
 
 def brick_generators(model):
@@ -56,21 +64,21 @@ def load_loop_state(loop, state: dict) -> None:
     saved = state["extensions"]
     lost = sorted(k for k, v in saved.items() if k not in mine and v)
     if lost:
-        raise CheckpointError(
+        raise NotThisLoop(
             f"MainLoop.load_state_dict: the checkpoint has state for extensions {lost}, "
             f"which this loop lacks (it has {sorted(mine)}); build the loop as it was when "
             "it was saved")
     gens = dict(brick_generators(loop.model))
     unknown = sorted(set(state["rng"]["bricks"]) - set(gens))
     if unknown:
-        raise CheckpointError(f"MainLoop.load_state_dict: the checkpoint has random "
-                              f"generators {unknown} that this model lacks")
+        raise NotThisLoop(f"MainLoop.load_state_dict: the checkpoint has random generators "
+                          f"{unknown} that this model lacks")
     missing = sorted(set(gens) - set(state["rng"]["bricks"]))
     if missing:
         # NOTE: loaded without them, their draws would restart and resume would not be exact
-        raise CheckpointError(f"MainLoop.load_state_dict: the checkpoint has no state for the "
-                              f"model's random generators {missing}; it was saved by another "
-                              "model (or damaged)")
+        raise NotThisLoop(f"MainLoop.load_state_dict: the checkpoint has no state for the "
+                          f"model's random generators {missing}; it was saved by another "
+                          "model (or damaged)")
     _check_optimizer_steps(loop, state)
     for name, ext in mine.items():
         if name in saved:
@@ -88,6 +96,55 @@ def load_loop_state(loop, state: dict) -> None:
     except BaseException:
         _load_parts(loop, before, mine, gens)  # leave the loop as it was
         raise
+
+
+class _Unfit(Exception):
+    """Carries a NotThisLoop out of ``load_latest``, which would skip it as damaged."""
+
+
+def load_newest(loop, directory) -> Path:
+    """Load into ``loop`` the newest checkpoint in ``directory`` that loads; returns its path.
+
+    Passed over, each with a warning naming it and why, and marked invalid in the run store:
+    a checkpoint damaged on disk and one whose state the loop's checks refuse (values that
+    contradict each other), alike. Then, for a fork with none of its own that loads, the
+    checkpoint it was forked from. A state that is not this loop's (``NotThisLoop``) raises at
+    once: the loop was built otherwise, and an older checkpoint would hide it. When nothing
+    loads, the ``CheckpointError`` gives every reason; the loop is left as it was."""
+    refused: dict[Path, str] = {}
+
+    def accept(path, saved):
+        try:
+            load_loop_state(loop, saved)
+        except NotThisLoop as e:
+            raise _Unfit(NotThisLoop(f"{path}: {e}")) from e
+        except CheckpointError as e:
+            refused[path] = str(e)
+            raise
+
+    try:
+        path, _, skipped = ckpt.load_latest(directory, accept=accept)
+    except _Unfit as e:
+        raise e.args[0] from e.__cause__
+    if path is not None:
+        loop.recorder.mark_invalid(skipped, loop.status["iteration"])
+        return path
+    reasons = [f"{p}: {refused.get(p) or ckpt.verify(p) or 'it changed as it was read'}"
+               for p in skipped]
+    parent = loop.recorder.parent_checkpoint
+    if parent:
+        try:
+            load_loop_state(loop, ckpt.load(parent))
+            return Path(parent)
+        except CheckpointError as e:
+            if not reasons:
+                raise CheckpointError(f"{parent}: {e}") from e
+            reasons.append(f"{parent} (the checkpoint this run was forked from): {e}")
+    name = f"run {loop.run_id}" if loop.run_id else "the loop"
+    if not reasons:
+        raise CheckpointError(f"{name} has no valid checkpoint to resume from (in {directory})")
+    raise CheckpointError(f"{name} has no checkpoint that loads in {directory}; each was "
+                          "passed over, nothing was loaded: " + "; ".join(reasons))
 
 
 def _check_optimizer_steps(loop, state) -> None:

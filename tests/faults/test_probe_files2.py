@@ -274,17 +274,25 @@ def test_checkpoint_extension_iterations_must_be_below_2_63():
 
 
 def test_resuming_the_newest_checkpoint_checks_its_state_before_believing_it(tmp_path, saved):
+    """Its iteration (a string here) is not believed (it decides which of the run's
+    checkpoints a resume marks invalid): the state is refused, passed over like a damaged
+    checkpoint, and the newest one that loads is taken; named by its path, it raises."""
     import labkit as lk
 
     loop = make_loop({"epochs": 1, "checkpoint_every": 6})
     loop.run()
-    ckpt.save(loop.checkpoint_dir, _with(saved, ("status", "iteration"), "12"), iteration=99)
-    fresh = make_loop({"epochs": 1})
+    bad = ckpt.save(loop.checkpoint_dir, _with(saved, ("status", "iteration"), "12"),
+                    iteration=99)
+    fresh = make_loop({"epochs": 1, "checkpoint_every": 6})
     fresh.attach(lk.runs.get(loop.run_id))
+    with pytest.warns(UserWarning, match=r"skipping checkpoint .*ckpt-00000099: .*"
+                                         r"status\['iteration'\] must be an integer"):
+        assert fresh.load_checkpoint().name == "ckpt-00000012"
+    assert fresh.status["iteration"] == 12
+    assert all(c["valid"] for c in lk.runs.store().checkpoints(loop.run_id))
     with pytest.raises(CheckpointError, match=r"ckpt-00000099: .*status\['iteration'\] must "
                                               r"be an integer"):
-        fresh.load_checkpoint()
-    assert all(c["valid"] for c in lk.runs.store().checkpoints(loop.run_id))
+        make_loop({"epochs": 1, "checkpoint_every": 6}).load_checkpoint(bad)
 
 
 def _leaves(v, p=()):

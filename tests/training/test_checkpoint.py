@@ -302,3 +302,25 @@ def test_load_latest_reads_each_checkpoint_once(tmp_path, monkeypatch):
     for name in ("tensors.safetensors", "state.json"):  # (the small manifest is also read
         assert sum(r.endswith(f"ckpt-00000001/{name}") for r in reads) == 1  # to sort by it)
     assert checkpoint.load_latest(tmp_path / "none") == (None, None, [])
+
+
+def test_load_latest_passes_over_what_accept_refuses_like_damage(tmp_path):
+    """``accept`` is the caller's own check of a state that loaded: its CheckpointError skips
+    the checkpoint (with a warning naming it and why), anything else it raises propagates."""
+    older = checkpoint.save(tmp_path, {"n": 1}, iteration=1)
+    newer = checkpoint.save(tmp_path, {"n": -5}, iteration=2)
+
+    def accept(path, state):
+        if state["n"] < 0:
+            raise CheckpointError(f"n is {state['n']}, expected >= 0")
+
+    with pytest.warns(UserWarning, match=r"skipping checkpoint .*ckpt-00000002: n is -5"):
+        path, state, skipped = checkpoint.load_latest(tmp_path, accept=accept)
+    assert (path, state, skipped) == (older, {"n": 1}, [newer])
+
+    def broken(path, state):
+        raise RuntimeError("a bug in the caller")
+
+    with pytest.raises(RuntimeError, match="a bug in the caller"):
+        checkpoint.load_latest(tmp_path, accept=broken)
+    assert newer.is_dir() and older.is_dir()

@@ -3,6 +3,7 @@ included), Ctrl-C once and twice, lk.resume and fork, and the CLI."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -318,3 +319,108 @@ def test_resume_skips_a_corrupted_newest_checkpoint_and_marks_it(tmp_path):
         assert resumed.status["iteration"] == 4
         valid = {c["iteration"]: c["valid"] for c in lk.runs.checkpoints(loop.run_id)}
         assert valid == {4: True, 8: False}
+
+
+# ---- a newest checkpoint whose state the loop refuses: passed over like a damaged one ----------
+def _refuse_counters(state):
+    state["status"]["epoch_iteration"] = state["status"]["iteration"] + 5  # contradicts
+
+
+def _refuse_late(state):
+    # NOTE: refused by the Checkpoint extension's own load, after the model and the optimizer
+    # were loaded: what was loaded must be put back before the older checkpoint is taken
+    state["extensions"]["Checkpoint"] = {"saved": "ckpt-00000004"}
+
+
+def _run_with_edited_newest(tmp_path, edit):
+    """A run with checkpoints at iterations 4 and 8, the newest's state edited by ``edit``
+    and saved again in its place (its files intact, labkit's manifest)."""
+    loop = T.build(make_loop, {"epochs": 2, "checkpoint_every": 4})
+    loop.run(max_iterations=9)
+    newest = checkpoint.latest(loop.checkpoint_dir)
+    assert newest.name == "ckpt-00000008"
+    state = checkpoint.load(newest)
+    edit(state)
+    checkpoint.save(loop.checkpoint_dir, state, iteration=8, epoch=0, run_id=loop.run_id)
+    return loop, newest
+
+
+def _as_loaded_from(path, config):
+    ref = make_loop(config)
+    ref.load_checkpoint(path)
+    return ref.state_dict()
+
+
+@pytest.mark.parametrize("edit,why", [(_refuse_counters, r"status\['epoch_iteration'\] is 13"),
+                                      (_refuse_late, "Checkpoint: the saved state must be")],
+                         ids=["counters", "late"])
+@pytest.mark.parametrize("by", ["run id", "run directory"])
+def test_resume_skips_a_newest_checkpoint_whose_state_is_refused_and_marks_it(tmp_path, edit,
+                                                                               why, by):
+    """As a damaged one is: a warning naming it and why, the next older one loaded whole (not
+    a part of the refused one left in the loop), the refused one marked invalid; named by its
+    path, it is still refused."""
+    from .helpers import same_state
+
+    with lk.runs.use_store(tmp_path / "runs.sqlite"):
+        loop, newest = _run_with_edited_newest(tmp_path, edit)
+        with pytest.warns(UserWarning, match=f"skipping checkpoint .*ckpt-00000008: .*{why}"):
+            resumed = lk.resume(loop.run_id if by == "run id" else loop.directory, run=False)
+        older = loop.checkpoint_dir / "ckpt-00000004"
+        assert resumed.status["iteration"] == 4
+        assert resumed.status["resumed_from"] == str(older)
+        want = _as_loaded_from(older, resumed.config)
+        got = resumed.state_dict()
+        for part in ("status", "model", "optimizer", "stream", "rng", "log", "extensions"):
+            assert same_state(got[part], want[part]), part
+        valid = {c["iteration"]: c["valid"] for c in lk.runs.checkpoints(loop.run_id)}
+        assert valid == {4: True, 8: False}
+        assert newest.is_dir()  # passed over, never deleted
+        named = make_loop(resumed.config)
+        before = named.state_dict()
+        with pytest.raises(lk.CheckpointError, match=f"ckpt-00000008: .*{why}"):
+            named.load_checkpoint(newest)
+        assert same_state(named.state_dict(), before)
+
+
+def test_resume_with_every_checkpoint_refused_raises_with_every_reason(tmp_path):
+    from .helpers import same_state
+
+    with lk.runs.use_store(tmp_path / "runs.sqlite"):
+        loop, _ = _run_with_edited_newest(tmp_path, _refuse_counters)
+        older = loop.checkpoint_dir / "ckpt-00000004"
+        state = checkpoint.load(older)
+        _refuse_late(state)
+        checkpoint.save(loop.checkpoint_dir, state, iteration=4, run_id=loop.run_id)
+        fresh = make_loop(loop.config)
+        fresh.attach(lk.runs.get(loop.run_id))
+        before = fresh.state_dict()
+        with pytest.warns(UserWarning, match="skipping checkpoint"), \
+                pytest.raises(lk.CheckpointError, match="no checkpoint that loads") as e:
+            fresh.load_checkpoint()
+        assert re.search(r"ckpt-00000008: .*status\['epoch_iteration'\] is 13", str(e.value))
+        assert re.search(r"ckpt-00000004: .*Checkpoint: the saved state must be", str(e.value))
+        assert same_state(fresh.state_dict(), before)
+        assert all(c["valid"] for c in lk.runs.checkpoints(loop.run_id))
+
+
+def test_a_state_of_another_loop_is_refused_at_once_not_passed_over(tmp_path):
+    """A loop built otherwise (an extension less) than the one that saved the run: the newest
+    checkpoint is refused with the fix, no older one is tried and none is marked invalid."""
+    import warnings
+
+    with lk.runs.use_store(tmp_path / "runs.sqlite"):
+        loop = T.build(make_loop, {"epochs": 2, "checkpoint_every": 4})
+        loop.run(max_iterations=9)
+        other = make_loop(loop.config)
+        other.extensions = [e for e in other.extensions
+                            if not isinstance(e, T.TrainingDataMonitoring)]
+        other.attach(lk.runs.get(loop.run_id))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(lk.CheckpointError, match=r"ckpt-00000008: .*state for extensions "
+                                                         r"\['TrainingDataMonitoring'\].*build "
+                                                         "the loop as it was"):
+                other.load_checkpoint()
+        assert other.status["iteration"] == 0
+        assert all(c["valid"] for c in lk.runs.checkpoints(loop.run_id))
