@@ -11,8 +11,9 @@ A checkpoint directory holds
   metrics,
   each file's size and CRC-32, and ``fields_crc32``, a CRC-32 of the manifest's other fields
   (everything but ``files``, whose entries are checked against the files themselves), so a
-  damaged iteration, metric or run id is caught instead of believed. (Format 1, before
-  labkit 0.2, said ``step`` for the iteration; it is still read.)
+  damaged iteration, metric or run id is caught instead of believed (every manifest of format
+  2 is sealed: one without the seal was edited). (Format 1, before labkit 0.2, said ``step``
+  for the iteration, and its first manifests had no seal; it is still read.)
 
 ``save`` writes into a hidden temporary directory, fsyncs every file, renames the directory into
 place and fsyncs its parent, so a process killed at any instant leaves either the new checkpoint

@@ -84,6 +84,13 @@ def check_manifest(m, where="manifest.json") -> dict:
         if not is_int(info["crc32"]) or not 0 <= info["crc32"] < 1 << 32:
             raise CheckpointError(f"{where}: files[{name!r}].crc32 is "
                                   f"{brief(info['crc32'])}, expected an integer in [0, 2**32)")
+    if "fields_crc32" not in m and v >= 2:
+        # NOTE: every manifest of format 2 has its seal (it came before the format): one
+        # without it is one whose fields, the iteration its order goes by among them, were
+        # edited and the seal dropped (format 1, from before the seal, may lack it)
+        raise CheckpointError(f"{where}: no fields_crc32, which labkit writes in every "
+                              f"manifest of format {v}; the manifest was edited (its iteration, "
+                              "epoch or metrics cannot be believed) or not written by labkit")
     if "fields_crc32" in m and (not is_int(m["fields_crc32"]) or
                                 m["fields_crc32"] != fields_crc32(m)):
         raise CheckpointError(f"{where}: fields_crc32 does not match the manifest's fields; the "

@@ -220,10 +220,15 @@ def test_manifest_fields_are_checked_and_sealed(tmp_path):
         (path / "manifest.json").write_text(json.dumps({**without, field: value}))
         with pytest.raises(CheckpointError, match=expect):
             checkpoint.manifest(path)
-    # a manifest of labkit before the seal: still read
-    (path / "manifest.json").write_text(json.dumps(without))
+    # a manifest of labkit before the seal (format 1, which said step): still read; one of
+    # format 2 (every one of them was written sealed) without it: edited
+    old = {k: v for k, v in without.items() if k != "iteration"}
+    (path / "manifest.json").write_text(json.dumps({**old, "version": 1, "step": 3}))
     assert checkpoint.manifest(path)["iteration"] == 3
     assert checkpoint.verify(path) is None
+    (path / "manifest.json").write_text(json.dumps(without))
+    with pytest.raises(CheckpointError, match="no fields_crc32"):
+        checkpoint.manifest(path)
 
 
 def test_state_json_references_are_checked(tmp_path):
@@ -324,3 +329,28 @@ def test_load_latest_passes_over_what_accept_refuses_like_damage(tmp_path):
     with pytest.raises(RuntimeError, match="a bug in the caller"):
         checkpoint.load_latest(tmp_path, accept=broken)
     assert newer.is_dir() and older.is_dir()
+
+
+def test_a_manifest_edited_with_its_seal_dropped_is_refused_not_believed(tmp_path):
+    """Every manifest labkit writes in format 2 is sealed (fields_crc32): one edited to say an
+    older iteration, its seal dropped, sorted before the older checkpoints and latest() took
+    one of those, silently. It is refused, ordered by its name, and reported. What the caller
+    labels is still believed: a name and an iteration of its choosing (the manifest is the
+    caller's label), and format 1 manifests, from before the seal."""
+    for it in (5, 10, 15):
+        checkpoint.save(tmp_path, {"w": np.full(2, float(it))}, iteration=it)
+    edited = tmp_path / "ckpt-00000015"
+    m = json.loads((edited / "manifest.json").read_text())
+    del m["fields_crc32"]
+    (edited / "manifest.json").write_text(json.dumps({**m, "iteration": 3}))
+    with pytest.raises(CheckpointError, match=r"ckpt-00000015/manifest.json: no fields_crc32, "
+                                              r"which labkit writes in every manifest of "
+                                              r"format 2; the manifest was edited"):
+        checkpoint.load(edited)
+    assert checkpoint.list_checkpoints(tmp_path)[-1] == edited
+    with pytest.warns(UserWarning, match="skipping checkpoint .*ckpt-00000015.*no fields_crc32"):
+        assert checkpoint.latest(tmp_path).name == "ckpt-00000010"
+    labelled = checkpoint.save(tmp_path / "b", {"w": np.ones(2)}, name="ckpt-00000015",
+                               iteration=3)
+    assert checkpoint.manifest(labelled)["iteration"] == 3
+    assert checkpoint.latest(tmp_path / "b") == labelled
