@@ -273,7 +273,8 @@ class Optimizer:
     On an OpenCL device the update of each parameter is one kernel when every rule is
     elementwise arithmetic; on the CPU a large parameter is updated in cache-sized pieces
     when every rule is a built-in elementwise one (``fused``; the same numbers as the unfused
-    ops: set ``opt.fused = False`` to compare)."""
+    ops: set ``opt.fused = False`` to compare), except plain SGD's, one BLAS axpy where
+    NumPy's own BLAS is reachable, which rounds ``p - lr * g`` once (backend/blas.py)."""
 
     #: one kernel per parameter on OpenCL devices, cache-sized pieces on the CPU
     #: (optimizers/fused.py)

@@ -211,8 +211,18 @@ def test_lr_reads_and_sets_the_same_rule():
     lambda: [O.SGD(O.StepDecay(0.3, every=1, gamma=0.7))],
 ], ids=["sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw", "decay",
         "clipping", "float64", "sgd-f64", "sgd-f32", "sgd-int", "sgd-schedule"])
-def test_cpu_update_in_pieces_is_bitwise_the_whole_array_update(rules, rng):
+@pytest.mark.parametrize("numpy_blas", [False, True], ids=["numpy", "blas"])
+def test_cpu_update_in_pieces_is_bitwise_the_whole_array_update(rules, numpy_blas, rng,
+                                                                 monkeypatch):
+    """Bit for bit; but SGD's pieces are one BLAS axpy where NumPy's own BLAS can be called
+    (backend/blas.py), which rounds ``p - lr * g`` once (fused multiply-add) where the unfused
+    update rounds twice: there, within half a unit of ``lr * g`` per step."""
+    from labkit.backend import blas
     from labkit.optimizers import fused as _fused
+
+    if numpy_blas and not blas.available():
+        pytest.skip("NumPy is not built on its bundled OpenBLAS here (backend/blas.py)")
+    monkeypatch.setattr(blas, "ENABLED", numpy_blas)
 
     # NOTE: sizes around the piece size, one not a multiple of it, a weight and a bias role
     n = _fused.PIECE
@@ -233,11 +243,53 @@ def test_cpu_update_in_pieces_is_bitwise_the_whole_array_update(rules, rng):
         runs.append(([p.data for p in ps.values()],
                      [(k, v) for st in opt.states for s in st for k, v in sorted(s.items())]))
     (pa, sa), (pb, sb) = runs
+    one_rounding = numpy_blas and len(rules()) == 1 and type(rules()[0]) is O.SGD
     for a, b in zip(pa, pb):
-        assert a.dtype == b.dtype and np.array_equal(a, b)
+        assert a.dtype == b.dtype
+        if one_rounding:  # NOTE: parameters and steps of about 1: an absolute bound
+            np.testing.assert_allclose(a, b, rtol=0, atol=len(grads) * 2.0 ** -22)
+        else:
+            assert np.array_equal(a, b)
     assert [k for k, _ in sa] == [k for k, _ in sb]
     for (_, a), (_, b) in zip(sa, sb):
         assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_cpu_sgd_pieces_are_one_blas_axpy(rng, monkeypatch):
+    """Where NumPy's BLAS is reachable, a large parameter's SGD step is ``p += (-lr) * g`` in
+    one BLAS call, not a multiply and a subtract: each element is the once-rounded value
+    (fused multiply-add; computed here exactly, in float64) or, on a CPU without FMA, NumPy's;
+    with the BLAS turned off, NumPy's."""
+    from labkit.backend import blas
+    from labkit.optimizers import fused as _fused
+
+    if not blas.available():
+        pytest.skip("NumPy is not built on its bundled OpenBLAS here (backend/blas.py)")
+    calls = []
+    axpy = blas.axpy
+    monkeypatch.setattr(blas, "axpy", lambda *a: calls.append(axpy(*a)) or calls[-1])
+    n = 4 * _fused.PIECE + 3
+    p0 = rng.standard_normal(n).astype(np.float32)
+    g = rng.standard_normal(n).astype(np.float32)
+    lr = 0.1
+    two = p0 - g * np.float32(lr)
+    # NOTE: float32 * float32 is exact in float64; the difference then rounds twice (to
+    # float64, to float32), which differs from one rounding in about 1 of 2**29 cases
+    one = (p0.astype(np.float64) - g.astype(np.float64) * np.float64(np.float32(lr))
+           ).astype(np.float32)
+    assert not np.array_equal(one, two)  # NOTE: the data tells the two apart
+    p = lk.tensor(p0.copy(), requires_grad=True)
+    opt = O.SGD(lr).setup({"p": p})
+    p.grad = lk.tensor(g)
+    opt.update()
+    assert calls == [True]
+    assert np.all((p.data == one) | (p.data == two))
+    monkeypatch.setattr(blas, "ENABLED", False)
+    q = lk.tensor(p0.copy(), requires_grad=True)
+    opt = O.SGD(lr).setup({"q": q})
+    q.grad = lk.tensor(g)
+    opt.update()
+    assert calls == [True, False] and np.array_equal(q.data, two)
 
 
 def test_cpu_update_pieces_only_known_elementwise_rules(rng):
