@@ -40,19 +40,73 @@ SWEEP_REQUESTS = tuple(REQUEST_FROM)
 #: a trial's status: waiting, training, stopped at a rung (it may be promoted), done, failed,
 #: or interrupted (its driver stopped; a resumed sweep continues it from its checkpoint)
 TRIAL_STATUSES = ("pending", "running", "stopped", "finished", "failed", "interrupted")
+#: the searches a sweep's trials are drawn by, and its modes (lower or higher is better)
+SEARCHES = ("grid", "random", "sobol")
+MODES = ("min", "max")
 _SWEEP_FIELDS = ("name", "status", "started", "ended", "heartbeat", "host", "pid", "request",
                  "error", "settings")
 _TRIAL_FIELDS = ("run_id", "status", "rung", "results", "value", "iteration", "epoch",
                  "attempts", "error", "updated")
 
 
+def _count(v, least: int) -> bool:
+    return type(v) is int and v >= least  # NOTE: not isinstance: True is an int too
+
+
+#: what each value of a sweep's settings must be, as ``lk.sweep.run`` writes them: (test,
+#: what it must be). A key that is absent is not checked (the readers that need it name it).
+SETTINGS = {
+    "metric": (lambda v: isinstance(v, str) and v != "", "a metric's name (a string)"),
+    "mode": (lambda v: v in MODES, f"one of {MODES}"),
+    "trials": (lambda v: _count(v, 0), "a whole number >= 0"),
+    "search": (lambda v: v in SEARCHES, f"one of {SEARCHES}"),
+    "seed": (lambda v: _count(v, 0), "a whole number >= 0"),
+    "engine": (lambda v: isinstance(v, str) and v != "",
+               "'local', 'inprocess', 'client' or a scheduler address (a string)"),
+    "workers": (lambda v: _count(v, 1), "a whole number >= 1"),
+    "early_stopping": (lambda v: v is None or (
+        isinstance(v, dict) and set(v) == {"asha"} and isinstance(v["asha"], dict)
+        and set(v["asha"]) == {"grace", "reduction"} and _count(v["asha"]["grace"], 1)
+        and _count(v["asha"]["reduction"], 2)),
+        'null or {"asha": {"grace": a whole number >= 1, "reduction": one >= 2}}'),
+    "directory": (lambda v: isinstance(v, str) and v != "", "a directory (a string)"),
+}
+
+
+def check_settings(settings) -> None:
+    """A ValueError naming the first value of a sweep's ``settings`` that is not what
+    ``lk.sweep.run`` writes (``SETTINGS``): read back, such a row is damaged (a mode of 5
+    sorted the trials as "min", a metric that is a list failed every reader)."""
+    if not isinstance(settings, dict):
+        raise ValueError("its settings is not a JSON object")
+    for key, (ok, expected) in SETTINGS.items():
+        if key in settings and not ok(settings[key]):
+            raise ValueError(f"its settings' {key} is {_brief(settings[key])}, expected "
+                             f"{expected}")
+
+
+def _brief(v) -> str:
+    r = repr(v)
+    return r if len(r) <= 40 else r[:40] + "..."
+
+
+def _checked_json(settings, what: str) -> str:
+    try:
+        check_settings(settings)
+    except ValueError as e:
+        raise refuse(f"{what}: {str(e).replace('its settings', 'settings', 1)}; "
+                     "lk.sweep.run writes them checked", "invalid") from None
+    return json.dumps(settings)
+
+
 def create(c, name, factory, space: str, settings: dict, params: list[dict]) -> str:
+    settings = _checked_json(settings, "create_sweep")
     sid = new_run_id()
     now = time.time()
     c.execute("INSERT INTO sweeps (id, name, status, created, started, heartbeat, host, pid, "
               "factory, space, settings) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
               (sid, name, "running", now, now, now, socket.gethostname(), os.getpid(), factory,
-               space, json.dumps(settings)))
+               space, settings))
     c.executemany("INSERT INTO trials (sweep_id, number, params, status, updated) "
                   "VALUES (?,?,?,?,?)",
                   [(sid, i, json.dumps(p), "pending", now) for i, p in enumerate(params)])
@@ -65,6 +119,11 @@ def add_trials(c, sweep_id: str, params: list[dict]) -> list[int]:
     row = c.execute("SELECT settings FROM sweeps WHERE id = ?", (str(sweep_id),)).fetchone()
     if row is None:
         raise refuse(f"no sweep {sweep_id!r}", "not_found")
+    try:
+        settings = json.loads(row[0] or "{}")
+        check_settings(settings)
+    except (TypeError, ValueError) as e:
+        raise _damaged(f"sweep {sweep_id!r}", e) from e
     first = c.execute("SELECT COALESCE(MAX(number) + 1, 0) FROM trials WHERE sweep_id = ?",
                       (str(sweep_id),)).fetchone()[0]
     now = time.time()
@@ -72,12 +131,6 @@ def add_trials(c, sweep_id: str, params: list[dict]) -> list[int]:
     c.executemany("INSERT INTO trials (sweep_id, number, params, status, updated) "
                   "VALUES (?,?,?,?,?)",
                   [(sweep_id, n, json.dumps(p), "pending", now) for n, p in zip(numbers, params)])
-    try:
-        settings = json.loads(row[0] or "{}")
-        if not isinstance(settings, dict):
-            raise ValueError("settings must be a JSON object")
-    except (TypeError, ValueError) as e:
-        raise _damaged(f"sweep {sweep_id!r}", e) from e
     settings["trials"] = first + len(params)
     c.execute("UPDATE sweeps SET settings = ? WHERE id = ?", (json.dumps(settings), sweep_id))
     return numbers
@@ -91,6 +144,7 @@ def sweep_dict(row) -> dict:
     d = dict(row)
     try:
         json_columns(d, (("settings", dict), ("space", dict)))
+        check_settings(d["settings"])
         for t in ("created", "started", "ended", "heartbeat"):
             if d.get(t) is not None and type(d[t]) not in (int, float):
                 raise ValueError(f"its {t} is not a number ({str(d[t])[:40]!r})")
@@ -142,7 +196,7 @@ def update(c, sweep_id: str, fields: dict) -> None:
     if fields.get("request") is not None and fields["request"] not in SWEEP_REQUESTS:
         raise ValueError(f"update_sweep: request must be one of {SWEEP_REQUESTS} or None")
     if "settings" in fields:
-        fields["settings"] = json.dumps(fields["settings"])
+        fields["settings"] = _checked_json(fields["settings"], "update_sweep")
     cols = ", ".join(f"{k} = ?" for k in fields)
     n = c.execute(f"UPDATE sweeps SET {cols} WHERE id = ?",  # noqa: S608 - names checked
                   (*fields.values(), str(sweep_id))).rowcount

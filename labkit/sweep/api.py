@@ -10,14 +10,12 @@ from pathlib import Path
 
 from .. import runs
 from ..config import runs_dir
-from ..runs.sweeps import driver_alive, shown_status
+from ..runs.sweeps import MODES, driver_alive, shown_status
 from ..training.resume import factory_name, load_factory
 from . import engine as E
 from . import space as S
 from .asha import ASHA
 from .space import SweepError
-
-MODES = ("min", "max")
 
 
 class Sweep:

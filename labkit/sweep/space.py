@@ -18,9 +18,8 @@ import math
 import numpy as np
 
 from ..errors import LabkitError
+from ..runs.sweeps import SEARCHES
 from .sobol import MAX_DIMS, sobol
-
-SEARCHES = ("grid", "random", "sobol")
 
 
 class SweepError(LabkitError, ValueError):

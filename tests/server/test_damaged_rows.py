@@ -3,6 +3,7 @@ the lists (REST, ``lk.runs.list``, ``lk.sweep.list``, ``labkit runs``, ``labkit 
 show it with status ``damaged`` and why; reading it by itself is still a 503 naming the damage."""
 
 import json
+import re
 import time
 
 import pytest
@@ -233,3 +234,101 @@ async def test_a_sweep_whose_time_is_not_a_number_is_listed_damaged(jp_fetch, fr
     assert listed[sid]["damaged"].startswith(f"its {column} is not a number")
     assert listed[ok]["status"] != "damaged"
     assert {s["id"]: s["status"] for s in lk.sweep.list()}[sid] == "damaged"
+
+
+# ---- a sweep's settings whose values are not what lk.sweep.run writes -------------------------
+#: (key, damaged value, what the damage is called)
+SETTINGS_DAMAGE = [
+    ("mode", 5, "its settings' mode is 5, expected one of ('min', 'max')"),
+    ("mode", "best", "its settings' mode is 'best', expected one of ('min', 'max')"),
+    ("metric", ["x"], "its settings' metric is ['x'], expected a metric's name"),
+    ("metric", "", "its settings' metric is '', expected a metric's name"),
+    ("trials", "a lot", "its settings' trials is 'a lot', expected a whole number >= 0"),
+    ("trials", True, "its settings' trials is True, expected a whole number >= 0"),
+    ("search", 3, "its settings' search is 3, expected one of ('grid', 'random', 'sobol')"),
+    ("engine", {"a": 1}, "its settings' engine is {'a': 1}, expected 'local', 'inprocess'"),
+    ("seed", -1, "its settings' seed is -1, expected a whole number >= 0"),
+    ("workers", 0, "its settings' workers is 0, expected a whole number >= 1"),
+    ("early_stopping", {"asha": {"grace": "1", "reduction": 3}},
+     "its settings' early_stopping is {'asha': {'grace': '1', 'reduction': 3}}, expected"),
+    ("directory", None, "its settings' directory is None, expected a directory"),
+]
+FULL = {"trials": 1, "search": "grid", "metric": "loss", "mode": "min", "seed": 0,
+        "early_stopping": {"asha": {"grace": 1, "reduction": 3}}, "engine": "local",
+        "workers": 1, "directory": "/somewhere/runs"}
+IDS = [f"{k}={v!r}" for k, v, _ in SETTINGS_DAMAGE]
+
+
+def settings_damaged(store, key, value) -> tuple[str, str]:
+    """A sweep with a finished trial whose settings' ``key`` is ``value`` (written into the
+    store by hand, as damage would), and a good one beside it."""
+    sid = store.create_sweep("odd settings", None, "{}", FULL, [{"lr": 0.1}])
+    store.update_trials(sid, {0: {"status": "finished", "value": 0.5}})
+    damage(store, "sweeps", "settings", json.dumps({**FULL, key: value}), "id", sid)
+    ok = store.create_sweep("ok", None, "{}", FULL, [{"lr": 0.1}])
+    store.update_trials(ok, {0: {"status": "finished", "value": 0.25}})
+    return sid, ok
+
+
+@pytest.mark.parametrize("key, value, why_", SETTINGS_DAMAGE, ids=IDS)
+def test_a_sweep_whose_settings_values_are_wrong_is_damaged_in_the_store(fresh_store, key,
+                                                                         value, why_):
+    """A mode of 5 sorted the trials as "min" and a metric that is a list failed every reader
+    (TypeError): such a sweep is a damaged row, listed as such, the others as usual; read by
+    itself (lk.sweep.get, resume, add_trials), a RunStoreError naming the damage."""
+    sid, ok = settings_damaged(fresh_store, key, value)
+    for listing in (lk.sweep.list(), fresh_store.sweep_summaries()["sweeps"]):
+        listed = {s["id"]: s for s in listing}
+        assert listed[sid]["status"] == "damaged" and listed[sid]["damaged"].startswith(why_)
+        assert listed[ok]["status"] != "damaged" and "damaged" not in listed[ok]
+    summary = {s["id"]: s for s in fresh_store.sweep_summaries()["sweeps"]}
+    assert (summary[sid]["best"], summary[sid]["mode"], summary[sid]["metric"]) == (None,) * 3
+    for read in (lambda: lk.sweep.get(sid), lambda: fresh_store.add_trials(sid, [{"lr": 1}]),
+                 lambda: lk.sweep.resume(sid, make_loop=lambda config: None)):
+        with pytest.raises(lk.runs.RunStoreError) as e:
+            read()
+        assert e.value.reason == "damaged" and why_ in str(e.value) and sid in str(e.value)
+    assert len(fresh_store.trials(sid)) == 1  # nothing was added to it
+    assert lk.sweep.get(ok).best()["trial"] == 0
+
+
+@pytest.mark.parametrize("key, value, why_", SETTINGS_DAMAGE[:6:2], ids=IDS[:6:2])
+def test_the_store_refuses_to_write_settings_a_sweep_cannot_have(fresh_store, key, value, why_):
+    want = why_.replace("its settings", "settings")
+    with pytest.raises(lk.runs.RunStoreError, match=re.escape(f"create_sweep: {want}")):
+        fresh_store.create_sweep("s", None, "{}", {**FULL, key: value}, [{"lr": 0.1}])
+    assert fresh_store.list_sweeps() == []
+    sid = fresh_store.create_sweep("s", None, "{}", FULL, [{"lr": 0.1}])
+    with pytest.raises(lk.runs.RunStoreError, match=re.escape(f"update_sweep: {want}")):
+        fresh_store.update_sweep(sid, settings={**FULL, key: value})
+    assert fresh_store.get_sweep(sid)["settings"] == FULL
+
+
+@pytest.mark.parametrize("key, value, why_", SETTINGS_DAMAGE[:6:2], ids=IDS[:6:2])
+def test_the_cli_shows_a_sweep_whose_settings_values_are_wrong_as_damaged(fresh_store, capsys,
+                                                                         key, value, why_):
+    sid, ok = settings_damaged(fresh_store, key, value)
+    assert main(["sweep", "ls"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert " damaged " in lines[sid] and f"damaged: {why_}" in lines[sid]
+    assert "loss 0.25 (trial 0)" in lines[ok]
+    assert main(["sweep", "show", sid]) == 1
+    err = capsys.readouterr().err
+    assert why_ in err and "damaged" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("key, value, why_", SETTINGS_DAMAGE[:6:2], ids=IDS[:6:2])
+async def test_the_rest_api_shows_a_sweep_whose_settings_values_are_wrong_as_damaged(
+        jp_fetch, fresh_store, key, value, why_):
+    sid, ok = settings_damaged(fresh_store, key, value)
+    body = json.loads((await jp_fetch("labkit", "api", "sweeps")).body)
+    listed = {s["id"]: s for s in body["sweeps"]}
+    assert listed[sid]["status"] == "damaged" and listed[sid]["damaged"].startswith(why_)
+    assert (listed[sid]["metric"], listed[sid]["mode"], listed[sid]["best"]) == (None,) * 3
+    assert listed[ok]["best"] == 0.25 and "damaged" not in listed[ok]
+    for path, kw in ((("sweeps", sid), {}), (("sweeps", sid), {"params": {"best": "3"}}),
+                     (("sweeps", sid, "stop"), {"method": "POST", "body": "{}"})):
+        with pytest.raises(HTTPClientError) as e:
+            await jp_fetch("labkit", "api", *path, **kw)
+        message = json.loads(e.value.response.body)["message"]
+        assert e.value.code == 503 and why_ in message and "damaged" in message, message
