@@ -10,6 +10,7 @@ setting                        what it does                                     
 ``LABKIT_CHECK_INDICES``       bounds-check index arrays on OpenCL devices          on
 ``LABKIT_GEMM_CONFIG``         force the GEMM blocking ``RM,VN,VW`` (skip tuning)   tuned
 ``LABKIT_KEEP_FREED_MEMORY``   keep freed host memory for reuse (glibc)             on
+``LABKIT_NUMPY_BLAS``          call NumPy's own BLAS for SGD and outer products     on
 ``LABKIT_DIST_STALL``          seconds in an MPI collective before a stall report   60
 =============================  ===================================================  ==========
 
@@ -119,6 +120,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "instead of tuning it"),
     Setting("LABKIT_KEEP_FREED_MEMORY", _switch, True, "keep freed host memory for reuse "
             "(fewer page faults per training step; up to 256 MiB stays in the process)"),
+    Setting("LABKIT_NUMPY_BLAS", _switch, True, "call NumPy's bundled OpenBLAS directly for "
+            "SGD's update (one axpy) and batch-1 weight gradients (backend/blas.py)"),
     Setting("LABKIT_DIST_STALL", _seconds, 60.0, "seconds a data-parallel rank waits in a "
             "collective before it reports which ranks have not arrived (0: never)"),
 )}

@@ -27,11 +27,17 @@ import os
 
 import numpy as np
 
+from .. import config
+
 _I64, _P = ctypes.c_int64, ctypes.c_void_p
 _ROW_MAJOR, _NO_TRANS = 101, 111
 _FUNCS: dict | None = None
-#: False turns both functions off (the callers use NumPy), for comparisons and debugging
-ENABLED = os.environ.get("LABKIT_NUMPY_BLAS", "1") != "0"
+#: False turns both functions off (the callers use NumPy), as ``LABKIT_NUMPY_BLAS=off`` does
+ENABLED = True
+
+
+def _on() -> bool:
+    return ENABLED and config.get("LABKIT_NUMPY_BLAS")
 
 
 def _library():
@@ -78,7 +84,7 @@ def _functions() -> dict:
 
 
 def available() -> bool:
-    return ENABLED and bool(_functions())
+    return _on() and bool(_functions())
 
 
 def _plain(a, dtype) -> bool:
@@ -92,7 +98,7 @@ def axpy(alpha, x: np.ndarray, y: np.ndarray) -> bool:
     """``y += alpha * x`` in place (``x`` and ``y`` of one shape and dtype, float32 or
     float64; ``alpha`` a number, rounded to that dtype first); False, with ``y`` untouched,
     where BLAS is not used (the caller then does it with NumPy)."""
-    if not ENABLED:
+    if not _on():
         return False
     funcs = _functions().get(y.dtype)
     if (funcs is None or not _plain(x, y.dtype) or not _plain(y, y.dtype)
@@ -107,7 +113,7 @@ def axpy(alpha, x: np.ndarray, y: np.ndarray) -> bool:
 def outer(a: np.ndarray, b: np.ndarray):
     """``a @ b`` for a column ``a`` (m, 1) and a row ``b`` (1, n) of one dtype, float32 or
     float64, as a new C-contiguous array; None where BLAS is not used."""
-    if not ENABLED:
+    if not _on():
         return None
     funcs = _functions().get(a.dtype)
     if (funcs is None or a.ndim != 2 or b.ndim != 2 or a.shape[1] != 1 or b.shape[0] != 1

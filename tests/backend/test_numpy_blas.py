@@ -67,9 +67,14 @@ def test_refused_operands_are_left_alone(rng):
         assert blas.outer(a, b) is None
 
 
-def test_turned_off_it_does_nothing(rng, monkeypatch):
-    monkeypatch.setattr(blas, "ENABLED", False)
+@pytest.mark.parametrize("how", ["flag", "setting"])
+def test_turned_off_it_does_nothing(how, monkeypatch):
+    if how == "flag":
+        monkeypatch.setattr(blas, "ENABLED", False)
+    else:
+        monkeypatch.setenv("LABKIT_NUMPY_BLAS", "off")
     x = np.ones(8, np.float32)
     y = np.zeros(8, np.float32)
+    assert not blas.available()
     assert not blas.axpy(1.0, x, y) and not y.any()
     assert blas.outer(np.ones((2, 1), np.float32), np.ones((1, 2), np.float32)) is None

@@ -41,6 +41,7 @@ def test_check_indices_off_skips_the_device_check(monkeypatch, value):
     ("LABKIT_KERNEL_CACHE", lambda: cp.ones(3) * 7.25),
     ("LABKIT_DEVICE", lambda: cp.ones(3)),
     ("LABKIT_KEEP_FREED_MEMORY", memory.keep_freed_memory_unless_disabled),
+    ("LABKIT_NUMPY_BLAS", lambda: __import__("labkit.backend.blas").backend.blas.available()),
 ])
 def test_a_switch_with_a_bad_value_is_a_config_error(monkeypatch, tmp_path, name, call):
     monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
