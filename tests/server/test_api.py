@@ -127,11 +127,24 @@ class TestUnderABaseUrl:
         assert code == 200 and body["runs"][0]["id"] == trained.run_id
 
 
-async def test_commands_reach_a_loop_training_in_this_process(jp_fetch, tmp_path):
+async def test_commands_reach_a_loop_training_in_this_process(jp_fetch, tmp_path,
+                                                              monkeypatch):
     """POST a command; the loop (training on a thread, as a script's would in its process)
     acknowledges it; GET shows the answer. Another run's command is not found."""
+    import threading
     import time
 
+    # NOTE: the loop acknowledges only once the POST has answered (a stall in the handler
+    # let the ack land first, and the answer's acked was not None), so that the POST is seen
+    # to answer at once, without waiting for the loop
+    store, answered = lk.runs.store(), threading.Event()
+    ack = store.ack_command
+
+    def ack_after_the_answer(*args, **kwargs):
+        answered.wait(60)
+        return ack(*args, **kwargs)
+
+    monkeypatch.setattr(store, "ack_command", ack_after_the_answer)
     loop = lk.training.build(make_loop, {"epochs": 10_000})
     loop.ensure_run()
     loop.start()
@@ -139,8 +152,11 @@ async def test_commands_reach_a_loop_training_in_this_process(jp_fetch, tmp_path
         t = time.monotonic()
         while lk.runs.get(loop.run_id)["status"] != "running" and time.monotonic() - t < 30:
             await asyncio.sleep(0.02)
-        code, sent = await call(jp_fetch, "runs", loop.run_id, "commands", method="POST",
-                                body={"command": "pause"})
+        try:
+            code, sent = await call(jp_fetch, "runs", loop.run_id, "commands", method="POST",
+                                    body={"command": "pause"})
+        finally:
+            answered.set()
         assert code == 202 and sent["command"]["acked"] is None
         cid = sent["command"]["id"]
         deadline = time.monotonic() + 60  # the answer: about 0.1 s
