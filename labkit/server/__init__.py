@@ -1,12 +1,14 @@
 """The jupyter_server extension: labkit's run store as a REST API under ``{base_url}labkit/api/``.
 
 Enabled on install (``jupyter-config/jupyter_server_config.d/labkit.json``). Every handler is
-behind Jupyter's own authentication (token or session cookie, XSRF for writes). Run and
+behind Jupyter's own authentication (token or session cookie, XSRF for writes) and its
+authorizer (resource ``"labkit"``: ``read`` for GET, ``write`` for the others; a 403). Run and
 checkpoint ids are checked against a pattern and then against the store: nothing from a request
 becomes a filesystem path, and no path leaves in a response. Errors are JSON
 ``{"message": ...}``: 400 for a malformed request, 404 for an unknown run, checkpoint or
 sweep, 409 for deleting a run that trains or stopping a sweep no driver runs, 413 for a body
-over 256 KiB, 503 for a damaged or locked store. A run or sweep whose row cannot be read is a
+over 256 KiB, 503 for a damaged or locked store or files it names that cannot be read. A
+query parameter given twice is a 400. A run or sweep whose row cannot be read is a
 503 by itself (``runs/ID``, ``sweeps/ID``), but the lists and ``compare`` show it among the
 others with ``"status": "damaged"`` and ``"damaged"``: why (e.g. ``"its config is not JSON
 (...)"``); its other fields are what could be read (``config``, ``progress`` and ``settings``
@@ -34,10 +36,13 @@ GET      ``runs/ID/checkpoints?verify=0``                  id, iteration, epoch,
                                                            now, with a ``reason``)
 PATCH    ``runs/ID`` ``{"name"?, "tags"?, "note"?}``       rename, tag, note (each value checked;
                                                            an unknown field is a 400 naming it)
-POST     ``runs/ID/fork`` ``{"checkpoint", "changes"}``    a new run from a checkpoint (201)
+POST     ``runs/ID/fork`` ``{"checkpoint", "changes"}``    a new run from a checkpoint (201;
+                                                           one the store marks invalid: 400)
 DELETE   ``runs/ID?force=0``                               the run and its files (409 while it
                                                            trains, unless ``force=1``)
-DELETE   ``runs/ID/checkpoints/CID``                       one checkpoint and its files
+DELETE   ``runs/ID/checkpoints/CID``                       one checkpoint and its files (kept,
+                                                           ``kept``: why, when the run's folder
+                                                           is a link or another run wrote them)
 GET      ``compare?ids=A,B&max_points=500&``               the compare page's runs (at most
          ``since_iteration=``                              50) with downsampled metrics, in
                                                            one request, read off the event

@@ -22,7 +22,9 @@ from pathlib import Path, PurePath
 
 import tornado.ioloop
 import tornado.web
+from jupyter_server.auth.decorator import HTTP_METHOD_TO_AUTH_ACTION
 from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import ensure_async
 
 from .. import checkpoint, runs
 from .._json import loads_strict
@@ -106,6 +108,11 @@ def run_page(run: dict) -> dict:
 
 #: the longest reason a re-checked checkpoint is invalid, in characters
 MAX_REASON = 300
+#: why a checkpoint the store marks invalid is: the store keeps no reason, and it is marked so
+#: by a resume that passed it over (damaged, its state refused, or its files gone), or by
+#: whoever recorded it so (``RunStore.add_checkpoint(valid=False)``)
+INVALID = ("the run store marks it invalid (as a resume does with a checkpoint it cannot use: "
+           "damaged, its state refused, or its files gone)")
 
 
 def public_checkpoint(c: dict) -> dict:
@@ -119,12 +126,11 @@ def verified_checkpoint(c: dict) -> dict:
     out = public_checkpoint(c)
     path = c.get("path")
     if not c.get("valid"):
-        reason = "it was recorded as invalid when it was written"
-    elif not isinstance(path, str) or not Path(path).is_dir():
-        reason = "its files are gone"
+        reason = INVALID
     else:
         try:
-            reason = checkpoint.verify(path)
+            reason = checkpoint.verify(path) if isinstance(path, str) and Path(path).is_dir() \
+                else "its files are gone"
         except OSError as e:  # NOTE: verify reports damage; an unreadable disk is still one
             reason = f"its files cannot be read ({e.strerror or type(e).__name__})"
     if reason is not None:
@@ -138,37 +144,55 @@ def verified_checkpoint(c: dict) -> dict:
 
 
 def endpoint(method):
-    """An authenticated handler method (plain or ``async``) whose ``BadRequest`` and
-    ``RunStoreError`` become JSON errors with the right status (and no paths)."""
+    """An authenticated and authorized handler method (plain or ``async``) whose
+    ``BadRequest`` and ``RunStoreError`` become JSON errors with the right status (and no
+    paths); an ``OSError`` of the files the store names (a damaged path, an unreadable disk)
+    is a 503, not a 500."""
 
     def failed(self, e):
         if isinstance(e, BadRequest):
             self.fail(e.status, e.message)
+            return
+        if isinstance(e, OSError):
+            self.log.error("labkit: %s", e, exc_info=e)
+            self.fail(503, f"the server could not read or write the files of the run store "
+                           f"({e.strerror or type(e).__name__})")
             return
         status = STATUS_FOR.get(getattr(e, "reason", None), 500)
         if status >= 500:
             self.log.error("labkit: %s", e)
         self.fail(status, scrub(e))
 
-    if inspect.iscoroutinefunction(method):
-        @functools.wraps(method)
-        async def call(self, *args):
-            try:
-                return await method(self, *args)
-            except (BadRequest, RunStoreError) as e:
-                failed(self, e)
-    else:
-        @functools.wraps(method)
-        def call(self, *args):
-            try:
-                return method(self, *args)
-            except (BadRequest, RunStoreError) as e:
-                failed(self, e)
+    @functools.wraps(method)
+    async def call(self, *args):
+        await self.authorize()
+        try:
+            out = method(self, *args)
+            if inspect.isawaitable(out):
+                await out
+        except (BadRequest, RunStoreError, OSError) as e:
+            failed(self, e)
 
+    call.labkit_endpoint = True  # NOTE: tests/server/test_authz checks every handler has it
     return tornado.web.authenticated(call)
 
 
 class Base(APIHandler):
+    #: what Jupyter's authorizer is asked about (``ServerApp.authorizer_class``: JupyterHub,
+    #: read-only sharing): ``read`` for GET, ``write`` for POST, PATCH and DELETE
+    auth_resource = "labkit"
+
+    async def authorize(self):
+        """A 403 unless Jupyter's authorizer lets the user do this request's action.
+        NOTE: not jupyter_server's ``@authorized``: it keeps the first request's action for
+        every later one, and the catch-all handlers share one method for every verb."""
+        action = HTTP_METHOD_TO_AUTH_ACTION.get(self.request.method.upper(), "write")
+        user = self.current_user
+        if not user or not await ensure_async(
+                self.authorizer.is_authorized(self, user, action, self.auth_resource)):
+            raise tornado.web.HTTPError(403, f"User is not authorized to {action} on "
+                                             f"resource: {self.auth_resource}.")
+
     def write_json(self, obj, status=200):
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
@@ -189,7 +213,10 @@ class Base(APIHandler):
 
     # -- checked inputs
     def query(self, name: str, default=None) -> str | None:
-        v = self.get_query_argument(name, None, strip=False)
+        given = self.get_query_arguments(name, strip=False)
+        if len(given) > 1:  # NOTE: not the last one silently (force=0&force=1 would force)
+            raise BadRequest(f"{name} is given {len(given)} times; give it once")
+        v = given[0] if given else None
         if v is None or v == "":
             return default
         if len(v) > MAX_QUERY:
@@ -198,7 +225,9 @@ class Base(APIHandler):
 
     def int_query(self, name: str, lo: int, hi: int, alias: str | None = None) -> int | None:
         v = self.query(name)
-        if v is None and alias is not None:
+        if alias is not None and self.query(alias) is not None:
+            if v is not None:
+                raise BadRequest(f"give {name} or its old name {alias}, not both")
             v, name = self.query(alias), alias
         if v is None:
             return None
@@ -367,13 +396,36 @@ def _own_checkpoint(run_id: str, cid: int) -> dict:
     return _owned(run_id, "checkpoint", cid)
 
 
+def _kept(run: dict, rec: dict) -> str | None:
+    """Why the files of checkpoint ``rec`` of ``run`` stay when its record is deleted, beyond
+    what ``runs.delete_checkpoint`` checks (inside the run's folder, not a link, a checkpoint
+    directory): the run's folder is a link (``DELETE runs/ID`` keeps such a folder, and what
+    it points to may be another run's), or the checkpoint's manifest names another run."""
+    folder, path = run.get("directory"), Path(rec["path"])
+    if folder and Path(folder).is_symlink():
+        return "its run's folder is a symbolic link"
+    if path.is_dir() and not path.is_symlink():
+        try:
+            owner = checkpoint.manifest(path).get("run_id")
+        except checkpoint.CheckpointError:
+            return None  # NOTE: damaged: runs.delete_checkpoint (checkpoint.remove) decides
+        if owner is not None and owner != run["id"]:
+            return f"it was written by {('run ' + owner) if is_run_id(owner) else 'another run'}"
+    return None
+
+
 class Checkpoint(Base):
     @endpoint
     def delete(self, run_id, cid):
-        self.run_or_404(run_id)
+        """The checkpoint's record and its files (``files_removed``); files that are not
+        surely this run's stay (``kept``: why)."""
+        run = self.run_or_404(run_id)
         rec = _own_checkpoint(run_id, int(cid))
-        files = runs.delete_checkpoint(rec["id"], run_id=run_id)
-        self.write_json({"deleted": rec["id"], "files_removed": files})
+        kept = _kept(run, rec)
+        if kept is not None:
+            self.log.warning("labkit: kept the files of checkpoint %s: %s", rec["id"], kept)
+        files = runs.delete_checkpoint(rec["id"], run_id=run_id, files=kept is None)
+        self.write_json({"deleted": rec["id"], "files_removed": files, "kept": kept})
 
 
 class Fork(Base):
@@ -389,8 +441,9 @@ class Fork(Base):
         if changes is not None and not isinstance(changes, dict):
             raise BadRequest(f"changes must be an object of config keys and values, got "
                              f"{type(changes).__name__}")
-        if cid is not None:
-            _own_checkpoint(run_id, cid)
+        if cid is not None and not _own_checkpoint(run_id, cid)["valid"]:
+            # NOTE: as the fork form, which offers it disabled: its child could not resume
+            raise BadRequest(f"checkpoint {cid} cannot be used: {INVALID}; fork from another")
         # NOTE: off the event loop: the fork verifies its checkpoint's files (400 MB: 0.6 s)
         child = await tornado.ioloop.IOLoop.current().run_in_executor(
             _verifier(), lambda: runs.fork(run_id, cid, changes or {}))

@@ -105,6 +105,17 @@ TABLE = [
     ("keys unknown", "GET", "runs/{run}/metrics", "keys=nope", None, {404}),
     ("keys 10,000 commas", "GET", "runs/{run}/metrics", "keys=" + "," * 10_000, None, {400}),
     ("force maybe", "DELETE", "runs/{run}", "force=maybe", None, {400}),
+    # a parameter given twice: a 400, not its last value (force=0&force=1 deleted the run)
+    ("force twice", "DELETE", "runs/{run}", "force=0&force=1", None, {400}),
+    ("limit twice", "GET", "runs", "limit=5&limit=6", None, {400}),
+    ("status twice", "GET", "runs", "status=all&status=finished", None, {400}),
+    ("empty and given", "GET", "runs", "q=&q=x", None, {400}),
+    ("verify twice", "GET", "runs/{run}/checkpoints", "verify=1&verify=0", None, {400}),
+    ("keys twice", "GET", "runs/{run}/metrics", "keys=loss&keys=nope", None, {400}),
+    ("since and since_step", "GET", "runs/{run}/metrics", "since_iteration=1&since_step=2",
+     None, {400}),
+    ("compare ids twice", "GET", "compare?ids={run}&ids={other}", "", None, {400}),
+    ("sweeps limit twice", "GET", "sweeps", "limit=1&limit=2", None, {400}),
     # compare: a list of at most 50 run ids, each once, each a run of the store
     ("compare since --5", "GET", "compare?ids={run}", "since_iteration=--5", None, {400}),
     ("compare since 1,--5", "GET", "compare?ids={run},{other}", "since_iteration=1,--5", None,
