@@ -22,6 +22,8 @@ from __future__ import annotations
 import gzip
 import struct
 import tarfile
+import zipfile
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -74,19 +76,29 @@ def read_idx(path) -> np.ndarray:
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as f:
-            data = f.read()
-    except (OSError, EOFError) as e:
+            head = f.read(4)
+            if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in _IDX_TYPES:
+                raise DataError(f"{path} is not an IDX file (bad magic number {head.hex()})")
+            raw_dims = f.read(4 * head[3])
+            if len(raw_dims) < 4 * head[3]:
+                raise DataError(f"{path}: the header ends before its {head[3]} dimensions; the "
+                                "file is truncated or not an IDX file")
+            dims = struct.unpack(f">{head[3]}I", raw_dims)
+            dtype = np.dtype(_IDX_TYPES[head[2]])
+            want = dtype.itemsize
+            for n in dims:  # NOTE: Python ints: np.prod of four 65536s wraps to 0
+                want *= n
+            # NOTE: the header's size and one byte more, so a gzip bomb is not read whole
+            body = f.read(want + 1) if want < 2**40 else b""
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise DataError(f"{path}: cannot read ({e}); the file is damaged or not an IDX file"
+                        ) from None
+    except OSError as e:
         raise DataError(f"{path}: cannot read ({e})") from None
-    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_TYPES:
-        raise DataError(f"{path} is not an IDX file (bad magic number {data[:4].hex()})")
-    ndim = data[3]
-    dims = struct.unpack(f">{ndim}I", data[4:4 + 4 * ndim])
-    dtype = np.dtype(_IDX_TYPES[data[2]])
-    body = data[4 + 4 * ndim:]
-    want = int(np.prod(dims)) * dtype.itemsize
     if len(body) != want:
         raise DataError(f"{path}: the header says {dims} ({want} bytes of data) but the file has "
-                        f"{len(body)}; it is truncated or not an IDX file")
+                        f"{'more' if len(body) > want else len(body)}; it is truncated or not an "
+                        "IDX file")
     return np.frombuffer(body, dtype=dtype).reshape(dims).astype(dtype.newbyteorder("="))
 
 
@@ -154,7 +166,10 @@ def convert_cifar10(source, path=None) -> Path:
             if not f.exists():
                 raise DataError(f"{source}: no {n}; expected the extracted cifar-10-batches-bin "
                                 "directory")
-            blobs[n] = f.read_bytes()
+            try:
+                blobs[n] = f.read_bytes()
+            except OSError as e:
+                raise DataError(f"{f}: cannot read ({e.strerror or e})") from None
     else:
         try:
             with tarfile.open(source, "r:*") as tar:
@@ -193,10 +208,18 @@ def convert_text(file, path=None, level: str = "char", valid_fraction: float = 0
     file = Path(file)
     if level not in ("char", "word"):
         raise DataError(f"convert_text: level must be 'char' or 'word', got {level!r}")
+    for arg, v in (("valid_fraction", valid_fraction), ("test_fraction", test_fraction)):
+        if not (isinstance(v, (int, float)) and 0 <= v <= 1):
+            raise DataError(f"convert_text: {arg} must be a number in [0, 1], got {v!r}")
+    if valid_fraction + test_fraction > 1:
+        raise DataError(f"convert_text: valid_fraction + test_fraction must be at most 1, got "
+                        f"{valid_fraction} + {test_fraction}")
     try:
         lines = [ln for ln in file.read_text(encoding="utf-8").splitlines() if ln.strip()]
     except UnicodeDecodeError as e:
         raise DataError(f"{file}: not UTF-8 text ({e})") from None
+    except OSError as e:
+        raise DataError(f"{file}: cannot read ({e.strerror or e})") from None
     if not lines:
         raise DataError(f"{file}: no non-empty lines")
     tokens = [list(ln) if level == "char" else ln.split() for ln in lines]
@@ -250,10 +273,17 @@ def convert_npz(file, path=None, splits: dict | None = None) -> Path:
         with np.load(file, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except ValueError as e:
+        if "pickle" not in str(e):
+            raise DataError(f"{file}: not a readable .npz file ({e})") from None
         raise DataError(f"{file}: holds object arrays, which need pickle; labkit does not load "
                         f"them ({e})") from None
-    except (OSError, EOFError) as e:
-        raise DataError(f"{file}: not a readable .npz file ({e})") from None
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        raise DataError(f"{file}: not a readable .npz file ({e}); it is damaged or truncated"
+                        ) from None
+    for k, v in arrays.items():
+        if not isinstance(v, np.ndarray):  # NOTE: np.load gives a member not in .npy as bytes
+            raise DataError(f"{file}: member {k!r} is not a .npy array; a .npz holds only arrays "
+                            "(np.savez)")
     return write_h5(path or dataset_path(file.stem), arrays, splits, name=file.stem)
 
 

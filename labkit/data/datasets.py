@@ -162,8 +162,9 @@ class H5Dataset(Dataset):
     load_in_memory : read the split's rows into memory once (fast random access for small data).
 
     The file is opened lazily in the process that reads it, and again after a fork or in a worker
-    process (HDF5 handles do not survive either). Index requests in any order, with repeats, are
-    read in sorted order (as h5py requires) and put back in the order asked.
+    process (HDF5 handles do not survive either); a file changed or replaced since the layout was
+    checked is refused then, not read. Index requests in any order, with repeats, are read in
+    sorted order (as h5py requires) and put back in the order asked.
     """
 
     def __init__(self, path, split: str | Sequence[str] = "train",
@@ -176,6 +177,7 @@ class H5Dataset(Dataset):
         self._memory: dict[str, np.ndarray] | None = None
         f, version = open_h5(self.path)
         with f:
+            self._identity = _identity(f)
             layout = read_layout(f, self.path)
         warn_old_format(self.path, version)
         self.all_sources, self.ragged = layout.sources, layout.ragged
@@ -206,6 +208,12 @@ class H5Dataset(Dataset):
         self._rows = None if len(ranges) == 1 else np.concatenate(
             [np.arange(a, b, dtype=np.int64) for a, b in ranges])
         if self.load_in_memory:
+            need, free = self._bytes_in_memory(), _available_memory()
+            if free is not None and need > free:
+                raise DataError(f"{self.path}: load_in_memory=True needs {_size(need)} for split "
+                                f"{'+'.join(self.split)} but {_size(free)} of memory is "
+                                "available; use load_in_memory=False (rows are then read as they "
+                                "are asked for)")
             self._memory = self._read_all()
 
     # -- file handling
@@ -214,10 +222,19 @@ class H5Dataset(Dataset):
 
     @property
     def file(self):
-        """The open h5py file of this process (opened on first use, again after a fork)."""
+        """The open h5py file of this process (opened on first use, again after a fork), the one
+        whose layout was checked: a file changed or replaced since is refused, not read."""
         if self._file is None or self._pid != os.getpid():
-            self._file = self._open_file()
-            self._pid = os.getpid()
+            self._file, self._pid = None, None
+            f = self._open_file()
+            if _identity(f) != self._identity:
+                f.close()
+            else:
+                self._file, self._pid = f, os.getpid()
+        if self._file is None or _identity(self._file) != self._identity:
+            raise DataError(f"{self.path}: the file was changed or replaced since this dataset "
+                            "opened it and checked its layout; open it again (a new H5Dataset) "
+                            "to read the file as it is now")
         return self._file
 
     def close(self) -> None:
@@ -245,6 +262,9 @@ class H5Dataset(Dataset):
             return read()
         except DataError:
             raise
+        except MemoryError:
+            raise DataError(f"{self.path}: source {source!r}, rows {rows}: not enough memory to "
+                            "read them; ask for fewer rows (or use load_in_memory=False)") from None
         except (OSError, RuntimeError, ValueError, KeyError, TypeError) as e:
             if _is_corruption(e):
                 raise DataError(f"{self.path}: source {source!r}, rows {rows}: the data failed "
@@ -259,11 +279,11 @@ class H5Dataset(Dataset):
             return self._read_ragged(source, rows)
         d = self._guard(lambda: self.file[source], source, _show(rows))
         if isinstance(rows, slice) or d.chunks is None:
-            return self._guard(lambda: d[rows], source, _show(rows))
+            return _native(self._guard(lambda: d[rows], source, _show(rows)))
         # NOTE: h5py's fancy indexing of a chunked dataset walks a point selection through every
         # chunk (~8 ms for 128 random rows of 28x28 here); one slice read per run of consecutive
         # rows is ~1.7 ms for the same bytes.
-        out = np.empty((len(rows), *d.shape[1:]), dtype=d.dtype)
+        out = np.empty((len(rows), *d.shape[1:]), dtype=d.dtype.newbyteorder("="))
         if not len(rows):
             return out
         breaks = np.flatnonzero(np.diff(rows) != 1) + 1
@@ -291,13 +311,26 @@ class H5Dataset(Dataset):
         out = np.empty(rows.size, dtype=object)
         if span <= 4 * int((stops - starts).sum()) + 1024:
             base = int(starts[0])
-            block = self._guard(lambda: flat[base:base + span], source, _show(rows))
+            block = _native(self._guard(lambda: flat[base:base + span], source, _show(rows)))
             for i, (a, b) in enumerate(zip(starts, stops)):
                 out[i] = block[a - base:b - base]
         else:
             for i, (a, b) in enumerate(zip(starts, stops)):
-                out[i] = self._guard(lambda a=a, b=b: flat[a:b], source, int(rows[i]))
+                out[i] = _native(self._guard(lambda a=a, b=b: flat[a:b], source, int(rows[i])))
         return out
+
+    def _bytes_in_memory(self) -> int:
+        """What ``_read_all`` allocates (a ragged sequence costs ~100 bytes more as an array)."""
+        total = 0
+        for s in self.sources:
+            d = self.file[s]
+            for a, b in (self.splits[name] for name in self.split):
+                if s in self.ragged and a < b:
+                    lo, hi = self.file[f"_ragged/{s}"][[a, b]].tolist()
+                    total += (hi - lo) * d.dtype.itemsize + 100 * (b - a)
+                elif s not in self.ragged:
+                    total += (b - a) * (d.nbytes // max(d.shape[0], 1))
+        return total
 
     def _read_all(self) -> dict[str, np.ndarray]:
         out = {}
@@ -336,6 +369,43 @@ class H5Dataset(Dataset):
     def __repr__(self) -> str:
         return (f"H5Dataset('{self.path}', split={'+'.join(self.split)}, "
                 f"{self.num_examples} examples)")
+
+
+def _native(a):
+    """``a`` in this machine's byte order (HDF5 converts big-endian data as it reads)."""
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
+
+
+def _identity(f):
+    """What changes when the file under an open h5py handle is rewritten in place (a rename
+    over its path leaves the open file as it was, and a reopen gets another inode)."""
+    try:
+        st = os.fstat(f.id.get_vfd_handle())
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _size(n: int) -> str:
+    unit = max(u for u in range(5) if n >= 1024 ** u or u == 0)
+    return f"{n / 1024 ** unit:.1f} {['bytes', 'KiB', 'MiB', 'GiB', 'TiB'][unit]}"
+
+
+def _available_memory() -> int | None:
+    """Bytes this process can still allocate: Linux's MemAvailable, less under a cgroup limit."""
+    found = []
+    try:
+        with open("/proc/meminfo") as fh:
+            found += [int(ln.split()[1]) * 1024 for ln in fh if ln.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return max(0, min(found)) if found else None
 
 
 def _show(rows) -> str:

@@ -8,7 +8,9 @@ The layout (format version 1):
   ``train`` and ``valid``, as the MNIST and CIFAR-10 converters write it; a subset lies inside
   its split); ranges that cross (``train [0, 6]``, ``test [4, 8]``) are refused;
 - every *source* is a dataset in the root group whose first axis is the example axis (all
-  splits, concatenated; every source has the same number of rows); its ``axis_labels``
+  splits, concatenated; every source has the same number of rows), of bool, integers or floats
+  of at most 64 bits (in either byte order; read in the machine's), every byte of it written
+  (never HDF5's fill value), with filters this h5py decodes; its ``axis_labels``
   attribute is a JSON list such as ``["batch", "channel", "height", "width"]``;
 - a *ragged* source (sequences of different lengths) is stored flat with the attribute
   ``ragged = 1``; its ``N + 1`` row offsets are ``/_ragged/<source>`` (int64);
@@ -96,6 +98,8 @@ def write_h5(path, sources: Mapping[str, object],
             if any(s.ndim != 1 for s in seqs):
                 raise DataError(f"write_h5({path}): ragged source {src!r} must hold 1-D sequences")
             dtype = np.result_type(*[s.dtype for s in seqs]) if seqs else np.int64
+            _check_dtype(path, src, dtype)
+            dtype = dtype.newbyteorder("=")
             offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
             np.cumsum([len(s) for s in seqs], out=offsets[1:])
             flat = (np.concatenate(seqs).astype(dtype, copy=False) if seqs
@@ -103,13 +107,12 @@ def write_h5(path, sources: Mapping[str, object],
             prepared[src] = ("ragged", flat, offsets)
             lengths[src] = len(seqs)
         else:
-            arr = np.ascontiguousarray(value)
-            if arr.ndim == 0:
+            arr = np.asarray(value)
+            if arr.ndim == 0:  # NOTE: before ascontiguousarray, which makes it one row
                 raise DataError(f"write_h5({path}): source {src!r} is a scalar")
-            if arr.dtype == object or arr.dtype.kind == "U":
-                raise DataError(f"write_h5({path}): source {src!r} has dtype {arr.dtype}; store "
-                                "numbers (encode strings as token ids and keep a vocabulary in "
-                                "metadata)")
+            _check_dtype(path, src, arr.dtype)
+            # NOTE: stored in this machine's byte order (readers convert it to theirs)
+            arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
             prepared[src] = ("dense", arr, None)
             lengths[src] = len(arr)
     if len(set(lengths.values())) != 1:
@@ -171,6 +174,25 @@ def write_h5(path, sources: Mapping[str, object],
             raw = np.frombuffer(json.dumps(value).encode(), dtype=np.uint8)
             create(f.require_group("_meta"), key, raw)
     return path
+
+
+def dtype_problem(dtype) -> str | None:
+    """What is wrong with a source's dtype, or None: the one rule for writing and for reading a
+    file. Sources hold bool, integers or floats of at most 64 bits (what every device takes)."""
+    dtype = np.dtype(dtype)
+    if (dtype.kind not in "biuf" or dtype.fields is not None or dtype.subdtype is not None
+            or dtype.itemsize > 8):
+        return (f"expected numbers (bool, integer or float of at most 64 bits), got dtype "
+                f"{dtype}")
+    return None
+
+
+def _check_dtype(path, src, dtype) -> None:
+    problem = dtype_problem(dtype)
+    if problem:
+        hint = ("encode strings as token ids and keep a vocabulary in metadata" if
+                np.dtype(dtype).kind in "OUS" else "convert it, e.g. .astype(np.float64)")
+        raise DataError(f"write_h5({path}): source {src!r}: {problem}; store numbers ({hint})")
 
 
 # ---- the container: checked before h5py parses it -------------------------------------------
@@ -387,6 +409,8 @@ class _Reader:
                 if k in attrs}
 
         members = self.h5("root group", lambda: list(f.keys()))
+        for key in [k for k in ("_ragged", "_meta") if k in members]:
+            self.link(f, key, f"/{key}", "group")  # NOTE: before any path through it is looked up
         sources, ragged, labels, rows = [], set(), {}, {}
         for key in members:
             if key in ("_ragged", "_meta"):
@@ -398,9 +422,8 @@ class _Reader:
             shape, dtype = d.shape, d.dtype
             if len(shape) == 0:
                 self.fail(f"source {key!r}", "expected a first axis of examples, got a scalar")
-            if dtype.kind not in "biuf" or dtype.fields is not None:
-                self.fail(f"source {key!r}", f"expected numbers (bool, integer or float), got "
-                          f"dtype {dtype}")
+            if dtype_problem(dtype):
+                self.fail(f"source {key!r}", dtype_problem(dtype))
             d_attrs = self.h5(f"source {key!r}", lambda d=d: set(d.attrs.keys()))
             is_ragged = False
             if "ragged" in d_attrs:
@@ -454,14 +477,15 @@ class _Reader:
                 meta[key] = text
         return Layout(tuple(sources), frozenset(ragged), splits, labels, meta, n, info)
 
-    def dataset(self, group, key, field):
-        import h5py
-
+    def link(self, group, key, field, what="dataset"):
         link = self.h5(field, lambda: group.get(key, getlink=True))
-        if not isinstance(link, h5py.HardLink):
-            # NOTE: a soft or external link reads another member or another file
-            self.fail(field, f"expected a dataset stored in this file, got a "
+        if not isinstance(link, h5py().HardLink):
+            # NOTE: a soft or external link reads another member or another file (a FIFO: hangs)
+            self.fail(field, f"expected a {what} stored in this file, got a "
                       f"{type(link).__name__} (links are not part of the layout)")
+
+    def dataset(self, group, key, field):
+        self.link(group, key, field)
         obj = self.h5(field, lambda: group[key])
         if not hasattr(obj, "shape") or not hasattr(obj, "dtype"):
             self.fail(field, f"expected a dataset, got {type(obj).__name__}")
@@ -470,7 +494,24 @@ class _Reader:
             # NOTE: its bytes would come from other files (any file: /etc/passwd)
             self.fail(field, "expected data stored in this file, got external or virtual "
                       "storage that reads other files")
+        self.storage(obj, field)
         return obj
+
+    def storage(self, d, field):
+        """Refuse data HDF5 cannot decode here, or would make up: never written, it reads as zeros
+        (the fill value), and a file of a few bytes can declare terabytes that way."""
+        h5 = h5py()
+        dcpl = self.h5(field, d.id.get_create_plist)
+        for i in range(self.h5(field, dcpl.get_nfilters)):
+            code, _, _, name = self.h5(field, lambda i=i: dcpl.get_filter(i))
+            if not self.h5(field, lambda code=code: h5.h5z.filter_avail(code)):
+                raise DataError(f"{self.path}: {field}: stored with HDF5 filter {code} "
+                                f"({name.decode(errors='replace') or 'unnamed'}), which this "
+                                "h5py cannot decode; install its plugin (pip install hdf5plugin, "
+                                "then import hdf5plugin) or rewrite the file without it")
+        if d.nbytes and self.h5(field, d.id.get_space_status) != h5.h5d.SPACE_STATUS_ALLOCATED:
+            self.fail(field, f"its data ({d.nbytes} bytes, shape {d.shape}) was never written, "
+                      "or only in part (HDF5 would read zeros in its place)")
 
     def group(self, key):
         obj = self.h5(f"/{key}", lambda: self.f[key])
