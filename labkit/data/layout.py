@@ -576,6 +576,8 @@ def open_h5(path):
     if not path.exists():
         raise DataError(f"{path}: no such dataset file (build it with `labkit convert` "
                         "or labkit.data.write_h5)")
+    if not path.is_dir() and not path.is_file():  # NOTE: opening a FIFO waits for a writer
+        raise DataError(f"{path}: not a regular file (a pipe or a device); HDF5 reads files")
     version = check_container(path)
     try:
         return h5py().File(path, "r"), version

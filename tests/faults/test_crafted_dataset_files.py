@@ -7,6 +7,7 @@ worker's), and load_in_memory past the memory there is."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 import warnings
@@ -71,6 +72,12 @@ def test_the_layouts_groups_that_are_links_are_refused(tmp_path, elsewhere, grou
         f[group] = target[kind]
     with pytest.raises(DataError, match=f"d.h5: /{group}: expected a group stored in this file"):
         H5Dataset(path, split="train")
+
+
+def test_a_pipe_is_refused_not_waited_on(tmp_path):
+    os.mkfifo(tmp_path / "d.h5")
+    with pytest.raises(DataError, match="d.h5: not a regular file"):
+        H5Dataset(tmp_path / "d.h5")
 
 
 # ---- data HDF5 would make up ----------------------------------------------------------------
