@@ -323,6 +323,11 @@ class Compiled:
                     lines.append("  " + text.format(getattr(p, count)))
             for r in sorted(set(p.rewrites)):
                 lines.append(f"  stabilised: {r} ({p.rewrites.count(r)}x)")
+            c = p.capture
+            if c["captured"] or c["refused"]:
+                lines.append(f"  captured launches: {c['captured']} ops ({c['fallbacks']} calls "
+                             f"ran as before; {c['refused']} recordings refused"
+                             + (f", the last: {c['why']})" if c["why"] else ")"))
         for r in self.stats["reasons"]:
             lines.append(f"  retraced: {r}")
         return "\n".join(lines)

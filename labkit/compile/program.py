@@ -75,6 +75,7 @@ class Program:
             from . import fusion
 
             nodes, self.fused = fusion.fuse(nodes, t, needed | _read_by_hosts(nodes), consts)
+        nodes = _checks_early(nodes)
         self.nodes = nodes
         self.after = [_sketch(n) for n in nodes]
         self.n_slots = t.n_slots
@@ -87,6 +88,9 @@ class Program:
                             for _, tensor in self.live]
         self.depends = list(t.depends)
         self.lowered = 0
+        #: ops replayed as captured launches (compile/capture.py): how many, the calls that
+        #: ran as before after all, the recordings refused and the last reason
+        self.capture = {"captured": 0, "fallbacks": 0, "refused": 0, "why": None}
         self.replay, self.source = _generate(self, nodes, t, needed | _read_by_hosts(nodes))
 
     # ---- replay ---------------------------------------------------------------------------
@@ -245,7 +249,7 @@ def _generate(prog, nodes, t, exposed):
             continue
         if n.kind == "op":
             env[f"O{k}"] = n.fn
-            env[f"F{k}"] = n.fn.forward
+            env[f"F{k}"] = _captured(prog, n, values) or n.fn.forward
             for name, i, x in n.attr_in:
                 if i is None:
                     lines.append(f"    O{k}.{name} = s{x}")
@@ -253,7 +257,7 @@ def _generate(prog, nodes, t, exposed):
                     lines.append(f"    _a = list(O{k}.{name}); _a[{i}] = s{x}; "
                                  f"O{k}.{name} = type(O{k}.{name})(_a)")
         else:
-            env[f"F{k}"] = n.fn
+            env[f"F{k}"] = _captured(prog, n, values) or n.fn
             if n.effect and not getattr(n.fn, "lk_check", False):
                 # NOTE: the device index checks queued so far are looked at before anything
                 # changes state (labkit.functions._check.indices)
@@ -296,6 +300,41 @@ def _generate(prog, nodes, t, exposed):
     source = "\n".join(lines) + "\n"
     exec(compile(source, "<lk.compile replay>", "exec"), env)  # noqa: S102 - our own code
     return env["replay"], source
+
+
+def _checks_early(nodes):
+    """Each deferred device check (labels, indices: ``functions._check.indices``) moved to
+    just after the nodes that make its inputs (the start, for a step's arguments): its flag is
+    then read back while the rest of the step is queued, and the wait before the optimizer's
+    update finds it there, instead of waiting for the forward and backward to finish first.
+    A check only reads its input: on a device it queues a flag that is looked at where it was
+    (before the first state change); on the CPU it raises at once, which is earlier, still
+    before anything changed."""
+    out = []
+    for n in nodes:
+        if n.kind == "host" and getattr(n.fn, "lk_check", False) and not n.outs:
+            made = [i for i, m in enumerate(out) if set(m.outs) & set(n.ins)]
+            out.insert(made[-1] + 1 if made else 0, n)
+        else:
+            out.append(n)
+    return out
+
+
+def _captured(prog, n, values):
+    """The node's forward as launches captured at its first replay (compile/capture.py), for
+    the ops of an OpenCL step that can be; None for the others."""
+    from ..backend.opencl import ndarray
+    from . import capture
+
+    fused = n.kind == "kernel"
+    if not capture.ENABLED or not n.outs or n.attr_out or n.versions or n.effect or not (
+            fused or (n.kind == "op" and capture.allowed(n.fn))):
+        return None
+    if not all(type(values.get(o)) is ndarray for o in n.outs):
+        return None
+    forward = n.fn if fused else n.fn.forward
+    attr_in = [] if fused else [(name, i) for name, i, _ in n.attr_in]
+    return capture.capturing(forward, n.fn, attr_in, n.multi, ndarray, prog.capture)
 
 
 def _tree_code(tree, env, fixed):

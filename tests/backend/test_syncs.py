@@ -90,6 +90,10 @@ def test_a_compiled_step_checks_device_labels_without_a_sync(monkeypatch):
     step(x, y)  # NOTE: calls 1 and 2 are traced, checking as an eager call does
     assert _syncs_per_step(lambda: step(x, y), n=4) == 0
     assert step.stats["replays"] == 4
+    # NOTE: the check is queued first (compile/program.py: _checks_early), so its flag is
+    # back long before the update looks at it, not after the forward and backward
+    first = step.programs()[0].nodes[0]
+    assert first.kind == "host" and getattr(first.fn, "lk_check", False)
 
 
 def test_a_compiled_step_checks_ids_and_index_arrays_without_a_sync(monkeypatch):

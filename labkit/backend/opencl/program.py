@@ -115,6 +115,7 @@ class Kernels:
         for kname, arg_types in signatures.items():
             k = getattr(program, kname)
             k.set_scalar_arg_dtypes(arg_types)
+            k.lk_types = list(arg_types)  # NOTE: for a copy of the kernel (compile/capture.py)
             setattr(self, kname, k)
 
 

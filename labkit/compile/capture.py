@@ -1,0 +1,227 @@
+"""Captured launches: an op of a compiled step on an OpenCL device replayed as its kernels.
+
+An op's ``forward`` on OpenCL arrays works out, at every call, which kernels to launch and
+with which arguments (the path by shape, strides, sizes, the kernel objects, the argument
+list): in a compiled MLP step at batch 1 about 20 us of host time per op, for 2 to 3 us of
+launching. The first replay records what each op launched (``cl.Kernel.__call__`` on this
+thread); later replays launch the recorded kernels again, each on a kernel object of its own
+whose arguments were set once, setting only the buffers of the op's inputs and of its fresh
+outputs. That is what tinygrad's TinyJit and CUDA graphs do for a whole step; here it is per
+op, so that everything else of the replay (host steps, checks, the optimizer) stays as it is.
+
+An op is captured only where that is sure to launch the same thing (else it runs as before):
+
+* its inputs are OpenCL arrays of one device, its outputs new contiguous arrays it allocated;
+* it launched kernels only (no copy, read, upload or wait) on arrays it was given or
+  allocated itself (a buffer from elsewhere, a cached constant say, could change);
+* it has no attribute a later op reads (``attr_out``) and changes nothing in place;
+* at each replay its inputs have the recorded shapes, dtypes, strides, offsets, buffer sizes
+  and aliasing (which inputs share a buffer), else it runs as before (``fallbacks``).
+
+The buffers the op allocated for itself (a GEMM's partial sums) are kept for its later
+replays: the queue is in order, so the next replay's writes come after this one's reads.
+Every output is a new array at every replay (a returned value is never overwritten).
+"""
+
+from __future__ import annotations
+
+import threading
+
+#: the op classes whose forward is captured: array functions whose launches depend only on
+#: their inputs' layout (not on values, not on state kept between calls); elementwise kernels
+#: lk.compile fused (compile/fusion.py) are captured too
+CAPTURED: set = set()
+#: False: no op is captured (every replay works its launches out again)
+ENABLED = True
+#: a recording that failed (a first call that tuned a GEMM, say) is tried again this often
+ATTEMPTS = 3
+_ONE = threading.Lock()
+
+
+class _Recording:
+    """What the op called on this thread launched, allocated and otherwise asked of the
+    device, between ``start`` and ``stop``."""
+
+    def __init__(self, rt):
+        self.rt, self.tid = rt, threading.get_ident()
+        self.launches, self.allocated, self.impure = [], {}, None
+
+    def __enter__(self):
+        import pyopencl as cl
+
+        rec, rt = self, self.rt
+        self._call, self._copy, self._alloc = cl.Kernel.__call__, cl.enqueue_copy, rt.allocate
+        self._upload, self._finish = rt.upload, rt.finish
+        call, copy, alloc = self._call, self._copy, self._alloc
+
+        def kernel_call(kernel, queue, gs, ls, *args, **kw):
+            if threading.get_ident() == rec.tid:
+                if kw or queue is not rt.queue:
+                    rec.impure = rec.impure or "a launch with options or on another queue"
+                rec.launches.append((kernel, gs, ls, args))
+            return call(kernel, queue, gs, ls, *args, **kw)
+
+        def enqueue_copy(*a, **kw):
+            if threading.get_ident() == rec.tid:
+                rec.impure = rec.impure or "a copy, read or upload"
+            return copy(*a, **kw)
+
+        def allocate(nbytes):
+            buf = alloc(nbytes)
+            if threading.get_ident() == rec.tid:
+                rec.allocated[id(buf)] = buf
+            return buf
+
+        def finish():
+            if threading.get_ident() == rec.tid:
+                rec.impure = rec.impure or "a wait for the device (a GEMM being tuned, say)"
+            return self._finish()
+
+        cl.Kernel.__call__, cl.enqueue_copy = kernel_call, enqueue_copy
+        rt.allocate, rt.finish = allocate, finish
+        return self
+
+    def __exit__(self, *exc):
+        import pyopencl as cl
+
+        cl.Kernel.__call__, cl.enqueue_copy = self._call, self._copy
+        del self.rt.allocate, self.rt.finish  # NOTE: the instance attributes: the methods again
+
+
+def allowed(fn) -> bool:
+    """Whether ``fn`` (a Function) is of a class whose forward is captured."""
+    if not CAPTURED:
+        from ..functions import activation as act
+        from ..functions import connection as conn
+        from ..functions import math as m
+        from ..functions import reduction as red
+
+        CAPTURED.update({conn.MatMul, conn.MatMulAdd, conn.Linear, red.Sum, act.ReLU,
+                         act.ReLUGrad, m.Add, m.AddConstant, m.Sub, m.Mul, m.MulConstant,
+                         m.Tanh, m.Sigmoid})
+    return type(fn) in CAPTURED
+
+
+def _meta(a):
+    return (a.shape, a.dtype, a._st, a.offset, a._nbuf)
+
+
+def _aliasing(arrays):
+    first: dict = {}
+    return tuple(first.setdefault(id(a.data), i) for i, a in enumerate(arrays))
+
+
+def _inputs(fn_obj, attr_in, ins):
+    """The arrays the op reads: its arguments, then the attributes the replay set on it."""
+    if not attr_in:
+        return ins
+    got = list(ins)
+    for name, i in attr_in:
+        v = getattr(fn_obj, name)
+        got.append(v if i is None else v[i])
+    return got
+
+
+def capturing(forward, fn_obj, attr_in, multi, ndarray, stats):
+    """A stand-in for ``forward`` in a replay (see the module's doc): it records at its first
+    call and launches the recorded kernels from then on. ``stats`` counts ``captured`` ops,
+    ``fallbacks`` (calls run as before after a capture) and ``refused`` recordings (with the
+    last reason in ``why``)."""
+    state = {"run": None, "tries": 0}
+
+    def plain_or_record(*ins):
+        arrays = _inputs(fn_obj, attr_in, ins)
+        if state["tries"] >= ATTEMPTS or not arrays or any(
+                type(a) is not ndarray for a in arrays) or len({id(a.rt) for a in arrays}) > 1:
+            return forward(*ins)
+        state["tries"] += 1
+        rt = arrays[0].rt
+        if not _ONE.acquire(blocking=False):  # NOTE: one recording at a time (it patches)
+            return forward(*ins)
+        try:
+            rec = _Recording(rt)
+            with rec:
+                out = forward(*ins)
+        finally:
+            _ONE.release()
+        run, why = _build(rec, arrays, out, multi, forward, fn_obj, attr_in, ndarray, stats)
+        if run is None:
+            stats["refused"] += 1
+            stats["why"] = why
+        else:
+            state["run"] = run
+            stats["captured"] += 1
+        return out
+
+    def call(*ins):
+        run = state["run"]
+        if run is not None:
+            return run(*ins)
+        return plain_or_record(*ins)
+
+    return call
+
+
+def _build(rec, arrays, out, multi, forward, fn_obj, attr_in, ndarray, stats):
+    import pyopencl as cl
+
+    if rec.impure:
+        return None, rec.impure
+    outs = list(out) if multi else [out]
+    if not outs or any(type(o) is not ndarray for o in outs):
+        return None, "an output that is not an OpenCL array"
+    for o in outs:
+        if (id(o.data) not in rec.allocated or o.offset or not o.is_contiguous
+                or o._nbuf != o.size):  # NOTE: a reshaped view of a new array will do
+            return None, "an output that is not a new contiguous array"
+    if not rec.launches:
+        return None, "no launch"
+    by_buffer: dict = {}
+    for i, a in enumerate(arrays):
+        by_buffer.setdefault(id(a.data), (0, i))
+    for j, o in enumerate(outs):
+        by_buffer[id(o.data)] = (1, j)
+    keep, launches = [], []
+    for kernel, gs, ls, args in rec.launches:
+        types = getattr(kernel, "lk_types", None)
+        if types is None or len(types) != len(args):
+            return None, f"a kernel without its argument types ({kernel.function_name})"
+        clone = cl.Kernel(kernel.program, kernel.function_name)
+        clone.set_scalar_arg_dtypes(types)
+        fixed, sets = list(args), []
+        for pos, (t, v) in enumerate(zip(types, args)):
+            if t is not None:
+                continue
+            where = by_buffer.get(id(v))
+            if where is not None:
+                sets.append((pos,) + where)
+            elif id(v) in rec.allocated:
+                keep.append(v)  # NOTE: the op's own scratch, kept for its next replays
+            elif not isinstance(v, cl.LocalMemory):
+                return None, f"a buffer from outside the op ({kernel.function_name})"
+        clone.set_args(*fixed)
+        launches.append((clone, gs, ls, tuple(sets)))
+    metas = tuple(_meta(a) for a in arrays)
+    alias = _aliasing(arrays)
+    shapes = [(o.shape, o.dtype) for o in outs]
+    rt = arrays[0].rt
+    enqueue = cl.enqueue_nd_range_kernel
+
+    def run(*ins):
+        got = _inputs(fn_obj, attr_in, ins)
+        if (len(got) != len(metas) or any(type(a) is not ndarray or a.rt is not rt
+                                          or _meta(a) != m for a, m in zip(got, metas))
+                or _aliasing(got) != alias):
+            stats["fallbacks"] += 1
+            return forward(*ins)
+        news = [ndarray(rt, shape, dtype) for shape, dtype in shapes]
+        both = (got, news)
+        with rt.lock:
+            for clone, gs, ls, sets in launches:
+                for pos, kind, i in sets:
+                    clone.set_arg(pos, both[kind][i].data)
+                enqueue(rt.queue, clone, gs, ls)
+        return tuple(news) if multi else news[0]
+
+    run.keep = keep
+    return run, None

@@ -1,0 +1,199 @@
+"""Captured launches (compile/capture.py): from the second replay of an OpenCL step, an op
+runs the kernels its first replay launched. The same bits as without capture; every output a
+new array; anything that would make the recorded launches wrong runs the op as before."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import labkit as lk
+import labkit.functions as F
+from labkit.backend import opencl as cp
+from labkit.compile import capture
+
+
+@pytest.fixture
+def no_capture(monkeypatch):
+    def off():
+        monkeypatch.setattr(capture, "ENABLED", False)
+    return off
+
+
+def _mlp(rng, acts=("relu", "tanh", "sigmoid")):
+    sizes = [12, 16, 16, 16, 4]
+    ws = []
+    for i, o in zip(sizes[:-1], sizes[1:]):
+        ws += [lk.tensor(rng.standard_normal((o, i)).astype(np.float32) * 0.4, device="cl",
+                         requires_grad=True),
+               lk.tensor(rng.standard_normal(o).astype(np.float32) * 0.1, device="cl",
+                         requires_grad=True)]
+    opt = lk.optimizers.Momentum(lr=0.05, momentum=0.9).setup(
+        {f"p{i}": w for i, w in enumerate(ws)})
+
+    def step(x, y):
+        h = x
+        for k in range(0, len(ws) - 2, 2):
+            h = F.linear(h, ws[k], ws[k + 1])
+            h = getattr(F, acts[(k // 2) % len(acts)])(h)
+        logits = F.linear(h, ws[-2], ws[-1])
+        loss = F.softmax_cross_entropy(logits, y) + (h * h).sum() * 0.001
+        opt.zero_grad()
+        loss.backward()
+        opt.update()
+        return loss, logits
+    return step, ws
+
+
+def _train(steps=7):
+    rng = np.random.default_rng(3)
+    step, ws = _mlp(rng)
+    f = lk.compile(step)
+    data = [(lk.tensor(rng.standard_normal((5, 12)).astype(np.float32), device="cl"),
+             lk.tensor(rng.integers(0, 4, 5), device="cl")) for _ in range(steps)]
+    outs = [f(x, y) for x, y in data]
+    return f, outs, [w.numpy() for w in ws]
+
+
+def test_a_captured_training_step_gives_the_same_bits(no_capture):
+    f, outs, ws = _train()
+    stats = f.programs()[0].capture
+    assert stats["captured"] >= 10 and stats["fallbacks"] == 0, stats
+    no_capture()
+    g, outs0, ws0 = _train()
+    assert g.programs()[0].capture["captured"] == 0
+    for (loss, logits), (loss0, logits0) in zip(outs, outs0):
+        assert loss.item() == loss0.item()
+        np.testing.assert_array_equal(logits.numpy(), logits0.numpy())
+    for a, b in zip(ws, ws0):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_every_output_is_a_new_array_at_every_replay():
+    """A result kept from one replay is not written by the next (the recorded outputs are
+    not reused)."""
+    f, outs, _ = _train(steps=6)
+    kept = [logits.numpy() for _, logits in outs]
+    buffers = {id(logits.data.data) for _, logits in outs}
+    assert len(buffers) == len(outs)
+    for (_, logits), want in zip(outs, kept):
+        np.testing.assert_array_equal(logits.numpy(), want)
+
+
+def _product_step():
+    W = lk.tensor(np.linspace(-1, 1, 48).astype(np.float32).reshape(6, 8), device="cl")
+
+    def step(x):
+        return F.tanh(F.matmul(x, W)) * 2.0
+    return step, W
+
+
+def test_an_input_laid_out_otherwise_runs_the_op_as_before():
+    """Shapes and dtypes are guarded by lk.compile; an offset or strides are not, and the
+    recorded launches hold them: such a call runs the op's forward (a fallback)."""
+    step, _ = _product_step()
+    f = lk.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        f(lk.tensor(rng.standard_normal((3, 6)).astype(np.float32), device="cl"))
+    stats = f.programs()[0].capture
+    assert stats["captured"] >= 2 and stats["fallbacks"] == 0
+    big = rng.standard_normal((4, 6)).astype(np.float32)
+    x = lk.tensor(big, device="cl")[1:]  # NOTE: a view at an offset, of the same shape
+    assert x.data.offset != 0
+    got = f(x)
+    assert stats["fallbacks"] >= 1
+    np.testing.assert_array_equal(got.numpy(), step(lk.tensor(big[1:], device="cl")).numpy())
+    wide = lk.tensor(rng.standard_normal((6, 3)).astype(np.float32), device="cl")
+    got = f(wide.T)  # NOTE: transposed strides
+    np.testing.assert_array_equal(got.numpy(),
+                                  step(lk.tensor(wide.numpy().T.copy(), device="cl")).numpy())
+
+
+def _stats():
+    return {"captured": 0, "fallbacks": 0, "refused": 0, "why": None}
+
+
+def test_inputs_that_share_a_buffer_now_and_did_not_then_run_as_before():
+    stats = _stats()
+    run = capture.capturing(lambda a, b: a @ b + 1.0, None, [], False, cp.ndarray, stats)
+    rng = np.random.default_rng(1)
+
+    def arr():
+        return cp.asarray(rng.standard_normal((5, 5)).astype(np.float32))
+    for _ in range(3):
+        run(arr(), arr())
+    assert stats["captured"] == 1 and stats["fallbacks"] == 0
+    a = arr()
+    got = run(a, a)
+    assert stats["fallbacks"] == 1
+    np.testing.assert_array_equal(got.get(), (a @ a + 1.0).get())
+
+
+def test_an_op_reading_a_buffer_from_elsewhere_is_not_captured():
+    """An array the op did not get as an input nor allocate (a constant it keeps, which may
+    be replaced) makes the recording refused, with the reason; the op runs as before."""
+    stats = _stats()
+    c = cp.asarray(np.arange(4, dtype=np.float32))
+    run = capture.capturing(lambda x: x * c + x, None, [], False, cp.ndarray, stats)
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        x = cp.asarray(rng.standard_normal((3, 4)).astype(np.float32))
+        np.testing.assert_array_equal(run(x).get(), (x * c + x).get())
+    assert stats["refused"] == 3 and "from outside" in stats["why"], stats
+    assert stats["captured"] == 0
+
+
+def test_an_attribute_input_is_an_input():
+    """An op's array set as an attribute by the replay (``attr_in``: relu_grad's mask) is
+    re-pointed like an argument."""
+    class Masked:
+        pass
+
+    op = Masked()
+    stats = _stats()
+    run = capture.capturing(lambda g: g * op.x, op, [("x", None)], False, cp.ndarray, stats)
+    rng = np.random.default_rng(4)
+    for _ in range(4):
+        g = cp.asarray(rng.standard_normal(7).astype(np.float32))
+        op.x = cp.asarray(rng.standard_normal(7).astype(np.float32))
+        np.testing.assert_array_equal(run(g).get(), (g * op.x).get())
+    assert stats["captured"] == 1 and stats["fallbacks"] == 0
+
+
+def test_recording_puts_everything_back_and_records_only_its_thread():
+    import pyopencl as cl
+
+    call = cl.Kernel.__call__
+    rt = cp.ones(3).rt
+    a = cp.ones(64)
+    others = []
+    with capture._Recording(rt) as rec:
+        t = threading.Thread(target=lambda: others.append((a * 3.0).get()))
+        t.start()
+        t.join()
+        b = a + 2.0
+    assert cl.Kernel.__call__ is call and "allocate" not in vars(rt) and "finish" not in vars(rt)
+    assert len(rec.launches) == 1 and id(b.data) in rec.allocated
+    assert others and others[0][0] == 3.0 and rec.impure is None
+
+
+def test_a_first_call_that_waits_is_recorded_again_later():
+    """A GEMM tuned at its first size waits for the device: that recording is refused and
+    the next call records again."""
+    rt = cp.ones(3).rt
+    calls = []
+
+    def forward(x):
+        calls.append(1)
+        if len(calls) == 1:
+            rt.finish()
+        return x * 2.0
+
+    stats = _stats()
+    run = capture.capturing(forward, None, [], False, cp.ndarray, stats)
+    x = cp.asarray(np.arange(5, dtype=np.float32))
+    for _ in range(4):
+        np.testing.assert_array_equal(run(x).get(), np.arange(5) * 2.0)
+    assert stats["refused"] == 1 and "wait" in stats["why"] and stats["captured"] == 1
+    assert len(calls) == 2  # NOTE: the refused recording and the one kept; then launches only
