@@ -94,11 +94,14 @@ def allowed(fn) -> bool:
         from ..functions import activation as act
         from ..functions import connection as conn
         from ..functions import math as m
+        from ..functions import pooling as pool
+        from ..functions import recurrent as rec
         from ..functions import reduction as red
 
         CAPTURED.update({conn.MatMul, conn.MatMulAdd, conn.Linear, red.Sum, act.ReLU,
                          act.ReLUGrad, m.Add, m.AddConstant, m.Sub, m.Mul, m.MulConstant,
-                         m.Tanh, m.Sigmoid})
+                         m.Tanh, m.Sigmoid, rec.LSTM, rec.LSTMGrad, pool.TiledMaxCL,
+                         pool.PoolScatterCL})
     return type(fn) in CAPTURED
 
 
