@@ -319,12 +319,15 @@ class CheckpointBrowser(_bokeh.WidgetRepr):
 
         c = self._record(checkpoint_id)
         self._close_panels()
-        files = runs.delete_checkpoint(c["id"], run_id=self.runs.value)
+        files, kept = runs.delete_checkpoint(c["id"], run_id=self.runs.value, explain=True)
         self._render()
         if files:
             return f"deleted the checkpoint at iteration {c['iteration']} (files and record)"
+        if kept is None:
+            return (f"deleted the record of the checkpoint at iteration {c['iteration']}; its "
+                    f"files were already gone")
         return (f"deleted the record of the checkpoint at iteration {c['iteration']}; its files "
-                f"were kept ({c['path']} is not inside the run's folder, or was gone)")
+                f"were kept at {c['path']}: {kept}")
 
     # -- following a loop
     def _attach(self, loop):

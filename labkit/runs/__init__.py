@@ -30,6 +30,7 @@ is training now). Configs are JSON objects of at most
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import sqlite3
 from contextlib import contextmanager
@@ -112,9 +113,15 @@ def _fork_point(s: RunStore, run_id: str, checkpoint):
         if rec["run_id"] != run_id:
             raise refuse(f"fork: checkpoint {checkpoint} belongs to run {rec['run_id']}, not "
                          f"to {run_id}", "invalid")
-        return rec, Path(rec["path"]), ckpt.verify(rec["path"])
-    path = Path(checkpoint)
-    rec = next((c for c in s.checkpoints(run_id) if Path(c["path"]) == path), None)
+        path = Path(rec["path"])
+    else:
+        path = Path(checkpoint)
+        rec = next((c for c in s.checkpoints(run_id) if Path(c["path"]) == path), None)
+    if rec is not None and not rec["valid"]:  # NOTE: its child could not resume from it
+        return rec, path, (
+            "the run store marks it invalid (a resume passed it over: damaged, its state "
+            f"refused, or its files gone); fork from another, one whose valid is True in "
+            f"lk.runs.checkpoints({run_id!r}), or from None: the newest valid one")
     return rec, path, ckpt.verify(path)
 
 
@@ -148,29 +155,54 @@ def fork(run_id: str, checkpoint=None, /, changes: dict | None = None, **kw) -> 
                         parent_checkpoint_id=rec["id"] if rec else None)
 
 
-def _inside(path: Path, folder) -> str | None:
-    """None if ``path`` is a real directory strictly inside ``folder``, else why not."""
+def _kept(s: RunStore, rec: dict, inside=None) -> str | None:
+    """None if the files of checkpoint ``rec`` are surely its run's to delete, else why they
+    stay (no path in it: the REST API answers with it). Its run's folder (or ``inside``: the
+    folder a loop was told to write its checkpoints to) must not be a link (what it points to
+    may be another run's), the checkpoint's real directory must lie inside that folder's real
+    one and not be a link itself, and its manifest, if readable, must not name another run."""
+    from .. import checkpoint as ckpt
+
+    path = Path(rec["path"])
+    try:
+        run_folder = s.get(rec["run_id"]).get("directory")
+    except RunStoreError:
+        return "its run no longer exists"
+    folder = inside if inside is not None else run_folder
     if not folder:
         return "its run has no folder"
+    if any(Path(f).is_symlink() for f in (folder, run_folder) if f):
+        return "its run's folder is a symbolic link"
     if path.is_symlink():
         return "it is a symbolic link"
     try:
         if Path(folder).resolve() not in path.resolve().parents:
-            return f"it lies outside its run's folder {folder}"
+            return "it lies outside its run's folder"
     except (OSError, RuntimeError) as e:
-        return str(e)
+        return f"its path cannot be resolved ({getattr(e, 'strerror', None) or e})"
+    try:
+        owner = ckpt.manifest(path).get("run_id") if path.is_dir() else None
+    except CheckpointError:
+        owner = None  # NOTE: damaged: checkpoint.remove decides whether it is a checkpoint
+    except OSError as e:
+        return f"its manifest cannot be read ({e.strerror or type(e).__name__})"
+    if owner is not None and owner != rec["run_id"]:
+        return f"it was written by {('run ' + owner) if is_run_id(owner) else 'another run'}"
     return None
 
 
-def delete_checkpoint(checkpoint_id: int, *, run_id: str | None = None,
-                      files: bool = True, inside=None, in_store: RunStore | None = None) -> bool:
-    """Delete checkpoint ``checkpoint_id``: its directory (only if it is a checkpoint that lies
-    inside its own run's folder, or inside ``inside``: the folder a loop was told to write its
-    checkpoints to; otherwise the files are kept and a warning logged), then its record. With
-    ``run_id``, a checkpoint of another run is refused. Returns whether files were removed.
-    The one way labkit deletes a checkpoint (the loop's pruning, the REST API and the
-    CheckpointBrowser all call it). ``in_store``: the store the record is in (default: the one
-    this process uses now)."""
+def delete_checkpoint(checkpoint_id: int, *, run_id: str | None = None, files: bool = True,
+                      inside=None, in_store: RunStore | None = None, explain: bool = False):
+    """Delete checkpoint ``checkpoint_id``: its directory, only if it is surely its run's,
+    then its record. The files stay (a warning is logged) when its run's folder is a symbolic
+    link (to another run's folder, it may be), when its real directory lies outside its run's
+    real folder (or outside ``inside``: the folder a loop was told to write its checkpoints
+    to), when it is a link or not a checkpoint directory, or when its manifest names another
+    run. With ``run_id``, a checkpoint of another run is refused. Returns whether files were
+    removed; with ``explain``, ``(removed, kept)``: ``kept`` says why files that are there
+    stayed (None if none did). The one way labkit deletes a checkpoint (the loop's pruning,
+    the REST API and the CheckpointBrowser all call it). ``in_store``: the store the record is
+    in (default: the one this process uses now)."""
     from .. import checkpoint as ckpt
 
     s = in_store if in_store is not None else store()
@@ -178,38 +210,62 @@ def delete_checkpoint(checkpoint_id: int, *, run_id: str | None = None,
     if run_id is not None and rec["run_id"] != run_id:
         raise refuse(f"run {run_id} has no checkpoint {checkpoint_id}", "not_found")
     path = Path(rec["path"])
-    removed = False
+    removed, why = False, None
     if files and (path.exists() or path.is_symlink()):
-        try:
-            why = _inside(path, inside if inside is not None else
-                          s.get(rec["run_id"]).get("directory"))
-        except RunStoreError:
-            why = "its run no longer exists"
+        why = _kept(s, rec, inside)
         if why is None:
             try:
                 ckpt.remove(path)  # refuses what is not a checkpoint directory
                 removed = True
             except CheckpointError as e:
-                why = str(e)
+                log.warning("labkit: %s", e)
+                why = "it is not a labkit checkpoint directory"
         if why is not None:
             log.warning("labkit: kept the files of checkpoint %s at %s: %s", rec["id"], path,
                         why)
     s.remove_checkpoint(rec["id"])
-    return removed
+    return (removed, why) if explain else removed
+
+
+def _own_folder(run: dict) -> Path | None:
+    """The folder ``lk.runs.delete`` removes with ``run``: a real folder named after it;
+    another one is kept (a warning)."""
+    folder = run.get("directory")
+    if not folder:
+        return None
+    p = Path(folder)
+    if p.is_dir() and not p.is_symlink() and p.name == run["id"]:
+        return p
+    if p.exists() or p.is_symlink():
+        log.warning("labkit: kept %s (not a folder named after run %s)", p, run["id"])
+    return None
 
 
 def delete(run_id: str, files: bool = True, force: bool = False) -> None:
     """Delete a run from the store and, with ``files``, its folder (only a real folder named
     after the run). A run that is training is refused (``RunStoreError``, reason ``"live"``)
-    unless ``force``: its trainer would then fail at its next write."""
-    run = store().delete(run_id, force=force)
+    unless ``force``: its trainer would then fail at its next write. The folder goes first: if
+    it cannot be removed (permissions, a path the filesystem refuses), the run stays in the
+    store and the ``RunStoreError`` (reason ``"failed"``) names the folder and the fix."""
+    s = store()
+    if not files:
+        s.delete(run_id, force=force)
+        return
+    run = s.delete(run_id, force=force, check_only=True)
     folder = run.get("directory")
-    if files and folder:
-        p = Path(folder)
-        if p.is_dir() and not p.is_symlink() and p.name == run["id"]:
-            shutil.rmtree(p, ignore_errors=True)
-        elif p.exists() or p.is_symlink():
-            log.warning("labkit: kept %s (not a folder named after run %s)", p, run["id"])
+    try:
+        p = _own_folder(run)
+        if p is not None:
+            shutil.rmtree(p)
+    except OSError as e:
+        raise refuse(f"delete: the folder of run {run_id}, {folder!r}, cannot be read or removed "
+                     f"({e.strerror or type(e).__name__}); the run is kept in the store. Fix "
+                     f"the folder (its permissions, its path) and delete it again, or delete "
+                     f"only its record with lk.runs.delete({run_id!r}, files=False)",
+                     "failed") from e
+    s.delete(run_id, force=force)
+    if p is not None and force and os.path.lexists(p):
+        shutil.rmtree(p, ignore_errors=True)  # NOTE: its trainer, forced off, wrote meanwhile
 
 
 def listening(run: dict) -> bool:

@@ -308,10 +308,11 @@ class RunStore:
             return False
         return run.get("host") != socket.gethostname() or pid_alive(run.get("pid"))
 
-    def delete(self, run_id: str, force: bool = False) -> dict:
+    def delete(self, run_id: str, force: bool = False, check_only: bool = False) -> dict:
         """Delete a run, its metrics and checkpoint records (not its files: see
         ``labkit.runs.delete``), in one transaction; return the deleted record. A run that is
-        training is refused (reason ``"live"``) unless ``force``."""
+        training is refused (reason ``"live"``) unless ``force``. ``check_only``: only the
+        checks; nothing is deleted."""
         with transaction(self._conn()) as c:
             row = c.execute("SELECT * FROM runs WHERE id = ?", (str(run_id),)).fetchone()
             if row is None:
@@ -322,6 +323,8 @@ class RunStore:
                              f"status {run['stored_status']}): stop it first, or delete it "
                              "with force=True (its trainer then fails at its next write)",
                              "live")
+            if check_only:
+                return run
             c.execute("DELETE FROM metrics WHERE run_id = ?", (str(run_id),))
             c.execute("DELETE FROM checkpoints WHERE run_id = ?", (str(run_id),))
             c.execute("DELETE FROM commands WHERE run_id = ?", (str(run_id),))

@@ -396,36 +396,17 @@ def _own_checkpoint(run_id: str, cid: int) -> dict:
     return _owned(run_id, "checkpoint", cid)
 
 
-def _kept(run: dict, rec: dict) -> str | None:
-    """Why the files of checkpoint ``rec`` of ``run`` stay when its record is deleted, beyond
-    what ``runs.delete_checkpoint`` checks (inside the run's folder, not a link, a checkpoint
-    directory): the run's folder is a link (``DELETE runs/ID`` keeps such a folder, and what
-    it points to may be another run's), or the checkpoint's manifest names another run."""
-    folder, path = run.get("directory"), Path(rec["path"])
-    if folder and Path(folder).is_symlink():
-        return "its run's folder is a symbolic link"
-    if path.is_dir() and not path.is_symlink():
-        try:
-            owner = checkpoint.manifest(path).get("run_id")
-        except checkpoint.CheckpointError:
-            return None  # NOTE: damaged: runs.delete_checkpoint (checkpoint.remove) decides
-        if owner is not None and owner != run["id"]:
-            return f"it was written by {('run ' + owner) if is_run_id(owner) else 'another run'}"
-    return None
-
-
 class Checkpoint(Base):
     @endpoint
     def delete(self, run_id, cid):
         """The checkpoint's record and its files (``files_removed``); files that are not
         surely this run's stay (``kept``: why)."""
-        run = self.run_or_404(run_id)
+        self.run_or_404(run_id)
         rec = _own_checkpoint(run_id, int(cid))
-        kept = _kept(run, rec)
-        if kept is not None:
-            self.log.warning("labkit: kept the files of checkpoint %s: %s", rec["id"], kept)
-        files = runs.delete_checkpoint(rec["id"], run_id=run_id, files=kept is None)
-        self.write_json({"deleted": rec["id"], "files_removed": files, "kept": kept})
+        # NOTE: runs.delete_checkpoint decides (one home for every caller) and logs why
+        files, kept = runs.delete_checkpoint(rec["id"], run_id=run_id, explain=True)
+        self.write_json({"deleted": rec["id"], "files_removed": files,
+                         "kept": None if kept is None else scrub(kept)})
 
 
 class Fork(Base):

@@ -273,3 +273,24 @@ def test_the_widget_follows_the_jupyterlab_theme():
                                      (5e12, "5000 GB"), (None, "?")])
 def test_human_size(n, text):
     assert human_size(n) == text
+
+
+def test_delete_through_a_linked_run_folder_keeps_the_other_runs_files(store, tmp_path):
+    """lk.runs.delete_checkpoint decides for the browser as for every caller, and the browser
+    says why the files stayed."""
+    owner = trained()
+    theirs = lk.runs.checkpoints(owner.run_id)[-1]
+    linked = store.create_run("linked")
+    link = tmp_path / "linked" / linked
+    link.parent.mkdir()
+    link.symlink_to(owner.recorder.directory)
+    store.update_run(linked, directory=str(link), status="finished")
+    path = link / "checkpoints" / Path(theirs["path"]).name
+    store.add_checkpoint(linked, theirs["iteration"], 1, path, 1, metrics={})
+    browser = CheckpointBrowser(run_id=linked)
+    row_buttons(browser, theirs["iteration"])["Delete"].click()
+    browser.confirm_button.click()
+    assert "files were kept" in browser.message.value
+    assert "symbolic link" in browser.message.value
+    assert lk.checkpoint.verify(theirs["path"]) is None and rows(browser) == []
+    assert lk.runs.checkpoints(owner.run_id)[-1]["id"] == theirs["id"]

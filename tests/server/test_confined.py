@@ -96,3 +96,19 @@ async def test_paths_the_filesystem_refuses_are_a_503_not_a_500(api, fresh_store
         code, body = await api(method, path, payload)
         assert code == 503 and "File name too long" in body["message"], (path, code, body)
         assert not secrets_in(json.dumps(body), tmp_path)
+
+
+async def test_kept_says_why_for_every_reason_and_names_no_path(api, fresh_store, tmp_path):
+    """The REST answer's kept comes from lk.runs.delete_checkpoint, the one home of these
+    checks: a checkpoint outside its run's folder, and a folder that is not a checkpoint."""
+    rid, _, _ = _run_with_checkpoint(fresh_store, tmp_path / "runs" / "mine")
+    outside = ckpt.save(tmp_path / "elsewhere", {"w": np.arange(4.0)}, name="ckpt-00000009")
+    (tmp_path / "runs" / "mine" / "notes").mkdir()
+    (tmp_path / "runs" / "mine" / "notes" / "data.txt").write_text("keep me")
+    for path, why in [(outside, "it lies outside its run's folder"),
+                      (tmp_path / "runs" / "mine" / "notes",
+                       "it is not a labkit checkpoint directory")]:
+        ck = fresh_store.add_checkpoint(rid, 9, 1, path, 100, {})
+        code, body = await api("DELETE", f"runs/{rid}/checkpoints/{ck}")
+        assert code == 200 and body["files_removed"] is False and body["kept"] == why, body
+        assert path.is_dir() and not secrets_in(json.dumps(body), tmp_path)
