@@ -93,6 +93,7 @@ def allowed(fn) -> bool:
     if not CAPTURED:
         from ..functions import activation as act
         from ..functions import connection as conn
+        from ..functions import loss
         from ..functions import math as m
         from ..functions import pooling as pool
         from ..functions import recurrent as rec
@@ -101,7 +102,8 @@ def allowed(fn) -> bool:
         CAPTURED.update({conn.MatMul, conn.MatMulAdd, conn.Linear, red.Sum, act.ReLU,
                          act.ReLUGrad, m.Add, m.AddConstant, m.Sub, m.Mul, m.MulConstant,
                          m.Tanh, m.Sigmoid, rec.LSTM, rec.LSTMGrad, pool.TiledMaxCL,
-                         pool.PoolScatterCL})
+                         pool.PoolScatterCL, act.Softmax, act.LogSoftmax, act.SoftmaxGrad,
+                         act.LogSoftmaxGrad, loss.SoftmaxCrossEntropy, loss._KeptSoftmax})
     return type(fn) in CAPTURED
 
 
