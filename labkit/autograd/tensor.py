@@ -331,6 +331,10 @@ def _array(data, dtype, dev, opencl):
         arr = np.asarray(data)
         if arr.dtype == np.float64 and dtype is None:
             arr = arr.astype(_FLOAT_DEFAULT)
+    if dtype is None and isinstance(arr, (np.ndarray, np.generic)) and not arr.dtype.isnative:
+        # NOTE: big-endian data (from a file) as the same numbers in this machine's order, on
+        # every device (the ops and the OpenCL arrays assume native order)
+        dtype = arr.dtype.newbyteorder("=")
     if dev.kind == "cpu":
         if isinstance(arr, opencl.ndarray):
             arr = arr.get()  # a fresh host copy: cast it in place of a second copy

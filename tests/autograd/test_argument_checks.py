@@ -416,3 +416,15 @@ def test_max_and_min_over_non_empty_axes_of_an_empty_array(dev):
             f(x, axis=0)
         with pytest.raises(ShapeError, match="no elements"):
             f(x)
+
+
+@pytest.mark.parametrize("devname", ["cpu", "cl"])
+@pytest.mark.parametrize("dtype", [">f4", ">f8", ">i8", ">u2"])
+def test_big_endian_data_becomes_the_same_numbers_in_native_order(devname, dtype):
+    """A big-endian array (from a file written elsewhere) is taken as its values in this
+    machine's byte order on both devices (the cpu kept '>f4', which cl refused)."""
+    a = np.arange(5).astype(dtype)
+    t = lk.tensor(a, device=devname)
+    assert t.dtype == a.dtype.newbyteorder("=") and t.dtype.isnative
+    np.testing.assert_array_equal(t.numpy(), a)
+    np.testing.assert_array_equal((t + t).numpy(), a.astype(t.dtype) * 2)
