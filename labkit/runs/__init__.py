@@ -157,10 +157,11 @@ def fork(run_id: str, checkpoint=None, /, changes: dict | None = None, **kw) -> 
 
 def _kept(s: RunStore, rec: dict, inside=None) -> str | None:
     """None if the files of checkpoint ``rec`` are surely its run's to delete, else why they
-    stay (no path in it: the REST API answers with it). Its run's folder (or ``inside``: the
-    folder a loop was told to write its checkpoints to) must not be a link (what it points to
-    may be another run's), the checkpoint's real directory must lie inside that folder's real
-    one and not be a link itself, and its manifest, if readable, must not name another run."""
+    stay (no path in it: the REST API answers with it). The checkpoint's real directory must
+    lie inside the real folder of its run (or of ``inside``: the folder a loop was told to
+    write its checkpoints to) and not be a link itself; its manifest, if readable, must not
+    name another run; and where either folder is a link (what it points to may be another
+    run's), the manifest must name this run."""
     from .. import checkpoint as ckpt
 
     path = Path(rec["path"])
@@ -171,8 +172,7 @@ def _kept(s: RunStore, rec: dict, inside=None) -> str | None:
     folder = inside if inside is not None else run_folder
     if not folder:
         return "its run has no folder"
-    if any(Path(f).is_symlink() for f in (folder, run_folder) if f):
-        return "its run's folder is a symbolic link"
+    linked = any(Path(f).is_symlink() for f in (folder, run_folder) if f)
     if path.is_symlink():
         return "it is a symbolic link"
     try:
@@ -188,21 +188,26 @@ def _kept(s: RunStore, rec: dict, inside=None) -> str | None:
         return f"its manifest cannot be read ({e.strerror or type(e).__name__})"
     if owner is not None and owner != rec["run_id"]:
         return f"it was written by {('run ' + owner) if is_run_id(owner) else 'another run'}"
+    if linked and owner != rec["run_id"]:
+        # NOTE: a run folder linked to scratch storage prunes the checkpoints its manifests
+        # say are its own; through a link, one that does not say may be another run's
+        return "its run's folder is a symbolic link and its manifest does not name the run"
     return None
 
 
 def delete_checkpoint(checkpoint_id: int, *, run_id: str | None = None, files: bool = True,
                       inside=None, in_store: RunStore | None = None, explain: bool = False):
     """Delete checkpoint ``checkpoint_id``: its directory, only if it is surely its run's,
-    then its record. The files stay (a warning is logged) when its run's folder is a symbolic
-    link (to another run's folder, it may be), when its real directory lies outside its run's
-    real folder (or outside ``inside``: the folder a loop was told to write its checkpoints
-    to), when it is a link or not a checkpoint directory, or when its manifest names another
-    run. With ``run_id``, a checkpoint of another run is refused. Returns whether files were
-    removed; with ``explain``, ``(removed, kept)``: ``kept`` says why files that are there
-    stayed (None if none did). The one way labkit deletes a checkpoint (the loop's pruning,
-    the REST API and the CheckpointBrowser all call it). ``in_store``: the store the record is
-    in (default: the one this process uses now)."""
+    then its record. The files stay (a warning is logged) when its real directory lies
+    outside its run's real folder (or outside ``inside``: the folder a loop was told to write
+    its checkpoints to), when it is a link or not a checkpoint directory, when its manifest
+    names another run, or when its run's folder is a symbolic link (to another run's folder,
+    it may be) and its manifest does not name the run. With ``run_id``, a checkpoint of
+    another run is refused. Returns whether files were removed; with ``explain``,
+    ``(removed, kept)``: ``kept`` says why files that are there stayed (None if none did).
+    The one way labkit deletes a checkpoint (the loop's pruning, the REST API and the
+    CheckpointBrowser all call it). ``in_store``: the store the record is in (default: the
+    one this process uses now)."""
     from .. import checkpoint as ckpt
 
     s = in_store if in_store is not None else store()

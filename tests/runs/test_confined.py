@@ -46,9 +46,27 @@ def test_a_checkpoint_through_a_linked_run_folder_keeps_its_files(home_store, tm
     owner, linked, ck, files = _owner_and_linked(home_store, tmp_path, writer)
     removed, kept = lk.runs.delete_checkpoint(ck, run_id=linked, explain=True)
     assert removed is False and ckpt.verify(files) is None  # the other run's is whole
-    assert kept == "its run's folder is a symbolic link"
+    assert kept == (f"it was written by run {owner}" if writer else
+                    "its run's folder is a symbolic link and its manifest does not name the run")
     assert kept in caplog.text and str(files.name) in caplog.text
     assert lk.runs.checkpoints(linked) == [] and len(lk.runs.checkpoints(owner)) == 1
+
+
+def test_a_run_folder_linked_to_scratch_prunes_the_checkpoints_it_wrote(home_store, tmp_path):
+    """A run folder that is a link to a folder of its own elsewhere (scratch storage): the
+    checkpoints whose manifests name the run are its own, and go (keep_last works)."""
+    run = home_store.create_run("scratch")
+    target = tmp_path / "scratch" / run
+    link = tmp_path / "runs" / run
+    link.parent.mkdir(parents=True)
+    target.mkdir(parents=True)
+    os.symlink(target, link, target_is_directory=True)
+    home_store.update_run(run, directory=str(link), status="finished")
+    files = ckpt.save(link / "checkpoints", {"w": np.arange(4.0)}, name="ckpt-00000004",
+                      run_id=run)
+    ck = home_store.add_checkpoint(run, 4, 1, files, 100)
+    assert lk.runs.delete_checkpoint(ck, run_id=run, inside=link / "checkpoints") is True
+    assert not files.exists() and not (target / "checkpoints" / files.name).exists()
 
 
 def test_the_loops_pruning_through_a_linked_run_folder_keeps_the_files(home_store,
