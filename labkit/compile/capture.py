@@ -31,7 +31,8 @@ import threading
 #: their inputs' layout (not on values, not on state kept between calls); elementwise kernels
 #: lk.compile fused (compile/fusion.py) are captured too
 CAPTURED: set = set()
-#: False: no op is captured (every replay works its launches out again)
+#: False: no op of a program built from then on is captured (its replays work their launches
+#: out again); programs built before keep what they have
 ENABLED = True
 #: a recording that failed (a first call that tuned a GEMM, say) is tried again this often
 ATTEMPTS = 3
@@ -50,6 +51,7 @@ class _Recording:
         import pyopencl as cl
 
         rec, rt = self, self.rt
+        self._own = {k: rt.__dict__[k] for k in ("allocate", "finish") if k in rt.__dict__}
         self._call, self._copy, self._alloc = cl.Kernel.__call__, cl.enqueue_copy, rt.allocate
         self._upload, self._finish = rt.upload, rt.finish
         call, copy, alloc = self._call, self._copy, self._alloc
@@ -85,7 +87,11 @@ class _Recording:
         import pyopencl as cl
 
         cl.Kernel.__call__, cl.enqueue_copy = self._call, self._copy
-        del self.rt.allocate, self.rt.finish  # NOTE: the instance attributes: the methods again
+        for k in ("allocate", "finish"):  # NOTE: what the runtime had: its methods, or its own
+            if k in self._own:
+                setattr(self.rt, k, self._own[k])
+            else:
+                delattr(self.rt, k)
 
 
 def allowed(fn) -> bool:
@@ -139,10 +145,10 @@ def capturing(forward, fn_obj, attr_in, multi, ndarray, stats):
         if state["tries"] >= ATTEMPTS or not arrays or any(
                 type(a) is not ndarray for a in arrays) or len({id(a.rt) for a in arrays}) > 1:
             return forward(*ins)
-        state["tries"] += 1
         rt = arrays[0].rt
         if not _ONE.acquire(blocking=False):  # NOTE: one recording at a time (it patches)
             return forward(*ins)
+        state["tries"] += 1
         try:
             rec = _Recording(rt)
             with rec:

@@ -308,13 +308,20 @@ def _checks_early(nodes):
     then read back while the rest of the step is queued, and the wait before the optimizer's
     update finds it there, instead of waiting for the forward and backward to finish first.
     A check only reads its input: on a device it queues a flag that is looked at where it was
-    (before the first state change); on the CPU it raises at once, which is earlier, still
-    before anything changed."""
-    out = []
+    (before the first state change); on the CPU it raises at once. Checks keep their order
+    (the first failing one is the error, as in an eager call) and none moves before a node
+    that changes state, so nothing that happened before it in an eager call happens after."""
+    out, floor = [], 0
     for n in nodes:
         if n.kind == "host" and getattr(n.fn, "lk_check", False) and not n.outs:
-            made = [i for i, m in enumerate(out) if set(m.outs) & set(n.ins)]
-            out.insert(made[-1] + 1 if made else 0, n)
+            pos = floor
+            for i, m in enumerate(out):
+                made = set(m.outs) | {new for _, new in m.versions} | {
+                    x for _, _, x in m.attr_out}
+                if made & set(n.ins) or m.effect:
+                    pos = max(pos, i + 1)
+            out.insert(pos, n)
+            floor = pos + 1
         else:
             out.append(n)
     return out

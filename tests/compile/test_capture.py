@@ -229,3 +229,72 @@ def test_a_captured_lstm_step_gives_the_same_bits(no_capture):
     assert losses == losses0
     for a, b in zip(ps, ps0):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("devname", ["cpu", "cl"])
+def test_a_check_of_labels_changed_in_place_stays_after_the_change(devname):
+    """A check moved early (program._checks_early) follows the node that makes its input,
+    also where that node changes an array in place (its ``versions``). A review found it
+    moved to the start, before the line that names its input (UnboundLocalError)."""
+    def clip(a):
+        if isinstance(a, np.ndarray):
+            np.clip(a, 0, 3, out=a)
+        else:
+            cp.clip(a, 0, 3, out=a)
+
+    def step(x, y):
+        lk.compile.host(clip, y.data, effect=True, mutates=(y.data,))
+        return F.softmax_cross_entropy(x, y)
+
+    rng = np.random.default_rng(0)
+    x = lk.tensor(rng.standard_normal((5, 4)).astype(np.float32), device=devname)
+    f = lk.compile(step)
+    want = step(x, lk.tensor(np.array([0, 1, 2, 3, 1]), device=devname)).item()
+    for _ in range(5):
+        y = lk.tensor(np.array([0, 1, 9, 3, 1]), device=devname)  # NOTE: 9 clipped to 3
+        assert f(x, y).item() == step(x, lk.tensor(np.array([0, 1, 3, 3, 1]),
+                                                   device=devname)).item()
+    assert np.isfinite(want)
+
+
+@pytest.mark.parametrize("devname", ["cpu", "cl"])
+def test_checks_moved_early_keep_their_order(devname):
+    """With two bad arguments a compiled step raises the error the eager step raises (the
+    first check's): checks moved to the start keep the order they were traced in."""
+    from labkit.errors import IndexingError
+
+    rng = np.random.default_rng(0)
+    W = lk.tensor(rng.standard_normal((10, 4)).astype(np.float32), device=devname)
+
+    def step(ids, labels):
+        return F.softmax_cross_entropy(F.embed_id(ids, W), labels)
+
+    def args(ids, labels):
+        return lk.tensor(np.array(ids), device=devname), lk.tensor(np.array(labels),
+                                                                   device=devname)
+    f = lk.compile(step)
+    for _ in range(4):
+        f(*args([1, 2, 3], [0, 1, 2]))
+    for fn in (step, f):
+        with pytest.raises(IndexingError, match=r"embed_id: ids\[2\] is 99"):
+            fn(*args([1, 2, 99], [0, 1, 7]))
+
+
+def test_a_recording_puts_back_a_runtime_hook_it_found():
+    """Hooks a user or a profiler set on the runtime (rt.allocate, rt.finish) are what the
+    runtime has again after a recording, also when the op raised inside it."""
+    rt = cp.ones(3).rt
+    seen = []
+    hook = lambda n, _a=rt.allocate: seen.append(n) or _a(n)  # noqa: E731
+    rt.allocate = hook
+    try:
+        with capture._Recording(rt):
+            cp.ones(8) * 2.0
+        assert rt.allocate is hook and "finish" not in vars(rt)
+        with pytest.raises(ZeroDivisionError), capture._Recording(rt):
+            raise ZeroDivisionError  # NOTE: the op raising inside the recording
+        assert rt.allocate is hook
+        cp.ones(4)
+        assert seen
+    finally:
+        del rt.allocate
