@@ -41,8 +41,10 @@ POST     ``runs/ID/fork`` ``{"checkpoint", "changes"}``    a new run from a chec
 DELETE   ``runs/ID?force=0``                               the run and its files (409 while it
                                                            trains, unless ``force=1``)
 DELETE   ``runs/ID/checkpoints/CID``                       one checkpoint and its files (kept,
-                                                           ``kept``: why, when the run's folder
-                                                           is a link or another run wrote them)
+                                                           ``kept``: why, when they are not
+                                                           surely the run's: outside its real
+                                                           folder, another run's manifest, a
+                                                           link; lk.runs.delete_checkpoint)
 GET      ``compare?ids=A,B&max_points=500&``               the compare page's runs (at most
          ``since_iteration=``                              50) with downsampled metrics, in
                                                            one request, read off the event
