@@ -1,5 +1,6 @@
 """Reading and writing the files of a checkpoint: CRC-32 overlapped with the I/O, and members read
-only as regular files inside a real directory (no links, FIFOs or paths)."""
+only as regular files inside a real directory (no links, FIFOs or paths); ``read_regular`` for
+files outside a checkpoint (a model's weights): regular files only, links followed."""
 
 from __future__ import annotations
 
@@ -167,6 +168,35 @@ class Dir:
 
 class Missing(CheckpointError):
     pass
+
+
+def read_regular(path, limit: int | None = None, what: str = "file"):
+    """The bytes of the regular file at ``path``, for files that are not in a checkpoint
+    directory (a model's weights and record). Links are followed (weights may live in a cache);
+    the file is opened without blocking and checked with fstat before any read, so a FIFO, a
+    device (``/dev/zero``) or a directory is refused, never waited on or read without end.
+    ``limit``: the most bytes such a ``what`` can hold."""
+    where = os.fsdecode(path)
+    try:
+        fd = os.open(where, _READ_FLAGS & ~NOFOLLOW)
+    except FileNotFoundError:
+        raise Missing(f"{where}: missing") from None
+    except (OSError, ValueError) as e:  # NOTE: ValueError: a NUL in the path
+        raise CheckpointError(f"{where}: {_os_problem(e) if isinstance(e, OSError) else e}") \
+            from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(f"{where}: {_what(st.st_mode)}; labkit reads a {what} only "
+                                  "from a regular file")
+        if limit is not None and st.st_size > limit:
+            raise CheckpointError(f"{where}: {st.st_size} bytes, more than the {limit} a {what} "
+                                  "can hold")
+        return read_exact(fd, st.st_size, None, where)
+    except OSError as e:
+        raise CheckpointError(f"{where}: {_os_problem(e)}") from None
+    finally:
+        os.close(fd)
 
 
 def read_exact(fd: int, size: int, crc: int | None, where):
