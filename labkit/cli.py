@@ -158,6 +158,30 @@ def check_devices() -> int:
     return 0 if ok else 1
 
 
+def _replaceable(out: str, force: bool):
+    """A ``DataError`` unless ``-o OUT`` is new, a labkit dataset (converted again), or
+    ``--force``: a converter replaces what is there."""
+    from pathlib import Path
+
+    from .errors import DataError
+
+    path = Path(out)
+    if path.is_dir():
+        return DataError(f"-o {out} is a folder; give a file in it (-o {path / 'NAME.h5'})")
+    if force or not path.exists():
+        return None
+    try:
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            if "labkit_dataset" in f.attrs:
+                return None
+    except (OSError, ValueError):
+        pass
+    return DataError(f"{out} exists and is not a labkit dataset; give another -o, or --force "
+                     "to replace it")
+
+
 def convert(args) -> int:
     from .data import converters
     from .data.datasets import H5Dataset
@@ -169,6 +193,8 @@ def convert(args) -> int:
              "text": "a UTF-8 text file", "npz": "a .npz file",
              "h5": "a labkit HDF5 dataset file"}
     try:
+        if out is not None and (refused := _replaceable(out, args.force)):
+            raise refused
         if name != "digits" and not args.source:
             raise DataError(f"give SOURCE: {needs[name]}")
         if name == "digits":
@@ -234,8 +260,11 @@ def runs_cmd(args) -> int:
                 print(f"  metric {show(k)}: {len(m['value'])} points, last {m['value'][-1]:.5g} "
                       f"at iteration {m['iteration'][-1]}")
         for c in runs.checkpoints(args.id):
+            state = "valid" if c["valid"] else "INVALID"
+            if not os.path.isdir(c["path"]):  # deleted behind the store's back
+                state = "MISSING"
             print(f"  checkpoint at iteration {c['iteration']:>6d}  {c['size'] / 1e6:7.2f} MB  "
-                  f"{'valid' if c['valid'] else 'INVALID'}  {show(c['path'])}")
+                  f"{state:7s}  {show(c['path'])}")
     elif action == "rm":
         runs.delete(args.id, files=not args.keep_files, force=args.force)
         print(f"deleted run {args.id}")
@@ -283,7 +312,30 @@ def resume_cmd(args) -> int:
     print(f"run {loop.run_id}: {loop.status['iteration']} iterations, epoch "
           f"{loop.status['epoch']}; last checkpoint {loop.last_checkpoint}")
     loop.close()
-    return 0
+    status = runs.get(loop.run_id)["status"]
+    if status == "finished":
+        return 0
+    # NOTE: Ctrl-C (or a pause from elsewhere) ended it early: `labkit resume ID && next` must
+    # not go on as if it had finished
+    print(f"run {loop.run_id} is {status}, not finished; `labkit resume {loop.run_id}` "
+          "continues it", file=sys.stderr)
+    return 130 if status == "interrupted" else 1
+
+
+def _an_id(text: str) -> str:
+    """A run or sweep id argument: not empty, not a page of text."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected an id (`labkit runs ls` and `labkit sweep ls` "
+                                         "list them), got an empty string")
+    if len(text) > 4096:
+        raise argparse.ArgumentTypeError(f"expected an id, got {len(text):,} characters")
+    return text
+
+
+def _not_empty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a value, got an empty string")
+    return text
 
 
 def _positive_int(text: str) -> int:
@@ -303,13 +355,21 @@ def launch_cmd(args) -> int:
 
 
 DESCRIPTION = "labkit: train, inspect and resume deep-learning runs."
-EPILOG = "`labkit COMMAND --help` says more about each command."
+EPILOG = """examples:
+  labkit demo                   train a small MLP on digits (about 1 s), into the run store
+  labkit runs                   list the runs; labkit runs show ID for one of them
+  labkit resume ID              continue a run from its newest valid checkpoint
+  labkit convert mnist DIR      write MNIST (from its IDX files) in labkit's HDF5 layout
+  labkit sweep run train.py --trials 20
+
+`labkit COMMAND --help` says more about each command."""
 
 
 def _parser() -> argparse.ArgumentParser:
     from .runs import STATUSES
 
-    parser = argparse.ArgumentParser(prog="labkit", description=DESCRIPTION, epilog=EPILOG)
+    parser = argparse.ArgumentParser(prog="labkit", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND",
                                 title="commands")
     p = sub.add_parser("doctor", help="list OpenCL devices, self-test each, show the settings",
@@ -324,7 +384,8 @@ def _parser() -> argparse.ArgumentParser:
         "that ship with labkit: validation each epoch, checkpoints, early stopping, then the "
         "test accuracy. The run goes into the run store: `labkit runs show ID`, `labkit "
         "resume ID`. Nothing is downloaded.")
-    p.add_argument("--device", help="cpu, cl or cl:N (default: a GPU if there is one, else cpu)")
+    p.add_argument("--device", type=_not_empty,
+                   help="cpu, cl or cl:N (default: a GPU if there is one, else cpu)")
     p.add_argument("--epochs", type=_positive_int, default=30, help="at most this many epochs "
                    "(early stopping may end sooner; default 30)")
     p.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads (default 1: "
@@ -335,56 +396,64 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("runs", help="list, show, rename, tag, note or delete runs "
                        "($LABKIT_HOME/runs.sqlite)",
                        description="The run store: every training run, its config, metrics, "
-                       "checkpoints and lineage.")
+                       "checkpoints and lineage. Example: `labkit runs ls --status failed`, then "
+                       "`labkit runs show ID`.")
     rs = p.add_subparsers(dest="action", metavar="ACTION")
     q = rs.add_parser("ls", help="list runs, newest first (the default)")
     q.add_argument("--status", choices=[*STATUSES, "dead"],
                    help="only runs with this status (dead: running, but its process is gone)")
     q = rs.add_parser("show", help="a run's config, progress, metrics and checkpoints")
-    q.add_argument("id")
+    q.add_argument("id", type=_an_id)
     q = rs.add_parser("rm", help="delete a run and its checkpoints")
-    q.add_argument("id")
+    q.add_argument("id", type=_an_id)
     q.add_argument("--keep-files", action="store_true", help="keep the checkpoint directory")
     q.add_argument("--force", action="store_true", help="delete it even while it trains (its "
                    "trainer stops after that batch and writes nothing more)")
     q = rs.add_parser("rename", help="give a run a new name")
-    q.add_argument("id")
+    q.add_argument("id", type=_an_id)
     q.add_argument("name")
     q = rs.add_parser("tag", help="add tags to a run (or remove them with --remove)",
                       description="Tags: 1 to 40 characters, a letter or digit first, then "
                       "letters, digits and _ . : + = @ / - (no spaces).")
-    q.add_argument("id")
+    q.add_argument("id", type=_an_id)
     q.add_argument("tags", nargs="*", help="tags to add")
     q.add_argument("--remove", nargs="+", metavar="TAG", help="tags to remove")
     q = rs.add_parser("note", help="set a run's free-text note ('' clears it; - reads stdin)")
-    q.add_argument("id")
+    q.add_argument("id", type=_an_id)
     q.add_argument("text")
     p.set_defaults(func=runs_cmd)
     p = sub.add_parser("resume", help="continue a run from its newest valid checkpoint",
                        description="Rebuild a run's loop (with the function lk.training.build "
                        "recorded), load its newest valid checkpoint and train on. A "
                        "data-parallel job (lk.dist.start) starts again on its ranks (or -n N) "
-                       "and this command waits for it.")
-    p.add_argument("id", help="a run id, a checkpoint directory or a run directory")
+                       "and this command waits for it. Example: `labkit resume ID` (`labkit runs` "
+                       "lists the ids).")
+    p.add_argument("id", type=_an_id,
+                   help="a run id, a checkpoint directory or a run directory")
     p.add_argument("-n", type=_positive_int, default=None,
                    help="ranks for a data-parallel job (default: as many as last time)")
     p.set_defaults(func=resume_cmd)
     p = sub.add_parser("convert", help="write a dataset in labkit's HDF5 layout",
                        description="Write a dataset in labkit's HDF5 layout (default: "
                        "$LABKIT_HOME/datasets/NAME.h5). Nothing is downloaded: digits ships with "
-                       "labkit; the others read files you have.")
+                       "labkit; the others read files you have. Example: `labkit convert text "
+                       "corpus.txt -o corpus.h5 --level word`.")
     p.add_argument("name", choices=["digits", "mnist", "cifar10", "text", "npz", "h5"])
     p.add_argument("source", nargs="?", help="mnist: directory of IDX files; cifar10: "
                    "cifar-10-binary.tar.gz or its directory; text: a UTF-8 file; npz: a .npz; "
                    "h5: a labkit dataset file, rewritten in the current format (in place "
                    "unless -o)")
-    p.add_argument("-o", "--output", help="the .h5 file to write")
+    p.add_argument("-o", "--output", type=_not_empty, help="the .h5 file to write (one "
+                   "there already is replaced if it is a labkit dataset)")
+    p.add_argument("--force", action="store_true", help="replace -o even if it is some other "
+                   "file")
     p.add_argument("--level", choices=["char", "word"], default="char", help="text: tokens")
     p.set_defaults(func=convert)
     p = sub.add_parser("launch", help="run a script on N MPI ranks (data-parallel training)",
                        description="Run `mpiexec -n N python -m mpi4py SCRIPT ARGS` with one "
                        "BLAS thread per rank: an exception on any rank ends every rank. Needs "
-                       "pip install 'labkit[dist]'.")
+                       "pip install 'labkit[dist]'. Example: `labkit launch -n 4 train.py --epochs "
+                       "10`.")
     p.add_argument("-n", type=_positive_int, required=True, help="the number of ranks")
     p.add_argument("--threads", type=_positive_int, default=1,
                    help="BLAS threads per rank (default 1)")
@@ -398,24 +467,26 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    from .cli_errors import Reader, closed_pipe, message
     from .errors import LabkitError
 
     args = _parser().parse_args(argv)
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Reader(sys.stdout), Reader(sys.stderr)
     try:
         return args.func(args)
-    except LabkitError as e:
+    except (LabkitError, OSError) as e:
+        if isinstance(e, BrokenPipeError):
+            return closed_pipe()
         # NOTE: every error labkit raises on purpose already names the culprit and the fix: one
-        # line, no traceback (a traceback is for bugs)
-        print(f"labkit {args.cmd}: {e}", file=sys.stderr)
+        # line, no traceback (a traceback is for bugs); an OSError names its file
+        print(f"labkit {args.cmd}: {message(args, e)}", file=sys.stderr)
         return 1
-    except BrokenPipeError:
-        # `labkit runs | head`: the reader left; say nothing more (and nothing at exit)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
     except KeyboardInterrupt:
         print(f"labkit {args.cmd}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 if __name__ == "__main__":

@@ -128,14 +128,25 @@ def _summary(sw) -> None:
     print(f"`labkit sweep show {sw.id}` prints every trial")
 
 
+def _quiet_dask() -> None:
+    """A failed trial is one line of ours (``trial 3 failed: ...``), not Dask's "Compute Failed"
+    report with the trial's traceback on top of it."""
+    import logging
+
+    logging.getLogger("distributed.worker").setLevel(logging.CRITICAL)
+
+
 def run_cmd(args) -> int:
     from . import api
 
     make_loop, module, factory = load_target(args.target)
     space = load_space(args.space, module, args.target)
+    _quiet_dask()
+    # NOTE: the inprocess engine runs one trial at a time: its default is 1 worker, not 2
+    workers = args.workers or (1 if args.engine == "inprocess" else 2)
     sw = api.run(make_loop, space, args.trials, search=args.search, metric=args.metric,
                  mode=args.mode, early_stopping=_asha(args.asha), engine=args.engine,
-                 workers=args.workers, seed=args.seed, name=args.name,
+                 workers=workers, seed=args.seed, name=args.name,
                  _factory=factory, _hook=_progress)
     _summary(sw)
     return 0 if sw.status in ("finished", "stopped") else 1
@@ -211,6 +222,7 @@ def resume_cmd(args) -> int:
         sw.resume()
         print(f"asked sweep {sw.id}'s driver (pid {sw.record['pid']}) to continue")
         return 0
+    _quiet_dask()
     sw = api.resume(args.id, trials=args.trials, engine=args.engine, workers=args.workers,
                     _hook=_progress)
     _summary(sw)
@@ -240,6 +252,15 @@ def pause_cmd(args) -> int:
 
 def stop_cmd(args) -> int:
     return _ask(args, "stop", "its trials checkpoint and stop within seconds")
+
+
+def _an_id(text):
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a sweep id (`labkit sweep ls` lists them), "
+                                         "got an empty string")
+    if len(text) > 4096:
+        raise argparse.ArgumentTypeError(f"expected a sweep id, got {len(text):,} characters")
+    return text
 
 
 def _positive(text):
@@ -273,22 +294,22 @@ def add_parser(sub) -> None:
     q.add_argument("--asha", metavar="GRACE,REDUCTION", help="early stopping by ASHA, e.g. 1,3")
     q.add_argument("--engine", default="local", help="local (the default), inprocess, or a "
                    "scheduler address such as tcp://10.0.0.5:8786")
-    q.add_argument("--workers", type=_positive, default=2, help="local worker processes "
-                   "(default 2)")
+    q.add_argument("--workers", type=_positive, help="local worker processes (default 2; "
+                   "1 for --engine inprocess)")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--name", help="the sweep's name (default: the function's)")
     q.set_defaults(func=run_cmd)
     q = ss.add_parser("ls", help="list sweeps, newest first")
     q.set_defaults(func=ls_cmd)
     q = ss.add_parser("show", help="a sweep's settings and trials, best first")
-    q.add_argument("id")
+    q.add_argument("id", type=_an_id)
     q.add_argument("--sort", choices=["value", "trial"], default="value",
                    help="order: by the metric, best first (the default), or by trial number")
     q.add_argument("--all", action="store_true", help=f"every trial (default: the first "
                    f"{SHOW_ROWS})")
     q.set_defaults(func=show_cmd)
     q = ss.add_parser("resume", help="continue a paused, stopped, interrupted or killed sweep")
-    q.add_argument("id")
+    q.add_argument("id", type=_an_id)
     q.add_argument("--trials", type=_positive, help="grow the sweep to this many trials (the "
                    "search's next points)")
     q.add_argument("--engine", help="default: the engine it ran on")
@@ -296,9 +317,9 @@ def add_parser(sub) -> None:
     q.set_defaults(func=resume_cmd)
     q = ss.add_parser("pause", help="ask a running sweep (in any process) to checkpoint its "
                       "trials and wait until `labkit sweep resume ID`")
-    q.add_argument("id")
+    q.add_argument("id", type=_an_id)
     q.set_defaults(func=pause_cmd)
     q = ss.add_parser("stop", help="ask a running sweep (in any process) to checkpoint its "
                       "trials and stop")
-    q.add_argument("id")
+    q.add_argument("id", type=_an_id)
     q.set_defaults(func=stop_cmd)
