@@ -289,6 +289,9 @@ class MainLoop:
                                      traceback=None)
             self.recorder.listen(self.control, lambda: self.status["iteration"], started)
             st = self.status
+            # NOTE: a loop trained further (a fork of a finished run, run() again) is not
+            # finished while it trains, nor if it stops early; it is again if it finishes
+            st["finished"] = False
             if self._resumed:
                 self._resumed = False
                 self.dispatch("on_resumption")

@@ -159,3 +159,22 @@ def test_a_started_loop_saved_without_the_flag_does_not_start_again(tmp_path):
     again.add(lambda lp: calls.append(1), event="before_training")
     again.run(max_iterations=1)
     assert calls == [] and again.status["training_started"]
+
+
+def test_a_finished_loop_trained_further_is_not_finished_until_it_finishes_again():
+    """A fork of a finished run (or run() again) that is stopped early is not finished: the
+    flag came over from the finished state (the notebook dashboard said 'finished' while it
+    trained, and a sweep trial loaded from such a state was taken as finished)."""
+    loop = make_loop({"epochs": 1})
+    loop.run()
+    assert loop.status["finished"]
+    state = loop.state_dict()
+    fork = make_loop({"epochs": 3})
+    fork.load_state_dict(state)
+    seen = []
+    fork.add(lambda lp: seen.append(lp.status["finished"]), event="after_batch")
+    fork.run(max_iterations=5)
+    assert seen and not any(seen) and not fork.status["finished"]
+    assert not fork.state_dict()["status"]["finished"]
+    fork.run()
+    assert fork.status["finished"] and fork.status["epoch"] == 3
