@@ -324,12 +324,9 @@ def resume_cmd(args) -> int:
 
 def _an_id(text: str) -> str:
     """A run or sweep id argument: not empty, not a page of text."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("expected an id (`labkit runs ls` and `labkit sweep ls` "
-                                         "list them), got an empty string")
-    if len(text) > 4096:
-        raise argparse.ArgumentTypeError(f"expected an id, got {len(text):,} characters")
-    return text
+    from .sweep.cli import id_argument
+
+    return id_argument("an id", "`labkit runs ls` and `labkit sweep ls` list them")(text)
 
 
 def _not_empty(text: str) -> str:

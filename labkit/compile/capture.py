@@ -53,7 +53,7 @@ class _Recording:
         rec, rt = self, self.rt
         self._own = {k: rt.__dict__[k] for k in ("allocate", "finish") if k in rt.__dict__}
         self._call, self._copy, self._alloc = cl.Kernel.__call__, cl.enqueue_copy, rt.allocate
-        self._upload, self._finish = rt.upload, rt.finish
+        self._finish = rt.finish
         call, copy, alloc = self._call, self._copy, self._alloc
 
         def kernel_call(kernel, queue, gs, ls, *args, **kw):
@@ -199,7 +199,7 @@ def _build(rec, arrays, out, multi, forward, fn_obj, attr_in, ndarray, stats):
             return None, f"a kernel without its argument types ({kernel.function_name})"
         clone = cl.Kernel(kernel.program, kernel.function_name)
         clone.set_scalar_arg_dtypes(types)
-        fixed, sets = list(args), []
+        sets = []
         for pos, (t, v) in enumerate(zip(types, args)):
             if t is not None:
                 continue
@@ -210,7 +210,7 @@ def _build(rec, arrays, out, multi, forward, fn_obj, attr_in, ndarray, stats):
                 keep.append(v)  # NOTE: the op's own scratch, kept for its next replays
             elif not isinstance(v, cl.LocalMemory):
                 return None, f"a buffer from outside the op ({kernel.function_name})"
-        clone.set_args(*fixed)
+        clone.set_args(*args)
         launches.append((clone, gs, ls, tuple(sets)))
     metas = tuple(_meta(a) for a in arrays)
     alias = _aliasing(arrays)

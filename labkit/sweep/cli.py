@@ -254,13 +254,20 @@ def stop_cmd(args) -> int:
     return _ask(args, "stop", "its trials checkpoint and stop within seconds")
 
 
-def _an_id(text):
-    if not text.strip():
-        raise argparse.ArgumentTypeError("expected a sweep id (`labkit sweep ls` lists them), "
-                                         "got an empty string")
-    if len(text) > 4096:
-        raise argparse.ArgumentTypeError(f"expected a sweep id, got {len(text):,} characters")
-    return text
+def id_argument(what: str, listed: str):
+    """An argparse ``type`` for ``what`` (an id): not empty, not a page of text; ``listed``
+    says where the ids are listed (labkit/cli.py uses it for run ids)."""
+    def check(text):
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"expected {what} ({listed}), got an empty "
+                                             "string")
+        if len(text) > 4096:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {len(text):,} characters")
+        return text
+    return check
+
+
+_an_id = id_argument("a sweep id", "`labkit sweep ls` lists them")
 
 
 def _positive(text):
