@@ -209,3 +209,24 @@ def test_a_driver_killed_on_another_machine_stops_its_chunks_on_a_cluster(tmp_pa
         assert busy() == 0, "the dead driver's chunk still trains"
         (trial_dir,) = (tmp_path / "runs").iterdir()
         assert trial_dir.is_dir()
+
+
+def test_local_workers_get_one_blas_thread_and_no_sampling_profiler(monkeypatch):
+    """A local worker's settings: one BLAS thread, and none of Dask's dashboard machinery
+    that costs CPU beside a trial (the profiler sampling its stack every 10 ms) — unless the
+    user's environment says otherwise."""
+    from labkit.sweep import engine as E
+
+    monkeypatch.setenv("DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL", "3s")
+    client, close = E.connect("local", 1)
+    try:
+        def settings():
+            import dask
+
+            return (os.environ.get("OMP_NUM_THREADS"),
+                    dask.config.get("distributed.worker.profile.enabled"),
+                    dask.config.get("distributed.admin.system-monitor.interval"))
+        (got,) = client.run(settings).values()
+    finally:
+        close()
+    assert got == ("1", False, "3s")
