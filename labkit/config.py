@@ -12,6 +12,7 @@ setting                        what it does                                     
 ``LABKIT_KEEP_FREED_MEMORY``   keep freed host memory for reuse (glibc)             on
 ``LABKIT_NUMPY_BLAS``          call NumPy's own BLAS for SGD and outer products     on
 ``LABKIT_DIST_STALL``          seconds in an MPI collective before a stall report   60
+``LABKIT_CONVERT_MAX_BYTES``   data a converter reads from one source, unpacked     ``4G``
 =============================  ===================================================  ==========
 
 Switches accept ``1/0``, ``true/false``, ``yes/no`` and ``on/off`` (any case); anything else is
@@ -89,6 +90,18 @@ def _gemm(raw: str) -> tuple[int, int, int]:
     return vals  # type: ignore[return-value]
 
 
+_BYTES = re.compile(r"^([0-9]+(?:\.[0-9]*)?)\s*([kmgt]?)(?:i?b)?$")
+
+
+def _bytes(raw: str) -> int:
+    m = _BYTES.match(raw.strip().lower())
+    v = int(float(m[1]) * 1024 ** " kmgt".index(m[2] or " ")) if m else 0
+    if v < 1:
+        raise ValueError("expected a size in bytes, e.g. 4G, 512M or 1000000 (K, M, G, T are "
+                         "powers of 1024)")
+    return v
+
+
 def _seconds(raw: str) -> float:
     try:
         v = float(raw)
@@ -124,6 +137,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "SGD's update (one axpy) and batch-1 weight gradients (backend/blas.py)"),
     Setting("LABKIT_DIST_STALL", _seconds, 60.0, "seconds a data-parallel rank waits in a "
             "collective before it reports which ranks have not arrived (0: never)"),
+    Setting("LABKIT_CONVERT_MAX_BYTES", _bytes, 4 * 1024 ** 3, "the most bytes of data a "
+            "dataset converter reads from one source once unpacked (all its files and archive "
+            "members together; refused beyond it, so a decompression bomb is never unpacked)"),
 )}
 
 

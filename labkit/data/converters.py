@@ -20,9 +20,9 @@ use; the converter can also write anywhere:
 from __future__ import annotations
 
 import gzip
+import lzma
 import struct
 import tarfile
-import zipfile
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -32,6 +32,7 @@ import numpy as np
 from ..backend.random import Generator
 from ..config import datasets_dir
 from ..errors import DataError
+from ._inputs import Budget, npz_arrays, open_regular, read_exact, tar_members
 from .datasets import H5Dataset
 from .layout import check_container, write_h5
 
@@ -71,11 +72,15 @@ _IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f
 
 
 def read_idx(path) -> np.ndarray:
-    """An array from an IDX file (MNIST's format), gzipped or not."""
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
+    """An array from an IDX file (MNIST's format), gzipped or not. The data its header declares
+    is checked against ``LABKIT_CONVERT_MAX_BYTES`` before any is read or unpacked."""
+    return _read_idx(Path(path), Budget())
+
+
+def _read_idx(path: Path, budget: Budget) -> np.ndarray:
     try:
-        with opener(path, "rb") as f:
+        with open_regular(path) as raw:
+            f = gzip.GzipFile(fileobj=raw, mode="rb") if path.suffix == ".gz" else raw
             head = f.read(4)
             if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in _IDX_TYPES:
                 raise DataError(f"{path} is not an IDX file (bad magic number {head.hex()})")
@@ -88,18 +93,21 @@ def read_idx(path) -> np.ndarray:
             want = dtype.itemsize
             for n in dims:  # NOTE: Python ints: np.prod of four 65536s wraps to 0
                 want *= n
-            # NOTE: the header's size and one byte more, so a gzip bomb is not read whole
-            body = f.read(want + 1) if want < 2**40 else b""
+            if f is raw:  # NOTE: an uncompressed file's size is known before anything is read
+                have = raw.seek(0, 2) - 4 - len(raw_dims)
+                if have != want:
+                    raise DataError(f"{path}: the header says {dims} ({want} bytes of data) but "
+                                    f"the file has {'more' if have > want else have}; it is "
+                                    "truncated or not an IDX file")
+                raw.seek(4 + len(raw_dims))
+            budget.take(want, f"{path} (its header: {dims} of {dtype})")
+            body = read_exact(f, want, f"{path} (its header: {dims} of {dtype})")
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise DataError(f"{path}: cannot read ({e}); the file is damaged or not an IDX file"
                         ) from None
     except OSError as e:
         raise DataError(f"{path}: cannot read ({e})") from None
-    if len(body) != want:
-        raise DataError(f"{path}: the header says {dims} ({want} bytes of data) but the file has "
-                        f"{'more' if len(body) > want else len(body)}; it is truncated or not an "
-                        "IDX file")
-    return np.frombuffer(body, dtype=dtype).reshape(dims).astype(dtype.newbyteorder("="))
+    return body.view(dtype).reshape(dims).astype(dtype.newbyteorder("="))
 
 
 def _find(directory: Path, stem: str) -> Path:
@@ -122,10 +130,10 @@ def convert_mnist(directory, path=None) -> Path:
     """MNIST from the IDX files in ``directory``: ``features`` uint8 (N, 1, 28, 28), ``targets``
     int64; splits train / valid (the last sixth of train) / train_full / test."""
     d = Path(directory)
-    parts = {}
+    parts, budget = {}, Budget()  # NOTE: the four files together
     for split, prefix in (("train", "train"), ("test", "t10k")):
-        x = read_idx(_find(d, f"{prefix}-images-idx3-ubyte"))
-        y = read_idx(_find(d, f"{prefix}-labels-idx1-ubyte"))
+        x = _read_idx(_find(d, f"{prefix}-images-idx3-ubyte"), budget)
+        y = _read_idx(_find(d, f"{prefix}-labels-idx1-ubyte"), budget)
         if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
             raise DataError(f"{d}: {prefix} images {x.shape} and labels {y.shape} do not match")
         parts[split] = (x, y)
@@ -142,12 +150,18 @@ CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog
                    "ship", "truck"]
 
 
-def _cifar_records(name: str, data: bytes):
+#: the records in each of CIFAR-10's six batches: a larger member is not CIFAR-10's
+_CIFAR_BATCH = 10000
+
+
+def _cifar_records(name: str, data: np.ndarray):
+    if not len(data):
+        raise DataError(f"{name}: holds no records; a CIFAR-10 batch holds {_CIFAR_BATCH}")
     if len(data) % _CIFAR_RECORD:
         raise DataError(f"{name}: {len(data)} bytes is not a whole number of CIFAR-10 records "
                         f"({_CIFAR_RECORD} bytes each); the file is truncated")
-    rec = np.frombuffer(data, dtype=np.uint8).reshape(-1, _CIFAR_RECORD)
-    if rec.size and rec[:, 0].max() > 9:
+    rec = data.reshape(-1, _CIFAR_RECORD)
+    if rec[:, 0].max() > 9:
         raise DataError(f"{name}: labels above 9; this is not the CIFAR-10 binary version")
     return rec[:, 1:].reshape(-1, 3, 32, 32), rec[:, 0].astype(np.int64)
 
@@ -159,6 +173,7 @@ def convert_cifar10(source, path=None) -> Path:
     (batch 5) / train_full / test."""
     source = Path(source)
     names = [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]
+    most, budget = _CIFAR_BATCH * _CIFAR_RECORD, Budget()
     blobs = {}
     if source.is_dir():
         for n in names:
@@ -166,22 +181,25 @@ def convert_cifar10(source, path=None) -> Path:
             if not f.exists():
                 raise DataError(f"{source}: no {n}; expected the extracted cifar-10-batches-bin "
                                 "directory")
-            try:
-                blobs[n] = f.read_bytes()
-            except OSError as e:
-                raise DataError(f"{f}: cannot read ({e.strerror or e})") from None
+            with open_regular(f) as fh:
+                have = fh.seek(0, 2)
+                if have > most:
+                    raise DataError(f"{f}: {have:,} bytes, more than a CIFAR-10 batch holds "
+                                    f"({_CIFAR_BATCH} records, {most:,} bytes); this is not "
+                                    "the cifar-10-batches-bin directory")
+                budget.take(have, str(f))
+                fh.seek(0)
+                blobs[n] = read_exact(fh, have, str(f))
     else:
         try:
-            with tarfile.open(source, "r:*") as tar:
-                members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
-                if "data_batch_1" in members and "data_batch_1.bin" not in members:
-                    raise DataError(f"{source} is the Python (pickle) version of CIFAR-10; labkit "
-                                    "reads only the binary version, cifar-10-binary.tar.gz")
-                for n in names:
-                    if n not in members:
-                        raise DataError(f"{source}: the archive has no {n}")
-                    blobs[n] = tar.extractfile(members[n]).read()
-        except (tarfile.TarError, OSError, EOFError) as e:
+            blobs, seen = tar_members(source, set(names), most, budget)
+            if "data_batch_1" in seen and "data_batch_1.bin" not in blobs:
+                raise DataError(f"{source} is the Python (pickle) version of CIFAR-10; labkit "
+                                "reads only the binary version, cifar-10-binary.tar.gz")
+            for n in names:
+                if n not in blobs:
+                    raise DataError(f"{source}: the archive has no {n}")
+        except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as e:
             raise DataError(f"{source}: cannot read the archive ({e}); it is truncated or not "
                             "cifar-10-binary.tar.gz") from None
     xs, ys = zip(*(_cifar_records(n, blobs[n]) for n in names))
@@ -215,7 +233,12 @@ def convert_text(file, path=None, level: str = "char", valid_fraction: float = 0
         raise DataError(f"convert_text: valid_fraction + test_fraction must be at most 1, got "
                         f"{valid_fraction} + {test_fraction}")
     try:
-        lines = [ln for ln in file.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        with open_regular(file) as fh:
+            have = fh.seek(0, 2)
+            Budget().take(have, str(file))
+            fh.seek(0)
+            text = read_exact(fh, have, str(file)).tobytes().decode("utf-8")
+        lines = [ln for ln in text.splitlines() if ln.strip()]
     except UnicodeDecodeError as e:
         raise DataError(f"{file}: not UTF-8 text ({e})") from None
     except OSError as e:
@@ -245,12 +268,15 @@ def convert_h5(file, path=None) -> Path:
     on files in HDF5's old file format, whose metadata has no checksums."""
     file = Path(file)
     ds = H5Dataset(file, split=[])
-    rows = slice(0, ds._num_rows)
-    sources = {}
-    for s in ds.all_sources:
-        data = ds._read_rows(s, rows)
-        sources[s] = list(data) if s in ds.ragged else data
-    ds.close()
+    budget, rows, sources = Budget(), slice(0, ds._num_rows), {}
+    try:
+        for s in ds.all_sources:  # NOTE: a compressed source can declare terabytes
+            budget.take(ds.file[s].nbytes, f"{file}: source {s!r}")
+        for s in ds.all_sources:
+            data = ds._read_rows(s, rows)
+            sources[s] = list(data) if s in ds.ragged else data
+    finally:
+        ds.close()
     return write_h5(path or file, sources, ds.splits, axis_labels=ds.axis_labels_all,
                     metadata={k: ds.metadata(k) for k in ds.metadata_keys},
                     name=ds.info.get("name"), description=ds.info.get("description"))
@@ -258,32 +284,11 @@ def convert_h5(file, path=None) -> Path:
 
 # ---- npz ------------------------------------------------------------------------------------
 def convert_npz(file, path=None, splits: dict | None = None) -> Path:
-    """Every array of a ``.npz`` file as a source (loaded with ``allow_pickle=False``)."""
+    """Every array of a ``.npz`` file as a source (loaded with ``allow_pickle=False``). Each
+    member is checked before it is unpacked: a .npy of numbers whose header agrees with its
+    size, all of them within ``LABKIT_CONVERT_MAX_BYTES``."""
     file = Path(file)
-    try:
-        with open(file, "rb") as f:
-            magic = f.read(8)
-    except OSError as e:
-        raise DataError(f"{file}: cannot be read ({e.strerror or e})") from None
-    if not magic.startswith(b"PK"):  # every .npz is a zip archive
-        hint = " (it is an HDF5 file: `labkit convert h5 FILE`)" if magic.startswith(
-            b"\x89HDF") else ""
-        raise DataError(f"{file}: not a .npz file: it does not start like a zip archive{hint}")
-    try:
-        with np.load(file, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except ValueError as e:
-        if "pickle" not in str(e):
-            raise DataError(f"{file}: not a readable .npz file ({e})") from None
-        raise DataError(f"{file}: holds object arrays, which need pickle; labkit does not load "
-                        f"them ({e})") from None
-    except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-        raise DataError(f"{file}: not a readable .npz file ({e}); it is damaged or truncated"
-                        ) from None
-    for k, v in arrays.items():
-        if not isinstance(v, np.ndarray):  # NOTE: np.load gives a member not in .npy as bytes
-            raise DataError(f"{file}: member {k!r} is not a .npy array; a .npz holds only arrays "
-                            "(np.savez)")
+    arrays = npz_arrays(file, Budget())
     return write_h5(path or dataset_path(file.stem), arrays, splits, name=file.stem)
 
 
