@@ -5,6 +5,7 @@ sizes given as None are resolved on the first call (construct, then call)."""
 from __future__ import annotations
 
 import itertools
+import re
 import types
 import zlib
 from collections.abc import Mapping
@@ -49,6 +50,29 @@ def add_note(error: BaseException, note: str) -> None:
         error.add_note(note)
     else:
         error.__notes__ = [*getattr(error, "__notes__", ()), note]
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_./-]{1,120}")
+_LISTED = 12
+
+
+def _shown(key) -> str:
+    """A key as an error message shows it: a plain name (``/mlp/linear_0.W``) as it is, any
+    other quoted and escaped (``'/a b,\\n'``), so a key with spaces, separators, quotes, line
+    breaks or look-alike letters cannot pass for others; a long one is cut."""
+    if isinstance(key, str) and _PLAIN.fullmatch(key):
+        return key
+    try:
+        text = ascii(str.__str__(key) if isinstance(key, str) else key)
+    except Exception:  # noqa: BLE001 - a crafted object's repr may raise anything
+        text = f"<{type(key).__name__}>"
+    return text if len(text) <= 120 else f"{text[:100]}... ({len(text)} characters)"
+
+
+def _listed(items: list, sep: str) -> str:
+    """``items`` joined, the first few of a long list and how many more."""
+    more = len(items) - _LISTED
+    return sep.join(items[:_LISTED]) + (f"{sep}... and {more} more" if more > 0 else "")
 
 
 def _next_init_seed() -> int:
@@ -312,35 +336,45 @@ class Brick:
         if not isinstance(state, Mapping):
             raise CheckpointError(f"{where}: expected a dict of arrays keyed by parameter "
                                   f"name (state_dict()'s form), got {type(state).__name__}")
+        odd = [k for k in state if not isinstance(k, str)]
+        if odd:
+            raise CheckpointError(
+                f"{where}: keys are parameter names (strings, as state_dict() gives them); got "
+                f"{len(odd)} other key{'s' * (len(odd) > 1)}: "
+                + _listed([f"{_shown(k)} ({type(k).__name__})" for k in odd], ", "))
+        # NOTE: a str subclass compares, hashes and prints as it likes: its plain text is the key
+        state = {str.__str__(k): v for k, v in state.items()}
         params, buffers = self.params(), self.buffers()
         own = {**{k: p.data for k, p in params.items()}, **buffers}
         missing = sorted(set(own) - set(state))
-        unexpected = sorted(map(str, set(state) - set(own)))
+        unexpected = sorted(set(state) - set(own))
         shapes, dtypes, kinds, arrays = [], [], [], {}
         for k in sorted(set(own) & set(state)):
             cur, arr = own[k], _host_array(state[k])
-            if arr is None:
-                kinds.append(f"{k}: {type(state[k]).__name__}, model an array "
+            if arr is None or isinstance(arr, np.ma.MaskedArray):
+                what = "a masked array (its mask would be lost)" if arr is not None else \
+                    type(state[k]).__name__
+                kinds.append(f"{_shown(k)}: {what}, model an array "
                              f"{cur.dtype}{tuple(cur.shape)}")
             elif arr.shape != tuple(cur.shape):
-                shapes.append(f"{k}: checkpoint {arr.shape}, model {tuple(cur.shape)}")
+                shapes.append(f"{_shown(k)}: checkpoint {arr.shape}, model {tuple(cur.shape)}")
             elif arr.dtype != cur.dtype:
-                dtypes.append(f"{k}: checkpoint {arr.dtype}, model {cur.dtype}")
+                dtypes.append(f"{_shown(k)}: checkpoint {arr.dtype}, model {cur.dtype}")
             else:
                 arrays[k] = arr
         if shapes or dtypes or kinds or (strict and (missing or unexpected)):
             parts = []
             if missing:
-                parts.append("missing keys: " + ", ".join(missing))
+                parts.append("missing keys: " + _listed(list(map(_shown, missing)), ", "))
             if unexpected:
-                parts.append("unexpected keys: " + ", ".join(unexpected))
+                parts.append("unexpected keys: " + _listed(list(map(_shown, unexpected)), ", "))
             if kinds:
-                parts.append("not arrays: " + "; ".join(kinds))
+                parts.append("not arrays: " + _listed(kinds, "; "))
             if shapes:
-                parts.append("shape mismatches: " + "; ".join(shapes))
+                parts.append("shape mismatches: " + _listed(shapes, "; "))
             if dtypes:
                 parts.append("dtype mismatches (nothing is cast; convert the state or the "
-                             "model first): " + "; ".join(dtypes))
+                             "model first): " + _listed(dtypes, "; "))
             hint = "" if self.built or not missing else (
                 " (a brick with sizes left as None creates its parameters on its first call: "
                 "call the model once, or give every size)")
