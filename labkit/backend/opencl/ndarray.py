@@ -168,15 +168,13 @@ class ndarray:
     # ---- transfer -----------------------------------------------------------------------
     def get(self) -> np.ndarray:
         """Copy to a new C-contiguous NumPy array (waits for queued work on this array)."""
-        import pyopencl as cl
 
         out = np.empty(self.shape, self.dtype)
         if self.size == 0:
             return out
         src = self if self.is_contiguous else self.copy()
         self.rt.syncs += 1
-        cl.enqueue_copy(self.rt.queue, out, src.data, src_offset=src.offset * self.itemsize,
-                        is_blocking=True)
+        self.rt.read_into(out, src.data, src.offset * self.itemsize)
         return out
 
     numpy = get

@@ -1,0 +1,99 @@
+"""Small launches on a CPU OpenCL device are released to it in batches (``Runtime.tick``):
+the queue holds them behind a gate that every wait for the device opens first. These tests
+hold it to that: results are the same, a gate is really closed while launches are held, and
+no wait can hang behind a gate — not a read, a finish, a dropped upload, nor a wait in one
+thread while another launches (those run in a child process with a hard timeout)."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+import labkit as lk
+from labkit.backend.opencl import context
+
+
+def _chain(x, n):
+    for i in range(n):
+        x = x * np.float32(1.001) if i % 2 else x + np.float32(0.5)
+    return x
+
+
+def test_launches_are_held_behind_a_gate_and_give_the_same_results():
+    rt = context.runtime(0)
+    if not rt.info.is_cpu:
+        assert not rt.batching  # a GPU's queue is never gated
+        return
+    h = np.linspace(-1, 1, 37).astype(np.float32)
+    rt.finish()
+    assert rt._gate is None  # a wait opened it
+    y = _chain(lk.tensor(h, device="cl").data, 3 * context.BATCH)
+    assert rt._gate is not None  # the last launches wait behind it
+    np.testing.assert_array_equal(y.get(), _chain(h, 3 * context.BATCH))
+    assert rt._gate is None
+    rt.batching = False
+    try:
+        y = _chain(lk.tensor(h, device="cl").data, 3 * context.BATCH)
+        assert rt._gate is None
+        np.testing.assert_array_equal(y.get(), _chain(h, 3 * context.BATCH))
+    finally:
+        rt.batching = True
+
+
+WAITS = textwrap.dedent("""
+    import threading
+    import numpy as np
+    import labkit as lk
+    from labkit.backend.opencl import context
+
+    rt = context.runtime(0)
+    h = np.ones(16, np.float32)
+
+    def held():  # launches left behind a closed gate (on a CPU device)
+        x = lk.tensor(h, device="cl").data
+        for _ in range(context.BATCH + 3):
+            x = x + np.float32(1)
+        assert rt._gate is not None or not rt.batching
+        return x
+
+    x = held()
+    assert x.get()[0] == context.BATCH + 4                       # a read
+    held(); rt.finish()                                         # a finish
+    held(); lk.device("cl").synchronize()
+    x = held(); host = np.empty(16, np.float32)
+    rt.download_later(x, host).wait()                           # a read queued for later
+    assert host[0] == context.BATCH + 4
+    held()
+    ups = [lk.tensor(np.full(16, i, np.float32), device="cl") for i in range(40)]
+    held()
+    rt._uploads.clear()                       # dropped upload events wait for their copies
+    del ups
+
+    # one thread launching while another waits: the waits never end up behind its gates
+    stop = threading.Event()
+
+    def launcher():
+        y = lk.tensor(h, device="cl").data
+        while not stop.is_set():
+            y = y * np.float32(1)
+    t = threading.Thread(target=launcher)
+    t.start()
+    try:
+        for i in range(300):
+            z = lk.tensor(np.full(4, i, np.float32), device="cl").data + np.float32(1)
+            assert z.get()[0] == i + 1
+            if i % 10 == 0:
+                rt.finish()
+    finally:
+        stop.set()
+        t.join()
+    x = held()                                               # and at exit, one still held
+    print("ok")
+""")
+
+
+def test_no_wait_hangs_behind_a_gate():
+    p = subprocess.run([sys.executable, "-c", WAITS], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-3000:]
