@@ -136,7 +136,16 @@ def convert_mnist(directory, path=None) -> Path:
         y = _read_idx(_find(d, f"{prefix}-labels-idx1-ubyte"), budget)
         if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
             raise DataError(f"{d}: {prefix} images {x.shape} and labels {y.shape} do not match")
+        if y.dtype.kind not in "iu" or (len(y) and y.min() < 0):
+            raise DataError(f"{d}: {prefix} labels must be class ids (integers >= 0), got "
+                            f"{y.dtype}" + (f" down to {y.min()}" if y.dtype.kind in "iu" else ""))
         parts[split] = (x, y)
+    (xa, _), (xb, _) = parts.values()
+    if xa.shape[1:] != xb.shape[1:] or xa.dtype != xb.dtype:
+        # NOTE: np.concatenate raised a bare ValueError, or cast one split to the other's dtype
+        raise DataError(f"{d}: train images are {xa.dtype} {xa.shape[1:]}, t10k images "
+                        f"{xb.dtype} {xb.shape[1:]}; both files must hold images of one size "
+                        "and type")
     x = np.concatenate([parts["train"][0], parts["test"][0]])[:, None]
     y = np.concatenate([parts["train"][1], parts["test"][1]]).astype(np.int64)
     return write_h5(path or dataset_path("mnist"), {"features": x, "targets": y},
@@ -303,6 +312,10 @@ def get(name: str, split: str = "train", **kwargs) -> H5Dataset:
     corrupted); other datasets must be converted first: ``labkit convert mnist DIR``.
     ``kwargs`` go to ``H5Dataset`` (``sources=``, ``load_in_memory=``).
     """
+    if not isinstance(name, str) or name in ("", ".", "..") or any(c in name for c in "/\\\0"):
+        # NOTE: a name is a file in $LABKIT_HOME/datasets, never a path out of it
+        raise DataError(f"get: a dataset name is a file name without '/', got {name!r}; "
+                        "open a file elsewhere with H5Dataset(path)")
     path = dataset_path(name)
     if name == "digits":
         stamp = _stamp(path)

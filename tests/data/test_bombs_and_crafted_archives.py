@@ -380,3 +380,36 @@ def test_the_limit_setting(monkeypatch, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("labkit convert npz: ") and "LABKIT_CONVERT_MAX_BYTES=1G" in err
     assert err.count("\n") == 1 and not (tmp_path / "b.h5").exists()
+
+
+# ---- MNIST files that disagree, dataset names that are paths --------------------------------
+def idx(dims, code, body: bytes) -> bytes:
+    return b"\0\0" + bytes([code, len(dims)]) + struct.pack(f">{len(dims)}I", *dims) + body
+
+
+@pytest.mark.parametrize("test_images, labels, match", [
+    (idx((1, 20, 20), 0x08, bytes(400)), idx((1,), 0x08, b"\1"),
+     r"train images are uint8 \(28, 28\), t10k images uint8 \(20, 20\)"),  # NOTE: a ValueError
+    (idx((1, 28, 28), 0x0D, bytes(4 * 784)), idx((1,), 0x08, b"\1"),
+     r"t10k images float32 \(28, 28\); both files"),  # NOTE: was cast to float32, silently
+    (idx((1, 28, 28), 0x08, bytes(784)), idx((1,), 0x09, b"\xff"),
+     "t10k labels must be class ids \\(integers >= 0\\), got int8 down to -1"),
+    (idx((1, 28, 28), 0x08, bytes(784)), idx((1,), 0x0D, bytes(4)),
+     "t10k labels must be class ids \\(integers >= 0\\), got float32$"),
+], ids=["size", "dtype", "negative-label", "float-label"])
+def test_mnist_files_that_disagree(tmp_path, test_images, labels, match):
+    (tmp_path / "train-images-idx3-ubyte").write_bytes(idx((1, 28, 28), 0x08, bytes(784)))
+    (tmp_path / "train-labels-idx1-ubyte").write_bytes(idx((1,), 0x08, b"\1"))
+    (tmp_path / "t10k-images-idx3-ubyte").write_bytes(test_images)
+    (tmp_path / "t10k-labels-idx1-ubyte").write_bytes(labels)
+    with pytest.raises(DataError, match=match):
+        convert_mnist(tmp_path, tmp_path / "m.h5")
+    assert not (tmp_path / "m.h5").exists()
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "a/b", "..", "", "a\0b", 3])
+def test_get_takes_names_not_paths(name):
+    from labkit.data import get
+
+    with pytest.raises(DataError, match="get: a dataset name is a file name without '/'"):
+        get(name)
