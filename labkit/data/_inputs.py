@@ -9,6 +9,9 @@ it declares is refused as damaged. Errors name the file, the member and the fix.
 
 from __future__ import annotations
 
+import bz2
+import contextlib
+import gzip
 import lzma
 import os
 import stat
@@ -212,37 +215,89 @@ def _check_member(path, zf, info, names, budget) -> None:
 
 
 # ---- tar ------------------------------------------------------------------------------------
-def tar_members(path, wanted, max_each: int, budget: Budget) -> tuple[dict, set]:
+def tar_members(path, wanted, max_each: int, budget: Budget, max_members: int = 1000
+                ) -> tuple[dict, set]:
     """``({basename: uint8 array}, every basename seen)`` for the regular members of the tar
     archive (any compression) at ``path`` whose basenames are ``wanted``, read as the archive is
     scanned (once, forward). Each member's declared size is checked before its data is read or
-    skipped: all of them against ``budget``, a wanted one against ``max_each``. A wanted name
-    that is a link or appears twice is refused (a link would read another member). Members are
-    never written to disk, so their paths (``..``, absolute) reach nothing."""
-    found, seen = {}, set()
-    with open_regular(path) as fh, tarfile.open(fileobj=fh, mode="r:*") as tar:
-        for m in tar:  # NOTE: lazily: each header is checked before its data is unpacked
-            base = PurePosixPath(m.name).name
-            seen.add(base)
-            what = f"{path}: member {m.name!r}"
-            declared = m.pax_headers.get("size")
-            if declared is not None and not (declared.isascii() and declared.isdigit()):
-                # NOTE: tarfile reads a pax size it cannot parse ('nan', '1e9') as 0
-                raise DataError(f"{what} declares size {declared[:40]!r}, not a number of bytes; "
-                                "the archive is damaged or crafted")
-            budget.take(m.size, what)
-            if base not in wanted:
-                continue
-            if not m.isfile():
-                kind = ("a symbolic link" if m.issym() else "a hard link" if m.islnk() else
-                        "a directory" if m.isdir() else "not a regular file")
-                raise DataError(f"{what} is {kind}; labkit reads only regular members (a link "
-                                "reads another member in its place)")
-            if base in found:
-                raise DataError(f"{what}: a second {base} in the archive (which one is meant is "
-                                "ambiguous); the archive is damaged or crafted")
-            if m.size > max_each:
-                raise DataError(f"{what} declares {size(m.size)}, more than a {base} can hold "
-                                f"({size(max_each)}); this is not the archive it claims to be")
-            found[base] = read_exact(tar.extractfile(m), m.size, what, "the archive")
+    skipped: all of them against ``budget``, a wanted one against ``max_each``; past
+    ``max_members`` members the archive is refused (headers alone, 512 bytes each, compress a
+    thousandfold and tarfile keeps every one in memory). A wanted name that is a link or appears
+    twice is refused (a link would read another member). Members are never written to disk, so
+    their paths (``..``, absolute) reach nothing."""
+    with open_regular(path) as fh, _unpacked(fh) as raw:
+        stream = _Capped(raw, path)
+        # NOTE: forward only ("r|"): nothing is unpacked twice
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
+            found, seen = _scan(path, tar, stream, wanted, max_each, budget, max_members)
     return found, seen
+
+
+def _scan(path, tar, stream, wanted, max_each, budget, max_members):
+    found, seen = {}, set()
+    for i, m in enumerate(tar):  # NOTE: lazily: each header is checked before its data
+        if i == max_members:
+            raise DataError(f"{path}: more than {max_members} members; this is not the "
+                            f"archive expected (it holds {len(wanted)} files to read)")
+        base = PurePosixPath(m.name).name
+        seen.add(base)
+        what = f"{path}: member {m.name!r}"
+        declared = m.pax_headers.get("size")
+        if declared is not None and not (declared.isascii() and declared.isdigit()):
+            # NOTE: tarfile reads a pax size it cannot parse ('nan', '1e9') as 0
+            raise DataError(f"{what} declares size {declared[:40]!r}, not a number of bytes; "
+                            "the archive is damaged or crafted")
+        budget.take(m.size, what)
+        stream.allow(m.size)
+        if base not in wanted:
+            continue
+        if not m.isfile():
+            kind = ("a symbolic link" if m.issym() else "a hard link" if m.islnk() else
+                    "a directory" if m.isdir() else "not a regular file")
+            raise DataError(f"{what} is {kind}; labkit reads only regular members (a link "
+                            "reads another member in its place)")
+        if base in found:
+            raise DataError(f"{what}: a second {base} in the archive (which one is meant is "
+                            "ambiguous); the archive is damaged or crafted")
+        if m.size > max_each:
+            raise DataError(f"{what} declares {size(m.size)}, more than a {base} can hold "
+                            f"({size(max_each)}); this is not the archive it claims to be")
+        found[base] = read_exact(tar.extractfile(m), m.size, what, "the archive")
+    return found, seen
+
+
+def _unpacked(fh):
+    """``fh`` decompressed as a stream (gzip, bzip2 or xz, told by its first bytes), or as is."""
+    head = fh.read(6)
+    fh.seek(0)
+    if head.startswith(b"\x1f\x8b"):
+        return gzip.GzipFile(fileobj=fh, mode="rb")
+    if head.startswith(b"BZh"):
+        return bz2.BZ2File(fh)
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return lzma.LZMAFile(fh)
+    return contextlib.nullcontext(fh)
+
+
+class _Capped:
+    """A stream read forward up to what the members checked so far declare, and ``_SLACK`` more
+    for headers: tarfile reads a pax or long-name header whole, before any check could see it (a
+    few KiB of gzip made it hold 100 MiB)."""
+
+    _SLACK = 2 << 20
+
+    def __init__(self, f, path):
+        self.f, self.path, self.cap, self.got = f, path, self._SLACK, 0
+
+    def allow(self, n: int) -> None:
+        self.cap += -(-n // 512) * 512
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.cap - self.got + 1 if n < 0 else min(n, self.cap - self.got + 1)
+        data = self.f.read(n)
+        self.got += len(data)
+        if self.got > self.cap:
+            raise DataError(f"{self.path}: its headers hold more than {size(self._SLACK)} "
+                            "besides the members' data (a header bomb: tarfile would hold it all "
+                            "in memory); the archive is damaged or crafted")
+        return data

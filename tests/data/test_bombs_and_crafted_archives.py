@@ -267,6 +267,28 @@ def test_a_tar_bomb_of_zeros_is_refused_before_it_is_unpacked(tmp_path, low_limi
             r"member 'cifar-10-batches-bin/readme\.html' declares 4,194,304 bytes")
 
 
+@pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT], ids=["pax", "gnu"])
+def test_a_header_bomb_is_not_held_in_memory(tmp_path, fmt):
+    """tarfile reads a pax header or a GNU long name whole, before any member can be checked:
+    one of 8 MiB, a few KiB in the archive, is refused as the stream reaches it."""
+    info = member("data_batch_1.bin", data=b"")
+    if fmt == tarfile.PAX_FORMAT:
+        info.pax_headers = {"comment": "a" * (2 * BOMB)}
+    else:
+        info.name = "d/" * BOMB + "data_batch_1.bin"
+    (tmp_path / "c.tar.gz").write_bytes(tar_of([(info, b"")], "w:gz", fmt))
+    assert (tmp_path / "c.tar.gz").stat().st_size < 100_000
+    refused(lambda: convert_cifar10(tmp_path / "c.tar.gz", tmp_path / "c.h5"),
+            r"c\.tar\.gz: its headers hold more than 2,097,152 bytes \(2\.0 MiB\) besides the "
+            "members' data", peak=4 * MIB)
+
+
+def test_an_archive_of_too_many_members(tmp_path):
+    (tmp_path / "c.tar.gz").write_bytes(tar_of([(member(f"m{i}"), b"") for i in range(1001)]))
+    with pytest.raises(DataError, match=r"c\.tar\.gz: more than 1000 members"):
+        convert_cifar10(tmp_path / "c.tar.gz", tmp_path / "c.h5")
+
+
 @pytest.mark.parametrize("extra, match", [
     ([(member("data_batch_1.bin", type=tarfile.SYMTYPE, linkname="test_batch.bin"), b"")],
      r"member 'cifar-10-batches-bin/data_batch_1\.bin' is a symbolic link"),
@@ -289,13 +311,14 @@ def test_crafted_tar_members(tmp_path, extra, match):
     assert not (tmp_path / "c.h5").exists()
 
 
-def test_tar_member_paths_reach_nothing_outside(tmp_path):
+@pytest.mark.parametrize("mode", ["w", "w:xz"])
+def test_tar_member_paths_reach_nothing_outside(tmp_path, mode):
     """Members are read in memory, never extracted: '../' and absolute paths write nothing."""
     (tmp_path / "in").mkdir()
     names = ["../../escaped/" + n for n in BATCHES[:3]] + ["/tmp/h1/escaped/" + n
                                                            for n in BATCHES[3:]]
     (tmp_path / "in/c.tar").write_bytes(tar_of([(member(n, data=record(i)), record(i))
-                                                for i, n in enumerate(names)], "w"))
+                                                for i, n in enumerate(names)], mode))
     ds = H5Dataset(convert_cifar10(tmp_path / "in/c.tar", tmp_path / "c.h5"), split="test")
     assert ds.get_data(slice(None))["targets"].tolist() == [5]
     assert sorted(os.listdir(tmp_path)) == ["c.h5", "in"] and os.listdir(tmp_path / "in") == [
