@@ -21,8 +21,15 @@ Inside a compiled step:
   the tensor and read it after the call;
 - results are new tensors at each call (never a buffer the next call overwrites), without a
   graph: call ``backward`` inside the step;
-- tensors and numbers the step reads from its closure or globals are those it was traced with
-  (bricks' settings excepted: they are checked): pass what changes as arguments;
+- Python values the step reads from its globals, its closure, its default arguments, or
+  attributes its code names (``cfg.scale``, ``self.alpha``, ``opt.lr``; also in the functions
+  and methods of the user's it calls) are checked at each call (compile/guards.py): a number
+  by value, an object by identity; a change traces again. A step that changes such a value
+  itself (``counter["n"] += 1``) is refused, and so is a Python number or string in its
+  results that nothing checked gives (``len(a_list)``): a replay would return it unchanged;
+- a parameter passed as an argument (or its array) is checked by identity: the step may
+  read it where it lives too (its brick), so a program traced with it is not replayed for
+  another;
 - one call runs at a time (a lock): a compiled step may be shared between threads;
 - labels and index arrays are checked at every call as an eager call checks them; on OpenCL
   the check's flag is read back without waiting and looked at before the replay's next
@@ -55,7 +62,9 @@ from ..autograd import trace as _trace
 from ..autograd.tensor import Tensor
 from ..autograd.trace import host
 from ..backend import opencl
+from ..bricks.base import Parameter
 from ..errors import CompileError
+from .guards import check_unchanged, python_guards, refuse_stale, stale_results
 from .program import Program, depends_failure
 from .scan import scan
 from .trace import Tracer, compare
@@ -65,7 +74,7 @@ class CompileWarning(UserWarning):
     """A compiled step keeps tracing again (its arguments change shape or value)."""
 
 
-def _flatten(obj, leaves, tensors, key, keep):
+def _flatten(obj, leaves, tensors, key, keep, pyvals=None):
     """The step's arguments as array leaves (what a replay reads) and a key of everything
     else it was traced with (shapes, dtypes, devices, Python values, object identities)."""
     if isinstance(obj, Tensor):
@@ -73,18 +82,25 @@ def _flatten(obj, leaves, tensors, key, keep):
         tensors[len(leaves)] = obj
         leaves.append(d)
         key.append(("T", d.shape, d.dtype, _dev(d), obj.requires_grad))
+        if isinstance(obj, Parameter):
+            # NOTE: a parameter passed in may also be read where it lives (by its brick, by
+            # an optimizer): a program traced with it reads that argument there too
+            keep.append(obj)
+            key.append(("P", getattr(obj, "name", None), id(obj)))
     elif isinstance(obj, (np.ndarray, opencl.ndarray)):
         leaves.append(obj)
         key.append(("A", obj.shape, obj.dtype, _dev(obj)))
     elif isinstance(obj, (tuple, list)):
         key.append((type(obj).__name__, len(obj)))
         for x in obj:
-            _flatten(x, leaves, tensors, key, keep)
+            _flatten(x, leaves, tensors, key, keep, pyvals)
     elif isinstance(obj, dict):
         key.append(("dict", tuple(obj)))
         for x in obj.values():
-            _flatten(x, leaves, tensors, key, keep)
+            _flatten(x, leaves, tensors, key, keep, pyvals)
     elif obj is None or isinstance(obj, (bool, str, numbers.Number, np.generic)):
+        if pyvals is not None:
+            pyvals.append(obj)
         # NOTE: a float by its repr: NaN equals itself there, and -0.0 is not 0.0
         if isinstance(obj, (float, complex, np.inexact)):
             key.append(("V", type(obj).__name__, repr(obj), "repr"))
@@ -109,6 +125,8 @@ def _describe(key):
         return f"the value {key[2] if len(key) > 3 else repr(key[2])}"
     if kind == "O":
         return f"a {key[1]} object"
+    if kind == "P":
+        return f"the parameter {key[1]!r}"
     if kind == "alias":
         pairs = [f"{a} and {k}" for k, a in enumerate(key[1]) if a != k]
         return (f"array arguments {', '.join(pairs)} the same array" if pairs
@@ -134,6 +152,9 @@ _PASS_LINES = (
 #: trace per call; a step cycling through more signatures than this traces at every call)
 MAX_PENDING = 64
 MAX_SIGNATURES = 64
+#: programs kept for one signature, each for other values of what its guards check (a
+#: brick's train/eval mode, a global the step reads): the most recently made
+MAX_PROGRAMS = 8
 
 
 def _detached(obj):
@@ -189,8 +210,8 @@ class Compiled:
 
     def _call(self, args, kwargs):
         self.stats["calls"] += 1
-        leaves, tensors, key, keep = [], {}, [], []
-        _flatten((args, kwargs), leaves, tensors, key, keep)
+        leaves, tensors, key, keep, pyvals = [], {}, [], [], []
+        _flatten((args, kwargs), leaves, tensors, key, keep, pyvals)
         # NOTE: the same array passed twice is one slot of the trace: which arguments are
         # the same array is part of the signature
         first_of: dict = {}
@@ -207,16 +228,17 @@ class Compiled:
             first = None
         if plans is not None:
             for p in plans:
-                if self.trust_input or p.guard_failure() is None:
+                if self.trust_input or p.guard_failure(leaves) is None:
                     self.stats["replays"] += 1
                     return p.run(leaves, tensors)
             if first is None:
-                self._note_retrace(plans[0].guard_failure())
+                self._note_retrace(plans[0].guard_failure(leaves))
         elif stale is not None:
             self._note_retrace(stale)
         elif first is None and self._last_key is not None:
             self._note_retrace(self._why(key))
         self._last_key = key
+        walk = python_guards(self.fn, keep)
         tracer = Tracer(leaves, tensors, self.__name__)
         old = _trace.set_tracer(tracer)
         try:
@@ -225,6 +247,9 @@ class Compiled:
         finally:
             _trace.set_tracer(old)
         self.stats["traces"] += 1
+        unchecked = stale_results(trace.out_tree, walk, trace.values.values(), pyvals)
+        if unchecked is not None:
+            refuse_stale(unchecked, self.__name__)
         first = self._first.pop(key, None)
         if first is None:
             trace.slim()
@@ -234,9 +259,13 @@ class Compiled:
                 self._drop(next(iter(self._first)), pending=True)
             return result
         compare(first, trace, self.__name__)
+        check_unchanged(walk, self.__name__)
+        trace.pyguards = walk.guards
         prog = Program(trace, fuse=self.fuse, cse=self.cse, stabilize=self.stabilize,
                        reassociate=self.reassociate)
-        self._plans.setdefault(key, []).insert(0, prog)
+        progs = self._plans.setdefault(key, [])
+        progs.insert(0, prog)
+        del progs[MAX_PROGRAMS:]  # NOTE: a value that keeps changing: the latest programs
         self._keep[key] = keep
         while len(self._plans) > MAX_SIGNATURES:
             self._drop(next(iter(self._plans)), pending=False)

@@ -13,6 +13,7 @@ import numpy as np
 from ..autograd.tensor import Tensor
 from ..backend.opencl.context import deferred_checks, resolve_checks
 from . import passes
+from .guards import first_failure
 from .trace import Trace
 
 
@@ -87,6 +88,8 @@ class Program:
         self.live_shapes = [(tensor, tensor.data.shape, tensor.data.dtype, tensor.requires_grad)
                             for _, tensor in self.live]
         self.depends = list(t.depends)
+        self.pyguards = list(getattr(t, "pyguards", ()))  # compile/guards.py
+        self.arg_alias = list(t.arg_alias)
         self.lowered = 0
         #: ops replayed as captured launches (compile/capture.py): how many, the calls that
         #: ran as before after all, the recordings refused and the last reason
@@ -94,11 +97,17 @@ class Program:
         self.replay, self.source = _generate(self, nodes, t, needed | _read_by_hosts(nodes))
 
     # ---- replay ---------------------------------------------------------------------------
-    def guard_failure(self):
-        """Why this program does not fit the current state (None when it does)."""
-        changed = depends_failure(self.depends)
+    def guard_failure(self, leaves=()):
+        """Why this program does not fit the current state and the arguments' arrays
+        ``leaves`` (None when it does)."""
+        changed = first_failure(self.pyguards) or depends_failure(self.depends)
         if changed is not None:
             return changed
+        for k, tensor in self.arg_alias:
+            if k < len(leaves) and leaves[k] is not tensor.data:
+                return (f"argument array {k} was the data of a tensor of shape "
+                        f"{tuple(tensor.shape)} the step also reads (a parameter) when traced, "
+                        "and is another array now")
         for tensor, shape, dtype, rg in self.live_shapes:
             d = tensor.data
             if d.shape != shape or d.dtype != dtype or tensor.requires_grad != rg:

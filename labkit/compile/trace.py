@@ -91,6 +91,7 @@ class Trace:
         self.sums: dict[int, int] = {}     # outside slot -> a checksum of its values when read
         self.mutated: set = set()          # ids of the arrays host effects change in place
         self.arg_tensors: dict[int, Tensor] = {}  # argument index -> the Tensor passed
+        self.arg_alias: list = []          # (argument index, a tensor read whose data it is)
         for k, a in enumerate(arg_arrays):
             if id(a) not in self.ids:
                 s = self._new()
@@ -152,6 +153,13 @@ class Trace:
         s = self.ids.get(id(arr))
         if s is not None:
             src = self.sources.get(s)
+            if (src is not None and src.kind == "arg" and tensor is not None
+                    and tensor.creator is None and tensor is not self.arg_tensors.get(src.arg)
+                    and all(x is not tensor for _, x in self.arg_alias)):
+                # NOTE: an argument that is the data of a tensor read elsewhere (W.data passed
+                # in, and the brick that holds W): a replay reads that argument for both, so
+                # it must be that tensor's data again
+                self.arg_alias.append((src.arg, tensor))
             if src is not None and src.kind == "ext" and tensor is not None:
                 # NOTE: another tensor on the same array (p and p.detach()): each is a
                 # candidate for the one that lives on between calls

@@ -1,0 +1,388 @@
+"""Guards on the Python values a step reads: what a replay would otherwise freeze.
+
+A replay runs no Python, so a number the step reads from a global, from its closure, from an
+attribute of an object it names (``cfg.scale``, ``opt.lr`` written in the step) or from its
+default arguments is the one of the traced call. Each such value is recorded when the step is
+traced (by reading the step's code: the names it and the functions it calls use) and checked
+at every call: a plain value (a number, a string, a tuple or a small list or dict of them) by
+value, anything else (a model, a tensor, a function) by identity. A change traces again. What
+a step itself changes (``global n; n += 1``, ``history.append(x)``, ``self.last = loss``) a
+replay would not change: such a step is refused. Values read inside labkit (an optimizer's
+learning rate read by its update, a brick's settings) are read at each replay or checked by
+labkit itself, and are not guarded here.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sysconfig
+import types
+
+import numpy as np
+
+from ..autograd.tensor import Tensor
+from ..backend import opencl
+from ..backend.random import Generator
+from ..errors import CompileError
+
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIBS = tuple({os.path.abspath(p) for k in ("stdlib", "platstdlib", "purelib", "platlib")
+               if (p := sysconfig.get_paths().get(k))})
+_MISSING = object()
+#: at most this many elements in a list, tuple or dict compared by value
+_SMALL = 64
+
+
+def canon(v, depth=0):
+    """A comparable form of a plain value (floats by repr: NaN equals itself, -0.0 is not
+    0.0), or None for anything else."""
+    t = type(v)
+    if v is None or t in (bool, int, str, bytes):
+        return (t, v)
+    if t in (float, complex) or isinstance(v, np.generic):
+        return (t, repr(v))
+    if t in (tuple, list) and len(v) <= _SMALL and depth < 3:
+        items = tuple(canon(x, depth + 1) for x in v)
+        return None if any(x is None for x in items) else (t, items)
+    if t is dict and len(v) <= _SMALL and depth < 3:
+        items = tuple((canon(k, depth + 1), canon(x, depth + 1)) for k, x in v.items())
+        return None if any(a is None or b is None for a, b in items) else (t, items)
+    return None
+
+
+def _state(v):
+    """What a guard compares: ("v", canon) for a plain value, else ("i", id): the object
+    itself (a list of tensors the step appends to is the same list)."""
+    c = canon(v)
+    return ("v", c) if c is not None else ("i", id(v))
+
+
+def _user_code(code) -> bool:
+    f = os.path.abspath(code.co_filename)
+    return not (f.startswith(_PKG) or f.startswith(_LIBS) or f.startswith("<frozen"))
+
+
+def _names(code, out=None) -> set:
+    """The global and attribute names a code object and the code nested in it use."""
+    out = set() if out is None else out
+    out.update(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            _names(c, out)
+    return out
+
+
+def _consts(code, out) -> None:
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            _consts(c, out)
+        else:
+            _add(out, c)
+
+
+def _add(out, v, depth=0):
+    """``v`` and, for a tuple (a dict's constant keys) or a list, each of its items."""
+    if (k := canon(v)) is not None:
+        out.add(k)
+    if isinstance(v, (tuple, list, frozenset)) and depth < 3:
+        for x in v:
+            _add(out, x, depth + 1)
+    elif isinstance(v, dict) and depth < 3:
+        for k, x in v.items():
+            _add(out, k, depth + 1)
+            _add(out, x, depth + 1)
+
+
+class Guard:
+    """One Python value the step read: where it lives, what it was, whether it is the user's
+    (a change the step itself makes is refused) and how to name it."""
+
+    __slots__ = ("kind", "holder", "name", "state", "user", "label", "keep", "shown", "get",
+                 "plain")
+
+    def __init__(self, kind, holder, name, value, user, label):
+        self.kind, self.holder, self.name = kind, holder, name
+        self.user, self.label = user, label
+        self.state = _state(value)
+        self.plain = self.state[0] == "v"
+        self.keep = value  # NOTE: alive, so that an id is never another object's
+        self.shown = _show(value) if self.plain else None
+        if kind == "g":
+            self.get = functools.partial(holder.get, name, _MISSING)
+        elif kind == "a":
+            self.get = functools.partial(getattr, holder, name, _MISSING)
+        elif kind == "c":
+            self.get = lambda: holder.cell_contents
+        else:
+            self.get = lambda: (holder.__defaults__, holder.__kwdefaults__)
+
+    def read(self):
+        try:
+            return self.get()
+        except Exception:  # noqa: BLE001 - an empty cell, a property that raised
+            return _MISSING
+
+    def ok(self) -> bool:
+        """Whether the value is as traced (the check at each call)."""
+        try:
+            v = self.get()
+        except Exception:  # noqa: BLE001
+            return False
+        return canon(v) == self.state[1] if self.plain else v is self.keep
+
+    def failure(self):
+        """None when the value is as traced, else what changed."""
+        if self.ok():
+            return None
+        v = self.read()
+        if self.plain and canon(v) is not None:
+            return f"{self.label} was {self.shown} when traced, is {_show(v)}"
+        if v is _MISSING:
+            return f"{self.label} is gone since it was traced"
+        return f"{self.label} is another {type(v).__name__} object than when traced"
+
+
+def _show(v):
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def first_failure(guards):
+    for g in guards:
+        if not g.ok():
+            return g.failure()
+    return None
+
+
+class Walk:
+    """The guards of a step, found from its code (``walk(fn)``, then ``finish()``), and the
+    code constants of the user's functions it reaches (results made of them are not stale).
+    An object's attributes are guarded for the names any of those functions use (``opt``
+    held by the step, ``opt.lr`` read by a function it calls)."""
+
+    def __init__(self):
+        self.guards: list[Guard] = []
+        self.consts: set = set()
+        self.names: set = set()
+        self._seen: set = set()
+        self._objects: list = []   # (object, how to name it, depth): attributes to guard
+        self._guarded: set = set()  # (id(object), name) done
+
+    def walk(self, fn, depth=0):
+        seen = ((id(fn.__func__), id(fn.__self__)) if isinstance(fn, types.MethodType)
+                else id(fn))
+        if depth > 4 or seen in self._seen:
+            return
+        self._seen.add(seen)
+        from . import Compiled
+
+        if isinstance(fn, Compiled):
+            return self.walk(fn.fn, depth + 1)
+        if isinstance(fn, functools.partial):
+            return self.walk(fn.func, depth + 1)
+        if isinstance(fn, types.MethodType):
+            f = fn.__func__
+            # NOTE: the attributes of its object that a method reads: the user's methods, and
+            # the step itself (MainLoop's, whose loss_fn is the user's)
+            if isinstance(f, types.FunctionType) and (depth == 0 or _user_code(f.__code__)):
+                self.names |= _names(f.__code__)
+                self.walk(f, depth + 1)
+                self.objects([fn.__self__], depth + 1)
+            return None
+        if not isinstance(fn, types.FunctionType):
+            call = next((k.__dict__["__call__"] for k in type(fn).__mro__
+                         if "__call__" in k.__dict__), None)
+            if isinstance(call, types.FunctionType) and not isinstance(fn, type):
+                self.walk(types.MethodType(call, fn), depth + 1)
+            return None
+        code = fn.__code__
+        if not _user_code(code):
+            return None
+        names = _names(code)
+        self.names |= names
+        _consts(code, self.consts)
+        where = fn.__name__
+        g = fn.__globals__
+        for n in sorted(names):
+            if n in g:
+                self._value(g[n], "g", g, n, True, f"the global {n} (read by {where})", depth)
+        for n, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            try:
+                v = cell.cell_contents
+            except ValueError:
+                continue
+            self._value(v, "c", cell, n, True, f"{n} (in the closure of {where})", depth)
+        if fn.__defaults__ or fn.__kwdefaults__:
+            self.guards.append(Guard("d", fn, None, (fn.__defaults__, fn.__kwdefaults__),
+                                     True, f"the default arguments of {where}"))
+        return None
+
+    def objects(self, objs, depth=1):
+        """Guard the attributes the step's code names of ``objs`` too (its arguments)."""
+        for obj in objs:
+            if all(o is not obj for o, _, _ in self._objects):
+                self._objects.append((obj, _name_of(obj), depth))
+
+    def finish(self):
+        """Guard the objects' attributes, for every name the functions read use (reading
+        one may reach more functions and objects: until nothing new comes)."""
+        while True:
+            n_names, n_objects = len(self.names), len(self._objects)
+            for obj, what, depth in list(self._objects):
+                self._attrs(obj, what, depth)
+            if len(self.names) == n_names and len(self._objects) == n_objects:
+                return self
+
+    def _value(self, v, kind, holder, name, user, label, depth):
+        if not isinstance(v, types.ModuleType):
+            self.guards.append(Guard(kind, holder, name, v, user, label))
+            if canon(v) is not None:
+                return
+        from . import Compiled
+
+        if isinstance(v, (types.FunctionType, types.MethodType, functools.partial, Compiled)):
+            self.walk(v, depth + 1)
+        else:
+            self.objects([v], depth + 1)
+
+    def _attrs(self, obj, what, depth):
+        """Guards on the attributes of ``obj`` the code names: a module's and a class's
+        plain values (and the user's functions there, read in turn), an object's instance
+        attributes and its properties whose value is plain; not of tensors, arrays, bricks
+        or generators, whose values a replay reads or labkit checks."""
+        from ..bricks.base import Brick
+
+        if depth > 4 or isinstance(obj, (Tensor, np.ndarray, opencl.ndarray, Brick, Generator)):
+            return
+        module = getattr(obj, "__module__", None) if isinstance(obj, type) else (
+            getattr(obj, "__name__", None) if isinstance(obj, types.ModuleType)
+            else type(obj).__module__)
+        labkit = str(module).split(".")[0] == "labkit"
+        if labkit and isinstance(obj, (type, types.ModuleType)):
+            return
+        user = _is_user_module(obj) if isinstance(obj, types.ModuleType) else not labkit
+        d = getattr(obj, "__dict__", None)
+        if not isinstance(d, (dict, types.MappingProxyType)):
+            return
+        for n in sorted(self.names):
+            if (id(obj), n) in self._guarded:
+                continue
+            if n in d:
+                self._guarded.add((id(obj), n))
+                v = d[n]
+                if isinstance(obj, (type, types.ModuleType)):
+                    if canon(v) is not None:
+                        self.guards.append(Guard("a", obj, n, v, user, f"{what}.{n}"))
+                    elif isinstance(v, types.FunctionType):
+                        self.walk(v, depth + 1)
+                else:
+                    self._value(v, "a", obj, n, user, f"{what}.{n}", depth)
+            elif isinstance(obj, (type, types.ModuleType)):
+                continue
+            elif isinstance(f := getattr(type(obj), n, None), types.FunctionType):
+                self._guarded.add((id(obj), n))
+                if _user_code(f.__code__):  # NOTE: a method of the user's that it calls
+                    self.walk(types.MethodType(f, obj), depth + 1)
+            elif isinstance(f, property):
+                self._guarded.add((id(obj), n))
+                try:
+                    v = getattr(obj, n)
+                except Exception:  # noqa: BLE001 - a property that raises: not guarded
+                    continue
+                if canon(v) is not None:
+                    self.guards.append(Guard("a", obj, n, v, False, f"{what}.{n}"))
+
+
+def _name_of(obj):
+    if isinstance(obj, (type, types.ModuleType)):
+        return obj.__name__
+    return type(obj).__name__
+
+
+def _is_user_module(m) -> bool:
+    f = getattr(m, "__file__", None)
+    return bool(f) and not os.path.abspath(f).startswith((_PKG,) + _LIBS)
+
+
+def python_guards(fn, objects=()) -> Walk:
+    """The guards of ``fn`` as it is now (before a traced call); ``objects``: the objects
+    passed to it (a method's ``self``), whose attributes its code names are guarded too."""
+    w = Walk()
+    w.walk(fn)
+    w.objects(objects)
+    return w.finish()
+
+
+def check_unchanged(walk, fn_name):
+    """After a traced call: refuse a step that changed a Python value of the user's it
+    reads (a replay would not change it again)."""
+    for g in walk.guards:
+        if g.user and g.kind != "d" and (why := g.failure()) is not None:
+            raise CompileError(
+                f"lk.compile: {fn_name} changes {g.label} while it runs ({why}); a replay "
+                "runs no Python, so it would not change it again. Return the value from the "
+                "step and keep it after the call, or pass it in as an argument")
+
+
+def _justified(walk, values, pyvals) -> set:
+    """The plain values a result may hold without being stale: the code's constants, the
+    values the guards check (and their parts), the Python values of the arguments and every
+    dimension of the step's arrays (fixed for a program)."""
+    ok = set(walk.consts)
+    ok.add(canon(None))
+    for g in walk.guards:
+        if g.state[0] == "v":
+            _add(ok, g.keep)
+    for v in pyvals:
+        _add(ok, v)
+    for v in values:
+        shape = tuple(getattr(v, "shape", ()))
+        for d in shape:
+            ok.add(canon(int(d)))
+        ok.add(canon(shape))
+        ok.add(canon(int(getattr(v, "size", 0))))
+        ok.add(canon(int(getattr(v, "ndim", 0))))
+    return ok
+
+
+def stale_results(out_tree, walk, values, pyvals):
+    """The first Python value in a step's results (or its dicts' keys) that nothing checks
+    at each call, as (where, value); None when there is none."""
+    ok = _justified(walk, values, pyvals)
+
+    def visit(tree, where):
+        kind, body = tree
+        if kind == "value":
+            c = canon(body)
+            return (where, body) if c is not None and c not in ok else None
+        if kind in ("tensor", "array"):
+            return None
+        if kind == "dict":
+            for k, x in body:
+                if (c := canon(k)) is not None and c not in ok:
+                    return f"{where}, a key", k
+                if (r := visit(x, f"{where}[{k!r}]")) is not None:
+                    return r
+            return None
+        for i, x in enumerate(body):
+            if (r := visit(x, f"{where}[{i}]")) is not None:
+                return r
+        return None
+
+    return visit(out_tree, "in the result")
+
+
+def refuse_stale(found, fn_name):
+    where, value = found
+    raise CompileError(
+        f"lk.compile: {fn_name} returns the Python {type(value).__name__} {_show(value)} "
+        f"({where}), which a replay would return again unchanged: nothing the step reads "
+        "that is checked at each call (its arguments, the globals, closure and attributes "
+        "its code names, its constants, the shapes of its arrays) gives it. Return a "
+        "tensor computed by labkit ops, pass the value in as an argument, or compute it "
+        "after the call")
+
+
+__all__ = ["Guard", "Walk", "canon", "check_unchanged", "first_failure", "python_guards",
+           "refuse_stale", "stale_results"]

@@ -1,0 +1,205 @@
+"""Python values a compiled step reads (globals, its closure, attributes its code names, default
+arguments) are checked at each call: a change after the step compiled traces again instead of
+replaying the traced value. And an argument that is a parameter the step also reads elsewhere."""
+
+import types
+
+import numpy as np
+import pytest
+
+import labkit as lk
+import labkit.bricks as B
+import labkit.functions as F
+import labkit.optimizers as O
+from labkit.errors import CompileError
+
+SCALE = 2.0
+CFG = types.SimpleNamespace(scale=2.0, inner=types.SimpleNamespace(k=2.0))
+FLAGS = {"double": False}
+
+
+def _helper(x):
+    return x * CFG.inner.k
+
+
+class _Holder:
+    factor = 2.0
+
+    def __init__(self):
+        self.alpha = 2.0
+
+    @lk.compile
+    def step(self, x):
+        return F.sum(x * self.alpha)
+
+
+def _cases():
+    """(name, the step, a change, how to undo it): each step is sum(x * 2) before the change
+    and sum(x * 5) after it."""
+    scale = [2.0]
+
+    def closure(x):
+        return F.sum(x * scale[0])
+
+    def glob(x):
+        return F.sum(x * SCALE)
+
+    def default(x, k=2.0):
+        return F.sum(x * k)
+
+    def attr(x):
+        return F.sum(x * CFG.scale)
+
+    def nested(x):
+        return F.sum(_helper(x))
+
+    def cls(x):
+        return F.sum(x * _Holder.factor)
+
+    def branch(x):
+        return F.sum(x * 5.0) if FLAGS["double"] else F.sum(x * 2.0)
+
+    holder = _Holder()
+    g = globals()
+    return {
+        "closure": (closure, lambda: scale.__setitem__(0, 5.0), None),
+        "global": (glob, lambda: g.__setitem__("SCALE", 5.0), lambda: g.__setitem__("SCALE", 2.0)),
+        "default": (default, lambda: setattr(default, "__defaults__", (5.0,)), None),
+        "attribute": (attr, lambda: setattr(CFG, "scale", 5.0), lambda: setattr(CFG, "scale", 2.0)),
+        "helper's global": (nested, lambda: setattr(CFG.inner, "k", 5.0),
+                            lambda: setattr(CFG.inner, "k", 2.0)),
+        "class attribute": (cls, lambda: setattr(_Holder, "factor", 5.0),
+                            lambda: setattr(_Holder, "factor", 2.0)),
+        "branch": (branch, lambda: FLAGS.__setitem__("double", True),
+                   lambda: FLAGS.__setitem__("double", False)),
+        "method's self": (holder.step, lambda: setattr(holder, "alpha", 5.0), None),
+    }
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+def test_a_python_value_changed_after_compiling_traces_again(dev, name):
+    fn, change, undo = _cases()[name]
+    step = fn if hasattr(fn, "stats") or isinstance(fn, types.MethodType) else lk.compile(fn)
+    x = lk.tensor(np.ones(3, np.float32), device=dev)
+    try:
+        assert [float(step(x).item()) for _ in range(3)] == [6.0] * 3
+        change()
+        assert [float(step(x).item()) for _ in range(3)] == [15.0] * 3
+    finally:
+        if undo is not None:
+            undo()
+    stats = step.stats if hasattr(step, "stats") else step.__func__.stats
+    assert stats["retraces"] >= 1 and stats["replays"] >= 1
+    why = stats["reasons"][-1]
+    assert "when traced, is" in why and ("5.0" in why or "True" in why), why
+
+
+def test_a_step_changing_a_python_value_it_reads_is_refused():
+    counter = {"calls": 0}
+
+    @lk.compile
+    def step(x):
+        counter["calls"] += 1  # a replay would not count
+        return F.sum(x)
+
+    x = lk.tensor(np.ones(3, np.float32))
+    step(x)
+    with pytest.raises(CompileError, match=r"changes counter .*a replay runs no Python"):
+        step(x)
+
+
+def _mlp_step(dev, lr_schedule, returned):
+    B.set_seed(0)
+    model = B.MLP([4, 8, 3]).to(dev)
+    opt = O.SGD(lr=0.1).setup(model)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.softmax_cross_entropy(model(lk.tensor(x, device=dev)), y)
+        loss.backward()
+        opt.update()
+        return returned(loss, opt)
+
+    def run(fn):
+        rng = np.random.default_rng(1)
+        out = []
+        for i in range(6):
+            r = fn(rng.standard_normal((5, 4)).astype(np.float32), rng.integers(0, 3, 5))
+            out.append({k: (v.numpy() if isinstance(v, lk.Tensor) else v) for k, v in r.items()})
+            if lr_schedule:
+                opt.lr = 0.1 * 0.5 ** (i // 2)
+        return out
+
+    return step, run
+
+
+def test_python_values_returned_follow_what_they_were_read_from(dev):
+    def returned(loss, opt):
+        return {"loss": loss, "lr": opt.lr, "none": None, "const": 1.5}
+
+    step, run = _mlp_step(dev, True, returned)
+    eager = run(step)
+    step, run = _mlp_step(dev, True, returned)
+    compiled = lk.compile(step)
+    got = run(compiled)
+    assert [r["lr"] for r in got] == [r["lr"] for r in eager] == [0.1] * 3 + [0.05] * 2 + [0.025]
+    for a, b in zip(eager, got):
+        assert a["none"] is b["none"] is None and a["const"] == b["const"] == 1.5
+        np.testing.assert_array_equal(a["loss"], b["loss"])
+    assert compiled.stats["replays"] >= 1
+
+
+def test_a_returned_python_value_nothing_checks_is_refused():
+    seen = [lk.tensor(np.ones(2, np.float32))] * 5
+
+    @lk.compile
+    def step(x):
+        return F.sum(x), len(seen)  # the list's length: not checked at each call
+
+    with pytest.raises(CompileError, match=r"returns the Python int 5 \(in the result\[1\]\).*"
+                                           r"replay would return again"):
+        step(lk.tensor(np.ones(3, np.float32)))
+
+
+def test_a_method_the_step_calls_is_read_for_what_it_reads(dev):
+    class Clock:
+        def __init__(self):
+            self.n = 7
+
+        def tick(self):
+            return self.n
+
+    clock = Clock()
+
+    @lk.compile
+    def step(x):
+        return F.sum(x * float(clock.tick())), clock.tick()
+
+    x = lk.tensor(np.ones(3, np.float32), device=dev)
+    assert [step(x)[1] for _ in range(3)] == [7] * 3
+    clock.n = 9
+    assert [(float(r[0].item()), r[1]) for r in (step(x), step(x), step(x))] == [(27.0, 9)] * 3
+
+
+def test_a_parameter_passed_in_and_read_by_its_brick_is_not_replayed_for_another(dev):
+    B.set_seed(0)
+    model = B.Linear(4, 4).to(dev)
+    x = np.ones((2, 4), np.float32)
+    other = lk.tensor(np.full((4, 4), 0.5, np.float32), device=dev, requires_grad=True)
+    raw_other = lk.tensor(np.full((4, 4), 0.5, np.float32), device=dev).data
+
+    def step(w, x):
+        return F.sum(model(lk.tensor(x, device=dev))) + F.sum(lk.tensor(w, device=dev) * 2.0)
+
+    want = [float(step(model.W, x).item()), float(step(other, x).item())]
+    compiled = lk.compile(step)
+    got = [float(compiled(model.W, x).item()) for _ in range(3)]
+    got += [float(compiled(other, x).item()) for _ in range(3)]
+    assert got == [want[0]] * 3 + [want[1]] * 3
+    # the same with the parameter's array passed in
+    compiled = lk.compile(step)
+    got = [float(compiled(model.W.data, x).item()) for _ in range(3)]
+    got += [float(compiled(raw_other, x).item()) for _ in range(3)]
+    assert got == [want[0]] * 3 + [want[1]] * 3
+    why = compiled.stats["reasons"][-1]
+    assert "the data of a tensor of shape (4, 4) the step also reads" in why, why
