@@ -97,3 +97,11 @@ def test_no_wait_hangs_behind_a_gate():
     p = subprocess.run([sys.executable, "-c", WAITS], capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-3000:]
+
+
+def test_the_setting_turns_batching_off(monkeypatch):
+    rt = context.runtime(0)
+    monkeypatch.setenv("LABKIT_CL_BATCH", "off")
+    assert not context.Runtime(rt.info, rt.cl_device).batching
+    monkeypatch.setenv("LABKIT_CL_BATCH", "on")
+    assert context.Runtime(rt.info, rt.cl_device).batching == rt.info.is_cpu

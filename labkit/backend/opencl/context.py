@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ... import config
 from ...errors import DeviceError, DTypeError
 
 NO_PLATFORM_HELP = (
@@ -197,8 +198,9 @@ class Runtime:
         # NOTE: pyopencl's event for a non-blocking upload holds the host buffer alive and,
         # when dropped before the copy ran, waits for it: uploads keep theirs here until done
         self._uploads: list = []
-        #: whether small launches are batched (``tick``): on CPU devices
-        self.batching = info.is_cpu
+        #: whether small launches are batched (``tick``): on CPU devices, unless
+        #: ``LABKIT_CL_BATCH`` is off
+        self.batching = info.is_cpu and config.get("LABKIT_CL_BATCH")
         self._gate = None  # NOTE: the user event the queue's last barrier waits for
         self._left = 0  # launches until the next gate
 
