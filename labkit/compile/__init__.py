@@ -228,16 +228,22 @@ class Compiled:
             first = None
         if plans is not None:
             for p in plans:
-                if self.trust_input or p.guard_failure(leaves) is None:
+                if self.trust_input or p.guard_failure(leaves, tensors) is None:
                     self.stats["replays"] += 1
                     return p.run(leaves, tensors)
             if first is None:
-                self._note_retrace(plans[0].guard_failure(leaves))
+                self._note_retrace(plans[0].guard_failure(leaves, tensors))
         elif stale is not None:
             self._note_retrace(stale)
         elif first is None and self._last_key is not None:
             self._note_retrace(self._why(key))
         self._last_key = key
+        # NOTE: a program traced while a .grad it writes was None (backward set it, adding
+        # to nothing) replays only while it is None at the call's start (the step does not
+        # clear it itself: gradients accumulated over calls would be lost)
+        was_none = [x for x, kind, s in (first.writes if first is not None else ())
+                    if kind == "grad" and s is not None and x.grad is None]
+        arg_none = {k for k, x in tensors.items() if x.grad is None}
         walk = python_guards(self.fn, keep)
         tracer = Tracer(leaves, tensors, self.__name__)
         old = _trace.set_tracer(tracer)
@@ -261,6 +267,8 @@ class Compiled:
         compare(first, trace, self.__name__)
         check_unchanged(walk, self.__name__)
         trace.pyguards = walk.guards
+        trace.grad_none = was_none + [k for k, kind, _ in trace.writes
+                                      if kind == "arg_grad" and k in arg_none]
         prog = Program(trace, fuse=self.fuse, cse=self.cse, stabilize=self.stabilize,
                        reassociate=self.reassociate)
         progs = self._plans.setdefault(key, [])

@@ -99,7 +99,7 @@ class Guard:
     (a change the step itself makes is refused) and how to name it."""
 
     __slots__ = ("kind", "holder", "name", "state", "user", "label", "keep", "shown", "get",
-                 "plain")
+                 "plain", "items")
 
     def __init__(self, kind, holder, name, value, user, label):
         self.kind, self.holder, self.name = kind, holder, name
@@ -108,6 +108,11 @@ class Guard:
         self.plain = self.state[0] == "v"
         self.keep = value  # NOTE: alive, so that an id is never another object's
         self.shown = _show(value) if self.plain else None
+        # NOTE: a small list or dict of objects (models, tensors): the items it held stay
+        # where they were (more may come: a list the step appends to is the same list)
+        self.items = None
+        if not self.plain and type(value) in (list, dict) and len(value) <= _SMALL:
+            self.items = list(value.items()) if type(value) is dict else list(value)
         if kind == "g":
             self.get = functools.partial(holder.get, name, _MISSING)
         elif kind == "a":
@@ -129,7 +134,15 @@ class Guard:
             v = self.get()
         except Exception:  # noqa: BLE001
             return False
-        return canon(v) == self.state[1] if self.plain else v is self.keep
+        if self.plain:
+            return canon(v) == self.state[1]
+        if v is not self.keep:
+            return False
+        if self.items is None:
+            return True
+        if type(v) is dict:
+            return all(v.get(k, _MISSING) is x for k, x in self.items)
+        return len(v) >= len(self.items) and all(a is b for a, b in zip(v, self.items))
 
     def failure(self):
         """None when the value is as traced, else what changed."""
@@ -140,6 +153,8 @@ class Guard:
             return f"{self.label} was {self.shown} when traced, is {_show(v)}"
         if v is _MISSING:
             return f"{self.label} is gone since it was traced"
+        if v is self.keep:
+            return f"{self.label} holds another object where it held one when traced"
         return f"{self.label} is another {type(v).__name__} object than when traced"
 
 
@@ -265,6 +280,14 @@ class Walk:
         d = getattr(obj, "__dict__", None)
         if not isinstance(d, (dict, types.MappingProxyType)):
             return
+        from ..optimizers import Optimizer
+
+        if isinstance(obj, Optimizer) and (id(obj), "params") not in self._guarded:
+            # NOTE: its update, replayed, applies the traced parameters' gradients to the
+            # parameters it holds then: setup() onto other parameters traces again
+            self._guarded.add((id(obj), "params"))
+            self.guards.append(Guard("a", obj, "params", obj.params, False,
+                                     f"the parameters of {what} (setup() again?)"))
         for n in sorted(self.names):
             if (id(obj), n) in self._guarded:
                 continue

@@ -90,6 +90,8 @@ class Program:
         self.depends = list(t.depends)
         self.pyguards = list(getattr(t, "pyguards", ()))  # compile/guards.py
         self.arg_alias = list(t.arg_alias)
+        #: tensors (an argument: its index) whose .grad was None when traced, and must be
+        self.grad_none = list(getattr(t, "grad_none", ()))
         self.lowered = 0
         #: ops replayed as captured launches (compile/capture.py): how many, the calls that
         #: ran as before after all, the recordings refused and the last reason
@@ -97,12 +99,17 @@ class Program:
         self.replay, self.source = _generate(self, nodes, t, needed | _read_by_hosts(nodes))
 
     # ---- replay ---------------------------------------------------------------------------
-    def guard_failure(self, leaves=()):
-        """Why this program does not fit the current state and the arguments' arrays
-        ``leaves`` (None when it does)."""
+    def guard_failure(self, leaves=(), tensors=None):
+        """Why this program does not fit the current state, the arguments' arrays ``leaves``
+        and their tensors ``tensors`` (by index; None when it does)."""
         changed = first_failure(self.pyguards) or depends_failure(self.depends)
         if changed is not None:
             return changed
+        for x in self.grad_none:
+            x = (tensors or {}).get(x) if isinstance(x, int) else x
+            if x is not None and x.grad is not None:
+                return (f"the .grad of a tensor of shape {x.shape} was None when the step was "
+                        "traced and is set now (backward would add to it)")
         for k, tensor in self.arg_alias:
             if k < len(leaves) and leaves[k] is not tensor.data:
                 return (f"argument array {k} was the data of a tensor of shape "

@@ -282,6 +282,7 @@ class Tracer:
         self.t.arg_tensors = arg_tensors
         self.fn_name = fn_name
         self.node_of: dict[int, int] = {}  # id(Function) -> its node index
+        self.arg_grads = [(x, x.grad) for x in arg_tensors.values()]  # at the call's start
 
     # ---- what the hooks call ------------------------------------------------------------
     def record(self, fn, before, inputs, outs):
@@ -382,6 +383,16 @@ class Tracer:
                     "x[...] = ...); a replay would not repeat that change. Update parameters "
                     "with an optimizer (lk.optimizers.SGD(lr).setup(params)), or wrap raw "
                     "array code in lk.compile.host(fn, *arrays, effect=True, mutates=(...))")
+        read = {id(x) for src in t.sources.values() if src.kind == "ext" for x in src.tensors}
+        before = list(t.live.values()) + [(x, g, None) for x, g in self.arg_grads]
+        for tensor, grad0, _ in before:
+            if grad0 is not None and id(grad0) in read:
+                raise CompileError(
+                    f"lk.compile: {self.fn_name} reads the .grad a tensor of shape "
+                    f"{tensor.shape} had before the call (backward adds to it: gradients "
+                    "accumulated over calls), which a replay would not read again. Call "
+                    "opt.zero_grad() (or set .grad = None) inside the step before backward, "
+                    "and accumulate the batches of one update inside one call")
         for tensor, grad0, arr0 in t.live.values():
             if tensor.data is not arr0:
                 s = t.ids.get(id(tensor.data))

@@ -203,3 +203,97 @@ def test_a_parameter_passed_in_and_read_by_its_brick_is_not_replayed_for_another
     assert got == [want[0]] * 3 + [want[1]] * 3
     why = compiled.stats["reasons"][-1]
     assert "the data of a tensor of shape (4, 4) the step also reads" in why, why
+
+
+def test_a_model_replaced_in_a_list_or_dict_the_step_reads_traces_again(dev):
+    B.set_seed(0)
+    a, b = B.MLP([4, 3]).to(dev), B.MLP([4, 3]).to(dev)
+    nets, named = [a], {"net": a}
+    x = np.ones((2, 4), np.float32)
+
+    @lk.compile
+    def from_list(x):
+        return F.sum(nets[0](lk.tensor(x, device=dev)))
+
+    @lk.compile
+    def from_dict(x):
+        return F.sum(named["net"](lk.tensor(x, device=dev)))
+
+    want = [float(F.sum(n(lk.tensor(x, device=dev))).item()) for n in (a, b)]
+    for step, swap in ((from_list, lambda: nets.__setitem__(0, b)),
+                       (from_dict, lambda: named.__setitem__("net", b))):
+        got = [float(step(x).item()) for _ in range(3)]
+        swap()
+        got += [float(step(x).item()) for _ in range(3)]
+        assert got == [want[0]] * 3 + [want[1]] * 3
+        assert "holds another object where it held one" in step.stats["reasons"][-1]
+
+
+def _accumulating(dev, compiled, arg=False):
+    """A step without zero_grad (gradients accumulate over calls); outside it, an update and
+    zero_grad after every second call. Each call's loss or the error it raised, and the
+    parameters at the end."""
+    B.set_seed(0)
+    model = B.MLP([4, 8, 3]).to(dev)
+    opt = O.SGD(lr=0.1).setup(model)
+    w = lk.tensor(np.ones((2, 4), np.float32), device=dev, requires_grad=True)
+
+    def step(x, y, w):
+        h = lk.tensor(x, device=dev) * w if arg else lk.tensor(x, device=dev)
+        loss = F.softmax_cross_entropy(model(h), y)
+        loss.backward()
+        return loss
+
+    fn = lk.compile(step) if compiled else step
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(8):
+        x, y = rng.standard_normal((2, 4)).astype(np.float32), rng.integers(0, 3, 2)
+        try:
+            out.append(float(fn(x, y, w).item()))
+        except CompileError as e:
+            out.append(str(e))
+        if i % 2:
+            opt.update()
+            opt.zero_grad()
+            w.grad = None
+    return out, {k: p.numpy() for k, p in model.params().items()}, w.grad
+
+
+@pytest.mark.parametrize("arg", [False, True], ids=["parameters", "argument"])
+def test_gradients_accumulated_over_calls_are_refused_never_lost(dev, arg):
+    """A program traced while the .grad were None (backward set them) replayed when they
+    were set lost what they held; now such a call traces again, and the trace refuses to
+    read a .grad from before the call. The parameters end as the eager run's."""
+    eager, pe, _ = _accumulating(dev, False, arg)
+    got, pc, _ = _accumulating(dev, True, arg)
+    for e, c in zip(eager, got):
+        assert c == e or "reads the .grad a tensor of shape" in c, (e, c)
+    assert any(isinstance(c, str) for c in got) and got[0] == eager[0]
+    for k in pe:
+        np.testing.assert_array_equal(pe[k], pc[k], err_msg=k)
+
+
+def test_an_optimizer_set_up_again_is_not_replayed_with_its_old_parameters(dev):
+    B.set_seed(0)
+    model = B.MLP([4, 3]).to(dev)
+    opt = O.SGD(lr=0.1).setup(model)
+    params = dict(model.params())
+
+    @lk.compile
+    def step(x, y):
+        for p in params.values():
+            p.grad = None
+        loss = F.softmax_cross_entropy(model(lk.tensor(x, device=dev)), y)
+        loss.backward()
+        opt.update()
+        return loss
+
+    x, y = np.ones((2, 4), np.float32), np.array([0, 1])
+    for _ in range(3):
+        step(x, y)
+    opt.setup({k: v for k, v in params.items() if k.endswith(".b")})  # W is left alone
+    w = next(v for k, v in params.items() if k.endswith(".W")).numpy().copy()
+    step(x, y)
+    assert "(setup() again?)" in step.stats["reasons"][-1]
+    np.testing.assert_array_equal(next(v for k, v in params.items() if k.endswith(".W")).numpy(), w)
