@@ -50,6 +50,7 @@ devices elementwise fusion (both ``fuse=``). ``step.graph()`` draws the program 
 
 from __future__ import annotations
 
+import itertools
 import numbers
 import sys
 import threading
@@ -292,6 +293,13 @@ class Compiled:
     def _why(self, key):
         old = self._last_key
         if len(old) != len(key):
+            a, b = next(((a, b) for a, b in zip(old, key) if a != b), (None, None))
+            if a is not None and a[0] == b[0] == "dict":
+                return (f"the arguments have another structure: keyword arguments (or dict "
+                        f"keys) {a[1]} when traced, {b[1]} now")
+            if a is not None and a[0] == b[0] and a[0] in ("tuple", "list"):
+                return (f"the arguments have another structure: a {a[0]} of {a[1]} when "
+                        f"traced, of {b[1]} now")
             return "the arguments have another structure"
         for a, b in zip(old, key):
             if a != b:
@@ -320,9 +328,8 @@ class Compiled:
         keyword arguments, anything else the one argument), ``n_calls`` times at most;
         returns the list of results."""
         out = []
-        for k, b in enumerate(batches):
-            if n_calls is not None and k >= n_calls:
-                break
+        # NOTE: islice: an iterator shared with the caller loses no batch after the last call
+        for b in batches if n_calls is None else itertools.islice(batches, max(0, n_calls)):
             if isinstance(b, tuple):
                 out.append(self(*b))
             elif isinstance(b, dict):

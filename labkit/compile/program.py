@@ -85,7 +85,8 @@ class Program:
             self.init[s] = v
         self.args = [(s, src.arg) for s, src in t.sources.items() if src.kind == "arg"]
         self.live = [(s, src.tensor) for s, src in t.sources.items() if src.kind == "live"]
-        self.live_shapes = [(tensor, tensor.data.shape, tensor.data.dtype, tensor.requires_grad)
+        self.live_shapes = [(tensor, tensor.data.shape, tensor.data.dtype, tensor.requires_grad,
+                             type(tensor.data), getattr(tensor.data, "rt", None))
                             for _, tensor in self.live]
         self.depends = list(t.depends)
         self.pyguards = list(getattr(t, "pyguards", ()))  # compile/guards.py
@@ -115,12 +116,15 @@ class Program:
                 return (f"argument array {k} was the data of a tensor of shape "
                         f"{tuple(tensor.shape)} the step also reads (a parameter) when traced, "
                         "and is another array now")
-        for tensor, shape, dtype, rg in self.live_shapes:
+        for tensor, shape, dtype, rg, kind, rt in self.live_shapes:
             d = tensor.data
             if d.shape != shape or d.dtype != dtype or tensor.requires_grad != rg:
                 return (f"a tensor the step reads changed from {dtype}{shape} to "
                         f"{d.dtype}{d.shape}" + (" or its requires_grad" if d.shape == shape
                                                  else ""))
+            if type(d) is not kind or getattr(d, "rt", None) is not rt:
+                return (f"a tensor of shape {shape} the step reads is on another device than "
+                        "when traced")
         return None
 
     def run(self, leaves, arg_tensors=None):

@@ -297,3 +297,34 @@ def test_an_optimizer_set_up_again_is_not_replayed_with_its_old_parameters(dev):
     step(x, y)
     assert "(setup() again?)" in step.stats["reasons"][-1]
     np.testing.assert_array_equal(next(v for k, v in params.items() if k.endswith(".W")).numpy(), w)
+
+
+def test_a_parameter_moved_to_another_device_traces_again():
+    """Its data replaced by an array of the same shape and dtype on another device: the
+    replay ran NumPy ufuncs on an OpenCL array (a TypeError); it traces again, and the
+    eager call says what is wrong."""
+    from labkit.errors import DeviceMismatchError
+
+    B.set_seed(0)
+    net = B.MLP([4, 3])
+    step = lk.compile(lambda x: F.sum(F.relu(net(lk.tensor(x)))))
+    x = np.ones((2, 4), np.float32)
+    for _ in range(3):
+        step(x)
+    p = next(iter(net.params().values()))
+    p.data = lk.tensor(p.data, device="cl").data
+    with pytest.raises(DeviceMismatchError, match="different devices"):
+        step(x)
+    assert "on another device than when traced" in step.stats["reasons"][-1]
+
+
+def test_another_keyword_argument_is_explained_and_run_takes_only_its_calls():
+    step = lk.compile(lambda x, *, k=1.0: F.sum(lk.tensor(x) * k))
+    x = np.ones(2, np.float32)
+    step(x), step(x), step(x, k=2.0)
+    assert step.stats["reasons"] == [
+        "the arguments have another structure: keyword arguments (or dict keys) () when "
+        "traced, ('k',) now"]
+    batches = iter([np.full(2, i, np.float32) for i in range(5)])
+    got = step.run(batches, n_calls=2) + step.run(batches, n_calls=2) + step.run(batches)
+    assert [float(r.item()) for r in got] == [0.0, 2.0, 4.0, 6.0, 8.0]  # no batch skipped
