@@ -5,7 +5,6 @@ sizes given as None are resolved on the first call (construct, then call)."""
 from __future__ import annotations
 
 import itertools
-import re
 import types
 import zlib
 from collections.abc import Mapping
@@ -18,6 +17,8 @@ from ..autograd import trace as _trace
 from ..autograd.tensor import Tensor
 from ..backend.device import device as _device
 from ..backend.random import Generator
+from ..checkpoint._common import listed as _listed
+from ..checkpoint._common import shown_key as _shown
 from ..errors import CheckpointError, DeviceMismatchError, LabkitError
 
 _SEED = {"seed": 0, "count": 0}
@@ -50,29 +51,6 @@ def add_note(error: BaseException, note: str) -> None:
         error.add_note(note)
     else:
         error.__notes__ = [*getattr(error, "__notes__", ()), note]
-
-
-_PLAIN = re.compile(r"[A-Za-z0-9_./-]{1,120}")
-_LISTED = 12
-
-
-def _shown(key) -> str:
-    """A key as an error message shows it: a plain name (``/mlp/linear_0.W``) as it is, any
-    other quoted and escaped (``'/a b,\\n'``), so a key with spaces, separators, quotes, line
-    breaks or look-alike letters cannot pass for others; a long one is cut."""
-    if isinstance(key, str) and _PLAIN.fullmatch(key):
-        return key
-    try:
-        text = ascii(str.__str__(key) if isinstance(key, str) else key)
-    except Exception:  # noqa: BLE001 - a crafted object's repr may raise anything
-        text = f"<{type(key).__name__}>"
-    return text if len(text) <= 120 else f"{text[:100]}... ({len(text)} characters)"
-
-
-def _listed(items: list, sep: str) -> str:
-    """``items`` joined, the first few of a long list and how many more."""
-    more = len(items) - _LISTED
-    return sep.join(items[:_LISTED]) + (f"{sep}... and {more} more" if more > 0 else "")
 
 
 def _next_init_seed() -> int:

@@ -44,7 +44,7 @@ Examples
 """
 
 from ..errors import CheckpointError
-from ._common import FILES, FORMAT, MANIFEST, VERSION, is_count
+from ._common import FILES, FORMAT, MANIFEST, VERSION, is_count, listed, shown_key
 from ._directory import latest, list_checkpoints, load, load_latest, remove, save, verify
 from ._manifest import check_manifest, manifest
 from ._state import join_state, split_state
@@ -52,6 +52,7 @@ from ._tensors import tensors_bytes, tensors_from_bytes
 from ._writers import cleanup
 
 __all__ = ["FILES", "FORMAT", "MANIFEST", "VERSION", "CheckpointError", "check_manifest",
+           "listed", "shown_key",
            "cleanup", "is_count", "join_state", "latest", "list_checkpoints", "load", "load_latest",
            "manifest", "remove",
            "save", "split_state", "tensors_bytes", "tensors_from_bytes", "verify"]

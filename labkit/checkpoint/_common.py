@@ -3,6 +3,8 @@ strictly (UTF-8, no duplicate keys, no giant integers) with every failure a Chec
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .._json import loads_strict
@@ -71,3 +73,26 @@ def check_keys(obj, required, optional, where):
                               f"{list(required) + list(optional)}")
 
 
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_./-]{1,120}")
+_LISTED = 12
+
+
+def shown_key(key) -> str:
+    """A key from a file as an error message shows it: a plain name (``/mlp/linear_0.W``) as
+    it is, any other quoted and escaped (``'/a b,\\n'``), so a key with spaces, separators,
+    quotes, line breaks or look-alike letters cannot pass for others; a long one is cut."""
+    if isinstance(key, str) and _PLAIN.fullmatch(key):
+        return key
+    try:
+        text = ascii(str.__str__(key) if isinstance(key, str) else key)
+    except Exception:  # noqa: BLE001 - a crafted object's repr may raise anything
+        text = f"<{type(key).__name__}>"
+    return text if len(text) <= 120 else f"{text[:100]}... ({len(text)} characters)"
+
+
+def listed(items: list, sep: str = ", ") -> str:
+    """``items`` joined, the first few of a long list and how many more."""
+    more = len(items) - _LISTED
+    return sep.join(items[:_LISTED]) + (f"{sep}... and {more} more" if more > 0 else "")

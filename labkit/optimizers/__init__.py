@@ -21,7 +21,7 @@ import numpy as np
 from .. import roles as _roles
 from ..autograd.trace import host
 from ..backend import get_array_module, zeros
-from ..checkpoint import is_count
+from ..checkpoint import is_count, listed, shown_key
 from ..errors import CheckpointError
 from . import fused as _fused
 
@@ -399,9 +399,9 @@ class Optimizer:
             raise CheckpointError(f"{where}: expected a dict with 't' and 'state' "
                                   f"(state_dict()'s form), got {type(state).__name__}")
         problems = []
-        extra = sorted(map(str, set(state) - {"t", "state"}))
+        extra = sorted(map(shown_key, set(state) - {"t", "state"}))
         if extra:
-            problems.append(f"unexpected keys {', '.join(extra)} (expected 't' and 'state')")
+            problems.append(f"unexpected keys {listed(extra)} (expected 't' and 'state')")
         t = state.get("t")
         if not is_count(t):
             problems.append(f"'t' (the steps taken) must be a non-negative int, got "
@@ -421,37 +421,39 @@ class Optimizer:
         with_state = {n for n, _ in want}
         missing = sorted(with_state - set(saved))
         if missing:
-            problems.append(f"no state for {', '.join(missing)}")
-        unknown = sorted(map(str, set(saved) - with_state))
+            problems.append(f"no state for {listed(list(map(shown_key, missing)))}")
+        unknown = sorted(map(shown_key, set(saved) - with_state))
         if unknown:
             problems.append(f"state for parameters this optimizer has no state for: "
-                            f"{', '.join(unknown)}")
+                            f"{listed(unknown)}")
         arrays = {}
-        for name in sorted(with_state & set(saved)):
-            entry = saved[name]
+        # NOTE: this optimizer's own names (a key from the file that equals one may be any
+        # object that says so)
+        for name in sorted(n for n in with_state if n in saved):
+            entry, at = saved[name], f"state[{name!r}]"
             if not isinstance(entry, Mapping):
-                problems.append(f"state[{name!r}] must be a dict of rule.key -> array, got "
+                problems.append(f"{at} must be a dict of rule.key -> array, got "
                                 f"{type(entry).__name__}")
                 continue
             keys = {k for n, k in want if n == name}
             for k in sorted(keys - set(entry)):
-                problems.append(f"state[{name!r}] has no {k!r}")
-            for k in sorted(map(str, set(entry) - keys)):
-                problems.append(f"state[{name!r}] has an unexpected {k!r} (this optimizer's "
+                problems.append(f"{at} has no {k!r}")
+            for k in sorted(map(shown_key, set(entry) - keys))[:12]:
+                problems.append(f"{at} has an unexpected {k} (this optimizer's "
                                 f"keys: {', '.join(sorted(keys))})")
-            for k in sorted(keys & set(entry)):
+            for k in sorted(k for k in keys if k in entry):
                 cur, v = want[name, k], entry[k]
                 arr = v if isinstance(v, np.ndarray) else None
                 if arr is None:
-                    problems.append(f"state[{name!r}][{k!r}] must be an array, got "
+                    problems.append(f"{at}[{k!r}] must be an array, got "
                                     f"{type(v).__name__}")
                 elif arr.shape != tuple(cur.shape) or arr.dtype != cur.dtype:
-                    problems.append(f"state[{name!r}][{k!r}] is {arr.dtype}{arr.shape}, the "
+                    problems.append(f"{at}[{k!r}] is {arr.dtype}{arr.shape}, the "
                                     f"parameter's state is {cur.dtype}{tuple(cur.shape)}")
                 elif self._negative(k, arr):
                     rule = self.rules[int(k.split(".")[0])]
                     problems.append(
-                        f"state[{name!r}][{k!r}] has {int((arr < 0).sum())} negative values "
+                        f"{at}[{k!r}] has {int((arr < 0).sum())} negative values "
                         f"(the least {float(arr.min()):.6g}): {type(rule).__name__}'s "
                         f"{k.split('.', 1)[1]!r} holds squares and is never negative, so "
                         "this state is damaged or was edited; load another checkpoint, or "
