@@ -267,6 +267,12 @@ _fused.PLAIN_H.add(Rule.h)
 # ---- the optimizer ------------------------------------------------------------------------
 
 
+def _quoted(key) -> str:
+    """A key from a file in quotes (``shown_key``: escaped, cut, or named with its type)."""
+    shown = shown_key(key)
+    return f"'{shown}'" if shown == key else shown
+
+
 class Optimizer:
     """Rules applied in order to the gradients; the last one gives the step ``p -= step``.
 
@@ -438,7 +444,7 @@ class Optimizer:
             keys = {k for n, k in want if n == name}
             for k in sorted(keys - set(entry)):
                 problems.append(f"{at} has no {k!r}")
-            for k in sorted(map(shown_key, set(entry) - keys))[:12]:
+            for k in sorted(map(_quoted, set(entry) - keys))[:12]:
                 problems.append(f"{at} has an unexpected {k} (this optimizer's "
                                 f"keys: {', '.join(sorted(keys))})")
             for k in sorted(k for k in keys if k in entry):
