@@ -65,7 +65,7 @@ from ..autograd.trace import host
 from ..backend import opencl
 from ..bricks.base import Parameter
 from ..errors import CompileError
-from .guards import check_unchanged, python_guards, refuse_stale, stale_results
+from .guards import check_unchanged, first_failure, python_guards, refuse_stale, stale_results
 from .program import Program, depends_failure
 from .scan import scan
 from .trace import Tracer, compare
@@ -223,7 +223,10 @@ class Compiled:
         if plans is not None and len(self._plans) > 1:
             self._plans[key] = self._plans.pop(key)  # NOTE: the most recently used last
         first = self._first.get(key)
-        stale = None if first is None else depends_failure(first.depends)
+        # NOTE: a first trace made when a value labkit keeps (opt.lr returned, read at a call
+        # long before: a batch of another size at the end of each epoch) was another is stale
+        stale = None if first is None else (depends_failure(first.depends)
+                                             or first_failure(first.pyguards))
         if stale is not None:
             self._first.pop(key)  # NOTE: traced in another mode (train/eval): stale
             first = None
@@ -254,18 +257,20 @@ class Compiled:
         finally:
             _trace.set_tracer(old)
         self.stats["traces"] += 1
+        first = self._first.pop(key, None)
+        if first is not None:  # NOTE: the difference between two calls says more
+            compare(first, trace, self.__name__)
         unchecked = stale_results(trace.out_tree, walk, trace.values.values(), pyvals)
         if unchecked is not None:
             refuse_stale(unchecked, self.__name__)
-        first = self._first.pop(key, None)
         if first is None:
+            trace.pyguards = [g for g in walk.guards if not g.user]
             trace.slim()
             self._first[key] = trace
             self._keep[key] = keep
             while len(self._first) > MAX_PENDING:
                 self._drop(next(iter(self._first)), pending=True)
             return result
-        compare(first, trace, self.__name__)
         check_unchanged(walk, self.__name__)
         trace.pyguards = walk.guards
         trace.grad_none = was_none + [k for k, kind, _ in trace.writes
@@ -319,8 +324,9 @@ class Compiled:
             warnings.warn(
                 f"lk.compile: {self.__name__} was traced again {n} times "
                 f"({'; '.join(self.stats['reasons'][-3:])}). Each new shape or Python value "
-                "of an argument is traced twice before it replays; pass values that change "
-                "at every call as tensors, or pad batches to a few shapes",
+                "of an argument, and each change of a Python value the step reads, is traced "
+                "twice before it replays; pass values that change at every call as tensors, "
+                "pad batches to a few shapes, and read values such as opt.lr after the call",
                 CompileWarning, stacklevel=3)
 
     def run(self, batches, n_calls=None):

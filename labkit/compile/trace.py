@@ -453,6 +453,28 @@ def _same_value(a, b) -> bool:
     return bool(np.array_equal(ha, hb, equal_nan=True))
 
 
+def _tree_diff(a, b, where):
+    """Where two results (``Tracer._outputs``) first differ: ``": result[1]['lr'] was 0.1
+    then 0.05"``, or "" when that cannot be told."""
+    if a[0] != b[0]:
+        return f": {where} was {a[0]} then {b[0]}" if isinstance(a[0], str) else ""
+    kind, x, y = a[0], a[1], b[1]
+    if kind == "value":
+        return f": {where} was {x!r:.60} then {y!r:.60}"
+    if kind in ("tensor", "array"):
+        return f": {where} was another value of the step"
+    if kind == "dict":
+        ka, kb = [k for k, _ in x], [k for k, _ in y]
+        if ka != kb:
+            return f": {where} had the keys {ka!r:.80} then {kb!r:.80}"
+        parts = [(f"{where}[{k!r}]", p, q) for (k, p), (_, q) in zip(x, y)]
+    else:
+        if len(x) != len(y):
+            return f": {where} had {len(x)} items then {len(y)}"
+        parts = [(f"{where}[{i}]", p, q) for i, (p, q) in enumerate(zip(x, y))]
+    return next((_tree_diff(p, q, w) for w, p, q in parts if p != q), "")
+
+
 def compare(a: Trace, b: Trace, fn_name: str) -> None:
     """Raise CompileError naming the first difference between two traced calls; classify the
     outside values of ``b`` (live tensor, live array or constant) on the way."""
@@ -509,7 +531,7 @@ def compare(a: Trace, b: Trace, fn_name: str) -> None:
             refuse(f"an array of shape {tuple(sb.value.shape)} made outside labkit ops changed "
                    f"its values{at}")
     if a.out_tree != b.out_tree:
-        refuse("it returned something else")
+        refuse("it returned something else" + _tree_diff(a.out_tree, b.out_tree, "result"))
     wa = [(t if k == "arg_grad" else id(t), k, s) for t, k, s in a.writes]
     wb = [(t if k == "arg_grad" else id(t), k, s) for t, k, s in b.writes]
     if wa != wb:

@@ -328,3 +328,54 @@ def test_another_keyword_argument_is_explained_and_run_takes_only_its_calls():
     batches = iter([np.full(2, i, np.float32) for i in range(5)])
     got = step.run(batches, n_calls=2) + step.run(batches, n_calls=2) + step.run(batches)
     assert [float(r.item()) for r in got] == [0.0, 2.0, 4.0, 6.0, 8.0]  # no batch skipped
+
+
+def _loop(dev, compiled):
+    from labkit import training as T
+    from labkit.data import DataStream
+
+    from ..training.helpers import dataset
+
+    B.set_seed(1)
+    model = B.Sequence(B.Flatten(), B.Linear(16, 8), B.Tanh(), B.Dropout(0.2),
+                       B.Linear(8, 2)).to(dev)
+    opt = O.Adam(lr=O.StepDecay(0.01, 4, 0.5)).setup(model)
+
+    def loss_fn(model, batch):
+        logits = model(lk.tensor(batch["features"], device=dev))
+        return {"loss": F.softmax_cross_entropy(logits, batch["targets"]), "lr": opt.lr,
+                "n": len(batch["targets"])}
+
+    loop = T.MainLoop(model, opt, DataStream(dataset(n=20), batch_size=8, shuffle=True, seed=5),
+                      loss_fn, extensions=[T.FinishAfter(epochs=4)], compile=compiled)
+    loop.recorder.enabled = False
+    loop.run()
+    return loop
+
+
+def test_a_loop_returning_its_scheduled_lr_with_a_short_last_batch_trains_like_eager(dev):
+    """The short last batch of each epoch traces at epochs 1 and 2, when the schedule's lr
+    differed: that first trace is stale (the second was refused: 'returned something else'),
+    and the lr returned follows the schedule (it traces again when it changes)."""
+    eager, comp = _loop(dev, False), _loop(dev, True)
+    assert [(r["loss"], r["lr"], r["n"]) for r in eager.log.rows] == [
+        (r["loss"], r["lr"], r["n"]) for r in comp.log.rows]
+    assert len({r["lr"] for r in comp.log.rows}) == 3 and comp.compiled.stats["replays"] >= 2
+    pa, pc = eager.model.state_dict(), comp.model.state_dict()
+    for k in pa:
+        np.testing.assert_array_equal(pa[k], pc[k], err_msg=k)
+
+
+def test_a_difference_in_what_two_calls_returned_is_named():
+    calls = [0]
+
+    @lk.compile
+    def step(x):
+        calls[0] += 1
+        return {"loss": F.sum(lk.tensor(x)), "seen": (1, calls[0] * 10)}
+
+    x = np.ones(2, np.float32)
+    step(x)
+    with pytest.raises(CompileError, match=r"returned something else: result\['seen'\]\[1\] was "
+                                           r"10 then 20"):
+        step(x)
