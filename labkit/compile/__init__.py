@@ -260,9 +260,12 @@ class Compiled:
         first = self._first.pop(key, None)
         if first is not None:  # NOTE: the difference between two calls says more
             compare(first, trace, self.__name__)
+            check_unchanged(walk, self.__name__)
         unchecked = stale_results(trace.out_tree, walk, trace.values.values(), pyvals)
         if unchecked is not None:
             refuse_stale(unchecked, self.__name__)
+        for g in walk.guards:
+            g.settle()
         if first is None:
             trace.pyguards = [g for g in walk.guards if not g.user]
             trace.slim()
@@ -271,7 +274,6 @@ class Compiled:
             while len(self._first) > MAX_PENDING:
                 self._drop(next(iter(self._first)), pending=True)
             return result
-        check_unchanged(walk, self.__name__)
         trace.pyguards = walk.guards
         trace.grad_none = was_none + [k for k, kind, _ in trace.writes
                                       if kind == "arg_grad" and k in arg_none]

@@ -99,7 +99,7 @@ class Guard:
     (a change the step itself makes is refused) and how to name it."""
 
     __slots__ = ("kind", "holder", "name", "state", "user", "label", "keep", "shown", "get",
-                 "plain", "items")
+                 "plain", "items", "exact")
 
     def __init__(self, kind, holder, name, value, user, label):
         self.kind, self.holder, self.name = kind, holder, name
@@ -108,9 +108,11 @@ class Guard:
         self.plain = self.state[0] == "v"
         self.keep = value  # NOTE: alive, so that an id is never another object's
         self.shown = _show(value) if self.plain else None
-        # NOTE: a small list or dict of objects (models, tensors): the items it held stay
-        # where they were (more may come: a list the step appends to is the same list)
+        # NOTE: a small list or dict of objects (models, tensors): its items by identity.
+        # While the step is traced it may add items (a list it appends to: what a replay does
+        # not do, like printing); after the trace (settle) they are what a call must find
         self.items = None
+        self.exact = False
         if not self.plain and type(value) in (list, dict) and len(value) <= _SMALL:
             self.items = list(value.items()) if type(value) is dict else list(value)
         if kind == "g":
@@ -140,9 +142,21 @@ class Guard:
             return False
         if self.items is None:
             return True
+        if self.exact and len(v) != len(self.items):
+            return False
         if type(v) is dict:
             return all(v.get(k, _MISSING) is x for k, x in self.items)
         return len(v) >= len(self.items) and all(a is b for a, b in zip(v, self.items))
+
+    def settle(self):
+        """After the trace: a list's or dict's items as the step left them are what each
+        call must find (the length too: len(a_list) read by the step)."""
+        v = self.keep
+        if self.items is not None:
+            self.items = list(v.items()) if type(v) is dict else list(v)
+            self.exact = len(self.items) <= _SMALL
+            if not self.exact:
+                self.items = None
 
     def failure(self):
         """None when the value is as traced, else what changed."""
@@ -154,7 +168,8 @@ class Guard:
         if v is _MISSING:
             return f"{self.label} is gone since it was traced"
         if v is self.keep:
-            return f"{self.label} holds another object where it held one when traced"
+            return (f"{self.label} holds other items than when traced (another object where "
+                    "it held one, or more or fewer)")
         return f"{self.label} is another {type(v).__name__} object than when traced"
 
 

@@ -226,7 +226,7 @@ def test_a_model_replaced_in_a_list_or_dict_the_step_reads_traces_again(dev):
         swap()
         got += [float(step(x).item()) for _ in range(3)]
         assert got == [want[0]] * 3 + [want[1]] * 3
-        assert "holds another object where it held one" in step.stats["reasons"][-1]
+        assert "holds other items than when traced" in step.stats["reasons"][-1]
 
 
 def _accumulating(dev, compiled, arg=False):
@@ -379,3 +379,20 @@ def test_a_difference_in_what_two_calls_returned_is_named():
     with pytest.raises(CompileError, match=r"returned something else: result\['seen'\]\[1\] was "
                                            r"10 then 20"):
         step(x)
+
+
+def test_a_list_the_step_appends_to_replays_and_one_appended_to_outside_traces_again(dev):
+    seen, history = [], []
+
+    @lk.compile
+    def step(x):
+        seen.append(x)  # Python a replay does not run (as it does not print)
+        y = lk.tensor(x, device=dev)
+        return F.sum(y * 2.0) if len(history) > 1 else F.sum(y)
+
+    x = np.ones(3, np.float32)
+    assert [float(step(x).item()) for _ in range(4)] == [3.0] * 4
+    assert len(seen) == 2 and step.stats["replays"] == 2
+    history += [lk.tensor(x)] * 2  # a list of tensors: by its items
+    assert [float(step(x).item()) for _ in range(3)] == [6.0] * 3
+    assert step.stats["reasons"][-1].startswith("history (in the closure of step) holds other")
