@@ -249,7 +249,7 @@ class Compiled:
                     if kind == "grad" and s is not None and x.grad is None]
         arg_none = {k for k, x in tensors.items() if x.grad is None}
         walk = python_guards(self.fn, keep)
-        tracer = Tracer(leaves, tensors, self.__name__)
+        tracer = Tracer(leaves, tensors, self.__name__, walk.rngs)
         old = _trace.set_tracer(tracer)
         try:
             result = self.fn(*args, **kwargs)

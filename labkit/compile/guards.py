@@ -198,6 +198,7 @@ class Walk:
         self._seen: set = set()
         self._objects: list = []   # (object, how to name it, depth): attributes to guard
         self._guarded: set = set()  # (id(object), name) done
+        self.rngs: list = []        # (Python's or NumPy's random generator, how to name it)
 
     def walk(self, fn, depth=0):
         seen = ((id(fn.__func__), id(fn.__self__)) if isinstance(fn, types.MethodType)
@@ -264,7 +265,15 @@ class Walk:
             if len(self.names) == n_names and len(self._objects) == n_objects:
                 return self
 
+    def _rng(self, v, label):
+        r = rng_of(v)
+        if r is not None and all(x is not r for x, _ in self.rngs):
+            self.rngs.append((r, label))
+        return r is not None
+
     def _value(self, v, kind, holder, name, user, label, depth):
+        if self._rng(v, label):
+            return
         if not isinstance(v, types.ModuleType):
             self.guards.append(Guard(kind, holder, name, v, user, label))
             if canon(v) is not None:
@@ -314,6 +323,10 @@ class Walk:
                         self.guards.append(Guard("a", obj, n, v, user, f"{what}.{n}"))
                     elif isinstance(v, types.FunctionType):
                         self.walk(v, depth + 1)
+                    elif isinstance(v, types.ModuleType):  # np.random
+                        self.objects([v], depth + 1)
+                    else:
+                        self._rng(v, f"{what}.{n}")
                 else:
                     self._value(v, "a", obj, n, user, f"{what}.{n}", depth)
             elif isinstance(obj, (type, types.ModuleType)):
@@ -330,6 +343,39 @@ class Walk:
                     continue
                 if canon(v) is not None:
                     self.guards.append(Guard("a", obj, n, v, False, f"{what}.{n}"))
+
+
+def rng_of(v):
+    """The Python or NumPy random generator ``v`` is, or is a method of (``random.random``,
+    ``np.random.rand``: of the module's hidden one), else None."""
+    import random
+
+    kinds = (random.Random, np.random.RandomState, np.random.Generator)
+    if isinstance(v, kinds):
+        return v
+    s = getattr(v, "__self__", None)
+    return s if isinstance(s, kinds) else None
+
+
+def rng_state(r):
+    """A comparable state of a generator ``rng_of`` gives."""
+    import random
+
+    if isinstance(r, random.Random):
+        return r.getstate()
+    if isinstance(r, np.random.RandomState):
+        s = r.get_state()
+        return (s[1].tobytes(), *s[2:])
+    return repr(r.bit_generator.state)
+
+
+def refuse_draw(label, fn_name):
+    raise CompileError(
+        f"lk.compile: {fn_name} draws random numbers from {label} outside lk.compile.host: "
+        "they are drawn once, when the step is traced, and a replay would reuse them (a "
+        "branch taken at random would always go the same way). Draw them inside "
+        "lk.compile.host(fn, ...), which a replay calls again, use labkit's random "
+        "numbers (F.dropout, an lk.Generator), or pass them in as arguments")
 
 
 def _name_of(obj):

@@ -22,6 +22,7 @@ from ..autograd.function import Function
 from ..autograd.tensor import Tensor
 from ..backend import opencl
 from ..errors import CompileError
+from .guards import refuse_draw, rng_state
 
 _ARRAYS = (np.ndarray, opencl.ndarray)
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -276,13 +277,25 @@ def closure_arrays(fn):
 class Tracer:
     """Installed as the thread's tracer (labkit.autograd.trace) while one call runs."""
 
-    def __init__(self, arg_arrays, arg_tensors, fn_name: str):
+    def __init__(self, arg_arrays, arg_tensors, fn_name: str, rngs=()):
         self.t = Trace(arg_arrays)
         self.t.fn_name = fn_name
         self.t.arg_tensors = arg_tensors
         self.fn_name = fn_name
         self.node_of: dict[int, int] = {}  # id(Function) -> its node index
         self.arg_grads = [(x, x.grad) for x in arg_tensors.values()]  # at the call's start
+        # NOTE: Python's and NumPy's generators the step's code reaches (compile/guards.py):
+        # each may change state only inside a host computation, which a replay runs again
+        self.rngs = [(r, label, rng_state(r)) for r, label in rngs]
+
+    def _drawn(self, refresh=False):
+        """Refuse a draw from one of ``rngs`` since the last look (outside a host call)."""
+        for i, (r, label, state) in enumerate(self.rngs):
+            now = rng_state(r)
+            if refresh:
+                self.rngs[i] = (r, label, now)
+            elif now != state:
+                refuse_draw(label, self.fn_name)
 
     # ---- what the hooks call ------------------------------------------------------------
     def record(self, fn, before, inputs, outs):
@@ -336,7 +349,11 @@ class Tracer:
                   if id(a) not in t.ids]
         for _, _, a in consts:
             t.check_raw(a)
+        if self.rngs:
+            self._drawn()
         r = fn(*arrays)
+        if self.rngs:
+            self._drawn(refresh=True)
         if r is None:
             outs = []
         elif isinstance(r, tuple):
@@ -371,6 +388,8 @@ class Tracer:
     # ---- the end of the call --------------------------------------------------------------
     def finish(self, result):
         t = self.t
+        if self.rngs:
+            self._drawn()
         t.out_tree = self._outputs(result)
         for s, total in t.sums.items():
             arr = t.values[s]

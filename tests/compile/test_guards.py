@@ -396,3 +396,34 @@ def test_a_list_the_step_appends_to_replays_and_one_appended_to_outside_traces_a
     history += [lk.tensor(x)] * 2  # a list of tensors: by its items
     assert [float(step(x).item()) for _ in range(3)] == [6.0] * 3
     assert step.stats["reasons"][-1].startswith("history (in the closure of step) holds other")
+
+
+def test_python_and_numpy_random_numbers_drawn_outside_host_are_refused(dev):
+    import random
+
+    rng = np.random.default_rng(0)
+    x = lk.tensor(np.ones(3, np.float32), device=dev)
+
+    def coin(x):  # a branch taken at random: replays always took the traced one
+        return F.sum(F.dropout(x, 0.5)) if random.random() < 0.5 else F.sum(x)
+
+    def legacy(x):
+        return F.sum(x * float(np.random.rand() < 2.0))
+
+    def drawn(x):
+        return F.sum(x + lk.tensor(rng.standard_normal(3).astype(np.float32), device=dev))
+
+    for fn, what in ((coin, "random.random"), (legacy, "numpy.random.rand"),
+                     (drawn, r"rng \(in the closure of drawn\)")):
+        with pytest.raises(CompileError, match=f"draws random numbers from {what} outside"):
+            lk.compile(fn)(x)
+
+    def noise():
+        return rng.standard_normal(3).astype(np.float32)
+
+    @lk.compile
+    def hosted(x):  # drawn again at each replay
+        return F.sum(x + lk.tensor(lk.compile.host(noise), device=dev))
+
+    got = [float(hosted(x).item()) for _ in range(4)]
+    assert len(set(got)) == 4 and hosted.stats["replays"] == 2
