@@ -10,8 +10,18 @@ each call is refused with the difference instead of replayed wrong; from the thi
 compiled program replays. Arguments are checked at every call (shapes, dtypes, devices, the
 values of Python numbers, the identity of other objects such as a model): a change traces
 again (``step.stats`` counts and explains it; a warning comes after ``warn_after`` retraces).
-``trust_input=True`` skips the checks. A replay reads parameters and optimizer state as they
-are at that call, so a learning rate changed between calls is used, not retraced.
+A replay reads parameters and optimizer state as they are at that call, so a learning rate
+changed between calls is used, not retraced.
+
+``trust_input=True`` skips the checks of what the step reads besides its arguments (the
+guards: the Python values below, bricks' train/eval mode and replaced parameters, the shapes,
+dtypes, devices and requires_grad of the tensors it reads, the ``.grad`` it adds to). The
+arguments still select the program (a batch of another shape or dtype traces as without it),
+and labels and indices are still checked. A change the skipped checks would have seen is the
+caller's to avoid: the replay then runs the traced program on what it finds, so an op raises
+its own error (a ShapeError, a broadcast ValueError, a DeviceMismatchError: the process does
+not crash, OpenCL launches captured at a replay check their buffers' sizes) or the results
+are the traced state's (the train-mode program after ``model.eval()``, a global's old value).
 
 Inside a compiled step:
 
@@ -396,8 +406,9 @@ def compile(fn=None, *, trust_input=False, fuse=True, cse=True, stabilize=True,
     and what their gradients leave into stable forms (not bit-identical to eager where they
     apply); ``reassociate``: a sum of matrix products of the same shapes (a weight's
     gradient over the steps of a loop) as one product of the stacked operands (equal to
-    float32 rounding); ``trust_input``: no checks at each call; ``warn_after``: retraces
-    before a CompileWarning.
+    float32 rounding); ``trust_input``: no guards at each call (the module's documentation
+    says what is still checked and what a wrong call does); ``warn_after``: retraces before a
+    CompileWarning.
 
     Examples
     --------
