@@ -4,8 +4,9 @@ Hyperparameter Tuning", MLSys 2020): decisions only, no scheduling.
 Rung ``k`` ends at epoch ``grace * reduction**k``. A trial that reaches a rung reports its
 metric there and stops (its checkpoint is kept; its run is *paused*). Whenever a worker is
 free, the driver asks ``next_promotion``: from the highest rung down, a stopped trial that is
-among the best ``len(rung) // reduction`` of its rung is promoted — it continues from its
-checkpoint to the next rung; if there is none, a new trial starts. A trial whose own stopping
+among the best ``len(rung) // reduction`` of its rung (ties: the lower trial number; a trial
+without a finite value counts as the worst, and never goes on) is promoted — it continues from
+its checkpoint to the next rung; if there is none, a new trial starts. A trial whose own stopping
 rules end it before a rung simply finishes.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from .space import SweepError
+from .space import SweepError, _integer
 
 
 class ASHA:
@@ -22,8 +23,7 @@ class ASHA:
 
     def __init__(self, grace: int = 1, reduction: int = 3):
         for v, name in ((grace, "grace"), (reduction, "reduction")):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise SweepError(f"ASHA: {name} must be an integer, got {v!r}")
+            _integer(v, f"ASHA: {name}")
         if grace < 1 or reduction < 2:
             raise SweepError(f"ASHA: needs grace >= 1 (epochs before the first decision) and "
                              f"reduction >= 2 (keep 1 in reduction), got grace={grace}, "
@@ -62,10 +62,13 @@ class ASHA:
             k = len(members) // self.reduction
             if k == 0:
                 continue
+            # NOTE: ties go to the lower trial number; a trial without a finite value (NaN,
+            # none) counts in its rung as the worst and is never promoted
             top = sorted(members, key=lambda nv: (_rank(nv[1], mode), nv[0]))[:k]
-            for number, _value in top:
+            for number, value in top:
                 status, results = trials[number]
-                if status == "stopped" and max(int(r) for r in results) == rung:
+                if status == "stopped" and max(int(r) for r in results) == rung and \
+                        _rank(value, mode) != math.inf:
                     return number, rung + 1
         return None
 

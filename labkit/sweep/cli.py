@@ -77,9 +77,11 @@ def load_space(text, module, target):
             raise SweepError(f"--space {text}: {e.strerror or e} (give a JSON file "
                              "or an inline JSON object)") from None
     try:
-        return from_json(text)
-    except json.JSONDecodeError as e:
-        raise SweepError(f"--space is not valid JSON ({e})") from None
+        json.loads(text)
+    except (ValueError, RecursionError) as e:  # NOTE: JSONDecodeError is a ValueError
+        why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        raise SweepError(f"--space is not valid JSON ({why})") from None
+    return from_json(text)
 
 
 def _asha(text):

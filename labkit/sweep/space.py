@@ -32,31 +32,66 @@ class TrialError(LabkitError, RuntimeError):
     (unless every trial so far failed)."""
 
 
+#: the most trials one sweep holds (a grid with more points needs ``trials=N``): each is a row
+#: in the store, drawn before the sweep starts
+MAX_TRIALS = 100_000
+#: Sobol' search starts seed ``s`` at point ``s * SOBOL_STRIDE`` of its sequence
+SOBOL_STRIDE = 4096
+
+
+def _numpy(v, what) -> None:
+    """A ``SweepError`` for a NumPy value: a space holds Python values, as JSON stores them."""
+    if isinstance(v, (np.generic, np.ndarray)):
+        fix = "x.tolist()" if isinstance(v, np.ndarray) else "int(x), float(x) or x.item()"
+        raise SweepError(f"{what} is a NumPy {type(v).__name__} ({v!r:.60}): give Python "
+                         f"values ({fix}); a sweep stores them as JSON")
+
+
 def _number(v, what) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise SweepError(f"{what} must be a finite number, got {v!r}")
+    _numpy(v, what)
+    try:  # NOTE: float(10**400) overflows
+        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(float(v))
+    except OverflowError:
+        ok = False
+    if not ok:
+        raise SweepError(f"{what} must be a finite number (an int or a float), got {v!r:.60}")
+    return float(v)
+
+
+def _integer(v, what) -> int:
+    _numpy(v, what)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise SweepError(f"{what} must be an integer, got {v!r:.60}")
     return v
 
 
 def _points(points, what):
     if points is None:
         return None
-    if isinstance(points, bool) or not isinstance(points, int) or points < 2:
+    if _integer(points, f"{what}: points") < 2:
         raise SweepError(f"{what}: points must be an integer >= 2 (grid values), got {points!r}")
     return points
 
 
 class Dimension:
-    """One hyperparameter's values: ``value(u)`` maps u in [0, 1) onto them; ``grid()`` lists
-    the values grid search tries (None: not finite)."""
+    """One hyperparameter's values: ``value(u)`` maps u in [0, 1) onto them; ``size()`` is how
+    many values grid search tries (None: not finite), ``at(i)`` the i-th; ``grid()`` lists
+    them."""
 
     kind = ""
 
     def value(self, u: float):
         raise NotImplementedError
 
-    def grid(self):
+    def size(self):
         return None
+
+    def at(self, i: int):
+        raise NotImplementedError
+
+    def grid(self):
+        n = self.size()
+        return None if n is None else [self.at(i) for i in builtins.range(n)]
 
     def to_json(self) -> dict:
         raise NotImplementedError
@@ -72,16 +107,19 @@ class Dimension:
 
 class _Interval(Dimension):
     def __init__(self, low, high, points=None):
-        what = f"{self.kind}({low!r}, {high!r})"
-        self.low, self.high = _number(low, f"{what}: low"), _number(high, f"{what}: high")
+        what = f"{self.kind}({low!r:.40}, {high!r:.40})"
+        _number(low, f"{what}: low")
+        _number(high, f"{what}: high")
+        self.low, self.high = low, high
         if not low < high:
             raise SweepError(f"{what}: low must be below high")
         self.points = _points(points, what)
 
-    def grid(self):
-        if self.points is None:
-            return None
-        return [self.value(i / (self.points - 1)) for i in builtins.range(self.points)]
+    def size(self):
+        return self.points
+
+    def at(self, i):
+        return self.value(i / (self.points - 1))
 
     def to_json(self):
         d = {self.kind: [self.low, self.high]}
@@ -97,7 +135,10 @@ class uniform(_Interval):  # noqa: N801 - read as a function: lk.sweep.uniform(0
     kind = "uniform"
 
     def value(self, u):
-        return float(self.low + u * (self.high - self.low))
+        span = self.high - self.low
+        # NOTE: a span past the largest float (-1e308 to 1e308) is inf: weigh the ends instead
+        v = self.low + u * span if math.isfinite(span) else (1 - u) * self.low + u * self.high
+        return float(min(self.high, max(self.low, v)))
 
 
 class loguniform(_Interval):  # noqa: N801
@@ -125,21 +166,31 @@ class range(Dimension):  # noqa: N801, A001 - lk.sweep.range(1, 8), as the issue
     kind = "range"
 
     def __init__(self, low, high, step=1):
-        what = f"range({low!r}, {high!r})"
+        what = f"range({low!r:.40}, {high!r:.40})"
         for v, name in ((low, "low"), (high, "high"), (step, "step")):
+            _numpy(v, f"{what}: {name}")
             if isinstance(v, bool) or not isinstance(v, int):
-                raise SweepError(f"{what}: {name} must be an integer, got {v!r} (for floats use "
-                                 "uniform or loguniform)")
+                raise SweepError(f"{what}: {name} must be an integer, got {v!r:.60} (for floats "
+                                 "use uniform or loguniform)")
         if step < 1 or high < low:
             raise SweepError(f"{what}: needs low <= high and step >= 1 (got step {step})")
         self.low, self.high, self.step = low, high, step
-        self.values = list(builtins.range(low, high + 1, step))
+        # NOTE: a range object, not a list: range(0, 10**12) is as cheap as range(1, 8)
+        self._ints = builtins.range(low, high + 1, step)
+
+    @property
+    def values(self):
+        """The integers, as a list (as a ``range`` past ``MAX_TRIALS`` of them)."""
+        return list(self._ints) if len(self._ints) <= MAX_TRIALS else self._ints
 
     def value(self, u):
-        return self.values[min(len(self.values) - 1, int(u * len(self.values)))]
+        return self._ints[min(len(self._ints) - 1, int(u * len(self._ints)))]
 
-    def grid(self):
-        return list(self.values)
+    def size(self):
+        return len(self._ints)
+
+    def at(self, i):
+        return self._ints[i]
 
     def to_json(self):
         return {"range": [self.low, self.high, self.step]}
@@ -155,15 +206,26 @@ class choice(Dimension):  # noqa: N801
 
     def __init__(self, values, name="choice"):
         if not isinstance(values, (list, tuple)) or not values:
-            raise SweepError(f"{name}: give a non-empty list of values, got {values!r}")
+            raise SweepError(f"{name}: give a non-empty list of values, got {values!r:.80}")
         _json_value(list(values), name)
+        seen: dict = {}
+        for i, v in enumerate(values):
+            first = seen.setdefault(_same(v), i)
+            if first != i:
+                again = "" if repr(values[first]) == repr(v) else f" (as {_brief(values[first])})"
+                raise SweepError(f"{name}: {_brief(v)} is in the list more than once{again}: "
+                                 "give each value once (a duplicate is drawn twice as often, "
+                                 "and a grid trains it twice)")
         self.values = list(values)
 
     def value(self, u):
         return self.values[min(len(self.values) - 1, int(u * len(self.values)))]
 
-    def grid(self):
-        return list(self.values)
+    def size(self):
+        return len(self.values)
+
+    def at(self, i):
+        return self.values[i]
 
     def to_json(self):
         return {"choice": list(self.values)}
@@ -184,8 +246,11 @@ class fixed(Dimension):  # noqa: N801
     def value(self, u):
         return self.v
 
-    def grid(self):
-        return [self.v]
+    def size(self):
+        return 1
+
+    def at(self, i):
+        return self.v
 
     def to_json(self):
         return {"value": self.v}
@@ -194,15 +259,50 @@ class fixed(Dimension):  # noqa: N801
         return repr(self.v)
 
 
+def _brief(v, n=60) -> str:
+    r = repr(v)
+    return r if len(r) <= n else r[:n] + "..."
+
+
+def _same(v):
+    """A key equal for values a trial cannot tell apart (1 and 1.0; not True and 1)."""
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return (type(v).__name__, v)
+    if isinstance(v, (int, float)):
+        return ("number", v)
+    if isinstance(v, list):
+        return ("list", tuple(_same(x) for x in v))
+    return ("dict", frozenset((k, _same(x)) for k, x in v.items()))
+
+
+def _inside(v):
+    """The first spec or NumPy value inside a list or dict value, or None."""
+    if isinstance(v, (Dimension, np.generic, np.ndarray)):
+        return v
+    items = v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else ()
+    for x in items:
+        found = _inside(x)
+        if found is not None:
+            return found
+    return None
+
+
 def _json_value(v, where):
     """``v`` unchanged through JSON, or a SweepError naming ``where`` (``space['lr']``)."""
+    found = _inside(v)
+    if isinstance(found, Dimension):
+        raise SweepError(f"{where}: {_brief(v)} holds the spec {found!r} inside a "
+                         f"{type(v).__name__}: a space is flat, {{name: spec}}; give it a name "
+                         "of its own (e.g. 'opt.lr') and build the nested config in make_loop")
+    if found is not None:
+        _numpy(found, where if found is v else f"{where}: {_brief(v)} holds a value that")
     try:
         text = json.dumps(v, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        raise SweepError(f"{where}: {v!r} is not a JSON value ({e}); a trial's "
+    except (TypeError, ValueError, RecursionError) as e:
+        raise SweepError(f"{where}: {_brief(v)} is not a JSON value ({e}); a trial's "
                          "parameters are stored as JSON") from None
     if json.loads(text) != v:
-        raise SweepError(f"{where}: {v!r} does not survive JSON unchanged (tuples and "
+        raise SweepError(f"{where}: {_brief(v)} does not survive JSON unchanged (tuples and "
                          "non-string keys do not): use lists and string keys")
 
 
@@ -265,7 +365,12 @@ def from_json(text) -> dict[str, Dimension]:
     ``{"loguniform": [lo, hi]}``, ``{"uniform": [lo, hi]}`` (optional ``"points": N``),
     ``{"range": [lo, hi]}`` or ``[lo, hi, step]``, ``{"choice": [...]}``, ``{"value": v}``; a
     plain list is a choice and any other plain value is fixed."""
-    raw = json.loads(text, object_pairs_hook=_no_duplicates) if isinstance(text, str) else text
+    try:
+        raw = json.loads(text, object_pairs_hook=_no_duplicates) if isinstance(text, str) \
+            else text
+    except (ValueError, RecursionError) as e:  # NOTE: JSONDecodeError is a ValueError
+        why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        raise SweepError(f"a space in JSON is not valid JSON ({why}): {text[:60]!r}") from None
     if not isinstance(raw, dict):
         raise SweepError(f"a space in JSON must be an object, got {str(text)[:60]!r}")
     out = {}
@@ -291,6 +396,7 @@ def _spec(name, spec):
     where = f"space[{name!r}]"
     kinds = set(spec) - {"points"}
     if len(kinds) != 1 or not kinds <= set(_SPEC_KEYS):
+        _json_value(spec, where)  # NOTE: a spec nested in it, a NumPy value: say that
         raise SweepError(f"{where}: {json.dumps(spec)[:80]} is not a spec: expected one of "
                          f"{', '.join(_SPEC_KEYS)} as its key (with \"points\" for uniform "
                          "and loguniform); a dict value that stays fixed is {\"value\": {...}}")
@@ -300,12 +406,12 @@ def _spec(name, spec):
         raise SweepError(f"{where}: \"points\" goes with uniform or loguniform, not {kind}")
     if kind in _KINDS:
         if not (isinstance(args, list) and len(args) == 2):
-            raise SweepError(f"{where}: {kind} takes [low, high], got {json.dumps(args)[:60]}")
+            raise SweepError(f"{where}: {kind} takes [low, high], got {_brief(args)}")
         return _KINDS[kind](*args, points=spec.get("points"))
     if kind == "range":
         if not (isinstance(args, list) and len(args) in (2, 3)):
             raise SweepError(f"{where}: range takes [low, high] or [low, high, step], got "
-                             f"{json.dumps(args)[:60]}")
+                             f"{_brief(args)}")
         return range(*args)
     if kind == "choice":
         return choice(args, where)
@@ -313,24 +419,22 @@ def _spec(name, spec):
 
 
 def grid_size(dims: dict[str, Dimension]) -> int:
-    bad = [f"{k} = {d!r}" for k, d in dims.items() if d.grid() is None]
+    bad = [f"{k} = {d!r}" for k, d in dims.items() if d.size() is None]
     if bad:
         raise SweepError(f"grid search needs a finite set of values for every parameter; "
                          f"continuous here: {', '.join(bad)}; give each points=N (e.g. "
                          "loguniform(1e-4, 1e-1, points=4)) or use search='random' or 'sobol'")
-    return math.prod(len(d.grid()) for d in dims.values())
+    return math.prod(d.size() for d in dims.values())
 
 
 def draw(dims: dict[str, Dimension], search: str, number: int, seed: int = 0) -> dict:
     """The parameters of trial ``number`` (0, 1, ...)."""
     names = list(dims)
-    if search == "grid":
-        grids = [dims[k].grid() for k in names]
-        sizes = [len(g) for g in grids]
+    if search == "grid":  # NOTE: the product in order, the last parameter varying fastest
         idx, out = number, {}
-        for k, g, n in zip(reversed(names), reversed(grids), reversed(sizes)):
-            idx, r = divmod(idx, n)
-            out[k] = g[r]
+        for k in reversed(names):
+            idx, r = divmod(idx, dims[k].size())
+            out[k] = dims[k].at(r)
         return {k: out[k] for k in names}
     free = [k for k in names if not isinstance(dims[k], fixed)]
     if search == "random":
@@ -338,30 +442,52 @@ def draw(dims: dict[str, Dimension], search: str, number: int, seed: int = 0) ->
     else:
         # NOTE: the seed picks where in the sequence to start, so sweeps with other seeds
         # try other points and keep the sequence's balance
-        u = sobol(1, max(1, len(free)), skip=number + int(seed) * 4096)[0]
+        u = sobol(1, max(1, len(free)), skip=number + int(seed) * SOBOL_STRIDE)[0]
     pos = dict(zip(free, u))
     return {k: dims[k].value(float(pos[k])) if k in pos else dims[k].value(0.0) for k in names}
 
 
 def check_search(dims: dict[str, Dimension], search: str, trials) -> int:
-    """The number of trials, checked against the search."""
+    """The number of trials, checked against the search (and ``MAX_TRIALS``)."""
     if search not in SEARCHES:
-        raise SweepError(f"search must be one of {SEARCHES}, got {search!r}")
+        raise SweepError(f"search must be one of {SEARCHES}, got {search!r:.60}")
     if search == "grid":
         n = grid_size(dims)
         if trials is None:
+            if n > MAX_TRIALS:
+                raise SweepError(f"a grid of this space has {n:,} points, more than the "
+                                 f"{MAX_TRIALS:,} trials a sweep holds: give fewer values, "
+                                 "trials=N (the grid's first N points), or search='random'")
             return n
-        if isinstance(trials, bool) or not isinstance(trials, int) or not 1 <= trials <= n:
-            raise SweepError(f"trials={trials!r}: a grid of this space has {n} points; give "
-                             f"1..{n} (or None for all)")
+        if isinstance(trials, bool) or not isinstance(trials, int) or \
+                not 1 <= trials <= min(n, MAX_TRIALS):
+            raise SweepError(f"trials={trials!r:.40}: a grid of this space has {n:,} points; "
+                             f"give 1..{min(n, MAX_TRIALS):,}"
+                             + (" (or None for all)" if n <= MAX_TRIALS else
+                                f" (a sweep holds at most {MAX_TRIALS:,} trials)"))
         return trials
     if search == "sobol":
         free = sum(not isinstance(d, fixed) for d in dims.values())
         if free > MAX_DIMS:
             raise SweepError(f"search='sobol' handles up to {MAX_DIMS} free parameters, this "
                              f"space has {free}: use search='random'")
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise SweepError(f"trials must be a positive integer for search={search!r}, got "
-                         f"{trials!r}")
+    if isinstance(trials, bool) or not isinstance(trials, int) or not 1 <= trials <= MAX_TRIALS:
+        raise SweepError(f"trials must be a positive integer (at most {MAX_TRIALS:,}) for "
+                         f"search={search!r}: how many points to draw; got {trials!r:.40}")
     return trials
+
+
+
+def check_seed(search: str, seed, trials: int) -> int:
+    """``seed``, checked: an integer from 0 to 2**32 - 1; for Sobol' search one whose sweep of
+    ``trials`` points stays inside the sequence (2**32 points)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        _numpy(seed, "seed")
+        raise SweepError(f"seed must be an integer >= 0 (and < 2**32), got {seed!r:.40}")
+    top = (2**32 - 1 - trials) // SOBOL_STRIDE
+    if search == "sobol" and seed > top:
+        raise SweepError(f"seed={seed}: search='sobol' with {trials:,} trials takes seeds 0 to "
+                         f"{top:,} (its sequence has 2**32 points, each seed starts "
+                         f"{SOBOL_STRIDE} further on)")
+    return seed
 

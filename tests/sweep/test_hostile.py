@@ -1,0 +1,113 @@
+"""A careless or hostile user of lk.sweep: wrong values anywhere in a space or a setting are a
+SweepError naming the culprit and the fix, raised before the store is written; ASHA never
+promotes a trial without a value; resume of a done, unknown or unloadable sweep; what Dask
+prints about a failed trial or a closing cluster."""
+
+import time
+
+import numpy as np
+import pytest
+
+import labkit as lk
+from labkit.sweep import ASHA, SweepError
+from labkit.sweep import space as S
+
+from .helpers import make_loop
+
+SPACE = {"lr": [0.01, 0.02], "hidden": 8, "epochs": 1}
+
+
+@pytest.mark.parametrize("space, words", [
+    ({"a": [1, 1, 2]}, r"space\['a'\]: 1 is in the list more than once: give each value once"),
+    ({"a": [1, 1.0]}, r"1.0 is in the list more than once \(as 1\)"),
+    ({"a": {"choice": [{"x": [1]}, {"x": [1]}]}}, "more than once"),
+    ({"a": {"b": lk.sweep.uniform(0, 1)}}, r"holds the spec uniform\(0, 1\) inside a dict: a "
+                                           "space is flat"),
+    ({"a": [lk.sweep.range(1, 3), 4]}, "inside a list: a space is flat"),
+    ({"a": np.int64(3)}, r"space\['a'\] is a NumPy int64 .*int\(x\), float\(x\) or x.item"),
+    ({"a": np.float64(0.5)}, "is a NumPy float64"),
+    ({"a": [np.float32(0.1), 0.2]}, "holds a value that is a NumPy float32"),
+    ({"a": np.arange(3)}, r"NumPy ndarray .*x.tolist\(\)"),
+    (lambda: {"a": lk.sweep.uniform(np.float64(0), 1)}, "low is a NumPy float64"),
+    (lambda: {"a": lk.sweep.range(1, np.int64(4))}, "high is a NumPy int64"),
+    (lambda: {"a": lk.sweep.uniform(0, 10**400)}, "high must be a finite number"),
+    (lambda: {"a": lk.sweep.uniform(0, 1, points=True)}, "points must be an integer"),
+    ({"a": {"uniform": [0, 1], "points": 1}}, "points must be an integer >= 2"),
+])
+def test_bad_values_in_a_space_are_named(space, words):
+    with pytest.raises(SweepError, match=words):
+        S.check(space() if callable(space) else space)
+
+
+def test_true_and_1_are_two_values_and_lists_of_lists_stay():
+    assert S.check({"a": [True, 1, None, 0]})["a"].values == [True, 1, None, 0]
+    assert S.check({"a": [[1, 2], [2, 1]]})["a"].size() == 2
+
+
+def test_huge_spaces_cost_nothing_until_drawn_and_trials_are_bounded():
+    t = time.perf_counter()
+    dims = S.check({"n": lk.sweep.range(0, 10**12), "lr": lk.sweep.uniform(0, 1, points=10**9),
+                    "k": list(range(1000))})
+    assert S.grid_size(dims) == (10**12 + 1) * 10**9 * 1000
+    with pytest.raises(SweepError, match=r"more than the 100,000 trials a sweep holds: .*"
+                       "trials=N"):
+        S.check_search(dims, "grid", None)
+    with pytest.raises(SweepError, match=r"give 1..100,000 \(a sweep holds at most"):
+        S.check_search(dims, "grid", S.MAX_TRIALS + 1)
+    assert S.check_search(dims, "grid", 3) == 3
+    assert [S.draw(dims, "grid", i) for i in range(2)] == [{"n": 0, "lr": 0.0, "k": 0},
+                                                           {"n": 0, "lr": 0.0, "k": 1}]
+    assert 0 <= S.draw(dims, "random", 5)["n"] <= 10**12
+    with pytest.raises(SweepError, match="positive integer .*at most 100,000"):
+        S.check_search(dims, "random", 10**9)
+    assert time.perf_counter() - t < 1
+
+
+def test_draws_stay_inside_bounds_across_the_whole_float_range():
+    dims = S.check({"x": lk.sweep.uniform(-1e308, 1e308, points=3)})
+    values = [S.draw(dims, "random", i)["x"] for i in range(50)]
+    assert all(np.isfinite(values)) and all(-1e308 <= v <= 1e308 for v in values)
+    assert dims["x"].grid() == [-1e308, 0.0, 1e308]
+
+
+def test_seeds_are_bounded_where_the_sobol_sequence_ends():
+    dims = S.check({"x": lk.sweep.uniform(0, 1)})
+    top = (2**32 - 1 - 10) // S.SOBOL_STRIDE
+    assert S.check_seed("sobol", top, 10) == top
+    assert 0 <= S.draw(dims, "sobol", 9, top)["x"] < 1  # the last point it may draw
+    with pytest.raises(SweepError, match=f"takes seeds 0 to {top:,}"):
+        S.check_seed("sobol", top + 1, 10)
+    for bad in (-1, 2**32, 1.0, True, np.int64(1)):
+        with pytest.raises(SweepError, match="seed"):
+            S.check_seed("random", bad, 10)
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"a": ', "not valid JSON"),
+    ('{"a": ' + "[" * 100_000, "nested too deeply"),
+])
+def test_a_space_in_json_that_does_not_parse_is_a_sweep_error(text, words):
+    with pytest.raises(SweepError, match=words):
+        lk.sweep.run(make_loop, text, trials=1)
+
+
+def test_asha_never_promotes_a_trial_without_a_value():
+    """reduction 2, rung 0: trial 2 (0.5) and three trials without a value (NaN, none). The
+    rung's top 2 = trial 2 and trial 0 (the worst, by number): trial 2 goes on, trial 0 does
+    not, though it is in the top half."""
+    a = ASHA(grace=1, reduction=2)
+    t = {0: ("stopped", {0: float("nan")}), 1: ("stopped", {0: None}),
+         2: ("stopped", {0: 0.5}), 3: ("stopped", {0: float("inf")})}
+    for mode in ("max", "min"):
+        assert a.next_promotion(t, mode) == (2, 1)
+    t[2] = ("running", {0: 0.5})
+    assert a.next_promotion(t, "max") is None and a.next_promotion(t, "min") is None
+
+
+def test_asha_ties_go_to_the_lower_trial_and_mode_picks_the_end():
+    a = ASHA(grace=2, reduction=3)
+    t = {4: ("stopped", {0: 0.3}), 1: ("stopped", {0: 0.3}), 2: ("stopped", {0: 0.1})}
+    assert a.next_promotion(t, "max") == (1, 1)  # 0.3 twice: trial 1 before trial 4
+    assert a.next_promotion(t, "min") == (2, 1)
+    t[1] = ("failed", {0: 0.3})  # promoted, then failed on the way to rung 1: not again
+    assert a.next_promotion(t, "max") is None
