@@ -182,6 +182,18 @@ def _detached(obj):
     return obj
 
 
+def _ran(check, *args):
+    """``check(*args)``, a check made after a traced call ran to its end: its refusal says
+    that the call's changes (an optimizer's update) were made, as an eager call's are."""
+    try:
+        return check(*args)
+    except CompileError as e:
+        e.args = (f"{e.args[0]} (This call ran to its end as an eager call does: what it "
+                  "changed, such as an optimizer's update, stays changed; the next call is "
+                  "traced again.)",) + e.args[1:]
+        raise
+
+
 class Compiled:
     """A step compiled by ``lk.compile``: call it like the function."""
 
@@ -263,17 +275,17 @@ class Compiled:
         old = _trace.set_tracer(tracer)
         try:
             result = self.fn(*args, **kwargs)
-            trace = tracer.finish(result)
+            trace = _ran(tracer.finish, result)
         finally:
             _trace.set_tracer(old)
         self.stats["traces"] += 1
         first = self._first.pop(key, None)
         if first is not None:  # NOTE: the difference between two calls says more
-            compare(first, trace, self.__name__)
-            check_unchanged(walk, self.__name__)
+            _ran(compare, first, trace, self.__name__)
+            _ran(check_unchanged, walk, self.__name__)
         unchecked = stale_results(trace.out_tree, walk, trace.values.values(), pyvals)
         if unchecked is not None:
-            refuse_stale(unchecked, self.__name__)
+            _ran(refuse_stale, unchecked, self.__name__)
         for g in walk.guards:
             g.settle()
         if first is None:

@@ -427,3 +427,31 @@ def test_python_and_numpy_random_numbers_drawn_outside_host_are_refused(dev):
 
     got = [float(hosted(x).item()) for _ in range(4)]
     assert len(set(got)) == 4 and hosted.stats["replays"] == 2
+
+
+def test_a_refusal_after_the_call_ran_says_its_update_was_made(dev):
+    B.set_seed(0)
+    model = B.Linear(4, 2).to(dev)
+    opt = O.SGD(lr=0.1).setup(model)
+    extra = [False]
+
+    @lk.compile
+    def step(x):
+        opt.zero_grad()
+        loss = F.sum(model(lk.tensor(x, device=dev)))
+        if extra[0]:
+            loss = loss * 2.0
+        loss.backward()
+        opt.update()
+        return loss
+
+    x = np.ones((3, 4), np.float32)
+    step(x)
+    extra[0] = True
+    before = model.W.numpy().copy()
+    with pytest.raises(CompileError, match=r"did not do the same thing.*This call ran to its end "
+                                           r"as an eager call does.*traced again"):
+        step(x)
+    assert not np.array_equal(model.W.numpy(), before)  # its update was made
+    assert [float(step(x).item()) for _ in range(3)]  # then: traced, traced, replayed
+    assert step.stats["replays"] == 1
