@@ -9,6 +9,7 @@ trial: it continues interrupted ones from their newest checkpoint and starts the
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import socket
@@ -20,6 +21,9 @@ from ..runs.notes import traceback_tail
 from . import trial as trial_mod
 from .space import SweepError, TrialError
 
+#: where a failed trial is reported in one line when no hook reports it (``labkit sweep`` prints
+#: its own): Dask's "Compute Failed" report of it is dropped (``engine._TrialFailures``)
+log = logging.getLogger("labkit.sweep")
 #: seconds between two writes of the heartbeats (and reads of a stop request)
 BEAT_EVERY = 1.0
 #: seconds between two reads of the requests while a paused sweep has nothing in flight
@@ -43,7 +47,7 @@ class Driver:
         self.store, self.sweep, self.make_loop = store, sweep, make_loop
         self.id, self.settings = sweep["id"], sweep["settings"]
         self.dims, self.asha, self.client, self.capacity = dims, asha, client, capacity
-        self.hook = hook or (lambda kind, info: None)
+        self.hook = hook or self._log
         self.trials = {t["number"]: t for t in store.trials(self.id)}
         self.token = uuid.uuid4().hex
         self.events: queue.Queue = queue.Queue()
@@ -60,6 +64,11 @@ class Driver:
         self.paused = False
         self.first_error = None
         self._beat = 0.0
+
+    def _log(self, kind: str, info: dict) -> None:
+        if kind == "failed":
+            log.warning("labkit sweep %s: trial %s failed: %s", self.id, info["trial"],
+                        info["error"][:500])
 
     # -- the store, trial by trial
     def _set(self, n: int, **fields) -> None:

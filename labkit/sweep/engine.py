@@ -21,6 +21,12 @@ import sys
 
 from .space import SweepError
 
+#: where the HTTP servers of our own clusters listen: this machine only, any free port
+LOOPBACK = "127.0.0.1:0"
+#: seconds to wait for a scheduler's address to answer
+CONNECT_TIMEOUT = 30
+#: the most worker processes ``engine="local"`` starts (each imports labkit and trains)
+LOCAL_MAX_WORKERS = max(8, 4 * (os.cpu_count() or 1))
 #: the environment of local workers: one BLAS/OpenMP thread each
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 #: Dask settings of local workers, unless this process's environment sets them: no sampling
@@ -31,6 +37,30 @@ WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 WORKER_DASK_ENV = {"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False",
                    "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL": "5s",
                    "DASK_DISTRIBUTED__WORKER__MEMORY__MONITOR_INTERVAL": "1s"}
+
+
+class _TrialFailures(logging.Filter):
+    """Drops Dask's "Compute Failed" report (with the trial's traceback) for a sweep's trial:
+    the driver records the failure, its reason and traceback with the trial's run, and says so
+    in one line (``labkit sweep``, the ``labkit.sweep`` logger); other tasks' stay."""
+
+    def filter(self, record):
+        key = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        return not (str(record.msg).startswith("Compute Failed") and isinstance(key, str)
+                    and key.startswith("labkit-trial-"))
+
+
+def quiet_trial_failures() -> None:
+    """Install ``_TrialFailures`` on this process's ``distributed.worker`` logger (once)."""
+    log = logging.getLogger("distributed.worker")
+    if not any(isinstance(f, _TrialFailures) for f in log.filters):
+        log.addFilter(_TrialFailures())
+
+
+def dask_setup(worker) -> None:
+    """Run in each local worker process as it starts (Dask's ``preload`` of this module),
+    restarted ones included."""
+    quiet_trial_failures()
 
 
 def _worker_class():
@@ -57,9 +87,10 @@ def local_cluster(workers: int):
     spec = {"cls": _worker_class(), "options": {
         "worker_class": "distributed.Nanny",
         "worker_kwargs": {"host": "127.0.0.1", "nthreads": 1, "env": dict(WORKER_ENV),
-                          "silence_logs": 40, "death_timeout": 30, "dashboard": False}}}
+                          "silence_logs": 40, "death_timeout": 30, "dashboard": False,
+                          "preload": [__name__]}}}
     return SpecCluster(scheduler={"cls": Scheduler, "options": {
-        "host": "127.0.0.1", "port": 0, "dashboard": False}},
+        "host": "127.0.0.1", "port": 0, "dashboard": False, "dashboard_address": LOOPBACK}},
         workers={i: spec for i in range(workers)}, worker=spec, silence_logs=40)
 
 
@@ -67,6 +98,11 @@ def _warm_up() -> None:
     """Import what a trial needs (labkit, its training loop, the data): on a fresh worker
     process that was most of the first trial's time."""
     import labkit.sweep.trial  # noqa: F401
+
+
+def default_workers(engine) -> int:
+    """``workers`` when not given: 1 for ``"inprocess"`` (all it runs), else 2."""
+    return 1 if engine == "inprocess" else 2
 
 
 def check(engine, workers) -> None:
@@ -78,6 +114,10 @@ def check(engine, workers) -> None:
         return
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise SweepError(f"workers must be a positive integer, got {workers!r}")
+    if engine == "local" and workers > LOCAL_MAX_WORKERS:
+        raise SweepError(f"workers={workers}: engine='local' starts one process per worker, and "
+                         f"this machine has {os.cpu_count()} cores; give at most "
+                         f"{LOCAL_MAX_WORKERS}, or a cluster's address as engine")
     if engine == "inprocess" and workers != 1:
         raise SweepError("engine='inprocess' runs one trial at a time in this process "
                          f"(workers=1), got workers={workers}: use engine='local' for more")
@@ -92,21 +132,25 @@ def connect(engine, workers: int):
     client)."""
     from distributed import Client, LocalCluster
 
+    quiet_trial_failures()  # NOTE: the inprocess worker, or a given Client's in this process
     if isinstance(engine, Client):
         return engine, lambda: None
     check(engine, workers)
     if engine == "local":
         cluster = local_cluster(workers)
     elif engine == "inprocess":
-        # NOTE: in one process Dask talks over inproc://, which binds no network address
+        # NOTE: in one process Dask talks over inproc://; its scheduler's and worker's HTTP
+        # servers (health and metrics routes, without a dashboard too) bound every interface
+        # (0.0.0.0:8787) unless given an address
         cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                               dashboard_address=None, silence_logs=40)
+                               dashboard_address=LOOPBACK, worker_dashboard_address=LOOPBACK,
+                               scheduler_kwargs={"dashboard": False}, silence_logs=40)
     else:  # NOTE: a scheduler address (check)
         try:
-            client = Client(engine, timeout=30)
-        except OSError as e:
-            raise SweepError(f"engine={engine!r}: no Dask scheduler answered there ({e}); start "
-                             "one (`dask scheduler`) or use engine='local'") from None
+            client = Client(engine, timeout=CONNECT_TIMEOUT)
+        except (OSError, ValueError, TypeError) as e:  # NOTE: TimeoutError is an OSError
+            raise SweepError(f"engine={engine!r:.80}: no Dask scheduler answered there ({e}); "
+                             "start one (`dask scheduler`) or use engine='local'") from None
         return client, client.close
     try:
         client = Client(cluster)
@@ -116,18 +160,40 @@ def connect(engine, workers: int):
     except BaseException:
         cluster.close()
         raise
+    return client, closer(client, cluster)
 
+
+def closer(client, cluster):
+    """What closes ``client`` and then our own ``cluster``."""
     def close():
-        from distributed.utils import silence_logging_cmgr
-
         # NOTE: our own cluster going down: its comms closing mid-message log tracebacks at
-        # INFO, which say nothing to a user of the sweep
-        with silence_logging_cmgr(logging.ERROR):
+        # INFO ("Batched Comm Closed ... CommClosedError"), which say nothing to a user of the
+        # sweep. A filter, not the handlers' level: the cluster puts back the level it found
+        # before its event loop has ended, and a write still pending then logged on stderr
+        quiet = _Below(logging.ERROR)
+        handlers = logging.getLogger("distributed").handlers
+        for h in handlers:
+            h.addFilter(quiet)
+        try:
+            client.close()
+        finally:
             try:
-                client.close()
-            finally:
                 cluster.close()
-    return client, close
+            finally:
+                for h in handlers:
+                    h.removeFilter(quiet)
+    return close
+
+
+class _Below(logging.Filter):
+    """Drops records below ``level``."""
+
+    def __init__(self, level):
+        super().__init__()
+        self.level = level
+
+    def filter(self, record):
+        return record.levelno >= self.level
 
 
 def capacity(client) -> int:

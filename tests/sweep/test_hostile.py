@@ -3,6 +3,7 @@ SweepError naming the culprit and the fix, raised before the store is written; A
 promotes a trial without a value; resume of a done, unknown or unloadable sweep; what Dask
 prints about a failed trial or a closing cluster."""
 
+import logging
 import time
 
 import numpy as np
@@ -10,11 +11,31 @@ import pytest
 
 import labkit as lk
 from labkit.sweep import ASHA, SweepError
+from labkit.sweep import engine as E
 from labkit.sweep import space as S
 
-from .helpers import make_loop
+from .helpers import make_loop, odd_loop
 
 SPACE = {"lr": [0.01, 0.02], "hidden": 8, "epochs": 1}
+
+
+@pytest.fixture(scope="module")
+def client():
+    c, close = E.connect("inprocess", 1)
+    yield c
+    close()
+
+
+@pytest.fixture
+def store(tmp_path):
+    with lk.runs.use_store(tmp_path / "runs.sqlite") as s:
+        yield s
+
+
+def sweep(client, tmp_path, **kw):
+    args = {"trials": 1, "search": "grid", "metric": "valid_accuracy", "mode": "max",
+            "engine": client, "directory": tmp_path / "runs", **kw}
+    return lk.sweep.run(args.pop("make_loop", make_loop), args.pop("space", SPACE), **args)
 
 
 @pytest.mark.parametrize("space, words", [
@@ -111,3 +132,86 @@ def test_asha_ties_go_to_the_lower_trial_and_mode_picks_the_end():
     assert a.next_promotion(t, "min") == (2, 1)
     t[1] = ("failed", {0: 0.3})  # promoted, then failed on the way to rung 1: not again
     assert a.next_promotion(t, "max") is None
+
+
+def test_a_failed_trial_is_one_line_of_labkit_not_daskss_report(client, tmp_path, store,
+                                                                caplog):
+    sw = sweep(client, tmp_path, make_loop=odd_loop, trials=None,
+               space={"kind": ["exit", "ok"], "epochs": 1})
+    assert [r["status"] for r in sw.table()] == ["failed", "finished"]
+    said = [r for r in caplog.records if r.name == "labkit.sweep"]
+    assert [r.getMessage() for r in said] == [
+        f"labkit sweep {sw.id}: trial 0 failed: TrialError: trial 0 called sys.exit(3); raise "
+        "an exception to fail a trial"]
+    assert not [r for r in caplog.records if "Compute Failed" in r.getMessage()]
+
+
+def _fail():
+    raise ValueError("bad trial")
+
+
+def _listening(processes) -> set:
+    return {c.laddr for p in processes for c in p.net_connections() if c.status == "LISTEN"}
+
+
+def test_local_workers_drop_daskss_report_of_a_failed_trial_only(capfd):
+    """In a local worker process, Dask's "Compute Failed" (with a traceback) is dropped for a
+    sweep's trial, and kept for any other task. Everything listens on 127.0.0.1 only."""
+    import psutil
+    from distributed import wait
+
+    me = psutil.Process()
+    before = _listening([me])
+    client, close = E.connect("local", 1)
+    try:
+        futures = [client.submit(_fail, key="labkit-trial-x-0-1", pure=False),
+                   client.submit(_fail, key="another-task", pure=False)]
+        wait(futures, timeout=30)
+        new = _listening([me, *me.children(recursive=True)]) - before
+        assert new and {a.ip for a in new} == {"127.0.0.1"}
+        time.sleep(0.3)  # NOTE: the worker's stderr reaches the test's through a pipe
+    finally:
+        close()
+    err = capfd.readouterr().err
+    assert "another-task" in err and "labkit-trial" not in err, err
+
+
+def test_the_inprocess_engine_listens_on_127_0_0_1_only():
+    """Its scheduler's and worker's HTTP servers bound 0.0.0.0:8787 (every interface)."""
+    import psutil
+
+    before = _listening([psutil.Process()])
+    client, close = E.connect("inprocess", 1)
+    try:
+        new = _listening([psutil.Process()]) - before
+        assert new and {a.ip for a in new} == {"127.0.0.1"}
+    finally:
+        close()
+
+
+def test_a_closing_cluster_logs_nothing_below_error():
+    """The comms of our own cluster closing mid-message log "Batched Comm Closed" with a
+    CommClosedError traceback at INFO, even after the cluster has put back the handler's
+    level: dropped while it closes, and only then."""
+    import io
+
+    heard = io.StringIO()
+    handler = logging.StreamHandler(heard)
+    dask_log = logging.getLogger("distributed")
+    dask_log.addHandler(handler)
+
+    class Cluster:
+        def close(self):
+            logging.getLogger("distributed.batched").info("Batched Comm Closed")
+            logging.getLogger("distributed.core").error("a real error")
+
+    class Client:
+        def close(self):
+            logging.getLogger("distributed.comm").warning("closing noise")
+
+    try:
+        E.closer(Client(), Cluster())()
+        logging.getLogger("distributed.batched").error("after")
+    finally:
+        dask_log.removeHandler(handler)
+    assert heard.getvalue().splitlines() == ["a real error", "after"]

@@ -19,7 +19,8 @@ def client():
     from distributed import Client, LocalCluster
 
     cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                           dashboard_address=None, silence_logs=40)
+                           dashboard_address="127.0.0.1:0", worker_dashboard_address=
+                           "127.0.0.1:0", scheduler_kwargs={"dashboard": False}, silence_logs=40)
     c = Client(cluster)
     yield c
     c.close()
