@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .. import runs
 from ..config import runs_dir
+from ..errors import RunStoreError, TrainingError
 from ..runs.sweeps import MODES, driver_alive, shown_status
 from ..training.resume import factory_name, load_factory
 from . import engine as E
@@ -18,12 +19,37 @@ from .asha import ASHA
 from .space import SweepError
 
 
+class UnknownSweep(SweepError, RunStoreError):
+    """No sweep of that id in the store (a ``SweepError``, and the store's ``RunStoreError``
+    with reason ``"not_found"``)."""
+
+    reason = "not_found"
+
+
+class FactoryGone(SweepError, TrainingError):
+    """A sweep's recorded make_loop cannot be imported anymore (a ``SweepError``, and the
+    ``TrainingError`` that ``lk.resume`` raises for a run's)."""
+
+
+def _record(sweep_id) -> dict:
+    """The store's record of ``sweep_id``, or an ``UnknownSweep`` naming where ids are."""
+    if not isinstance(sweep_id, str) or not sweep_id.strip():
+        raise UnknownSweep(f"a sweep id is a non-empty string (lk.sweep.list() and `labkit "
+                           f"sweep ls` list them), got {sweep_id!r:.60}")
+    try:
+        return runs.store().get_sweep(sweep_id)
+    except RunStoreError as e:
+        if getattr(e, "reason", None) != "not_found":
+            raise
+        raise UnknownSweep(str(e)) from None
+
+
 class Sweep:
     """A sweep in the run store: ``status``, ``table()``, ``best()``, ``stop()``."""
 
     def __init__(self, sweep_id: str):
+        _record(sweep_id)  # a clear error for an unknown id
         self.id = sweep_id
-        runs.store().get_sweep(sweep_id)  # a clear error for an unknown id
 
     @property
     def record(self) -> dict:
@@ -122,7 +148,7 @@ def _check(metric, mode, early_stopping):
 
 
 def run(make_loop, space, trials=None, *, search="random", metric="valid_loss", mode="min",
-        early_stopping=None, engine="local", workers=2, seed=0, name=None, directory=None,
+        early_stopping=None, engine="local", workers=None, seed=0, name=None, directory=None,
         show=False, _factory=None, _hook=None) -> Sweep:
     """Train ``trials`` configurations of ``space`` with ``make_loop(config)`` on Dask and
     return the ``Sweep`` (the call blocks until every trial is done or the sweep is stopped).
@@ -131,31 +157,57 @@ def run(make_loop, space, trials=None, *, search="random", metric="valid_loss", 
     as config; ``metric`` (a value the loop logs) is read when each chunk ends, and ``mode``
     says whether lower or higher is better. ``early_stopping=lk.sweep.ASHA(grace, reduction)``
     stops the worse trials at rungs and continues the better ones from their checkpoints.
-    ``engine``: ``"local"`` (``workers`` processes on this machine), ``"inprocess"``, a
+    ``engine``: ``"local"`` (``workers`` processes on this machine, default 2),
+    ``"inprocess"`` (one worker thread here: tests, debugging), a
     scheduler address or a ``distributed.Client``. Killed at any point, the sweep continues
     with ``lk.sweep.resume(id)``. ``show=True``: in a notebook, the sweep's live view
     (``Sweep.show``) appears while it runs.
     """
     if not callable(make_loop):
-        raise SweepError(f"make_loop must be a function config -> MainLoop, got {make_loop!r}")
+        raise SweepError(f"make_loop must be a function config -> MainLoop, got "
+                         f"{make_loop!r:.80}")
     dims = S.check(space)
     n = S.check_search(dims, search, trials)
     _check(metric, mode, early_stopping)
     S.check_names(dims, metric)
+    workers = E.default_workers(engine) if workers is None else workers
     E.check(engine, workers)  # NOTE: before anything is written to the store
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise SweepError(f"seed must be an integer >= 0, got {seed!r}")
+    S.check_seed(search, seed, n)
+    if name is not None and not isinstance(name, str):
+        raise SweepError(f"name must be a string (or None: make_loop's name), got {name!r:.60}")
     params = [S.draw(dims, search, i, seed) for i in range(n)]
     settings = {"trials": n, "search": search, "metric": metric, "mode": mode, "seed": seed,
                 "early_stopping": early_stopping.to_json() if early_stopping else None,
                 "engine": engine if isinstance(engine, str) else "client",
-                "workers": workers, "directory": str(Path(directory or runs_dir()).resolve())}
+                "workers": workers, "directory": _directory(directory)}
     factory = _factory or factory_name(make_loop)
     name = name or getattr(make_loop, "__name__", "sweep")
-    sid = runs.store().create_sweep(name, factory, S.to_json(dims), settings, params)
+    # NOTE: the engine first: a scheduler that does not answer leaves no sweep behind
+    conn = E.connect(engine, workers)
+    try:
+        sid = runs.store().create_sweep(name, factory, S.to_json(dims), settings, params)
+    except BaseException:
+        conn[1]()
+        raise
     if show:
         _show_live(sid)
-    return _drive(sid, make_loop, engine, workers, _hook)
+    return _drive(sid, make_loop, conn, _hook)
+
+
+def _directory(directory) -> str:
+    """Where the trials' run folders go, checked: a path whose nearest existing part is a
+    folder."""
+    if directory is None:
+        return str(Path(runs_dir()).resolve())
+    if not isinstance(directory, (str, os.PathLike)) or not str(directory):
+        raise SweepError(f"directory must be a folder's path (a string), got "
+                         f"{directory!r:.60}")
+    path = Path(os.fsdecode(directory)).expanduser().resolve()
+    there = next(p for p in (path, *path.parents) if p.exists())
+    if not there.is_dir():
+        raise SweepError(f"directory={str(directory)!r:.80}: {there} is not a folder (the "
+                         "trials' run folders go in it)")
+    return str(path)
 
 
 def _show_live(sid) -> None:
@@ -175,42 +227,99 @@ def resume(sweep_id: str, make_loop=None, *, trials=None, engine=None, workers=N
     the others start. ``trials=N``: grow the sweep to N trials (the search's next points:
     random and Sobol' draws continue their sequences; a grid has as many as it has).
     ``make_loop``: needed when the sweep's was not importable (a notebook cell);
-    ``engine``/``workers``: default as the sweep was started.
+    ``engine``/``workers``: default as the sweep was started. A sweep with nothing left to
+    train (every trial done, no promotion due) is returned as it is, no cluster started.
 
     A *paused* sweep whose driver still runs is continued by that driver (``Sweep.resume``):
     this asks it to, and returns at once."""
     store = runs.store()
-    rec = store.get_sweep(sweep_id)
+    rec = _record(sweep_id)
     alive = driver_alive(rec, runs.DEAD_AFTER) and rec.get("pid") != os.getpid()
     if rec["status"] == "paused" and alive and trials is None:
         store.update_sweep(sweep_id, request="resume")
         return Sweep(sweep_id)
     _not_driven(rec)
-    if make_loop is None:
-        if not rec.get("factory"):
-            raise SweepError(f"sweep {sweep_id}: its make_loop was not importable (defined in "
-                             "a notebook?); pass make_loop=<the function>")
-        make_loop = load_factory(rec["factory"])
     settings = rec["settings"]
+    if workers is None:  # NOTE: as it ran, unless on another engine: then that one's default
+        workers = settings["workers"] if engine in (None, settings["engine"]) else \
+            E.default_workers(engine)
     engine = settings["engine"] if engine is None else engine
-    workers = settings["workers"] if workers is None else workers
     if engine == "client":
         raise SweepError(f"sweep {sweep_id} ran on a Client; pass engine=<a Client or an "
                          "address>")
     E.check(engine, workers)  # NOTE: before anything is written to the store
     grown = [] if trials is None else _grown(store, rec, trials)
-    # NOTE: checked again and taken in one transaction: of two drivers resuming at once, one
-    # is refused; a refused resume adds nothing
-    store.claim_sweep(sweep_id, _not_driven, status="running", pid=os.getpid(),
-                      host=socket.gethostname(), heartbeat=time.time(), request=None,
-                      ended=None, error=None)
+    idle = not grown and _all_done(store, rec)
+    if make_loop is not None or rec.get("factory") or not idle:
+        # NOTE: a recorded make_loop that no longer loads is an error even with nothing left
+        # to train: the sweep could not grow or continue
+        make_loop = _make_loop(rec, make_loop)
+    if idle:
+        # NOTE: nothing to train: no cluster to start; a sweep whose driver ended just after
+        # its last trial is marked finished, as that driver would have
+        if rec["status"] != "finished":
+            now = time.time()
+            store.claim_sweep(sweep_id, _not_driven, status="finished", ended=now,
+                              heartbeat=now, request=None, error=None)
+        if _hook is not None:
+            _hook("done", {"sweep": sweep_id})
+        return Sweep(sweep_id)
+    # NOTE: the engine before the store: a scheduler that does not answer changes nothing
+    conn = E.connect(engine, workers)
+    try:
+        # NOTE: checked again and taken in one transaction: of two drivers resuming at once,
+        # one is refused; a refused resume adds nothing
+        store.claim_sweep(sweep_id, _not_driven, status="running", pid=os.getpid(),
+                          host=socket.gethostname(), heartbeat=time.time(), request=None,
+                          ended=None, error=None)
+    except BaseException:
+        conn[1]()
+        raise
     if grown:
         store.add_trials(sweep_id, grown)
     changes = {t["number"]: {"status": "interrupted"} for t in store.trials(sweep_id)
                if t["status"] == "running"}
     if changes:
         store.update_trials(sweep_id, changes)
-    return _drive(sweep_id, make_loop, engine, workers, _hook)
+    return _drive(sweep_id, make_loop, conn, _hook)
+
+
+def _make_loop(rec, make_loop):
+    """``make_loop`` given to ``resume``, or the sweep's own, imported again; a
+    ``FactoryGone`` (before anything is written) if it cannot be."""
+    sid = rec["id"]
+    if make_loop is not None:
+        if not callable(make_loop):
+            raise SweepError(f"make_loop must be a function config -> MainLoop, got "
+                             f"{make_loop!r:.80}")
+        return make_loop
+    if not rec.get("factory"):
+        raise FactoryGone(f"sweep {sid}: its make_loop was not importable (defined in a "
+                          f"notebook?); pass make_loop=<the function>: lk.sweep.resume({sid!r}, "
+                          "make_loop=f)")
+    try:
+        fn = load_factory(rec["factory"])
+    except (Exception, SystemExit) as e:  # NOTE: a script that no longer imports raises anything
+        why = str(e) if isinstance(e, TrainingError) else f"{type(e).__name__}: {e}"
+        raise FactoryGone(f"sweep {sid}: its make_loop {rec['factory']} cannot be loaded "
+                          f"({why[:300]}); pass make_loop=<the function>: lk.sweep.resume("
+                          f"{sid!r}, make_loop=f), or `labkit sweep resume {sid} --target "
+                          "path/to/script.py:make_loop`") from None
+    if not callable(fn):
+        raise FactoryGone(f"sweep {sid}: {rec['factory']} is now {type(fn).__name__}, not a "
+                          f"function; pass make_loop=<the function>")
+    return fn
+
+
+def _all_done(store, rec) -> bool:
+    """Whether every trial of the sweep is done: none pending, running or interrupted, and
+    none that ASHA would promote."""
+    trials = store.trials(rec["id"])
+    if any(t["status"] in ("pending", "running", "interrupted") for t in trials):
+        return False
+    asha = ASHA.from_json(rec["settings"]["early_stopping"])
+    rungs = {t["number"]: (t["status"], t["results"]) for t in trials if t["results"]}
+    return asha is None or asha.next_promotion(rungs, rec["settings"]["mode"]) is None
 
 
 def _not_driven(rec) -> None:
@@ -229,22 +338,26 @@ def _grown(store, rec, trials) -> list:
                          f"(the total to reach, not how many to add), got {trials!r}")
     dims = S.from_json(rec["space"])
     n = S.check_search(dims, settings["search"], trials)
+    S.check_seed(settings["search"], settings["seed"], n)
     return [S.draw(dims, settings["search"], i, settings["seed"]) for i in range(have, n)]
 
 
-def _drive(sid, make_loop, engine, workers, hook) -> Sweep:
+def _drive(sid, make_loop, conn, hook) -> Sweep:
+    """Drive sweep ``sid`` on ``conn`` (``engine.connect``'s client and close, which this
+    calls) until it ends."""
     from .driver import Driver
 
     store = runs.store()
-    rec = store.get_sweep(sid)
-    dims = S.from_json(rec["space"])
-    asha = ASHA.from_json(rec["settings"]["early_stopping"])
+    client, close = conn
     status, error = "failed", None
-    if hook is not None:
-        hook("start", {"sweep": sid, "name": rec["name"], "trials": rec["settings"]["trials"]})
     try:
-        client, close = E.connect(engine, workers)
         try:
+            rec = store.get_sweep(sid)
+            dims = S.from_json(rec["space"])
+            asha = ASHA.from_json(rec["settings"]["early_stopping"])
+            if hook is not None:
+                hook("start", {"sweep": sid, "name": rec["name"],
+                               "trials": rec["settings"]["trials"]})
             driver = Driver(store, rec, make_loop, dims, asha, client, E.capacity(client),
                             hook)
             status = driver.run()

@@ -112,6 +112,21 @@ def test_a_space_in_json_that_does_not_parse_is_a_sweep_error(text, words):
         lk.sweep.run(make_loop, text, trials=1)
 
 
+def test_bad_settings_write_nothing(store, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for kw, words in (({"name": object()}, "name must be a string"),
+                      ({"directory": 5}, "directory must be a folder's path"),
+                      ({"directory": afile / "runs"}, "is not a folder"),
+                      ({"search": "sobol", "trials": 2, "seed": 2**31}, "takes seeds 0 to"),
+                      ({"engine": "local", "workers": 10**6}, "give at most"),
+                      ({"space": {"lr": [0.1, 0.1]}}, "more than once"),
+                      ({"trials": 0}, "a grid of this space has 2 points")):
+        with pytest.raises(SweepError, match=words):
+            sweep("inprocess", tmp_path, **kw)
+    assert lk.sweep.list() == [] and not (tmp_path / "runs").exists()
+
+
 def test_asha_never_promotes_a_trial_without_a_value():
     """reduction 2, rung 0: trial 2 (0.5) and three trials without a value (NaN, none). The
     rung's top 2 = trial 2 and trial 0 (the worst, by number): trial 2 goes on, trial 0 does
@@ -132,6 +147,66 @@ def test_asha_ties_go_to_the_lower_trial_and_mode_picks_the_end():
     assert a.next_promotion(t, "min") == (2, 1)
     t[1] = ("failed", {0: 0.3})  # promoted, then failed on the way to rung 1: not again
     assert a.next_promotion(t, "max") is None
+
+
+def test_unknown_ids_are_sweep_errors_and_not_found(store):
+    for call in (lambda: lk.sweep.resume("nope"), lambda: lk.sweep.get("nope")):
+        with pytest.raises(SweepError, match="no sweep 'nope' in") as e:
+            call()
+        assert isinstance(e.value, lk.runs.RunStoreError) and e.value.reason == "not_found"
+    for bad in (None, "", 3):
+        with pytest.raises(SweepError, match="a sweep id is a non-empty string"):
+            lk.sweep.resume(bad)
+
+
+def test_resume_of_a_finished_sweep_starts_nothing_and_changes_nothing(client, tmp_path,
+                                                                       store, monkeypatch):
+    sw = sweep(client, tmp_path, trials=2)
+    before = sw.record, sw.table()
+
+    def no_cluster(*args):
+        raise AssertionError("a cluster was started for a finished sweep")
+    monkeypatch.setattr(E, "connect", no_cluster)
+    assert lk.sweep.resume(sw.id, engine="inprocess").table() == before[1]
+    assert lk.sweep.get(sw.id).record == before[0]
+    # a driver that died right after its last trial: its sweep is marked finished
+    store.update_sweep(sw.id, status="running", pid=2**22 + 1, heartbeat=0)
+    assert lk.sweep.resume(sw.id, engine="inprocess").status == "finished"
+
+
+def test_resume_when_make_loop_cannot_be_imported_anymore(client, tmp_path, store):
+    gone = tmp_path / "gone.py"
+    gone.write_text("raise RuntimeError('moved')\n")
+    for factory, words in (("no_such_module_q:make_loop", "cannot be imported"),
+                           (f"{tmp_path}/missing.py:make_loop", "does not exist"),
+                           (f"{gone}:make_loop", "RuntimeError: moved")):
+        sw = sweep(client, tmp_path, _factory=factory)
+        before = sw.record
+        with pytest.raises(SweepError, match=f"make_loop {factory} cannot be loaded.*{words}.*"
+                           "pass make_loop=") as e:
+            lk.sweep.resume(sw.id, engine=client, trials=2)
+        assert isinstance(e.value, lk.errors.TrainingError)  # as lk.resume's for a run
+        assert sw.record == before and len(sw.table()) == 1  # nothing written
+    grown = lk.sweep.resume(sw.id, make_loop, engine=client, trials=2)
+    assert [r["status"] for r in grown.table()] == ["finished", "finished"]
+
+
+def test_a_make_loop_never_importable_is_needed_only_for_work_left(client, tmp_path, store):
+    def local_loop(config):  # NOTE: a nested function: no factory is recorded
+        return make_loop(config)
+
+    sw = sweep(client, tmp_path, make_loop=local_loop)
+    assert sw.record["factory"] is None
+    assert lk.sweep.resume(sw.id, engine=client).status == "finished"
+    with pytest.raises(SweepError, match="was not importable .*pass make_loop="):
+        lk.sweep.resume(sw.id, engine=client, trials=2)
+
+
+def test_an_unreachable_scheduler_leaves_no_sweep(store, tmp_path, monkeypatch):
+    monkeypatch.setattr(E, "CONNECT_TIMEOUT", 0.5)
+    with pytest.raises(SweepError, match="no Dask scheduler answered there"):
+        sweep("tcp://127.0.0.1:9", tmp_path)
+    assert lk.sweep.list() == []
 
 
 def test_a_failed_trial_is_one_line_of_labkit_not_daskss_report(client, tmp_path, store,
