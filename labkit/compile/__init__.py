@@ -182,6 +182,14 @@ def _detached(obj):
     return obj
 
 
+def _refuse_outside(name, k, x, node):
+    raise CompileError(
+        f"lk.compile: {name} back-propagates into argument array {k}, a tensor of shape "
+        f"{x.shape} computed before the call (by {node.name}): a replay runs the step's ops, "
+        "not the graph that made it, whose gradients would be lost. Compute it inside the "
+        "step, or pass it detached (x.detach()) when no gradient should reach what made it")
+
+
 def _ran(check, *args):
     """``check(*args)``, a check made after a traced call ran to its end: its refusal says
     that the call's changes (an optimizer's update) were made, as an eager call's are."""
@@ -272,12 +280,24 @@ class Compiled:
         arg_none = {k for k, x in tensors.items() if x.grad is None}
         walk = python_guards(self.fn, keep)
         tracer = Tracer(leaves, tensors, self.__name__, walk.rngs)
+        watched = [(k, x, x.creator, x.creator.out_hooks, []) for k, x in tensors.items()
+                   if x.creator is not None and x.requires_grad]
+        for _, x, node, hooks, seen in watched:
+            # NOTE: a gradient reaching an argument computed before the call: backward goes
+            # on into the graph that made it, which a replay does not run
+            node.out_hooks = {**(hooks or {})}
+            node.out_hooks[x.index] = [*node.out_hooks.get(x.index, ()), seen.append]
         old = _trace.set_tracer(tracer)
         try:
             result = self.fn(*args, **kwargs)
             trace = _ran(tracer.finish, result)
         finally:
             _trace.set_tracer(old)
+            for _, _, node, hooks, _ in watched:
+                node.out_hooks = hooks
+        for k, x, node, _, seen in watched:
+            if seen:
+                _ran(_refuse_outside, self.__name__, k, x, node)
         self.stats["traces"] += 1
         first = self._first.pop(key, None)
         if first is not None:  # NOTE: the difference between two calls says more

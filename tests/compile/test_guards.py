@@ -455,3 +455,27 @@ def test_a_refusal_after_the_call_ran_says_its_update_was_made(dev):
     assert not np.array_equal(model.W.numpy(), before)  # its update was made
     assert [float(step(x).item()) for _ in range(3)]  # then: traced, traced, replayed
     assert step.stats["replays"] == 1
+
+
+def test_backward_into_an_argument_computed_before_the_call_is_refused(dev):
+    B.set_seed(0)
+    first, head = B.Linear(4, 8).to(dev), B.Linear(8, 3).to(dev)
+    x, y = lk.tensor(np.ones((2, 4), np.float32), device=dev), np.array([0, 2])
+
+    @lk.compile
+    def step(h, y):
+        for p in head.params().values():
+            p.grad = None
+        loss = F.softmax_cross_entropy(head(h), y)
+        loss.backward()
+        return loss
+
+    with pytest.raises(CompileError, match=r"back-propagates into argument array 0, a tensor of "
+                                           r"shape \(2, 8\) computed before the call \(by tanh\)"):
+        step(F.tanh(first(x)), y)
+    assert first.W.grad is not None  # the call ran (as eager)
+    first.W.grad = None
+    for _ in range(3):  # detached: no gradient goes out of the step
+        step(F.tanh(first(x)).detach(), y)
+    assert first.W.grad is None and step.stats["replays"] == 1
+    assert first.W.creator is None and not getattr(F.tanh(first(x)).creator, "out_hooks", None)
