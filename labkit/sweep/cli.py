@@ -19,9 +19,10 @@ import json
 import math
 import sys
 import time
+import traceback
 from pathlib import Path
 
-from ..errors import RunStoreError
+from ..errors import LabkitError, RunStoreError
 from ..runs.checks import printable as show
 from .space import SweepError
 
@@ -34,23 +35,31 @@ def load_target(target: str):
     ``factory`` is the name ``lk.sweep.resume`` imports it by again."""
     where, _, name = target.rpartition(":") if ":" in target else (target, "", "make_loop")
     name = name or "make_loop"
+    if not where.strip():
+        raise SweepError(f"{show(target)!r}: give where make_loop is, as "
+                         "path/to/script.py:make_loop or package.module:make_loop")
     if where.endswith(".py"):
         path = Path(where).resolve()
         if not path.is_file():
-            raise SweepError(f"no script {where} (give path/to/script.py:make_loop "
+            raise SweepError(f"no script {show(where)} (give path/to/script.py:make_loop "
                              "or package.module:make_loop)")
         spec = importlib.util.spec_from_file_location("__labkit_sweep_target__", path)
         mod = importlib.util.module_from_spec(spec)
         # NOTE: the script's folder is importable from it, as when it runs as a script
         sys.path.insert(0, str(path.parent))
-        spec.loader.exec_module(mod)
+        try:
+            spec.loader.exec_module(mod)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - the script's own error, named
+            raise _raised(where, e) from None
         factory = f"{path}:{name}"
     else:
         try:
             mod = importlib.import_module(where)
         except ImportError as e:
-            raise SweepError(f"cannot import {where!r} ({e}); give "
+            raise SweepError(f"cannot import {show(where)!r} ({e}); give "
                              "path/to/script.py:make_loop or an importable module") from None
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - the module's own error, named
+            raise _raised(where, e) from None
         factory = f"{where}:{name}"
     fn = getattr(mod, name, None)
     if not callable(fn):
@@ -58,6 +67,21 @@ def load_target(target: str):
         raise SweepError(f"{where} has no function {name!r} (it has "
                          f"{', '.join(have[:8]) or 'none'}); give {where}:<function>")
     return fn, mod, factory
+
+
+def _raised(where, e) -> SweepError:
+    """One line for a script or module that raised while it was imported: the error and
+    where (its file and line)."""
+    if isinstance(e, SystemExit):
+        return SweepError(f"importing {show(where)} called sys.exit({e.code!r}): the script is "
+                          "imported, not run; put its own work under "
+                          "if __name__ == '__main__':")
+    at = ""
+    frames = traceback.extract_tb(e.__traceback__)
+    if frames and not isinstance(e, SyntaxError):  # NOTE: a SyntaxError names its line
+        at = f" (at {frames[-1].filename}:{frames[-1].lineno})"
+    return SweepError(f"importing {show(where)} raised {type(e).__name__}: "
+                      f"{show(str(e))[:300]}{at}")
 
 
 def load_space(text, module, target):
@@ -70,11 +94,21 @@ def load_space(text, module, target):
             raise SweepError(f"give --space (a JSON file or inline JSON), or define "
                              f"SPACE = {{...}} in {target.rpartition(':')[0] or target}")
         return check(space)
-    if not text.lstrip().startswith("{"):
+    if not text.lstrip().startswith(("{", "[")):  # NOTE: "[...": JSON, and not an object
+        from ..checkpoint._files import Missing, read_regular
+
+        name = show(text[:200])
+        try:  # NOTE: a regular file of at most 1 MiB: not a FIFO to wait on, not /dev/zero
+            raw = read_regular(text, 2**20, "space")
+        except (LabkitError, OSError, ValueError) as e:
+            why = "No such file or directory" if isinstance(e, Missing) else \
+                str(e).replace(f"{text}: ", "", 1)
+            raise SweepError(f"--space {name}: {show(why)[:200]} (give a JSON file "
+                             "or an inline JSON object)") from None
         try:
-            text = Path(text).read_text()
-        except OSError as e:
-            raise SweepError(f"--space {text}: {e.strerror or e} (give a JSON file "
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SweepError(f"--space {name}: not a text file (give a JSON file in UTF-8 "
                              "or an inline JSON object)") from None
     try:
         json.loads(text)
@@ -115,6 +149,9 @@ def _progress(kind, info):
         print(f"  trial {info['trial']} {what}: {_fmt(info.get('value'))}", flush=True)
     elif kind == "failed":
         print(f"  trial {info['trial']} failed: {show(info['error'])}", flush=True)
+    elif kind == "done":
+        print(f"sweep {info['sweep']}: every trial is done, nothing to resume (--trials N "
+              "grows it)", flush=True)
 
 
 def _summary(sw) -> None:
@@ -143,12 +180,16 @@ def run_cmd(args) -> int:
 
     make_loop, module, factory = load_target(args.target)
     space = load_space(args.space, module, args.target)
+    asha = _asha(args.asha)
+    if args.trials is None and args.search != "grid":
+        raise SweepError(f"trials must be a positive integer for --search {args.search}: give "
+                         "--trials N, how many points to draw (grid search tries every point "
+                         "without it)")
     _quiet_dask()
-    # NOTE: the inprocess engine runs one trial at a time: its default is 1 worker, not 2
-    workers = args.workers or (1 if args.engine == "inprocess" else 2)
+    # NOTE: workers None: the engine's default (inprocess: 1, else 2)
     sw = api.run(make_loop, space, args.trials, search=args.search, metric=args.metric,
-                 mode=args.mode, early_stopping=_asha(args.asha), engine=args.engine,
-                 workers=workers, seed=args.seed, name=args.name,
+                 mode=args.mode, early_stopping=asha, engine=args.engine,
+                 workers=args.workers, seed=args.seed, name=args.name,
                  _factory=factory, _hook=_progress)
     _summary(sw)
     return 0 if sw.status in ("finished", "stopped") else 1
@@ -224,9 +265,10 @@ def resume_cmd(args) -> int:
         sw.resume()
         print(f"asked sweep {sw.id}'s driver (pid {sw.record['pid']}) to continue")
         return 0
+    make_loop = None if args.target is None else load_target(args.target)[0]
     _quiet_dask()
-    sw = api.resume(args.id, trials=args.trials, engine=args.engine, workers=args.workers,
-                    _hook=_progress)
+    sw = api.resume(args.id, make_loop, trials=args.trials, engine=args.engine,
+                    workers=args.workers, _hook=_progress)
     _summary(sw)
     return 0 if sw.status in ("finished", "stopped") else 1
 
@@ -323,6 +365,8 @@ def add_parser(sub) -> None:
                    "search's next points)")
     q.add_argument("--engine", help="default: the engine it ran on")
     q.add_argument("--workers", type=_positive, help="default: as it ran")
+    q.add_argument("--target", help="script.py:make_loop or package.module:make_loop, where "
+                   "the one it was started with cannot be imported anymore")
     q.set_defaults(func=resume_cmd)
     q = ss.add_parser("pause", help="ask a running sweep (in any process) to checkpoint its "
                       "trials and wait until `labkit sweep resume ID`")

@@ -164,8 +164,51 @@ def test_resume_grows_a_stopped_sweep(store, capsys):
      "grid search needs a finite set of values"),
     (["sweep", "run", f"{HELPERS}", "--space", SPACE, "--trials", "2", "--engine", "nope"],
      "engine must be 'local', 'inprocess'"),
+    (["sweep", "run", ":make_loop"], "':make_loop': give where make_loop is, as "),
+    (["sweep", "run", ""], "'': give where make_loop is"),
+    (["sweep", "run", "syntax.py"], "importing syntax.py raised SyntaxError: '(' was never "
+                                    "closed (syntax.py, line 1)"),
+    (["sweep", "run", "raises.py"], "importing raises.py raised RuntimeError: moved (at "),
+    (["sweep", "run", "exits.py"], "importing exits.py called sys.exit(2): the script is "
+                                   "imported, not run; put its own work under if __name__"),
+    (["sweep", "run", f"{HELPERS}", "--space", "binary.json"], "--space binary.json: not a "
+                                                                "text file"),
+    (["sweep", "run", f"{HELPERS}", "--space", "fifo"], "--space fifo: a FIFO"),
+    (["sweep", "run", f"{HELPERS}", "--space", "."], "--space .: a directory"),
+    (["sweep", "run", f"{HELPERS}", "--space", "[1]"], "a space in JSON must be an object"),
+    (["sweep", "run", f"{HELPERS}", "--space", '{"a": ' + "[" * 100_000],
+     "--space is not valid JSON (nested too deeply)"),
+    (["sweep", "run", f"{HELPERS}", "--space", '{"a": [1, 1]}', "--search", "grid"],
+     "space['a']: 1 is in the list more than once"),
+    (["sweep", "run", f"{HELPERS}", "--space", SPACE], "trials must be a positive integer for "
+                                                      "--search random: give --trials N"),
+    (["sweep", "run", f"{HELPERS}", "--space", SPACE, "--trials", "2", "--workers", "100000"],
+     "engine='local' starts one process per worker"),
+    (["sweep", "resume", "nope", "--target", "missing.py"], "no sweep 'nope' in"),
 ])
 def test_errors_are_one_line_naming_the_fix(store, capsys, argv, message):
+    import os
+
+    Path("syntax.py").write_text("x = (\n")
+    Path("raises.py").write_text("raise RuntimeError('moved')\n")
+    Path("exits.py").write_text("import sys\nsys.exit(2)\n")
+    Path("binary.json").write_bytes(b"\xff\xfe{")
+    os.mkfifo("fifo")  # NOTE: opened to check it, it would wait for a writer forever
     rc, out, err = cli(capsys, *argv)
     assert rc == 1 and err.startswith("labkit sweep: ") and message in err, err
-    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.count("\n") == 1 and "Traceback" not in err and len(err) < 1000
+    assert lk.sweep.list() == []
+
+
+def test_resume_takes_another_target_and_says_when_nothing_is_left(store, capsys):
+    sw = lk.sweep.run(helpers.make_loop, json.loads(SPACE), 1, metric="valid_accuracy",
+                      engine="inprocess", _factory="gone_module_q:make_loop")
+    # NOTE: nothing is left to train, but the make_loop it records must still import
+    rc, out, err = cli(capsys, "sweep", "resume", sw.id)
+    assert rc == 1 and "its make_loop gone_module_q:make_loop cannot be loaded" in err
+    assert f"`labkit sweep resume {sw.id} --target path/to/script.py:make_loop`" in err
+    rc, out, err = cli(capsys, "sweep", "resume", sw.id, "--target", f"{HELPERS}:make_loop")
+    assert rc == 0 and "every trial is done, nothing to resume (--trials N grows it)" in out
+    rc, out, err = cli(capsys, "sweep", "resume", sw.id, "--trials", "2", "--target",
+                       f"{HELPERS}:make_loop")
+    assert rc == 0 and "trial 1 finished" in out and "trial 0 finished" not in out, err
