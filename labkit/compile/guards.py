@@ -81,10 +81,22 @@ def _consts(code, out) -> None:
             _add(out, c)
 
 
+def _number(v):
+    """A key of a number by its value, whatever its type (0.5 and np.float32(0.5)), or None."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)):
+        return None
+    try:
+        return ("number", repr(float(v)))
+    except (OverflowError, TypeError, ValueError):
+        return None
+
+
 def _add(out, v, depth=0):
     """``v`` and, for a tuple (a dict's constant keys) or a list, each of its items."""
     if (k := canon(v)) is not None:
         out.add(k)
+        if (n := _number(v)) is not None:
+            out.add(n)
     if isinstance(v, (tuple, list, frozenset)) and depth < 3:
         for x in v:
             _add(out, x, depth + 1)
@@ -421,12 +433,10 @@ def _justified(walk, values, pyvals) -> set:
     for v in pyvals:
         _add(ok, v)
     for v in values:
-        shape = tuple(getattr(v, "shape", ()))
-        for d in shape:
-            ok.add(canon(int(d)))
-        ok.add(canon(shape))
-        ok.add(canon(int(getattr(v, "size", 0))))
-        ok.add(canon(int(getattr(v, "ndim", 0))))
+        shape = tuple(int(d) for d in getattr(v, "shape", ()))
+        _add(ok, shape)
+        _add(ok, int(getattr(v, "size", 0)))
+        _add(ok, int(getattr(v, "ndim", 0)))
     return ok
 
 
@@ -439,7 +449,8 @@ def stale_results(out_tree, walk, values, pyvals):
         kind, body = tree
         if kind == "value":
             c = canon(body)
-            return (where, body) if c is not None and c not in ok else None
+            return (where, body) if c is not None and c not in ok and (
+                _number(body) not in ok) else None
         if kind in ("tensor", "array"):
             return None
         if kind == "dict":

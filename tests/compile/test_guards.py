@@ -479,3 +479,12 @@ def test_backward_into_an_argument_computed_before_the_call_is_refused(dev):
         step(F.tanh(first(x)).detach(), y)
     assert first.W.grad is None and step.stats["replays"] == 1
     assert first.W.creator is None and not getattr(F.tanh(first(x)).creator, "out_hooks", None)
+
+
+def test_numbers_returned_from_constants_and_shapes_whatever_their_type():
+    @lk.compile
+    def step(x):
+        return F.sum(lk.tensor(x)), np.float32(0.5), np.int64(x.shape[0]), float(x.size), None
+
+    x = np.ones((3, 2), np.float32)
+    assert [step(x)[1:] for _ in range(3)] == [(0.5, 3, 6.0, None)] * 3
