@@ -273,7 +273,10 @@ class Walk:
         while True:
             n_names, n_objects = len(self.names), len(self._objects)
             for obj, what, depth in list(self._objects):
-                self._attrs(obj, what, depth)
+                try:
+                    self._attrs(obj, what, depth)
+                except Exception:  # noqa: BLE001 - an object whose attributes cannot be read
+                    continue       # (a proxy that raises): its attributes are not guarded
             if len(self.names) == n_names and len(self._objects) == n_objects:
                 return self
 
@@ -315,7 +318,7 @@ class Walk:
         user = _is_user_module(obj) if isinstance(obj, types.ModuleType) else not labkit
         d = getattr(obj, "__dict__", None)
         if not isinstance(d, (dict, types.MappingProxyType)):
-            return
+            d = {}  # NOTE: an object of __slots__ only: its slots are below
         from ..optimizers import Optimizer
 
         if isinstance(obj, Optimizer) and (id(obj), "params") not in self._guarded:
@@ -347,6 +350,11 @@ class Walk:
                 self._guarded.add((id(obj), n))
                 if _user_code(f.__code__):  # NOTE: a method of the user's that it calls
                     self.walk(types.MethodType(f, obj), depth + 1)
+            elif isinstance(f, types.MemberDescriptorType):  # a slot
+                self._guarded.add((id(obj), n))
+                v = getattr(obj, n, _MISSING)
+                if v is not _MISSING:
+                    self._value(v, "a", obj, n, user, f"{what}.{n}", depth)
             elif isinstance(f, property):
                 self._guarded.add((id(obj), n))
                 try:
@@ -365,7 +373,10 @@ def rng_of(v):
     kinds = (random.Random, np.random.RandomState, np.random.Generator)
     if isinstance(v, kinds):
         return v
-    s = getattr(v, "__self__", None)
+    try:
+        s = getattr(v, "__self__", None)
+    except Exception:  # noqa: BLE001 - an object whose __getattr__ raises
+        return None
     return s if isinstance(s, kinds) else None
 
 

@@ -488,3 +488,31 @@ def test_numbers_returned_from_constants_and_shapes_whatever_their_type():
 
     x = np.ones((3, 2), np.float32)
     assert [step(x)[1:] for _ in range(3)] == [(0.5, 3, 6.0, None)] * 3
+
+
+def test_a_slot_is_guarded_and_an_object_that_cannot_be_read_is_left_alone():
+    class Slots:
+        __slots__ = ("a",)
+
+        def __init__(self):
+            self.a = 2.0
+
+    class Opaque:
+        def __getattr__(self, name):
+            raise RuntimeError(f"no {name}")
+
+        @property
+        def b(self):
+            raise KeyError("b")
+
+    s, o = Slots(), Opaque()
+
+    @lk.compile
+    def step(x):
+        assert o is not None and (o.b if False else True)
+        return F.sum(lk.tensor(x) * s.a)
+
+    x = np.ones(2, np.float32)
+    assert [float(step(x).item()) for _ in range(3)] == [4.0] * 3
+    s.a = 3.0
+    assert float(step(x).item()) == 6.0 and "Slots.a was 2.0" in step.stats["reasons"][-1]
