@@ -40,6 +40,11 @@ Inside a compiled step:
 - a parameter passed as an argument (or its array) is checked by identity: the step may
   read it where it lives too (its brick), so a program traced with it is not replayed for
   another;
+- also refused: random numbers from Python's or NumPy's generators drawn outside
+  :func:`host` (a replay would reuse them), a ``.grad`` from before the call added to
+  (gradients accumulated over calls: call ``zero_grad`` inside the step), and a backward
+  into an argument computed before the call (pass it detached). A refusal made after the
+  call ran says so: its changes (an optimizer's update) were made, as an eager call's are;
 - one call runs at a time (a lock): a compiled step may be shared between threads;
 - labels and index arrays are checked at every call as an eager call checks them; on OpenCL
   the check's flag is read back without waiting and looked at before the replay's next
