@@ -1,7 +1,7 @@
 """Where trials run: a Dask client for ``engine=``.
 
 - ``"local"``: a scheduler in this process and ``workers`` worker processes, all on 127.0.0.1
-  (no dashboard). Each worker is started as its own Python process (``python -m dask spec``)
+  (no dashboard). Each worker is started as its own Python process (``dask spec``)
   rather than forked or spawned from this one, so a plain script needs no ``if __name__ ==
   "__main__"`` guard; when this process dies the scheduler dies with it and the workers end
   themselves. Workers get one BLAS/OpenMP thread.
@@ -63,6 +63,29 @@ def dask_setup(worker) -> None:
     quiet_trial_failures()
 
 
+#: a local worker process: ``dask spec`` (a Nanny and its worker), deaf to SIGINT. Ctrl-C in a
+#: terminal reaches every process of the foreground group: the driver's (which interrupts the
+#: sweep and kills its workers) and, before, each Nanny's (which closed its worker while the
+#: scheduler went too: a page of CancelledError and CommClosedError tracebacks on stderr).
+#: SIGINT is ignored before Python starts Dask, and dask spec waits for SIGTERM alone, so the
+#: worker process the Nanny starts inherits the ignored SIGINT too
+WORKER_MAIN = """
+import asyncio, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+from distributed.cli import dask_spec
+
+async def sigterm():
+    done = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, done.set)
+    await done.wait()
+    return signal.SIGTERM
+
+dask_spec.wait_for_signals = sigterm
+sys.argv[0] = "dask spec"
+dask_spec.main()
+"""
+
+
 def _worker_class():
     from distributed.deploy.subprocess import SubprocessWorker
 
@@ -71,7 +94,7 @@ def _worker_class():
         make_loop's module imports there too."""
 
         async def _start(self):
-            cmd = [sys.executable, "-m", "dask", "spec", self.scheduler, "--spec",
+            cmd = [sys.executable, "-c", WORKER_MAIN, self.scheduler, "--spec",
                    json.dumps({"cls": self.worker_class, "opts": self.worker_kwargs})]
             path = os.pathsep.join(p or os.getcwd() for p in sys.path)
             env = {**WORKER_DASK_ENV, **os.environ, **WORKER_ENV, "PYTHONPATH": path}

@@ -225,13 +225,22 @@ def _fail():
     raise ValueError("bad trial")
 
 
+def _sigint():
+    import signal
+
+    handler = signal.getsignal(signal.SIGINT)
+    return getattr(handler, "name", repr(handler))
+
+
 def _listening(processes) -> set:
     return {c.laddr for p in processes for c in p.net_connections() if c.status == "LISTEN"}
 
 
 def test_local_workers_drop_daskss_report_of_a_failed_trial_only(capfd):
     """In a local worker process, Dask's "Compute Failed" (with a traceback) is dropped for a
-    sweep's trial, and kept for any other task. Everything listens on 127.0.0.1 only."""
+    sweep's trial, and kept for any other task. Everything listens on 127.0.0.1 only. The
+    worker processes ignore SIGINT (a terminal's Ctrl-C made each print pages of tracebacks
+    while the driver closed them)."""
     import psutil
     from distributed import wait
 
@@ -244,6 +253,9 @@ def test_local_workers_drop_daskss_report_of_a_failed_trial_only(capfd):
         wait(futures, timeout=30)
         new = _listening([me, *me.children(recursive=True)]) - before
         assert new and {a.ip for a in new} == {"127.0.0.1"}
+        # NOTE: Ctrl-C (SIGINT to the terminal's process group) is the driver's to act on
+        for nanny in (False, True):
+            assert list(client.run(_sigint, nanny=nanny).values()) == ["SIG_IGN"]
         time.sleep(0.3)  # NOTE: the worker's stderr reaches the test's through a pipe
     finally:
         close()
