@@ -24,6 +24,8 @@ from ..runs.ids import is_run_id
 
 #: the most trials drawn as lines and dots (the best first, then an even spread of the rest)
 LINES = 1000
+#: the shortest refresh period of a live view, in seconds (each refresh reads the store)
+MIN_EVERY = 0.1
 #: table rows shown unless ``rows=``
 ROWS = 50
 CELL = 'style="padding:1px 8px;text-align:right"'
@@ -329,6 +331,15 @@ class SweepView:
     ``close()`` stops refreshing. Plain HTML: it reads in any viewer."""
 
     def __init__(self, sweep, sort="value", rows=ROWS, every=1.0):
+        from .space import SweepError
+
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+            raise SweepError(f"show: rows must be an integer >= 1 (table rows shown), got "
+                             f"{rows!r:.40}")
+        if isinstance(every, bool) or not isinstance(every, (int, float)) or \
+                not MIN_EVERY <= every < math.inf:
+            raise SweepError(f"show: every must be a number of seconds >= {MIN_EVERY} (between "
+                             f"two refreshes), got {every!r:.40}")
         self.sweep, self._sort, self.rows, self.every = sweep, sort, rows, every
         self._handle = None
         self._closed = threading.Event()

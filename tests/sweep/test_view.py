@@ -110,3 +110,18 @@ def test_refresh_renders_when_a_trial_changes_and_stops_with_the_sweep(store):
     assert not v._thread.is_alive() and "finished" in h.updates[-1] and len(h.updates) == 3
     bundle = v._repr_mimebundle_()
     assert set(bundle) == {"text/html", "text/plain"} and "Sweep(" in bundle["text/plain"]
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"rows": -1}, "rows must be an integer >= 1"),
+    ({"rows": "10"}, "rows must be an integer >= 1"),
+    ({"every": 0}, "every must be a number of seconds >= 0.1"),
+    ({"every": "1"}, "every must be a number of seconds"),
+    ({"every": float("nan")}, "every must be a number of seconds"),
+])
+def test_bad_rows_or_period_are_named(store, kw, words):
+    """rows=-1 showed all but the last trial and '-1 more'; rows='10' was a TypeError; every=0
+    refreshed in a busy loop and every='1' ended the refresh thread silently."""
+    sw = seed(store, [0.5])
+    with pytest.raises(SweepError, match=words):
+        sw.show(**kw)
