@@ -92,9 +92,16 @@ class Trend:
 
 def trend(sweep, x: str, y: str = "time") -> Trend:
     """``y`` against ``x`` over the sweep's trials that have both (finished or stopped ones;
-    ``"time"``: training seconds from each trial's run), with its least-squares line."""
+    ``"time"``: training seconds from each trial's run), with its least-squares line.
+    ``sweep``: a ``Sweep`` or its id."""
     from .. import runs
+    from .api import Sweep
 
+    if isinstance(sweep, str):  # NOTE: an id, as lk.sweep.get takes
+        sweep = Sweep(sweep)
+    if not callable(getattr(sweep, "table", None)):
+        raise SweepError(f"trend: sweep must be a Sweep (lk.sweep.run's, lk.sweep.get(id)) or "
+                         f"its id, got {sweep!r:.60}")
     rows = sweep.table()
     if rows and x not in rows[0]:
         raise SweepError(f"trend: no column {x!r} in the sweep's table; its columns are "

@@ -61,3 +61,16 @@ def test_trend_reads_columns_and_training_time_of_done_trials(tmp_path):
             lk.sweep.trend(_Sweep(rows), "depth", "speed")
         with pytest.raises(SweepError, match="two values of 'depth'"):
             lk.sweep.trend(_Sweep(rows[:1]), "depth", "time")
+
+
+def test_trend_takes_a_sweeps_id_and_names_anything_else(tmp_path):
+    """An id (as lk.sweep.get takes) was an AttributeError: 'str' object has no 'table'."""
+    with lk.runs.use_store(tmp_path / "runs.sqlite") as store:
+        sid = store.create_sweep("s", None, '{"depth": {"choice": [1, 2]}}', {
+            "metric": "m", "mode": "min"}, [{"depth": 1}, {"depth": 2}])
+        store.update_trials(sid, {0: {"status": "finished", "value": 0.5},
+                                  1: {"status": "finished", "value": 0.25}})
+        assert lk.sweep.trend(sid, "depth", "m").slope == pytest.approx(-0.25)
+        for bad, words in ((None, "sweep must be a Sweep"), ("nope", "no sweep 'nope'")):
+            with pytest.raises(SweepError, match=words):
+                lk.sweep.trend(bad, "depth")
