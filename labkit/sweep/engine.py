@@ -40,21 +40,27 @@ WORKER_DASK_ENV = {"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False",
 
 
 class _TrialFailures(logging.Filter):
-    """Drops Dask's "Compute Failed" report (with the trial's traceback) for a sweep's trial:
-    the driver records the failure, its reason and traceback with the trial's run, and says so
-    in one line (``labkit sweep``, the ``labkit.sweep`` logger); other tasks' stay."""
+    """Drops Dask's reports of a sweep's failed trial: a worker's "Compute Failed" (with the
+    trial's traceback), the scheduler's "marked as failed because 2 workers died" (a trial
+    that kills its workers). The driver records the failure, its reason and traceback with the
+    trial's run, and says so in one line (``labkit sweep``, the ``labkit.sweep`` logger);
+    other tasks' reports stay."""
+
+    REPORTS = ("Compute Failed", "Task %s marked as failed because %d workers died")
 
     def filter(self, record):
         key = record.args[0] if isinstance(record.args, tuple) and record.args else None
-        return not (str(record.msg).startswith("Compute Failed") and isinstance(key, str)
-                    and key.startswith("labkit-trial-"))
+        return not (isinstance(key, str) and key.startswith("labkit-trial-")
+                    and str(record.msg).startswith(self.REPORTS))
 
 
 def quiet_trial_failures() -> None:
-    """Install ``_TrialFailures`` on this process's ``distributed.worker`` logger (once)."""
-    log = logging.getLogger("distributed.worker")
-    if not any(isinstance(f, _TrialFailures) for f in log.filters):
-        log.addFilter(_TrialFailures())
+    """Install ``_TrialFailures`` on this process's ``distributed.worker`` and
+    ``distributed.scheduler`` loggers (once)."""
+    for name in ("distributed.worker", "distributed.scheduler"):
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _TrialFailures) for f in log.filters):
+            log.addFilter(_TrialFailures())
 
 
 def dask_setup(worker) -> None:

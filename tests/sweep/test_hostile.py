@@ -263,6 +263,25 @@ def test_local_workers_drop_daskss_report_of_a_failed_trial_only(capfd):
     assert "another-task" in err and "labkit-trial" not in err, err
 
 
+def test_the_schedulers_report_of_a_trial_that_killed_its_workers_is_dropped_too():
+    """A trial that kills every worker it runs on: the scheduler (in the driver's process on
+    engine='local') logged "Task ... marked as failed because 2 workers died" at ERROR beside
+    labkit's line for it (KilledWorker, with the reason)."""
+    E.quiet_trial_failures()
+    kept = []
+    handler = logging.Handler()
+    handler.emit = kept.append
+    log = logging.getLogger("distributed.scheduler")
+    log.addHandler(handler)
+    try:
+        for key in ("labkit-trial-s-2-ab12", "another-task"):
+            log.error("Task %s marked as failed because %d workers died while trying to run it",
+                      key, 2)
+    finally:
+        log.removeHandler(handler)
+    assert [r.args[0] for r in kept] == ["another-task"]
+
+
 def test_the_inprocess_engine_listens_on_127_0_0_1_only():
     """Its scheduler's and worker's HTTP servers bound 0.0.0.0:8787 (every interface)."""
     import psutil
