@@ -13,11 +13,14 @@ target's module. The script is imported (not run as ``__main__``), so its own
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import json
 import math
+import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -175,6 +178,25 @@ def _quiet_dask() -> None:
     logging.getLogger("distributed.worker").setLevel(logging.CRITICAL)
 
 
+@contextlib.contextmanager
+def _terminate_interrupts():
+    """SIGTERM (``kill PID``, a batch system's notice) ends the sweep as Ctrl-C does: its
+    trials interrupted and its workers closed, resumable (without this the driver died at
+    once, its trials left running until a resume); a second SIGTERM kills at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def run_cmd(args) -> int:
     from . import api
 
@@ -187,10 +209,11 @@ def run_cmd(args) -> int:
                          "without it)")
     _quiet_dask()
     # NOTE: workers None: the engine's default (inprocess: 1, else 2)
-    sw = api.run(make_loop, space, args.trials, search=args.search, metric=args.metric,
-                 mode=args.mode, early_stopping=asha, engine=args.engine,
-                 workers=args.workers, seed=args.seed, name=args.name,
-                 _factory=factory, _hook=_progress)
+    with _terminate_interrupts():
+        sw = api.run(make_loop, space, args.trials, search=args.search, metric=args.metric,
+                     mode=args.mode, early_stopping=asha, engine=args.engine,
+                     workers=args.workers, seed=args.seed, name=args.name,
+                     _factory=factory, _hook=_progress)
     _summary(sw)
     return 0 if sw.status in ("finished", "stopped") else 1
 
@@ -267,8 +290,9 @@ def resume_cmd(args) -> int:
         return 0
     make_loop = None if args.target is None else load_target(args.target)[0]
     _quiet_dask()
-    sw = api.resume(args.id, make_loop, trials=args.trials, engine=args.engine,
-                    workers=args.workers, _hook=_progress)
+    with _terminate_interrupts():
+        sw = api.resume(args.id, make_loop, trials=args.trials, engine=args.engine,
+                        workers=args.workers, _hook=_progress)
     _summary(sw)
     return 0 if sw.status in ("finished", "stopped") else 1
 

@@ -212,3 +212,36 @@ def test_resume_takes_another_target_and_says_when_nothing_is_left(store, capsys
     rc, out, err = cli(capsys, "sweep", "resume", sw.id, "--trials", "2", "--target",
                        f"{HELPERS}:make_loop")
     assert rc == 0 and "trial 1 finished" in out and "trial 0 finished" not in out, err
+
+
+def test_sigterm_interrupts_a_running_sweep_as_ctrl_c_does(tmp_path):
+    """`kill PID` of `labkit sweep run`: the sweep and its training trial are interrupted
+    (resumable), exit 130 with one line. Before, the driver died at once: the sweep was left
+    running (shown dead) and its trial running until a resume."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "LABKIT_HOME": str(tmp_path), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(HELPERS.parents[2])}
+    space = json.dumps({"lr": 0.01, "hidden": 8, "epochs": 10_000})
+    p = subprocess.Popen([sys.executable, "-c", "import sys; from labkit.cli import main; "
+                          "sys.exit(main(sys.argv[1:]))", *RUN[:3], "--space", space,
+                          "--trials", "1", "--engine", "inprocess"], env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        assert p.stdout.readline().endswith(": 1 trials (make_loop)\n")
+        time.sleep(1.0)  # NOTE: its trial trains
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert p.returncode == 130 and err == "labkit sweep: interrupted\n", err
+    with lk.runs.use_store(tmp_path / "runs.sqlite"):
+        (rec,) = lk.sweep.list()
+        assert rec["status"] == "interrupted" and "running" not in rec["counts"]
