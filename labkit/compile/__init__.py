@@ -80,7 +80,14 @@ from ..autograd.trace import host
 from ..backend import opencl
 from ..bricks.base import Parameter
 from ..errors import CompileError
-from .guards import check_unchanged, first_failure, python_guards, refuse_stale, stale_results
+from .guards import (
+    check_unchanged,
+    drop_host_only,
+    first_failure,
+    python_guards,
+    refuse_stale,
+    stale_results,
+)
 from .program import Program, depends_failure
 from .scan import scan
 from .trace import Tracer, compare
@@ -304,6 +311,7 @@ class Compiled:
             if seen:
                 _ran(_refuse_outside, self.__name__, k, x, node)
         self.stats["traces"] += 1
+        drop_host_only(walk, tracer.host_codes)
         first = self._first.pop(key, None)
         if first is not None:  # NOTE: the difference between two calls says more
             _ran(compare, first, trace, self.__name__)

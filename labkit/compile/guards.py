@@ -14,6 +14,7 @@ labkit itself, and are not guarded here.
 
 from __future__ import annotations
 
+import dis
 import functools
 import os
 import sysconfig
@@ -211,6 +212,7 @@ class Walk:
         self._objects: list = []   # (object, how to name it, depth): attributes to guard
         self._guarded: set = set()  # (id(object), name) done
         self.rngs: list = []        # (Python's or NumPy's random generator, how to name it)
+        self.codes: list = []       # the code of the user's functions walked
 
     def walk(self, fn, depth=0):
         seen = ((id(fn.__func__), id(fn.__self__)) if isinstance(fn, types.MethodType)
@@ -244,6 +246,7 @@ class Walk:
             return None
         names = _names(code)
         self.names |= names
+        self.codes.append(code)
         _consts(code, self.consts)
         where = fn.__name__
         g = fn.__globals__
@@ -419,6 +422,37 @@ def python_guards(fn, objects=()) -> Walk:
     w.walk(fn)
     w.objects(objects)
     return w.finish()
+
+
+#: instructions that read or write a global or closure variable by name (not LOAD_CLOSURE,
+#: which only hands a cell to a nested function)
+_BY_NAME = {"LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF", "STORE_GLOBAL",
+            "STORE_DEREF", "DELETE_GLOBAL", "DELETE_DEREF"}
+
+
+def _read_names(code, skip) -> set:
+    """The global and closure names ``code`` and the code nested in it (but not in ``skip``)
+    use."""
+    if code in skip:
+        return set()
+    out = {i.argval for i in dis.get_instructions(code) if i.opname in _BY_NAME}
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            out |= _read_names(c, skip)
+    return out
+
+
+def drop_host_only(walk, host_codes) -> None:
+    """Unguard the globals and closure values that only code run through ``host`` uses: a
+    replay runs that code again (``lk.compile.host(lambda a: seen.append(a.sum()), x,
+    effect=True)``), so what it changes is changed at every call, as in an eager one."""
+    if not host_codes:
+        return
+    inside = set().union(*(_read_names(c, set()) for c in host_codes))
+    outside = set().union(*(_read_names(c, host_codes) for c in walk.codes))
+    only = inside - outside
+    walk.guards = [g for g in walk.guards
+                   if not (g.user and g.kind in ("g", "c") and g.name in only)]
 
 
 def check_unchanged(walk, fn_name):

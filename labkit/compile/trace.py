@@ -259,6 +259,43 @@ def _closure(fn, node_of):
     return tuple(out)
 
 
+class _Held:
+    """A container in a host function's closure: the same as another if it is the same
+    object (a replay runs the function again, on what it holds then: a log it appends to
+    grows at every call) or holds the same (one made afresh at each call)."""
+
+    __slots__ = ("id", "value")
+
+    def __init__(self, v, value):
+        self.id, self.value = id(v), value
+
+    def __eq__(self, other):
+        return isinstance(other, _Held) and (self.id == other.id or self.value == other.value)
+
+    def __hash__(self):
+        return 0
+
+
+def _host_summary(fn, node_of):
+    """``_summary`` of a function run through ``host``, a list, dict or set without arrays in
+    its closure as a ``_Held``."""
+    if not (callable(fn) and hasattr(fn, "__code__")):
+        return _summary(fn, node_of)
+    out = []
+    for c in getattr(fn, "__closure__", None) or ():
+        try:
+            v = c.cell_contents
+        except ValueError:
+            out.append("empty")
+            continue
+        if type(v) in (list, dict, set) and not any(
+                is_array(x) for x in (v.values() if type(v) is dict else v)):
+            out.append(_Held(v, _summary(v, node_of, 1)))
+        else:
+            out.append(_summary(v, node_of, 1))
+    return ("code", fn.__code__, tuple(out))
+
+
 def closure_arrays(fn):
     """The arrays a function's closure holds (directly, or in a tuple or list)."""
     out = []
@@ -287,6 +324,8 @@ class Tracer:
         # NOTE: Python's and NumPy's generators the step's code reaches (compile/guards.py):
         # each may change state only inside a host computation, which a replay runs again
         self.rngs = [(r, label, rng_state(r)) for r, label in rngs]
+        #: the code of the functions run through ``host``: a replay runs them again
+        self.host_codes: set = set()
 
     def _drawn(self, refresh=False):
         """Refuse a draw from one of ``rngs`` since the last look (outside a host call)."""
@@ -343,6 +382,9 @@ class Tracer:
 
     def host(self, fn, arrays, effect, name, mutates=()):
         t = self.t
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            self.host_codes.add(code)
         t.mutated.update(id(a) for a in mutates)
         ins = [t.slot_of(a) for a in arrays]
         consts = [("closure", i, a) for i, a in enumerate(closure_arrays(fn))
@@ -363,7 +405,7 @@ class Tracer:
                 r = np.asarray(r)
             outs = [t.produce(r)]
         node = Node("host", fn, ins, outs, name, where(),
-                    ("host", name, _summary(fn, self.node_of), effect, len(outs)),
+                    ("host", name, _host_summary(fn, self.node_of), effect, len(outs)),
                     effect=effect, consts=consts, idx=len(t.nodes), multi=isinstance(r, tuple))
         # NOTE: an array changed in place is a new value from here on (a new slot holding the
         # same array): ops reading it after the change are not merged with those before

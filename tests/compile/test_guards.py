@@ -516,3 +516,38 @@ def test_a_slot_is_guarded_and_an_object_that_cannot_be_read_is_left_alone():
     assert [float(step(x).item()) for _ in range(3)] == [4.0] * 3
     s.a = 3.0
     assert float(step(x).item()) == 6.0 and "Slots.a was 2.0" in step.stats["reasons"][-1]
+
+
+LOG = []
+
+
+def test_a_side_effect_run_through_host_happens_at_every_call(dev):
+    """The fix the refusals name for a side effect: ``lk.compile.host(fn, ..., effect=True)``
+    runs at every replay, so what it changes (a global list, a closure's) is not a guarded
+    value of the step's: it is not refused, and it grows as in eager calls."""
+    w = lk.tensor(np.ones(3, np.float32), device=dev, requires_grad=True)
+    LOG.clear()
+
+    @lk.compile
+    def step(x):
+        lk.compile.host(lambda a: LOG.append(float(np.asarray(a.get() if hasattr(a, "get")
+                                                                else a).sum())),
+                        x.data, effect=True)
+        return (w * x).sum()
+
+    def make():
+        seen = []
+
+        @lk.compile
+        def inner(x):
+            lk.compile.host(lambda a: seen.append(a.shape), x.data, effect=True)
+            return (w * x).sum()
+        return inner, seen
+
+    inner, seen = make()
+    for i in range(5):
+        x = lk.tensor(np.full(3, i, np.float32), device=dev)
+        step(x)
+        inner(x)
+    assert LOG == [0.0, 3.0, 6.0, 9.0, 12.0] and step.stats["replays"] == 3
+    assert seen == [(3,)] * 5 and inner.stats["replays"] == 3
