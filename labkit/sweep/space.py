@@ -2,10 +2,12 @@
 search draw from them.
 
 A space is a dict ``{name: spec}``; a spec is ``loguniform(low, high)``, ``uniform(low, high)``,
-``range(low, high)`` (integers, both ends included), a list (one of its values), or any other
-JSON value (fixed: the same in every trial). Trial ``i``'s parameters depend only on the space,
-the search, the seed and ``i``, so a resumed sweep draws the same trials again. A space is
-stored as JSON (``to_json``/``from_json``): ``{"lr": {"loguniform": [1e-4, 0.1]}, "hidden":
+``range(low, high)`` (integers, both ends included), a list (one of its values, each given
+once), or any other JSON value (fixed: the same in every trial). A space is flat (no spec inside
+a list or a dict) and holds Python values (not NumPy's); a sweep has at most ``MAX_TRIALS``
+trials. Anything else is a ``SweepError`` naming it. Trial ``i``'s parameters depend only on
+the space, the search, the seed and ``i``, so a resumed sweep draws the same trials again. A
+space is stored as JSON (``to_json``/``from_json``): ``{"lr": {"loguniform": [1e-4, 0.1]}, "hidden":
 {"choice": [64, 128]}, "depth": {"range": [1, 8]}, "epochs": {"value": 3}}``.
 """
 
