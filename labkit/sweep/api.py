@@ -256,8 +256,11 @@ def resume(sweep_id: str, make_loop=None, *, trials=None, engine=None, workers=N
         make_loop = _make_loop(rec, make_loop)
     if idle:
         # NOTE: nothing to train: no cluster to start; a sweep whose driver ended just after
-        # its last trial is marked finished, as that driver would have
-        if rec["status"] != "finished":
+        # its last trial is marked finished, as that driver would have. A failed sweep whose
+        # trials all failed stays failed, with its error
+        failed = rec["status"] == "failed" and not any(
+            t["status"] in ("finished", "stopped") for t in store.trials(sweep_id))
+        if rec["status"] != "finished" and not failed:
             now = time.time()
             store.claim_sweep(sweep_id, _not_driven, status="finished", ended=now,
                               heartbeat=now, request=None, error=None)

@@ -172,6 +172,11 @@ def test_resume_of_a_finished_sweep_starts_nothing_and_changes_nothing(client, t
     # a driver that died right after its last trial: its sweep is marked finished
     store.update_sweep(sw.id, status="running", pid=2**22 + 1, heartbeat=0)
     assert lk.sweep.resume(sw.id, engine="inprocess").status == "finished"
+    # every trial failed: it stays failed, with its error (was: finished, error cleared)
+    store.update_trials(sw.id, {n: {"status": "failed"} for n in (0, 1)})
+    store.update_sweep(sw.id, status="failed", error="TrialError: all failed")
+    again = lk.sweep.resume(sw.id, engine="inprocess").record
+    assert again["status"] == "failed" and again["error"] == "TrialError: all failed"
 
 
 def test_resume_when_make_loop_cannot_be_imported_anymore(client, tmp_path, store):
