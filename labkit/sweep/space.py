@@ -37,8 +37,6 @@ class TrialError(LabkitError, RuntimeError):
 #: the most trials one sweep holds (a grid with more points needs ``trials=N``): each is a row
 #: in the store, drawn before the sweep starts
 MAX_TRIALS = 100_000
-#: Sobol' search starts seed ``s`` at point ``s * SOBOL_STRIDE`` of its sequence
-SOBOL_STRIDE = 4096
 
 
 def _numpy(v, what) -> None:
@@ -442,11 +440,21 @@ def draw(dims: dict[str, Dimension], search: str, number: int, seed: int = 0) ->
     if search == "random":
         u = np.random.default_rng([int(seed), int(number)]).random(len(free))
     else:
-        # NOTE: the seed picks where in the sequence to start, so sweeps with other seeds
-        # try other points and keep the sequence's balance
-        u = sobol(1, max(1, len(free)), skip=number + int(seed) * SOBOL_STRIDE)[0]
+        u = _sobol_point(number, max(1, len(free)), int(seed))
     pos = dict(zip(free, u))
     return {k: dims[k].value(float(pos[k])) if k in pos else dims[k].value(0.0) for k in names}
+
+
+def _sobol_point(number: int, dims: int, seed: int) -> np.ndarray:
+    """Point ``number`` of the Sobol' sequence, digitally shifted by ``seed``: each coordinate's
+    bits XORed with the seed's own 32 random bits. A shift keeps the sequence's balance (its
+    first 2**k points still fall one in each interval of 2**-k, and its nets stay nets), and
+    gives each seed other points: the sequence's point 0 (the origin: every parameter at its
+    lowest) is not trial 0 of every sweep, and sweeps with other seeds do not share points."""
+    shift = np.random.default_rng([seed, 0x50B01]).integers(0, 2**32, MAX_DIMS,
+                                                             dtype=np.uint64)[:dims]
+    bits = (sobol(1, dims, skip=number)[0] * 2.0**32).astype(np.uint64)
+    return (bits ^ shift).astype(np.float64) / 2.0**32
 
 
 def check_search(dims: dict[str, Dimension], search: str, trials) -> int:
@@ -481,15 +489,10 @@ def check_search(dims: dict[str, Dimension], search: str, trials) -> int:
 
 
 def check_seed(search: str, seed, trials: int) -> int:
-    """``seed``, checked: an integer from 0 to 2**32 - 1; for Sobol' search one whose sweep of
-    ``trials`` points stays inside the sequence (2**32 points)."""
+    """``seed``, checked: an integer from 0 to 2**32 - 1 (Sobol' search shifts its sequence by
+    it, random search seeds each trial's generator with it)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         _numpy(seed, "seed")
         raise SweepError(f"seed must be an integer >= 0 (and < 2**32), got {seed!r:.40}")
-    top = (2**32 - 1 - trials) // SOBOL_STRIDE
-    if search == "sobol" and seed > top:
-        raise SweepError(f"seed={seed}: search='sobol' with {trials:,} trials takes seeds 0 to "
-                         f"{top:,} (its sequence has 2**32 points, each seed starts "
-                         f"{SOBOL_STRIDE} further on)")
     return seed
 

@@ -91,16 +91,23 @@ def test_draws_stay_inside_bounds_across_the_whole_float_range():
     assert dims["x"].grid() == [-1e308, 0.0, 1e308]
 
 
-def test_seeds_are_bounded_where_the_sobol_sequence_ends():
-    dims = S.check({"x": lk.sweep.uniform(0, 1)})
-    top = (2**32 - 1 - 10) // S.SOBOL_STRIDE
-    assert S.check_seed("sobol", top, 10) == top
-    assert 0 <= S.draw(dims, "sobol", 9, top)["x"] < 1  # the last point it may draw
-    with pytest.raises(SweepError, match=f"takes seeds 0 to {top:,}"):
-        S.check_seed("sobol", top + 1, 10)
+def test_sobol_seeds_shift_the_sequence_and_keep_its_balance():
+    """Each seed is a digital shift of the sequence: trial 0 is not the origin (every
+    parameter at its lowest), seeds do not share points, and the first 2**k trials of any
+    seed still fall one in each interval of 1/2**k in every parameter."""
+    dims = S.check({"x": lk.sweep.uniform(0, 1), "y": lk.sweep.uniform(0, 1)})
+    pts = {s: np.array([[S.draw(dims, "sobol", i, s)[k] for k in "xy"] for i in range(64)])
+           for s in (0, 1, 2**32 - 1)}
+    assert not np.any(pts[0][0] == 0.0)
+    assert not set(map(tuple, pts[0])) & set(map(tuple, pts[1]))
+    for p in pts.values():
+        for col in p.T:
+            assert sorted(np.floor(col * 64).astype(int)) == list(range(64))
+    assert np.array_equal(pts[1], [[S.draw(dims, "sobol", i, 1)[k] for k in "xy"]
+                                   for i in range(64)])  # reproducible
     for bad in (-1, 2**32, 1.0, True, np.int64(1)):
         with pytest.raises(SweepError, match="seed"):
-            S.check_seed("random", bad, 10)
+            S.check_seed("sobol", bad, 10)
 
 
 @pytest.mark.parametrize("text, words", [
@@ -118,7 +125,7 @@ def test_bad_settings_write_nothing(store, tmp_path):
     for kw, words in (({"name": object()}, "name must be a string"),
                       ({"directory": 5}, "directory must be a folder's path"),
                       ({"directory": afile / "runs"}, "is not a folder"),
-                      ({"search": "sobol", "trials": 2, "seed": 2**31}, "takes seeds 0 to"),
+                      ({"search": "sobol", "trials": 2, "seed": 2**32}, "seed must be"),
                       ({"engine": "local", "workers": 10**6}, "give at most"),
                       ({"space": {"lr": [0.1, 0.1]}}, "more than once"),
                       ({"trials": 0}, "a grid of this space has 2 points")):
