@@ -19,7 +19,7 @@ gradient averaging by itself, for loops of your own. ``convert_sync_batchnorm(mo
 its BatchNorm bricks normalize with the global batch's statistics (``SyncBatchNorm``).
 """
 
-from .buckets import DataParallel
+from .buckets import DataParallel, NonFiniteGradientError
 from .comm import (
     Communicator,
     DistError,
@@ -41,6 +41,7 @@ from .syncbn import (
 )
 
 __all__ = ["AllReduceSum", "Communicator", "DataParallel", "DataParallelLoop", "DistError",
-           "GlobalShardedScheme", "Job", "SyncBatchNorm", "allreduce", "allreduce_sum",
+           "GlobalShardedScheme", "Job", "NonFiniteGradientError", "SyncBatchNorm", "allreduce",
+           "allreduce_sum",
            "barrier", "broadcast", "convert_sync_batchnorm", "rank", "resume", "shard_stream",
            "size", "start", "sync_batch_normalization", "world"]

@@ -10,7 +10,10 @@ before it). ``synchronize()``, before the optimizer's step, starts what is left 
 no gradient reached), waits, and writes the averaged gradients back.
 
 Each bucket carries, after the gradients, one flag per parameter (1 where this rank has a
-gradient) and this rank's weight (its examples in the step). The result is
+gradient), a stamp (the all-reduce's number in the communicator's sequence, the same on every
+rank: the sum must be the number of ranks times it, else MPI paired the all-reduce with some
+rank's other collective and a ``DistError`` says so) and this rank's weight (its examples in the
+step). The result is
 ``sum_r weight_r * grad_r / sum_r weight_r``: with a loss that is a mean over the batch, exactly
 the gradient of the global batch, even when the shards differ in size; a parameter no rank
 used keeps ``.grad = None`` (optimizers skip it), as in one process.
@@ -19,15 +22,22 @@ used keeps ``.grad = None`` (optimizers skip it), as in one process.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import warnings
 import weakref
+import zlib
 
 import numpy as np
 
 from ..autograd import Tensor
 from ..autograd.trace import host, tracer
+from ..errors import NonFiniteError
 from .comm import Communicator, DistError, world
+
+
+class NonFiniteGradientError(DistError, NonFiniteError):
+    """A rank's gradients are NaN or infinite: the average would be so on every rank."""
 
 #: id(parameter) -> the DataParallel whose hooks it carries (a weak reference)
 _owners: dict = {}
@@ -35,7 +45,7 @@ _owners: dict = {}
 
 class _Bucket:
     __slots__ = ("index", "params", "names", "offsets", "size", "buffer", "pending", "request",
-                 "dtype")
+                 "dtype", "stamp")
 
     def __init__(self, index, items, dtype):
         self.index, self.dtype = index, dtype
@@ -46,8 +56,9 @@ class _Bucket:
             self.offsets.append(off)
             off += p.size
         self.size = off
-        # gradients, then one used-flag per parameter, then the weight
-        self.buffer = np.zeros(off + len(self.params) + 1, dtype)
+        # gradients, then one used-flag per parameter, the stamp, then the weight
+        self.buffer = np.zeros(off + len(self.params) + 2, dtype)
+        self.stamp = 0
         self.pending = len(self.params)
         self.request = None
 
@@ -61,7 +72,9 @@ class DataParallel:
     comm : the ranks (default ``lk.dist.world()``).
     bucket_mb : about this many MiB of gradients per all-reduce (default 1; a parameter larger
         than that has a bucket of its own).
-    broadcast : start every rank from rank 0's parameters (default True).
+    broadcast : start every rank from rank 0's parameters (default True). With False, the
+        ranks must already hold the same parameters (checked: a ``DistError`` names the first
+        that differs).
     progress_thread : a thread that keeps started all-reduces moving while backward computes
         (MPICH moves them only inside MPI calls; without it they move when backward finishes a
         parameter and at the end). Off by default: on 2 cores shared by 2 ranks it made steps
@@ -71,7 +84,10 @@ class DataParallel:
     dtypes, in the same order) and raises ``DistError`` naming the first that differs. After
     each ``backward()``, call ``synchronize()`` (``DataParallelLoop`` does) before the
     optimizer's ``update()``; inside ``with dp.no_sync():`` backward only accumulates locally
-    (gradient accumulation), and the next synchronized backward averages the sum.
+    (gradient accumulation), and the next synchronized backward averages the sum. On more
+    than one rank, an average that is not finite raises ``NonFiniteGradientError`` on every
+    rank, naming the ranks whose own gradients were NaN or infinite and the first such
+    parameter (one sum over each bucket per step finds it).
 
     Examples
     --------
@@ -99,8 +115,9 @@ class DataParallel:
     def __init__(self, model, *, comm: Communicator | None = None, bucket_mb: float = 1.0,
                  broadcast: bool = True, progress_thread: bool = False):
         if not isinstance(bucket_mb, (int, float)) or isinstance(bucket_mb, bool) \
-                or not bucket_mb > 0:
-            raise DistError(f"DataParallel: bucket_mb must be a number > 0, got {bucket_mb!r}")
+                or not bucket_mb > 0 or not math.isfinite(bucket_mb):
+            raise DistError(f"DataParallel: bucket_mb must be a finite number > 0, got "
+                            f"{bucket_mb!r}")
         self.comm = comm if comm is not None else world()
         params = model.params() if hasattr(model, "params") else dict(model)
         seen, items = set(), []
@@ -116,7 +133,7 @@ class DataParallel:
                             "its sizes are resolved on the first call)")
         self.names = [n for n, _ in items]
         self.bucket_mb = float(bucket_mb)
-        self._agree(items, bool(progress_thread))
+        self._agree(items, bool(progress_thread), bool(broadcast))
         self.buckets = self._make_buckets(items, int(self.bucket_mb * 2 ** 20))
         self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
         self._ready = set()
@@ -142,16 +159,27 @@ class DataParallel:
             _owners[id(p)] = weakref.ref(self)
 
     # -- set-up
-    def _agree(self, items, progress_thread) -> None:
+    def _agree(self, items, progress_thread, broadcast) -> None:
         mine = [(n, tuple(p.shape), str(p.dtype)) for n, p in items]
+        # NOTE: without the broadcast the ranks must start equal: their values are compared
+        crcs = None if broadcast or self.comm.size == 1 else \
+            [zlib.crc32(np.ascontiguousarray(_host(p.data))) for _, p in items]
         every = self.comm.allgather_object({"params": mine, "bucket_mb": self.bucket_mb,
-                                            "progress_thread": progress_thread})
+                                            "progress_thread": progress_thread,
+                                            "broadcast": broadcast, "crcs": crcs})
         ref = every[0]
         for r, theirs in enumerate(every[1:], start=1):
             problem = _difference(ref["params"], theirs["params"], r)
-            for key in ("bucket_mb", "progress_thread"):
+            for key in ("bucket_mb", "progress_thread", "broadcast"):
                 if problem is None and theirs[key] != ref[key]:
                     problem = f"{key} is {theirs[key]} on rank {r} but {ref[key]} on rank 0"
+            if problem is None and ref["crcs"] != theirs["crcs"]:
+                k = next(k for k, (a, b) in enumerate(zip(ref["crcs"], theirs["crcs"]))
+                         if a != b)
+                raise DistError(f"DataParallel(broadcast=False): the ranks' parameters differ: "
+                                f"{mine[k][0]!r} on rank {r} is not rank 0's. Start every "
+                                "rank from the same parameters (the same seed, or a checkpoint "
+                                "loaded on every rank), or leave broadcast=True")
             if problem is not None:
                 raise DistError(f"DataParallel: the ranks' models differ: {problem}. Build the "
                                 "same model (same sizes, same order of layers) on every rank, "
@@ -238,7 +266,11 @@ class DataParallel:
                 else:
                     view[...] = _host(g).reshape(-1)
                 buf[n + i] = 1
-        buf[-1] = w
+        # NOTE: the all-reduce's number in the sequence (iallreduce_sum enters it), kept small
+        # enough that the ranks' sum stays exact in the buffer's type
+        most = 2 ** (np.finfo(buf.dtype).nmant + 1) // self.comm.size
+        b.stamp = 1 + (self.comm.seq + 1) % max(1, most - 1)
+        buf[-2], buf[-1] = b.stamp, w
         b.request = self.comm.iallreduce_sum(buf, b.index)
 
     def _start(self, b: _Bucket) -> None:
@@ -255,6 +287,15 @@ class DataParallel:
         for b in self.buckets:
             if b.request is not None:
                 self.comm.wait([b.request], "gradient bucket", b.index)
+                if b.buffer[-2] != self.comm.size * b.stamp:
+                    # NOTE: MPI paired this all-reduce with another collective of some rank
+                    raise DistError(f"DataParallel: the all-reduce of gradient bucket "
+                                    f"#{b.index} on rank {self.comm.rank} did not sum the "
+                                    f"{self.comm.size} ranks' gradients of this step (its "
+                                    f"stamps sum to {float(b.buffer[-2]):g}, not "
+                                    f"{self.comm.size} x {b.stamp}): the ranks are in "
+                                    "different collectives (a collective inside an if on some "
+                                    "ranks, or another number of steps)")
         self.stats["wait"] = time.perf_counter() - t0
 
     @staticmethod
@@ -279,16 +320,46 @@ class DataParallel:
             self._start(self.buckets[self._next])
         if self._progress is not None:
             self._progress.off()
-        self._wait()
+        try:
+            self._wait()
+            self._check_finite(lambda p: None if p.grad is None else p.grad.data)
+            for b in self.buckets:
+                for i, p in enumerate(b.params):
+                    g = self._mean(b, i)
+                    p.grad = None if g is None else Tensor(_on_device(g, p.data))
+        finally:  # NOTE: a step that failed leaves nothing started behind
+            for b in self.buckets:
+                b.pending = len(b.params)
+                b.request = None
+            self._ready.clear()
+            self._inflight = []
+            self._next = 0
+
+    def _check_finite(self, grad_of) -> None:
+        """On more than one rank, after the all-reduces: a bucket whose sum is not finite
+        raises ``NonFiniteGradientError`` on every rank (each sees the same sums), naming the
+        ranks whose own gradients (``grad_of(p)``) are not finite."""
+        if self.comm.size == 1 or all(_finite(b.buffer) for b in self.buckets):
+            return
+        mine = None
         for b in self.buckets:
-            for i, p in enumerate(b.params):
-                g = self._mean(b, i)
-                p.grad = None if g is None else Tensor(_on_device(g, p.data))
-            b.pending = len(b.params)
-            b.request = None
-        self._ready.clear()
-        self._inflight = []
-        self._next = 0
+            for name, p in zip(b.names, b.params):
+                g = grad_of(p)
+                a = None if g is None else np.asarray(_host(g))
+                if a is not None and not _finite(a.reshape(-1)):
+                    mine = (name, int(np.isnan(a).sum()), int(np.isinf(a).sum()), a.size)
+                    break
+            if mine:
+                break
+        every = self.comm.allgather_object(mine, "agreement")
+        bad = [f"rank {r} ({m[0]!r}: {m[1]} NaN and {m[2]} infinite of {m[3]} values)"
+               for r, m in enumerate(every) if m]
+        where = ("non-finite gradients on " + ", ".join(bad)) if bad else \
+            "every rank's gradients are finite but their sum overflowed"
+        raise NonFiniteGradientError(
+            f"DataParallel: {where}; their average would be NaN or infinite on every rank, "
+            "so no rank takes this step. Look at that rank's data and loss (a log of 0, a "
+            "division by 0, a learning rate too large)")
 
     def _synchronize_traced(self) -> None:
         """``synchronize()`` inside a step ``lk.compile`` traces (``MainLoop(compile=True)``):
@@ -311,7 +382,12 @@ class DataParallel:
         mine = {id(p): g for p, g in zip(have, grads)}
         for b in self.buckets:
             self._pack(b, lambda p: mine.get(id(p)))
-        self._wait()
+        try:
+            self._wait()
+            self._check_finite(lambda p: mine.get(id(p)))
+        finally:
+            for b in self.buckets:
+                b.request = None
         out = []
         for b in self.buckets:
             out += [_on_device(self._mean(b, i), mine[id(p)])
@@ -326,6 +402,13 @@ class DataParallel:
 
 def _host(a) -> np.ndarray:
     return a if isinstance(a, np.ndarray) else a.get()
+
+
+def _finite(flat: np.ndarray) -> bool:
+    """Whether every value of the 1-D ``flat`` is finite: its sum is (a NaN or an infinity
+    makes it NaN or infinite), or, where a large sum overflowed, each value is."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(flat.sum()) or np.isfinite(flat).all())
 
 
 def _on_device(host: np.ndarray, like):

@@ -11,10 +11,18 @@ Every wait on a collective goes through ``wait``, the stall inspector: when it h
 ``stall_seconds`` (``LABKIT_DIST_STALL``, default 60), the rank prints which collective it is in
 and which ranks have not reached it yet (read from a table in shared memory that every rank on the
 node updates as it enters a collective), then keeps waiting. Horovod's stall warning is the model.
+A wait that cannot end is not left to run forever: after half a second of waiting the table is
+read every quarter of a second, and a rank that has left the job without reaching this collective
+(its script ended: another number of steps), one whose process is gone, or one that sits in
+another collective at the same count (a collective inside an ``if``) ends the wait with a
+``DistError`` naming it (``python -m mpi4py`` then ends every rank).
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import pickle
 import sys
 import threading
 import time
@@ -31,6 +39,12 @@ class DistError(LabkitError):
 _ops = {}  # "sum" | "max" | "min" -> MPI.Op, filled when MPI is loaded
 #: the collectives the stall inspector can name (an id per name in the shared table)
 OPS = ("none", "barrier", "broadcast", "allreduce", "gradient bucket", "agreement", "checkpoint")
+#: the shared table's columns, per rank
+SEQ, OP, DETAIL, PID, STATE = range(5)
+#: STATE: 1 once the rank's script has ended (it left the job)
+LEFT = 1
+#: a wait this long reads the table for ranks that cannot come, then reads it again this often
+CHECK_AFTER, CHECK_EVERY = 0.5, 0.25
 
 
 def _stall_seconds() -> float:
@@ -97,8 +111,9 @@ class Communicator:
         #: this rank's weight in the gradient average of the current step (DataParallel sets
         #: it: the examples of its shard); AllReduceSum's gradient is weighted by it
         self.loss_weight = 1.0
-        self._table = None  # the shared-memory table of (seq, op, detail) per rank
+        self._table = None  # the shared-memory table of (seq, op, detail, pid, state) per rank
         self._stalls = 0
+        self._odd: dict = {}  # rank -> its row seen in another collective at this count
 
     def __repr__(self):
         kind = "MPI" if self.comm is not None else "no MPI"
@@ -110,7 +125,7 @@ class Communicator:
         if self.size > 1:
             table = self._table if self._table is not None else self._make_table()
             if table is not False:
-                table[self.rank] = (self.seq, OPS.index(op), detail)
+                table[self.rank, :PID] = (self.seq, OPS.index(op), detail)
 
     def _make_table(self):
         """Each rank's (collective count, op, detail) in memory shared by the ranks of a node;
@@ -122,28 +137,49 @@ class Communicator:
                 node.Free()
                 self._table = False
                 return False
-            nbytes = self.size * 3 * 8 if node.Get_rank() == 0 else 0
+            nbytes = self.size * 5 * 8 if node.Get_rank() == 0 else 0
             win = MPI.Win.Allocate_shared(nbytes, 8, comm=node)
             buf, _ = win.Shared_query(0)
-            table = np.ndarray((self.size, 3), dtype=np.int64, buffer=buf)
+            table = np.ndarray((self.size, 5), dtype=np.int64, buffer=buf)
+            table[self.rank, PID:] = (os.getpid(), 0)
             node.Barrier()
             self._win, self._node = win, node
             self._table = table
+            # NOTE: before MPI's own finalization (atexit runs the last registered first)
+            atexit.register(self._leave)
         except Exception:  # noqa: BLE001 - the inspector is a diagnostic: never fail a job for it
             self._table = False
         return self._table
+
+    def _leave(self) -> None:
+        """Mark this rank as gone from the job (its script ended) for the others' waits."""
+        table = self._table
+        if table is not None and table is not False:
+            table[self.rank, STATE] = LEFT
 
     def wait(self, requests, op: str = "allreduce", detail: int = -1) -> None:
         """Wait for mpi4py requests; past ``stall_seconds``, report who has not arrived."""
         if not requests:
             return
         MPI = self.mpi
-        if MPI.Request.Testall(requests):
-            return
+        try:
+            if MPI.Request.Testall(requests):
+                return
+            self._wait(requests, op, detail)
+        except MPI.Exception as e:
+            raise DistError(f"rank {self.rank}/{self.size}: MPI failed in "
+                            f"{_what(op, detail)} (collective {self.seq} of this rank): {e}. "
+                            "The ranks may be in different collectives (buffers of other "
+                            "sizes, a collective inside an if on some ranks)") from e
+
+    def _wait(self, requests, op, detail) -> None:
+        MPI = self.mpi
         start = time.monotonic()
         warn_at = start + self.stall_seconds
         nap_after = start + 0.2
+        check_at = start + CHECK_AFTER
         nap, spins = 0.0, 0
+        self._odd.clear()
         # NOTE: MPICH moves a non-blocking collective on only inside MPI calls: spin on Testall
         # (a 2.5 MB all-reduce took 11 ms with sleeps between tests, 2-3 ms spinning); only a
         # wait longer than 0.2 s naps, so a rank stuck behind a slow one frees its core
@@ -154,9 +190,49 @@ class Communicator:
                 if now >= warn_at:
                     self._report_stall(op, detail, now - start)
                     warn_at = now + self.stall_seconds
+                if now >= check_at:
+                    self._check_peers(op, detail)
+                    check_at = now + CHECK_EVERY
                 if now >= nap_after:
                     nap = min(max(nap * 2, 1e-4), 2e-3)
                     time.sleep(nap)
+
+    def _check_peers(self, op, detail) -> None:
+        """Raise ``DistError`` for a rank that cannot reach this rank's collective: it left the
+        job before it, its process is gone, or it waits in another collective at the same
+        count (seen twice in a row: a row is written while it is read)."""
+        table = self._table
+        if table is None or table is False:
+            return
+        mine = tuple(int(v) for v in table[self.rank, :PID])
+        here = (f"rank {self.rank} waits in {_what(op, detail)} (collective {self.seq} of "
+                "this rank)")
+        for r in range(self.size):
+            if r == self.rank:
+                continue
+            s, o, d, pid, state = (int(v) for v in table[r])
+            theirs = f"its collective {s}: {_named(o, d)}"
+            if state == LEFT and s < self.seq:
+                raise DistError(f"rank {r} has left the job (its script ended after {theirs}) "
+                                f"while {here}: the ranks ran different numbers of steps or "
+                                "collectives (a rank with fewer batches, a collective inside "
+                                "an if on some ranks)")
+            if state != LEFT and pid > 0 and not _alive(pid):
+                # NOTE: one gone after this collective may have sent its part: seen twice
+                if s < self.seq or self._odd.get(r) == "gone":
+                    raise DistError(f"rank {r} (pid {pid}) is gone (killed, or it crashed) "
+                                    f"while {here}; it was at {theirs}")
+                self._odd[r] = "gone"
+            elif s == mine[0] and (o, d) != mine[1:]:
+                if self._odd.get(r) == (s, o, d):
+                    raise DistError(f"the ranks are in different collectives: rank {r} in "
+                                    f"{_named(o, d)} and rank {self.rank} in "
+                                    f"{_named(*mine[1:])}, both their collective {s}: a "
+                                    "collective inside an if on some ranks, or another "
+                                    "number of steps")
+                self._odd[r] = (s, o, d)
+            else:
+                self._odd.pop(r, None)
 
     def progress_thread(self, interval: float = 5e-5):
         """A ``Progress``: a thread that keeps MPI's started collectives moving while this rank
@@ -170,17 +246,16 @@ class Communicator:
 
     def _report_stall(self, op, detail, waited) -> None:
         self._stalls += 1
-        what = op + (f" #{detail}" if detail >= 0 else "")
+        what = _what(op, detail)
         lines = [f"[labkit dist] rank {self.rank}/{self.size} has waited {waited:.0f} s in "
                  f"{what} (collective {self.seq} of this rank)"]
         table = self._table
         if table is not None and table is not False:
             late = []
             for r in range(self.size):
-                s, o, d = (int(v) for v in table[r])
+                s, o, d = (int(v) for v in table[r, :PID])
                 if s < self.seq:
-                    at = OPS[o] + (f" #{d}" if d >= 0 else "") if 0 <= o < len(OPS) else "?"
-                    late.append(f"rank {r} (at collective {s}: {at})")
+                    late.append(f"rank {r} (at collective {s}: {_named(o, d)})")
             lines.append("  not arrived: " + (", ".join(late) if late else
                                               "none (every rank is in it: a slow transfer?)"))
         else:
@@ -242,20 +317,62 @@ class Communicator:
         return self.comm.Iallreduce(self.mpi.IN_PLACE, buffer, _ops["sum"])
 
     def bcast_object(self, obj, root: int = 0):
-        """A small JSON-like control value from ``root`` (pickled by mpi4py in memory only)."""
+        """A small JSON-like control value from ``root`` (pickled in memory only, between the
+        ranks of this job; through ``wait``, as every collective here)."""
         self._enter("broadcast")
-        return obj if self.size == 1 else self.comm.bcast(obj, root=root)
+        if self.size == 1:
+            return obj
+        data = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL) if self.rank == root else b""
+        n = np.array([len(data)], np.int64)
+        self.wait([self.comm.Ibcast(n, root=root)], "broadcast")
+        buf = np.frombuffer(data, np.uint8).copy() if self.rank == root else \
+            np.empty(int(n[0]), np.uint8)
+        self.wait([self.comm.Ibcast(buf, root=root)], "broadcast")
+        return obj if self.rank == root else pickle.loads(buf.tobytes())
 
     def allgather_object(self, obj, what: str = "agreement") -> list:
         """Every rank's small control value, in rank order."""
         self._enter(what)
-        return [obj] if self.size == 1 else self.comm.allgather(obj)
+        if self.size == 1:
+            return [obj]
+        data = np.frombuffer(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL), np.uint8).copy()
+        sizes = np.zeros(self.size, np.int64)
+        self.wait([self.comm.Iallgather(np.array([data.size], np.int64), sizes)], what)
+        counts = [int(v) for v in sizes]
+        starts = [0, *np.cumsum(counts)[:-1].tolist()]
+        out = np.empty(sum(counts), np.uint8)
+        self.wait([self.comm.Iallgatherv(data, [out, counts, starts, self.mpi.BYTE])], what)
+        return [pickle.loads(out[a:a + c].tobytes()) for a, c in zip(starts, counts)]
 
     def abort(self, code: int = 1) -> None:
         """End every rank of the job now (after an error only this rank saw)."""
         if self.comm is not None and self.size > 1:
             self.comm.Abort(code)
         raise SystemExit(code)
+
+
+def _what(op: str, detail: int) -> str:
+    return op + (f" #{detail}" if detail >= 0 else "")
+
+
+def _named(op_id: int, detail: int) -> str:
+    """A collective as the shared table holds it, in words."""
+    return _what(OPS[op_id], detail) if 0 <= op_id < len(OPS) else "?"
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (on this node; a zombie does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True  # NOTE: no /proc (not Linux): kill() said it exists
 
 
 class Progress:

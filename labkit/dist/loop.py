@@ -11,6 +11,8 @@ rank 0 once every rank agrees on the iteration and the parameters, resumes on an
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import zlib
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import numpy as np
 from ..backend import opencl
 from ..bricks import Brick
 from ..data import DataStream, ShardedScheme
-from ..errors import CheckpointError, LabkitError
+from ..errors import CheckpointError
 from ..functions import noise
 from ..training.events import Extension
 from ..training.loop import MainLoop
@@ -28,6 +30,10 @@ from .buckets import DataParallel
 from .comm import Communicator, DistError, world
 from .control import AgreedControl
 from .job import RESUME_VAR, RUN_ID_VAR
+
+
+class Terminated(KeyboardInterrupt):
+    """A rank got SIGTERM while its ``DataParallelLoop`` trained (the run: interrupted)."""
 
 
 class GlobalShardedScheme(ShardedScheme):
@@ -71,10 +77,65 @@ def shard_stream(stream, comm: Communicator | None = None):
                             f"split between {comm.size} ranks (batch_size={base.batch_size}, "
                             f"{base.num_examples} examples); use a larger batch_size or "
                             "drop_last=True")
+    _same_data(ds, base, comm)
     ds.scheme = GlobalShardedScheme(base, comm.rank, comm.size)
     state = comm.bcast_object(stream.state_dict() if comm.rank == 0 else None)
     stream.load_state_dict(state)
     return stream
+
+
+def _crc(a) -> tuple:
+    """A source's sampled examples, summed up: (dtype, shape of an example, CRC-32)."""
+    a = np.asarray(a)
+    if a.dtype.kind in "biufcmM":
+        return str(a.dtype), list(a.shape[1:]), zlib.crc32(np.ascontiguousarray(a))
+    crc = 0
+    for v in a.reshape(-1):  # sequences of arrays, strings
+        v = np.asarray(v)
+        crc = zlib.crc32(np.ascontiguousarray(v) if v.dtype.kind in "biufc" else
+                         repr(v.tolist()).encode(), crc)
+    return str(a.dtype), list(a.shape[1:]), crc
+
+
+def _data_summary(ds, base) -> dict:
+    """What every rank's stream must share: the dataset's size and sources, up to 16 examples
+    spread over it, the scheme's kind and batch size (not its seed: rank 0's state is loaded)."""
+    n = getattr(ds.dataset, "num_examples", None)
+    out = {"dataset": type(ds.dataset).__name__, "examples": n, "sources": list(ds.sources),
+           "scheme": type(base).__name__, "batch_size": getattr(base, "batch_size", None),
+           "drop_last": getattr(base, "drop_last", None)}
+    if isinstance(n, int) and n > 0:
+        idx = np.unique(np.linspace(0, n - 1, min(n, 16)).astype(np.int64))
+        try:
+            got = ds.dataset.get_data(idx, ds.sources)
+            out["sample"] = {k: _crc(v) for k, v in got.items()}
+        except Exception as e:  # noqa: BLE001 - a check: a dataset that cannot be sampled
+            out["sample"] = f"not read ({type(e).__name__})"
+    return out
+
+
+def _same_data(ds, base, comm) -> None:
+    """Every rank reads the same data (its share of it): a rank that built other data (another
+    seed, another file, another size) is a ``DistError`` naming what differs."""
+    mine = _data_summary(ds, base)
+    every = comm.allgather_object(mine, "agreement")
+    ref = every[0]
+    for r, theirs in enumerate(every[1:], start=1):
+        diff = [k for k in ref if k != "sample" and theirs.get(k) != ref[k]]
+        if diff:
+            k = diff[0]
+            what = f"its {k} is {theirs.get(k)!r}, rank 0's {ref[k]!r}"
+        elif theirs.get("sample") != ref.get("sample"):
+            a, b = ref.get("sample"), theirs.get("sample")
+            k = next((k for k in a if a[k] != b.get(k)), None) if isinstance(a, dict) and \
+                isinstance(b, dict) else None
+            what = (f"the examples of source {k!r} differ" if k else "the examples differ") + \
+                " (16 compared, spread over the dataset)"
+        else:
+            continue
+        raise DistError(f"data parallel: rank {r}'s data is not rank 0's: {what}. Build the "
+                        "same dataset and stream on every rank (the same files; the same seed "
+                        "for random data): each rank reads its share of every global batch")
 
 
 class _Weight(Extension):
@@ -108,20 +169,50 @@ class _Weight(Extension):
     after_batch = after_training = on_error = _unshard
 
 
+#: the agreement's head, one row per rank: what each rank reports, the length of its values,
+#: where it is, and its parameters' CRC-32 (-1 when not checked at this batch)
+SIGNATURE, LENGTH, ITERATION, EPOCH, EPOCH_ITERATION, PARAMS = range(6)
+
+
 class _Agreement(Extension):
     """After each batch, one all-reduce on every rank: the numbers of the log's new row become
     their mean over ranks weighted by examples (``metrics``: rank 0 then records the global
     batch's loss, as one process would), and the control requests proposed on any rank (the
-    store's commands, Ctrl-C) are combined, so every rank acts on them after the same batch."""
+    store's commands, Ctrl-C) are combined, so every rank acts on them after the same batch.
+
+    The vector starts with a head of fixed size (a row per rank, ``SIGNATURE``...``PARAMS``)
+    and its values are padded to a capacity every rank knows, so the ranks always reduce
+    vectors of one length (MPI sums vectors of different lengths into garbage, or waits
+    forever). From the head every rank sees, after the same batch, whether the ranks are at
+    the same iteration and epoch, report the same values, and (every ``check_every``
+    iterations, at each ``run()``'s first batch and at its last) hold the same parameters; if
+    not, every rank raises the same ``DistError``."""
 
     transient = True
     priority = 1000
     every = None
 
-    def __init__(self, comm, control, metrics: bool, buffers):
+    def __init__(self, comm, control, metrics: bool, buffers, check_every: int):
         super().__init__(name="DataParallelAgreement")
         self.comm, self.control, self.metrics = comm, control, metrics
         self.buffers = buffers  # NOTE: called per batch: loading a state replaces the arrays
+        self.check_every = check_every
+        self.capacity = 64  # the values' length every rank pads to (grows when one needs more)
+        self.check_next = True  # the parameters at the next batch (set by run())
+        self.agreed_at: int | None = None  # the last iteration the parameters were compared
+
+    def _reduce(self, head, values):
+        """The all-reduce of ``head`` (n x 6) and ``values`` (padded to the capacity): the
+        summed head, and the summed values (None where a rank's did not fit: the head says
+        how many it has)."""
+        vec = np.zeros(head.size + self.capacity)
+        vec[:head.size] = head.ravel()
+        if values.size <= self.capacity:
+            vec[head.size:head.size + values.size] = values
+        total = self.comm.allreduce(vec, "sum")
+        heads = total[:head.size].reshape(self.comm.size, -1)
+        fits = heads[:, LENGTH].max() <= self.capacity
+        return heads, total[head.size:head.size + values.size] if fits else None
 
     def after_batch(self, loop):
         row = loop.log.rows[-1]
@@ -134,7 +225,20 @@ class _Agreement(Extension):
         asked = self.control.proposals()
         vals = np.concatenate([[row[k] * w for k in keys], *(b.ravel() * w for b in bufs),
                                [w], asked])
-        total = self.comm.allreduce(vals, "sum")
+        st = loop.status
+        it = st["iteration"]
+        check = self.check_next or it % self.check_every == 0 or it == loop._budget_end
+        self.check_next = False
+        shapes = [(list(b.shape), str(b.dtype)) for b in live]
+        head = np.zeros((self.comm.size, 6))
+        head[self.comm.rank] = (zlib.crc32(repr((keys, shapes)).encode()), vals.size, it,
+                                st["epoch"], st["epoch_iteration"],
+                                loop.fingerprint() if check else -1)
+        heads, total = self._reduce(head, vals)
+        self._check(loop, heads, keys, shapes)
+        if total is None:  # NOTE: a rank's values did not fit: every rank grows and sends again
+            self.capacity = int(heads[:, LENGTH].max())
+            heads, total = self._reduce(head, vals)
         weight = total[-len(asked) - 1]
         for k, v in zip(keys, total[:len(keys)] / weight):
             row[k] = float(v)
@@ -144,6 +248,39 @@ class _Agreement(Extension):
             b[...] = mean if isinstance(b, np.ndarray) else opencl.asarray(mean, device=b.rt)
             at += host.size
         self.control.apply(total[len(total) - len(asked):])
+
+    def after_training(self, loop):
+        loop.check_parameters("at the end of training", self.agreed_at)
+
+    def _check(self, loop, heads, keys, shapes) -> None:
+        """Raise the same ``DistError`` on every rank when the head shows ranks that are not
+        at the same point, report other values, or hold other parameters."""
+        absent = [r for r in range(len(heads)) if heads[r, LENGTH] <= 0]
+        if absent:  # NOTE: MPI paired this all-reduce with another collective of those ranks
+            raise DistError(f"data parallel: ranks {absent} took no part in the all-reduce "
+                            "after this batch: the ranks are in different collectives (a "
+                            "collective inside an if on some ranks, or another number of "
+                            "steps)")
+        pos = heads[:, ITERATION:PARAMS].astype(np.int64)
+        if (pos != pos[0]).any():
+            at = ", ".join(f"rank {r} at iteration {p[0]} (epoch {p[1]}, batch {p[2]} of it)"
+                           for r, p in enumerate(pos.tolist()))
+            raise DistError(f"data parallel: after this batch the ranks are at different "
+                            f"points: {at}. Every rank must read the same number of global "
+                            "batches per epoch and stop after the same one (a stream that "
+                            "gives one rank other batches, a seconds trigger)")
+        if (heads[:, SIGNATURE] != heads[0, SIGNATURE]).any():
+            every = self.comm.allgather_object((keys, shapes), "agreement")
+            said = "; ".join(f"rank {r}: values {k}, buffers {b}"
+                             for r, (k, b) in enumerate(every))
+            raise DistError(f"data parallel: the ranks reported different things at iteration "
+                            f"{int(pos[0, 0])} ({said}). Every rank must run the same step "
+                            "(the same loss_fn outputs, the same model buffers)")
+        crcs = heads[:, PARAMS]
+        if crcs[0] >= 0:
+            if (crcs != crcs[0]).any():
+                loop.check_parameters(f"at iteration {int(pos[0, 0])}", self.agreed_at)
+            self.agreed_at = int(pos[0, 0])
 
 
 class DataParallelLoop(MainLoop):
@@ -168,6 +305,16 @@ class DataParallelLoop(MainLoop):
     shard's batch statistics (no synchronised BatchNorm): the running mean is the global batch's,
     the running variance the mean of the shards' variances.
 
+    check_every : every this many iterations (and at the first and last batch of each
+        ``run()``, and at the end of training) the ranks compare their parameters (a CRC-32
+        each, in the step's all-reduce) and raise ``DistError`` naming the first that differs
+        when a rank's have drifted (default 20).
+
+    Every rank must be at the same iteration and epoch after each batch and report the same
+    values: checked after each batch (a rank whose stream gives other batches is a
+    ``DistError`` there, not a hang at the end). A SIGTERM (``job.stop()``, a killed
+    ``labkit launch``) ends ``run()`` as Ctrl-C twice does: the run is recorded interrupted.
+
     Only rank 0 records to the run store and writes checkpoints. Pause, stop and checkpoint
     requests (the store's commands reach rank 0) and Ctrl-C act on every rank after the same
     batch (``AgreedControl``). With ``step=`` instead of
@@ -178,7 +325,10 @@ class DataParallelLoop(MainLoop):
     def __init__(self, model, optimizer, stream, loss_fn=None, *, comm: Communicator | None = None,
                  bucket_mb: float = 1.0, progress_thread: bool = False,
                  global_metrics: bool = True, shard_random: bool = True, store: bool = True,
-                 **kwargs):
+                 check_every: int = 20, **kwargs):
+        if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1:
+            raise DistError(f"DataParallelLoop: check_every must be a whole number >= 1, got "
+                            f"{check_every!r}")
         comm = comm if comm is not None else world()
         super().__init__(model, optimizer, stream, loss_fn, store=store and comm.rank == 0,
                          **kwargs)
@@ -209,9 +359,12 @@ class DataParallelLoop(MainLoop):
         if comm.size > 1:
             self.control = AgreedControl(comm)
             buffers = model.buffers if hasattr(model, "buffers") else dict
-            self.add(_Agreement(comm, self.control, global_metrics, buffers))
+            self._agreement = _Agreement(comm, self.control, global_metrics, buffers,
+                                         check_every)
+            self.add(self._agreement)
         self._resume_pending = False
-        if os.environ.get(RUN_ID_VAR):
+        # NOTE: a loop that records nothing (store=False) leaves the job's run to the next one
+        if os.environ.get(RUN_ID_VAR) and store:
             self._resume_pending = os.environ.pop(RESUME_VAR, None) == "1"
             self._adopt_run(os.environ.pop(RUN_ID_VAR))
 
@@ -224,7 +377,47 @@ class DataParallelLoop(MainLoop):
             if self.comm.rank == 0:
                 print(f"labkit: resumed run {self.run_id} from {path} (iteration "
                       f"{self.status['iteration']}) on {self.comm.size} rank(s)", flush=True)
-        return super().run(max_iterations, **kwargs)
+        if self.comm.size > 1:
+            self._agreement.check_next = True
+        restore = self._on_sigterm()
+        try:
+            return super().run(max_iterations, **kwargs)
+        finally:
+            restore()
+
+    def _on_sigterm(self):
+        """While training (main thread): SIGTERM raises ``Terminated`` (a KeyboardInterrupt:
+        the run is recorded interrupted, and ``python -m mpi4py`` ends the job); a second one
+        acts as before. Returns what puts the previous handler back."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def handler(signum, frame):
+            signal.signal(signal.SIGTERM, previous)
+            raise Terminated(f"rank {self.comm.rank} of {self.comm.size} received SIGTERM (a "
+                             "stop from job.stop(), or its launcher ended) at iteration "
+                             f"{self.status['iteration']}")
+
+        signal.signal(signal.SIGTERM, handler)
+        return lambda: signal.signal(signal.SIGTERM, previous)
+
+    def check_parameters(self, when: str = "now", agreed_at: int | None = None) -> None:
+        """On every rank at once: raise ``DistError`` naming the first parameter that differs
+        between the ranks (compared by CRC-32), if one does."""
+        crcs = [zlib.crc32(np.ascontiguousarray(self.optimizer.params[n].numpy()))
+                for n in self.dp.names]
+        every = self.comm.allgather_object(crcs, "agreement")
+        for r, theirs in enumerate(every[1:], start=1):
+            if theirs != every[0]:
+                k = next(k for k, (a, b) in enumerate(zip(every[0], theirs)) if a != b)
+                since = "" if agreed_at is None else \
+                    f" (they were equal at iteration {agreed_at})"
+                raise DistError(f"data parallel: the ranks' parameters differ {when}"
+                                f"{since}: {self.dp.names[k]!r} on rank {r} is not rank 0's. "
+                                "Every rank must take the same step: change parameters, the "
+                                "optimizer or its learning rate on every rank or on none, and "
+                                "keep rank-dependent random updates out of the step")
 
     def _adopt_run(self, run_id: str) -> None:
         """Record into the run ``lk.dist.start`` made for this job (its id came in
@@ -276,7 +469,7 @@ class DataParallelLoop(MainLoop):
             try:
                 path = super().save_checkpoint(directory)
                 outcome = ("ok", None if path is None else str(path))
-            except LabkitError as e:
+            except Exception as e:  # NOTE: the other ranks wait for the outcome: tell them
                 outcome = ("error", f"{type(e).__name__}: {e}")
                 self.comm.bcast_object(outcome)
                 raise
@@ -293,7 +486,7 @@ class DataParallelLoop(MainLoop):
         if self.comm.rank == 0:
             try:
                 path = super().load_checkpoint(path)
-            except LabkitError as e:
+            except Exception as e:  # NOTE: the other ranks wait for the outcome: tell them
                 self.comm.bcast_object(("error", f"{type(e).__name__}: {e}"))
                 raise
             self.comm.bcast_object(("ok", str(path)))

@@ -3,6 +3,7 @@ global state, the launcher's command line. No mpiexec needed."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -219,3 +220,86 @@ def test_sync_batchnorm_names_bad_arguments():
                          1e-5)
     with pytest.raises(lk.ShapeError, match=rf"{op}: x must be \(N, C, \.\.\.\)"):
         check_batch_norm(op, lk.tensor(np.zeros(3, np.float32)), g, g, None, None, 0.1, 1e-5)
+
+
+def test_bad_data_parallel_arguments_are_refused():
+    model = B.MLP([4, 3], seed=0)
+    with pytest.raises(lk.dist.DistError, match="bucket_mb must be a finite number"):
+        lk.dist.DataParallel(model, bucket_mb=float("inf"))
+    ds = IndexableDataset({"x": np.zeros((8, 4), np.float32)})
+    with pytest.raises(lk.dist.DistError, match="check_every must be a whole number"):
+        lk.dist.DataParallelLoop(model, lk.optimizers.SGD(lr=0.1).setup(model),
+                                 DataStream(ds, batch_size=4), lambda m, b: None,
+                                 check_every=0, store=False)
+
+
+def _two_ranks(rows, seq):
+    """A communicator of rank 1 of 2 waiting at collective ``seq``, with the shared table
+    ``rows`` (no MPI: only what the checks read)."""
+    from labkit.dist.comm import Communicator
+
+    comm = Communicator.__new__(Communicator)
+    comm.rank, comm.size, comm.seq, comm._odd = 1, 2, seq, {}
+    comm._table = np.array(rows, dtype=np.int64)
+    return comm
+
+
+def _two_ranks(rows, seq):
+    """A communicator of rank 1 of 2 waiting at collective ``seq``, with the shared table
+    ``rows`` (no MPI: only what the checks read)."""
+    from labkit.dist.comm import Communicator
+
+    comm = Communicator.__new__(Communicator)
+    comm.rank, comm.size, comm.seq, comm._odd = 1, 2, seq, {}
+    comm._table = np.array(rows, dtype=np.int64)
+    return comm
+
+
+def test_a_wait_names_a_rank_that_left_is_gone_or_sits_in_another_collective():
+    from labkit.dist.comm import OPS
+
+    me = os.getpid()
+    bucket, barrier = OPS.index("gradient bucket"), OPS.index("barrier")
+    # rank 0 left after its collective 5 (its script ended); rank 1 waits at 6
+    comm = _two_ranks([[5, bucket, 0, me, 1], [6, bucket, 0, me, 0]], 6)
+    with pytest.raises(lk.dist.DistError, match=r"rank 0 has left the job \(its script ended "
+                       r"after its collective 5: gradient bucket #0\) while rank 1 waits in "
+                       r"gradient bucket #0 \(collective 6"):
+        comm._check_peers("gradient bucket", 0)
+    # rank 0's process is gone before it reached collective 6
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    comm = _two_ranks([[5, bucket, 0, gone.pid, 0], [6, bucket, 0, me, 0]], 6)
+    with pytest.raises(lk.dist.DistError, match=rf"rank 0 \(pid {gone.pid}\) is gone"):
+        comm._check_peers("gradient bucket", 0)
+    # both at collective 6, rank 0 in a barrier: named once seen twice (a row may be torn)
+    comm = _two_ranks([[6, barrier, -1, me, 0], [6, bucket, 0, me, 0]], 6)
+    comm._check_peers("gradient bucket", 0)
+    with pytest.raises(lk.dist.DistError, match=r"rank 0 in barrier and rank 1 in gradient "
+                       r"bucket #0, both their collective 6"):
+        comm._check_peers("gradient bucket", 0)
+    # a rank merely late (alive, at an earlier collective) is waited for
+    comm = _two_ranks([[4, bucket, 0, me, 0], [6, bucket, 0, me, 0]], 6)
+    comm._check_peers("gradient bucket", 0)
+    comm._check_peers("gradient bucket", 0)
+
+
+def test_the_agreement_names_ranks_that_report_other_values_or_took_no_part():
+    from labkit.dist.loop import _Agreement
+
+    class Two:  # rank 0 of 2; rank 1 reported only the loss
+        rank, size = 0, 2
+
+        def allgather_object(self, obj, what):
+            return [obj, (["loss"], [])]
+
+    agree = _Agreement(Two(), None, True, dict, 20)
+    # one row per rank: signature, length, iteration, epoch, its batch, parameters (-1: unread)
+    heads = np.array([[11, 7, 3, 0, 3, -1], [12, 6, 3, 0, 3, -1]], np.float64)
+    with pytest.raises(lk.dist.DistError, match=r"reported different things at iteration 3 "
+                       r"\(rank 0: values \['loss', 'accuracy'\], buffers \[\]; rank 1: "
+                       r"values \['loss'\], buffers \[\]\)"):
+        agree._check(None, heads, ["loss", "accuracy"], [])
+    heads[1] = 0  # rank 1's row never arrived: MPI paired the all-reduce with another one
+    with pytest.raises(lk.dist.DistError, match=r"ranks \[1\] took no part"):
+        agree._check(None, heads, ["loss"], [])
