@@ -9,12 +9,17 @@ into that run, so ``job.run_id`` is known at once and the Dashboard, the Runs si
 ``lk.runs.send`` reach the job from its first batch. Its output goes to ``launch.log`` in the
 run's folder. A thread of this process waits for the job and, if it ended without its loop
 saying so (a crash, a kill, a script that never built the loop), marks the run failed (or
-interrupted, after ``job.stop()`` had to signal it) with the log's tail.
+interrupted, after ``job.stop()`` had to signal it) with the log's tail and the reason found in
+it (the rank killed by a signal, which its monitor names; the last exception a rank raised).
+Every process of the job carries a token in its environment (``launch.tag``): Hydra gives
+each rank a session of its own, so ``kill()`` and the end of the job find them by it, and none
+outlives mpiexec.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -24,8 +29,9 @@ from pathlib import Path
 from .. import runs
 from ..errors import RunStoreError
 from ..training.resume import started_by_dist
+from ._rank import NOTE
 from .comm import DistError
-from .launch import check_threads, command, environment
+from .launch import check_threads, command, end_processes, environment, job_processes, tag
 
 #: the variable that tells rank 0's DataParallelLoop which run to record into
 RUN_ID_VAR = "LABKIT_RUN_ID"
@@ -49,6 +55,9 @@ def start(script, n: int = 2, args=(), *, name: str | None = None, threads: int 
     """
     check_threads(threads, "start")
     cmd = command(n, script, args)  # checks n, the script and mpiexec first
+    if Path(script).suffix != ".py":
+        raise DistError(f"start: the script must be a .py file (lk.dist.resume and the run "
+                        f"store know a job by it), got {str(script)!r}")
     store = _ranks_store("start")
     home = store.path.parent
     script = Path(script).resolve()
@@ -121,6 +130,7 @@ def _spawn(cmd, threads, store, run_id, directory, extra_env, what) -> Job:
     env.pop(RESUME_VAR, None)  # NOTE: a job started from a resumed job's rank is fresh
     env.update({RUN_ID_VAR: run_id, "LABKIT_HOME": str(store.path.parent),
                 "PYTHONUNBUFFERED": "1", **extra_env})
+    token = tag(env)
     log = directory / LOG_NAME
     with open(log, "ab") as out:
         try:
@@ -130,15 +140,30 @@ def _spawn(cmd, threads, store, run_id, directory, extra_env, what) -> Job:
             store.update_run(run_id, status="failed", ended=time.time(),
                              error=f"the job did not start: {e}")
             raise DistError(f"{what}: mpiexec did not start ({e})") from e
-    return Job(proc, run_id, log, store, cmd)
+    return Job(proc, run_id, log, store, cmd, token)
+
+
+#: a line of a traceback that names the exception (the reason a rank failed)
+_RAISED = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)"
+                     r"(?::|$)")
+
+
+def reasons(text: str, most: int = 3) -> list[str]:
+    """Why a job ended, from its log's ``text``: the notes of ranks lost to a signal or that
+    exited with an error (the rank monitor's lines, ``_rank.py``), and the last exception a
+    rank raised."""
+    lines = [ln.strip() for ln in text.splitlines()]
+    notes = list(dict.fromkeys(ln[len(NOTE):] for ln in lines if ln.startswith(NOTE)))
+    raised = [ln for ln in lines if _RAISED.match(ln)]
+    return (notes[:most - 1] + raised[-1:]) if raised else notes[:most]
 
 
 class Job:
     """A data-parallel job started by ``start()``: its run, its log, its processes."""
 
-    def __init__(self, proc, run_id: str, log_path: Path, store, cmd):
+    def __init__(self, proc, run_id: str, log_path: Path, store, cmd, token: str | None = None):
         self.run_id, self.log_path, self.command = run_id, Path(log_path), cmd
-        self._proc, self._store = proc, store
+        self._proc, self._store, self._token = proc, store, token
         self._signalled: str | None = None
         self._done = threading.Event()
         # NOTE: waiting in a thread reaps the job as soon as it ends (no zombie while the
@@ -209,7 +234,8 @@ class Job:
         return self._proc.returncode
 
     def kill(self) -> int:
-        """SIGKILL to every process of the job, now; returns the exit status."""
+        """SIGKILL to every process of the job, now; returns the exit status once none of
+        them runs any more."""
         self._signal(signal.SIGKILL)
         self._done.wait()
         return self._proc.returncode
@@ -222,6 +248,13 @@ class Job:
             os.killpg(self._proc.pid, sig)
         except ProcessLookupError:
             pass
+        if sig == signal.SIGKILL and self._token:
+            # NOTE: the ranks are not in mpiexec's process group (Hydra gives each a session)
+            for pid in job_processes(self._token):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
 
     def dashboard(self, **kwargs):
         """The run's live ``lk.notebook.Dashboard`` (make it a cell's value to show it)."""
@@ -237,6 +270,9 @@ class Job:
     def _reap(self) -> None:
         rc = self._proc.wait()
         try:
+            if self._token:
+                # NOTE: mpiexec gone (killed) may leave ranks for a moment: none outlives it
+                end_processes(self._token)
             self._settle(rc)
         finally:
             self._done.set()
@@ -246,6 +282,10 @@ class Job:
         recording how: record it here."""
         try:
             run = self._store.get(self.run_id)
+            if run["stored_status"] == "interrupted" and self._signalled and not run["error"]:
+                # NOTE: the ranks' loops took the SIGTERM and recorded the run themselves
+                self._store.update_run(self.run_id, error=f"ended by {self._signalled} from "
+                                       f"job.stop(); see {self.log_path}")
             if run["stored_status"] not in ("created", "running", "paused"):
                 return
             if self._signalled:
@@ -255,6 +295,9 @@ class Job:
                                          "DataParallelLoop trained this run")
             else:
                 status, why = "failed", f"the job exited with status {rc} while training"
+            found = [] if self._signalled else reasons(self.log(200))
+            if found:
+                why += ": " + "; ".join(found)
             self._store.update_run(self.run_id, status=status, ended=time.time(),
                                    error=f"{why}; see {self.log_path}", traceback=self.log(60))
         except RunStoreError:

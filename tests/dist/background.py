@@ -1,10 +1,16 @@
 """The job tests/dist/test_job.py starts from Python, as a notebook cell would: a small
 DataParallelLoop that trains until it is stopped (a command through the store), each rank
 printing when it pauses and resumes; ``--fail-rank R`` makes rank R raise at iteration 3;
-``--iterations N`` ends it after N iterations; ``--pause-at K`` pauses it after iteration K."""
+``--iterations N`` ends it after N iterations; ``--pause-at K`` pauses it after iteration K;
+``--ckpt-every K`` checkpoints every K iterations; ``--die-rank R --die-at K`` SIGKILLs rank R
+after iteration K (unless the job was resumed); ``--started FILE`` writes FILE when rank 0 has
+trained a batch."""
 
 import argparse
+import os
+import signal
 import threading
+from pathlib import Path
 
 import numpy as np
 
@@ -20,6 +26,10 @@ def main():
     parser.add_argument("--fail-rank", type=int, default=-1)
     parser.add_argument("--iterations", type=int, default=10**6)
     parser.add_argument("--pause-at", type=int, default=0)
+    parser.add_argument("--ckpt-every", type=int, default=0)
+    parser.add_argument("--die-rank", type=int, default=-1)
+    parser.add_argument("--die-at", type=int, default=0)
+    parser.add_argument("--started")
     opts = parser.parse_args()
 
     comm = lk.dist.world()
@@ -40,9 +50,20 @@ def main():
             print(f"rank {comm.rank} {what} at iteration {loop.status['iteration']}", flush=True)
         return report
 
+    extensions = [T.FinishAfter(iterations=opts.iterations)]
+    if opts.ckpt_every:
+        extensions.append(T.Checkpoint(every=opts.ckpt_every, unit="iterations"))
     loop = lk.dist.DataParallelLoop(model, opt, stream, loss_fn, name="background-dp",
-                                    config={"lr": 1e-2},
-                                    extensions=[T.FinishAfter(iterations=opts.iterations)])
+                                    config={"lr": 1e-2}, extensions=extensions)
+
+    def chaos(loop):
+        it = loop.status["iteration"]
+        if opts.started and comm.rank == 0 and it == 1:
+            Path(opts.started).write_text(str(os.getpid()))
+        if comm.rank == opts.die_rank and it == opts.die_at and \
+                not loop.status.get("resumed_from"):  # NOTE: a resumed job trains on
+            os.kill(os.getpid(), signal.SIGKILL)
+    loop.add(chaos, event="after_batch", name="chaos", priority=-100)
     loop.add(say("paused"), event="on_pause", name="say-paused")
     loop.add(say("resumed"), event="on_unpause", name="say-resumed")
     if opts.pause_at and comm.rank == 0:

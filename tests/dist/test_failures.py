@@ -1,17 +1,138 @@
-"""Data-parallel jobs whose ranks disagree by mistake: each must end within a bounded time with
-an error that names the difference (tests/dist/disagree.py's modes), never hang or train on.
-Every job runs in its own session with a hard timeout (tests/dist/mpirun.py)."""
+"""Data-parallel jobs that lose a rank, a launcher or their agreement: each must end within a
+bounded time with an error that names the cause, leave no process behind, leave no checkpoint
+half written, and resume exactly. Every job runs in its own session with a hard timeout, and
+every process it starts carries a token that the helpers look for afterwards
+(tests/dist/mpirun.py)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("mpi4py")
+psutil = pytest.importorskip("psutil")
+
+import labkit as lk  # noqa: E402
+from labkit.dist.launch import job_processes  # noqa: E402
 
 from . import mpirun  # noqa: E402
+from .conftest import until  # noqa: E402
+from .test_job import SCRIPT  # noqa: E402
+
+STEPS, EVERY = 12, 4
+ARGS = ["--steps", STEPS, "--bucket-mb", 0.0002]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """2 ranks, 12 steps, nothing killed: the parameters' CRC-32 and the loss after each step."""
+    out = tmp_path_factory.mktemp("uninterrupted")
+    job = mpirun.run(2, [out, *ARGS], timeout=60)
+    assert job.rc == 0, job
+    return np.load(out / "rank0.npz")
+
+
+@pytest.mark.parametrize("where,rank,at", [("step", 1, 6), ("allreduce", 1, 6),
+                                           ("checkpoint", 0, 8)])
+def test_a_killed_rank_is_named_and_the_job_resumes_exactly(tmp_path, uninterrupted, where,
+                                                            rank, at):
+    """SIGKILL inside the step, in the wait for a gradient all-reduce, or on rank 0 half way
+    through writing the checkpoint of iteration 8: mpiexec ends the other ranks, the rank is
+    named, only whole checkpoints are left, and 2 ranks resumed from the newest go on exactly
+    as the job that was never killed."""
+    job = mpirun.run(2, [tmp_path, *ARGS, "--ckpt-every", EVERY, "--die-at", at, "--die-in",
+                         where, "--die-rank", rank], timeout=60)
+    assert job.rc != 0 and not job.left, job
+    assert f"[labkit dist] rank {rank} of 2 (pid " in job.err, job
+    assert "was killed by signal 9 (SIGKILL)" in job.err, job
+    assert not (tmp_path / "rank0.npz").exists()
+    assert [p.name for p in lk.checkpoint.list_checkpoints(tmp_path / "ckpt")] == \
+        ["ckpt-00000004"]
+    newest = lk.checkpoint.latest(tmp_path / "ckpt")
+    assert newest.name == "ckpt-00000004" and lk.checkpoint.verify(newest) is None
+    if where == "step":
+        return  # NOTE: the resume is the same as after a kill elsewhere: two cases are enough
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    job = mpirun.run(2, [resumed, *ARGS, "--resume", newest], timeout=60)
+    assert job.rc == 0, job
+    got = np.load(resumed / "rank0.npz")
+    np.testing.assert_array_equal(got["crc"], uninterrupted["crc"][EVERY:])
+    np.testing.assert_array_equal(got["loss"], uninterrupted["loss"][EVERY:])
+
+
+def test_a_job_that_loses_a_rank_fails_naming_it_and_resumes_exactly(store, jobs):
+    reference = lk.dist.start(SCRIPT, n=2, args=["--iterations", 12])
+    job = lk.dist.start(SCRIPT, n=2, args=["--iterations", 12, "--ckpt-every", 4,
+                                           "--die-rank", 1, "--die-at", 6])
+    jobs.extend([reference, job])
+    assert job.wait(timeout=60) != 0 and job.status == "failed"
+    assert job_processes(job._token) == [], "a rank outlived the job"
+    run = lk.runs.get(job.run_id)
+    assert run["status"] == "failed", run
+    assert "rank 1 of 2 (pid" in run["error"] and "(SIGKILL)" in run["error"], run["error"]
+    assert [(c["iteration"], c["valid"]) for c in lk.runs.checkpoints(job.run_id)] == \
+        [(4, True)]
+    again = lk.dist.resume(job.run_id)
+    jobs.append(again)
+    assert reference.wait(timeout=60) == 0 and again.wait(timeout=60) == 0, again.log(60)
+    assert lk.runs.get(job.run_id)["status"] == "finished"
+    want = lk.runs.metrics(reference.run_id, ["loss"])["loss"]
+    got = lk.runs.metrics(job.run_id, ["loss"])["loss"]
+    assert got["iteration"] == want["iteration"] == list(range(1, 13))
+    assert got["value"] == want["value"]  # the same numbers, bit for bit
+
+
+def test_a_killed_mpiexec_fails_the_job_and_leaves_no_rank(store, jobs, tmp_path):
+    started = tmp_path / "started"
+    job = lk.dist.start(SCRIPT, n=2, args=["--started", started])
+    jobs.append(job)
+    until("the first batch", started.exists)
+    ranks = psutil.Process(job.pid).children(recursive=True)
+    os.kill(job.pid, signal.SIGKILL)  # mpiexec alone: the ranks are in sessions of their own
+    assert job.wait(timeout=30) != 0
+    assert [p for p in ranks if _running(p)] == []  # none outlives the job's end
+    run = lk.runs.get(job.run_id)
+    assert run["status"] == "failed" and "exited with status -9" in run["error"], run
+
+
+def test_a_killed_launcher_leaves_no_rank_and_no_running_run(tmp_path):
+    """`labkit launch` killed with SIGKILL: mpiexec gets SIGTERM (it ends with its parent) and
+    passes it to the ranks, whose loop records the run as interrupted."""
+    started = tmp_path / "started"
+    env = {**os.environ, "LABKIT_HOME": str(tmp_path / "home"), "OMP_NUM_THREADS": "1"}
+    cli = [sys.executable, "-c", "import sys; from labkit.cli import main; sys.exit(main())"]
+    proc = subprocess.Popen([*cli, "launch", "-n", "2", SCRIPT, "--started", started],
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    job = []
+    try:
+        until("the first batch", started.exists)
+        job = psutil.Process(proc.pid).children(recursive=True)
+        assert len(job) >= 4  # mpiexec, its proxy, a monitor and a rank per rank
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        alive = _wait_gone(job, timeout=30)
+        assert alive == [], f"left running: {alive}\n{proc.stderr.read()[-3000:]}"
+    finally:
+        for p in [proc, *job]:
+            try:
+                p.kill()
+            except (ProcessLookupError, psutil.NoSuchProcess):
+                pass
+        proc.wait()
+    with lk.runs.use_store(tmp_path / "home" / "runs.sqlite"):
+        [run] = lk.runs.list()
+        assert run["status"] == "interrupted", run
+
 
 DISAGREE = {
     "data": "rank 1's data is not rank 0's: the examples of source 'x' differ",
@@ -41,3 +162,18 @@ def test_ranks_that_disagree_stop_with_the_difference_named():
         assert message in job.err, (mode, job)
         if mode != "fewer":  # NOTE: there, rank 0 ends its 3 steps before rank 1 fails
             assert "trained on" not in job.out, (mode, job)
+
+
+def _running(p) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_gone(procs, timeout: float) -> list:
+    """The processes of ``procs`` still running after ``timeout`` seconds (zombies are gone)."""
+    deadline = time.monotonic() + timeout
+    while (alive := [p for p in procs if _running(p)]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return alive

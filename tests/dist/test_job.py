@@ -2,14 +2,13 @@
 watched and steered through the run store only (as the Dashboard and the Runs sidebar do).
 
 Every job runs in its own process group (``start`` makes a session), is killed in a finally,
-and the tests assert no process of it is left. No sleeps for synchronisation: the store and the
-log are polled until a deadline.
+and the tests assert no process of it is left (conftest.py's ``jobs``). No sleeps for
+synchronisation: the store and the log are polled until a deadline.
 """
 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,36 +17,10 @@ pytest.importorskip("mpi4py")
 
 import labkit as lk  # noqa: E402
 
+from .conftest import until  # noqa: E402
 from .mpirun import group_alive  # noqa: E402
 
 SCRIPT = Path(__file__).with_name("background.py")
-
-
-def until(what, check, timeout=30.0, every=0.05):
-    """Poll ``check()`` until it returns something true; fail naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {timeout} s")
-        time.sleep(every)
-
-
-@pytest.fixture
-def store(tmp_path):
-    with lk.runs.use_store(tmp_path / "home" / "runs.sqlite") as s:
-        yield s
-
-
-@pytest.fixture
-def jobs():
-    started = []
-    yield started
-    for job in started:  # whatever happened in the test: nothing of the job outlives it
-        job.kill()
-        assert not group_alive(job.pid), f"a process of {job} was left behind"
 
 
 def test_a_background_job_is_watched_paused_resumed_and_stopped_through_the_store(store, jobs):

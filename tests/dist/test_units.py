@@ -155,7 +155,9 @@ def test_launch_command_and_environment(tmp_path):
     script.write_text("print(1)\n")
     cmd = launch.command(3, script, ["--x", 1])
     assert cmd[0].endswith("mpiexec") and cmd[1:3] == ["-n", "3"]
-    assert cmd[3:] == [sys.executable, "-m", "mpi4py", str(script), "--x", "1"]
+    # each rank under its monitor, which names it if it is killed
+    assert cmd[3:] == [sys.executable, str(launch.MONITOR), sys.executable, "-m", "mpi4py",
+                       str(script), "--x", "1"]
     env = launch.environment(1, {"OMP_NUM_THREADS": "8"})
     assert all(env[k] == "1" for k in launch.THREAD_VARS)
     with pytest.raises(lk.dist.DistError, match="no script"):
@@ -222,6 +224,26 @@ def test_sync_batchnorm_names_bad_arguments():
         check_batch_norm(op, lk.tensor(np.zeros(3, np.float32)), g, g, None, None, 0.1, 1e-5)
 
 
+def test_bad_launch_arguments_are_refused_before_anything_starts(tmp_path):
+    from labkit.dist import launch
+
+    script = tmp_path / "s.py"
+    script.write_text("print(1)\n")
+    for n in (launch.max_ranks() + 1, 10**9):
+        with pytest.raises(lk.dist.DistError, match=f"-n {n} is more ranks than this machine"):
+            launch.command(n, script)
+    with pytest.raises(lk.dist.DistError, match="arguments must be a list"):
+        launch.command(2, script, "--lr 0.1")  # a string would be split into characters
+    with pytest.raises(lk.dist.DistError, match="NUL"):
+        launch.command(2, script, ["a\0b"])
+    with pytest.raises(lk.dist.DistError, match="no script"):
+        launch.command(2, str(script) + "\0x")
+    other = tmp_path / "train"
+    other.write_text("print(1)\n")
+    with pytest.raises(lk.dist.DistError, match=r"must be a \.py file"):
+        lk.dist.start(other, n=2)
+
+
 def test_bad_data_parallel_arguments_are_refused():
     model = B.MLP([4, 3], seed=0)
     with pytest.raises(lk.dist.DistError, match="bucket_mb must be a finite number"):
@@ -231,17 +253,6 @@ def test_bad_data_parallel_arguments_are_refused():
         lk.dist.DataParallelLoop(model, lk.optimizers.SGD(lr=0.1).setup(model),
                                  DataStream(ds, batch_size=4), lambda m, b: None,
                                  check_every=0, store=False)
-
-
-def _two_ranks(rows, seq):
-    """A communicator of rank 1 of 2 waiting at collective ``seq``, with the shared table
-    ``rows`` (no MPI: only what the checks read)."""
-    from labkit.dist.comm import Communicator
-
-    comm = Communicator.__new__(Communicator)
-    comm.rank, comm.size, comm.seq, comm._odd = 1, 2, seq, {}
-    comm._table = np.array(rows, dtype=np.int64)
-    return comm
 
 
 def _two_ranks(rows, seq):
@@ -282,6 +293,47 @@ def test_a_wait_names_a_rank_that_left_is_gone_or_sits_in_another_collective():
     comm = _two_ranks([[4, bucket, 0, me, 0], [6, bucket, 0, me, 0]], 6)
     comm._check_peers("gradient bucket", 0)
     comm._check_peers("gradient bucket", 0)
+
+
+def test_the_rank_monitor_names_a_rank_killed_by_a_signal(tmp_path):
+    from labkit.dist import launch
+    from labkit.dist.job import reasons
+
+    def rank(code):
+        return subprocess.run([sys.executable, str(launch.MONITOR), sys.executable, "-c", code],
+                              env={**os.environ, "PMI_RANK": "1", "PMI_SIZE": "2"},
+                              capture_output=True, text=True, timeout=60)
+
+    killed = rank("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert killed.returncode == -9  # the monitor dies as its rank did: mpiexec sees the same
+    assert killed.stderr.startswith("[labkit dist] rank 1 of 2 (pid "), killed.stderr
+    assert killed.stderr.rstrip().endswith("was killed by signal 9 (SIGKILL)"), killed.stderr
+    failed = rank("raise SystemExit(3)")
+    assert failed.returncode == 3 and "rank 1 of 2" in failed.stderr
+    ok = rank("print('trained')")
+    assert ok.returncode == 0 and ok.stdout == "trained\n" and ok.stderr == ""
+    log = (f"{killed.stderr}Traceback (most recent call last):\n  ...\n"
+           "labkit.dist.comm.DistError: rank 0 has left the job\nAbort(1) on node 1\n")
+    assert reasons(log) == [killed.stderr.strip()[len("[labkit dist] "):],
+                            "labkit.dist.comm.DistError: rank 0 has left the job"]
+
+
+def test_the_processes_of_a_job_are_found_by_its_token():
+    from labkit.dist import launch
+
+    env = dict(os.environ)
+    token = launch.tag(env)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env,
+                            start_new_session=True)
+    try:
+        assert launch.job_processes(token) == [proc.pid]
+        assert launch.job_processes(launch.tag({})) == []
+        assert launch.end_processes(token) == [proc.pid]
+        assert proc.wait(10) == -9
+        assert launch.job_processes(token) == []
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_the_agreement_names_ranks_that_report_other_values_or_took_no_part():

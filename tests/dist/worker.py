@@ -3,6 +3,11 @@
     python -m mpi4py worker.py OUT_DIR --model mlp --steps 20 [--ckpt-every 5 --die-at 8]
                                [--resume CKPT] [--fail-rank 1 --fail-at 3] [--bucket-mb 0.001]
 
+``--die-at K`` SIGKILLs a rank (``--die-rank``, default the last) at iteration K: after the
+batch (``--die-in after``), inside the step before backward (``step``), while it waits for a
+gradient bucket's all-reduce (``allreduce``), or, on rank 0, inside the checkpoint it writes at
+K, before the checkpoint is renamed into place (``checkpoint``).
+
 Writes OUT_DIR/rank<R>.npz: the CRC-32 of the parameters after each step, this rank's sample
 indices per step, its losses and the final parameters (NumPy's npz: arrays only, no pickle).
 """
@@ -85,6 +90,9 @@ def main(argv=None):
     ap.add_argument("--bucket-mb", type=float, default=1.0)
     ap.add_argument("--ckpt-every", type=int, default=0)
     ap.add_argument("--die-at", type=int, default=0)
+    ap.add_argument("--die-rank", type=int, default=-1)
+    ap.add_argument("--die-in", default="after",
+                    choices=["after", "step", "allreduce", "checkpoint"])
     ap.add_argument("--resume")
     ap.add_argument("--fail-rank", type=int, default=-1)
     ap.add_argument("--fail-at", type=int, default=0)
@@ -98,6 +106,11 @@ def main(argv=None):
     a = ap.parse_args(argv)
     comm = lk.dist.world()
     out = Path(a.out)
+    dying = comm.rank == (a.die_rank if a.die_rank >= 0 else comm.size - 1) and a.die_at > 0
+
+    def die(where):
+        if dying and a.die_in == where:
+            os.kill(os.getpid(), signal.SIGKILL)
     # NOTE: each rank starts from other parameters: the loop must broadcast rank 0's
     model = build(a.model, seed=1 + comm.rank, rank=comm.rank).to(a.device)
     opt = lk.optimizers.Momentum(lr=0.1, momentum=0.9).setup(model)
@@ -110,9 +123,36 @@ def main(argv=None):
         x, y = lk.tensor(batch["x"], device=a.device), lk.tensor(batch["y"], device=a.device)
         return F.softmax_cross_entropy(model(x), y)
 
+    if dying and a.die_in == "step":  # NOTE: a step of its own (lk.compile guards what it reads)
+        plain_loss = loss_fn
+
+        def loss_fn(model, batch):
+            if loop.status["iteration"] == a.die_at - 1:
+                die("step")
+            return plain_loss(model, batch)
+
     loop = lk.dist.DataParallelLoop(model, opt, stream, loss_fn, bucket_mb=a.bucket_mb,
                                     progress_thread=a.progress_thread, store=False,
                                     compile=a.compile)
+
+    if dying and a.die_in == "allreduce":  # in the wait for a gradient bucket of step K
+        wait = comm.wait
+
+        def wait_then_die(requests, op="allreduce", detail=-1):
+            if op == "gradient bucket" and loop.status["iteration"] == a.die_at - 1:
+                die("allreduce")
+            return wait(requests, op, detail)
+        comm.wait = wait_then_die
+    if dying and a.die_in == "checkpoint":  # the checkpoint of iteration K is half written
+        from labkit.checkpoint import _directory
+
+        install = _directory._install
+
+        def install_then_die(tmp, final, olds):
+            if final.name == f"ckpt-{a.die_at:08d}":
+                die("checkpoint")
+            return install(tmp, final, olds)
+        _directory._install = install_then_die
 
     def record(loop):
         it = loop.status["iteration"]
@@ -128,8 +168,8 @@ def main(argv=None):
                                   if k in model.buffers()})
         if a.ckpt_every and it % a.ckpt_every == 0:
             loop.save_checkpoint(out / "ckpt")
-        if it == a.die_at and comm.rank == comm.size - 1:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if it == a.die_at:
+            die("after")
         if it == a.sigint_at and comm.rank == a.sigint_rank:  # Ctrl-C on this rank only
             os.kill(os.getpid(), signal.SIGINT)
         if it == a.stop_thread_at and comm.rank == 0:  # as the run store's listener would
