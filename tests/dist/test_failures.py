@@ -71,16 +71,20 @@ def test_a_killed_rank_is_named_and_the_job_resumes_exactly(tmp_path, uninterrup
 
 def test_a_job_that_loses_a_rank_fails_naming_it_and_resumes_exactly(store, jobs):
     reference = lk.dist.start(SCRIPT, n=2, args=["--iterations", 12])
+    # rank 0 dies writing the checkpoint of iteration 8: its files written, not yet in place
     job = lk.dist.start(SCRIPT, n=2, args=["--iterations", 12, "--ckpt-every", 4,
-                                           "--die-rank", 1, "--die-at", 6])
+                                           "--die-rank", 0, "--die-at", 8, "--die-in",
+                                           "checkpoint"])
     jobs.extend([reference, job])
     assert job.wait(timeout=60) != 0 and job.status == "failed"
     assert job_processes(job._token) == [], "a rank outlived the job"
     run = lk.runs.get(job.run_id)
     assert run["status"] == "failed", run
-    assert "rank 1 of 2 (pid" in run["error"] and "(SIGKILL)" in run["error"], run["error"]
+    assert "rank 0 of 2 (pid" in run["error"] and "(SIGKILL)" in run["error"], run["error"]
     assert [(c["iteration"], c["valid"]) for c in lk.runs.checkpoints(job.run_id)] == \
         [(4, True)]
+    # nothing half written is left beside it (the dead writer's folder is removed)
+    assert os.listdir(Path(run["directory"]) / "checkpoints") == ["ckpt-00000004"]
     again = lk.dist.resume(job.run_id)
     jobs.append(again)
     assert reference.wait(timeout=60) == 0 and again.wait(timeout=60) == 0, again.log(60)
@@ -104,14 +108,22 @@ def test_a_killed_mpiexec_fails_the_job_and_leaves_no_rank(store, jobs, tmp_path
     assert run["status"] == "failed" and "exited with status -9" in run["error"], run
 
 
-def test_a_killed_launcher_leaves_no_rank_and_no_running_run(tmp_path):
-    """`labkit launch` killed with SIGKILL: mpiexec gets SIGTERM (it ends with its parent) and
+@pytest.mark.parametrize("launcher", ["labkit launch", "start(detach=False)"])
+def test_a_killed_launcher_leaves_no_rank_and_no_running_run(tmp_path, launcher):
+    """The process that started the job killed with SIGKILL (`labkit launch`, or a script that
+    called lk.dist.start(detach=False)): mpiexec gets SIGTERM (it ends with its parent) and
     passes it to the ranks, whose loop records the run as interrupted."""
     started = tmp_path / "started"
     env = {**os.environ, "LABKIT_HOME": str(tmp_path / "home"), "OMP_NUM_THREADS": "1"}
-    cli = [sys.executable, "-c", "import sys; from labkit.cli import main; sys.exit(main())"]
-    proc = subprocess.Popen([*cli, "launch", "-n", "2", SCRIPT, "--started", started],
-                            env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+    if launcher == "labkit launch":
+        code = "import sys; from labkit.cli import main; sys.exit(main())"
+        args = ["launch", "-n", "2", SCRIPT, "--started", started]
+    else:
+        code = ("import sys, labkit as lk; lk.dist.start(sys.argv[1], n=2, args=sys.argv[2:], "
+                "detach=False).wait()")
+        args = [SCRIPT, "--started", started]
+    proc = subprocess.Popen([sys.executable, "-c", code, *map(str, args)], env=env,
+                            start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     job = []
     try:

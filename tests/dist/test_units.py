@@ -234,6 +234,7 @@ def test_bad_launch_arguments_are_refused_before_anything_starts(tmp_path):
             launch.command(n, script)
     with pytest.raises(lk.dist.DistError, match="arguments must be a list"):
         launch.command(2, script, "--lr 0.1")  # a string would be split into characters
+    assert launch.command(2, script, None)[-1] == str(script)  # None: no arguments
     with pytest.raises(lk.dist.DistError, match="NUL"):
         launch.command(2, script, ["a\0b"])
     with pytest.raises(lk.dist.DistError, match="no script"):
