@@ -455,15 +455,31 @@ def drop_host_only(walk, host_codes) -> None:
                    if not (g.user and g.kind in ("g", "c") and g.name in only)]
 
 
+def _grown(g):
+    """What the call added to or took from a small list or dict of objects it reads (a
+    replay would not: ``history.append(x)``), or None."""
+    if g.items is None or g.exact:
+        return None
+    v = g.read()
+    now = list(v.items()) if type(v) is dict else list(v)
+    if len(now) == len(g.items) and all(
+            (a[0] == b[0] and a[1] is b[1]) if type(v) is dict else a is b
+            for a, b in zip(now, g.items)):
+        return None
+    return f"it held {len(g.items)} items when the call began, {len(now)} when it ended"
+
+
 def check_unchanged(walk, fn_name):
     """After a traced call: refuse a step that changed a Python value of the user's it
     reads (a replay would not change it again)."""
     for g in walk.guards:
-        if g.user and g.kind != "d" and (why := g.failure()) is not None:
+        if g.user and g.kind != "d" and (why := g.failure() or _grown(g)) is not None:
             raise CompileError(
                 f"lk.compile: {fn_name} changes {g.label} while it runs ({why}); a replay "
                 "runs no Python, so it would not change it again. Return the value from the "
-                "step and keep it after the call, or pass it in as an argument")
+                "step and keep it after the call, or pass it in as an argument; a side "
+                "effect such as a log can run in lk.compile.host(fn, *arrays, effect=True), "
+                "which a replay runs again")
 
 
 def _justified(walk, values, pyvals) -> set:
