@@ -41,8 +41,9 @@ _ops = {}  # "sum" | "max" | "min" -> MPI.Op, filled when MPI is loaded
 OPS = ("none", "barrier", "broadcast", "allreduce", "gradient bucket", "agreement", "checkpoint")
 #: the shared table's columns, per rank
 SEQ, OP, DETAIL, PID, STATE = range(5)
-#: STATE: 1 once the rank's script has ended (it left the job)
-LEFT = 1
+#: STATE: 1 once the rank's script has ended (it left the job); 2 once its loop's run() ended
+#: in an exception (rank 0 has recorded the run: see ``ended``)
+LEFT, ENDED = 1, 2
 #: a wait this long reads the table for ranks that cannot come, then reads it again this often
 CHECK_AFTER, CHECK_EVERY = 0.5, 0.25
 
@@ -151,6 +152,31 @@ class Communicator:
             self._table = False
         return self._table
 
+    def training(self) -> None:
+        """This rank's loop is training (``DataParallelLoop.run`` began)."""
+        table = self._table
+        if table is not None and table is not False and table[self.rank, STATE] == ENDED:
+            table[self.rank, STATE] = 0
+
+    def ended(self, grace: float = 5.0) -> None:
+        """This rank's ``run()`` ends in an exception that ``python -m mpi4py`` turns into an
+        abort of every rank: rank 0 says its run is recorded; the others wait (at most
+        ``grace`` seconds) until rank 0 has said so, has left or is gone, or sits in a
+        collective (the exception was this rank's alone), so that their abort does not kill
+        rank 0 while it records why the run ended."""
+        table = self._table
+        if table is None or table is False:
+            return
+        if self.rank == 0:
+            table[0, STATE] = ENDED
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            s, o, _, pid, state = (int(v) for v in table[0])
+            if state in (LEFT, ENDED) or not _alive(pid) or s > self.seq:
+                return
+            time.sleep(0.01)
+
     def _leave(self) -> None:
         """Mark this rank as gone from the job (its script ended) for the others' waits."""
         table = self._table
@@ -231,6 +257,13 @@ class Communicator:
                                     "collective inside an if on some ranks, or another "
                                     "number of steps")
                 self._odd[r] = (s, o, d)
+            elif s > mine[0] and self._odd.get(r) != "ahead":
+                self._odd[r] = "ahead"  # NOTE: it may have just finished this collective
+            elif s > mine[0]:
+                raise DistError(f"rank {r} has gone past this collective (it is in {theirs}) "
+                                f"while {here}: the ranks reduced buffers of other sizes (an "
+                                "array of another shape on some ranks) or MPI paired other "
+                                "collectives")
             else:
                 self._odd.pop(r, None)
 
@@ -277,6 +310,7 @@ class Communicator:
         NumPy array is overwritten in place and returned)."""
         from ..autograd import Tensor
 
+        self._check_root(root, "broadcast")
         self._enter("broadcast")
         if self.size == 1:
             return x
@@ -290,6 +324,11 @@ class Communicator:
         self.wait([self.comm.Ibcast(host, root=root)], "broadcast")
         return _like(host, x)
 
+    def _check_root(self, root, what: str) -> None:
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or \
+                not 0 <= root < self.size:
+            raise DistError(f"{what}: root must be a rank, 0 to {self.size - 1}, got {root!r}")
+
     def allreduce(self, x, op: str = "sum"):
         """The elementwise ``op`` (``"sum"``, ``"mean"``, ``"max"``, ``"min"``) of ``x`` over
         every rank, as a new array (a Tensor for a Tensor) on ``x``'s device."""
@@ -300,13 +339,40 @@ class Communicator:
         if isinstance(x, Tensor):
             return Tensor(self.allreduce(x.data, op))
         self._enter("allreduce")
-        host = np.array(_host(x), copy=True)
-        if self.size > 1:
+        src = _host(x)
+        if self.size == 1:
+            host = np.array(src, copy=True)
+        elif _tag_limit(src.dtype) is None:
+            host = np.array(src, copy=True)
             self.wait([self.comm.Iallreduce(self.mpi.IN_PLACE, host,
                                             _ops["sum" if op == "mean" else op])], "allreduce")
+        else:
+            host = self._tagged_allreduce(src, op)
         if op == "mean":
             host = (host / self.size).astype(host.dtype, copy=False)
         return _like(host, x)
+
+    def _tagged_allreduce(self, src: np.ndarray, op: str) -> np.ndarray:
+        """The all-reduce of ``src`` with a slot per rank after it: each rank writes a tag of
+        this collective (its number in the sequence and the array's size) in its own slot and
+        the neutral value of ``op`` in the others, so after the reduction every slot must hold
+        the tag. A rank whose array has another size, or that is in another collective, leaves
+        another value there (MPI sums arrays of different sizes into garbage): a DistError."""
+        limit = _tag_limit(src.dtype)
+        tag = 1 + (self.seq * 1000003 + src.size) % (limit - 2)
+        buf = np.empty(src.size + self.size, src.dtype)
+        buf[:src.size] = src.reshape(-1)
+        buf[src.size:] = limit - 1 if op == "min" else 0
+        buf[src.size + self.rank] = tag
+        self.wait([self.comm.Iallreduce(self.mpi.IN_PLACE, buf,
+                                        _ops["sum" if op == "mean" else op])], "allreduce")
+        bad = [r for r, v in enumerate(buf[src.size:].tolist()) if v != tag]
+        if bad:
+            raise DistError(f"allreduce on rank {self.rank}: ranks {bad} did not reduce an array "
+                            f"like this rank's ({src.size} values of {src.dtype}, collective "
+                            f"{self.seq}): an array of another shape on some ranks, or another "
+                            "collective (one inside an if on some ranks)")
+        return buf[:src.size].reshape(src.shape)
 
     def iallreduce_sum(self, buffer: np.ndarray, detail: int = -1):
         """Start summing the NumPy ``buffer`` in place over every rank; returns a request for
@@ -319,6 +385,7 @@ class Communicator:
     def bcast_object(self, obj, root: int = 0):
         """A small JSON-like control value from ``root`` (pickled in memory only, between the
         ranks of this job; through ``wait``, as every collective here)."""
+        self._check_root(root, "bcast_object")
         self._enter("broadcast")
         if self.size == 1:
             return obj
@@ -349,6 +416,17 @@ class Communicator:
         if self.comm is not None and self.size > 1:
             self.comm.Abort(code)
         raise SystemExit(code)
+
+
+def _tag_limit(dtype) -> int | None:
+    """The integers a reduction of ``dtype`` keeps exactly (up to 2**24), or None where no tag
+    fits (booleans, 8-bit types, anything not a number)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f" and dtype.itemsize >= 4:
+        return min(2 ** (np.finfo(dtype).nmant + 1), 2 ** 24)
+    if dtype.kind in "iu" and dtype.itemsize >= 4:
+        return min(int(np.iinfo(dtype).max), 2 ** 24)
+    return None
 
 
 def _what(op: str, detail: int) -> str:

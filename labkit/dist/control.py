@@ -20,8 +20,9 @@ import numpy as np
 
 from ..training.control import Control
 
-#: the proposals, in their place in the agreement vector
-FLAGS = ("stop", "checkpoint", "pause", "unpause", "interrupt")
+#: the proposals, in their place in the agreement vector ("terminate": a SIGTERM, which also
+#: interrupts)
+FLAGS = ("stop", "checkpoint", "pause", "unpause", "interrupt", "terminate")
 
 
 class AgreedControl(Control):
@@ -33,6 +34,7 @@ class AgreedControl(Control):
         self._asked = dict.fromkeys(FLAGS, 0)
         self._reason: str | None = None
         self._trainer = threading.get_ident()
+        self.terminated = False  # a SIGTERM reached a rank: agreed, the loop then ends the job
 
     def install_sigint(self):
         """Ctrl-C once: proposed (every rank finishes the agreed batch, checkpoints and stops);
@@ -57,8 +59,15 @@ class AgreedControl(Control):
 
     def reset(self) -> None:
         super().reset()
-        self._asked["interrupt"] = self._asked["stop"] = self._sigints = 0
+        self._asked["interrupt"] = self._asked["stop"] = self._asked["terminate"] = 0
+        self._sigints = 0
+        self.terminated = False
         self._trainer = threading.get_ident()
+
+    def terminate(self) -> None:
+        """A SIGTERM on this rank: proposed; every rank interrupts after the same batch (with
+        its interrupt checkpoint), then ``DataParallelLoop.run`` raises ``Terminated``."""
+        self._asked["terminate"] = 1
 
     def _mine(self) -> bool:
         return threading.get_ident() == self._trainer
@@ -101,8 +110,10 @@ class AgreedControl(Control):
             Control.pause(self)
         if got["unpause"]:
             Control.unpause(self)
-        if got["interrupt"]:
+        if got["interrupt"] or got["terminate"]:
             self.interrupts += 1
+        if got["terminate"]:
+            self.terminated = True
 
     def agree(self) -> None:
         self.apply(self.comm.allreduce(self.proposals(), "sum"))

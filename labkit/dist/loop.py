@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import zlib
 from pathlib import Path
@@ -313,7 +314,10 @@ class DataParallelLoop(MainLoop):
     Every rank must be at the same iteration and epoch after each batch and report the same
     values: checked after each batch (a rank whose stream gives other batches is a
     ``DistError`` there, not a hang at the end). A SIGTERM (``job.stop()``, a killed
-    ``labkit launch``) ends ``run()`` as Ctrl-C twice does: the run is recorded interrupted.
+    ``labkit launch``) on any rank stops every rank after the same batch, as Ctrl-C does
+    (interrupt checkpoint, the run recorded interrupted), then ``run()`` raises ``Terminated``;
+    a second SIGTERM raises at once. When ``run()`` ends in an exception, the other ranks
+    give rank 0 a moment to record the run before ``python -m mpi4py`` aborts the job.
 
     Only rank 0 records to the run store and writes checkpoints. Pause, stop and checkpoint
     requests (the store's commands reach rank 0) and Ctrl-C act on every rank after the same
@@ -379,21 +383,42 @@ class DataParallelLoop(MainLoop):
                       f"{self.status['iteration']}) on {self.comm.size} rank(s)", flush=True)
         if self.comm.size > 1:
             self._agreement.check_next = True
+        self.comm.training()
         restore = self._on_sigterm()
         try:
-            return super().run(max_iterations, **kwargs)
+            out = super().run(max_iterations, **kwargs)
+        except BaseException:
+            self.comm.ended()  # NOTE: rank 0 records why before any rank's abort ends it
+            raise
         finally:
             restore()
+        if getattr(self.control, "terminated", False):
+            self.comm.ended()
+            raise Terminated(f"rank {self.comm.rank} of {self.comm.size}: SIGTERM (job.stop(), "
+                             "or the job's launcher ended); every rank stopped after iteration "
+                             f"{self.status['iteration']} with a checkpoint")
+        return out
 
     def _on_sigterm(self):
-        """While training (main thread): SIGTERM raises ``Terminated`` (a KeyboardInterrupt:
-        the run is recorded interrupted, and ``python -m mpi4py`` ends the job); a second one
-        acts as before. Returns what puts the previous handler back."""
+        """While training (main thread): SIGTERM on any rank is proposed as Ctrl-C is: every
+        rank stops after the same batch and writes its interrupt checkpoint, the run is
+        recorded interrupted, and ``run()`` then raises ``Terminated`` (a KeyboardInterrupt:
+        ``python -m mpi4py`` ends the job). A second SIGTERM raises at once; in one process
+        the first does. Returns what puts the previous handler back."""
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
         previous = signal.getsignal(signal.SIGTERM)
+        agreed = self.comm.size > 1
 
         def handler(signum, frame):
+            nonlocal agreed
+            if agreed:
+                agreed = False
+                self.control.terminate()
+                print(f"[labkit] SIGTERM on rank {self.comm.rank}: every rank finishes the "
+                      "current batch, writes a checkpoint and stops (a second SIGTERM stops "
+                      "at once)", file=sys.stderr, flush=True)
+                return
             signal.signal(signal.SIGTERM, previous)
             raise Terminated(f"rank {self.comm.rank} of {self.comm.size} received SIGTERM (a "
                              "stop from job.stop(), or its launcher ended) at iteration "

@@ -6,7 +6,8 @@ epoch: rank 1's stream has one batch fewer per epoch;
 diverge: rank 1 changes a parameter after iteration 3 (its own update);
 nan: rank 1's batch of iteration 2 is NaN;
 fewer: a loop of one's own (DataParallel), rank 0 takes 3 steps and rank 1 takes 4;
-collective: rank 0 calls a barrier in its second step that rank 1 does not.
+collective: rank 0 calls a barrier in its second step that rank 1 does not;
+shape: rank 1 all-reduces an array of another shape (MPI sums them into garbage, or waits).
 """
 
 import sys
@@ -36,6 +37,10 @@ def main(mode):
     model = B.MLP([8, 8, 3])
     opt = lk.optimizers.Momentum(lr=0.1).setup(model)
 
+    if mode == "shape":
+        lk.dist.allreduce(np.ones(3 if rank == 0 else 100_000, np.float32))
+        print(f"rank {rank} trained on", flush=True)
+        return
     if mode in ("fewer", "collective"):
         dp = lk.dist.DataParallel(model)
         for step in range(3 if mode == "fewer" and rank == 0 else 4):

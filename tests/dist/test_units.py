@@ -120,6 +120,9 @@ def test_collectives_on_one_rank(dev):
     assert (lk.dist.rank(), lk.dist.size()) == (0, 1)
     with pytest.raises(lk.dist.DistError, match="op must be"):
         lk.dist.allreduce(x, op="prod")
+    for root in (1, -1, "0", True):  # one rank: only rank 0 is a root
+        with pytest.raises(lk.dist.DistError, match="root must be a rank, 0 to 0"):
+            lk.dist.broadcast(x, root=root)
 
 
 def test_sharded_stream_state_is_the_global_position():
@@ -289,6 +292,13 @@ def test_a_wait_names_a_rank_that_left_is_gone_or_sits_in_another_collective():
     comm._check_peers("gradient bucket", 0)
     with pytest.raises(lk.dist.DistError, match=r"rank 0 in barrier and rank 1 in gradient "
                        r"bucket #0, both their collective 6"):
+        comm._check_peers("gradient bucket", 0)
+    # rank 0 went past collective 6 while rank 1 still waits in it (seen twice: it may have
+    # just finished): the ranks reduced buffers of other sizes
+    comm = _two_ranks([[7, barrier, -1, me, 0], [6, bucket, 0, me, 0]], 6)
+    comm._check_peers("gradient bucket", 0)
+    with pytest.raises(lk.dist.DistError, match=r"rank 0 has gone past this collective \(it "
+                       r"is in its collective 7: barrier\)"):
         comm._check_peers("gradient bucket", 0)
     # a rank merely late (alive, at an earlier collective) is waited for
     comm = _two_ranks([[4, bucket, 0, me, 0], [6, bucket, 0, me, 0]], 6)
