@@ -235,7 +235,9 @@ class Job:
         """Stop every rank: a ``"stop"`` command through the store (all ranks stop after the
         same batch and the loop ends the run as finished), then, if the job has not ended
         within ``grace`` seconds (or its loop takes no commands), SIGTERM to its process group
-        and, 5 s later, SIGKILL. Returns the exit status."""
+        (mpiexec passes it to the ranks: a ``DataParallelLoop`` stops every rank after the same
+        batch with a checkpoint, the run interrupted) and, 5 s later, SIGKILL to every process
+        of the job. Returns the exit status."""
         if self._done.is_set():
             return self._proc.returncode
         try:
