@@ -4,7 +4,9 @@
 mpiexec (Hydra) kills every rank with SIGKILL as soon as one dies, and its own report names a
 process id, often another rank's: nobody said which rank was lost. This small process forks the
 rank (which then replaces itself with ``python -m mpi4py ...``: the rank's command line is
-unchanged), waits for it, and when the rank was killed by a signal that the job was not sent,
+unchanged), replaces itself with a watcher whose command line and environment are no rank's
+(``_rank.py --watch PID R N``, no ``PMI_RANK``: who looks for rank R finds the rank), waits for
+the rank, and when it was killed by a signal that the job was not sent,
 prints ``[labkit dist] rank R of N (pid P) was killed by signal 9 (SIGKILL)`` before mpiexec
 ends the others (``Job`` puts that line in the run's error). It exits as the rank did.
 
@@ -42,9 +44,8 @@ def _die_with_parent() -> None:
         pass
 
 
-def describe(status: int, pid: int) -> str | None:
+def describe(status: int, pid: int, rank: str = "?", size: str = "?") -> str | None:
     """The note for a rank that ended with wait status ``status``; None for a clean exit."""
-    rank, size = os.environ.get("PMI_RANK", "?"), os.environ.get("PMI_SIZE", "?")
     who = f"rank {rank} of {size} (pid {pid})"
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -57,14 +58,21 @@ def describe(status: int, pid: int) -> str | None:
     return None if code == 0 else f"{NOTE}{who} exited with status {code}"
 
 
+def _noted() -> list:
+    return [getattr(signal, n) for n in NOTED if hasattr(signal, n)]
+
+
 def main(cmd: list[str]) -> int:
+    """Fork the rank (``cmd``), then become its watcher (``watch``) under a command line and an
+    environment that no longer look like a rank's: the script's name, ``PMI_RANK`` and the
+    other variables of MPI are the rank's alone, so whoever looks for rank R's process (by its
+    command line or its ``PMI_RANK``) finds the rank, not this process."""
     if not cmd:
         print(f"{NOTE}usage: python _rank.py PYTHON -m mpi4py SCRIPT [ARGS]", file=sys.stderr)
         return 2
-    received: set[int] = set()
-    noted = [getattr(signal, n) for n in NOTED if hasattr(signal, n)]
-    for s in noted:
-        signal.signal(s, lambda signum, frame: received.add(signum))
+    noted = _noted()
+    for s in noted:  # NOTE: ignored until watch() notes them (an ignored signal stays so
+        signal.signal(s, signal.SIG_IGN)  # across exec; the rank sets them back first)
     me = os.getpid()
     pid = os.fork()
     if pid == 0:
@@ -78,8 +86,26 @@ def main(cmd: list[str]) -> int:
         except BaseException as e:  # noqa: BLE001 - nothing but an exit may leave the fork
             print(f"{NOTE}could not start {cmd[0]}: {e}", file=sys.stderr, flush=True)
         os._exit(127)
+    rank, size = os.environ.get("PMI_RANK", "?"), os.environ.get("PMI_SIZE", "?")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "MPI_", "MPIR_", "HYDRA", "I_MPI_"))}
+    try:
+        # NOTE: the rank stays this process's child across exec (and its parent-death signal
+        # does not fire: the same single thread goes on)
+        os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), "--watch",
+                                   str(pid), rank, size], env)
+    except OSError:
+        return watch(pid, rank, size)
+
+
+def watch(pid: int, rank: str, size: str) -> int:
+    """Wait for the rank ``pid`` (a child of this process); note its death by a signal this
+    process was not sent too, and end as it ended."""
+    received: set[int] = set()
+    for s in _noted():
+        signal.signal(s, lambda signum, frame: received.add(signum))
     _, status = os.waitpid(pid, 0)  # NOTE: retried after each noted signal (PEP 475)
-    note = describe(status, pid)
+    note = describe(status, pid, rank, size)
     if note and not (os.WIFSIGNALED(status) and os.WTERMSIG(status) in received):
         print(note, file=sys.stderr, flush=True)
     if os.WIFSIGNALED(status):
@@ -91,4 +117,6 @@ def main(cmd: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--watch"]:
+        sys.exit(watch(int(sys.argv[2]), sys.argv[3], sys.argv[4]))
     sys.exit(main(sys.argv[1:]))

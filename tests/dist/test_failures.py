@@ -95,6 +95,24 @@ def test_a_job_that_loses_a_rank_fails_naming_it_and_resumes_exactly(store, jobs
     assert got["value"] == want["value"]  # the same numbers, bit for bit
 
 
+def test_a_rank_killed_from_outside_is_named(store, jobs, tmp_path):
+    """Rank 1 found as a user finds it (the job's process whose PMI_RANK is 1; each rank's
+    monitor shows neither that nor the script) and killed with SIGKILL while it trains."""
+    started = tmp_path / "started"
+    job = lk.dist.start(SCRIPT, n=2, args=["--started", started])
+    jobs.append(job)
+    until("the first batch", started.exists)
+    [rank1] = [p for p in psutil.Process(job.pid).children(recursive=True)
+               if p.environ().get("PMI_RANK") == "1"]
+    assert str(SCRIPT) in " ".join(rank1.cmdline())
+    rank1.kill()
+    assert job.wait(timeout=30) != 0
+    run = lk.runs.get(job.run_id)
+    assert run["status"] == "failed", run
+    assert f"rank 1 of 2 (pid {rank1.pid}) was killed by signal 9 (SIGKILL)" in run["error"], \
+        run["error"]
+
+
 def test_a_killed_mpiexec_fails_the_job_and_leaves_no_rank(store, jobs, tmp_path):
     started = tmp_path / "started"
     job = lk.dist.start(SCRIPT, n=2, args=["--started", started])
