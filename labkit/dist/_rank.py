@@ -16,14 +16,15 @@ them alone. The rank dies with this process (``PR_SET_PDEATHSIG`` on Linux), so 
 here leaves no rank behind.
 """
 
+import os  # NOTE: os and sys are loaded before any script: no file beside this one shadows them
 import sys
 
-if __name__ == "__main__":
+if __name__ == "__main__" and sys.path and \
+        os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
     # NOTE: run by its path, this file's folder (labkit/dist) is sys.path[0]: drop it before
     # importing anything else, so no file there can stand for a module of the standard library
     del sys.path[0]
 
-import os  # noqa: E402
 import signal  # noqa: E402
 
 #: the prefix of every line this process prints (Job looks for it in the job's log)
