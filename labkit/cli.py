@@ -298,10 +298,18 @@ def resume_cmd(args) -> int:
     if record is not None and not record.get("factory") and started_by_dist(record):
         from .dist.job import resume as resume_job
 
-        job = resume_job(args.id, n=args.n)
+        # NOTE: the job ends with this command (killed, it takes the ranks along), and Ctrl-C
+        # interrupts it as it does `labkit launch`: every rank checkpoints after the same batch
+        job = resume_job(args.id, n=args.n, detach=False)
         print(f"run {args.id}: a data-parallel job, resumed on {job.command[2]} rank(s); "
               f"log {job.log_path}", flush=True)
-        rc = job.wait()
+        try:
+            rc = job.wait()
+        except KeyboardInterrupt:
+            print(f"labkit resume: interrupting the job (every rank checkpoints); `labkit "
+                  f"resume {args.id}` continues it", file=sys.stderr, flush=True)
+            job.interrupt()
+            return 130
         print(job.log(20))
         return rc
     if args.n is not None:

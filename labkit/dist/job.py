@@ -254,6 +254,18 @@ class Job:
                 break
         return self._proc.returncode
 
+    def interrupt(self, grace: float = 30.0) -> int:
+        """As Ctrl-C on ``labkit launch``: SIGTERM to the job, so every rank stops after the
+        same batch with a checkpoint and the run is ``interrupted`` (``resume`` continues
+        it), then SIGKILL if it has not ended within ``grace`` seconds. Returns the exit
+        status."""
+        if not self._done.is_set():
+            self._signal(signal.SIGTERM)
+            if not self._done.wait(grace):
+                self._signal(signal.SIGKILL)
+                self._done.wait()
+        return self._proc.returncode
+
     def kill(self) -> int:
         """SIGKILL to every process of the job, now; returns the exit status once none of
         them runs any more."""
