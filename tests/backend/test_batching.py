@@ -4,6 +4,7 @@ hold it to that: results are the same, a gate is really closed while launches ar
 no wait can hang behind a gate — not a read, a finish, a dropped upload, nor a wait in one
 thread while another launches (those run in a child process with a hard timeout)."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -20,11 +21,13 @@ def _chain(x, n):
     return x
 
 
-def test_launches_are_held_behind_a_gate_and_give_the_same_results():
+def test_launches_are_held_behind_a_gate_and_give_the_same_results(monkeypatch):
     rt = context.runtime(0)
+    monkeypatch.setenv("LABKIT_CL_BATCH", "on")
     if not rt.info.is_cpu:
-        assert not rt.batching  # a GPU's queue is never gated
+        assert not context.Runtime(rt.info, rt.cl_device).batching  # a GPU's is never gated
         return
+    monkeypatch.setattr(rt, "batching", True)
     h = np.linspace(-1, 1, 37).astype(np.float32)
     rt.finish()
     assert rt._gate is None  # a wait opened it
@@ -33,12 +36,9 @@ def test_launches_are_held_behind_a_gate_and_give_the_same_results():
     np.testing.assert_array_equal(y.get(), _chain(h, 3 * context.BATCH))
     assert rt._gate is None
     rt.batching = False
-    try:
-        y = _chain(lk.tensor(h, device="cl").data, 3 * context.BATCH)
-        assert rt._gate is None
-        np.testing.assert_array_equal(y.get(), _chain(h, 3 * context.BATCH))
-    finally:
-        rt.batching = True
+    y = _chain(lk.tensor(h, device="cl").data, 3 * context.BATCH)
+    assert rt._gate is None
+    np.testing.assert_array_equal(y.get(), _chain(h, 3 * context.BATCH))
 
 
 WAITS = textwrap.dedent("""
@@ -95,13 +95,13 @@ WAITS = textwrap.dedent("""
 
 def test_no_wait_hangs_behind_a_gate():
     p = subprocess.run([sys.executable, "-c", WAITS], capture_output=True, text=True,
-                       timeout=120)
+                       timeout=120, env={**os.environ, "LABKIT_CL_BATCH": "on"})
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-3000:]
 
 
-def test_the_setting_turns_batching_off(monkeypatch):
+def test_batching_is_off_unless_the_setting_turns_it_on(monkeypatch):
     rt = context.runtime(0)
-    monkeypatch.setenv("LABKIT_CL_BATCH", "off")
+    monkeypatch.delenv("LABKIT_CL_BATCH", raising=False)
     assert not context.Runtime(rt.info, rt.cl_device).batching
     monkeypatch.setenv("LABKIT_CL_BATCH", "on")
     assert context.Runtime(rt.info, rt.cl_device).batching == rt.info.is_cpu

@@ -167,14 +167,18 @@ class Runtime:
     work is queued: a pooled buffer reused by a later kernel is only touched after the
     earlier kernels that used it, so dropping an array right after an enqueue is safe.
 
-    On a CPU device (PoCL) elementwise launches are released ``BATCH`` at a time: each one
-    enqueued into an idle queue woke PoCL's worker threads, which took the host's cores (a
-    chain of small ops: 24-25 µs of CPU per op, 15 µs batched). The queue holds a barrier on
-    a user event (the gate); ``tick`` counts launches, and every ``BATCH`` of them enqueues
-    the next gate and opens the last. Every wait for the device opens the gate first:
-    ``finish``, a read (``ndarray.get``, ``download_later``), and ``upload``, whose pending
-    copy pyopencl waits for, holding the GIL, if its event is dropped. Work behind a closed
-    gate runs at the latest when the host next waits; a GPU's queue is never gated.
+    With ``LABKIT_CL_BATCH=on``, on a CPU device (PoCL) elementwise launches are released
+    ``BATCH`` at a time: each one enqueued into an idle queue wakes PoCL's worker threads, and
+    where the cores are oversubscribed those wake-ups take the host's time (a chain of small
+    ops on a loaded 2-core machine: 24-25 µs of CPU per op, 15 µs batched). On an idle
+    machine the device's running each kernel at once overlaps it with the host's next ops,
+    which batching gives up (eager MLP steps 1.06-1.15x the time), so it is off by default.
+    The queue holds a barrier on a user event (the gate); ``tick`` counts launches, and every
+    ``BATCH`` of them enqueues the next gate and opens the last. Every wait for the device
+    opens the gate first: ``finish``, a read (``ndarray.get``, ``download_later``), and
+    ``upload``, whose pending copy pyopencl waits for, holding the GIL, if its event is
+    dropped. Work behind a closed gate runs at the latest when the host next waits; a GPU's
+    queue is never gated.
     """
 
     def __init__(self, info: DeviceInfo, cl_device):
@@ -198,8 +202,8 @@ class Runtime:
         # NOTE: pyopencl's event for a non-blocking upload holds the host buffer alive and,
         # when dropped before the copy ran, waits for it: uploads keep theirs here until done
         self._uploads: list = []
-        #: whether small launches are batched (``tick``): on CPU devices, unless
-        #: ``LABKIT_CL_BATCH`` is off
+        #: whether small launches are batched (``tick``): on CPU devices, with
+        #: ``LABKIT_CL_BATCH`` on
         self.batching = info.is_cpu and config.get("LABKIT_CL_BATCH")
         self._gate = None  # NOTE: the user event the queue's last barrier waits for
         self._left = 0  # launches until the next gate
