@@ -6,6 +6,7 @@ import math
 import os
 import socket
 import time
+import warnings
 from pathlib import Path
 
 from .. import runs
@@ -169,6 +170,11 @@ def run(make_loop, space, trials=None, *, search="random", metric="valid_loss", 
     dims = S.check(space)
     n = S.check_search(dims, search, trials)
     _check(metric, mode, early_stopping)
+    if early_stopping is not None and n < early_stopping.reduction:
+        warnings.warn(f"lk.sweep.run: {early_stopping} with {n} trial(s) promotes none (a rung "
+                      f"keeps its best 1/{early_stopping.reduction}): every trial stops at "
+                      f"epoch {early_stopping.grace}; run at least {early_stopping.reduction} "
+                      "trials, or early_stopping=None", stacklevel=2)
     S.check_names(dims, metric)
     workers = E.default_workers(engine) if workers is None else workers
     E.check(engine, workers)  # NOTE: before anything is written to the store

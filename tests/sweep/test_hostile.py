@@ -333,3 +333,10 @@ def test_a_closing_cluster_logs_nothing_below_error():
     finally:
         dask_log.removeHandler(handler)
     assert heard.getvalue().splitlines() == ["a real error", "after"]
+
+
+def test_asha_with_fewer_trials_than_its_reduction_warns(store, tmp_path):
+    with pytest.warns(UserWarning, match=r"promotes none .* at least 3 trials"):
+        sw = sweep("inprocess", tmp_path, space={**SPACE, "lr": [0.1, 0.2]}, trials=None,
+                   early_stopping=lk.sweep.ASHA(grace=1, reduction=3))
+    assert sw.status == "finished"
