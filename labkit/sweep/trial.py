@@ -196,6 +196,10 @@ def _train(make_loop, spec: dict, send=None, should_stop=None) -> dict:
                              "of them, or report it by each rung and the end (e.g. "
                              "DataStreamMonitoring(valid_stream) reports valid_loss)")
         value = next((r[metric] for r in reversed(loop.log.rows) if metric in r), None)
+        if value is not None and not is_metric(value) and outcome in ("rung", "finished"):
+            raise TrialError(f"metric {metric!r} of trial {spec['trial']} is "
+                             f"{type(value).__name__} {value!r:.40}, not a number: report it "
+                             "as a float (a tensor's .item(), float(x))")
         since = spec.get("since") or 0
         rows = [[r["iteration"], r["epoch"], k, v] for r in loop.log.rows
                 if r["iteration"] >= since for k, v in r.items()

@@ -13,6 +13,7 @@ import labkit as lk
 from labkit.sweep import ASHA, SweepError
 from labkit.sweep import engine as E
 from labkit.sweep import space as S
+from labkit.sweep.space import TrialError
 
 from .helpers import make_loop, odd_loop
 
@@ -340,3 +341,21 @@ def test_asha_with_fewer_trials_than_its_reduction_warns(store, tmp_path):
         sw = sweep("inprocess", tmp_path, space={**SPACE, "lr": [0.1, 0.2]}, trials=None,
                    early_stopping=lk.sweep.ASHA(grace=1, reduction=3))
     assert sw.status == "finished"
+
+
+def test_a_metric_that_is_not_a_number_fails_the_trial_saying_so(store, tmp_path):
+    from labkit.training import Extension
+
+    class Odd(Extension):
+        priority = -500  # NOTE: after the monitoring's own valid_accuracy
+
+        def after_epoch(self, loop):
+            loop.log.report(valid_accuracy="high")
+
+    def string_metric_loop(config):
+        loop = make_loop(config)
+        loop.add(Odd())
+        return loop
+    with pytest.raises(TrialError, match=r"metric 'valid_accuracy' of trial 0 is str 'high', "
+                                         r"not a number: report it as a float"):
+        sweep("inprocess", tmp_path, make_loop=string_metric_loop, metric="valid_accuracy")
