@@ -4,11 +4,13 @@ search draw from them.
 A space is a dict ``{name: spec}``; a spec is ``loguniform(low, high)``, ``uniform(low, high)``,
 ``range(low, high)`` (integers, both ends included), a list (one of its values, each given
 once), or any other JSON value (fixed: the same in every trial). A space is flat (no spec inside
-a list or a dict) and holds Python values (not NumPy's); a sweep has at most ``MAX_TRIALS``
-trials. Anything else is a ``SweepError`` naming it. Trial ``i``'s parameters depend only on
-the space, the search, the seed and ``i``, so a resumed sweep draws the same trials again. A
-space is stored as JSON (``to_json``/``from_json``): ``{"lr": {"loguniform": [1e-4, 0.1]}, "hidden":
-{"choice": [64, 128]}, "depth": {"range": [1, 8]}, "epochs": {"value": 3}}``.
+a list or a dict); NumPy scalars and arrays in it are taken as the Python values JSON stores
+(``np.float64(0.1)`` as ``0.1``, ``np.logspace(-4, -1, 4)`` as its list); a sweep has at
+most ``MAX_TRIALS`` trials. Anything else is a ``SweepError`` naming it. Trial ``i``'s
+parameters depend only on the space, the search, the seed and ``i``, so a resumed sweep draws
+the same trials again. A space is stored as JSON (``to_json``/``from_json``):
+``{"lr": {"loguniform": [1e-4, 0.1]}, "hidden": {"choice": [64, 128]}, "depth": {"range":
+[1, 8]}, "epochs": {"value": 3}}``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,21 @@ class TrialError(LabkitError, RuntimeError):
 MAX_TRIALS = 100_000
 
 
+def _py(v):
+    """NumPy scalars and arrays as the Python values a sweep stores as JSON (``np.float64(0.1)``
+    -> ``0.1``, ``np.arange(3)`` -> ``[0, 1, 2]``), in lists, tuples and dicts too; anything
+    else unchanged."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if type(v) in (list, tuple):
+        return type(v)(_py(x) for x in v)
+    if type(v) is dict:
+        return {k: _py(x) for k, x in v.items()}
+    return v
+
+
 def _numpy(v, what) -> None:
     """A ``SweepError`` for a NumPy value: a space holds Python values, as JSON stores them."""
     if isinstance(v, (np.generic, np.ndarray)):
@@ -48,7 +65,7 @@ def _numpy(v, what) -> None:
 
 
 def _number(v, what) -> float:
-    _numpy(v, what)
+    v = _py(v)
     try:  # NOTE: float(10**400) overflows
         ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(float(v))
     except OverflowError:
@@ -59,7 +76,7 @@ def _number(v, what) -> float:
 
 
 def _integer(v, what) -> int:
-    _numpy(v, what)
+    v = _py(v)
     if isinstance(v, bool) or not isinstance(v, int):
         raise SweepError(f"{what} must be an integer, got {v!r:.60}")
     return v
@@ -107,6 +124,7 @@ class Dimension:
 
 class _Interval(Dimension):
     def __init__(self, low, high, points=None):
+        low, high, points = _py(low), _py(high), _py(points)
         what = f"{self.kind}({low!r:.40}, {high!r:.40})"
         _number(low, f"{what}: low")
         _number(high, f"{what}: high")
@@ -166,9 +184,9 @@ class range(Dimension):  # noqa: N801, A001 - lk.sweep.range(1, 8), as the issue
     kind = "range"
 
     def __init__(self, low, high, step=1):
+        low, high, step = _py(low), _py(high), _py(step)
         what = f"range({low!r:.40}, {high!r:.40})"
         for v, name in ((low, "low"), (high, "high"), (step, "step")):
-            _numpy(v, f"{what}: {name}")
             if isinstance(v, bool) or not isinstance(v, int):
                 raise SweepError(f"{what}: {name} must be an integer, got {v!r:.60} (for floats "
                                  "use uniform or loguniform)")
@@ -331,6 +349,7 @@ def check(space) -> dict[str, Dimension]:
     for name, spec in space.items():
         if not isinstance(name, str) or not name:
             raise SweepError(f"space: names must be non-empty strings, got {name!r}")
+        spec = _py(spec)
         if isinstance(spec, Dimension):
             out[name] = spec
         elif _looks_like_spec(spec):  # NOTE: as in JSON: {"loguniform": [lo, hi]}, ...
@@ -459,6 +478,7 @@ def _sobol_point(number: int, dims: int, seed: int) -> np.ndarray:
 
 def check_search(dims: dict[str, Dimension], search: str, trials) -> int:
     """The number of trials, checked against the search (and ``MAX_TRIALS``)."""
+    trials = _py(trials)
     if search not in SEARCHES:
         raise SweepError(f"search must be one of {SEARCHES}, got {search!r:.60}")
     if search == "grid":
@@ -491,8 +511,8 @@ def check_search(dims: dict[str, Dimension], search: str, trials) -> int:
 def check_seed(search: str, seed, trials: int) -> int:
     """``seed``, checked: an integer from 0 to 2**32 - 1 (Sobol' search shifts its sequence by
     it, random search seeds each trial's generator with it)."""
+    seed = _py(seed)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-        _numpy(seed, "seed")
         raise SweepError(f"seed must be an integer >= 0 (and < 2**32), got {seed!r:.40}")
     return seed
 
