@@ -221,12 +221,9 @@ class Runtime:
                 old.set_status(cl.command_execution_status.COMPLETE)
             self._left = BATCH
 
-    def release(self) -> None:
-        """Open the gate: the launches held run now (call before waiting for the device)."""
-        with self.lock:
-            self._release()
-
     def _release(self) -> None:
+        """Open the gate (under ``lock``): the launches held run now. Called before anything
+        the host waits for is queued."""
         if self._gate is not None:
             import pyopencl as cl
 
@@ -260,8 +257,15 @@ class Runtime:
             done = cl.enqueue_marker(self.queue)
         done.wait()
         with self.lock:
-            self._uploads = [e for e in self._uploads
-                             if e.command_execution_status != cl.command_execution_status.COMPLETE]
+            self._drop_done_uploads()
+
+    def _drop_done_uploads(self) -> None:
+        """Forget the uploads that have completed (under ``lock``; a status query does not
+        wait)."""
+        import pyopencl as cl
+
+        done = cl.command_execution_status.COMPLETE
+        self._uploads = [e for e in self._uploads if e.command_execution_status != done]
 
     def read_into(self, host, buf, offset: int) -> None:
         """Copy ``buf`` from byte ``offset`` into the NumPy array ``host`` (C-contiguous, of
@@ -279,14 +283,12 @@ class Runtime:
         afterwards (callers pass a private copy)."""
         import pyopencl as cl
 
-        done = cl.command_execution_status.COMPLETE
         # NOTE: under the launch lock, like a kernel: a non-blocking copy enqueued while
         # another thread launched crashed NVIDIA's driver (a blocking one had not)
         with self.lock:
             self._release()  # NOTE: a dropped upload event waits for its copy (class doc)
-            if len(self._uploads) >= 32:  # NOTE: a status query does not wait
-                self._uploads = [e for e in self._uploads
-                                 if e.command_execution_status != done]
+            if len(self._uploads) >= 32:
+                self._drop_done_uploads()
             self._uploads.append(cl.enqueue_copy(self.queue, buf, host, is_blocking=False))
 
     def download_later(self, a, host):

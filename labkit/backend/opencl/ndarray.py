@@ -168,7 +168,6 @@ class ndarray:
     # ---- transfer -----------------------------------------------------------------------
     def get(self) -> np.ndarray:
         """Copy to a new C-contiguous NumPy array (waits for queued work on this array)."""
-
         out = np.empty(self.shape, self.dtype)
         if self.size == 0:
             return out
