@@ -153,9 +153,12 @@ class Guard:
             return canon(v) == self.state[1]
         if v is not self.keep:
             return False
-        if self.items is None:
-            return True
-        if self.exact and len(v) != len(self.items):
+        return self.items is None or self.same_items(v, self.exact)
+
+    def same_items(self, v, exact) -> bool:
+        """Whether list or dict ``v`` holds the items recorded (by identity), and with
+        ``exact`` no others."""
+        if exact and len(v) != len(self.items):
             return False
         if type(v) is dict:
             return all(v.get(k, _MISSING) is x for k, x in self.items)
@@ -461,12 +464,9 @@ def _grown(g):
     if g.items is None or g.exact:
         return None
     v = g.read()
-    now = list(v.items()) if type(v) is dict else list(v)
-    if len(now) == len(g.items) and all(
-            (a[0] == b[0] and a[1] is b[1]) if type(v) is dict else a is b
-            for a, b in zip(now, g.items)):
+    if g.same_items(v, exact=True):
         return None
-    return f"it held {len(g.items)} items when the call began, {len(now)} when it ended"
+    return f"it held {len(g.items)} items when the call began, {len(v)} when it ended"
 
 
 def check_unchanged(walk, fn_name):

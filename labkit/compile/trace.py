@@ -245,8 +245,9 @@ def _plain(x):
     return isinstance(x, tuple) and len(x) <= 16 and all(_plain(y) for y in x)
 
 
-def _closure(fn, node_of):
-    """What a function's closure holds, summarised (arrays by shape: see closure_arrays)."""
+def _closure(fn, node_of, held=False):
+    """What a function's closure holds, summarised (arrays by shape: see closure_arrays);
+    with ``held``, a list, dict or set without arrays as a ``_Held``."""
     cells = getattr(fn, "__closure__", None) or ()
     out = []
     for c in cells:
@@ -255,7 +256,11 @@ def _closure(fn, node_of):
         except ValueError:  # an empty cell
             out.append("empty")
             continue
-        out.append(_summary(v, node_of, 1))
+        if held and type(v) in (list, dict, set) and not any(
+                is_array(x) for x in (v.values() if type(v) is dict else v)):
+            out.append(_Held(v, _summary(v, node_of, 1)))
+        else:
+            out.append(_summary(v, node_of, 1))
     return tuple(out)
 
 
@@ -277,23 +282,10 @@ class _Held:
 
 
 def _host_summary(fn, node_of):
-    """``_summary`` of a function run through ``host``, a list, dict or set without arrays in
-    its closure as a ``_Held``."""
-    if not (callable(fn) and hasattr(fn, "__code__")):
-        return _summary(fn, node_of)
-    out = []
-    for c in getattr(fn, "__closure__", None) or ():
-        try:
-            v = c.cell_contents
-        except ValueError:
-            out.append("empty")
-            continue
-        if type(v) in (list, dict, set) and not any(
-                is_array(x) for x in (v.values() if type(v) is dict else v)):
-            out.append(_Held(v, _summary(v, node_of, 1)))
-        else:
-            out.append(_summary(v, node_of, 1))
-    return ("code", fn.__code__, tuple(out))
+    """``_summary`` of a function run through ``host`` (its closure's containers held)."""
+    if callable(fn) and hasattr(fn, "__code__"):
+        return ("code", fn.__code__, _closure(fn, node_of, held=True))
+    return _summary(fn, node_of)
 
 
 def closure_arrays(fn):
