@@ -56,14 +56,6 @@ def _py(v):
     return v
 
 
-def _numpy(v, what) -> None:
-    """A ``SweepError`` for a NumPy value: a space holds Python values, as JSON stores them."""
-    if isinstance(v, (np.generic, np.ndarray)):
-        fix = "x.tolist()" if isinstance(v, np.ndarray) else "int(x), float(x) or x.item()"
-        raise SweepError(f"{what} is a NumPy {type(v).__name__} ({v!r:.60}): give Python "
-                         f"values ({fix}); a sweep stores them as JSON")
-
-
 def _number(v, what) -> float:
     v = _py(v)
     try:  # NOTE: float(10**400) overflows
@@ -223,6 +215,7 @@ class choice(Dimension):  # noqa: N801
     kind = "choice"
 
     def __init__(self, values, name="choice"):
+        values = _py(values)
         if not isinstance(values, (list, tuple)) or not values:
             raise SweepError(f"{name}: give a non-empty list of values, got {values!r:.80}")
         _json_value(list(values), name)
@@ -258,6 +251,7 @@ class fixed(Dimension):  # noqa: N801
     kind = "value"
 
     def __init__(self, v, name="value"):
+        v = _py(v)
         _json_value(v, f"space[{name!r}]")
         self.v = v
 
@@ -294,8 +288,8 @@ def _same(v):
 
 
 def _inside(v):
-    """The first spec or NumPy value inside a list or dict value, or None."""
-    if isinstance(v, (Dimension, np.generic, np.ndarray)):
+    """The first spec inside a list or dict value, or None."""
+    if isinstance(v, Dimension):
         return v
     items = v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else ()
     for x in items:
@@ -308,12 +302,10 @@ def _inside(v):
 def _json_value(v, where):
     """``v`` unchanged through JSON, or a SweepError naming ``where`` (``space['lr']``)."""
     found = _inside(v)
-    if isinstance(found, Dimension):
+    if found is not None:
         raise SweepError(f"{where}: {_brief(v)} holds the spec {found!r} inside a "
                          f"{type(v).__name__}: a space is flat, {{name: spec}}; give it a name "
                          "of its own (e.g. 'opt.lr') and build the nested config in make_loop")
-    if found is not None:
-        _numpy(found, where if found is v else f"{where}: {_brief(v)} holds a value that")
     try:
         text = json.dumps(v, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as e:
@@ -415,7 +407,7 @@ def _spec(name, spec):
     where = f"space[{name!r}]"
     kinds = set(spec) - {"points"}
     if len(kinds) != 1 or not kinds <= set(_SPEC_KEYS):
-        _json_value(spec, where)  # NOTE: a spec nested in it, a NumPy value: say that
+        _json_value(spec, where)  # NOTE: a spec nested in it: say that
         raise SweepError(f"{where}: {json.dumps(spec)[:80]} is not a spec: expected one of "
                          f"{', '.join(_SPEC_KEYS)} as its key (with \"points\" for uniform "
                          "and loguniform); a dict value that stays fixed is {\"value\": {...}}")

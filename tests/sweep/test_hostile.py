@@ -263,10 +263,14 @@ def test_local_workers_drop_daskss_report_of_a_failed_trial_only(capfd):
         # NOTE: Ctrl-C (SIGINT to the terminal's process group) is the driver's to act on
         for nanny in (False, True):
             assert list(client.run(_sigint, nanny=nanny).values()) == ["SIG_IGN"]
-        time.sleep(0.3)  # NOTE: the worker's stderr reaches the test's through a pipe
+        # NOTE: the worker writes its report on its own time: read until it is there
+        err, deadline = "", time.monotonic() + 30
+        while "another-task" not in err and time.monotonic() < deadline:
+            err += capfd.readouterr().err
+            time.sleep(0.05)
     finally:
         close()
-    err = capfd.readouterr().err
+    err += capfd.readouterr().err
     assert "another-task" in err and "labkit-trial" not in err, err
 
 
@@ -368,5 +372,6 @@ def test_numpy_values_in_a_space_are_taken_as_python_values():
     assert all(type(v) in (int, float, bool) for v in p.values()), p
     assert p["a"] == 3 and type(p["a"]) is int and p["ok"] is True
     assert S.check(S.to_json(dims)).keys() == dims.keys()
+    assert lk.sweep.choice(np.arange(3)).values == [0, 1, 2]
     assert S.check_seed("sobol", np.int64(7), 3) == 7 and S.check_search(dims, "random",
                                                                           np.int64(5)) == 5
