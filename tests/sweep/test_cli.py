@@ -233,7 +233,12 @@ def test_sigterm_interrupts_a_running_sweep_as_ctrl_c_does(tmp_path):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         assert p.stdout.readline().endswith(": 1 trials (make_loop)\n")
-        time.sleep(1.0)  # NOTE: its trial trains
+        # NOTE: signalled once its trial trains (the store says so), not after a guessed delay
+        deadline = time.monotonic() + 60
+        with lk.runs.use_store(tmp_path / "runs.sqlite"):
+            while not any(r["counts"].get("running") for r in lk.sweep.list()):
+                assert time.monotonic() < deadline and p.poll() is None, "no trial began"
+                time.sleep(0.05)
         p.send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=60)
     finally:
