@@ -52,7 +52,6 @@ from ._tensors import tensors_bytes, tensors_from_bytes
 from ._writers import cleanup
 
 __all__ = ["FILES", "FORMAT", "MANIFEST", "VERSION", "CheckpointError", "check_manifest",
-           "listed", "shown_key",
-           "cleanup", "is_count", "join_state", "latest", "list_checkpoints", "load", "load_latest",
-           "manifest", "remove",
-           "save", "split_state", "tensors_bytes", "tensors_from_bytes", "verify"]
+           "cleanup", "is_count", "join_state", "latest", "list_checkpoints", "listed", "load",
+           "load_latest", "manifest", "remove", "save", "shown_key", "split_state",
+           "tensors_bytes", "tensors_from_bytes", "verify"]

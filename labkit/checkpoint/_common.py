@@ -73,8 +73,6 @@ def check_keys(obj, required, optional, where):
                               f"{list(required) + list(optional)}")
 
 
-
-
 _PLAIN = re.compile(r"[A-Za-z0-9_./-]{1,120}")
 _LISTED = 12
 
