@@ -44,7 +44,7 @@ TRIAL_STATUSES = ("pending", "running", "stopped", "finished", "failed", "interr
 SEARCHES = ("grid", "random", "sobol")
 MODES = ("min", "max")
 _SWEEP_FIELDS = ("name", "status", "started", "ended", "heartbeat", "host", "pid", "request",
-                 "error", "settings")
+                 "error", "settings", "factory")
 _TRIAL_FIELDS = ("run_id", "status", "rung", "results", "value", "iteration", "epoch",
                  "attempts", "error", "updated")
 

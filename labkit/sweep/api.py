@@ -227,12 +227,14 @@ def _show_live(sid) -> None:
 
 
 def resume(sweep_id: str, make_loop=None, *, trials=None, engine=None, workers=None,
-           _hook=None) -> Sweep:
+           _factory=None, _hook=None) -> Sweep:
     """Continue a sweep whose driver stopped (killed, interrupted, stopped): finished and
     failed trials stay as they are, interrupted ones continue from their newest checkpoint,
     the others start. ``trials=N``: grow the sweep to N trials (the search's next points:
     random and Sobol' draws continue their sequences; a grid has as many as it has).
-    ``make_loop``: needed when the sweep's was not importable (a notebook cell);
+    ``make_loop``: needed when the sweep's was not importable (a notebook cell), or no longer
+    loads (moved, renamed); an importable one given here is recorded as the sweep's from then
+    on, so that the next resume (and its trials' runs) find it without being told again;
     ``engine``/``workers``: default as the sweep was started. A sweep with nothing left to
     train (every trial done, no promotion due) is returned as it is, no cluster started.
 
@@ -256,11 +258,15 @@ def resume(sweep_id: str, make_loop=None, *, trials=None, engine=None, workers=N
     E.check(engine, workers)  # NOTE: before anything is written to the store
     grown = [] if trials is None else _grown(store, rec, trials)
     idle = not grown and _all_done(store, rec)
+    given = make_loop
     if make_loop is not None or rec.get("factory") or not idle:
         # NOTE: a recorded make_loop that no longer loads is an error even with nothing left
         # to train: the sweep could not grow or continue
         make_loop = _make_loop(rec, make_loop)
     if idle:
+        moved = _new_factory(rec, given, _factory)
+        if moved:
+            store.update_sweep(sweep_id, **moved)
         # NOTE: nothing to train: no cluster to start; a sweep whose driver ended just after
         # its last trial is marked finished, as that driver would have. A failed sweep whose
         # trials all failed stays failed, with its error
@@ -280,7 +286,7 @@ def resume(sweep_id: str, make_loop=None, *, trials=None, engine=None, workers=N
         # one is refused; a refused resume adds nothing
         store.claim_sweep(sweep_id, _not_driven, status="running", pid=os.getpid(),
                           host=socket.gethostname(), heartbeat=time.time(), request=None,
-                          ended=None, error=None)
+                          ended=None, error=None, **_new_factory(rec, given, _factory))
     except BaseException:
         conn[1]()
         raise
@@ -318,6 +324,14 @@ def _make_loop(rec, make_loop):
         raise FactoryGone(f"sweep {sid}: {rec['factory']} is now {type(fn).__name__}, not a "
                           f"function; pass make_loop=<the function>")
     return fn
+
+
+def _new_factory(rec, make_loop, target) -> dict:
+    """``{"factory": name}`` where a ``make_loop`` given to ``resume`` is importable by a name
+    other than the one recorded (``target``: the CLI's ``--target``), else ``{}``; a
+    notebook's function (no name to import it by) leaves the recorded one as it is."""
+    name = target or (factory_name(make_loop) if make_loop is not None else None)
+    return {"factory": name} if name and name != rec.get("factory") else {}
 
 
 def _all_done(store, rec) -> bool:

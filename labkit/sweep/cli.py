@@ -288,11 +288,13 @@ def resume_cmd(args) -> int:
         sw.resume()
         print(f"asked sweep {sw.id}'s driver (pid {sw.record['pid']}) to continue")
         return 0
-    make_loop = None if args.target is None else load_target(args.target)[0]
+    make_loop, factory = None, None
+    if args.target is not None:
+        make_loop, _, factory = load_target(args.target)
     _quiet_dask()
     with _terminate_interrupts():
         sw = api.resume(args.id, make_loop, trials=args.trials, engine=args.engine,
-                        workers=args.workers, _hook=_progress)
+                        workers=args.workers, _factory=factory, _hook=_progress)
     _summary(sw)
     return 0 if sw.status in ("finished", "stopped") else 1
 
@@ -390,7 +392,8 @@ def add_parser(sub) -> None:
     q.add_argument("--engine", help="default: the engine it ran on")
     q.add_argument("--workers", type=_positive, help="default: as it ran")
     q.add_argument("--target", help="script.py:make_loop or package.module:make_loop, where "
-                   "the one it was started with cannot be imported anymore")
+                   "the one it was started with cannot be imported anymore (recorded: later resumes use "
+                   "it)")
     q.set_defaults(func=resume_cmd)
     q = ss.add_parser("pause", help="ask a running sweep (in any process) to checkpoint its "
                       "trials and wait until `labkit sweep resume ID`")

@@ -29,9 +29,11 @@ def factory_name(fn) -> str | None:
     qual = getattr(fn, "__qualname__", "")
     if not mod or "<" in qual:
         return None
-    if mod == "__main__":
-        f = getattr(sys.modules.get("__main__"), "__file__", None)
-        return f"{Path(f).resolve()}:{qual}" if f else None
+    if mod == "__main__" or mod.startswith("__labkit_"):
+        # NOTE: a script run, or one labkit imported from its path (load_factory, the sweep
+        # CLI's target): by that path; its module's name imports nothing
+        f = (getattr(fn, "__globals__", None) or {}).get("__file__")
+        return f"{Path(f).resolve()}:{qual}" if isinstance(f, str) and f else None
     return f"{mod}:{qual}"
 
 

@@ -209,9 +209,12 @@ def test_resume_takes_another_target_and_says_when_nothing_is_left(store, capsys
     assert f"`labkit sweep resume {sw.id} --target path/to/script.py:make_loop`" in err
     rc, out, err = cli(capsys, "sweep", "resume", sw.id, "--target", f"{HELPERS}:make_loop")
     assert rc == 0 and "every trial is done, nothing to resume (--trials N grows it)" in out
-    rc, out, err = cli(capsys, "sweep", "resume", sw.id, "--trials", "2", "--target",
-                       f"{HELPERS}:make_loop")
+    # NOTE: the target given is recorded: the next resume (and the new trials' runs) use it
+    _, _, factory = load_target(f"{HELPERS}:make_loop")
+    assert lk.runs.store().get_sweep(sw.id)["factory"] == factory
+    rc, out, err = cli(capsys, "sweep", "resume", sw.id, "--trials", "2")
     assert rc == 0 and "trial 1 finished" in out and "trial 0 finished" not in out, err
+    assert lk.runs.get(lk.sweep.get(sw.id).table()[1]["run_id"])["factory"] == factory
 
 
 def test_sigterm_interrupts_a_running_sweep_as_ctrl_c_does(tmp_path):
