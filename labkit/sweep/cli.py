@@ -392,8 +392,8 @@ def add_parser(sub) -> None:
     q.add_argument("--engine", help="default: the engine it ran on")
     q.add_argument("--workers", type=_positive, help="default: as it ran")
     q.add_argument("--target", help="script.py:make_loop or package.module:make_loop, where "
-                   "the one it was started with cannot be imported anymore (recorded: later resumes use "
-                   "it)")
+                   "the one it was started with cannot be imported anymore (recorded: later "
+                   "resumes use it)")
     q.set_defaults(func=resume_cmd)
     q = ss.add_parser("pause", help="ask a running sweep (in any process) to checkpoint its "
                       "trials and wait until `labkit sweep resume ID`")

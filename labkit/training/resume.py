@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import math
-import sys
 import tempfile
 import warnings
 from pathlib import Path
