@@ -65,10 +65,12 @@ def brief(v, n=60) -> str:
 
 def check_keys(obj, required, optional, where):
     missing = [k for k in required if k not in obj]
-    unknown = sorted(set(obj) - set(required) - set(optional))
+    # NOTE: a file's keys as shown_key shows them (sorted by that text: keys of a parsed
+    # file need not be strings, nor comparable)
+    unknown = sorted(shown_key(k) for k in set(obj) - set(required) - set(optional))
     if missing or unknown:
         parts = ([f"lacks {missing}"] if missing else []) + \
-            ([f"has unknown {', '.join(brief(k, 30) for k in unknown[:5])}"] if unknown else [])
+            ([f"has unknown {listed(unknown)}"] if unknown else [])
         raise CheckpointError(f"{where} {' and '.join(parts)}; expected the keys "
                               f"{list(required) + list(optional)}")
 
