@@ -46,6 +46,10 @@ FORMAT_VERSION = 1
 #: HDF5 >= 1.10 (pinning the upper bound keeps files readable by older h5py wheels).
 LIBVER = ("v110", "v110")
 _CHUNK_BYTES = 16 * 1024
+#: the largest chunk a source may be stored in: reading one row decompresses its whole chunk
+#: (h5py's own automatic chunks are at most 1 MiB; a crafted file's one chunk of 4 GiB of
+#: zeros compresses to a few MiB, and every minibatch would unpack it)
+MAX_CHUNK_BYTES = 64 << 20
 _SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _OFFSETS_BLOCK = 1 << 20  # ragged offsets are checked this many at a time
 
@@ -509,6 +513,14 @@ class _Reader:
                                 f"({name.decode(errors='replace') or 'unnamed'}), which this "
                                 "h5py cannot decode; install its plugin (pip install hdf5plugin, "
                                 "then import hdf5plugin) or rewrite the file without it")
+        chunks = self.h5(field, lambda: d.chunks)
+        if chunks:
+            size = int(np.prod(chunks, dtype=object)) * d.dtype.itemsize
+            if size > MAX_CHUNK_BYTES:
+                self.fail(field, f"stored in chunks of shape {chunks} ({size / 2**20:,.0f} MiB "
+                          f"each, more than {MAX_CHUNK_BYTES >> 20} MiB): every read of a row "
+                          "would decompress a whole chunk; rewrite it in smaller chunks "
+                          "(labkit.data.write_h5 does, or h5repack -l CHUNK=...)")
         if d.nbytes and self.h5(field, d.id.get_space_status) != h5.h5d.SPACE_STATUS_ALLOCATED:
             self.fail(field, f"its data ({d.nbytes} bytes, shape {d.shape}) was never written, "
                       "or only in part (HDF5 would read zeros in its place)")

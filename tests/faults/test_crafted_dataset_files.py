@@ -123,6 +123,22 @@ def test_a_small_file_declaring_terabytes_is_refused_at_open(tmp_path, in_memory
         H5Dataset(path, split="train", load_in_memory=in_memory)
 
 
+def test_a_source_stored_in_huge_chunks_is_refused_at_open(tmp_path):
+    """Each read of a row decompresses its whole chunk: one chunk of 1 GiB (which a file of a
+    few MiB holds, compressed) would be unpacked for every minibatch."""
+    path = tmp_path / "d.h5"
+    with crafted(path) as f:
+        f.create_dataset("x", shape=(4, 8192, 8192), dtype=np.float32,
+                         chunks=(4, 8192, 8192), compression="gzip")
+    assert path.stat().st_size < 1 << 20
+    with pytest.raises(DataError, match=r"d.h5: source 'x': stored in chunks of shape \(4, 8192, "
+                       r"8192\) \(1,024 MiB each, more than 64 MiB\).*smaller chunks"):
+        H5Dataset(path, split="train")
+    with crafted(path) as f:  # NOTE: at the limit: read
+        f.create_dataset("x", data=np.ones((4, 1024, 4096), np.float32), chunks=(4, 1024, 4096))
+    assert read(path)[1]["x"].sum() == 4 * 1024 * 4096
+
+
 def test_a_filter_this_h5py_lacks_is_named_at_open(tmp_path):
     path = tmp_path / "d.h5"
     with crafted(path, libver="earliest") as f:  # NOTE: headers without checksums, to edit
