@@ -19,10 +19,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
 
+from ..runs import launched
 from .comm import DistError
 
 #: the BLAS thread-count variables set for each rank
@@ -177,33 +179,142 @@ def check_threads(threads, what: str) -> None:
 def launch(n: int, script, args=(), *, threads: int = 1, timeout: float | None = None) -> int:
     """Run ``script`` on ``n`` ranks and return the job's exit status (non-zero when any rank
     failed). mpiexec stays in this process group, so Ctrl-C reaches every rank (and an
-    interrupt checkpoint can be written); past ``timeout`` seconds the job is ended."""
+    interrupt checkpoint can be written); past ``timeout`` seconds the job is ended.
+
+    The job's stderr passes through, its last lines kept: a run the job made and left
+    unfinished (mpiexec killed its rank when another failed) is recorded here as failed with
+    the reason they give (``settle``), instead of being left *running*, then *dead*."""
     check_threads(threads, "launch")
     cmd = command(n, script, args)
     env = environment(threads)
     token = tag(env)
-    # NOTE: mpiexec stays in this process group (Ctrl-C reaches it) and ends with this process
-    # (a killed `labkit launch` leaves no job running on its own)
-    proc = subprocess.Popen(cmd, env=env, preexec_fn=ends_with_parent())
-    try:
-        return proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        print(f"labkit launch: the job ran past {timeout} s; ending it", file=sys.stderr)
-        return 124
-    except KeyboardInterrupt:
-        # NOTE: the ranks got the SIGINT too; give them a moment to write their interrupt
-        # checkpoint before mpiexec is ended below
-        try:
-            return proc.wait(30)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            return 130
-    finally:
-        if proc.poll() is None:
-            # mpiexec ends its ranks when terminated; kill it if it does not go
-            proc.send_signal(signal.SIGTERM)
+    with tempfile.TemporaryDirectory(prefix="labkit-launch-") as tmp:
+        env[launched.VAR] = listing = os.path.join(tmp, "runs.jsonl")
+        # NOTE: the job's stderr goes to a file that this thread copies to ours as it grows,
+        # not to a pipe: a launcher killed outright would leave mpiexec writing into a pipe
+        # nobody reads (SIGPIPE). And no second thread here: the kernel sends mpiexec the
+        # parent-death signal again as each thread of a killed launcher ends, and a second
+        # SIGTERM stops the ranks at once, without the interrupt checkpoint
+        log = os.path.join(tmp, "stderr")
+        with open(log, "ab") as err:
+            # NOTE: mpiexec stays in this process group (Ctrl-C reaches it) and ends with this
+            # process (a killed `labkit launch` leaves no job running on its own)
+            proc = subprocess.Popen(cmd, env=env, preexec_fn=ends_with_parent(), stderr=err)
+        with _Tail(log) as tail:
+            rc, ended = None, None
             try:
-                proc.wait(5)
+                rc = tail.follow(proc, timeout)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        end_processes(token)  # NOTE: ranks that outlived mpiexec (killed, or past timeout)
+                print(f"labkit launch: the job ran past {timeout} s; ending it", file=sys.stderr)
+                rc, ended = 124, f"ended after the launch's timeout of {timeout} s"
+            except KeyboardInterrupt:
+                ended = "ended by Ctrl-C of labkit launch"
+                # NOTE: the ranks got the SIGINT too; give them a moment to write their
+                # interrupt checkpoint before mpiexec is ended below
+                try:
+                    rc = tail.follow(proc, 30)
+                except (subprocess.TimeoutExpired, KeyboardInterrupt):
+                    rc = 130
+            finally:
+                if proc.poll() is None:
+                    # mpiexec ends its ranks when terminated; kill it if it does not go
+                    proc.send_signal(signal.SIGTERM)
+                    try:
+                        proc.wait(5)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+                end_processes(token)  # NOTE: ranks that outlived mpiexec (killed, past timeout)
+                tail.copy()
+        if rc != 0:
+            settle(listing, rc, tail.text(), ended)
+        return rc
+
+
+class _Tail:
+    """The file a job writes its stderr to, copied onto this process's stderr as it grows;
+    its last ``KEEP`` bytes kept (the reasons a job failed)."""
+
+    KEEP = 64 * 1024
+    #: seconds between two looks at the file while the job runs
+    EVERY = 0.05
+
+    def __init__(self, path):
+        self.file, self.tail = open(path, "rb"), bytearray()  # noqa: SIM115 - closed in __exit__
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+    def copy(self) -> None:
+        """Copy what the job wrote since the last call."""
+        out = getattr(sys.stderr, "buffer", None)
+        while chunk := self.file.read(65536):
+            self.tail += chunk
+            del self.tail[:-self.KEEP]
+            try:
+                if out is not None:
+                    out.write(chunk)
+                    out.flush()
+                else:
+                    sys.stderr.write(chunk.decode(errors="replace"))
+            except (OSError, ValueError):
+                pass  # NOTE: our stderr closed: the tail is still kept
+
+    def follow(self, proc, timeout=None) -> int:
+        """Copy until ``proc`` ends; its exit status. ``subprocess.TimeoutExpired`` past
+        ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self.copy()
+            left = self.EVERY if deadline is None else min(self.EVERY,
+                                                           deadline - time.monotonic())
+            try:
+                rc = proc.wait(max(left, 0))
+            except subprocess.TimeoutExpired:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                continue
+            self.copy()
+            return rc
+
+    def text(self) -> str:
+        return bytes(self.tail).decode(errors="replace")
+
+
+def settle(listing, rc: int, text: str, ended: str | None = None) -> list[str]:
+    """Record the runs listed in ``listing`` (``labkit.runs.launched``) that the job left
+    ``created``, ``running`` or ``paused``: failed, with the reasons in the job's stderr
+    ``text`` (interrupted where ``ended`` says the launcher ended the job: Ctrl-C); the ids
+    recorded."""
+    from ..errors import RunStoreError
+    from ..runs.store import RunStore
+    from .job import reasons
+
+    done = []
+    for path, rid in launched.listed(listing):
+        try:
+            if not os.path.isfile(path):
+                continue  # NOTE: never made here: a store is not created to be told of it
+            store = RunStore(path)
+            stored = store.get(rid)["stored_status"]
+            if stored not in ("created", "running", "paused"):
+                continue  # NOTE: its loop recorded how it ended
+            if ended is not None and "Ctrl-C" in ended:
+                status, why = "interrupted", f"{ended} before its loop recorded it"
+            else:
+                status = "failed"
+                why = ended or (f"the job exited with status {rc} while this run was {stored} "
+                                "(mpiexec ends every rank when one fails)")
+                found = reasons(text)
+                if found:
+                    why += ": " + "; ".join(found)
+            lines = text.splitlines()[-60:]
+            store.update_run(rid, status=status, ended=time.time(), error=f"labkit launch: {why}"
+                             [:2000], traceback="\n".join(lines) or None)
+            done.append(rid)
+        except (RunStoreError, OSError):
+            continue  # NOTE: deleted meanwhile, or the store fails: nothing to record into
+    return done

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -31,6 +32,12 @@ from .buckets import DataParallel
 from .comm import Communicator, DistError, world
 from .control import AgreedControl
 from .job import RESUME_VAR, RUN_ID_VAR
+
+#: seconds in which a second SIGTERM is the first one again, not a request to stop at once:
+#: a launcher (``labkit launch``, a script or notebook kernel that called ``lk.dist.start(...,
+#: detach=False)``) killed outright sends mpiexec its parent-death SIGTERM once per thread of
+#: it, as each ends (Linux reparents mpiexec to the next one), and mpiexec passes each on
+SIGTERM_ECHO = 1.0
 
 
 class Terminated(KeyboardInterrupt):
@@ -403,17 +410,20 @@ class DataParallelLoop(MainLoop):
         """While training (main thread): SIGTERM on any rank is proposed as Ctrl-C is: every
         rank stops after the same batch and writes its interrupt checkpoint, the run is
         recorded interrupted, and ``run()`` then raises ``Terminated`` (a KeyboardInterrupt:
-        ``python -m mpi4py`` ends the job). A second SIGTERM raises at once; in one process
-        the first does. Returns what puts the previous handler back."""
+        ``python -m mpi4py`` ends the job). A second SIGTERM (``SIGTERM_ECHO`` seconds or more
+        later) raises at once; in one process the first does. Returns what puts the previous handler back."""
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
         previous = signal.getsignal(signal.SIGTERM)
         agreed = self.comm.size > 1
+        first = None
 
         def handler(signum, frame):
-            nonlocal agreed
+            nonlocal agreed, first
+            if first is not None and time.monotonic() - first < SIGTERM_ECHO:
+                return  # NOTE: the same stop again (see SIGTERM_ECHO)
             if agreed:
-                agreed = False
+                agreed, first = False, time.monotonic()
                 self.control.terminate()
                 print(f"[labkit] SIGTERM on rank {self.comm.rank}: every rank finishes the "
                       "current batch, writes a checkpoint and stops (a second SIGTERM stops "

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..config import home
 from ..errors import RunStoreError
-from . import blocks, lineage, listing, schema, sweeps
+from . import blocks, launched, lineage, listing, schema, sweeps
 from ._db import connect, explain, guarded, pid_alive, transaction
 from .checks import config_json, json_columns, refuse
 from .downsample import minmax_indices
@@ -159,6 +159,7 @@ class RunStore:
                                factory, text, parent_run, parent_checkpoint,
                                parent_checkpoint_id, str(directory) if directory else None,
                                now))
+                launched.note(self.path, rid)  # NOTE: for `labkit launch`, if it runs us
                 return rid
             except sqlite3.IntegrityError as e:
                 if "runs.id" not in str(e):

@@ -168,6 +168,25 @@ def test_a_killed_launcher_leaves_no_rank_and_no_running_run(tmp_path, launcher)
             [run["progress"]["iteration"]]
 
 
+def test_labkit_launch_records_the_run_of_a_rank_mpiexec_killed_as_failed(tmp_path):
+    """Rank 1 SIGKILLed: mpiexec kills rank 0, which was training the run and records nothing.
+    `labkit launch` records it failed, naming the rank, where it was left running (shown dead);
+    the job's stderr still reaches the terminal."""
+    env = {**os.environ, "LABKIT_HOME": str(tmp_path / "home"), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", "import sys; from labkit.cli import main; "
+                           "sys.exit(main())", "launch", "-n", "2", SCRIPT, "--die-rank", "1",
+                           "--die-at", "3", "--iterations", "50"], env=env, timeout=120,
+                          start_new_session=True, capture_output=True, text=True)
+    assert proc.returncode != 0, proc
+    assert "[labkit dist] rank 1 of 2 (pid " in proc.stderr, proc.stderr
+    with lk.runs.use_store(tmp_path / "home" / "runs.sqlite"):
+        [run] = lk.runs.list()
+        assert run["status"] == "failed", run
+        assert run["error"].startswith(f"labkit launch: the job exited with status "
+                                       f"{proc.returncode} while this run was running"), run
+        assert "rank 1 of 2 (pid" in run["error"] and "killed by signal 9" in run["error"], run
+
+
 DISAGREE = {
     "data": "rank 1's data is not rank 0's: the examples of source 'x' differ",
     "epoch": "rank 0 at iteration 6 (epoch 0, batch 6 of it), rank 1 at iteration 6 (epoch 1, "

@@ -366,3 +366,71 @@ def test_the_agreement_names_ranks_that_report_other_values_or_took_no_part():
     heads[1] = 0  # rank 1's row never arrived: MPI paired the all-reduce with another one
     with pytest.raises(lk.dist.DistError, match=r"ranks \[1\] took no part"):
         agree._check(None, heads, ["loss"], [])
+
+
+def test_runs_a_failed_launch_left_unfinished_are_recorded_with_the_reason(tmp_path,
+                                                                          monkeypatch):
+    """What `labkit launch` does after a job that failed: the runs its ranks made (listed by
+    RunStore.create_run in LABKIT_DIST_RUNS) and left unfinished are failed with the reasons
+    the job's stderr gives, or interrupted after a Ctrl-C; runs their loops ended are left as
+    they are; a line cut short and a store that is not there are passed over."""
+    from labkit.dist.launch import settle
+    from labkit.runs import launched
+
+    listing = tmp_path / "runs.jsonl"
+    monkeypatch.setenv(launched.VAR, str(listing))
+    with lk.runs.use_store(tmp_path / "runs.sqlite") as store:
+        running, created, done = (store.create_run(name=n) for n in ("a", "b", "c"))
+        store.update_run(running, status="running")
+        store.update_run(done, status="finished")
+        with open(listing, "a") as f:  # NOTE: a rank killed while it wrote a line
+            f.write('{"store": "' + str(tmp_path / "gone.sqlite") + '", "run": "x"}\n{"sto')
+        assert [r for _, r in launched.listed(listing)] == [running, created, done, "x"]
+        text = ("Traceback (most recent call last):\n  File 'x.py'\nRuntimeError: rank 1 fails"
+                "\n[labkit dist] rank 1 of 2 (pid 7) exited with status 1\nAbort(1) on node 1\n")
+        assert settle(listing, 1, text) == [running, created]
+        for rid, was in ((running, "running"), (created, "created")):
+            run = store.get(rid)
+            assert run["status"] == "failed", run
+            assert run["error"] == (f"labkit launch: the job exited with status 1 while this run "
+                                    f"was {was} (mpiexec ends every rank when one fails): rank "
+                                    "1 of 2 (pid 7) exited with status 1; RuntimeError: rank 1 "
+                                    "fails")
+            assert run["traceback"].endswith("Abort(1) on node 1")
+        assert store.get(done)["status"] == "finished"
+        assert not (tmp_path / "gone.sqlite").exists()
+        again = store.create_run(name="d")
+        store.update_run(again, status="running")
+        assert settle(listing, 130, "", "ended by Ctrl-C of labkit launch") == [again]
+        assert store.get(again)["status"] == "interrupted"
+        assert store.get(again)["error"] == ("labkit launch: ended by Ctrl-C of labkit launch "
+                                             "before its loop recorded it")
+
+
+def test_a_sigterm_echoed_within_a_second_is_the_same_stop(monkeypatch):
+    """A launcher killed outright sends mpiexec its parent-death SIGTERM once per thread of it
+    as each ends (Linux reparents mpiexec to the next), and mpiexec passes each on: the ranks
+    took the second as "stop at once" and died without their interrupt checkpoint (a flaky
+    `labkit launch` test showed it). Within SIGTERM_ECHO seconds it is the first one again;
+    after that, a second SIGTERM still stops at once."""
+    import signal
+    import types
+
+    from labkit.dist import loop as dl
+
+    asked = []
+    stub = types.SimpleNamespace(comm=types.SimpleNamespace(size=2, rank=0), status={
+        "iteration": 5}, control=types.SimpleNamespace(terminate=lambda: asked.append(1)))
+    before = signal.getsignal(signal.SIGTERM)
+    restore = dl.DataParallelLoop._on_sigterm(stub)
+    try:
+        handler = signal.getsignal(signal.SIGTERM)
+        handler(signal.SIGTERM, None)
+        handler(signal.SIGTERM, None)  # NOTE: the echo: nothing more
+        assert asked == [1]
+        monkeypatch.setattr(dl, "SIGTERM_ECHO", 0.0)
+        with pytest.raises(dl.Terminated, match="rank 0 of 2 received SIGTERM"):
+            handler(signal.SIGTERM, None)
+    finally:
+        restore()
+    assert signal.getsignal(signal.SIGTERM) is before
