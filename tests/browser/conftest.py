@@ -110,10 +110,11 @@ def seeded_lab(tmp_path_factory, name, seed, args=(), threads="1"):
         yield lab
 
 
-@pytest.fixture(scope="session")
+# NOTE: module-scoped, not session-scoped: a live sync Playwright keeps its asyncio loop
+# marked running in this thread, so the tests after tests/browser that use asyncio
+# (jupyter_client, nbval) would fail; a launch costs only ~0.2 s
+@pytest.fixture(scope="module")
 def browser():
-    """One Chromium for every browser test (each test opens its own pages, each page its own
-    context: nothing is shared between tests but the process)."""
     sync_playwright = require_browser()
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
