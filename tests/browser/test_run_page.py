@@ -83,7 +83,10 @@ INKED = """(c) => { const d = c.getContext('2d').getImageData(0, 0, c.width, c.h
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     with seeded_lab(tmp_path_factory, "run-page-lab", SEED) as lab:
+        lab.page = None  # the page the module's tests share (open_lab)
         yield lab
+        if lab.page is not None and not lab.page.is_closed():
+            lab.page.close()
 
 
 def page_of(page, run_id):
@@ -104,11 +107,7 @@ def tab(page, run_id):
 
 def test_run_page(browser, lab):
     ids = lab.ids
-    page = browser.new_page(viewport={"width": 1400, "height": 1100})
-    page.goto(lab.page_url("lab?reset"))
-    page.wait_for_selector(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']", timeout=90_000)
-    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=90_000)
-    page.locator(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']").click()
+    page = open_lab(browser, lab)
     wait_for(lambda: page.locator(".labkit-run-row").count() == 4, what="the four runs")
 
     # the finished run: charts, config, checkpoints re-checked, lineage, tab title
@@ -203,7 +202,6 @@ def test_run_page(browser, lab):
         path=str(shot_path("16-run-page-checkpoints-dark")))
     page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="diverging-mlp").click()
     shot(page, "16-run-page-failed-dark")
-    page.close()
 
 
 def luminance(css: str) -> float:
@@ -232,12 +230,33 @@ def set_theme(page, name):
 
 
 def open_lab(browser, lab, theme="Light"):
-    page = browser.new_page(viewport={"width": 1400, "height": 1100})
-    page.goto(lab.page_url("lab?reset"))
-    page.wait_for_selector(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']", timeout=90_000)
-    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=90_000)
+    """JupyterLab with no tab open in its main area, the theme ``theme`` and the Runs sidebar
+    listing the runs. One page serves the module's tests (JupyterLab takes seconds to start in
+    a new page): each test finds it as a fresh one, every tab the test before opened closed
+    (File → Close All Tabs), so its run pages are made anew. A page left with a dialog open
+    (a test that failed halfway) is replaced by a new one."""
+    page = lab.page
+    if page is not None and not page.is_closed() and page.locator(".jp-Dialog").count():
+        page.close()
+    if page is None or page.is_closed():
+        page = lab.page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.goto(lab.page_url("lab?reset"))
+        page.wait_for_selector(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']",
+                               timeout=90_000)
+        page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=90_000)
+    else:
+        page.keyboard.press("Escape")  # no menu left open
+        page.locator(".lm-MenuBar-itemLabel", has_text="File").click()
+        page.locator(".lm-Menu-itemLabel").filter(has_text=re.compile("^Close All Tabs$")) \
+            .click()
+        # the Launcher comes back in the empty main area, as on a fresh page
+        tabs = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab")
+        wait_for(lambda: set(tabs.all_inner_texts()) <= {"Launcher"}
+                 and page.locator(".labkit-run-panel").count() == 0,
+                 what="every tab closed")
     set_theme(page, theme)
-    page.locator(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']").click()
+    if not page.locator("#labkit-runs").is_visible():
+        page.locator(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']").click()
     wait_for(lambda: page.locator(".labkit-run-row").count() >= 3, what="the runs")
     return page
 
@@ -308,7 +327,6 @@ def test_rename_tags_and_note_are_saved_and_stay(browser, lab):
     ok.locator(".labkit-runpage-note-box summary").click()
     ok.locator(".labkit-runpage-notes").screenshot(path=str(shot_path("16-run-page-notes-dark")))
     shot(page, "16-run-page-notes-dark-page")
-    page.close()
 
 
 def test_fork_form_sends_only_the_changed_key(browser, lab):
@@ -361,7 +379,6 @@ def test_fork_form_sends_only_the_changed_key(browser, lab):
     form.locator(".labkit-fork-field[data-key='hidden'] input").fill("64")
     shot(page, "16-fork-form-dark")
     page.locator(".jp-Dialog .jp-Dialog-button", has_text="Cancel").click()
-    page.close()
 
 
 def test_a_failed_run_shows_its_traceback_tail(browser, lab):
@@ -385,7 +402,6 @@ def test_a_failed_run_shows_its_traceback_tail(browser, lab):
     shot(page, "16-traceback-light")
     set_theme(page, "Dark")
     failed.locator(".labkit-runpage-error").screenshot(path=str(shot_path("16-traceback-dark")))
-    page.close()
 
 
 # the mouse over a chart, as a share of its width and height
@@ -423,7 +439,6 @@ def test_zoom_a_chart_then_hover_then_reset(browser, lab):
     page.mouse.move(*at(box, 0.97))
     wait_for(lambda: float(figure.get_attribute("data-hover-x") or 0) > hi,
              what="the hover beyond the old range")
-    page.close()
 
 
 TRAIN_ELSEWHERE = """
@@ -492,4 +507,3 @@ def test_pause_a_run_training_in_another_process(browser, lab):
         assert proc.wait(60) == 0
         wait_for(lambda: cockpit.get_attribute("data-status") == "finished", timeout=30,
                  what="the run finished on the page")
-    page.close()
