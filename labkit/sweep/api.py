@@ -18,6 +18,7 @@ from . import engine as E
 from . import space as S
 from .asha import ASHA
 from .space import SweepError
+from .trial import picklable
 
 
 class UnknownSweep(SweepError, RunStoreError):
@@ -178,6 +179,7 @@ def run(make_loop, space, trials=None, *, search="random", metric="valid_loss", 
     S.check_names(dims, metric)
     workers = E.default_workers(engine) if workers is None else workers
     E.check(engine, workers)  # NOTE: before anything is written to the store
+    picklable(make_loop)  # NOTE: else Dask's "Could not serialize ...", at the first trial
     S.check_seed(search, seed, n)
     if name is not None and not isinstance(name, str):
         raise SweepError(f"name must be a string (or None: make_loop's name), got {name!r:.60}")
@@ -263,6 +265,8 @@ def resume(sweep_id: str, make_loop=None, *, trials=None, engine=None, workers=N
         # NOTE: a recorded make_loop that no longer loads is an error even with nothing left
         # to train: the sweep could not grow or continue
         make_loop = _make_loop(rec, make_loop)
+        if not idle:
+            picklable(make_loop)
     if idle:
         moved = _new_factory(rec, given, _factory)
         if moved:

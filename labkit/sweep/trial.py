@@ -82,12 +82,18 @@ class _Reporter(Extension):
                 self._halt(loop, why)
 
     def after_epoch(self, loop):
-        self.flush(loop)
+        budget = self.spec.get("budget")
+        ending = _ending(loop)
+        rung = budget is not None and loop.status["epoch"] >= budget and not ending
+        if not (ending or rung):
+            # NOTE: not at the chunk's last epoch: its result, with these rows, follows at
+            # once (a message per trial less: short trials' messages cost the driver's and
+            # the scheduler's event loops more than their store writes)
+            self.flush(loop)
         why = self.should_stop()
         if why:
             self._halt(loop, why)
-        budget = self.spec.get("budget")
-        if budget is not None and loop.status["epoch"] >= budget and not _ending(loop):
+        if rung:
             self._halt(loop, "rung")
 
 
@@ -140,6 +146,21 @@ def _checkpoints(loop) -> list[dict]:
         out.append({"path": str(p), "iteration": m["iteration"], "epoch": m.get("epoch", 0),
                     "size": size, "metrics": m.get("metrics") or {}})
     return out
+
+
+def picklable(make_loop) -> None:
+    """A ``SweepError`` saying what to change if ``make_loop`` cannot be pickled for the
+    workers (by reference where it is importable, else by value, as Dask does: a task graph
+    is pickled for every engine, the in-process one too)."""
+    import cloudpickle
+
+    try:
+        cloudpickle.dumps(make_loop)
+    except Exception as e:  # noqa: BLE001 - pickling an arbitrary closure raises anything
+        raise SweepError(f"make_loop cannot be sent to the workers ({type(e).__name__}: "
+                         f"{str(e)[:200]}): keep what it refers to picklable (no locks, open "
+                         "files, clients or generators in its closure or globals; define "
+                         "those inside make_loop)") from None
 
 
 def train(make_loop, spec: dict, send=None, should_stop=None) -> dict:

@@ -129,6 +129,28 @@ def test_bad_settings_write_nothing(store, tmp_path):
     assert lk.sweep.list() == [] and not (tmp_path / "runs").exists()
 
 
+def test_a_make_loop_that_cannot_be_pickled_is_refused_before_anything_starts(store,
+                                                                             tmp_path):
+    """Dask pickles make_loop with every trial (the in-process engine too): one that holds a
+    lock was Dask's "Could not serialize object of type LLGExpr" at the first trial, and a
+    sweep left failed."""
+    import threading
+
+    lock = threading.Lock()
+
+    def locked_loop(config):
+        with lock:
+            return make_loop(config)
+
+    for engine in ("inprocess", "local"):
+        with pytest.raises(SweepError, match=r"make_loop cannot be sent to the workers "
+                           r"\(TypeError: cannot pickle '_thread.lock' object\).*define those "
+                           "inside make_loop"):
+            lk.sweep.run(locked_loop, SPACE, 2, metric="valid_accuracy", engine=engine,
+                         directory=tmp_path / "runs")
+    assert lk.sweep.list() == [] and not (tmp_path / "runs").exists()
+
+
 def test_asha_never_promotes_a_trial_without_a_value():
     """reduction 2, rung 0: trial 2 (0.5) and three trials without a value (NaN, none). The
     rung's top 2 = trial 2 and trial 0 (the worst, by number): trial 2 goes on, trial 0 does
