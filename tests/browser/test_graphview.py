@@ -106,7 +106,9 @@ def set_theme(page, theme, light):
     page.locator(f".lm-Menu-itemLabel:text-is('{theme}')").click()
     page.wait_for_selector(f"body[data-jp-theme-light='{str(light).lower()}']", state="attached",
                            timeout=30_000)
-    time.sleep(1.0)
+    # JupyterLab shows its splash while the theme loads (it used to be a 1 s sleep); the
+    # figures' colours are waited for where they are read
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=30_000)
 
 
 def test_graphview_labels_levels_histograms_and_the_shape_error(browser, lab):
