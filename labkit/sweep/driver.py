@@ -50,6 +50,7 @@ class Driver:
         self.hook = hook or self._log
         self.trials = {t["number"]: t for t in store.trials(self.id)}
         self.token = uuid.uuid4().hex
+        self.identity = trial_mod.driver_identity()  # NOTE: read from /proc once, not per trial
         self.events: queue.Queue = queue.Queue()
         self.in_flight: dict = {}  # future -> trial number
         self.queued: dict = {}  # trial number -> rung: submitted, not reported begun
@@ -123,7 +124,7 @@ class Driver:
                 "factory": self.sweep.get("factory"), "metric": self.settings["metric"],
                 "budget": self._budget(rung), "seed": self.settings["seed"], "since": since,
                 "token": self.token, "state_variable": self._state_name(),
-                "driver": trial_mod.driver_identity()}
+                "driver": self.identity}
         # NOTE: first submitted, first run (Dask may otherwise take a queued one first)
         self._submitted += 1
         spec["submission"] = self._submitted  # NOTE: a message of an earlier chunk is stale
