@@ -7,7 +7,9 @@ then as a sweep on ``engine="local", workers=2`` (the cluster started first and 
 own): wall time against the ideal (the plain loops' time / workers) and the overhead per trial,
 ``(wall - ideal) * workers / trials``; and against the trials' own training times as
 their runs recorded them in the sweep (summed, / workers): what the sweep adds around its
-trials. On a 2-core machine the driver shares the cores with the
+trials; and against the trials' wall times in the sweep (their runs' started -> ended, the
+issue's "sum of trial times / workers"): the time no trial was running. On a 2-core machine
+the driver shares the cores with the
 two workers, so part of the overhead is that sharing.
 Also: the same trials as bare loops in as many processes at once, without Dask: on a small
 machine two busy processes slow each other down, a cost no scheduler removes.
@@ -115,8 +117,13 @@ def overhead(trials: int, epochs: int, workers: int = 2) -> None:
         assert sw.status == "finished", sw
         # NOTE: each trial's own training time, as its run recorded it (seconds of training,
         # waits excluded), while it ran in the sweep beside the other worker
-        own = sum((lk.runs.get(r["run_id"]) or {}).get("progress", {}).get("elapsed") or 0.0
-                  for r in sw.table())
+        recs = [lk.runs.get(r["run_id"]) or {} for r in sw.table()]
+        own = sum((r.get("progress") or {}).get("elapsed") or 0.0 for r in recs)
+        # NOTE: each trial's wall time as the store recorded it: from the driver reading that
+        # its worker began it to the driver recording its result (the loop built, trained,
+        # checkpointed, closed, and the messages both ways)
+        spans = sum((r["ended"] - r["started"]) for r in recs
+                    if r.get("ended") and r.get("started"))
     ideal = plain / workers
     print(f"  {trials} trials of {epochs} epochs: plain loops {plain:.2f} s "
           f"({plain / trials * 1e3:.0f} ms/trial); sweep on {workers} local workers "
@@ -126,6 +133,9 @@ def overhead(trials: int, epochs: int, workers: int = 2) -> None:
     print(f"  the trials' own training times in the sweep (their runs' elapsed), summed: "
           f"{own:.2f} s; / {workers} workers = {own / workers:.2f} s: the sweep's wall time is "
           f"{wall / (own / workers):.2f}x that (what the sweep adds around its trials)")
+    print(f"  the trials' wall times in the sweep (their runs' started -> ended), summed: "
+          f"{spans:.2f} s; / {workers} workers = {spans / workers:.2f} s: the sweep's wall time "
+          f"is {wall / (spans / workers):.2f}x that (the time no trial was running)")
     print(f"  the same trials as bare loops in {workers} processes at once (no Dask): "
           f"{together:.2f} s, {together / ideal:.2f}x the ideal (what sharing the machine "
           f"costs by itself); the sweep is {wall / together:.2f}x that")
