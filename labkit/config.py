@@ -13,6 +13,7 @@ setting                        what it does                                     
 ``LABKIT_NUMPY_BLAS``          call NumPy's own BLAS for SGD and outer products     on
 ``LABKIT_CL_BATCH``            release small launches to a CPU OpenCL device in 32s  off
 ``LABKIT_DIST_STALL``          seconds in an MPI collective before a stall report   60
+``LABKIT_DIST_TIMEOUT``        seconds in an MPI collective before the job ends     1800
 ``LABKIT_CONVERT_MAX_BYTES``   data a converter reads from one source, unpacked     ``4G``
 =============================  ===================================================  ==========
 
@@ -141,6 +142,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "first used; helps where the cores are oversubscribed)"),
     Setting("LABKIT_DIST_STALL", _seconds, 60.0, "seconds a data-parallel rank waits in a "
             "collective before it reports which ranks have not arrived (0: never)"),
+    Setting("LABKIT_DIST_TIMEOUT", _seconds, 1800.0, "seconds a data-parallel rank waits in "
+            "one collective before it ends the job with an error naming the ranks that have "
+            "not arrived (0: never)"),
     Setting("LABKIT_CONVERT_MAX_BYTES", _bytes, 4 * 1024 ** 3, "the most bytes of data a "
             "dataset converter reads from one source once unpacked (all its files and archive "
             "members together; refused beyond it, so a decompression bomb is never unpacked)"),

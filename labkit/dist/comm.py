@@ -15,7 +15,11 @@ A wait that cannot end is not left to run forever: after half a second of waitin
 read every quarter of a second, and a rank that has left the job without reaching this collective
 (its script ended: another number of steps), one whose process is gone, or one that sits in
 another collective at the same count (a collective inside an ``if``) ends the wait with a
-``DistError`` naming it (``python -m mpi4py`` then ends every rank).
+``DistError`` naming it (``python -m mpi4py`` then ends every rank). A rank alive but stuck
+outside any collective (a deadlock in the script, a hung read) is seen by no such check: past
+``timeout`` seconds in one collective (``LABKIT_DIST_TIMEOUT``, default 1800, as PyTorch's
+default for its collectives) the wait ends with a ``DistError`` naming the ranks that have not
+arrived, instead of a job that hangs forever.
 """
 
 from __future__ import annotations
@@ -48,10 +52,10 @@ LEFT, ENDED = 1, 2
 CHECK_AFTER, CHECK_EVERY = 0.5, 0.25
 
 
-def _stall_seconds() -> float:
+def _stall_seconds(name: str = "LABKIT_DIST_STALL") -> float:
     from ..config import get
 
-    v = get("LABKIT_DIST_STALL")
+    v = get(name)
     return v if v > 0 else float("inf")
 
 
@@ -89,7 +93,8 @@ class Communicator:
     [1.0, 2.0]
     """
 
-    def __init__(self, mpi_comm=None, stall_seconds: float | None = None):
+    def __init__(self, mpi_comm=None, stall_seconds: float | None = None,
+                 timeout: float | None = None):
         self.mpi = None  # the mpi4py module's MPI, or None for the MPI-less single rank
         self.comm = None
         if mpi_comm is not None:
@@ -108,6 +113,8 @@ class Communicator:
         self.rank = 0 if self.comm is None else self.comm.Get_rank()
         self.size = 1 if self.comm is None else self.comm.Get_size()
         self.stall_seconds = _stall_seconds() if stall_seconds is None else stall_seconds
+        #: seconds in one collective before the wait ends with a DistError (inf: never)
+        self.timeout = _stall_seconds("LABKIT_DIST_TIMEOUT") if timeout is None else timeout
         self.seq = 0  # collectives entered on this rank (the same sequence on every rank)
         #: this rank's weight in the gradient average of the current step (DataParallel sets
         #: it: the examples of its shard); AllReduceSum's gradient is weighted by it
@@ -202,6 +209,7 @@ class Communicator:
         MPI = self.mpi
         start = time.monotonic()
         warn_at = start + self.stall_seconds
+        give_up = start + self.timeout
         nap_after = start + 0.2
         check_at = start + CHECK_AFTER
         nap, spins = 0.0, 0
@@ -219,6 +227,13 @@ class Communicator:
                 if now >= check_at:
                     self._check_peers(op, detail)
                     check_at = now + CHECK_EVERY
+                if now >= give_up:
+                    head, *rest = self._stall_lines(op, detail, now - start)
+                    raise DistError(f"{head[len('[labkit dist] '):]}, past LABKIT_DIST_TIMEOUT "
+                                    f"({self.timeout:g} s); {rest[0].strip()}: it is stuck "
+                                    "outside the job's collectives or took another path. "
+                                    "Set LABKIT_DIST_TIMEOUT higher where a rank works alone "
+                                    "that long (0: never)")
                 if now >= nap_after:
                     nap = min(max(nap * 2, 1e-4), 2e-3)
                     time.sleep(nap)
@@ -279,6 +294,9 @@ class Communicator:
 
     def _report_stall(self, op, detail, waited) -> None:
         self._stalls += 1
+        print("\n".join(self._stall_lines(op, detail, waited)), file=sys.stderr, flush=True)
+
+    def _stall_lines(self, op, detail, waited) -> list[str]:
         what = _what(op, detail)
         lines = [f"[labkit dist] rank {self.rank}/{self.size} has waited {waited:.0f} s in "
                  f"{what} (collective {self.seq} of this rank)"]
@@ -295,7 +313,7 @@ class Communicator:
             lines.append("  the other ranks' positions are unknown (ranks on several nodes)")
         lines.append("  a rank that never arrives is stuck or took another path (a different "
                      "number of steps, a collective inside an if on one rank)")
-        print("\n".join(lines), file=sys.stderr, flush=True)
+        return lines
 
     # -- collectives
     def barrier(self) -> None:

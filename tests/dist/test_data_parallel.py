@@ -6,6 +6,7 @@ and kills the group afterwards (tests/dist/mpirun.py); the single-process refere
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -258,6 +259,19 @@ def test_stall_inspector_names_the_rank_that_has_not_arrived():
                            env={"LABKIT_DIST_STALL": "0.5"})
     assert "rank 0/2 has waited" in err and "in barrier" in err, err
     assert "not arrived: rank 1 (at collective 1: barrier)" in err, err
+
+
+def test_a_rank_stuck_outside_the_collectives_ends_the_job_past_the_timeout():
+    """Rank 1 waits for a message that never comes (no labkit collective sees it): past
+    LABKIT_DIST_TIMEOUT rank 0's wait ends the job with a DistError naming it. Before, the
+    stall report came every LABKIT_DIST_STALL seconds, forever."""
+    job = mpirun.run(2, [], timeout=60, script=mpirun.WORKER.with_name("stall.py"),
+                     env={"LABKIT_DIST_STALL": "0.3", "LABKIT_DIST_TIMEOUT": "1"})
+    assert job.rc != 0 and not job.left, job
+    assert re.search(r"DistError: rank 0/2 has waited \d+ s in barrier \(collective 2 of this "
+                     r"rank\), past LABKIT_DIST_TIMEOUT \(1 s\); not arrived: rank 1 \(at "
+                     r"collective 1: barrier\): it is stuck outside the job's collectives",
+                     job.err), job
 
 
 def test_labkit_launch_ends_every_rank_when_one_fails(tmp_path):
