@@ -8,7 +8,8 @@ wrapped stream's own state, so a state saved with 2 workers loads with 0, 1 or 4
 Workers are started with ``spawn`` (safe in notebooks and on macOS) on the first item. A worker
 that dies, raises, returns an item that cannot be sent back, or spends more than ``timeout``
 seconds on one item becomes a ``WorkerError`` naming it and the item it was preparing. Workers
-ignore Ctrl-C (the main process handles it and shuts them down) and are stopped by ``close()``,
+ignore Ctrl-C (the main process handles it: Ctrl-C while it starts them, waits for an item or
+loads a state shuts them down, and the next item starts new ones) and are stopped by ``close()``,
 by garbage collection or at interpreter exit. They never outlive the main process, even when it
 is killed while they are inside a long transformer call: on Linux the kernel kills them with it
 (``PR_SET_PDEATHSIG``); everywhere, a thread in each worker exits the process as soon as the
@@ -303,17 +304,31 @@ class Parallel(Stream):
             self._pending.clear()
             self._done.clear()
             own = [s._own_state() for s in self.stream.stages()]
-            for w in range(self.workers):
-                self._send(w, ("state", self._gen, own), None)
+            try:
+                for w in range(self.workers):
+                    self._send(w, ("state", self._gen, own), None)
+            except BaseException:
+                # NOTE: Ctrl-C between two sends leaves a worker with the old state, which
+                # would prepare items of the new generation from it: new workers instead
+                self._stop_workers()
+                raise
 
-    def close(self):
-        if self._finalizer is not None:
-            self._finalizer()
-            self._finalizer = None
+    def _stop_workers(self):
+        """Shut the workers down and forget the items in flight (the next item starts new
+        workers, with the stages' state as it is then)."""
+        # NOTE: forget first: an interrupted shutdown must not leave closed pipes to use
+        finalizer, self._finalizer = self._finalizer, None
         self._procs, self._tasks, self._results, self._progress = [], [], [], None
         self._pending.clear()
         self._done.clear()
-        self.stream.close()
+        if finalizer is not None:
+            finalizer()
+
+    def close(self):
+        try:
+            self._stop_workers()
+        finally:
+            self.stream.close()
 
     def __repr__(self):
         return f"Parallel({self.stream!r}, workers={self.workers})"
@@ -354,9 +369,13 @@ class Parallel(Stream):
 
         try:
             _on_long_lived_thread(start)
-        except Exception as e:
-            _shutdown(self._procs, self._tasks, self._results)
+        except BaseException as e:
+            # NOTE: Ctrl-C while starting too: half a set of workers would be used next time
+            started = self._procs, self._tasks, self._results
             self._procs, self._tasks, self._results = [], [], []
+            _shutdown(*started)
+            if not isinstance(e, Exception):
+                raise
             raise DataError(f"Parallel: could not start worker processes: {e}") from e
         self._started = time.monotonic()
         self._finalizer = weakref.finalize(self, _shutdown, list(self._procs), list(self._tasks),
@@ -422,6 +441,18 @@ class Parallel(Stream):
         self._done[(e, j)] = item
 
     def _wait(self, epoch, k):
+        try:
+            return self._wait_for(epoch, k)
+        except Exception:
+            raise
+        except BaseException:
+            # NOTE: Ctrl-C can land inside a result being read (the pipe is left in its middle)
+            # or just after it (the item is lost, and waited for forever): new workers prepare
+            # the items from the next one asked for
+            self._stop_workers()
+            raise
+
+    def _wait_for(self, epoch, k):
         key = (epoch, k)
         index = {c: w for w, c in enumerate(self._results)}
         index.update({p.sentinel: w for w, p in enumerate(self._procs)})
