@@ -17,6 +17,9 @@ pipe from the main process closes. Nothing else is left behind: the pipes and th
 progress table need no resource tracker, and multiprocessing's own tracker exits once the
 workers are gone.
 
+One thread at a time reads a stream: another thread that reads it or loads a state into it
+meanwhile gets a ``DataError``, and ``close()`` from another thread stops the reader with one.
+
 Items travel between labkit's own processes as pickles over pipes (the main process only ever
 unpickles what its own workers sent).
 
@@ -26,6 +29,7 @@ imports the script's module again.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing as mp
 import os
@@ -282,6 +286,17 @@ class Parallel(Stream):
         self._pending: set = set()  # (epoch, k) asked for and not yet received
         self._done: dict = {}       # (epoch, k) -> item
         self._finalizer = None
+        # NOTE: the pipes serve one thread at a time: the one reading items holds the lock; a
+        # second reader is refused, a close() from another thread asks the reader to stop
+        self._lock = threading.RLock()
+        self._reader = None
+        self._closing = False
+
+    def __getstate__(self):
+        return {**self.__dict__, "_lock": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, _lock=threading.RLock())
 
     # -- the Stream interface
     def num_items(self, epoch):
@@ -290,16 +305,32 @@ class Parallel(Stream):
     def get_item(self, epoch, k):
         if not self.workers:
             return self.stream.get_item(epoch, k)
-        if not self._procs:
-            self._start()
-        n = self.num_items(epoch)
-        for j in range(k, min(n, k + self.prefetch)):
-            if (epoch, j) not in self._pending and (epoch, j) not in self._done:
-                self._submit(epoch, j)
-        return self._wait(epoch, k)
+        with self._reading("read"):
+            if not self._procs:
+                self._start()
+            n = self.num_items(epoch)
+            for j in range(k, min(n, k + self.prefetch)):
+                if (epoch, j) not in self._pending and (epoch, j) not in self._done:
+                    self._submit(epoch, j)
+            return self._wait(epoch, k)
+
+    @contextlib.contextmanager
+    def _reading(self, what):
+        if not self._lock.acquire(blocking=False):
+            raise DataError(f"Parallel: cannot {what} this stream in thread "
+                            f"{threading.current_thread().name!r} while thread {self._reader!r} "
+                            "reads it; a stream is read by one thread at a time (wait for the "
+                            "other to stop, e.g. loop.wait(), or build a second stream)")
+        try:
+            self._reader = threading.current_thread().name
+            yield
+        finally:
+            self._lock.release()
 
     def _reset(self):
-        if self._procs:
+        if not self._procs:
+            return
+        with self._reading("load a state into"):
             self._gen += 1
             self._pending.clear()
             self._done.clear()
@@ -325,9 +356,14 @@ class Parallel(Stream):
             finalizer()
 
     def close(self):
+        if not self._lock.acquire(blocking=False):
+            self._closing = True  # NOTE: the reader sees it within 0.2 s and stops
+            self._lock.acquire()
         try:
+            self._closing = False
             self._stop_workers()
         finally:
+            self._lock.release()
             self.stream.close()
 
     def __repr__(self):
@@ -472,6 +508,10 @@ class Parallel(Stream):
                     self._died(w, key)
             if key not in self._done:
                 self._check(key)
+            if self._closing:
+                raise DataError(f"Parallel: thread {threading.current_thread().name!r} was "
+                                f"waiting for item {k} of epoch {epoch} when another thread "
+                                "closed the stream")
         item = self._done.pop(key)
         if isinstance(item, _Failed):
             self._fail(item.message)

@@ -2,9 +2,15 @@
 (a notebook's interrupted cell run again) gives the items of an uninterrupted run."""
 
 import multiprocessing.context
+import threading
+import time
 
 import numpy as np
 import pytest
+
+from labkit.data import DataStream, Mapping, Parallel
+from labkit.data.workers import _BUSY, _SLOTS
+from labkit.errors import DataError
 
 from . import helpers
 from .test_workers import alive
@@ -69,9 +75,9 @@ def _interrupt_once(conn, after_bytes):
 def test_ctrl_c_while_a_result_is_read(after_bytes, reference):
     s = helpers.image_pipeline(workers=2)
     got = [s.get_item(0, 0)]
-    _interrupt_once(s._results[1], after_bytes)  # item 1 (it may have arrived already)
+    _interrupt_once(s._results[1], after_bytes)  # the next result read from worker 1
     with pytest.raises(KeyboardInterrupt):
-        for k in range(1, 4):
+        for k in range(1, s.num_items(0)):
             got.append(s.get_item(0, k))
     # before: an UnpicklingError or EOFError for the item after, or a wait forever for it
     with s:
@@ -105,3 +111,57 @@ def test_ctrl_c_while_loading_a_state_leaves_no_worker_with_another_state(refere
     # before: worker 1 kept seed 8's stages and prepared the odd items from them
     with s:
         same_items(items_of(s), reference)
+
+
+# ---- one stream, two threads (a notebook's training thread, and the notebook itself) --------
+def _blocked_on_item_5():
+    """A stream whose reader thread waits for item 5, which its worker never finishes."""
+    s = Parallel(Mapping(DataStream(helpers.images(8), batch_size=None), helpers.hang_on_item_5),
+                 workers=2)
+    s.get_item(0, 0)
+    errors = []
+
+    def read():
+        try:
+            s.get_item(0, 5)
+        except Exception as e:  # noqa: BLE001 - checked by the test
+            errors.append(e)
+    reader = threading.Thread(target=read, name="trainer", daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 10
+    while tuple(s._progress[_SLOTS + 3:_SLOTS + 5]) != (5, _BUSY):  # worker 1 is inside item 5
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return s, reader, errors
+
+
+@pytest.mark.timeout(30)
+def test_close_from_another_thread_stops_the_reader_with_a_clear_error():
+    s, reader, errors = _blocked_on_item_5()
+    pids = [p.pid for p in s._procs]
+    s.close()
+    reader.join(10)
+    assert not reader.is_alive()
+    # before: IndexError: list index out of range, from the reader's next look at the pipes
+    assert len(errors) == 1 and isinstance(errors[0], DataError), errors
+    assert "thread 'trainer' was waiting for item 5 of epoch 0 when another thread closed" \
+        in str(errors[0])
+    assert not any(alive(p) for p in pids)
+
+
+@pytest.mark.timeout(30)
+def test_a_second_thread_reading_or_loading_a_state_is_refused():
+    s, reader, errors = _blocked_on_item_5()
+    state = s.state_dict()
+    # before: both threads read the same pipes (a WorkerError blaming a healthy worker, an
+    # IndexError, or a wait forever once the other thread cleared the items in flight)
+    with pytest.raises(DataError, match=r"cannot read this stream in thread 'MainThread' while "
+                                        r"thread 'trainer' reads it"):
+        s.get_item(0, 1)
+    with pytest.raises(DataError, match=r"cannot load a state into this stream in thread "
+                                        r"'MainThread' while thread 'trainer' reads it"):
+        s.load_state_dict(state)
+    assert s.state_dict() == state
+    s.close()
+    reader.join(10)
+    assert not reader.is_alive() and len(errors) == 1
