@@ -278,7 +278,7 @@ def check_sendable(stream: Stream) -> None:
     """Raise ``DataError`` naming the stage that worker processes could not receive."""
     interactive = not hasattr(sys.modules.get("__main__"), "__file__")
     for stage in _walk(stream):
-        owned = {k: v for k, v in vars(stage).items() if k != "stream"}
+        owned = {k: v for k, v in _sent(stage).items() if k != "stream"}
         culprits = [(f"{type(stage).__name__}", type(stage))] + [
             (f"{type(stage).__name__}.{k}", v) for k, v in owned.items()]
         for label, obj in culprits:
@@ -297,6 +297,15 @@ def check_sendable(stream: Stream) -> None:
             raise DataError(
                 f"{what} cannot be sent to a worker process ({type(e).__name__}: {e}). Define "
                 "functions at module level (not lambdas or closures), or use workers=0.") from None
+
+
+def _sent(stage) -> dict:
+    """What pickling sends of a stage: what its own ``__getstate__`` returns (``Parallel``
+    leaves out its lock), else its attributes."""
+    own = getattr(type(stage), "__getstate__", None)
+    state = stage.__getstate__() if own not in (None, getattr(object, "__getstate__", None)) \
+        else None
+    return state if isinstance(state, dict) else vars(stage)
 
 
 def _picklable(v) -> bool:

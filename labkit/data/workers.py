@@ -270,6 +270,11 @@ class Parallel(Stream):
                             f"{type(seq).__name__}(Parallel(...))")
         if workers < 0:
             raise DataError(f"Parallel: workers must be >= 0, got {workers}")
+        inner = next((s for s in _walk(stream) if isinstance(s, Parallel) and s.workers), None)
+        if workers and inner is not None:
+            raise DataError(f"Parallel: the stream already has {inner!r} in it, and worker "
+                            "processes cannot start their own; keep one Parallel, above all the "
+                            "per-item stages")
         self.stream, self.workers = stream, int(workers)
         self.prefetch = max(1, int(prefetch if prefetch is not None else 2 * max(1, workers)))
         self.timeout = float(timeout)

@@ -165,3 +165,16 @@ def test_a_second_thread_reading_or_loading_a_state_is_refused():
     s.close()
     reader.join(10)
     assert not reader.is_alive() and len(errors) == 1
+
+
+def test_parallel_inside_parallel_is_refused_at_once():
+    inner = Parallel(DataStream(helpers.images(8), batch_size=None), workers=2)
+    # before: each worker raised "daemonic processes are not allowed to have children" at the
+    # first item, wrapped in a WorkerError
+    with pytest.raises(DataError, match=r"already has Parallel\(DataStream.*workers=2\) in it, "
+                                        r"and worker processes cannot start their own; keep one"):
+        Parallel(Mapping(inner, helpers.square_features), workers=2)
+    Parallel(Mapping(inner, helpers.square_features), workers=0)  # in this process: fine
+    inner = Parallel(DataStream(helpers.images(8), batch_size=None), workers=0)
+    with Parallel(inner, workers=2) as s:  # its lock stays behind: a worker gets its own
+        assert int(s.get_item(0, 3)["index"]) == 3
