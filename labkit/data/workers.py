@@ -251,7 +251,8 @@ class Parallel(Stream):
     workers : number of processes; 0 computes in this process (same items, same order).
     prefetch : items in flight at most (default ``2 * workers``).
     timeout : seconds a worker may spend on one item (counted from when it starts the item)
-        before it is reported as hung; a worker gets ``max(timeout, 60)`` seconds to start.
+        before it is reported as hung, or stay idle while an item of its waits (stopped); a
+        worker gets ``max(timeout, 60)`` seconds to start.
     """
 
     indexed = True
@@ -285,7 +286,7 @@ class Parallel(Stream):
         self._tasks: list = []     # per worker: the pipe tasks go down
         self._results: list = []   # per worker: the pipe results come up
         self._progress = None
-        self._seen: list = []      # per worker: (sequence number, when first seen busy)
+        self._seen: list = []      # per worker: (sequence number, since, item waiting)
         self._started = 0.0
         self._gen = 0
         self._pending: set = set()  # (epoch, k) asked for and not yet received
@@ -378,7 +379,7 @@ class Parallel(Stream):
     def _start(self):
         ctx = mp.get_context("spawn")
         self._progress = ctx.RawArray("q", _SLOTS * self.workers)
-        self._seen = [(0, 0.0)] * self.workers
+        self._seen = [(0, 0.0, None)] * self.workers
         ends = []
 
         def start():
@@ -533,14 +534,25 @@ class Parallel(Stream):
                     self._fail(f"{self._name(w)} has not started after {limit:.0f} s (importing "
                                "modules or receiving the stream); the main process was waiting "
                                f"for item {key[1]} of epoch {key[0]}")
-            elif phase != _BUSY:
+                continue
+            # NOTE: an idle worker with an item waiting is timed too (from when the item is
+            # seen waiting): one stopped (SIGSTOP, a debugger) or stuck between items never
+            # starts it
+            busy = phase == _BUSY
+            waiting = None if busy else min(
+                (j for j in self._pending if j[1] % self.workers == w), default=None)
+            if not busy and waiting is None:
                 # NOTE: the table is read without a lock; an idle worker restarts its clock, so
                 # a busy phase read together with an old sequence number times from now
-                self._seen[w] = (seq, now)
-            else:
-                if self._seen[w][0] != seq:
-                    self._seen[w] = (seq, now)
-                elif now - self._seen[w][1] > self.timeout:
-                    self._fail(f"{self._name(w)} has not returned item {k} of epoch {epoch} after "
-                               f"{self.timeout:.0f} s (timeout={self.timeout:g}); it is hung or "
-                               "the item is very slow to prepare")
+                self._seen[w] = (seq, now, None)
+            elif self._seen[w][0] != seq or self._seen[w][2] != waiting:
+                self._seen[w] = (seq, now, waiting)
+            elif now - self._seen[w][1] > self.timeout and waiting:
+                self._fail(f"{self._name(w)} has been idle {self.timeout:.0f} s (timeout="
+                           f"{self.timeout:g}) while item {waiting[1]} of epoch {waiting[0]} "
+                           "waits on it; it is stopped (SIGSTOP, a debugger) or stuck between "
+                           "items")
+            elif now - self._seen[w][1] > self.timeout:
+                self._fail(f"{self._name(w)} has not returned item {k} of epoch {epoch} after "
+                           f"{self.timeout:.0f} s (timeout={self.timeout:g}); it is hung or "
+                           "the item is very slow to prepare")

@@ -2,6 +2,8 @@
 (a notebook's interrupted cell run again) gives the items of an uninterrupted run."""
 
 import multiprocessing.context
+import os
+import signal
 import threading
 import time
 
@@ -9,8 +11,8 @@ import numpy as np
 import pytest
 
 from labkit.data import DataStream, Mapping, Parallel
-from labkit.data.workers import _BUSY, _SLOTS
-from labkit.errors import DataError
+from labkit.data.workers import _BUSY, _IDLE, _SLOTS
+from labkit.errors import DataError, WorkerError
 
 from . import helpers
 from .test_workers import alive
@@ -178,3 +180,30 @@ def test_parallel_inside_parallel_is_refused_at_once():
     inner = Parallel(DataStream(helpers.images(8), batch_size=None), workers=0)
     with Parallel(inner, workers=2) as s:  # its lock stays behind: a worker gets its own
         assert int(s.get_item(0, 3)["index"]) == 3
+
+
+@pytest.mark.timeout(30)
+def test_a_stopped_idle_worker_times_out_naming_the_item_it_holds_up():
+    s = Parallel(Mapping(DataStream(helpers.images(8), batch_size=None),
+                         helpers.square_features), workers=2)
+    s.get_item(0, 0)
+    deadline = time.monotonic() + 10
+    while tuple(s._progress[_SLOTS:_SLOTS + 5:4]) != (2, _IDLE):  # worker 1 did items 1 and 3
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    pid = s._procs[1].pid
+    os.kill(pid, signal.SIGSTOP)
+
+    def resume_once_forgotten():  # so that close() need not wait for it to be killed
+        while s._procs:
+            time.sleep(0.01)
+        os.kill(pid, signal.SIGCONT)
+    threading.Thread(target=resume_once_forgotten, daemon=True).start()
+    s.load_state_dict(s.state_dict())  # what it sent before it stopped is of no use now
+    s.timeout = 1.0
+    # before: waited forever (a worker was timed only while busy with an item)
+    with pytest.raises(WorkerError, match=r"data worker 1 \(pid \d+\) has been idle 1 s "
+                                          r"\(timeout=1\) while item 1 of epoch 0 waits on it; "
+                                          r"it is stopped \(SIGSTOP"):
+        s.get_item(0, 1)
+    assert s._procs == []
