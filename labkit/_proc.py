@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import os
 
+#: the variables that set a process's BLAS/OpenMP thread count, for the processes labkit starts
+#: to run beside others (data workers, sweep workers, MPI ranks: one thread each by default)
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
 
 def _stat(pid: int) -> list[bytes] | None:
     """The fields of ``/proc/<pid>/stat`` after the command name (Linux), or None."""

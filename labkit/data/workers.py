@@ -43,11 +43,11 @@ import weakref
 from multiprocessing import connection
 from multiprocessing.reduction import ForkingPickler
 
+from .._proc import THREAD_VARS
 from ..errors import DataError, WorkerError
 from .streams import Stream
 from .transformers import _walk, check_sendable
 
-_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 #: ask the kernel to kill each worker when the main process dies (Linux); tests turn it off to
 #: exercise the fallback (the worker's pipe-watching thread)
 _PDEATHSIG = True
@@ -383,9 +383,9 @@ class Parallel(Stream):
         ends = []
 
         def start():
-            saved = {v: os.environ.get(v) for v in _THREAD_VARS}
+            saved = {v: os.environ.get(v) for v in THREAD_VARS}
             # NOTE: one BLAS thread per worker, or N workers fight over the cores.
-            os.environ.update({v: "1" for v in _THREAD_VARS})
+            os.environ.update({v: "1" for v in THREAD_VARS})
             try:
                 for i in range(self.workers):
                     task_r, task_w = ctx.Pipe(duplex=False)

@@ -24,12 +24,10 @@ import time
 import uuid
 from pathlib import Path
 
+from .._proc import THREAD_VARS  # the BLAS thread-count variables set for each rank
 from ..runs import launched
 from .comm import DistError
 
-#: the BLAS thread-count variables set for each rank
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 #: the variable whose token marks every process of one job (``tag``, ``end_processes``)
 JOB_VAR = "LABKIT_DIST_JOB"
 #: the parent of each rank (run by its path): it names a rank killed by a signal

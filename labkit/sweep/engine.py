@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 
+from .._proc import THREAD_VARS
 from .space import SweepError
 
 #: where the HTTP servers of our own clusters listen: this machine only, any free port
@@ -28,7 +29,7 @@ CONNECT_TIMEOUT = 30
 #: the most worker processes ``engine="local"`` starts (each imports labkit and trains)
 LOCAL_MAX_WORKERS = max(8, 4 * (os.cpu_count() or 1))
 #: the environment of local workers: one BLAS/OpenMP thread each
-WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+WORKER_ENV = dict.fromkeys(THREAD_VARS, "1")
 #: Dask settings of local workers, unless this process's environment sets them: no sampling
 #: profiler (it walks the training thread's stack on the worker's event loop every 10 ms, for
 #: a dashboard local workers do not have) and slower system and memory monitors. Measured
