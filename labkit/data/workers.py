@@ -14,8 +14,8 @@ by garbage collection or at interpreter exit. They never outlive the main proces
 is killed while they are inside a long transformer call: on Linux the kernel kills them with it
 (``PR_SET_PDEATHSIG``); everywhere, a thread in each worker exits the process as soon as the
 pipe from the main process closes. Nothing else is left behind: the pipes and the small shared
-progress table need no resource tracker, and multiprocessing's own tracker exits once the
-workers are gone.
+progress table need no resource tracker (multiprocessing's own tracker process, started with
+the first workers, lives as long as the main process and ends with it).
 
 One thread at a time reads a stream: another thread that reads it or loads a state into it
 meanwhile gets a ``DataError``, and ``close()`` from another thread stops the reader with one.
