@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import html
 import math
+import sys
 
+from .._html import unit
 from ..runs.downsample import minmax_indices
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -48,11 +50,13 @@ def ordered_groups(keys) -> list[tuple[str, list[str]]]:
 
 def ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     """Round tick values covering [lo, hi]."""
-    if not hi > lo:
+    raw = (hi / 2 - lo / 2) / count * 2  # NOTE: hi - lo overflows for ±1e308
+    if not 0 < raw < math.inf:
         return [lo]
-    raw = (hi - lo) / count
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    mag = 10.0 ** math.floor(math.log10(raw))
+    step = next((m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw), 0.0)
+    if not step:  # raw is below the smallest power of ten a float holds
+        return [lo]
     first = math.ceil(lo / step)
     return [round(i * step, 12) for i in range(first, int(math.floor(hi / step)) + 1)]
 
@@ -93,15 +97,15 @@ def figure(title: str, lines: list[tuple[str, list, list]]) -> str:
     x1 = x1 if x1 > x0 else x0 + 1
     if y1 == y0:
         y0, y1 = y0 - 0.5, y1 + 0.5
-    pad = (y1 - y0) * 0.05
-    y0, y1 = y0 - pad, y1 + pad
+    pad = (y1 / 2 - y0 / 2) * 0.1
+    y0, y1 = max(y0 - pad, -sys.float_info.max), min(y1 + pad, sys.float_info.max)
     pw, ph = _W - _L - _R, _H - _T - _B
 
     def sx(x):
         return _L + (x - x0) / (x1 - x0) * pw
 
     def sy(y):
-        return _T + (1 - (y - y0) / (y1 - y0)) * ph
+        return _T + (1 - unit(y, y0, y1)) * ph
     out = [head]
     for t in ticks(y0, y1, 4):
         out.append(f'<line x1="{_L}" x2="{_L + pw}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" '

@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import math
 
+from .._html import unit
 from .space import SweepError
 
 
@@ -62,10 +63,10 @@ class Trend:
         y1 = y1 if y1 > y0 else y0 + 1
 
         def px(x):
-            return pad + (x - x0) / (x1 - x0) * (width - pad - 10)
+            return pad + unit(x, x0, x1) * (width - pad - 10)
 
         def py(y):
-            return 10 + (1 - (y - y0) / (y1 - y0)) * (height - pad - 10)
+            return 10 + (1 - unit(y, y0, y1)) * (height - pad - 10)
         esc = html.escape
         out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
                f'style="width:{width}px;font:11px sans-serif" role="img" aria-label="'

@@ -20,6 +20,7 @@ import html
 import math
 import threading
 
+from .._html import lerp, unit
 from ..runs.ids import is_run_id
 
 #: the most trials drawn as lines and dots (the best first, then an even spread of the rest)
@@ -83,8 +84,7 @@ class _Axis:
         if self.numeric:
             if not _finite(v) or (self.log and v <= 0):
                 return None
-            t = math.log10(v) if self.log else v
-            return (t - self.lo) / (self.hi - self.lo)
+            return unit(math.log10(v) if self.log else v, self.lo, self.hi)
         n = len(self.cats)
         return 0.5 if n == 1 else self.cats.get(_key(v), 0) / (n - 1)
 
@@ -92,13 +92,20 @@ class _Axis:
         if self.numeric:
             out = []
             for t in (0.0, 0.5, 1.0):
-                x = self.lo + t * (self.hi - self.lo)
-                out.append((t, _fmt(10 ** x if self.log else x)))
+                x = lerp(t, self.lo, self.hi)
+                out.append((t, _fmt(_pow10(x) if self.log else x)))
             return out
         n = len(self.cats)
         step = max(1, n // 8)
         return [(0.5 if n == 1 else i / (n - 1), html.escape(k[:14]))
                 for k, i in list(self.cats.items())[::step]]
+
+
+def _pow10(x: float) -> float:
+    try:
+        return 10 ** x
+    except OverflowError:  # NOTE: an axis widened past 1e308 (one value near the largest)
+        return math.inf
 
 
 def _key(v) -> str:
@@ -137,7 +144,7 @@ def parallel(rows, params, metric, mode, axes) -> str:
             p = axes[k].pos(r[k])
             if p is not None:
                 pts.append(f"{left + i * gap:.1f},{y(p):.1f}")
-        t = 0.5 if hi == lo else (r[metric] - lo) / (hi - lo)
+        t = unit(r[metric], lo, hi)
         t = t if mode == "max" else 1 - t
         out.append(f'<polyline class="trial" data-trial="{r["trial"]}" points="{" ".join(pts)}" '
                    f'fill="none" stroke="{_color(t)}" stroke-opacity="0.7"/>')
@@ -202,7 +209,7 @@ def best_so_far(trials, metric, mode, started) -> str:
         return left + (t - t0) / x1 * (w - left - 8)
 
     def sy(v):
-        return 6 + (1 - (v - lo) / (hi - lo)) * (h - pad - 12)
+        return 6 + (1 - unit(v, lo, hi)) * (h - pad - 12)
     pts = []
     for i, (t, v) in enumerate(steps):
         if i:
