@@ -4,10 +4,11 @@ and the tooltip rows. What the figure shows is tested on these dicts."""
 
 from __future__ import annotations
 
-import html
 import re
 
 import numpy as np
+
+from .._html import esc
 
 FAILED = "failed"  # the id and kind of the op a ShapeError stopped (it never reached the tape)
 
@@ -223,7 +224,7 @@ def rows(n: dict) -> list[tuple[str, str]]:
 
 
 def tip_html(n: dict) -> str:
-    return "<br>".join((f"<b>{html.escape(k)}</b> " if k else "") + html.escape(v)
+    return "<br>".join((f"<b>{esc(k)}</b> " if k else "") + esc(v)
                        for k, v in rows(n))
 
 

@@ -5,11 +5,10 @@ reads on light and dark pages alike."""
 
 from __future__ import annotations
 
-import html
 import math
 import sys
 
-from .._html import unit
+from .._html import esc, unit
 from ..runs.downsample import minmax_indices
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -84,10 +83,10 @@ def figure(title: str, lines: list[tuple[str, list, list]]) -> str:
     ally = [y for _, p in pts for _, y in p]
     legend = "".join(
         f'<tspan fill="{PALETTE[i % len(PALETTE)]}">\u25a0</tspan>'
-        f'<tspan> {html.escape(k)}   </tspan>' for i, (k, _) in enumerate(pts))
+        f'<tspan> {esc(k)}   </tspan>' for i, (k, _) in enumerate(pts))
     head = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W} {_H + 16}" '
             f'style="width:100%;max-width:{_W + 260}px;font:11px sans-serif" role="img" '
-            f'aria-label="{html.escape(title)}"><text x="{_L}" y="11" fill="currentColor">'
+            f'aria-label="{esc(title)}"><text x="{_L}" y="11" fill="currentColor">'
             f'{legend}</text><g transform="translate(0,16)">')
     if not allx:
         return head + (f'<text x="{_W / 2}" y="{_H / 2}" text-anchor="middle" '
@@ -120,7 +119,7 @@ def figure(title: str, lines: list[tuple[str, list, list]]) -> str:
                f'<text x="{_L + pw / 2}" y="{_H - 3}" text-anchor="middle" '
                'fill="currentColor">iteration</text>'
                f'<text transform="translate(12,{_T + ph / 2}) rotate(-90)" text-anchor="middle" '
-               f'fill="currentColor">{html.escape(title)}</text>')
+               f'fill="currentColor">{esc(title)}</text>')
     for i, (key, p) in enumerate(pts):
         color = PALETTE[i % len(PALETTE)]
         dense = key == title
@@ -148,7 +147,7 @@ def table(series: dict, keys: list[str], tail: int) -> str:
     if not its:
         return ""
     cell = 'style="padding:1px 8px;text-align:right"'
-    head = "".join(f"<th {cell}>{html.escape(k)}</th>" for k in ["iteration", "epoch", *sparse])
+    head = "".join(f"<th {cell}>{esc(k)}</th>" for k in ["iteration", "epoch", *sparse])
     body = "".join(
         "<tr>" + "".join(f"<td {cell}>{fmt(v) if _finite(v) else ''}</td>"
                          for v in [it, rows[it].get("epoch"), *(rows[it].get(k)
@@ -168,6 +167,6 @@ def render(title: str, status: str, info: str, series: dict, metrics=None,
         f"<div>{figure(g, [(k, series[k]['iteration'], series[k]['value']) for k in ks])}</div>"
         for g, ks in ordered_groups(keys))
     return (f'<div class="labkit-dashboard-static" style="color:inherit">'
-            f"<div><b>{html.escape(title)}</b> · <span>{html.escape(status)}</span></div>"
-            f'<div style="opacity:0.75">{html.escape(info)}</div>'
+            f"<div><b>{esc(title, 300)}</b> · <span>{esc(status)}</span></div>"
+            f'<div style="opacity:0.75">{esc(info, 2000)}</div>'
             f"{figs or '<div>no values yet</div>'}{table(series, keys, tail)}</div>")

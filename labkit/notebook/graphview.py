@@ -4,11 +4,11 @@ expandable one level per click. The graph's reduction, layout, labels and toolti
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 import numpy as np
 
+from .._html import esc
 from . import _bokeh
 from . import _graph_data as gd
 from ._graph_data import FAILED, collapse, layout
@@ -318,7 +318,7 @@ class GraphView(_bokeh.WidgetRepr):
     def _on_collapse_menu(self, change):
         if change["new"]:
             self.collapse(change["new"])
-            self.details.value = f"<b>{html.escape(change['new'])}</b>: collapsed"
+            self.details.value = f"<b>{esc(change['new'])}</b>: collapsed"
 
     def select(self, node_id: str) -> str:
         """Show ``node_id``'s details (a brick node: expand it one level). Returns the
@@ -330,7 +330,7 @@ class GraphView(_bokeh.WidgetRepr):
         self.hist_box.layout.display = "none"
         if node["kind"] == "brick":
             self.expand(node["brick"])
-            self.details.value = (f"<b>{html.escape(node['brick'])}</b>: expanded "
+            self.details.value = (f"<b>{esc(node['brick'])}</b>: expanded "
                                   f"({len(node['members'])} nodes; fold it back with "
                                   f"<i>collapse</i>)")
             return self.details.value
@@ -360,11 +360,11 @@ class GraphView(_bokeh.WidgetRepr):
 
     def _failure_html(self) -> str:
         f = self.failure
-        where = html.escape(self.failed_brick or "?")
-        return (f"<b style='color:{FAILED_LINE}'>✗ {html.escape(f['op'])} failed</b> in "
-                f"{where}<br><b>expected</b>: {html.escape(f['expected'] or '?')}<br>"
-                f"<b>got</b>: {html.escape(f['actual'])}<br><small>"
-                f"{html.escape(f['message'])}</small>")
+        where = esc(self.failed_brick or "?")
+        return (f"<b style='color:{FAILED_LINE}'>✗ {esc(f['op'])} failed</b> in "
+                f"{where}<br><b>expected</b>: {esc(f['expected'] or '?')}<br>"
+                f"<b>got</b>: {esc(f['actual'])}<br><small>"
+                f"{esc(f['message'], 2000)}</small>")
 
     # -- display
     def __repr__(self):

@@ -10,10 +10,9 @@ numbers: ``slope``, ``intercept``, ``r2``, ``points``.
 
 from __future__ import annotations
 
-import html
 import math
 
-from .._html import unit
+from .._html import esc, unit
 from .space import SweepError
 
 
@@ -67,7 +66,6 @@ class Trend:
 
         def py(y):
             return 10 + (1 - unit(y, y0, y1)) * (height - pad - 10)
-        esc = html.escape
         out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
                f'style="width:{width}px;font:11px sans-serif" role="img" aria-label="'
                f'{esc(self.y)} against {esc(self.x)}">',

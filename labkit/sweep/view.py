@@ -16,11 +16,10 @@ them, the rest spread evenly over the trials) and ``ROWS`` table rows.
 
 from __future__ import annotations
 
-import html
 import math
 import threading
 
-from .._html import lerp, unit
+from .._html import esc, lerp, unit
 from ..runs.ids import is_run_id
 
 #: the most trials drawn as lines and dots (the best first, then an even spread of the rest)
@@ -44,10 +43,8 @@ def _finite(v) -> bool:
 def _fmt(v) -> str:
     if v is None:
         return ""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return html.escape(str(v))
-    if not math.isfinite(v):
-        return html.escape(str(v))
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return esc(v)
     if isinstance(v, int):
         return str(v)
     if v == 0:
@@ -97,7 +94,7 @@ class _Axis:
             return out
         n = len(self.cats)
         step = max(1, n // 8)
-        return [(0.5 if n == 1 else i / (n - 1), html.escape(k[:14]))
+        return [(0.5 if n == 1 else i / (n - 1), esc(k, 14))
                 for k, i in list(self.cats.items())[::step]]
 
 
@@ -153,7 +150,7 @@ def parallel(rows, params, metric, mode, axes) -> str:
         out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{h - bottom}" '
                    'stroke="currentColor" stroke-opacity="0.6"/>'
                    f'<text x="{x:.1f}" y="{h - bottom + 14}" text-anchor="middle" '
-                   f'fill="currentColor" font-weight="bold">{html.escape(k[:20])}</text>')
+                   f'fill="currentColor" font-weight="bold">{esc(k, 20)}</text>')
         for t, label in axes[k].labels():
             out.append(f'<text x="{x + 3:.1f}" y="{y(t) + 3:.1f}" fill="currentColor" '
                        f'opacity="0.75">{label}</text>')
@@ -165,8 +162,8 @@ def scatter(rows, name, metric, axis_x, axis_y) -> str:
     """The metric against one parameter."""
     w, h, pad = 220, 150, 26
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" style="width:{w}px;'
-           f'font:10px sans-serif" role="img" aria-label="{html.escape(metric)} against '
-           f'{html.escape(name)}"><rect x="{pad}" y="4" width="{w - pad - 4}" '
+           f'font:10px sans-serif" role="img" aria-label="{esc(metric)} against '
+           f'{esc(name)}"><rect x="{pad}" y="4" width="{w - pad - 4}" '
            f'height="{h - pad - 4}" fill="none" stroke="currentColor" stroke-opacity="0.4"/>']
     for r in rows:
         px, py = axis_x.pos(r[name]), axis_y.pos(r[metric])
@@ -176,7 +173,7 @@ def scatter(rows, name, metric, axis_x, axis_y) -> str:
                    f'cy="{8 + (1 - py) * (h - pad - 12):.1f}" r="2" fill="#1f77b4" '
                    'fill-opacity="0.6"/>')
     out.append(f'<text x="{(w + pad) / 2}" y="{h - 8}" text-anchor="middle" '
-               f'fill="currentColor">{html.escape(name[:30])}</text></svg>')
+               f'fill="currentColor">{esc(name, 30)}</text></svg>')
     return "".join(out)
 
 
@@ -227,7 +224,7 @@ def best_so_far(trials, metric, mode, started) -> str:
         f'fill="currentColor">{_fmt(hi)}</text><text x="{left - 4}" y="{sy(lo) + 8:.1f}" '
         f'text-anchor="end" fill="currentColor">{_fmt(lo)}</text><text x="{(w + left) / 2}" '
         f'y="{h - 6}" text-anchor="middle" fill="currentColor">seconds ({len(done)} done, '
-        f'best {html.escape(metric)} {_fmt(steps[-1][1])})</text></svg>')
+        f'best {esc(metric)} {_fmt(steps[-1][1])})</text></svg>')
 
 
 def sort_rows(rows, sort, metric, mode) -> list[dict]:
@@ -244,7 +241,7 @@ def sort_rows(rows, sort, metric, mode) -> list[dict]:
 
 def table(rows, columns, sort, limit) -> str:
     cell = CELL
-    head = "".join(f"<th {cell}>{html.escape(c)}{' ▼' if c == sort else ''}</th>"
+    head = "".join(f"<th {cell}>{esc(c)}{' ▼' if c == sort else ''}</th>"
                    for c in columns)
     body = []
     for r in rows[:limit]:
@@ -253,11 +250,11 @@ def table(rows, columns, sort, limit) -> str:
             v = r.get(c)
             if c == "status":
                 tds.append(f'<td {cell}><span style="color:{_STATUS_COLOR.get(v, "inherit")}">'
-                           f"{html.escape(str(v))}</span></td>")
+                           f"{esc(str(v))}</span></td>")
             else:
                 tds.append(f"<td {cell}>{_fmt(v)}</td>")
         run = r.get("_run")
-        link = (f' data-run-id="{html.escape(run)}" title="open run {html.escape(run)}" '
+        link = (f' data-run-id="{esc(run)}" title="open run {esc(run)}" '
                 'style="cursor:pointer"' if is_run_id(run) else "")
         body.append(f'<tr class="trial-row" data-trial="{r["trial"]}"{link}>{"".join(tds)}</tr>')
     more = (f'<div style="opacity:0.7">{len(rows) - limit} more trials (sw.table() has them '
@@ -312,19 +309,19 @@ def render(record: dict, trials: list[dict], sort: str = "value", rows: int = RO
                  and _finite(r[metric])), None) if sort == "value" else \
         next((r for r in sort_rows(table_rows, "value", metric, mode)
               if r["status"] in ("finished", "stopped") and _finite(r[metric])), None)
-    best_text = (f"best: trial {best['trial']}, {html.escape(metric)} {_fmt(best[metric])} "
-                 f"({', '.join(f'{html.escape(k)}={_fmt(best[k])}' for k in params)})"
+    best_text = (f"best: trial {best['trial']}, {esc(metric)} {_fmt(best[metric])} "
+                 f"({', '.join(f'{esc(k)}={_fmt(best[k])}' for k in params)})"
                  if best else "best: none yet")
     note = (f" · lines: {len(drawn)} of {valued} trials (the best tenth and an even spread)"
             if len(drawn) < valued else "")
     scatters = "".join(scatter(drawn, k, metric, axes[k], axes[metric]) for k in params)
     status = status or record["status"]
     return (
-        f'<div class="labkit-sweep-view" data-sweep-id="{html.escape(record["id"])}" '
+        f'<div class="labkit-sweep-view" data-sweep-id="{esc(record["id"])}" '
         f'style="color:inherit">'
-        f"<div><b>sweep {html.escape(record['name'] or '')}</b> · {html.escape(record['id'])}"
-        f" · <span>{html.escape(status)}</span>{actions(status)} · "
-        + ", ".join(f"{html.escape(k)} {v}" for k, v in sorted(counts.items()))
+        f"<div><b>sweep {esc(record['name'])}</b> · {esc(record['id'])}"
+        f" · <span>{esc(status)}</span>{actions(status)} · "
+        + ", ".join(f"{esc(k)} {v}" for k, v in sorted(counts.items()))
         + f" of {len(trials)}</div><div>{best_text}{note}</div>"
         f"<div>{parallel(drawn, params, metric, mode, axes)}</div>"
         f'<div style="display:flex;flex-wrap:wrap;gap:8px">'
