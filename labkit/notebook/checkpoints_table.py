@@ -8,6 +8,8 @@ import json
 import math
 import time
 
+from .. import _html
+
 #: the table's fixed columns around the metrics (one name per concept: ``iteration``)
 COLUMNS = ("iteration", "epoch")
 #: at most this many metric columns (the rest are in each row's tooltip)
@@ -91,10 +93,11 @@ def metric_keys(records) -> list:
 
 def table_html(records, keys, selected=None) -> str:
     """One ``<tr>`` per checkpoint (``records`` from ``lk.runs.checkpoints``), oldest first;
-    ``selected``: the id of the highlighted row. Every value is escaped here."""
+    ``selected``: the id of the highlighted row. Every value is escaped here (a cell as
+    ``_html.esc``: hidden characters shown, cut at 200 characters)."""
     if not records:
         return "<i class='labkit-hint'>no checkpoints yet</i>"
-    head = "".join(f"<th>{esc(k)}</th>" for k in [*COLUMNS, *keys, "size", "valid"])
+    head = "".join(f"<th>{_html.esc(k)}</th>" for k in [*COLUMNS, *keys, "size", "valid"])
     body = []
     for c in records:
         metrics = c["metrics"] if isinstance(c.get("metrics"), dict) else {}
@@ -108,7 +111,7 @@ def table_html(records, keys, selected=None) -> str:
         if not c.get("valid"):
             title += "\nfailed verification: it cannot be restored or forked"
         body.append(f"<tr class='{classes}' title='{esc(title)}'>"
-                    + "".join(f"<td>{esc(v)}</td>" for v in cells) + "</tr>")
+                    + "".join(f"<td>{_html.esc(v)}</td>" for v in cells) + "</tr>")
     return (f"<table class='labkit-checkpoints'><tr>{head}</tr>{''.join(body)}</table>")
 
 

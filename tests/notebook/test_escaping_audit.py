@@ -131,3 +131,16 @@ def test_trend_and_graph_details_show_hostile_names_as_short_text():
     node = {"kind": "function", "op": HOSTILE[0], "brick": "/" + HOSTILE[8] + HOSTILE[-1],
             "dtype": HOSTILE[6], "expected": HOSTILE[4]}
     assert_text_only(gd.tip_html(node), {"b", "br"})
+
+
+def test_the_checkpoint_tables_cells_are_short_text():
+    from labkit.notebook.checkpoints_table import metric_keys, table_html
+
+    # NOTE: another writer (or a crafted file) can put any text in a checkpoint's epoch and
+    # metrics; a 100,000-character key went whole into the header, its value into each row
+    records = [{"id": i, "iteration": i, "epoch": HOSTILE[8] + HOSTILE[-1], "size": 10,
+                "metrics": {HOSTILE[6] + HOSTILE[-1]: HOSTILE[4] + HOSTILE[-1], "loss": 0.5},
+                "valid": True, "created": 0.0, "path": "/p"} for i in range(5)]
+    text = table_html(records, metric_keys(records))
+    assert_text_only(text, {"table", "tr", "th", "td"})
+    assert "<td>0.5</td>" in text and len(text) < 8000
