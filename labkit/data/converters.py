@@ -332,7 +332,37 @@ def _check_digits(path) -> None:
 
     NOTE: read through once per process and version of the file (a sweep's trials and a
     notebook's cells open it again and again, 3 ms each time); a file written since is checked
-    again, and reading it checks every chunk's checksum anyway."""
+    again, and reading it checks every chunk's checksum anyway. One process at a time checks
+    and builds it (a lock file beside it): two that built it at once (a sweep's first trials on
+    a fresh machine) each put their own file in place, and the first one's dataset then found
+    its file replaced and failed its trial."""
+    with _one_at_a_time(path):
+        _check_digits_locked(path)
+
+
+def _one_at_a_time(path):
+    """An exclusive lock on ``.<name>.lock`` beside ``path`` while the block runs (POSIX; where
+    it cannot be had, a directory that cannot be written or no fcntl, the block runs as it
+    is: building the file then fails, or races, as it would have without it)."""
+    import contextlib
+
+    try:
+        import fcntl
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path.with_name(f".{path.name}.lock"), "ab")  # noqa: SIM115 - closed below
+    except (ImportError, OSError):
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def held():
+        with f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield
+    return held()
+
+
+def _check_digits_locked(path) -> None:
     if path.exists() and _old_format(path):
         path.unlink()  # labkit's own copy, rebuilt in the checksummed format
     seen = _stamp(path)  # NOTE: the version read through below

@@ -190,3 +190,45 @@ def test_digits_are_read_through_once_per_file_version(monkeypatch):
     assert calls == [path]
     lk.data.get("digits")
     assert calls == [path]
+
+
+RACE = """
+import os, sys, time
+from pathlib import Path
+import labkit as lk
+
+go, done, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+(go.parent / "ready" / str(os.getpid())).touch()  # NOTE: imported: all start together
+while not go.exists():
+    time.sleep(0.001)
+ds = lk.data.get("digits")
+(done / str(os.getpid())).touch()
+while len(list(done.iterdir())) < n:  # NOTE: every process has built or found the file
+    time.sleep(0.01)
+print(ds.get_data(slice(0, ds.num_examples))["targets"].sum())
+"""
+
+
+def test_processes_that_get_digits_at_once_on_a_fresh_home_all_read_it(tmp_path):
+    """A sweep's first trials on a fresh machine: each worker built the digits file and put
+    its own in place, and the others' open datasets found their file replaced ("changed or
+    replaced since this dataset opened it") and failed their trials. One builds it now."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    go, done, n = tmp_path / "go", tmp_path / "done", 4
+    done.mkdir()
+    (tmp_path / "ready").mkdir()
+    env = {**os.environ, "LABKIT_HOME": str(tmp_path / "home")}
+    procs = [subprocess.Popen([sys.executable, "-c", RACE, str(go), str(done), str(n)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(n)]
+    deadline = time.monotonic() + 60
+    while len(list((tmp_path / "ready").iterdir())) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.touch()
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e[-2000:] for _, e in outs]
+    assert len({o.strip() for o, _ in outs}) == 1
