@@ -77,9 +77,21 @@ def dask_setup(worker) -> None:
 #: SIGINT is ignored before Python starts Dask, and dask spec waits for SIGTERM alone, so the
 #: worker process the Nanny starts inherits the ignored SIGINT too
 WORKER_MAIN = """
-import asyncio, signal, sys
+import asyncio, logging, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 from distributed.cli import dask_spec
+
+
+class Quiet(logging.Filter):
+    # the Nanny's own lines: a worker that died (the driver records that trial's failure and
+    # why, or it was the driver that died: a traceback from Dask's watch_stop_q, after a
+    # SIGKILLed driver) and its INFO lines about closing
+    def filter(self, record):
+        return record.levelno >= logging.WARNING and not str(record.msg).startswith(
+            "Worker process died unexpectedly")
+
+
+logging.getLogger("distributed.nanny").addFilter(Quiet())
 
 async def sigterm():
     done = asyncio.Event()
