@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 
-from .._html import esc
+from ..runs.html import esc
 
 FAILED = "failed"  # the id and kind of the op a ShapeError stopped (it never reached the tape)
 

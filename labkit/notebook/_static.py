@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 import sys
 
-from .._html import esc, unit
 from ..runs.downsample import minmax_indices
+from ..runs.html import esc, unit
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf"]

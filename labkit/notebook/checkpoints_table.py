@@ -8,7 +8,7 @@ import json
 import math
 import time
 
-from .. import _html
+from ..runs import html as _html
 
 #: the table's fixed columns around the metrics (one name per concept: ``iteration``)
 COLUMNS = ("iteration", "epoch")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._html import esc
+from ..runs.html import esc
 from . import _bokeh
 from . import _graph_data as gd
 from ._graph_data import FAILED, collapse, layout

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from .._html import esc, unit
+from ..runs.html import esc, unit
 from .space import SweepError
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import threading
 
-from .._html import esc, lerp, unit
+from ..runs.html import esc, lerp, unit
 from ..runs.ids import is_run_id
 
 #: the most trials drawn as lines and dots (the best first, then an even spread of the rest)

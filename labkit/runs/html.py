@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from .runs.checks import printable
+from .checks import printable
 
 #: the most characters of one name or value shown; the rest is cut (a sweep's choice, a metric
 #: key or a brick name can be any length, and each is shown in every row that has it)
