@@ -197,6 +197,11 @@ def _on_long_lived_thread(fn):
     return box[0]
 
 
+#: seconds the workers get to end on their own at shutdown before they are terminated (one
+#: stuck in a transformer, or stopped, is)
+SHUTDOWN_GRACE = 2.0
+
+
 def _shutdown(procs, tasks, results):
     for c in tasks:
         try:
@@ -206,7 +211,7 @@ def _shutdown(procs, tasks, results):
     # NOTE: closing the result pipes unblocks a worker stuck sending a result nobody will read.
     for c in [*tasks, *results]:
         c.close()
-    deadline = time.monotonic() + 2.0
+    deadline = time.monotonic() + SHUTDOWN_GRACE
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
     for p in procs:

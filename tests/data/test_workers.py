@@ -74,12 +74,15 @@ def test_unsendable_result_is_reported_at_once():
     assert s._procs == []
 
 
-def test_hung_worker_times_out_with_its_name():
+def test_hung_worker_times_out_with_its_name(monkeypatch):
     # NOTE: the timeout counts from when the worker starts the item (not from when it was asked
     # for, which included the workers' start-up). It is set to 3 s once items 0-4 have come,
     # and item 5 is the last: no other item is in preparation then, so only item 5 can exceed
     # it (with 3 s throughout, a machine that stalls a worker 3 s on an item of a few
     # milliseconds would name that item)
+    from labkit.data import workers
+
+    monkeypatch.setattr(workers, "SHUTDOWN_GRACE", 0.2)  # NOTE: the hung one is terminated
     s = Parallel(Mapping(DataStream(helpers.images(6), batch_size=None), helpers.hang_on_item_5),
                  workers=2)
     items = iter(s)
