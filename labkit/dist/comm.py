@@ -33,6 +33,7 @@ import time
 
 import numpy as np
 
+from .._proc import alive
 from ..errors import LabkitError
 
 
@@ -52,7 +53,8 @@ LEFT, ENDED = 1, 2
 CHECK_AFTER, CHECK_EVERY = 0.5, 0.25
 
 
-def _stall_seconds(name: str = "LABKIT_DIST_STALL") -> float:
+def _seconds_or_never(name: str) -> float:
+    """Setting ``name`` in seconds; inf (never) where it is 0."""
     from ..config import get
 
     v = get(name)
@@ -112,9 +114,9 @@ class Communicator:
             _ops.update(sum=self.mpi.SUM, max=self.mpi.MAX, min=self.mpi.MIN)
         self.rank = 0 if self.comm is None else self.comm.Get_rank()
         self.size = 1 if self.comm is None else self.comm.Get_size()
-        self.stall_seconds = _stall_seconds() if stall_seconds is None else stall_seconds
+        self.stall_seconds = _seconds_or_never("LABKIT_DIST_STALL") if stall_seconds is None else stall_seconds
         #: seconds in one collective before the wait ends with a DistError (inf: never)
-        self.timeout = _stall_seconds("LABKIT_DIST_TIMEOUT") if timeout is None else timeout
+        self.timeout = _seconds_or_never("LABKIT_DIST_TIMEOUT") if timeout is None else timeout
         self.seq = 0  # collectives entered on this rank (the same sequence on every rank)
         #: this rank's weight in the gradient average of the current step (DataParallel sets
         #: it: the examples of its shard); AllReduceSum's gradient is weighted by it
@@ -180,7 +182,7 @@ class Communicator:
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             s, o, _, pid, state = (int(v) for v in table[0])
-            if state in (LEFT, ENDED) or not _alive(pid) or s > self.seq:
+            if state in (LEFT, ENDED) or not alive(pid) or s > self.seq:
                 return
             time.sleep(0.01)
 
@@ -258,7 +260,7 @@ class Communicator:
                                 f"while {here}: the ranks ran different numbers of steps or "
                                 "collectives (a rank with fewer batches, a collective inside "
                                 "an if on some ranks)")
-            if state != LEFT and pid > 0 and not _alive(pid):
+            if state != LEFT and pid > 0 and not alive(pid):
                 # NOTE: one gone after this collective may have sent its part: seen twice
                 if s < self.seq or self._odd.get(r) == "gone":
                     raise DistError(f"rank {r} (pid {pid}) is gone (killed, or it crashed) "
@@ -454,21 +456,6 @@ def _what(op: str, detail: int) -> str:
 def _named(op_id: int, detail: int) -> str:
     """A collective as the shared table holds it, in words."""
     return _what(OPS[op_id], detail) if 0 <= op_id < len(OPS) else "?"
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (on this node; a zombie does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True  # NOTE: no /proc (not Linux): kill() said it exists
 
 
 class Progress:

@@ -24,7 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .._proc import THREAD_VARS  # the BLAS thread-count variables set for each rank
+from .._proc import THREAD_VARS, alive  # THREAD_VARS: set to 1 for each rank
 from ..runs import launched
 from .comm import DistError
 
@@ -126,17 +126,8 @@ def end_processes(token: str, grace: float = 5.0) -> list[int]:
     left = found
     while left and time.monotonic() < deadline:
         time.sleep(0.02)
-        left = [p for p in left if _running(p)]
+        left = [p for p in left if alive(p)]
     return found
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie waiting for its parent does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
 
 
 def ends_with_parent():
@@ -199,14 +190,14 @@ def launch(n: int, script, args=(), *, threads: int = 1, timeout: float | None =
             # process (a killed `labkit launch` leaves no job running on its own)
             proc = subprocess.Popen(cmd, env=env, preexec_fn=ends_with_parent(), stderr=err)
         with _Tail(log) as tail:
-            rc, ended = None, None
+            rc, ended, status = None, None, "failed"
             try:
                 rc = tail.follow(proc, timeout)
             except subprocess.TimeoutExpired:
                 print(f"labkit launch: the job ran past {timeout} s; ending it", file=sys.stderr)
                 rc, ended = 124, f"ended after the launch's timeout of {timeout} s"
             except KeyboardInterrupt:
-                ended = "ended by Ctrl-C of labkit launch"
+                ended, status = "ended by Ctrl-C of labkit launch", "interrupted"
                 # NOTE: the ranks got the SIGINT too; give them a moment to write their
                 # interrupt checkpoint before mpiexec is ended below
                 try:
@@ -225,7 +216,7 @@ def launch(n: int, script, args=(), *, threads: int = 1, timeout: float | None =
                 end_processes(token)  # NOTE: ranks that outlived mpiexec (killed, past timeout)
                 tail.copy()
         if rc != 0:
-            settle(listing, rc, tail.text(), ended)
+            settle(listing, rc, tail.text(), ended, status)
         return rc
 
 
@@ -282,11 +273,12 @@ class _Tail:
         return bytes(self.tail).decode(errors="replace")
 
 
-def settle(listing, rc: int, text: str, ended: str | None = None) -> list[str]:
+def settle(listing, rc: int, text: str, ended: str | None = None,
+           status: str = "failed") -> list[str]:
     """Record the runs listed in ``listing`` (``labkit.runs.launched``) that the job left
-    ``created``, ``running`` or ``paused``: failed, with the reasons in the job's stderr
-    ``text`` (interrupted where ``ended`` says the launcher ended the job: Ctrl-C); the ids
-    recorded."""
+    ``created``, ``running`` or ``paused`` as ``status``: failed, with the reasons in the job's
+    stderr ``text``, or interrupted (Ctrl-C: ``ended`` says how the launcher ended the job);
+    the ids recorded."""
     from ..errors import RunStoreError
     from ..runs.store import RunStore
     from .job import reasons
@@ -300,10 +292,9 @@ def settle(listing, rc: int, text: str, ended: str | None = None) -> list[str]:
             stored = store.get(rid)["stored_status"]
             if stored not in ("created", "running", "paused"):
                 continue  # NOTE: its loop recorded how it ended
-            if ended is not None and "Ctrl-C" in ended:
-                status, why = "interrupted", f"{ended} before its loop recorded it"
+            if status == "interrupted":
+                why = f"{ended} before its loop recorded it"
             else:
-                status = "failed"
                 why = ended or (f"the job exited with status {rc} while this run was {stored} "
                                 "(mpiexec ends every rank when one fails)")
                 found = reasons(text)

@@ -401,7 +401,8 @@ def test_runs_a_failed_launch_left_unfinished_are_recorded_with_the_reason(tmp_p
         assert not (tmp_path / "gone.sqlite").exists()
         again = store.create_run(name="d")
         store.update_run(again, status="running")
-        assert settle(listing, 130, "", "ended by Ctrl-C of labkit launch") == [again]
+        assert settle(listing, 130, "", "ended by Ctrl-C of labkit launch",
+                      "interrupted") == [again]
         assert store.get(again)["status"] == "interrupted"
         assert store.get(again)["error"] == ("labkit launch: ended by Ctrl-C of labkit launch "
                                              "before its loop recorded it")
