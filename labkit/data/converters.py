@@ -19,6 +19,7 @@ use; the converter can also write anywhere:
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import lzma
 import struct
@@ -340,26 +341,22 @@ def _check_digits(path) -> None:
         _check_digits_locked(path)
 
 
+@contextlib.contextmanager
 def _one_at_a_time(path):
     """An exclusive lock on ``.<name>.lock`` beside ``path`` while the block runs (POSIX; where
     it cannot be had, a directory that cannot be written or no fcntl, the block runs as it
     is: building the file then fails, or races, as it would have without it)."""
-    import contextlib
-
     try:
         import fcntl
 
         path.parent.mkdir(parents=True, exist_ok=True)
         f = open(path.with_name(f".{path.name}.lock"), "ab")  # noqa: SIM115 - closed below
     except (ImportError, OSError):
-        return contextlib.nullcontext()
-
-    @contextlib.contextmanager
-    def held():
-        with f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            yield
-    return held()
+        yield
+        return
+    with f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 def _check_digits_locked(path) -> None:

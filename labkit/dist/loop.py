@@ -411,7 +411,8 @@ class DataParallelLoop(MainLoop):
         rank stops after the same batch and writes its interrupt checkpoint, the run is
         recorded interrupted, and ``run()`` then raises ``Terminated`` (a KeyboardInterrupt:
         ``python -m mpi4py`` ends the job). A second SIGTERM (``SIGTERM_ECHO`` seconds or more
-        later) raises at once; in one process the first does. Returns what puts the previous handler back."""
+        later) raises at once; in one process the first does. Returns what puts the previous
+        handler back."""
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
         previous = signal.getsignal(signal.SIGTERM)
