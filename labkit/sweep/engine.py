@@ -64,10 +64,25 @@ def quiet_trial_failures() -> None:
             log.addFilter(_TrialFailures())
 
 
+class _NannyGone(logging.Filter):
+    """Drops the line and traceback a worker process logs when its Nanny's pipe breaks
+    ("Worker process died unexpectedly", from Dask's ``watch_stop_q``, which runs in the
+    worker process, not in the Nanny's). Local workers see it after their driver was killed:
+    the scheduler went with the driver, the Nanny ends, the worker follows it. The driver
+    records what became of each trial (``labkit sweep resume``), so these lines only
+    filled the terminal, one traceback per worker."""
+
+    def filter(self, record):
+        return not str(record.msg).startswith("Worker process died unexpectedly")
+
+
 def dask_setup(worker) -> None:
     """Run in each local worker process as it starts (Dask's ``preload`` of this module),
     restarted ones included."""
     quiet_trial_failures()
+    log = logging.getLogger("distributed.nanny")
+    if not any(isinstance(f, _NannyGone) for f in log.filters):
+        log.addFilter(_NannyGone())
 
 
 #: a local worker process: ``dask spec`` (a Nanny and its worker), deaf to SIGINT. Ctrl-C in a
@@ -83,12 +98,10 @@ from distributed.cli import dask_spec
 
 
 class Quiet(logging.Filter):
-    # the Nanny's own lines: a worker that died (the driver records that trial's failure and
-    # why, or it was the driver that died: a traceback from Dask's watch_stop_q, after a
-    # SIGKILLed driver) and its INFO lines about closing
+    # the Nanny's INFO lines about starting and closing (its worker process drops its own
+    # "Worker process died unexpectedly": _NannyGone, installed by dask_setup)
     def filter(self, record):
-        return record.levelno >= logging.WARNING and not str(record.msg).startswith(
-            "Worker process died unexpectedly")
+        return record.levelno >= logging.WARNING
 
 
 logging.getLogger("distributed.nanny").addFilter(Quiet())
