@@ -11,6 +11,7 @@ numbers: ``slope``, ``intercept``, ``r2``, ``points``.
 from __future__ import annotations
 
 import math
+import numbers
 
 from ..runs.html import esc, unit
 from .space import SweepError
@@ -18,20 +19,36 @@ from .space import SweepError
 
 def linear_fit(xs, ys) -> tuple[float, float, float]:
     """``(slope, intercept, r2)`` of the least-squares line through the points; R² is 1 for
-    points on a line and 0 for a line no better than their mean. Needs two distinct x."""
+    points on a line and 0 for a line no better than their mean. Needs two distinct x, all
+    finite. Computed on x and y scaled to at most 1 in size, so values near the float limits
+    (1e308) give the line (or an infinite slope, where it is too steep for a float) rather
+    than an overflow."""
     n = len(xs)
     if n != len(ys) or n < 2:
         raise SweepError(f"linear_fit: needs two points or more of (x, y), got {n}")
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx == 0:
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        if not (_real(x) and _real(y)):
+            raise SweepError(f"linear_fit: point {i} is ({x!r}, {y!r}); every x and y must be "
+                             "a finite number")
+    xs, ys = [float(x) for x in xs], [float(y) for y in ys]
+    sx = max(abs(x) for x in xs) or 1.0
+    sy = max(abs(y) for y in ys) or 1.0
+    us, vs = [x / sx for x in xs], [y / sy for y in ys]
+    mu, mv = math.fsum(us) / n, math.fsum(vs) / n
+    suu = math.fsum((u - mu) ** 2 for u in us)
+    if suu == 0:
         raise SweepError("linear_fit: every x is the same: a line through them has no slope")
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    intercept = my - slope * mx
-    syy = sum((y - my) ** 2 for y in ys)
-    resid = sum((y - (intercept + slope * x)) ** 2 for x, y in zip(xs, ys))
-    r2 = 1.0 if syy == 0 else 1 - resid / syy
-    return slope, intercept, r2
+    slope = math.fsum((u - mu) * (v - mv) for u, v in zip(us, vs)) / suu
+    intercept = mv - slope * mu
+    svv = math.fsum((v - mv) ** 2 for v in vs)
+    resid = math.fsum((v - (intercept + slope * u)) ** 2 for u, v in zip(us, vs))
+    r2 = 1.0 if svv == 0 else 1 - resid / svv
+    return slope * (sy / sx), intercept * sy, r2
+
+
+def _real(v) -> bool:
+    """A finite real number: a Python or NumPy int or float, not a bool."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _number(v) -> bool:
@@ -57,8 +74,9 @@ class Trend:
         pad = 40
         xs, ys = [p[0] for p in self.points], [p[1] for p in self.points]
         line = [self.intercept + self.slope * x for x in (min(xs), max(xs))]
+        drawn = all(map(math.isfinite, line))  # not a line too steep for a float
         x0, x1 = min(xs), max(xs)
-        y0, y1 = min(ys + line), max(ys + line)
+        y0, y1 = min(ys + line * drawn), max(ys + line * drawn)
         y1 = y1 if y1 > y0 else y0 + 1
 
         def px(x):
@@ -74,9 +92,10 @@ class Trend:
         for x, y in self.points:
             out.append(f'<circle class="point" cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" '
                        'fill="#1f77b4" fill-opacity="0.7"/>')
-        out.append(f'<line class="fit" x1="{px(x0):.1f}" y1="{py(line[0]):.1f}" '
-                   f'x2="{px(x1):.1f}" y2="{py(line[1]):.1f}" stroke="#d62728" '
-                   'stroke-width="1.5"/>')
+        if drawn:
+            out.append(f'<line class="fit" x1="{px(x0):.1f}" y1="{py(line[0]):.1f}" '
+                       f'x2="{px(x1):.1f}" y2="{py(line[1]):.1f}" stroke="#d62728" '
+                       'stroke-width="1.5"/>')
         for v, anchor, xx, yy in ((y0, "end", pad - 4, py(y0)), (y1, "end", pad - 4, py(y1) + 8),
                                   (x0, "middle", px(x0), height - pad + 14),
                                   (x1, "middle", px(x1), height - pad + 14)):

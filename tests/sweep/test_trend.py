@@ -24,6 +24,24 @@ def test_linear_fit_matches_numpy_and_r2_is_the_explained_share():
         linear_fit([1], [1])
 
 
+def test_linear_fit_near_the_float_limits_and_of_numpy_scalars():
+    # NOTE: (x - mean) ** 2 of floats near 1e308 raised a bare OverflowError
+    x = np.array([1e308, -1e308, 5e307, -3e307])
+    y = 0.5 * x + np.array([0, 1e306, -2e306, 5e305])
+    got = linear_fit(list(x), list(y))
+    s2, i2 = np.polyfit(x / 1e308, y / 1e308, 1)  # the same line, scaled for NumPy
+    assert got[:2] == pytest.approx((s2, i2 * 1e308), rel=1e-9)
+    assert 0.99 < got[2] <= 1
+    assert linear_fit([np.float32(1), np.int64(2), 3], [5, 7, 9]) == pytest.approx((2, 3, 1))
+    slope, intercept, r2 = linear_fit([1e-308, 2e-308], [1e308, -1e308])  # too steep
+    assert slope == -np.inf and r2 == 1.0
+    svg = Trend("x", "y", [(1e-308, 1e308), (2e-308, -1e308)]).svg()  # points, no line
+    assert svg.count('class="point"') == 2 and 'class="fit"' not in svg and "nan" not in svg
+    for bad in (float("nan"), float("inf"), True, "3", None):
+        with pytest.raises(SweepError, match=r"point 1 is .*finite number"):
+            linear_fit([1, bad, 3], [1, 2, 3])
+
+
 def test_the_svg_has_every_point_the_line_and_escapes_names():
     t = Trend("<depth>", "time & more", [(1, 1.0), (2, 2.1), (4, 3.9)])
     svg = t._repr_html_()
