@@ -114,7 +114,8 @@ class Communicator:
             _ops.update(sum=self.mpi.SUM, max=self.mpi.MAX, min=self.mpi.MIN)
         self.rank = 0 if self.comm is None else self.comm.Get_rank()
         self.size = 1 if self.comm is None else self.comm.Get_size()
-        self.stall_seconds = _seconds_or_never("LABKIT_DIST_STALL") if stall_seconds is None else stall_seconds
+        self.stall_seconds = (_seconds_or_never("LABKIT_DIST_STALL") if stall_seconds is None
+                              else stall_seconds)
         #: seconds in one collective before the wait ends with a DistError (inf: never)
         self.timeout = _seconds_or_never("LABKIT_DIST_TIMEOUT") if timeout is None else timeout
         self.seq = 0  # collectives entered on this rank (the same sequence on every rank)

@@ -177,6 +177,24 @@ def reasons(text: str, most: int = 3) -> list[str]:
     return (notes[:most - 1] + raised[-1:]) if raised else notes[:most]
 
 
+def settle_run(store, run_id: str, status: str, why, text: str, see: str = "") -> bool:
+    """Record the run ``run_id`` as ``status`` (failed, interrupted) if its loop did not record
+    how it ended (it is still ``created``, ``running`` or ``paused``): the error says ``why``
+    (a string, or a function of the status it was left in), a failure adds the ``reasons``
+    found in the job's output ``text``, then ``see``; its last 60 lines are the traceback.
+    Whether it recorded the run."""
+    stored = store.get(run_id)["stored_status"]
+    if stored not in ("created", "running", "paused"):
+        return False
+    why = why(stored) if callable(why) else why
+    found = reasons(text) if status == "failed" else []
+    if found:
+        why += ": " + "; ".join(found)
+    store.update_run(run_id, status=status, ended=time.time(), error=(why + see)[:2000],
+                     traceback="\n".join(text.splitlines()[-60:]) or None)
+    return True
+
+
 class Job:
     """A data-parallel job started by ``start()``: its run, its log, its processes."""
 
@@ -321,20 +339,15 @@ class Job:
                 # NOTE: the ranks' loops took the SIGTERM and recorded the run themselves
                 self._store.update_run(self.run_id, error=f"ended by {self._signalled} from "
                                        f"job.stop(); see {self.log_path}")
-            if run["stored_status"] not in ("created", "running", "paused"):
-                return
             if self._signalled:
                 status, why = "interrupted", f"ended by {self._signalled} from job.stop()"
-            elif run["stored_status"] == "created":
-                status, why = "failed", (f"the job exited with status {rc} before a "
-                                         "DataParallelLoop trained this run")
             else:
-                status, why = "failed", f"the job exited with status {rc} while training"
-            found = [] if self._signalled else reasons(self.log(200))
-            if found:
-                why += ": " + "; ".join(found)
-            self._store.update_run(self.run_id, status=status, ended=time.time(),
-                                   error=f"{why}; see {self.log_path}", traceback=self.log(60))
+                status, why = "failed", lambda stored: (
+                    f"the job exited with status {rc} before a DataParallelLoop trained this "
+                    "run" if stored == "created" else
+                    f"the job exited with status {rc} while training")
+            settle_run(self._store, self.run_id, status, why, self.log(200),
+                       see=f"; see {self.log_path}")
         except RunStoreError:
             pass  # NOTE: deleted meanwhile, or the store fails: nothing to record into
 

@@ -281,29 +281,23 @@ def settle(listing, rc: int, text: str, ended: str | None = None,
     the ids recorded."""
     from ..errors import RunStoreError
     from ..runs.store import RunStore
-    from .job import reasons
+    from .job import settle_run
 
+    if status == "interrupted":
+        why = f"labkit launch: {ended} before its loop recorded it"
+    elif ended:
+        why = f"labkit launch: {ended}"
+    else:
+        def why(stored):
+            return (f"labkit launch: the job exited with status {rc} while this run was "
+                    f"{stored} (mpiexec ends every rank when one fails)")
     done = []
     for path, rid in launched.listed(listing):
         try:
             if not os.path.isfile(path):
                 continue  # NOTE: never made here: a store is not created to be told of it
-            store = RunStore(path)
-            stored = store.get(rid)["stored_status"]
-            if stored not in ("created", "running", "paused"):
-                continue  # NOTE: its loop recorded how it ended
-            if status == "interrupted":
-                why = f"{ended} before its loop recorded it"
-            else:
-                why = ended or (f"the job exited with status {rc} while this run was {stored} "
-                                "(mpiexec ends every rank when one fails)")
-                found = reasons(text)
-                if found:
-                    why += ": " + "; ".join(found)
-            lines = text.splitlines()[-60:]
-            store.update_run(rid, status=status, ended=time.time(), error=f"labkit launch: {why}"
-                             [:2000], traceback="\n".join(lines) or None)
-            done.append(rid)
+            if settle_run(RunStore(path), rid, status, why, text):
+                done.append(rid)
         except (RunStoreError, OSError):
             continue  # NOTE: deleted meanwhile, or the store fails: nothing to record into
     return done
