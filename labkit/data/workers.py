@@ -103,7 +103,8 @@ def _send(results, outbox):
         if payload is None:
             return
         try:
-            results.send_bytes(payload)
+            for part in payload:  # its header, then the item (see Parallel._receive)
+                results.send_bytes(part)
         except BrokenPipeError:
             os._exit(0)  # the main process is gone or closed the pipe
         except BaseException:  # noqa: BLE001 - reported through the exit code
@@ -144,16 +145,22 @@ def _worker_main(index, stream, tasks, results, progress, parent_pid, use_prctl)
         progress[base] += 1
         progress[base + 1], progress[base + 2], progress[base + 3] = gen, epoch, k
         progress[base + 4] = _BUSY
+        # NOTE: the header (which item, or why not) and the item's pickle travel as two
+        # messages, so that an item this process can pickle but the main process cannot read
+        # back is reported with its number, in its turn
+        header, body = (gen, epoch, k, None, None), b""
         try:
-            result = (gen, epoch, k, stream.get_item(epoch, k), None, None)
+            item = stream.get_item(epoch, k)
         except BaseException as e:  # noqa: BLE001 - sent to the main process with its traceback
-            result = (gen, epoch, k, None, "raised", _format(e))
-        try:
-            payload = ForkingPickler.dumps(result)
-        except BaseException as e:  # noqa: BLE001 - unpicklable, too large: say so at once
-            payload = ForkingPickler.dumps((gen, epoch, k, None, "unsendable", _format(e)))
+            header = (gen, epoch, k, "raised", _format(e))
+        else:
+            try:
+                body = ForkingPickler.dumps(item)
+            except BaseException as e:  # noqa: BLE001 - unpicklable, too large: say so at once
+                header = (gen, epoch, k, "unsendable", _format(e))
+            del item
         progress[base + 4] = _IDLE
-        outbox.put(payload)
+        outbox.put((bytes(ForkingPickler.dumps(header)), body))
     stream.close()
 
 
@@ -466,17 +473,26 @@ class Parallel(Stream):
                    "this process.")
 
     def _receive(self, w, key):
+        pipe = self._results[w]
         try:
-            gen, e, j, item, kind, err = self._results[w].recv()
+            gen, e, j, kind, err = ForkingPickler.loads(pipe.recv_bytes())
+            body = pipe.recv_bytes()
         except (EOFError, OSError):
             self._died(w, key)
-        except Exception as exc:  # noqa: BLE001 - a result this process cannot unpickle
-            self._fail(f"{self._name(w)} sent a result this process cannot read "
-                       f"({type(exc).__name__}: {exc})")
         if gen != self._gen:
             return  # from before a load_state_dict
         self._pending.discard((e, j))
-        if kind == "raised":
+        if kind is None:
+            try:
+                item = ForkingPickler.loads(body)
+            except Exception as exc:  # noqa: BLE001 - e.g. a class the worker alone can import
+                kind, err = "unreadable", f"{type(exc).__name__}: {exc}"
+        if kind == "unreadable":
+            item = _Failed(f"{self._name(w)} sent item {j} of epoch {e}, which this process "
+                           f"cannot read back ({err}); an item's classes must import in the "
+                           "main process too: send arrays, numbers, strings, and lists and "
+                           "dicts of them")
+        elif kind == "raised":
             item = _Failed(f"{self._name(w)} raised while preparing item {j} of epoch {e}:"
                            f"\n{err}")
         elif kind == "unsendable":

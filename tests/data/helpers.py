@@ -72,6 +72,23 @@ def unsendable_on_item_5(item):
     return item
 
 
+def _refuse_to_load():
+    raise ImportError("only the worker has this class")
+
+
+class _WorkerOnly:
+    """Pickles in a worker; unpickling it raises (as a class the main process cannot import)."""
+
+    def __reduce__(self):
+        return _refuse_to_load, ()
+
+
+def unreadable_on_item_5(item):
+    if 5 in np.atleast_1d(item["index"]):
+        return {**item, "odd": _WorkerOnly()}
+    return item
+
+
 def _announce_block(item):
     if 3 not in np.atleast_1d(item["index"]):
         return False

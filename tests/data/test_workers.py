@@ -74,6 +74,20 @@ def test_unsendable_result_is_reported_at_once():
     assert s._procs == []
 
 
+@pytest.mark.timeout(60)
+def test_a_result_the_main_process_cannot_read_is_named_in_its_turn():
+    s = stream(helpers.unreadable_on_item_5)
+    got = []
+    # before: "sent a result this process cannot read", with no item number, and items 0-4
+    # lost when it came first
+    with pytest.raises(WorkerError, match=r"data worker 1 \(pid \d+\) sent item 5 of epoch 0, "
+                                          r"which this process cannot read back \(ImportError: "
+                                          r"only the worker has this class\)"):
+        for item in s:
+            got.append(int(np.asarray(item["index"]).reshape(-1)[0]))
+    assert got == [0, 1, 2, 3, 4] and s._procs == []
+
+
 def test_hung_worker_times_out_with_its_name(monkeypatch):
     # NOTE: the timeout counts from when the worker starts the item (not from when it was asked
     # for, which included the workers' start-up). It is set to 3 s once items 0-4 have come,
