@@ -35,7 +35,17 @@ def test_launches_are_held_behind_a_gate_and_give_the_same_results(monkeypatch):
     assert rt._gate is not None  # the last launches wait behind it
     np.testing.assert_array_equal(y.get(), _chain(h, 3 * context.BATCH))
     assert rt._gate is None
+    # any other kernel (a GEMM here) opens the gate as it is launched: it runs at once, with
+    # the launches held before it, and does not wait behind the gate for the next batch
+    m = lk.tensor(np.ones((37, 5), np.float32), device="cl").data  # NOTE: an upload opens it
+    y = _chain(lk.tensor(h, device="cl").data, context.BATCH + 3)
+    assert rt._gate is not None
+    z = y.reshape(1, 37) @ m
+    assert rt._gate is None
+    np.testing.assert_allclose(z.get(), _chain(h, context.BATCH + 3).reshape(1, 37) @
+                               np.ones((37, 5), np.float32), rtol=1e-6)
     rt.batching = False
+    assert rt.lock is rt.launch_lock  # no gate to open: the plain lock
     y = _chain(lk.tensor(h, device="cl").data, 3 * context.BATCH)
     assert rt._gate is None
     np.testing.assert_array_equal(y.get(), _chain(h, 3 * context.BATCH))

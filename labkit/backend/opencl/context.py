@@ -160,6 +160,27 @@ def no_fp64_error(info: DeviceInfo, op: str) -> DTypeError:
 BATCH = 32
 
 
+class _Releasing:
+    """A runtime's launch lock that opens its gate (``Runtime._release``) once taken."""
+
+    __slots__ = ("_lock", "_rt")
+
+    def __init__(self, rt):
+        self._lock, self._rt = rt.launch_lock, rt
+
+    def __enter__(self):
+        self._lock.acquire()
+        try:
+            self._rt._release()
+        except BaseException:
+            self._lock.release()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self._lock.release()
+
+
 class Runtime:
     """The context, in-order queue and memory pool of one OpenCL device.
 
@@ -172,10 +193,12 @@ class Runtime:
     where the cores are oversubscribed those wake-ups take the host's time (a chain of small
     ops on a loaded 2-core machine: 24-25 µs of CPU per op, 15 µs batched). On an idle
     machine the device's running each kernel at once overlaps it with the host's next ops,
-    which batching gives up (eager MLP steps 1.06-1.15x the time), so it is off by default.
-    The queue holds a barrier on a user event (the gate); ``tick`` counts launches, and every
-    ``BATCH`` of them enqueues the next gate and opens the last. Every wait for the device
-    opens the gate first: ``finish``, a read (``ndarray.get``, ``download_later``), and
+    which batching gave up while a GEMM waited behind the gate (eager MLP steps 1.06-1.15x
+    the time). Only elementwise launches are held now: any other launch opens the gate
+    (``lock``). The queue holds a barrier on a user event (the gate); ``tick`` counts
+    launches, and every ``BATCH`` of them enqueues the next gate and opens the last. Every
+    wait for the device opens the gate first: ``finish``, a read (``ndarray.get``,
+    ``download_later``), and
     ``upload``, whose pending copy pyopencl waits for, holding the GIL, if its event is
     dropped. Work behind a closed gate runs at the latest when the host next waits; a GPU's
     queue is never gated.
@@ -192,8 +215,11 @@ class Runtime:
         self.pool = MemoryPool(ImmediateAllocator(self.queue))
         self.kernels: dict = {}  # in-memory kernel cache, see program.py
         # NOTE: a cached kernel object is shared, and a launch is set_args + enqueue: two
-        # threads (a training thread and the notebook's) must not interleave them
-        self.lock = threading.Lock()
+        # threads (a training thread and the notebook's) must not interleave them.
+        # ``launch_lock`` is the lock itself, taken by elementwise launches; ``lock``, taken
+        # by every other launch and wait, also opens the gate when batching (``batching``)
+        self.launch_lock = threading.Lock()
+        self.lock = self.launch_lock
         self.build_lock = threading.RLock()  # cache misses: one thread builds, others wait
         self.tuned: dict = {}  # per-device tuning choices (GEMM blocking), see gemm.py
         #: times the host waited for this device's queue (finish, a read, a blocking copy):
@@ -202,11 +228,23 @@ class Runtime:
         # NOTE: pyopencl's event for a non-blocking upload holds the host buffer alive and,
         # when dropped before the copy ran, waits for it: uploads keep theirs here until done
         self._uploads: list = []
+        self._gate = None  # NOTE: the user event the queue's last barrier waits for
+        self._left = 0  # launches until the next gate
         #: whether small launches are batched (``tick``): on CPU devices, with
         #: ``LABKIT_CL_BATCH`` on
         self.batching = info.is_cpu and config.get("LABKIT_CL_BATCH")
-        self._gate = None  # NOTE: the user event the queue's last barrier waits for
-        self._left = 0  # launches until the next gate
+
+    @property
+    def batching(self) -> bool:
+        return self._batching
+
+    @batching.setter
+    def batching(self, on: bool) -> None:
+        # NOTE: only elementwise launches are held: any other kernel (a GEMM, a reduction,
+        # a convolution) opens the gate as it takes ``lock`` and runs at once, with the small
+        # launches before it, overlapping the host's next ops as it does unbatched
+        self._batching = bool(on)
+        self.lock = _Releasing(self) if on else self.launch_lock
 
     def tick(self) -> None:
         """Count a small launch just enqueued (under ``lock``): every ``BATCH``-th enqueues

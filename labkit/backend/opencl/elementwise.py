@@ -299,8 +299,8 @@ def _launcher(plan, rt):
     scalar, the dims), with the plan's constants bound (a loop that built the list took about
     a microsecond more per launch); then counts it for the runtime's batching (``tick``)."""
     kernel, n, gs, ls, strides, dims, kinds = plan
-    env = {"K": kernel, "Q": rt.queue, "LOCK": rt.lock, "TICK": rt.tick, "G": (gs,), "L": (ls,),
-           "BOOL": np.bool_}
+    env = {"K": kernel, "Q": rt.queue, "LOCK": rt.launch_lock, "TICK": rt.tick, "G": (gs,),
+           "L": (ls,), "BOOL": np.bool_}
     args = ["o.data", "o.offset"]
 
     def consts(values):
