@@ -9,8 +9,10 @@ from labkit.models import common, resnet
 
 
 def test_trains_to_98_5_percent_on_cpu():
-    # about 20-25 s on 2 cores: the one full training in tests/models that takes that long
-    model, results = resnet.train({"device": "cpu"})
+    # the shipped recipe's cosine schedule over 20 epochs, not its 30 (about 15 s on 2 cores,
+    # not 23): test accuracy over seeds 0-5, of 300 digits (98.5% is 296), 298 297 297 299
+    # 298 297 with 20 epochs; 298 297 296 299 297 298 with 30
+    model, results = resnet.train({"device": "cpu", "epochs": 20})
     assert results["test_accuracy"] >= 0.985, results
 
 
