@@ -40,6 +40,30 @@ class Lab:
         return f"{self.url}{path}{'&' if '?' in path else '?'}token={self.token}"
 
 
+#: labs told to stop (SIGTERM) whose exit is not yet waited for: (process, log file)
+_stopping = []
+
+
+def finish_stopping():
+    """Wait for the labs told to stop (killed after 20 s), and close their logs."""
+    while _stopping:
+        proc, log = _stopping.pop()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="package", autouse=True)
+def _no_lab_left():
+    """After the last browser test, no lab is left running (each lab's exit is waited for
+    while the next one starts, see ``start_lab``)."""
+    yield
+    finish_stopping()
+
+
 @contextmanager
 def start_lab(tmp, root, home, base_url="/", extra_env=None):
     """Start JupyterLab on a free port with its own config, runtime, settings and workspaces
@@ -68,6 +92,9 @@ def start_lab(tmp, root, home, base_url="/", extra_env=None):
     info = tmp / "runtime" / f"jpserver-{proc.pid}.json"
     t = time.monotonic()
     try:
+        # NOTE: the lab before this one (SIGTERM sent as its module ended) shuts its kernels
+        # down while this one starts; its exit was waited for at its teardown, 0.5-3 s each
+        finish_stopping()
         while True:
             try:
                 port = json.loads(info.read_text())["port"]
@@ -82,11 +109,7 @@ def start_lab(tmp, root, home, base_url="/", extra_env=None):
         yield Lab(url, token, root, env, log_path)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+        _stopping.append((proc, log))  # waited for by the next start_lab, or _no_lab_left
 
 
 @contextmanager
@@ -152,15 +175,44 @@ def open_notebook(browser, lab, notebook):
     return page
 
 
+#: the index of the open notebook's active cell (-1: none)
+ACTIVE_CELL = """() => [...document.querySelectorAll(
+  '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell')].findIndex(
+  (c) => c.classList.contains('jp-mod-active'))"""
+
+
+def shift_enter(page, steps):
+    """Shift+Enter through ``steps`` cells of the open notebook from its active one, each
+    press once the notebook has moved on to the next cell (it slept 0.3 s after each)."""
+    for _ in range(steps):
+        before = page.evaluate(ACTIVE_CELL)
+        page.keyboard.press("Shift+Enter")
+        wait_for(lambda before=before: page.evaluate(ACTIVE_CELL) > before, timeout=30,
+                 what=f"Shift+Enter to move on from cell {before}")
+
+
 def open_and_run(browser, lab, notebook, steps, until):
     """Open ``notebook`` with a fresh kernel view and Shift+Enter through ``steps`` cells."""
     page = open_notebook(browser, lab, notebook)
     page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first.click()
-    for _ in range(steps):
-        page.keyboard.press("Shift+Enter")
-        time.sleep(0.3)
+    shift_enter(page, steps)
     page.wait_for_selector(until, timeout=120_000)
     return page
+
+
+#: for locator.evaluate: resolves once the element's box has stood still for three
+#: animation frames in a row (a scroll or a layout has settled and been painted)
+STILL = """(el) => new Promise((resolve) => {
+  let last = null, same = 0;
+  const tick = () => {
+    const r = el.getBoundingClientRect();
+    const now = [r.x, r.y, r.width, r.height].join();
+    same = now === last ? same + 1 : 0;
+    last = now;
+    if (same >= 3) resolve(true); else requestAnimationFrame(tick);
+  };
+  requestAnimationFrame(tick);
+})"""
 
 
 def dark_theme(page, dark=True):

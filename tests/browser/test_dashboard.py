@@ -17,10 +17,19 @@ import re
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
-from .conftest import dark_theme, open_notebook, require_browser, shot, start_lab, wait_for
+from .conftest import (
+    dark_theme,
+    open_notebook,
+    require_browser,
+    shift_enter,
+    shot,
+    start_lab,
+    wait_for,
+)
 
 require_browser()
 
@@ -110,9 +119,18 @@ STALLS = """() => { window.__stalls = []; new PerformanceObserver(list => {
 
 def run_cells(page, n):
     page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first.click()
-    for _ in range(n):
-        page.keyboard.press("Shift+Enter")
-        time.sleep(0.3)
+    shift_enter(page, n)
+
+
+def kernel_of(lab, path):
+    """The id of the kernel of the lab's session for the notebook ``path``."""
+    with urllib.request.urlopen(lab.page_url("api/sessions")) as r:
+        return next(s["kernel"]["id"] for s in json.loads(r.read()) if s["path"] == path)
+
+
+def kernel_ids(lab):
+    with urllib.request.urlopen(lab.page_url("api/kernels")) as r:
+        return {k["id"] for k in json.loads(r.read())}
 
 
 def status(cockpit):
@@ -236,9 +254,11 @@ def test_cockpit_live_exact_and_controls_answer_while_a_cell_blocks(browser, lab
                            str(lab.root / "live.ipynb")], capture_output=True, text=True,
                           check=True).stdout
     assert html.count("<svg") >= 4 and "model not found" not in html
+    kernel = kernel_of(lab, "live.ipynb")
     page.locator(".lm-MenuBar-itemLabel", has_text="Kernel").click()
     page.locator(".lm-Menu-itemLabel", has_text="Shut Down Kernel").first.click()
-    time.sleep(1.0)
+    # it slept 1 s: the server has shut the kernel down
+    wait_for(lambda: kernel not in kernel_ids(lab), what="the notebook's kernel to be gone")
     page.close()
     page = browser.new_page(viewport={"width": 1400, "height": 1100})
     page.goto(lab.page_url("lab/tree/live.ipynb"))

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from .conftest import ARTIFACTS, ROOT, open_and_run, require_browser, start_lab, wait_for
+from .conftest import ARTIFACTS, ROOT, STILL, open_and_run, require_browser, start_lab, wait_for
 
 require_browser()
 
@@ -86,13 +86,53 @@ def inside(n, pad=3):
             n["y"] + 12 - pad)
 
 
+def below(n):
+    """The strip under node ``n`` where what was expected and got is written."""
+    return (n["x"] - 200, n["y"] + 16, n["x"] + 200, n["y"] + 50)
+
+
+def inked(img, n, test, least):
+    """Node ``n`` is drawn, with more than ``least`` pixels inside its box passing ``test``."""
+    return n is not None and count(img, inside(n), test) > least
+
+
 def node(page, which, label):
     return next((n for n in page.evaluate(NODES, which) or () if n["label"] == label), None)
 
 
 def show(page, which):
-    page.locator(".labkit-graphview").nth(which).scroll_into_view_if_needed()
-    time.sleep(0.8)
+    """Scroll GraphView ``which`` into view; wait until it stands still, painted (it slept
+    0.8 s; the pixels read after it are polled for, see ``drawn``)."""
+    view = page.locator(".labkit-graphview").nth(which)
+    view.scroll_into_view_if_needed()
+    view.evaluate(STILL)
+
+
+def drawn(page, ok, what):
+    """A screenshot of the page once ``ok(img)`` holds, polled (Bokeh paints a figure scrolled
+    into view, or redrawn, a moment later), else the last one taken: the caller's assertions
+    then run on it as they did on the one screenshot taken after a fixed pause."""
+    last = []
+
+    def check():
+        last[:] = [pixels(page)]
+        return ok(last[0])
+    try:
+        wait_for(check, timeout=20, what=what)
+    except AssertionError:
+        pass
+    return last[0]
+
+
+def settled(page, which):
+    """The nodes of figure ``which``, once two reads a painted frame apart agree (a redraw
+    has finished moving them)."""
+    def same():
+        a = page.evaluate(NODES, which)
+        view = page.locator(".labkit-graphview").nth(which)
+        view.evaluate(STILL)
+        return a is not None and a == page.evaluate(NODES, which)
+    wait_for(same, timeout=20, what="the graph to stand still")
 
 
 def shot(page, which, name):
@@ -118,8 +158,10 @@ def test_graphview_labels_levels_histograms_and_the_shape_error(browser, lab):
     show(page, 0)
     wait_for(lambda: node(page, 0, "▸ mlp_1"), what="the collapsed brick drawn")
     # labels: white text drawn inside each node's box
-    img = pixels(page)
-    for label in ("▸ mlp_1", "softmax_cross_entropy", "input", "output"):
+    labels = ("▸ mlp_1", "softmax_cross_entropy", "input", "output")
+    img = drawn(page, lambda img: all(inked(img, node(page, 0, label), white, 15)
+                                      for label in labels), "the labels drawn")
+    for label in labels:
         n = node(page, 0, label)
         assert count(img, inside(n), white) > 15, f"no label drawn on {label}"
     shot(page, 0, "02-graphview-light")
@@ -138,18 +180,23 @@ def test_graphview_labels_levels_histograms_and_the_shape_error(browser, lab):
     n = node(page, 0, "▸ linear_0")
     page.mouse.click(n["x"], n["y"])
     wait_for(lambda: node(page, 0, "W"), what="linear_0 to open")
-    time.sleep(1.0)
+    settled(page, 0)  # it slept 1 s
+
+    def details():
+        return "gradient" in view.inner_text() and "mean" in view.inner_text()
 
     def click_weight():
         # NOTE: clicked again until the details show: the first click can land while the
-        # opened graph is still being redrawn
+        # opened graph is still being redrawn (it slept 0.7 s after each click)
         n = node(page, 0, "W")
         page.mouse.click(n["x"], n["y"])
-        time.sleep(0.7)
-        return "gradient" in view.inner_text() and "mean" in view.inner_text()
+        try:
+            return wait_for(details, timeout=2, what="the parameter's statistics")
+        except AssertionError:
+            return False
     wait_for(click_weight, what="the parameter's statistics")
     wait_for(lambda: hist_shown(page), what="the histograms shown")
-    time.sleep(0.5)
+    view.evaluate(STILL)  # it slept 0.5 s: the histograms laid out and painted
     shot(page, 0, "02-graphview-histograms-light")
 
     # the shape error: the failing op in red, what it expected and got under it
@@ -157,12 +204,14 @@ def test_graphview_labels_levels_histograms_and_the_shape_error(browser, lab):
     wait_for(lambda: node(page, 1, "✗ linear"), what="the failing op drawn")
     error = page.locator(".labkit-graphview").nth(1)
     assert "expected" in error.inner_text() and "W expects 31" in error.inner_text()
-    img = pixels(page)
+    img = drawn(page, lambda img: inked(img, node(page, 1, "✗ linear"), red, 100)
+                and inked(img, node(page, 1, "✗ linear"), white, 15)
+                and count(img, below(node(page, 1, "✗ linear")), red) > 40,
+                "the failing op drawn in red, labelled, with what was expected and got")
     n = node(page, 1, "✗ linear")
     assert count(img, inside(n), red) > 100, "the failing op is not drawn in red"
     assert count(img, inside(n), white) > 15, "the failing op has no label"
-    below = (n["x"] - 200, n["y"] + 16, n["x"] + 200, n["y"] + 50)
-    assert count(img, below, red) > 40, "what was expected and got is not written"
+    assert count(img, below(n), red) > 40, "what was expected and got is not written"
     shot(page, 1, "02-graphview-shape-error-light")
 
     # dark theme: text follows the theme (edge labels take --jp-ui-font-color2)
@@ -172,7 +221,8 @@ def test_graphview_labels_levels_histograms_and_the_shape_error(browser, lab):
     wait_for(lambda: set(page.evaluate(THEME_COLORS)) == {fg2},
              what="edge labels and histogram ticks in the theme's colour")
     show(page, 1)
-    img = pixels(page)
+    img = drawn(page, lambda img: inked(img, node(page, 1, "✗ linear"), red, 100),
+                "the failing op in red")
     n = node(page, 1, "✗ linear")
     assert count(img, inside(n), red) > 100
     shot(page, 1, "02-graphview-shape-error-dark")

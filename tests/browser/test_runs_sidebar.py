@@ -19,6 +19,7 @@ import time
 import pytest
 
 from .conftest import (
+    STILL,
     dark_theme,
     open_notebook,
     require_browser,
@@ -31,6 +32,8 @@ from .conftest import (
 require_browser()
 
 BASE = "/user/test/"
+#: how many points of the loss a cockpit holds
+POINTS = "(el) => el.labkitCockpit.series.loss ? el.labkitCockpit.series.loss.iteration.length : 0"
 EVIL = '<img src=x onerror="window.__pwned=1">'
 SEED = f"EVIL = {EVIL!r}\n" + """
 import json, labkit as lk
@@ -179,7 +182,11 @@ def test_runs_sidebar_panel_and_commands(browser, lab):
     run_cell(page, dash_cell)
     wait_for(lambda: dash_cell.locator(".labkit-cockpit .labkit-plot canvas").count(),
              timeout=60, what="the Dashboard to draw")
-    time.sleep(1.0)
+    # it slept 1 s: the run's points drawn, the cockpit still
+    cockpit = dash_cell.locator(".labkit-cockpit").first
+    wait_for(lambda: cockpit.get_attribute("data-status") == "finished"
+             and cockpit.evaluate(POINTS) > 0, what="the finished run's points")
+    cockpit.evaluate(STILL)
     shot(page, "08-dashboard-from-palette")
 
     # fork from the run panel: a new run with the change, and its resume cell
@@ -408,6 +415,6 @@ def test_ten_thousand_runs_virtual_list_compare_and_status_item(browser, many):
     if not sidebar.is_visible():
         page.locator(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']").click()
     wait_for(lambda: newest.locator("polyline").count() == 1, what="the sparkline, dark")
-    time.sleep(0.5)
+    sidebar.evaluate(STILL)  # it slept 0.5 s
     shot(page, "08-runs-10000-dark")
     page.close()
