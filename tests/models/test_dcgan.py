@@ -8,7 +8,10 @@ from labkit.models import dcgan
 
 
 def test_trains_to_confident_varied_samples_on_cpu():
-    model, results = dcgan.train({"device": "cpu"})
+    # the shipped recipe over 20 epochs, not its 30 (about 7 s on 2 cores, not 10): over seeds
+    # 0-5 the CNN's mean confidence is 0.846-0.873 with 20 epochs (0.858-0.877 with 30), every
+    # class covered each time
+    model, results = dcgan.train({"device": "cpu", "epochs": 20})
     assert results["cnn_confidence"] >= 0.8 and results["classes_covered"] >= 8, results
 
 

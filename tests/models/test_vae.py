@@ -21,7 +21,9 @@ def independent_pixels_nats():
 
 
 def test_trains_below_the_stated_elbo_on_cpu():
-    model, results = vae.train({"device": "cpu"})
+    # the shipped recipe over 60 epochs, not its 100 (about 2 s on 2 cores, not 4): over seeds
+    # 0-5 the test -ELBO is 18.84-19.16 with 60 epochs (18.61-18.98 with 100)
+    model, results = vae.train({"device": "cpu", "epochs": 60})
     assert results["test_neg_elbo"] <= TARGET < independent_pixels_nats() - 5, results
 
 
