@@ -25,7 +25,7 @@ from .conftest import ROOT, dark_theme, open_notebook, require_browser, shot, st
 require_browser()
 
 EVIL = '<img src=x onerror="window.__pwned=1">'
-TRIALS = 30
+TRIALS = 60
 SWEEP = f"EVIL = {EVIL!r}\nTRIALS = {TRIALS}\n" + """
 import time
 import labkit as lk
@@ -35,12 +35,14 @@ from tests.sweep.helpers import make_loop as digits
 def make_loop(config):
     loop = digits(config)
     # NOTE: a throttle, so the trials take long enough to be watched (not a test's sync)
-    loop.add(lambda loop: time.sleep(0.12), event="after_batch").transient = True
+    loop.add(lambda loop: time.sleep(0.06), event="after_batch").transient = True
     return loop
 
 
-# NOTE: 3 epochs a trial (about 4 s): the sweep must outlast the test's steps before Stop
-# on a slow machine (with 1 epoch, CI's sweep finished all 30 trials first: nothing to stop)
+# NOTE: 3 epochs a trial (about 2 s), 60 trials: the sweep must outlast the test's steps
+# before Stop on a slow machine (with 1 epoch and 0.12 s a batch, about 1.3 s a trial, CI's
+# sweep finished all 30 trials first: nothing to stop). Its 60 trials of 2 s take as long as
+# 30 of 4 s did, and the done-count the test waits to see rise by 2 rises twice as fast
 sw = lk.sweep.run(make_loop, {"lr": lk.sweep.loguniform(1e-3, 1e-1), "hidden": [8, 16],
                               "epochs": 3}, TRIALS, search="random", metric="valid_accuracy",
                   mode="max", engine="inprocess", workers=1, name=EVIL)
