@@ -228,5 +228,5 @@ def test_graphview_labels_levels_histograms_and_the_shape_error(browser, lab):
     shot(page, 1, "02-graphview-shape-error-dark")
     show(page, 0)
     shot(page, 0, "02-graphview-dark")
-    set_theme(page, "JupyterLab Light", light=True)
+    # NOTE: the lab stays dark (a user setting): it is this module's, and this its last test
     page.close()
