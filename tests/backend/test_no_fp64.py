@@ -71,3 +71,36 @@ def test_kernels_are_built_without_the_fp64_pragma(monkeypatch):
     np.testing.assert_array_equal(g.uniform((9,)).get(), Generator(3).uniform((9,)))
     assert len(sources) >= 8
     assert not [s for s in sources if "cl_khr_fp64" in s]
+
+
+def test_a_derived_device_shares_binaries_and_tunings_with_its_hardware(monkeypatch, tmp_path):
+    # the same source on the same hardware is the same binary: a derived device loads the one
+    # its base built from the disk cache (and reads its GEMM tunings) instead of building again
+    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
+    base = cp.runtime(0)
+    derived = cp.runtime(context.derive_device(0, fp64=False, label="no fp64, shares"))
+    assert derived.info.hardware == base.info.hardware != ""
+    assert "hardware" not in derived.info.to_dict()
+    src = "__kernel void twice(__global float* x) { x[get_global_id(0)] *= 2.0f; }\n"
+    program.build(base, src, name="twice")
+    binaries = sorted(p.name for p in tmp_path.rglob("*.bin"))
+    assert len(binaries) == 1
+    built = []
+    import pyopencl as cl
+
+    real = cl.Program
+
+    def spy(ctx, *args):
+        built.append("source" if isinstance(args[0], str) else "binary")
+        return real(ctx, *args)
+
+    monkeypatch.setattr(cl, "Program", spy)
+    prg = program.build(derived, src, name="twice")
+    assert built == ["binary"]
+    assert sorted(p.name for p in tmp_path.rglob("*.bin")) == binaries
+    x = cp.ones(4, device=derived)
+    prg.twice(derived.queue, (4,), None, x.data)
+    assert x.get().tolist() == [2.0] * 4
+    from labkit.backend.opencl import gemm
+
+    assert gemm.tuning_key(derived, "float", 1024) == gemm.tuning_key(base, "float", 1024)

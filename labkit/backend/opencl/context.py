@@ -51,6 +51,9 @@ class DeviceInfo:
     fp64: bool
     host_unified_memory: bool
     extensions: tuple = field(repr=False, default=())
+    #: the physical device and its driver, the same for a device ``derive_device`` makes
+    #: from this one: kernel binaries and GEMM tunings are kept per hardware, not per name
+    hardware: str = field(repr=False, default="")
 
     @property
     def is_cpu(self) -> bool:
@@ -60,6 +63,7 @@ class DeviceInfo:
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
         d.pop("extensions")
+        d.pop("hardware")
         return d
 
 
@@ -112,6 +116,8 @@ def _probe() -> tuple:
                 fp64=bool(d.double_fp_config) or "cl_khr_fp64" in exts,
                 host_unified_memory=bool(getattr(d, "host_unified_memory", False)),
                 extensions=exts,
+                hardware="|".join(x.strip() for x in (p.name, p.version, d.name, d.version,
+                                                      d.driver_version)),
             ), d))
     return tuple(found)
 

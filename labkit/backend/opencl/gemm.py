@@ -97,8 +97,7 @@ def _tuning_file():
 
 
 def _device_key(rt):
-    i = rt.info
-    return f"{i.platform}|{i.name}|{i.driver_version}"
+    return rt.info.hardware  # NOTE: a derived device runs on the same hardware
 
 
 def size_class(M, N, K) -> int:
