@@ -54,9 +54,15 @@ class DCGAN(B.Brick):
         z = lk.compile.host(lambda: self.generator.normal((n, self.noise_size)), name="noise")
         return self.generator_net(lk.Tensor(z))
 
-    def sample(self, n):
+    def sample(self, n, seed=None):
+        """``n`` images as a NumPy array: from the model's own noise stream (new images at each
+        call), or with ``seed`` from a stream of their own (the same images for the same
+        weights, whatever the model drew before)."""
         with lk.no_grad():
-            return self(n).numpy()
+            if seed is None:
+                return self(n).numpy()
+            z = lk.Generator(seed, self.device).normal((n, self.noise_size))
+            return self.generator_net(lk.Tensor(z)).numpy()
 
 
 def build(config=None):
@@ -100,10 +106,16 @@ def make_loop(config=None, extensions=()):
                                   *extensions])
 
 
+#: the noise seed of the samples ``judge`` scores: a function of the weights alone, so the
+#: shipped record is what ``judge(lk.models.load("dcgan-digits"))`` gives
+JUDGE_SEED = 12345
+
+
 def judge(gan, n=500, classifier="cnn-digits"):
     """The classifier's mean confidence (highest class probability) on ``n`` samples, and how
     many classes are its most likely answer for at least 2% of them."""
-    probs = common.predict(lk.models.load(classifier, device=gan.device), gan.sample(n))
+    probs = common.predict(lk.models.load(classifier, device=gan.device),
+                           gan.sample(n, seed=JUDGE_SEED))
     counts = np.bincount(probs.argmax(1), minlength=10)
     return {"cnn_confidence": round(float(probs.max(1).mean()), 4),
             "classes_covered": int((counts >= 0.02 * n).sum())}

@@ -16,8 +16,13 @@ def test_trains_to_confident_varied_samples_on_cpu():
 
 
 def test_shipped_weights_make_the_same_samples_on_cpu_and_cl():
+    # the record is what the shipped weights give: judge's samples depend on the weights alone
+    record = lk.models.info("dcgan-digits")["results"]
     results = dcgan.judge(lk.models.load("dcgan-digits", device="cpu"))
     assert results["cnn_confidence"] >= 0.8 and results["classes_covered"] >= 8, results
+    assert results == {k: record[k] for k in ("cnn_confidence", "classes_covered")}
+    on_cl = dcgan.judge(lk.models.load("dcgan-digits", device="cl"))
+    assert abs(on_cl["cnn_confidence"] - record["cnn_confidence"]) <= 5e-4, on_cl
     a = lk.models.load("dcgan-digits", device="cpu").sample(64)
     b = lk.models.load("dcgan-digits", device="cl").sample(64)
     assert a.shape == (64, 1, 8, 8) and 0 <= a.min() and a.max() <= 1
