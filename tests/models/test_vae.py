@@ -30,7 +30,10 @@ def test_trains_below_the_stated_elbo_on_cpu():
 def test_shipped_weights_and_the_grids():
     record = lk.models.info("vae-digits")
     model = lk.models.load("vae-digits")
-    assert vae.test_elbo(model) <= TARGET and record["results"]["test_neg_elbo"] <= TARGET
+    # the record is what the shipped weights give (test_elbo draws noise of its own), on both
+    got = vae.test_elbo(model)
+    assert got <= TARGET and round(got, 3) == record["results"]["test_neg_elbo"]
+    assert vae.test_elbo(lk.models.load("vae-digits", device="cl")) == pytest.approx(got, abs=1e-3)
     x, _ = common.split_arrays("test", scale=1)
     xt = lk.tensor(vae.binarize(x[:16]))
     rec = model.reconstruct(xt)
