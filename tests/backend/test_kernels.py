@@ -64,6 +64,56 @@ def test_header_is_the_one_place_that_enables_fp64():
         assert "cl_khr_fp64" not in path.read_text(), path.name
 
 
+def _flaky_builds(monkeypatch, failures, log):
+    """pyopencl.Program whose first ``failures`` builds from source fail with ``log`` (what
+    PoCL says when another process writes the same program to its cache: no diagnostic)."""
+    import pyopencl as cl
+
+    real, calls = cl.Program, []
+
+    class Flaky:
+        def __init__(self, ctx, src):
+            self.made = real(ctx, src)
+
+        def build(self, options=""):
+            calls.append(options)
+            if len(calls) <= failures:
+                raise cl.RuntimeError(cl._cl._ErrorRecord(
+                    msg=log, code=-11, routine="clBuildProgram"))
+            return self.made.build(options=options)
+
+    monkeypatch.setattr(cl, "Program", Flaky)
+    return calls
+
+
+def test_a_build_failing_without_a_diagnostic_is_tried_again(monkeypatch):
+    from labkit.backend.opencl import program
+
+    monkeypatch.setenv("LABKIT_KERNEL_CACHE", "off")
+    src = "__kernel void raced(__global float* x) { x[0] = 1.0f; } // tried again\n"
+    calls = _flaky_builds(monkeypatch, program.BUILD_TRIES - 1,
+                          "clBuildProgram failed: BUILD_PROGRAM_FAILURE\n\nDevice cpu "
+                          "failed to build the program")
+    assert build(runtime(0), src, name="raced.cl").raced is not None
+    assert len(calls) == program.BUILD_TRIES
+
+
+def test_a_build_failing_each_time_or_with_a_diagnostic_is_an_error_at_once(monkeypatch):
+    from labkit.backend.opencl import program
+
+    monkeypatch.setenv("LABKIT_KERNEL_CACHE", "off")
+    src = "__kernel void raced(__global float* x) { x[0] = 2.0f; } // always fails\n"
+    calls = _flaky_builds(monkeypatch, 99, "BUILD_PROGRAM_FAILURE")
+    with pytest.raises(lk.KernelBuildError, match="raced.cl failed on cl:0"):
+        build(runtime(0), src, name="raced.cl")
+    assert len(calls) == program.BUILD_TRIES
+    src = "__kernel void raced(__global float* x) { x[0] = 3.0f; } // a real error\n"
+    calls = _flaky_builds(monkeypatch, 99, "error: t.cl:1:44: use of undeclared identifier 'q'")
+    with pytest.raises(lk.KernelBuildError, match="undeclared identifier 'q'"):
+        build(runtime(0), src, name="raced.cl")
+    assert len(calls) == 1
+
+
 def test_build_failure_carries_log_and_device():
     with pytest.raises(lk.KernelBuildError) as ei:
         build(runtime(0), "__kernel void broken(__global float* x) { x[0] = undefined_name; }",
