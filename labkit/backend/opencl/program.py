@@ -68,14 +68,15 @@ def _key(rt: Runtime, src: str, options: str) -> str:
 
 def build(rt: Runtime, src: str, options: str = "", *, name: str = "<generated>"):
     """Build ``src`` for ``rt``'s device; cached in memory and on disk. Returns a Program."""
-    return rt.cached(_key(rt, src, options), lambda: _build(rt, src, options, name))
+    key = _key(rt, src, options)
+    return rt.cached(key, lambda: _build(rt, src, options, name, key))
 
 
-def _build(rt: Runtime, src: str, options: str, name: str):
+def _build(rt: Runtime, src: str, options: str, name: str, key: str):
     import pyopencl as cl
 
     use_disk = config.get("LABKIT_KERNEL_CACHE")
-    path = config.kernel_cache_dir() / f"{_key(rt, src, options)}.bin"
+    path = config.kernel_cache_dir() / f"{key}.bin"
     prg = None
     if use_disk and path.is_file():
         try:
