@@ -46,23 +46,23 @@ class DCGAN(B.Brick):
         self.generator = lk.Generator(seed, "cpu")  # the noise
         self.built = True
 
-    def forward(self, n):
-        """``n`` images (n, 1, 8, 8) in [0, 1] from fresh noise."""
-        if self.generator.device != self.device:
-            self.generator.device = self.device
+    def forward(self, n, generator=None):
+        """``n`` images (n, 1, 8, 8) in [0, 1] from fresh noise, drawn from ``generator`` (an
+        ``lk.Generator``), by default the model's own stream."""
+        g = self.generator if generator is None else generator
+        if g.device != self.device:
+            g.device = self.device
         # NOTE: host: a compiled step draws new noise at each replay
-        z = lk.compile.host(lambda: self.generator.normal((n, self.noise_size)), name="noise")
+        z = lk.compile.host(lambda: g.normal((n, self.noise_size)), name="noise")
         return self.generator_net(lk.Tensor(z))
 
     def sample(self, n, seed=None):
         """``n`` images as a NumPy array: from the model's own noise stream (new images at each
         call), or with ``seed`` from a stream of their own (the same images for the same
         weights, whatever the model drew before)."""
+        g = None if seed is None else lk.Generator(seed, self.device)
         with lk.no_grad():
-            if seed is None:
-                return self(n).numpy()
-            z = lk.Generator(seed, self.device).normal((n, self.noise_size))
-            return self.generator_net(lk.Tensor(z)).numpy()
+            return self(n, generator=g).numpy()
 
 
 def build(config=None):
