@@ -51,6 +51,32 @@ def test_launches_are_held_behind_a_gate_and_give_the_same_results(monkeypatch):
     np.testing.assert_array_equal(y.get(), _chain(h, 3 * context.BATCH))
 
 
+
+def test_a_large_elementwise_launch_is_not_held(monkeypatch):
+    """Only launches of up to ``HELD_MAX`` elements wait behind the gate: a larger one opens
+    it as it is launched (holding it back would give up its overlap with the host)."""
+    rt = context.runtime(0)
+    if not rt.info.is_cpu:
+        return  # NOTE: a GPU's queue is never gated (the test above)
+    monkeypatch.setattr(rt, "batching", True)
+    h = np.linspace(-1, 1, 37).astype(np.float32)
+    big = np.linspace(-1, 1, context.HELD_MAX + 1).astype(np.float32)
+    xb = lk.tensor(big, device="cl").data  # NOTE: an upload opens the gate
+    for n in (context.UNGATED + 3, context.UNGATED + 3 + context.BATCH):
+        y = _chain(lk.tensor(h, device="cl").data, n)
+        assert rt._gate is not None
+        zb = xb * np.float32(2)  # a repeated call (the shortcut) and its first call alike
+        assert rt._gate is None
+        np.testing.assert_array_equal(zb.get(), big * np.float32(2))
+        np.testing.assert_array_equal(y.get(), _chain(h, n))
+    small = lk.tensor(big[:context.HELD_MAX], device="cl").data
+    _chain(lk.tensor(h, device="cl").data, context.UNGATED + 3)
+    assert rt._gate is not None
+    z = small * np.float32(2)
+    assert rt._gate is not None  # HELD_MAX elements: held like the chain's
+    np.testing.assert_array_equal(z.get(), big[:context.HELD_MAX] * np.float32(2))
+
+
 WAITS = textwrap.dedent("""
     import threading
     import numpy as np

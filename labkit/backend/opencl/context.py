@@ -168,6 +168,11 @@ BATCH = 32
 #: a GEMM with a few small ops around it (an MLP's layer, an LSTM's time step) costs no
 #: gate (a user event, a barrier: host time), only longer runs of small ops are batched
 UNGATED = 8
+#: the largest elementwise launch (in elements) that is held back: a larger one runs long
+#: enough that waking the device's threads for it costs little, and holding it back gives up
+#: its overlap with the host's next ops (an LSTM's gates, 32 x 512, took 1.03-1.27x as long
+#: held), so it opens the gate as any other kernel does
+HELD_MAX = 1024
 
 
 class _Releasing:

@@ -7,14 +7,15 @@ top); ``api.py`` re-exports the public names.
 from __future__ import annotations
 
 import builtins
+from functools import partial
 
 import numpy as np
 
 from ... import config
 from ...errors import DeviceMismatchError, DTypeError, ShapeError
 from .context import Runtime, cl_index, runtime
-from .elementwise import launch, plan_of, run
-from .ndarray import CTYPES, check_dtype, fresh, ndarray, same_device
+from .elementwise import launch, maker, plan_of, run
+from .ndarray import CTYPES, check_dtype, ndarray, same_device
 from .promotion import (
     BOOL_INT8,
     NO_BOOL_NEGATIVE,
@@ -184,8 +185,9 @@ def _prepare_out(op, out, shape, dt, rt):
 
 
 #: the elementwise calls seen, by signature (``_signature``): what ``_elementwise`` decided
-#: for them (result shape, dtype, layout, kernel plan), so that a repeated call only makes its
-#: result and launches. Emptied when it reaches ``_DECIDED_MAX`` entries (shapes that change
+#: for them (result shape, dtype, layout, kernel plan), bound into a function of the operands
+#: that makes the result and launches (``elementwise.maker``), so that a repeated call is a
+#: lookup and that function. Emptied when it reaches ``_DECIDED_MAX`` entries (shapes that change
 #: at every step, such as sequence lengths, would otherwise grow it without end).
 _DECIDED: dict = {}
 _DECIDED_MAX = 8192
@@ -231,16 +233,9 @@ def _elementwise(op, exprs, xs, kind="same", out=None, vec=None):
         # (half of an op's host time on a small array): its result is made and launched
         key = _signature(op, exprs, kind, vec, xs)
         if key is not None:
-            done = _DECIDED.get(key)
-            if done is not None:
-                rt, shape, odt, st, size, perm, plan = done
-                if perm is None:
-                    o = fresh(rt, shape, odt, st, size)
-                    run(plan, o, xs)
-                    return o
-                o = new_in_order(rt, shape, odt, perm)
-                run(plan, o.transpose(perm), [_permuted(x, shape, perm) for x in xs])
-                return o
+            new = _DECIDED.get(key)
+            if new is not None:
+                return new(xs)
     else:
         key = None
     xs = [_operand(x) for x in xs]
@@ -319,8 +314,17 @@ def _launch_new(op, expr, xs, shape, dt, rt, in_ctypes, vec=None, key=None) -> n
     if key is not None:
         if len(_DECIDED) >= _DECIDED_MAX:  # shapes that change every call: start again
             _DECIDED.clear()
-        _DECIDED[key] = (rt, o.shape, o.dtype, o._st, o.size, perm, plan)
+        _DECIDED[key] = (maker(plan, rt, o.shape, o.dtype, o._st, o.size) if perm is None
+                         else partial(_new_permuted, rt, shape, dt, perm, plan))
     run(plan, target, ins)
+    return o
+
+
+def _new_permuted(rt, shape, dt, perm, plan, xs) -> ndarray:
+    """``_launch_new``'s result for a repeated call whose operands lie in the memory order
+    ``perm`` (other than C's), from its decisions (``_DECIDED``)."""
+    o = new_in_order(rt, shape, dt, perm)
+    run(plan, o.transpose(perm), [_permuted(x, shape, perm) for x in xs])
     return o
 
 

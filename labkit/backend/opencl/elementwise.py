@@ -13,6 +13,7 @@ from string import Template
 
 import numpy as np
 
+from .context import HELD_MAX
 from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
 from .program import header, kernels, source
 from .shapes import collapse_dims
@@ -285,7 +286,7 @@ def run(plan, out: ndarray, inputs) -> None:
     for (their buffers and offsets, and the scalars' values, may differ)."""
     got = _LAUNCHERS.get(id(plan))
     if got is None or got[0] is not plan:
-        got = _LAUNCHERS[id(plan)] = (plan, _launcher(plan, out.rt))
+        got = _LAUNCHERS[id(plan)] = (plan, _launcher(plan, out.rt, out.size))
     got[1](out, inputs)
 
 
@@ -293,15 +294,44 @@ def run(plan, out: ndarray, inputs) -> None:
 _LAUNCHERS: dict = {}
 
 
-def _launcher(plan, rt):
+def _launcher(plan, rt, size: int):
     """``launch(out, inputs)`` for ``plan`` on ``rt``: one line of Python that passes the
     arguments in the kernel's order (n, out, each array's buffer, offset and strides, each
     scalar, the dims), with the plan's constants bound (a loop that built the list took about
     a microsecond more per launch); then counts it for the runtime's batching (``tick``)."""
+    env, unpack, call = _launch_source(plan, rt, size, "o.data", "o.offset")
+    src = f"def launch(o, xs):\n{unpack}{call}"
+    exec(compile(src, f"<elementwise launch {plan[0].function_name}>", "exec"), env)  # noqa: S102
+    return env["launch"]
+
+
+def maker(plan, rt, shape: tuple, dtype: np.dtype, st: tuple, size: int):
+    """``new(inputs)``: a new C-contiguous array of ``shape`` (``st`` its C strides, ``size``
+    its elements) computed by ``plan``, for operands of the signature the plan was made for.
+    ``fresh`` and ``run`` in one generated function, for repeated calls of one signature
+    (core's ``_DECIDED``): the host time of a small op is these calls. The buffer comes from
+    ``rt.allocate`` looked up at each call (lk.compile's capture watches it there)."""
+    env, unpack, call = _launch_source(plan, rt, size, "D", "0")
+    env.update(NEW=object.__new__, ND=ndarray, RT=rt, SHAPE=shape, DT=dtype, ST=st,
+               SIZE=size, NB=size * dtype.itemsize)
+    src = (f"def new(xs):\n{unpack}    o = NEW(ND)\n"
+           "    o.rt, o.shape, o.dtype, o.size, o._st = RT, SHAPE, DT, SIZE, ST\n"
+           "    o.offset, o.base, o._nbuf = 0, None, SIZE\n"
+           f"    o.data = D = RT.allocate(NB)\n{call}    return o\n")
+    exec(compile(src, f"<elementwise new {plan[0].function_name}>", "exec"), env)  # noqa: S102
+    return env["new"]
+
+
+def _launch_source(plan, rt, size: int, data: str, offset: str):
+    """The names, the unpacking of ``xs`` and the locked launch of ``_launcher`` and ``maker``:
+    the output's buffer and offset are the expressions ``data`` and ``offset``. A launch of
+    ``size`` elements is one the runtime may hold back (its ``tick``) only when small
+    (``context.HELD_MAX``): a larger one opens the gate as it takes ``rt.lock``, as any other
+    kernel does."""
     kernel, n, gs, ls, strides, dims, kinds = plan
     env = {"K": kernel, "Q": rt.queue, "LOCK": rt.launch_lock, "TICK": rt.tick, "G": (gs,),
            "L": (ls,), "BOOL": np.bool_}
-    args = ["o.data", "o.offset"]
+    args = [data, offset]
 
     def consts(values):
         for v in values:
@@ -322,7 +352,9 @@ def _launcher(plan, rt):
             args.append(f"(int(x{i}) if type(x{i}) is BOOL else x{i})")
     consts(dims)
     unpack = f"    {', '.join(names)}, = xs\n" if names else ""
-    src = (f"def launch(o, xs):\n{unpack}    with LOCK:\n"
-           f"        K(Q, G, L, {', '.join(args)})\n        TICK()\n")
-    exec(compile(src, f"<elementwise launch {kernel.function_name}>", "exec"), env)  # noqa: S102
-    return env["launch"]
+    if size > HELD_MAX:
+        env["RT"] = rt  # NOTE: rt.lock looked up at each launch: batching may be turned on
+        call = f"    with RT.lock:\n        K(Q, G, L, {', '.join(args)})\n"
+    else:
+        call = f"    with LOCK:\n        K(Q, G, L, {', '.join(args)})\n        TICK()\n"
+    return env, unpack, call
