@@ -217,7 +217,7 @@ class Brick:
             for name, v in vars(self).items():
                 if name[0] != "_" and name not in _NOT_SETTINGS and _setting(v):
                     tr.depends(self, name)
-        prev = getattr(_fn._state, "brick", None)
+        prev = _fn._state.brick
         _fn._state.brick = self.path
         try:
             out = self.forward(*inputs, **kwargs)

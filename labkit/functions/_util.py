@@ -13,7 +13,9 @@ from ..errors import DeviceMismatchError, DTypeError
 
 
 def is_scalar(x) -> bool:
-    return isinstance(x, (numbers.Number, np.generic))
+    t = type(x)
+    # NOTE: a Python float or int first: the ABC's isinstance is about 0.3 us
+    return t is float or t is int or isinstance(x, (numbers.Number, np.generic))
 
 
 def as_tensor(x, like: Tensor, op: str, name: str = "operand") -> Tensor:
