@@ -2,6 +2,7 @@
 
     python benchmarks/bench_autograd.py            # overhead, mlp, cnn, lstm
     python benchmarks/bench_autograd.py mlp
+    python benchmarks/bench_autograd.py batching   # cl with LABKIT_CL_BATCH on against off
 
 Times are the median of repeats after a warm-up; compare the ratios.
 """
@@ -387,11 +388,61 @@ def lstm():
           + f" (largest relative difference {worst:.1e})")
 
 
-SECTIONS = {"overhead": overhead, "mlp": mlp, "cnn": cnn, "lstm": lstm}
+def batching(pairs=100):
+    """The ``cl`` timings of the other sections with the CPU device's batching of small
+    launches (``LABKIT_CL_BATCH``) on and off, alternated call by call in this process, so
+    that both see the same machine: ``pairs`` timed calls each, medians and their ratio."""
+    from labkit.backend.opencl import context
+
+    rt = context.runtime(lk.device("cl").index)
+    if not rt.info.is_cpu:
+        print("\n## batching: cl is not a CPU device; its queue is never batched")
+        return
+    global timeit
+    plain, got = timeit, []
+
+    def ab(f, reps=20, sync=None, every=None):
+        if sync is None:  # NOTE: not a cl timing: the section's other columns, quickly
+            return plain(f, 2, sync)
+        was, times = rt.batching, {True: [], False: []}
+        try:
+            for r in range(2 * pairs):
+                rt.batching = r % 2 == 0
+                f()
+                sync()
+                t = time.perf_counter()
+                f()
+                sync()
+                times[rt.batching].append(time.perf_counter() - t)
+        finally:
+            rt.batching = was
+        on, off = statistics.median(times[True]), statistics.median(times[False])
+        got.append((on, off))
+        if every is not None:
+            every.extend(times[was])
+        return on if was else off
+
+    timeit = ab
+    try:
+        for name in ("overhead", "mlp", "cnn", "lstm"):
+            SECTIONS[name]()
+    finally:
+        timeit = plain
+    names = ["chain of 101 ops", "MLP batch 1", "MLP batch 32", "MLP batch 256", "CNN step",
+             "LSTM step"]
+    print(f"\n## cl with small launches batched (LABKIT_CL_BATCH on) against not, alternated "
+          f"in one process, {pairs} calls each, median ms (the tables above: this process's "
+          "setting)")
+    row("", "batched", "not", "ratio")
+    for name, (on, off) in zip(names, got):
+        row(name, f"{on * 1e3:.3f}", f"{off * 1e3:.3f}", f"{on / off:.3f}")
+
+
+SECTIONS = {"overhead": overhead, "mlp": mlp, "cnn": cnn, "lstm": lstm, "batching": batching}
 
 if __name__ == "__main__":
     print(f"labkit autograd benchmark: NumPy {np.__version__}"
           + (f", PyTorch {torch.__version__} ({torch.get_num_threads()} threads)" if torch
              else ", PyTorch not installed"))
-    for name in sys.argv[1:] or list(SECTIONS):
+    for name in sys.argv[1:] or [k for k in SECTIONS if k != "batching"]:
         SECTIONS[name]()

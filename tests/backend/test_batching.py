@@ -135,9 +135,11 @@ def test_no_wait_hangs_behind_a_gate():
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-3000:]
 
 
-def test_batching_is_off_unless_the_setting_turns_it_on(monkeypatch):
+def test_batching_is_on_for_a_cpu_device_unless_the_setting_turns_it_off(monkeypatch):
     rt = context.runtime(0)
     monkeypatch.delenv("LABKIT_CL_BATCH", raising=False)
+    assert context.Runtime(rt.info, rt.cl_device).batching == rt.info.is_cpu
+    monkeypatch.setenv("LABKIT_CL_BATCH", "off")
     assert not context.Runtime(rt.info, rt.cl_device).batching
     monkeypatch.setenv("LABKIT_CL_BATCH", "on")
     assert context.Runtime(rt.info, rt.cl_device).batching == rt.info.is_cpu

@@ -203,17 +203,18 @@ class Runtime:
     work is queued: a pooled buffer reused by a later kernel is only touched after the
     earlier kernels that used it, so dropping an array right after an enqueue is safe.
 
-    With ``LABKIT_CL_BATCH=on``, on a CPU device (PoCL) elementwise launches are released
-    ``BATCH`` at a time: each one enqueued into an idle queue wakes PoCL's worker threads, and
-    where the cores are oversubscribed those wake-ups take the host's time (a chain of small
-    ops on a loaded 2-core machine: 24-25 µs of CPU per op, 15 µs batched). On an idle
-    machine the device's running each kernel at once overlaps it with the host's next ops.
-    Only elementwise launches are held: any other launch (a GEMM, a reduction) opens the gate
-    as it takes ``lock`` and runs at once, and the ``UNGATED`` small launches after an opened
-    gate pass too. Measured on the idle 2-core machine, eager steps, batched against not, in
-    one process: an LSTM step 0.83-0.93x, the 100-op chain 0.82-0.87x, MLP and CNN steps
-    0.92-1.06x; so it stays off by default. (Before a GEMM opened the gate, it waited behind
-    it: eager MLP steps took 1.06-1.15x.)
+    On a CPU device (PoCL), unless ``LABKIT_CL_BATCH=off``, small elementwise launches (up
+    to ``HELD_MAX`` elements) are released ``BATCH`` at a time: each launch enqueued into an
+    idle queue wakes PoCL's worker threads (a ``pthread_cond_broadcast``, half of
+    ``clEnqueueNDRangeKernel``'s time in a chain of small ops), which for a kernel of a few
+    microseconds costs more than its work. Any other launch (a GEMM, a reduction) and any
+    larger elementwise one opens the gate as it takes ``lock`` and runs at once, overlapping
+    the host's next ops, and the ``UNGATED`` small launches after an opened gate pass too.
+    Measured on the idle 2-core machine, batched against not, alternated in one process
+    (``bench_autograd.py batching``): the 100-op autograd chain 0.85-0.87x the time, eager
+    MLP, CNN and LSTM steps 0.98-1.02x. (Without the size limit, the MLP step at batch 32 took
+    1.10-1.13x in two runs of three; before a GEMM opened the gate, eager MLP steps took
+    1.06-1.15x.)
 
     The queue holds a barrier on a user event (the gate); ``tick`` counts launches, and every
     ``BATCH`` of them enqueues the next gate and opens the last. Every wait for the device
