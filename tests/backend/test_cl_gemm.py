@@ -260,6 +260,42 @@ def test_dot_products_over_k_slices_match_numpy(m, n, k, rng, monkeypatch):
     assert calls == ([(m, n, k)] if on_cpu else [])
 
 
+@pytest.mark.parametrize("m,n,k,layout,want", [
+    (32, 10, 512, "nt", "dot"),       # a classifier's h @ W.T
+    (8, 64, 128, "nt", "dot"),
+    (8, 10, 32, "nt", "gen"),         # below the dot products' range: the plain kernel
+    (32, 10, 512, "nn", "blocked"),   # C.T = B.T @ A.T, blocked
+    (32, 512, 10, "nn", "blocked"),   # a classifier's input gradient gz @ W
+    (10, 512, 32, "tn", "blocked"),   # and its weight gradient gz.T @ h
+    (32, 64, 16, "nn", "gen"),        # fewer multiply-adds than _FAST_MIN_WORK
+])
+def test_small_products_take_the_kernel_that_suits_them(m, n, k, layout, want, rng,
+                                                        monkeypatch):
+    """Products too small for the blocked kernel's fixed cost take the plain one; from
+    _FAST_MIN_WORK on the blocked one, and with both operands contiguous along K (from
+    _DOT_SMALL_K on) the dot products: the plain kernel took 106 us for the first."""
+    from labkit.backend.opencl import gemm
+
+    ran = []
+    real_dot, real_gemm = gemm._gemm_dot, gemm._gemm
+    monkeypatch.setattr(gemm, "_gemm_dot", lambda *a: ran.append("dot") or real_dot(*a))
+
+    def spy(rt, dt, nb, M, N, K, A, B, C, cfg=None, epi=None, swapped=False):
+        if not swapped:
+            ran.append("blocked" if M * N * K >= gemm._FAST_MIN_WORK else "gen")
+        return real_gemm(rt, dt, nb, M, N, K, A, B, C, cfg, epi, swapped)
+
+    monkeypatch.setattr(gemm, "_gemm", spy)
+    a = rng.standard_normal((k, m) if layout == "tn" else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if layout == "nt" else (k, n)).astype(np.float32)
+    da, db = cp.asarray(a), cp.asarray(b)
+    da, a = (da.T, a.T) if layout == "tn" else (da, a)
+    db, b = (db.T, b.T) if layout == "nt" else (db, b)
+    check(da @ db, ref(a, b), rtol=1e-4, atol=1e-4 * np.sqrt(k))
+    if da.rt.info.is_cpu:
+        assert ran == [want]
+
+
 def test_dot_products_read_views_at_offsets_and_float64(rng):
     from labkit.backend.opencl import runtime
 

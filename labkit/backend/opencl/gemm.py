@@ -26,6 +26,8 @@ from .core import add, asarray, assign, maximum, result_type
 from .gemm_paths import (
     _DOT_MAX_OUT,
     _DOT_MIN_K,
+    _DOT_SMALL_K,
+    _DOT_SMALL_WORK,
     _EPI_ARGS,
     _GEMV_MIN_K,
     _TRANSPOSE_MIN,
@@ -50,7 +52,12 @@ DEFAULT = {"float": (8, 2, 16), "double": (4, 2, 8)}
 #: the sizes (n x n x n) each product's blocking is tuned on: the nearest in log scale
 TUNING_SIZES = (512, 1024, 2048)
 _MIN_COLS = 16  # a product with fewer columns (and more rows) runs as its transpose
-_FAST_MIN_WORK = 64 * 64 * 64  # below this many multiply-adds, the plain kernel is as fast
+#: below this many multiply-adds the plain kernel (``gemm_gen``, one output per work-item) is
+#: as fast as the blocked one. Measured on PoCL over small products (M 1-64, N 10-512, K
+#: 10-512, three layouts): the plain kernel costs about 15 us plus 1.5-2.5 GFLOP/s, the
+#: blocked one 25-50 us whatever the size; (32, 512) @ (512, 10): 124 -> 48 us, (8, 512) @
+#: (512, 32)... at 64 * 64 * 64, where this was, the blocked kernel won from half of it on
+_FAST_MIN_WORK = 64 * 32 * 32
 _PACK_MIN_ROWS = 128  # from this many rows of A on, packing B pays for its copy,
 _PACK_MIN_LD = 1024  # when B's rows are a page (4 KiB of floats) or more apart: each k of an
 # unpacked panel then touches a new page (TLB misses), which packing removes
@@ -395,10 +402,12 @@ def path(rt, dt, nb, M, N, K, a, b) -> str:
     ``"split"`` (slices of K as a batch) or ``"gemm"``. Each element of ``"gemm"`` is summed
     over K in order, whatever the operands' layouts; the others sum in another order (so
     lk.compile changes an operand's layout only where both layouts take ``"gemm"``)."""
+    work = M * N * K
     if (nb == 1 and a._st[-1] == 1 and b._st[-2] == 1 and M * N <= _DOT_MAX_OUT
-            and (K >= _DOT_MIN_K or (M == 1 and K >= _GEMV_MIN_K)) and dt.kind == "f"
-            and rt.info.is_cpu):
-        return "dot"  # NOTE: also x @ W.T at batch 1
+            and (K >= _DOT_MIN_K or (M == 1 and K >= _GEMV_MIN_K)
+                 or (K >= _DOT_SMALL_K and _DOT_SMALL_WORK[0] <= work < _DOT_SMALL_WORK[1]))
+            and dt.kind == "f" and rt.info.is_cpu):
+        return "dot"  # NOTE: also x @ W.T at batch 1, and a classifier's h @ W.T
     if nb == 1 and _gemv_ok(rt, dt, M, N, K, b):
         return "gemv"
     if nb == 1 and _split_k(rt, dt, M, N, K):
