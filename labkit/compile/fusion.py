@@ -24,7 +24,7 @@ import numbers
 import numpy as np
 
 from ..backend.opencl import ndarray
-from ..backend.opencl.core import TANH_FORM
+from ..backend.opencl.core import TANH_FORM, _permuted, memory_order, new_in_order
 from ..backend.opencl.elementwise import launch
 from ..backend.opencl.ndarray import CTYPES
 from ..functions import activation as _act
@@ -199,9 +199,19 @@ def _kernel(region, values, consts):
     rt = out_val.rt
     names = "+".join(n.name for n in region.nodes)
 
+    # NOTE: the result laid out in memory as the traced (eager) one was (an op's result keeps
+    # its operand's memory order): a product reading it then takes the same kernel, with the
+    # same order of sums, as in the eager step (gemm.path looks at its operands' layout)
+    perm = memory_order([out_val], shape)
+
     def run(*arrays):
-        o = ndarray(rt, shape, dtype)
-        return launch("fused", expr, o, list(arrays) + extra, in_ctypes, pre=pre)
+        xs = list(arrays) + extra
+        if perm is None:
+            return launch("fused", expr, ndarray(rt, shape, dtype), xs, in_ctypes, pre=pre)
+        o = new_in_order(rt, shape, dtype, perm)
+        launch("fused", expr, o.transpose(perm), [_permuted(x, shape, perm) for x in xs],
+               in_ctypes, pre=pre)
+        return o
 
     run.__name__ = f"fused[{names}]"
     node = Node("kernel", run, list(leaves), [root.outs[0]], f"fused({names})", root.where,

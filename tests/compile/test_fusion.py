@@ -55,3 +55,24 @@ def test_fused_chain_against_eager(name, fuse, dev):
         assert fused >= 1, comp.explain()
     else:
         assert fused == 0
+
+
+@pytest.mark.parametrize("K", [128, 512, 1024])
+def test_a_fused_result_keeps_the_eager_layout_so_a_product_sums_in_the_same_order(K, dev):
+    """A fused region's result lies in memory as the eager one did (here transposed: an op's
+    result keeps its operand's order). In C order, ``h @ W.T`` would take the dot products
+    over K (its rows contiguous) where eager took the blocked kernel, and sum in another
+    order: the replays then differed from eager in the last bits (reassociate=False promises
+    none)."""
+    rng = np.random.default_rng(0)
+    W = lk.tensor(rng.standard_normal((10, K)).astype(np.float32), device=dev)
+
+    def step(x):
+        return F.matmul(F.relu(F.transpose(x) * 2.0 + 1.0), F.transpose(W))
+
+    comp = lk.compile(step, reassociate=False)
+    for k in range(4):
+        x = lk.tensor(rng.standard_normal((K, 32)).astype(np.float32), device=dev)
+        np.testing.assert_array_equal(comp(x).numpy(), step(x).numpy(), err_msg=f"call {k + 1}")
+    if str(dev) != "cpu":
+        assert sum(p.fused for p in comp.programs()) == 1, comp.explain()
