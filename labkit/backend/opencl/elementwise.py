@@ -298,7 +298,8 @@ def _launcher(plan, rt, size: int):
     """``launch(out, inputs)`` for ``plan`` on ``rt``: one line of Python that passes the
     arguments in the kernel's order (n, out, each array's buffer, offset and strides, each
     scalar, the dims), with the plan's constants bound (a loop that built the list took about
-    a microsecond more per launch); then counts it for the runtime's batching (``tick``)."""
+    a microsecond more per launch); then counts a small one for the runtime's batching
+    (``tick``; a launch of more than ``HELD_MAX`` elements opens the gate instead)."""
     env, unpack, call = _launch_source(plan, rt, size, "o.data", "o.offset")
     src = f"def launch(o, xs):\n{unpack}{call}"
     exec(compile(src, f"<elementwise launch {plan[0].function_name}>", "exec"), env)  # noqa: S102

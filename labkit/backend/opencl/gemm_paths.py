@@ -17,16 +17,17 @@ from .program import header, kernels, source
 _EPI_ARGS = [None, np.int64, np.int64, np.int64]  # bias, its offset, row and column strides
 
 
-#: few outputs, a long K, both operands contiguous along K (A row-major, B column-major: a
-#: weight gradient such as gy (32, 50176) @ col.T (50176, 9)): each output is a dot product
+#: few outputs, a long K (or a small product, ``_DOT_SMALL_WORK``), both operands contiguous
+#: along K (A row-major, B column-major: a weight gradient such as gy (32, 50176) @ col.T
+#: (50176, 9), a classifier's h @ W.T): each output is a dot product
 #: of two contiguous rows, taken in vector registers over slices of K, the slices then summed.
 #: The blocked kernels give such a product a few work-items with 50,000-long loops, or gather
 #: B across work-items (3 GFLOP/s on PoCL). CPU devices only.
 _DOT_MAX_OUT = 4096  # beyond, rows re-read per output cost more than blocking saves
 _DOT_MIN_K = 1024
 #: and a small product (between these many multiply-adds) with K from _DOT_SMALL_K on: a
-#: classifier's (32, 512) @ (512, 10) took 106 us in the plain kernel, 53 blocked, 33 here;
-#: below the range the plain kernel is as fast, above it the blocked one is faster
+#: classifier's h @ W.T, (32, 512) @ (512, 10), took 107 us in the plain kernel, 59 blocked,
+#: 36 here; below the range the plain kernel is as fast, above it the blocked one is faster
 _DOT_SMALL_K = 128
 _DOT_SMALL_WORK = (32 * 32 * 32, 64 * 64 * 64)
 _GEMV_MIN_K = 64  # a row vector's product from this inner size on (below, generic is as fast)
