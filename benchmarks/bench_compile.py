@@ -604,8 +604,8 @@ def targets():
             verdict, detail = "n/a", "not measured"
         else:
             verdict = "met" if a <= b * f else "NOT met"
-            ref = f"{b * scale[unit]:.3g} {unit}" + (f" x {f}" if f != 1.0 else "")
-            detail = f"{a * scale[unit]:.3g} {unit} against {ref} (ratio {a / b:.2f})"
+            ref = f"{b * scale[unit]:.4g} {unit}" + (f" x {f}" if f != 1.0 else "")
+            detail = f"{a * scale[unit]:.4g} {unit} against {ref} (ratio {a / b:.3f})"
         print(f"  {verdict:<8}{name}: {detail}")
 
 
