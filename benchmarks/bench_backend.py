@@ -1,14 +1,18 @@
-"""labkit's OpenCL arrays against NumPy (and PyTorch CPU, if installed), side by side.
+"""labkit's OpenCL arrays against NumPy, PyTorch CPU and tinygrad's CL backend on the same
+device (each if installed), side by side.
 
     python benchmarks/bench_backend.py            # all sections
     python benchmarks/bench_backend.py gemm       # one of: gemm, elementwise, overhead, softmax
 
 Every row is measured in this run: timings on a shared machine are noisy, compare the ratios.
 Each timing is the best of several repeats, with the device synchronised around it.
+tinygrad's GEMM and elementwise kernels run under its TinyJit (captured, then replayed); the
+per-op overhead has no tinygrad column: it is lazy, and a chain of ops becomes one kernel.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -28,27 +32,53 @@ RT = runtime(0)
 
 
 def best(f, reps=5, sync=True):
+    """The fastest of ``reps`` timed calls after one untimed; ``sync``: True waits for
+    labkit's device after each, a function is called instead (tinygrad's), False: no wait."""
+    wait = RT.finish if sync is True else (sync or None)
     f()
-    if sync:
-        RT.finish()
+    if wait:
+        wait()
     times = []
     for _ in range(reps):
         t = time.perf_counter()
         f()
-        if sync:
-            RT.finish()
+        if wait:
+            wait()
         times.append(time.perf_counter() - t)
     return min(times)
 
 
-def row(*cells, widths=(28, 12, 12, 12, 12, 12)):
+#: tinygrad on the same CL device (if installed): its GEMM and elementwise kernels, each call
+#: replayed by TinyJit, in the last two columns
+TG, TG_NOTE = None, "not tried"
+
+
+def _tg_jit(fn):
+    """``fn`` of tinygrad Tensors, realized, under TinyJit (it captures at the second call)."""
+    from tinygrad import TinyJit
+
+    return TinyJit(lambda *xs: fn(*xs).realize())
+
+
+def _tg_time(fn, arrays, reps=5):
+    """The fastest call of ``fn`` (tinygrad Tensors -> Tensor) on copies of ``arrays``."""
+    from tinygrad import Device, Tensor
+
+    ts = [Tensor(a).realize() for a in arrays]
+    jit = _tg_jit(fn)
+    jit(*ts)  # NOTE: TinyJit: the first call runs, the second captures, later ones replay
+    return best(lambda: jit(*ts), reps, sync=Device["CL"].synchronize)
+
+
+def row(*cells, widths=(28, 12, 12, 12, 12, 12, 12, 13)):
     print("".join(str(c).rjust(w) if i else str(c).ljust(w)
                   for i, (c, w) in enumerate(zip(cells, widths))))
 
 
 def gemm():
     print(f"\n## float32 GEMM, GFLOP/s (device: {RT.info.name}, {RT.info.platform})")
-    row("n", "labkit cl", "NumPy", "cl/NumPy", "PyTorch", "cl/PyTorch")
+    row("n", "labkit cl", "NumPy", "cl/NumPy", "PyTorch", "cl/PyTorch", "tinygrad",
+        "cl/tinygrad")
     rng = np.random.default_rng(0)
     for n in (256, 1024, 2048):
         a = rng.standard_normal((n, n)).astype(np.float32)
@@ -59,13 +89,17 @@ def gemm():
         t_cl = best(lambda da=da, db=db: da @ db, reps)
         t_np = best(lambda a=a, b=b: a @ b, reps, sync=False)
         g_cl, g_np = flops / t_cl / 1e9, flops / t_np / 1e9
+        cells = [n, f"{g_cl:.1f}", f"{g_np:.1f}", f"{g_cl / g_np:.0%}"]
         if torch is not None:
             ta, tb = torch.from_numpy(a), torch.from_numpy(b)
             g_t = flops / best(lambda ta=ta, tb=tb: ta @ tb, reps, sync=False) / 1e9
-            row(n, f"{g_cl:.1f}", f"{g_np:.1f}", f"{g_cl / g_np:.0%}", f"{g_t:.1f}",
-                f"{g_cl / g_t:.0%}")
+            cells += [f"{g_t:.1f}", f"{g_cl / g_t:.0%}"]
         else:
-            row(n, f"{g_cl:.1f}", f"{g_np:.1f}", f"{g_cl / g_np:.0%}", "-", "-")
+            cells += ["-", "-"]
+        if TG is not None:
+            g_g = flops / _tg_time(lambda x, y: x @ y, (a, b), reps) / 1e9
+            cells += [f"{g_g:.1f}", f"{g_cl / g_g:.0%}"]
+        row(*cells)
     # the transposed-operand path (B packed once per call, like a BLAS)
     n = 1024
     a = rng.standard_normal((n, n)).astype(np.float32)
@@ -81,7 +115,8 @@ def gemm():
 def elementwise():
     n = 16 * 1024 * 1024
     print(f"\n## elementwise on {n // 2**20}M float32 elements, GB/s (bytes read + written)")
-    row("op", "labkit cl", "NumPy", "cl/NumPy", "PyTorch", "cl/PyTorch")
+    row("op", "labkit cl", "NumPy", "cl/NumPy", "PyTorch", "cl/PyTorch", "tinygrad",
+        "cl/tinygrad")
     rng = np.random.default_rng(0)
     a = rng.standard_normal(n).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
@@ -114,15 +149,24 @@ def elementwise():
          lambda: np.add(sq(a).T, sq(b), out=sq(out)), None),
         ("sum(a)", 4, lambda: da.sum(), lambda: a.sum(), (lambda: ta.sum()) if torch else None),
     ]
+    # tinygrad's form of each case that it has (a Tensor function and its NumPy inputs)
+    tg_cases = {"a + b": (lambda x, y: x + y, (a, b)), "exp(a)": (lambda x: x.exp(), (a,)),
+                "log(|a|)": (lambda x: x.log(), (pos,)), "tanh(a)": (lambda x: x.tanh(), (a,)),
+                "a * 2.5 (scalar)": (lambda x: x * 2.5, (a,)),
+                "sum(a)": (lambda x: x.sum(), (a,))}
     for name, bpe, f_cl, f_np, f_t in cases:
         g_cl = bpe * n / best(f_cl) / 1e9
         g_np = bpe * n / best(f_np, sync=False) / 1e9
+        cells = [name, f"{g_cl:.1f}", f"{g_np:.1f}", f"{g_cl / g_np:.0%}"]
         if f_t:
             g_t = bpe * n / best(f_t, sync=False) / 1e9
-            row(name, f"{g_cl:.1f}", f"{g_np:.1f}", f"{g_cl / g_np:.0%}", f"{g_t:.1f}",
-                f"{g_cl / g_t:.0%}")
+            cells += [f"{g_t:.1f}", f"{g_cl / g_t:.0%}"]
         else:
-            row(name, f"{g_cl:.1f}", f"{g_np:.1f}", f"{g_cl / g_np:.0%}", "-", "-")
+            cells += ["-", "-"]
+        if TG is not None and name in tg_cases:
+            g_g = bpe * n / _tg_time(*tg_cases[name]) / 1e9
+            cells += [f"{g_g:.1f}", f"{g_cl / g_g:.0%}"]
+        row(*cells)
 
 
 def overhead():
@@ -211,8 +255,12 @@ SECTIONS = {"gemm": gemm, "elementwise": elementwise, "overhead": overhead,
             "softmax": softmax}
 
 if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import tinygrad_cl
+
+    TG, TG_NOTE = tinygrad_cl.load()
     print(f"labkit backend benchmark: NumPy {np.__version__}"
           + (f", PyTorch {torch.__version__} ({torch.get_num_threads()} threads)" if torch else
-             ", PyTorch not installed"))
+             ", PyTorch not installed") + f"; {TG_NOTE if TG else 'no tinygrad: ' + TG_NOTE}")
     for name in sys.argv[1:] or list(SECTIONS):
         SECTIONS[name]()

@@ -15,7 +15,6 @@ dependency (``pip install tinygrad``): labkit never imports it.
 
 from __future__ import annotations
 
-import glob
 import os
 import sys
 import time
@@ -23,6 +22,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tinygrad_cl  # noqa: E402
 from bench_autograd import _mlp_params, _np_sigmoid, timeit, torch  # noqa: E402
 
 import labkit as lk  # noqa: E402
@@ -31,28 +31,6 @@ import labkit.functions as F  # noqa: E402
 STEPS = 8  # steps from the same start whose losses are compared
 COLS = ("lk cpu", "lk cpu jit", "lk cl", "lk cl jit", "NumPy", "PyTorch", "tinygrad jit")
 RESULTS: dict = {}  # (workload, contender) -> {"t", "losses", "compile", "program"}
-
-
-def _tinygrad():
-    """tinygrad on the CL device labkit uses, or (None, why not)."""
-    try:
-        import pyopencl
-        # NOTE: tinygrad loads libOpenCL by name; this PoCL comes with pyopencl's own ICD loader
-        libs = glob.glob(os.path.join(os.path.dirname(pyopencl.__file__), ".libs",
-                                      "libOpenCL*.so*"))
-        if libs:
-            os.environ.setdefault("OPENCL_PATH", libs[0])
-        os.environ.setdefault("DEV", "CL")
-        import tinygrad
-        from tinygrad import Device
-        name = Device["CL"].device_name
-        ours = lk.device("cl").info.name
-        if ours != name:
-            return None, f"tinygrad's CL device is {name!r}, labkit's {ours!r}"
-        from importlib.metadata import version
-        return tinygrad, f"tinygrad {version('tinygrad')} on CL, {name}"
-    except Exception as e:  # noqa: BLE001 - any failure only empties a column
-        return None, f"{type(e).__name__}: {e}"
 
 
 TG, TG_NOTE = None, "not tried"
@@ -613,7 +591,7 @@ SECTIONS = {"chain": chain, "mlp": mlp, "cnn": cnn, "lstm": lstm}
 
 if __name__ == "__main__":
     names = sys.argv[1:] or list(SECTIONS)
-    TG, TG_NOTE = _tinygrad()
+    TG, TG_NOTE = tinygrad_cl.load()
     print(f"labkit compile benchmark: NumPy {np.__version__}"
           + (f", PyTorch {torch.__version__} ({torch.get_num_threads()} threads)" if torch
              else ", PyTorch not installed")
