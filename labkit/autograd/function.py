@@ -146,7 +146,7 @@ class Function:
         self.out_meta = tuple((o.data.shape, o.data.dtype) for o in outs)
         self.out_hooks = None
         self.freed = False
-        self.brick = _current_brick()
+        self.brick = _state.brick
         for i, o in enumerate(outs):
             o.creator = self
             o.index = i
@@ -160,6 +160,3 @@ class Function:
     def __repr__(self):
         return f"<{type(self).__name__} {self.name}>"
 
-
-def _current_brick():
-    return _state.brick
