@@ -309,9 +309,10 @@ def _launcher(plan, rt, size: int):
 def maker(plan, rt, shape: tuple, dtype: np.dtype, st: tuple, size: int):
     """``new(inputs)``: a new C-contiguous array of ``shape`` (``st`` its C strides, ``size``
     its elements) computed by ``plan``, for operands of the signature the plan was made for.
-    ``fresh`` and ``run`` in one generated function, for repeated calls of one signature
-    (core's ``_DECIDED``): the host time of a small op is these calls. The buffer comes from
-    ``rt.allocate`` looked up at each call (lk.compile's capture watches it there)."""
+    ``ndarray.fresh`` (the same fields) and ``run`` in one generated function, for repeated
+    calls of one signature (core's ``_DECIDED``): the host time of a small op is these calls.
+    The buffer comes from ``rt.allocate`` looked up at each call (lk.compile's capture watches
+    it there)."""
     env, unpack, call = _launch_source(plan, rt, size, "D", "0")
     env.update(NEW=object.__new__, ND=ndarray, RT=rt, SHAPE=shape, DT=dtype, ST=st,
                SIZE=size, NB=size * dtype.itemsize)

@@ -267,7 +267,8 @@ class ndarray:
 def fresh(rt: Runtime, shape: tuple, dtype: np.dtype, st: tuple, size: int) -> ndarray:
     """A new C-contiguous array, without ``ndarray.__init__``'s conversions: for a caller that
     made ``shape`` (ints), ``dtype`` (an np.dtype), ``st`` (its C strides) and ``size`` once
-    and reuses them (the elementwise ops' cached plans)."""
+    and reuses them (reductions, GEMM). NOTE: ``elementwise.maker`` sets the same fields in
+    its generated code (a call less per small op): a new field goes into both."""
     a = object.__new__(ndarray)
     a.rt, a.shape, a.dtype, a.size, a._st = rt, shape, dtype, size, st
     a.offset, a.base, a._nbuf = 0, None, size
