@@ -51,7 +51,6 @@ def test_launches_are_held_behind_a_gate_and_give_the_same_results(monkeypatch):
     np.testing.assert_array_equal(y.get(), _chain(h, 3 * context.BATCH))
 
 
-
 def test_a_large_elementwise_launch_is_not_held(monkeypatch):
     """Only launches of up to ``HELD_MAX`` elements wait behind the gate: a larger one opens
     it as it is launched (holding it back would give up its overlap with the host)."""
