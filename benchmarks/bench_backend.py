@@ -53,19 +53,13 @@ def best(f, reps=5, sync=True):
 TG, TG_NOTE = None, "not tried"
 
 
-def _tg_jit(fn):
-    """``fn`` of tinygrad Tensors, realized, under TinyJit (it captures at the second call)."""
-    from tinygrad import TinyJit
-
-    return TinyJit(lambda *xs: fn(*xs).realize())
-
-
 def _tg_time(fn, arrays, reps=5):
-    """The fastest call of ``fn`` (tinygrad Tensors -> Tensor) on copies of ``arrays``."""
-    from tinygrad import Device, Tensor
+    """The fastest call of ``fn`` (tinygrad Tensors -> Tensor), realized under TinyJit, on
+    copies of ``arrays``."""
+    from tinygrad import Device, Tensor, TinyJit
 
     ts = [Tensor(a).realize() for a in arrays]
-    jit = _tg_jit(fn)
+    jit = TinyJit(lambda *xs: fn(*xs).realize())
     jit(*ts)  # NOTE: TinyJit: the first call runs, the second captures, later ones replay
     return best(lambda: jit(*ts), reps, sync=Device["CL"].synchronize)
 
