@@ -347,10 +347,16 @@ class Optimizer:
             # NOTE: on the CPU a large parameter's update runs in cache-sized pieces (when no
             # two parameters share memory: the whole-array update computes every step before
             # it changes any parameter)
-            rest = [(i, g) for i, g in zip(idx, grads)
-                    if not _fused.update_pieces(self.rules, plist[i], g,
-                                                [st[i] for st in self.states],
-                                                self.groups[i], self.t)]
+            if _fused.plain_sgd(self.rules, self.states):
+                rule = self.rules[0]
+                rest = [(i, g) for i, g in zip(idx, grads)
+                        if not _fused.sgd_axpy(rule, plist[i].data, g, self.groups[i],
+                                               self.t)]
+            else:
+                rest = [(i, g) for i, g in zip(idx, grads)
+                        if not _fused.update_pieces(self.rules, plist[i], g,
+                                                    [st[i] for st in self.states],
+                                                    self.groups[i], self.t)]
             idx, grads = [i for i, _ in rest], [g for _, g in rest]
         ps = [plist[i] for i in idx]
         steps = list(grads)
