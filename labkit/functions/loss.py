@@ -94,6 +94,35 @@ class SoftmaxCrossEntropy(Function):
             valid = valid / count
         return valid
 
+    def _nll(self, z, lse):
+        """Each row's ``lse - z`` at its label (``z``: the logits, or the logits less their
+        row's maximum, ``lse`` then its log-sum-exp); for an ignored label ``0 * lse``.
+        Picked, not summed against a one-hot: a logit of -inf at another class (a mask) left
+        the loss NaN (0 * inf) where it is finite, as in PyTorch. A NaN or +inf logit, or a
+        row all -inf, still makes the row's loss NaN (through ``lse``), ignored or not."""
+        t = self.t
+        lse0 = lse.reshape(lse.shape[:1] + lse.shape[2:])
+        if t.dtype.kind == "u" and self.ignore < 0:  # NOTE: no unsigned label is ignored
+            valid = None
+        else:
+            valid = t != self.ignore
+        if xp_of(z) is np:
+            if valid is not None and valid.all():
+                valid = None
+            idx = t if valid is None else np.where(valid, t, 0)
+            if z.ndim == 2:
+                picked = z[np.arange(z.shape[0]), idx]
+            else:
+                picked = np.take_along_axis(
+                    z, np.expand_dims(idx.astype(np.intp, copy=False), 1), axis=1)
+            nll = lse0 - picked.reshape(lse0.shape)
+        else:  # NOTE: logits a kernel does not take (strided, over 4,096 classes, N-d);
+            # z is x here, and lse - lse makes a row with a +inf logit (or all -inf) NaN as
+            # x - max does on the CPU
+            nll = (lse0 - xp_of(z).where(self._onehot(z) > 0, z, 0).sum(axis=1)) + (
+                lse0 - lse0)
+        return nll if valid is None else xp_of(z).where(valid, nll, lse0 * 0)
+
     def forward(self, x):
         xp = xp_of(x)
         self.p = None
@@ -101,7 +130,7 @@ class SoftmaxCrossEntropy(Function):
             m = row_max(x)
             z = x - m
             lse = xp.log(xp.exp(z).sum(axis=1, keepdims=True))
-            nll = -((z - lse) * self._onehot(x)).sum(axis=1)
+            nll = self._nll(z, lse)
             if np.isfinite(m).all():
                 # NOTE: the softmax the gradient needs, as softmax(x, axis=1) computes it
                 # (activation._softmax_array: the same operations, so the same bits), from
@@ -110,8 +139,7 @@ class SoftmaxCrossEntropy(Function):
         elif _xent.fits(x, self.t):  # NOTE: one launch (backend/opencl/xent.py)
             return _xent.softmax_cross_entropy(x, self.t, self.ignore, self.reduce)
         else:  # NOTE: the log-sum-exp of each row in one kernel (five launches composed)
-            lse = xp.logsumexp(x, axis=1, keepdims=True)
-            nll = -((x - lse) * self._onehot(x)).sum(axis=1)
+            nll = self._nll(x, xp.logsumexp(x, axis=1, keepdims=True))
         if self.reduce == "none":
             return nll
         w = self._scale(x)

@@ -2,11 +2,13 @@
 
 One work-group walks the rows (a work-item per row at a time): the row's log-sum-exp as
 ``reduce.logsumexp`` computes it (max first; a row of +-inf or NaN keeps it), minus the logit
-of its label, summed over the row against a one-hot as NumPy's form does (so non-finite values
-give the same NaN); rows whose label is ``ignore`` count zero. The group then sums the rows' losses
-and counts in local memory, and writes their mean, their sum, or each row's loss. The composed
-form (logsumexp, subtract, one-hot, multiply, sum, then the valid count and its division) took
-about fifteen launches and 1 ms a step at batch 1.
+of its label. A logit of -inf at another class (a mask) leaves the loss finite; a NaN or +inf
+logit anywhere in the row, or a row all -inf, makes it NaN. A row whose label is ``ignore``
+counts zero (its loss is ``0 * lse``: 0, or NaN for such a row, so a broken batch still
+shows). The group then sums the rows' losses and counts in local memory, and writes their
+mean, their sum, or each row's loss. The composed form (logsumexp, subtract, one-hot,
+multiply, sum, then the valid count and its division) took about fifteen launches and 1 ms a
+step at batch 1.
 """
 
 from __future__ import annotations
@@ -32,13 +34,14 @@ __kernel void lk_xent(const IDX n, const IDX c, __global const T* x, const IDX x
         __global const T* row = x + x_o + r * c;
         const long label = (long)t[t_o + r];
         const T lse = lk_row_lse(row, c);
-        // NOTE: -sum((row - lse) * onehot), as the composed form and NumPy compute it, so a
-        // nan or inf anywhere in the row gives the same nan (0 * inf), label ignored or not
-        T nll = 0;
-        for (IDX k = 0; k < c; ++k) nll -= (row[k] - lse) * (T)(k == label);
-        if (label != ignore) cnt += 1;
+        // NOTE: -log_softmax at the label (as loss.SoftmaxCrossEntropy computes it on the
+        // CPU), plus lse - lse: NaN for a row whose lse is not finite (a +inf logit, all
+        // -inf), as the CPU's x - max makes it; an ignored row: 0 * lse, not skipped
+        const int valid = label != ignore;
+        const T nll = valid ? (lse - row[label]) + (lse - lse) : lse * (T)0;
+        cnt += (T)valid;
         if (mode == 2) out[out_o + r] = nll;
-        acc += nll * (T)(label != ignore);  // NOTE: times 0, not skipped: nan stays nan
+        acc += nll;
     }
     s_sum[lid] = acc;
     s_cnt[lid] = cnt;
