@@ -13,8 +13,8 @@ from ..backend.opencl import xent as _xent
 from ..errors import ShapeError
 from . import _check
 from ._util import operands, row_max, xp_of
-from .activation import Softmax, relu
-from .math import MulConstant, abs, exp, log1p, mul, neg
+from .activation import Softmax
+from .math import AddConstant, MulConstant, mul
 from .reduction import mean, sum
 
 
@@ -188,8 +188,47 @@ def sigmoid_cross_entropy(x, t, reduce="mean"):
     if tuple(td.shape) != x.shape:
         raise ShapeError(f"sigmoid_cross_entropy: targets of shape {tuple(td.shape)} do not "
                          f"match x of shape {x.shape}")
-    loss = relu(x) - MulConstant(td.astype(x.dtype)).apply((x,)) + log1p(exp(neg(abs(x))))
+    if td.dtype != x.dtype:
+        # NOTE: host: a compiled step casts each call's targets again (a cast outside the
+        # trace was a value the replay could not recompute: the step was refused); NumPy
+        # targets before they are copied to the device (float64 ones to a device without it)
+        dtype = x.dtype
+        td = host(lambda a: a.astype(dtype), td, name="targets.astype")
+    if isinstance(td, np.ndarray) and xp_of(x.data) is not np:
+        from ..backend import opencl
+
+        rt = x.data.rt
+        td = host(lambda a: opencl.asarray(a, device=rt), td, name="upload targets")
+    loss = SigmoidCrossEntropy(td).apply((x,))
     return mean(loss) if reduce == "mean" else (sum(loss) if reduce == "sum" else loss)
+
+
+class SigmoidCrossEntropy(Function):
+    """Each element's ``max(x, 0) - x t + log1p(e^-|x|)``; the gradient is ``sigmoid(x) - t``
+    everywhere. Composed of relu, abs and log1p (as it was), the gradient at x = 0 exactly was
+    ``-t`` instead of ``1/2 - t`` (relu's and abs's gradients there are conventions), so a
+    zero-initialised classifier took a wrong first step; and an infinite logit gave
+    ``inf - inf``: NaN, where the loss is 0 for a target that agrees with it (1 for +inf, 0
+    for -inf) and inf otherwise."""
+
+    name = "sigmoid_cross_entropy"
+
+    def __init__(self, t):
+        self.t = t  # NOTE: the targets, on x's device in x's dtype; not differentiated
+
+    def forward(self, x):
+        xp, t = xp_of(x), self.t
+        with np.errstate(invalid="ignore"):  # NOTE: inf - inf where x is infinite: replaced
+            loss = xp.maximum(x, 0) - x * t + xp.log1p(xp.exp(-xp.abs(x)))
+        w = xp.where(x > 0, 1 - t, t)  # NOTE: the weight of an infinite logit's term
+        return xp.where(xp.isinf(x), xp.where(w == 0, w, xp.abs(x)), loss)
+
+    def backward(self, inputs, gy):
+        from .math import sigmoid
+
+        # NOTE: sigmoid(x) + (-t); host: a compiled step negates each call's targets
+        minus_t = host(lambda a: -a, self.t, name="targets.neg")
+        return gy * AddConstant(minus_t).apply((sigmoid(inputs[0]),))
 
 
 def mean_squared_error(a, b):

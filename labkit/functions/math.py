@@ -429,13 +429,25 @@ def erf(x): return Erf().apply((_check.tensor(x, "erf"),))
 def abs(x): return Abs().apply((_check.tensor(x, "abs"),))  # noqa: A001
 
 
-def softplus(x):
-    """log(1 + e^x), stable for any x. Composed (max(x, 0) + log1p(e^-|x|)): each part is
-    stable and its gradient is sigmoid(x) without a class of its own."""
-    from .activation import relu
+class Softplus(Function):
+    """log(1 + e^x) as max(x, 0) + log1p(e^-|x|), stable for any x; its gradient is
+    sigmoid(x) everywhere. Composed of relu, abs and log1p (as it was), the gradient at x = 0
+    exactly was 0 instead of 1/2: relu's and abs's gradients there are conventions, not the
+    derivative of the smooth sum, and logits start at 0 in a zero-initialised layer."""
 
-    _check.tensor(x, "softplus")
-    return relu(x) + log1p(exp(neg(abs(x))))
+    name = "softplus"
+
+    def forward(self, x):
+        xp = xp_of(x)
+        return xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
+
+    def backward(self, inputs, gy):
+        return gy * sigmoid(inputs[0])
+
+
+def softplus(x):
+    """log(1 + e^x), stable for any x; the gradient is sigmoid(x)."""
+    return Softplus().apply((_check.tensor(x, "softplus"),))
 
 
 def log_sigmoid(x):
