@@ -93,6 +93,7 @@ class Trace:
         self.mutated: set = set()          # ids of the arrays host effects change in place
         self.arg_tensors: dict[int, Tensor] = {}  # argument index -> the Tensor passed
         self.arg_alias: list = []          # (argument index, a tensor read whose data it is)
+        self.made: set = set()             # ids of tensors an op made around an array operand
         for k, a in enumerate(arg_arrays):
             if id(a) not in self.ids:
                 s = self._new()
@@ -131,6 +132,12 @@ class Trace:
                 "call's values. Use labkit ops on tensors (F.getitem, F.reshape), or compute "
                 "it in lk.compile.host(fn, *arrays)")
 
+    def made_here(self, tensor) -> None:
+        """``tensor`` was made during the step around an array operand (``as_tensor``): it
+        does not live on between calls, so the argument it may wrap is no alias."""
+        self.made.add(id(tensor))
+        self.keep.append(tensor)  # NOTE: alive, so that its id stays its own
+
     def _new(self) -> int:
         s = self.n_slots
         self.n_slots += 1
@@ -156,6 +163,7 @@ class Trace:
             src = self.sources.get(s)
             if (src is not None and src.kind == "arg" and tensor is not None
                     and tensor.creator is None and tensor is not self.arg_tensors.get(src.arg)
+                    and id(tensor) not in self.made
                     and all(x is not tensor for _, x in self.arg_alias)):
                 # NOTE: an argument that is the data of a tensor read elsewhere (W.data passed
                 # in, and the brick that holds W): a replay reads that argument for both, so
@@ -329,6 +337,9 @@ class Tracer:
                 refuse_draw(label, self.fn_name)
 
     # ---- what the hooks call ------------------------------------------------------------
+    def made_here(self, tensor) -> None:
+        self.t.made_here(tensor)
+
     def record(self, fn, before, inputs, outs):
         t = self.t
         ins = [t.slot_of(x.data, x) for x in inputs]

@@ -7,7 +7,7 @@ import numbers
 import numpy as np
 
 from ..autograd.tensor import Tensor
-from ..autograd.trace import host
+from ..autograd.trace import host, tracer
 from ..backend import opencl as cl
 from ..errors import DeviceMismatchError, DTypeError
 
@@ -27,7 +27,7 @@ def as_tensor(x, like: Tensor, op: str, name: str = "operand") -> Tensor:
     if isinstance(x, Tensor):
         return x
     if isinstance(x, cl.ndarray):
-        return Tensor(x)
+        return _wrapped(x)
     if isinstance(x, np.ndarray):
         if x.dtype.kind not in "biuf":
             raise DTypeError(f"{op}: {name} must hold numbers, got dtype {x.dtype}")
@@ -39,7 +39,7 @@ def as_tensor(x, like: Tensor, op: str, name: str = "operand") -> Tensor:
             rt = like.data.rt
             # NOTE: a replay of a compiled step copies that call's array (an argument)
             return Tensor(host(lambda a: cl.asarray(a, device=rt), x, name=f"upload {name}"))
-        return Tensor(x)
+        return _wrapped(x)
     if not isinstance(x, (list, tuple, numbers.Number, np.generic)):
         raise DTypeError(f"{op}: {name} must be a Tensor, a number or a list of numbers, got "
                          f"{type(x).__name__}; make it a tensor with lk.tensor(x, "
@@ -50,6 +50,18 @@ def as_tensor(x, like: Tensor, op: str, name: str = "operand") -> Tensor:
     if isinstance(like.data, cl.ndarray):
         return Tensor(cl.asarray(arr, device=like.data.rt))
     return Tensor(arr)
+
+
+def _wrapped(x) -> Tensor:
+    """A Tensor made here for the array operand ``x``; inside ``lk.compile``'s trace it is
+    marked as made by the step, so that an argument array it wraps stays that argument (not a
+    tensor the step reads, whose data the next call's argument would have to be: every call
+    was traced again, with MSE targets or a mask passed as a NumPy array)."""
+    t = Tensor(x)
+    mark = getattr(tracer(), "made_here", None)
+    if mark is not None:
+        mark(t)
+    return t
 
 
 def operands(a, b, op: str, names=("a", "b")):
