@@ -338,6 +338,13 @@ class Exp(_Unary):
         return gy * exp(inputs[0])
 
 
+class Expm1(_Unary):
+    name = op = "expm1"
+
+    def backward(self, inputs, gy):
+        return gy * exp(inputs[0])
+
+
 class Log(_Unary):
     name = op = "log"
 
@@ -418,6 +425,7 @@ class Abs(_Unary):
 
 
 def exp(x): return Exp().apply((_check.tensor(x, "exp"),))
+def expm1(x): return Expm1().apply((_check.tensor(x, "expm1"),))
 def log(x): return Log().apply((_check.tensor(x, "log"),))
 def log1p(x): return Log1p().apply((_check.tensor(x, "log1p"),))
 def sqrt(x): return Sqrt().apply((_check.tensor(x, "sqrt"),))
@@ -489,14 +497,20 @@ def where(cond, a, b):
 
 
 def maximum(a, b):
-    """Elementwise max; the gradient goes to ``a`` where a >= b, else to ``b``."""
+    """Elementwise max, NaN where either is NaN (as ``np.maximum``); the gradient goes to
+    ``a`` where a >= b or a is NaN, else to ``b``. (Without the NaN test, a NaN in ``a``
+    lost to any ``b``: ``maximum(x, 0)`` turned a diverged value into 0.)"""
     a, b = operands(a, b, "maximum")
-    return where(host(lambda p, q: p >= q, a.data, b.data, name="maximum.mask"), a, b)
+    return where(host(lambda p, q: (p >= q) | (p != p), a.data, b.data, name="maximum.mask"),
+                 a, b)
 
 
 def minimum(a, b):
+    """Elementwise min, NaN where either is NaN (as ``np.minimum``); the gradient goes to
+    ``a`` where a <= b or a is NaN, else to ``b``."""
     a, b = operands(a, b, "minimum")
-    return where(host(lambda p, q: p <= q, a.data, b.data, name="minimum.mask"), a, b)
+    return where(host(lambda p, q: (p <= q) | (p != p), a.data, b.data, name="minimum.mask"),
+                 a, b)
 
 
 class Clip(Function):
