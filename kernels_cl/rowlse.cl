@@ -35,10 +35,15 @@ inline T lk_row_max(__global const T* row, const IDX c)
     return m;
 }
 
-inline T lk_row_lse(__global const T* row, const IDX c)
+// log(sum(exp(row - shift))), with the shift (the row's max, or 0 where that is not finite)
+// stored at *shift: log-softmax is (x - shift) - that, which keeps the log-sum's low bits
+// where x - (log-sum + shift) lost them to a large max (softmax of logits of 1e4 summed to
+// 1 - 3e-4, of 1e7 to 0.87). The log-sum-exp is their sum (lk_row_lse).
+inline T lk_row_shifted_logsum(__global const T* row, const IDX c, T* shift)
 {
     const T m = lk_row_max(row, c);
     const T mm = isfinite(m) ? m : (T)0;
+    *shift = mm;
     T s = 0;
 #ifdef W
     const IDX cv = c - c % W;
@@ -51,5 +56,12 @@ inline T lk_row_lse(__global const T* row, const IDX c)
     const IDX cv = 0;
 #endif
     for (IDX k = cv; k < c; ++k) s += exp(row[k] - mm);
-    return log(s) + mm;
+    return log(s);
+}
+
+inline T lk_row_lse(__global const T* row, const IDX c)
+{
+    T mm;
+    const T ls = lk_row_shifted_logsum(row, c, &mm);
+    return ls + mm;
 }

@@ -133,8 +133,7 @@ class Trace:
                 "it in lk.compile.host(fn, *arrays)")
 
     def made_here(self, tensor) -> None:
-        """``tensor`` was made during the step around an array operand (``as_tensor``): it
-        does not live on between calls, so the argument it may wrap is no alias."""
+        """``tensor`` wraps an operand (``as_tensor``): it dies with the call, no alias."""
         self.made.add(id(tensor))
         self.keep.append(tensor)  # NOTE: alive, so that its id stays its own
 
@@ -337,9 +336,8 @@ class Tracer:
                 refuse_draw(label, self.fn_name)
 
     # ---- what the hooks call ------------------------------------------------------------
-    def made_here(self, tensor) -> None:
+    def made_here(self, tensor) -> None:  # NOTE: Trace.made_here
         self.t.made_here(tensor)
-
     def record(self, fn, before, inputs, outs):
         t = self.t
         ins = [t.slot_of(x.data, x) for x in inputs]

@@ -10,6 +10,7 @@ import numpy as np
 from ..autograd.function import Function
 from ..autograd.trace import host
 from ..backend.opencl import softmax as _sm
+from ..backend.opencl.lse import logsumexp_parts
 from . import _check
 from ._util import row_max, xp_of
 from .math import MulConstant, erf, exp, expm1, mul, where
@@ -103,16 +104,20 @@ def gelu(x):
 
 def _softmax_array(x, axis, log: bool):
     """softmax (or log-softmax) of device array ``x`` over ``axis``: on ``cl`` one launch for
-    a last axis (backend/opencl/softmax.py), else x - logsumexp(x) (then exp), as NumPy."""
+    a last axis (backend/opencl/softmax.py), else (x - m) - log(sum(exp(x - m))) (then exp),
+    m the max (0 where it is not finite), as NumPy. Not x - logsumexp(x): that rounds the
+    log-sum into a large max first (logits of 1e4: a softmax summing to 1 - 3e-4)."""
     if isinstance(x, np.ndarray):
         m = row_max(x) if axis == 1 else x.max(axis=axis, keepdims=True)
         m = np.where(np.isfinite(m), m, 0)
-        ls = x - (np.log(np.exp(x - m).sum(axis=axis, keepdims=True)) + m)
+        z = x - m
+        ls = z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
         return ls if log else np.exp(ls)
     if _sm.fits(x, axis):
         return _sm.softmax(x, axis, log=log)
     xp = xp_of(x)
-    ls = xp.subtract(x, xp.logsumexp(x, axis=axis, keepdims=True))
+    shift, logsum = logsumexp_parts(x, axis)
+    ls = xp.subtract(xp.subtract(x, shift), logsum)
     return ls if log else xp.exp(ls)
 
 
@@ -124,7 +129,8 @@ class _AlongAxis(Function):
 
 
 class LogSoftmax(_AlongAxis):
-    """x - logsumexp(x) over ``axis``; on ``cl`` bitwise equal to the composed form."""
+    """(x - max) - log(sum(exp(x - max))) over ``axis``; on ``cl`` bitwise equal to the
+    composed form (backend/opencl/softmax.py)."""
 
     name = "log_softmax"
 
@@ -186,7 +192,8 @@ class SoftmaxGrad(_AlongAxis):
 
 
 def log_softmax(x, axis=1):
-    """x - logsumexp(x): stable for logits of any size."""
+    """x - logsumexp(x), computed as (x - max) - log(sum(exp(x - max))): stable and
+    precise for logits of any size."""
     _check.axis(axis, _check.tensor(x, "log_softmax").ndim, "log_softmax", x.shape)
     if x.dtype.kind != "f":
         return x - logsumexp(x, axis=axis, keepdims=True)

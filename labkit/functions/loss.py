@@ -10,6 +10,7 @@ from ..autograd.tensor import Tensor
 from ..autograd.trace import host, tracer
 from ..backend import full
 from ..backend.opencl import xent as _xent
+from ..backend.opencl.lse import logsumexp_parts
 from ..errors import ShapeError
 from . import _check
 from ._util import operands, row_max, xp_of
@@ -117,8 +118,8 @@ class SoftmaxCrossEntropy(Function):
                     z, np.expand_dims(idx.astype(np.intp, copy=False), 1), axis=1)
             nll = lse0 - picked.reshape(lse0.shape)
         else:  # NOTE: logits a kernel does not take (strided, over 4,096 classes, N-d);
-            # z is x here, and lse - lse makes a row with a +inf logit (or all -inf) NaN as
-            # x - max does on the CPU
+            # z is x less its finite shift, and lse - lse makes a row with a +inf logit (or
+            # all -inf) NaN as x - max does on the CPU
             nll = (lse0 - xp_of(z).where(self._onehot(z) > 0, z, 0).sum(axis=1)) + (
                 lse0 - lse0)
         return nll if valid is None else xp_of(z).where(valid, nll, lse0 * 0)
@@ -135,11 +136,12 @@ class SoftmaxCrossEntropy(Function):
                 # NOTE: the softmax the gradient needs, as softmax(x, axis=1) computes it
                 # (activation._softmax_array: the same operations, so the same bits), from
                 # this forward's sums: the backward does not compute it again
-                self.p = np.exp(x - (lse + m))
+                self.p = np.exp(z - lse)
         elif _xent.fits(x, self.t):  # NOTE: one launch (backend/opencl/xent.py)
             return _xent.softmax_cross_entropy(x, self.t, self.ignore, self.reduce)
-        else:  # NOTE: the log-sum-exp of each row in one kernel (five launches composed)
-            nll = self._nll(x, xp.logsumexp(x, axis=1, keepdims=True))
+        else:  # NOTE: each row's shift and log-sum in one kernel (composed: five launches)
+            shift, logsum = logsumexp_parts(x, 1)
+            nll = self._nll(x - shift, logsum)
         if self.reduce == "none":
             return nll
         w = self._scale(x)

@@ -1,11 +1,11 @@
-"""logsumexp over trailing axes as one kernel (``reduce._lse_rows``): the composed form's
+"""logsumexp over trailing axes as one kernel (``lse._lse_rows``): the composed form's
 results, special values included, and NumPy's in float64."""
 
 import numpy as np
 import pytest
 
 from labkit.backend import opencl as cp
-from labkit.backend.opencl import reduce as red
+from labkit.backend.opencl import lse as red
 
 from .helpers import special_rows
 

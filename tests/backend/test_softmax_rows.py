@@ -9,6 +9,7 @@ import labkit as lk
 import labkit.functions as F
 from labkit.backend import opencl as cp
 from labkit.backend.opencl import softmax as sm
+from labkit.backend.opencl.lse import logsumexp_parts
 
 from .helpers import special_rows
 
@@ -23,7 +24,9 @@ def _ref(x, axis=-1):
 
 
 def _composed(d, axis, log):
-    ls = cp.subtract(d, cp.logsumexp(d, axis=axis, keepdims=True))
+    """(x - shift) - log-sum from logsumexp_parts (the rows' kernel on a last axis)."""
+    shift, logsum = logsumexp_parts(d, axis)
+    ls = cp.subtract(cp.subtract(d, shift), logsum)
     return ls if log else cp.exp(ls)
 
 

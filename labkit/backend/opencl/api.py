@@ -88,6 +88,7 @@ from .core import (
 )
 from .gemm import dot, matmul
 from .indexing import add, concatenate, scatter_add, split, stack, take
+from .lse import logsumexp
 from .reduce import (
     all,
     amax,
@@ -95,7 +96,6 @@ from .reduce import (
     any,
     argmax,
     argmin,
-    logsumexp,
     max,
     mean,
     min,

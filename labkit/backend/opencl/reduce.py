@@ -1,5 +1,5 @@
 """Reductions over any set of axes with keepdims: sum, prod, mean, max, min, argmax, argmin,
-var, std, any, all, logsumexp. Kernels in kernels_cl/reduce.cl."""
+var, std, any, all (logsumexp: lse.py). Kernels in kernels_cl/reduce.cl."""
 
 from __future__ import annotations
 
@@ -11,18 +11,13 @@ import numpy as np
 from ...errors import ShapeError
 from .core import (
     add,
-    ascontiguousarray,
-    exp,
     full,
-    isfinite,
-    log,
     sqrt,
     square,
     subtract,
     true_divide,
-    where,
 )
-from .elementwise import VECTOR_WIDTH, vector_defines
+from .elementwise import VECTOR_WIDTH
 from .ndarray import CTYPES, IDX_NP, check_dtype, fresh, index_ctype, ndarray
 from .program import header, kernels, source
 from .shapes import c_strides, collapse_dims, normalize_axis
@@ -521,63 +516,3 @@ def any(a, axis=None, keepdims=False):  # noqa: A001
 def all(a, axis=None, keepdims=False):  # noqa: A001
     return _reduce("all", a, axis, keepdims, acc_dt=np.bool_, out_dt=np.bool_,
                    map_="((x) != 0)", combine="((a) && (b))", neutral="1")
-
-
-_LSE_ROWS = """
-__kernel void lk_lse_rows(const IDX n_out, const IDX n_red, __global T* out, const IDX out_o,
-                          __global const T* a, const IDX a_o)
-{
-    const IDX r = (IDX)get_global_id(0);
-    if (r >= n_out) return;
-    out[out_o + r] = lk_row_lse(a + a_o + r * n_red, n_red);
-}
-"""
-
-
-def _lse_rows(a, n_out, n_red):
-    """logsumexp of each row of a contiguous (n_out, n_red) float array: one work-item per
-    row, one launch (the composed form takes eight)."""
-    rt = a.rt
-    ct = CTYPES[a.dtype]
-    idx = index_ctype(a)
-
-    def make():
-        defs = {"T": ct, "IDX": idx, **vector_defines(rt, ct, a.dtype.itemsize)}
-        src = header(rt, (ct,), defs, what="logsumexp") + source("common") + \
-            source("rowlse") + _LSE_ROWS
-        it = IDX_NP[idx]
-        return kernels(rt, src, {"lk_lse_rows": [it, it, None, it, None, it]},
-                       name="reduce:lk_lse_rows").lk_lse_rows
-    kernel = rt.cached(("lse_rows", ct, idx), make)
-    out = ndarray(rt, (n_out,), a.dtype)
-    ls = 64
-    with rt.lock:
-        kernel(rt.queue, (-(-n_out // ls) * ls,), (ls,), n_out, n_red, out.data, out.offset,
-               a.data, a.offset)
-    return out
-
-
-def logsumexp(a, axis=None, keepdims=False):
-    """log(sum(exp(a))) computed stably (max subtracted first). Over the trailing axes of a
-    float array with many rows (a softmax's classes), one kernel per call (after a copy when
-    the array is not contiguous)."""
-    axes = _axes(a, axis, "logsumexp")
-    kept_shape = tuple(d for i, d in enumerate(a.shape) if i not in axes)
-    n_red = 1
-    for i in axes:
-        n_red *= a.shape[i]
-    n_out = a.size // n_red if n_red else 0
-    if (a.dtype.kind == "f" and axes == tuple(range(a.ndim - len(axes), a.ndim))
-            and n_red and (16 <= n_out or n_red <= 1024) and n_red <= 65536):
-        # NOTE: a few long rows would be a few work-items looping: composed (parallel) there.
-        # Another layout is copied first, as log_softmax's kernel does, so that the two agree
-        # bit for bit whatever the layout
-        r = _lse_rows(ascontiguousarray(a), n_out, n_red)
-        full_shape = tuple(1 if i in axes else d for i, d in enumerate(a.shape))
-        return r.reshape(full_shape if keepdims else kept_shape)
-    m = max(a, axis=axis, keepdims=True)
-    m = where(isfinite(m), m, 0)
-    s = sum(exp(subtract(a, m)), axis=axis, keepdims=True)
-    r = add(log(s), m)
-    return r if keepdims else r.reshape(tuple(d for i, d in enumerate(r.shape)
-                                              if i not in _axes(a, axis, "logsumexp")))

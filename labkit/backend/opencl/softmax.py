@@ -1,11 +1,13 @@
 """Softmax and log-softmax over the last axis, and their gradients, one launch each.
 
-A work-item takes a row. Log-softmax: the row's log-sum-exp as ``reduce.logsumexp`` computes
-it (max first; a row of +-inf or NaN keeps it), then the row minus it, the same operations in
-the same order as the composed form (logsumexp, subtract: two launches), so bitwise equal to
-it. Softmax: ``exp(x - max) / sum``, one exp per element and more accurate than the composed
-``exp(x - logsumexp)`` (whose subtraction loses the low bits of a large log-sum-exp); a row
-whose max is not finite takes the composed form's values (NaN or +-inf kept alike). The
+A work-item takes a row. Log-softmax: ``(x - shift) - logsum``, the row's shift (its max,
+0 where that is not finite: a row of +-inf or NaN keeps them) and log-sum as
+``lse.logsumexp_parts`` computes them, the same operations in the same order as the
+composed form (parts, two subtractions), so bitwise equal to it; not ``x - logsumexp``, which
+rounds the log-sum into a large max (logits of 1e4 lost 3e-4 of the softmax). Softmax:
+``exp(x - max) / sum``, one exp per element, more accurate than the composed ``exp`` of the
+log-softmax; a row whose max is not finite takes the composed form's values (NaN or +-inf
+kept alike). The
 gradients take the softmax ``y`` and the upstream gradient ``g`` and write, per row,
 ``g - y * sum(g)`` (log-softmax) or ``y * (g - sum(g * y))`` (softmax); composed, each is five
 launches and a broadcast.
@@ -29,9 +31,10 @@ __kernel void lk_softmax_rows(const IDX n, const IDX c, __global T* out, const I
     if (r >= n) return;
     __global const T* row = x + x_o + r * c;
     __global T* dst = out + out_o + r * c;
-    if (log_out) {
-        const T lse = lk_row_lse(row, c);
-        for (IDX k = 0; k < c; ++k) dst[k] = row[k] - lse;
+    if (log_out) {  // NOTE: (x - shift) - log-sum: kernels_cl/rowlse.cl
+        T mm;
+        const T ls = lk_row_shifted_logsum(row, c, &mm);
+        for (IDX k = 0; k < c; ++k) dst[k] = (row[k] - mm) - ls;
         return;
     }
     T m = -INFINITY;

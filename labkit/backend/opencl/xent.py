@@ -1,7 +1,7 @@
 """Softmax cross-entropy of (N, C) logits against N labels in one launch.
 
 One work-group walks the rows (a work-item per row at a time): the row's log-sum-exp as
-``reduce.logsumexp`` computes it (max first; a row of +-inf or NaN keeps it), minus the logit
+``lse.logsumexp`` computes it (max first; a row of +-inf or NaN keeps it), minus the logit
 of its label. A logit of -inf at another class (a mask) leaves the loss finite; a NaN or +inf
 logit anywhere in the row, or a row all -inf, makes it NaN. A row whose label is ``ignore``
 counts zero (its loss is ``0 * lse``: 0, or NaN for such a row, so a broken batch still
@@ -33,12 +33,14 @@ __kernel void lk_xent(const IDX n, const IDX c, __global const T* x, const IDX x
     for (IDX r = lid; r < n; r += ls) {
         __global const T* row = x + x_o + r * c;
         const long label = (long)t[t_o + r];
-        const T lse = lk_row_lse(row, c);
-        // NOTE: -log_softmax at the label (as loss.SoftmaxCrossEntropy computes it on the
-        // CPU), plus lse - lse: NaN for a row whose lse is not finite (a +inf logit, all
-        // -inf), as the CPU's x - max makes it; an ignored row: 0 * lse, not skipped
+        T mm;
+        const T ls = lk_row_shifted_logsum(row, c, &mm);
+        // NOTE: -log_softmax at the label, (shift - x) + log-sum (kernels_cl/rowlse.cl: the
+        // log-sum's bits kept under a large max), plus ls - ls: NaN for a row whose log-sum is
+        // not finite (a +inf logit, all -inf), as the CPU's x - max makes it; an ignored
+        // row: 0 * ls, not skipped
         const int valid = label != ignore;
-        const T nll = valid ? (lse - row[label]) + (lse - lse) : lse * (T)0;
+        const T nll = valid ? ((mm - row[label]) + ls) + (ls - ls) : ls * (T)0;
         cnt += (T)valid;
         if (mode == 2) out[out_o + r] = nll;
         acc += nll;
