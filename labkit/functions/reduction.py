@@ -126,9 +126,14 @@ class LogSumExp(Function):
     def backward(self, inputs, gy):
         (x,) = inputs
         axes = normalize_axes(self.axis, x.ndim)
-        y = logsumexp(x, axis=self.axis, keepdims=True)
         g = broadcast_to(reshape(gy, _keep_shape(x.shape, axes)), x.shape)
-        return g * exp(x - y)
+        if len(axes) == 1 and x.dtype.kind == "f":
+            # NOTE: the softmax, not exp(x - logsumexp(x)), which loses the low bits of a
+            # large log-sum-exp (logits of 1e4: gradients summing to 1 - 3e-4)
+            from .activation import softmax
+
+            return g * softmax(x, axis=axes[0])
+        return g * exp(x - logsumexp(x, axis=self.axis, keepdims=True))
 
 
 def logsumexp(x, axis=None, keepdims=False):

@@ -79,3 +79,11 @@ def test_huge_opposite_logits_agree_on_both_devices():
         cl = f(lk.tensor(x, device="cl")).numpy()
         np.testing.assert_array_equal(cl, cpu)
     np.testing.assert_array_equal(F.softmax(lk.tensor(x), axis=1).numpy(), [[0.5, 0, 0, 0.5]])
+
+
+@pytest.mark.parametrize("M", SCALES)
+def test_logsumexp_gradient_is_the_softmax(dev, M):
+    x = _rows(M)
+    xt = lk.tensor(x, device=dev, requires_grad=True)
+    F.logsumexp(xt, axis=1).sum().backward()
+    np.testing.assert_allclose(xt.grad.numpy(), _ref(x, 1)[1], rtol=2e-6, atol=1e-7)
