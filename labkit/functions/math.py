@@ -234,9 +234,14 @@ class Pow(Function):
         return a ** b
 
     def backward(self, inputs, gy):
+        # NOTE: 0 where the derivative is 0 but its formula 0 * inf (as PyTorch masks them):
+        # d/da where b == 0 (a ** 0 is 1), d/db where a == 0 and b >= 0 (0 ** b is 0 or 1);
+        # learnable exponents of relu outputs got NaN gradients
         a, b = inputs
-        ga = gy * b * pow(a, b - 1.0)
-        gb = gy * pow(a, b) * log(a)
+        b0 = host(lambda q: q == 0, b.data, name="pow.b_zero")
+        a0 = host(lambda p, q: (p == 0) & (q >= 0), a.data, b.data, name="pow.a_zero")
+        ga = gy * where(b0, 0.0, b * pow(a, b - 1.0))
+        gb = gy * where(a0, 0.0, pow(a, b) * log(a))
         return sum_to(ga, a.shape), sum_to(gb, b.shape)
 
 

@@ -56,3 +56,25 @@ def test_expm1_and_its_gradient(dev):
     y.sum().backward()
     np.testing.assert_allclose(y.numpy(), np.expm1(x.astype(np.float64)), rtol=2e-7)
     np.testing.assert_allclose(xt.grad.numpy(), np.exp(x.astype(np.float64)), rtol=2e-7)
+
+
+def test_pow_of_two_tensors_at_a_zero_base(dev):
+    """0 ** b: d/db is 0 for b >= 0 (not 0 * log 0 = NaN) and d/da is 0 where b == 0, as in
+    PyTorch; elsewhere b a^(b-1) and a^b log a. Broadcast exponents sum their gradients."""
+    a = np.array([0, 0, 0, 2, 0.5], np.float32)
+    b = np.array([2, 0, 1, 3, -1], np.float32)
+    at = lk.tensor(a, device=dev, requires_grad=True)
+    bt = lk.tensor(b, device=dev, requires_grad=True)
+    with np.errstate(all="ignore"):
+        y = F.pow(at, bt)
+        y.sum().backward()
+    np.testing.assert_allclose(y.numpy(), [0, 1, 0, 8, 2])
+    np.testing.assert_allclose(at.grad.numpy(), [0, 0, 1, 12, -4], rtol=1e-6)
+    np.testing.assert_allclose(bt.grad.numpy(), [0, 0, 0, 8 * np.log(2), 2 * np.log(0.5)],
+                               rtol=1e-6)
+    at = lk.tensor(np.array([[0, 1], [2, 0]], np.float32), device=dev, requires_grad=True)
+    bt = lk.tensor(np.array([2, 0], np.float32), device=dev, requires_grad=True)
+    with np.errstate(all="ignore"):
+        F.pow(at, bt).sum().backward()
+    np.testing.assert_allclose(at.grad.numpy(), [[0, 0], [4, 0]])
+    np.testing.assert_allclose(bt.grad.numpy(), [4 * np.log(2), 0], rtol=1e-6)
