@@ -511,8 +511,7 @@ def maximum(a, b):
 
 
 def minimum(a, b):
-    """Elementwise min, NaN where either is NaN (as ``np.minimum``); the gradient goes to
-    ``a`` where a <= b or a is NaN, else to ``b``."""
+    """Elementwise min, as :func:`maximum` (NaN kept; the gradient to ``a`` on a tie)."""
     a, b = operands(a, b, "minimum")
     return where(host(lambda p, q: (p <= q) | (p != p), a.data, b.data, name="minimum.mask"),
                  a, b)
