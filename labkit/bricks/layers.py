@@ -230,7 +230,12 @@ class LSTM(_Recurrent):
 
 
 class GRU(_Recurrent):
-    """A GRU over whole sequences x (N, T, F), optional mask (N, T); returns (N, T, H)."""
+    """A GRU over whole sequences x (N, T, F), optional mask (N, T); returns (N, T, H).
+
+    Gates r, z, n in that order (W and U stacked as (3H, F) and (3H, H)), one bias ``b`` on
+    the input side: n = tanh(x Wn + bn + r * (h Un)), with no recurrent bias inside r * (.)
+    (PyTorch and cuDNN have one, b_hn: to port their weights, add b_ih and b_hh for r and z;
+    b_hn has no place here). z keeps the old state: h' = (1 - z) n + z h."""
 
     gates = 3
 

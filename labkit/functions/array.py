@@ -184,7 +184,22 @@ class Split(Function):
         return ys if self.n_out != 1 else ys[0]
 
     def backward(self, inputs, gys):
-        return Concat(self.axis).apply(gys if self.n_out != 1 else (gys,))
+        gys = gys if self.n_out != 1 else (gys,)
+        e = self.edges
+        if all(a <= b for a, b in zip(e[:-1], e[1:])):
+            return Concat(self.axis).apply(gys)
+        # NOTE: indices that go back (split(x, [3, 1]), as NumPy allows): pieces overlap or
+        # are empty, so their gradients do not tile x; each is added at its place
+        x = inputs[0]
+        n = x.shape[self.axis]
+        total = Tensor(zeros(x.shape, x.dtype, x.data))
+        for g, lo in zip(gys, e[:-1]):
+            size = g.shape[self.axis]
+            if size:
+                pw = [(0, 0)] * g.ndim
+                pw[self.axis] = (lo, n - lo - size)
+                total = total + Pad(tuple(pw), 0.0).apply((g,))
+        return total
 
 
 class Stack(Function):

@@ -61,6 +61,12 @@ def batch_normalization(x, gamma, beta, running_mean=None, running_var=None, tra
     axes = (0,) + tuple(range(2, x.ndim))
     bs = _bshape(x)
     if training:
+        if x.size // max(c, 1) == 1:
+            # NOTE: as PyTorch: one value per channel has no spread (its variance is 0, the
+            # output beta, and the running variance drained towards 0 at every step)
+            raise ShapeError(f"batch_normalization: expected more than 1 value per channel "
+                             f"in training, got x of shape {x.shape}; use a batch of 2 or "
+                             "more, or training=False (the running statistics)")
         m = mean(x, axis=axes, keepdims=True)
         d = x - m
         v = mean(d * d, axis=axes, keepdims=True)

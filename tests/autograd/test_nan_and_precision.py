@@ -78,3 +78,18 @@ def test_pow_of_two_tensors_at_a_zero_base(dev):
         F.pow(at, bt).sum().backward()
     np.testing.assert_allclose(at.grad.numpy(), [[0, 0], [4, 0]])
     np.testing.assert_allclose(bt.grad.numpy(), [4 * np.log(2), 0], rtol=1e-6)
+
+
+def test_batch_norm_refuses_one_value_per_channel_in_training(dev):
+    """As PyTorch: one value per channel has no spread (the output was beta and the running
+    variance drained towards 0 at every step); inference, and two values, are fine."""
+    bn = lk.bricks.BatchNorm(3).to(dev)
+    one = lk.tensor(np.ones((1, 3), np.float32), device=dev)
+    with pytest.raises(lk.errors.ShapeError, match="more than 1 value per channel"):
+        bn(one)
+    np.testing.assert_array_equal(bn.running_var.get() if dev.kind == "cl" else bn.running_var,
+                                  np.ones(3, np.float32))  # NOTE: nothing changed
+    assert bn(lk.tensor(np.ones((1, 3, 2, 1), np.float32), device=dev)).shape == (1, 3, 2, 1)
+    F.batch_normalization(one, lk.tensor(np.ones(3, np.float32), device=dev),
+                          lk.tensor(np.zeros(3, np.float32), device=dev), training=False,
+                          running_mean=bn.running_mean, running_var=bn.running_var)
