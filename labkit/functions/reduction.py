@@ -84,7 +84,9 @@ class _Extreme(Function):
 
 
 def _ties(d, y, axes):
-    m = (d == y).astype(d.dtype)
+    # NOTE: a NaN is the extreme it made (NaN == NaN is false: with no winner the shares
+    # were 0/0, NaN for the whole row); where the result is not NaN no element is
+    m = ((d == y) | (d != d)).astype(d.dtype)
     return m / m.sum(axis=axes, keepdims=True)
 
 

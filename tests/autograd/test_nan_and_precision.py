@@ -93,3 +93,17 @@ def test_batch_norm_refuses_one_value_per_channel_in_training(dev):
     F.batch_normalization(one, lk.tensor(np.ones(3, np.float32), device=dev),
                           lk.tensor(np.zeros(3, np.float32), device=dev), training=False,
                           running_mean=bn.running_mean, running_var=bn.running_var)
+
+
+@pytest.mark.parametrize("fn", [F.max, F.min], ids=["max", "min"])
+def test_a_nan_extreme_takes_the_gradient_not_the_whole_row(dev, fn):
+    """max and min of a row with NaN are NaN, and the gradient goes to the NaN elements
+    (shared, as ties are); it was NaN in every element of the row (0/0 shares)."""
+    x = lk.tensor(np.array([[0, nan, 1, nan], [1, 3, 3, 0]], np.float32), device=dev,
+                  requires_grad=True)
+    y = fn(x, axis=1)
+    assert np.isnan(y.numpy()[0])
+    y.sum().backward()
+    g = x.grad.numpy()
+    np.testing.assert_array_equal(g[0], [0, 0.5, 0, 0.5])
+    np.testing.assert_array_equal(g[1], [0, 0.5, 0.5, 0] if fn is F.max else [0, 0, 0, 1])
