@@ -8,6 +8,10 @@ WeightDecay(1e-4), Momentum(0.1, 0.9))``) and each reads its hyper-parameters fr
 parameter's group first (``setup(model, groups=[{"role": lk.roles.BIAS, "weight_decay": 0}])``).
 ``lr`` may be a number or a schedule (a callable of the step). ``state_dict()`` holds every
 moment and counter, so a restored optimizer's next update is bitwise the same.
+
+A schedule reads the optimizer's steps (``t``); Adam's bias correction reads the parameter's
+own count of updates, as PyTorch's does: a parameter first updated late (a layer unfrozen
+after 1,000 steps) starts its correction at 1, instead of steps of about 2.5 lr.
 """
 
 from __future__ import annotations
@@ -24,6 +28,10 @@ from ..backend import get_array_module, zeros
 from ..checkpoint import is_count, listed, shown_key
 from ..errors import CheckpointError
 from . import fused as _fused
+
+#: the key of a parameter's own count of updates in the options its rules are given, where
+#: that is not the optimizer's ``t`` (Optimizer._group; Adam's bias correction reads it)
+OWN_STEPS = "_own_steps"
 
 # ---- schedules ----------------------------------------------------------------------------
 
@@ -200,8 +208,8 @@ class Adam(Rule):
 
     def apply(self, ps, steps, states, groups, t):
         out = []
-        k = t + 1
         for g, s, gr in zip(steps, states, groups):
+            k = gr.get(OWN_STEPS, t) + 1  # NOTE: this parameter's updates (Optimizer._group)
             xp = get_array_module(g)
             b1, b2 = self.h("beta1", gr, t), self.h("beta2", gr, t)
             s["m"] = s["m"] * b1 + g * (1 - b1)
@@ -292,6 +300,7 @@ class Optimizer:
         self.params: dict = {}
         self.groups: list = []
         self.states: list = []
+        self.counts: list = []
         self.t = 0
 
     def setup(self, model, groups=None):
@@ -310,7 +319,15 @@ class Optimizer:
                     opts.update(g)
             self.groups.append(opts)
         self.states = [[r.init_state(p) for p in self.params.values()] for r in self.rules]
+        #: each parameter's updates so far (Adam's bias correction; ``t`` is the optimizer's)
+        self.counts = [self.t] * len(self.params)
         return self
+
+    def _group(self, i):
+        """Parameter ``i``'s options for the rules: its group's, and its own count of updates
+        where that is not the optimizer's ``t`` (it had no gradient at some steps)."""
+        c = self.counts[i]
+        return self.groups[i] if c == self.t else {**self.groups[i], OWN_STEPS: c}
 
     def zero_grad(self):
         for p in self.params.values():
@@ -333,12 +350,13 @@ class Optimizer:
     def _apply(self, idx, grads):
         """The update of the parameters at ``idx`` from the arrays ``grads``, in place."""
         plist = list(self.params.values())
+        updated = list(idx)
         if (self.fused and grads and not isinstance(grads[0], np.ndarray)
                 and all(r.elementwise for r in self.rules)):
             # NOTE: on an OpenCL device one kernel per parameter (optimizers/fused.py)
             rest = [(i, g) for i, g in zip(idx, grads)
                     if not _fused.update(self.rules, plist[i], g,
-                                         [st[i] for st in self.states], self.groups[i],
+                                         [st[i] for st in self.states], self._group(i),
                                          self.t)]
             idx, grads = [i for i, _ in rest], [g for _, g in rest]
         elif (self.fused and grads and isinstance(grads[0], np.ndarray)
@@ -350,23 +368,25 @@ class Optimizer:
             if _fused.plain_sgd(self.rules, self.states):
                 rule = self.rules[0]
                 rest = [(i, g) for i, g in zip(idx, grads)
-                        if not _fused.sgd_axpy(rule, plist[i].data, g, self.groups[i],
+                        if not _fused.sgd_axpy(rule, plist[i].data, g, self._group(i),
                                                self.t)]
             else:
                 rest = [(i, g) for i, g in zip(idx, grads)
                         if not _fused.update_pieces(self.rules, plist[i], g,
                                                     [st[i] for st in self.states],
-                                                    self.groups[i], self.t)]
+                                                    self._group(i), self.t)]
             idx, grads = [i for i, _ in rest], [g for _, g in rest]
         ps = [plist[i] for i in idx]
         steps = list(grads)
-        groups = [self.groups[i] for i in idx]
+        groups = [self._group(i) for i in idx]
         for r, st in zip(self.rules, self.states):
             steps = r.apply(ps, steps, [st[i] for i in idx], groups, self.t)
         for p, s in zip(ps, steps):
             p.data -= s
         for c in self.constraints:
             c(self.params)
+        for i in updated:
+            self.counts[i] += 1
         self.t += 1
 
     def _lr_rule(self):
@@ -389,7 +409,9 @@ class Optimizer:
         rule.hyper["lr"] = value
 
     def state_dict(self) -> dict:
-        """``{"t": steps taken, "state": {param name: {rule_i.key: ndarray}}}``."""
+        """``{"t": steps taken, "state": {param name: {rule_i.key: ndarray}}}``, and
+        ``"steps": {param name: its updates}`` for the parameters updated fewer times than
+        ``t`` (none: no such key)."""
         names = list(self.params)
         out = {}
         for ri, st in enumerate(self.states):
@@ -397,7 +419,8 @@ class Optimizer:
                 for k, v in s.items():
                     out.setdefault(name, {})[f"{ri}.{k}"] = np.array(
                         v if isinstance(v, np.ndarray) else v.get())
-        return {"t": self.t, "state": out}
+        own = {n: c for n, c in zip(names, self.counts) if c != self.t}
+        return {"t": self.t, "state": out, **({"steps": own} if own else {})}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore ``state_dict()``'s form: ``t`` a non-negative int, and for each parameter
@@ -411,14 +434,16 @@ class Optimizer:
             raise CheckpointError(f"{where}: expected a dict with 't' and 'state' "
                                   f"(state_dict()'s form), got {type(state).__name__}")
         problems = []
-        extra = sorted(map(shown_key, set(state) - {"t", "state"}))
+        extra = sorted(map(shown_key, set(state) - {"t", "state", "steps"}))
         if extra:
-            problems.append(f"unexpected keys {listed(extra)} (expected 't' and 'state')")
+            problems.append(f"unexpected keys {listed(extra)} (expected 't', 'state' and "
+                            "'steps')")
         t = state.get("t")
         if not is_count(t):
             problems.append(f"'t' (the steps taken) must be a non-negative int, got "
                             f"{t!r:.60} ({type(t).__name__}); the steps taken are an "
                             "integer in [0, 2**63)")
+        counts = self._own_steps(state.get("steps", {}), t, problems)
         saved = state.get("state")
         if not isinstance(saved, Mapping):
             raise CheckpointError(f"{where}: " + "; ".join(problems + [
@@ -475,12 +500,34 @@ class Optimizer:
         if problems:
             raise CheckpointError(f"{where}: " + "; ".join(problems))
         self.t = int(t)
+        self.counts = [counts.get(n, self.t) for n in names]
         for ri, st in enumerate(self.states):
             for name, s in zip(names, st):
                 for k in list(s):
                     cur = s[k]
                     dev = "cpu" if isinstance(cur, np.ndarray) else cur.device
                     s[k] = asarray(arrays[name, f"{ri}.{k}"].copy(), device=dev)
+
+    def _own_steps(self, steps, t, problems) -> dict:
+        """``state_dict()``'s ``"steps"`` checked: this optimizer's parameter names, each
+        with a count of updates in [0, t]; what does not fit is added to ``problems``."""
+        if not isinstance(steps, Mapping):
+            problems.append(f"'steps' must be a dict of parameter name -> its updates, got "
+                            f"{type(steps).__name__}")
+            return {}
+        unknown = sorted(map(shown_key, set(steps) - set(self.params)))
+        if unknown:
+            problems.append(f"'steps' names parameters this optimizer does not have: "
+                            f"{listed(unknown)}")
+        out = {}
+        for name in sorted(n for n in self.params if n in steps):
+            c = steps[name]
+            if not is_count(c) or (is_count(t) and c > t):
+                problems.append(f"steps[{name!r}] (its updates) must be an int in [0, t], "
+                                f"got {c!r:.60} ({type(c).__name__}) with t {t!r:.30}")
+            else:
+                out[name] = int(c)
+        return out
 
     def _negative(self, key, arr) -> bool:
         """Whether ``arr``, saved under ``key`` ("rule.key"), is a rule's sum of squares
