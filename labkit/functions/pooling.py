@@ -46,7 +46,7 @@ class WindowMax(Function):
 
     def forward(self, w):
         y = w.max(axis=(2, 3), keepdims=True)
-        self.mask = w == y
+        self.mask = (w == y) | (w != w)  # NOTE: a NaN is the max it made (as F.max's ties)
         return y.reshape(y.shape[:2] + y.shape[4:])
 
     def backward(self, inputs, gy):
@@ -128,15 +128,15 @@ class TiledMax(Function):
         one winner (and not ``always``)."""
         kh, kw = self.k
         xt = _in(xd, self.perm)
-        winners = [xt[:, :, i::kh, j::kw] == yt for i in range(kh) for j in range(kw)]
+        tiles = [xt[:, :, i::kh, j::kw] for i in range(kh) for j in range(kw)]
+        winners = [(t == yt) | (t != t) for t in tiles]  # NOTE: a NaN is the max it made
         count = winners[0].view(np.uint8).copy()
         for w in winners[1:]:
             count += w.view(np.uint8)
         if not always and count.max() <= 1 and count.min() == 1:
             share = np.empty(0, yt.dtype)
         else:
-            # NOTE: a window whose max is nan has no winner (nan != nan): its share 1/0 = inf
-            # makes its whole gradient nan, as the general path (0/0) and F.max give
+            # NOTE: every window has a winner (a window whose max is nan: its nans)
             with np.errstate(divide="ignore"):
                 share = (1 / count).astype(yt.dtype)
         return (*winners, share)

@@ -107,3 +107,27 @@ def test_a_nan_extreme_takes_the_gradient_not_the_whole_row(dev, fn):
     g = x.grad.numpy()
     np.testing.assert_array_equal(g[0], [0, 0.5, 0, 0.5])
     np.testing.assert_array_equal(g[1], [0, 0.5, 0.5, 0] if fn is F.max else [0, 0, 0, 1])
+
+
+@pytest.mark.parametrize("shape,k,stride,pad", [
+    ((1, 2, 4, 16), 2, 2, 0),    # tiled on cpu; on cl the 2x2 vector kernel and its tail
+    ((1, 2, 5, 7), 3, 2, 1),     # the general paths (windows, padding)
+], ids=["tiled", "general"])
+def test_max_pool_sends_a_nan_windows_gradient_to_its_nans(dev, shape, k, stride, pad):
+    """A window with a NaN pools to NaN and its gradient goes to its NaN(s), shared as ties;
+    the other windows are untouched (the whole window's gradient was NaN)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[0, 0, 0, 0] = nan
+    x[0, 1, 1, 1] = x[0, 1, 0, 0] = nan
+    xt = lk.tensor(x, device=dev, requires_grad=True)
+    y = F.max_pool2d(xt, k, stride, pad)
+    y.sum().backward()
+    g = xt.grad.numpy()
+    assert not np.isnan(g).any()
+    assert g[0, 0, 0, 0] >= 1 and g[0, 1, 1, 1] + g[0, 1, 0, 0] >= 1
+    # NOTE: each window hands its whole gradient (1 here) to its winners
+    np.testing.assert_allclose(g.sum(), y.numpy().size, rtol=1e-6)
+    ref = F.max_pool2d(lk.tensor(x), k, stride, pad).numpy()
+    np.testing.assert_array_equal(np.isnan(y.numpy()), np.isnan(ref))
+    assert np.isnan(ref).any()

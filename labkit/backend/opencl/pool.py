@@ -95,12 +95,14 @@ __kernel void pool_spread(const IDX total, const IDX C, const IDX OH, const IDX 
     }
 }
 
-// the winners of window g (x == its max y[g]) and their share 1 / count (inf for none)
+// a winner of a window whose max is m: equal to it, or a NaN (which made m NaN; F.max's rule)
+#define WIN(a, m) ((a) == (m) || (a) != (a))
+// the winners of window g and their share 1 / count
 #define WINNERS \\
     const T m = y[g]; \\
     int count = 0; \\
     for (int i = 0; i < KH; ++i) \\
-        for (int j = 0; j < KW; ++j) count += p[i * sh + j * sw] == m; \\
+        for (int j = 0; j < KW; ++j) count += WIN(p[i * sh + j * sw], m); \\
     const T share = (T)1 / (T)count;
 
 // g_*: the strides of the full-size gradient (gx written, gg read), in its own layout
@@ -115,7 +117,7 @@ __kernel void pool_scatter(const IDX total, const IDX C, const IDX OH, const IDX
     const T v = gy[g] * share;
     __global T* q = gx + n * gn + c * gc + oh * KH * gh + ow * KW * gw;
     for (int i = 0; i < KH; ++i)
-        for (int j = 0; j < KW; ++j) q[i * gh + j * gw] = v * (T)(p[i * sh + j * sw] == m);
+        for (int j = 0; j < KW; ++j) q[i * gh + j * gw] = v * (T)WIN(p[i * sh + j * sw], m);
     END_WINDOW
 }
 
@@ -125,6 +127,7 @@ __kernel void pool_scatter(const IDX total, const IDX C, const IDX OH, const IDX
 // and with their rules; the row's last OW % 4 windows one at a time, as those kernels do
 #define VFMAX(a, b) select((b), (a), ((a) > (b)) | ((a) != (a)))
 #define ONES(e) select((T4)(0), (T4)(1), e)
+#define VWIN(a, m) (((a) == (m)) | ((a) != (a)))
 #define INTERLEAVE(a, b) (T8)((a).s0, (b).s0, (a).s1, (b).s1, (a).s2, (b).s2, (a).s3, (b).s3)
 #define ROW(sh) \
     const IDX r = get_global_id(0); \
@@ -161,8 +164,8 @@ __kernel void pool_scatter_v(const IDX total, const IDX C, const IDX OH, const I
         const IDX g = r * OW + ow;
         const T8 a = vload8(0, prow + 2 * ow), b = vload8(0, prow + sh + 2 * ow);
         const T4 m = vload4(0, y + g);
-        const T4 e00 = ONES(a.even == m), e01 = ONES(a.odd == m);
-        const T4 e10 = ONES(b.even == m), e11 = ONES(b.odd == m);
+        const T4 e00 = ONES(VWIN(a.even, m)), e01 = ONES(VWIN(a.odd, m));
+        const T4 e10 = ONES(VWIN(b.even, m)), e11 = ONES(VWIN(b.odd, m));
         const T4 v = vload4(0, gy + g) * ((T4)(1) / (e00 + e01 + e10 + e11));
         vstore8(INTERLEAVE(v * e00, v * e01), 0, qrow + 2 * ow);
         vstore8(INTERLEAVE(v * e10, v * e11), 0, qrow + gh + 2 * ow);
@@ -171,13 +174,13 @@ __kernel void pool_scatter_v(const IDX total, const IDX C, const IDX OH, const I
         const IDX g = r * OW + ow;
         __global const T* p = prow + 2 * ow;
         const T m = y[g];
-        const int count = (p[0] == m) + (p[1] == m) + (p[sh] == m) + (p[sh + 1] == m);
+        const int count = WIN(p[0], m) + WIN(p[1], m) + WIN(p[sh], m) + WIN(p[sh + 1], m);
         const T v = gy[g] * ((T)1 / (T)count);
         __global T* q = qrow + 2 * ow;
-        q[0] = v * (T)(p[0] == m);
-        q[1] = v * (T)(p[1] == m);
-        q[gh] = v * (T)(p[sh] == m);
-        q[gh + 1] = v * (T)(p[sh + 1] == m);
+        q[0] = v * (T)WIN(p[0], m);
+        q[1] = v * (T)WIN(p[1], m);
+        q[gh] = v * (T)WIN(p[sh], m);
+        q[gh + 1] = v * (T)WIN(p[sh + 1], m);
     }
 }
 #endif
@@ -193,7 +196,7 @@ __kernel void pool_gather(const IDX total, const IDX C, const IDX OH, const IDX 
     __global const T* q = gg + n * gn + c * gc + oh * KH * gh + ow * KW * gw;
     T s = 0;
     for (int i = 0; i < KH; ++i)
-        for (int j = 0; j < KW; ++j) s += q[i * gh + j * gw] * (T)(p[i * sh + j * sw] == m);
+        for (int j = 0; j < KW; ++j) s += q[i * gh + j * gw] * (T)WIN(p[i * sh + j * sw], m);
     out[g] = s * share;
     END_WINDOW
 }
