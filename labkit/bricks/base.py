@@ -149,6 +149,8 @@ class Brick:
         brick._parent = self
         self._children[brick.name] = brick
         object.__setattr__(self, brick.name, brick)
+        if _trace.tracer() is None:  # NOTE: a compiled step traced without it traces again
+            object.__setattr__(self, "_version", next(_versions))
         return brick
 
     @property

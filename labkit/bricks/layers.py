@@ -7,6 +7,7 @@ import numpy as np
 
 from .. import functions as F
 from .. import roles
+from ..autograd import trace as _trace
 from ..autograd.tensor import Tensor
 from ..autograd.trace import host
 from ..backend import zeros
@@ -128,7 +129,15 @@ class Sequence(Brick):
             self.layers.append(layer)
         self.built = True
 
+    @property
+    def layer_tuple(self) -> tuple:
+        """The layers as they are now (what a compiled step traced with them compares)."""
+        return tuple(self.layers)
+
     def forward(self, x):
+        tr = _trace.tracer()
+        if tr is not None:  # NOTE: self.layers changed in place (appended, replaced): retrace
+            tr.depends(self, "layer_tuple")
         for layer in self.layers:
             x = layer(x)
         return x

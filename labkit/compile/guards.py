@@ -134,8 +134,10 @@ class Guard:
             self.get = functools.partial(getattr, holder, name, _MISSING)
         elif kind == "c":
             self.get = lambda: holder.cell_contents
-        else:
-            self.get = lambda: (holder.__defaults__, holder.__kwdefaults__)
+        elif kind == "d":
+            self.get = lambda: holder.__defaults__[name]
+        else:  # NOTE: "k", a keyword-only default
+            self.get = lambda: holder.__kwdefaults__[name]
 
     def read(self):
         try:
@@ -262,9 +264,13 @@ class Walk:
             except ValueError:
                 continue
             self._value(v, "c", cell, n, True, f"{n} (in the closure of {where})", depth)
-        if fn.__defaults__ or fn.__kwdefaults__:
-            self.guards.append(Guard("d", fn, None, (fn.__defaults__, fn.__kwdefaults__),
-                                     True, f"the default arguments of {where}"))
+        # NOTE: each default as a value of its own (a model passed as model=m: the object by
+        # identity, the attributes the code names of it in turn); the tuple of them was a
+        # new object at each read, so a step with such a default never replayed
+        for i, v in enumerate(fn.__defaults__ or ()):
+            self._value(v, "d", fn, i, True, f"default argument {i} of {where}", depth)
+        for n, v in sorted((fn.__kwdefaults__ or {}).items()):
+            self._value(v, "k", fn, n, True, f"the default of {n} (of {where})", depth)
         return None
 
     def objects(self, objs, depth=1):
@@ -313,7 +319,10 @@ class Walk:
         or generators, whose values a replay reads or labkit checks."""
         from ..bricks.base import Brick
 
-        if depth > 4 or isinstance(obj, (Tensor, np.ndarray, opencl.ndarray, Brick, Generator)):
+        if depth > 4 or isinstance(obj, (Tensor, np.ndarray, opencl.ndarray, Generator)):
+            return
+        if isinstance(obj, Brick):
+            _brick_methods(self, obj, depth)
             return
         module = getattr(obj, "__module__", None) if isinstance(obj, type) else (
             getattr(obj, "__name__", None) if isinstance(obj, types.ModuleType)
@@ -369,6 +378,24 @@ class Walk:
                     continue
                 if canon(v) is not None:
                     self.guards.append(Guard("a", obj, n, v, False, f"{what}.{n}"))
+
+
+def _brick_methods(walk, brick, depth):
+    """Walk the code of the user's bricks in ``brick`` (it and the bricks inside it): their
+    ``forward`` and the methods the step's code names, as the user's functions are (a
+    forward that reads a global or a closure). Not their attributes: parameters, children,
+    buffers and plain settings are checked by the bricks themselves (Brick.__call__)."""
+    stack = [brick]
+    while stack:
+        b = stack.pop()
+        for n in sorted({"forward"} | walk.names):
+            if (id(b), n) in walk._guarded:
+                continue
+            f = getattr(type(b), n, None)
+            if isinstance(f, types.FunctionType) and _user_code(f.__code__):
+                walk._guarded.add((id(b), n))
+                walk.walk(types.MethodType(f, b), depth + 1)
+        stack.extend(getattr(b, "_children", {}).values())
 
 
 def rng_of(v):
@@ -473,7 +500,7 @@ def check_unchanged(walk, fn_name):
     """After a traced call: refuse a step that changed a Python value of the user's it
     reads (a replay would not change it again)."""
     for g in walk.guards:
-        if g.user and g.kind != "d" and (why := g.failure() or _grown(g)) is not None:
+        if g.user and (why := g.failure() or _grown(g)) is not None:
             raise CompileError(
                 f"lk.compile: {fn_name} changes {g.label} while it runs ({why}); a replay "
                 "runs no Python, so it would not change it again. Return the value from the "

@@ -118,10 +118,13 @@ class Program:
                         "and is another array now")
         for tensor, shape, dtype, rg, kind, rt in self.live_shapes:
             d = tensor.data
-            if d.shape != shape or d.dtype != dtype or tensor.requires_grad != rg:
+            if d.shape != shape or d.dtype != dtype:
                 return (f"a tensor the step reads changed from {dtype}{shape} to "
-                        f"{d.dtype}{d.shape}" + (" or its requires_grad" if d.shape == shape
-                                                 else ""))
+                        f"{d.dtype}{d.shape}")
+            if tensor.requires_grad != rg:
+                return (f"a tensor of shape {shape} the step reads has requires_grad="
+                        f"{tensor.requires_grad}, {rg} when traced (a parameter frozen or "
+                        "unfrozen)")
             if type(d) is not kind or getattr(d, "rt", None) is not rt:
                 return (f"a tensor of shape {shape} the step reads is on another device than "
                         "when traced")
@@ -140,6 +143,9 @@ def depends_failure(depends):
     for obj, attr, value in depends:
         now = getattr(obj, attr, None)
         if now != value:
+            if attr == "layer_tuple":  # NOTE: labkit.bricks.layers.Sequence
+                return (f"{type(obj).__name__} {getattr(obj, 'path', '')}: its layers changed "
+                        "(one added, removed or replaced) since it was traced")
             if attr == "_version":  # NOTE: labkit.bricks.base.Brick._version
                 return (f"{type(obj).__name__} {getattr(obj, 'path', '')}: a parameter, buffer "
                         "or other object it holds was replaced or moved since it was traced")
