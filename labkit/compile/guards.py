@@ -14,6 +14,7 @@ labkit itself, and are not guarded here.
 
 from __future__ import annotations
 
+import collections
 import dis
 import functools
 import os
@@ -49,6 +50,12 @@ def canon(v, depth=0):
     if t is dict and len(v) <= _SMALL and depth < 3:
         items = tuple((canon(k, depth + 1), canon(x, depth + 1)) for k, x in v.items())
         return None if any(a is None or b is None for a, b in items) else (t, items)
+    if t in (set, frozenset, collections.deque) and len(v) <= _SMALL and depth < 3:
+        # NOTE: "hot" in FLAGS, len(a_deque): a set by its members, a deque in order
+        items = [canon(x, depth + 1) for x in v]
+        if any(x is None for x in items):
+            return None
+        return (t, frozenset(items) if t is not collections.deque else tuple(items))
     return None
 
 
@@ -264,9 +271,7 @@ class Walk:
             except ValueError:
                 continue
             self._value(v, "c", cell, n, True, f"{n} (in the closure of {where})", depth)
-        # NOTE: each default as a value of its own (a model passed as model=m: the object by
-        # identity, the attributes the code names of it in turn); the tuple of them was a
-        # new object at each read, so a step with such a default never replayed
+        # NOTE: each default a value of its own (model=m: by identity, then its attributes)
         for i, v in enumerate(fn.__defaults__ or ()):
             self._value(v, "d", fn, i, True, f"default argument {i} of {where}", depth)
         for n, v in sorted((fn.__kwdefaults__ or {}).items()):
@@ -311,6 +316,21 @@ class Walk:
             self.walk(v, depth + 1)
         else:
             self.objects([v], depth + 1)
+            self._items(v, label, depth)
+
+    def _items(self, v, label, depth):
+        """A small container's items in turn: CFG["c"].scale, hooks in a list, an rng."""
+        from . import Compiled
+
+        if type(v) not in (list, tuple, dict) or len(v) > _SMALL or depth > 4:
+            return
+        for x in (v.values() if type(v) is dict else v):
+            if isinstance(x, (types.FunctionType, types.MethodType, functools.partial,
+                              Compiled)):
+                self.walk(x, depth + 1)
+            elif canon(x) is None and not self._rng(x, f"an item of {label}"):
+                self.objects([x], depth + 1)
+                self._items(x, label, depth + 1)
 
     def _attrs(self, obj, what, depth):
         """Guards on the attributes of ``obj`` the code names: a module's and a class's
@@ -378,13 +398,21 @@ class Walk:
                     continue
                 if canon(v) is not None:
                     self.guards.append(Guard("a", obj, n, v, False, f"{what}.{n}"))
+            elif isinstance(f, types.MethodType) and isinstance(f.__func__, types.FunctionType):
+                self._guarded.add((id(obj), n))  # NOTE: a classmethod of the user's
+                if _user_code(f.__func__.__code__):
+                    self.walk(f, depth + 1)
+            elif (f is not None and canon(f) is not None and not n.startswith("__")
+                  and getattr(obj, n, _MISSING) is f):
+                # NOTE: a class attribute read through the instance (K.scale = 3.0 later; an
+                # instance attribute that comes to shadow it is read the same way)
+                self._guarded.add((id(obj), n))
+                self.guards.append(Guard("a", obj, n, f, user, f"{what}.{n}"))
 
 
 def _brick_methods(walk, brick, depth):
-    """Walk the code of the user's bricks in ``brick`` (it and the bricks inside it): their
-    ``forward`` and the methods the step's code names, as the user's functions are (a
-    forward that reads a global or a closure). Not their attributes: parameters, children,
-    buffers and plain settings are checked by the bricks themselves (Brick.__call__)."""
+    """Walk the code of the user's bricks in ``brick`` and inside it (forward, and methods
+    the code names): not their attributes, which the bricks check (Brick.__call__)."""
     stack = [brick]
     while stack:
         b = stack.pop()

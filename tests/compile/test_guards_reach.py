@@ -6,6 +6,7 @@ frozen (the message says so). Each against the same steps run eagerly on the sam
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import labkit as lk
 import labkit.bricks as B
@@ -98,3 +99,91 @@ def test_a_frozen_parameter_is_named_as_such(dev):
 
     st = _same(dev, lambda: B.Sequence(B.Linear(5, 8), B.ReLU(), B.Linear(8, 3)), freeze)
     assert st["retraces"] == 1 and "requires_grad=False, True when traced" in st["reasons"][0]
+
+
+class _Cfg:
+    scale = 1.0  # NOTE: a class attribute
+
+    @classmethod
+    def factor(cls):
+        return FACTOR
+
+
+FACTOR = 1.0
+
+
+def _scale_by(f):
+    return lambda z: z * f()
+
+
+def _read_cases():
+    """(name, state, how the step scales its logits from the state, the change at call 4)."""
+    def set_global(v):
+        global FACTOR
+        FACTOR = v
+
+    yield ("item attribute", {"c": _Cfg()}, lambda s, z: z * s["c"].scale,
+           lambda s: setattr(s["c"], "scale", 3.0))
+    yield ("class attribute", {"c": _Cfg()}, lambda s, z: z * s["c"].scale,
+           lambda s: setattr(_Cfg, "scale", 3.0))
+    yield ("classmethod reading a global", {"c": _Cfg()}, lambda s, z: z * s["c"].factor(),
+           lambda s: set_global(3.0))
+    yield ("function in a list reading a global", {"hooks": [_scale_by(lambda: FACTOR)]},
+           lambda s, z: s["hooks"][0](z), lambda s: set_global(3.0))
+    yield ("set membership", {"flags": {"cold"}},
+           lambda s, z: z * (3.0 if "hot" in s["flags"] else 1.0),
+           lambda s: s["flags"].add("hot"))
+
+
+@pytest.mark.parametrize("case", [c[0] for c in _read_cases()])
+def test_values_reached_through_containers_and_classes_are_guarded(dev, case):
+    name, state0, body, change = next(c for c in _read_cases() if c[0] == case)
+
+    def run(compiled):
+        global FACTOR
+        FACTOR, _Cfg.scale = 1.0, 1.0
+        state = {k: (v if k != "c" else _Cfg()) if not isinstance(v, set) else set(v)
+                 for k, v in state0.items()}
+        rng = np.random.default_rng(0)
+        m = B.Linear(5, 3)
+        m.to(dev)
+        for p in m.params().values():
+            p.data = lk.tensor(rng.standard_normal(p.shape).astype(np.float32), device=dev).data
+        opt = lk.optimizers.SGD(lr=0.1).setup(m)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.softmax_cross_entropy(body(state, m(x)), y)
+            loss.backward()
+            opt.update()
+            return loss
+
+        f = lk.compile(step) if compiled else step
+        d = np.random.default_rng(1)
+        out = []
+        for i in range(8):
+            if i == 4:
+                change(state)
+            x = lk.tensor(d.standard_normal((4, 5)).astype(np.float32), device=dev)
+            out.append(float(f(x, d.integers(0, 3, 4)).item()))
+        return out, getattr(f, "stats", None)
+
+    try:
+        (le, _), (lc, st) = run(False), run(True)
+    finally:
+        _Cfg.scale = 1.0
+    np.testing.assert_allclose(lc, le, rtol=1e-6)
+    assert st["retraces"] == 1, st
+
+
+def test_a_random_generator_in_a_container_is_refused():
+    R = {"rng": np.random.default_rng(0)}
+
+    @lk.compile
+    def step(x):
+        y = lk.tensor(x)
+        return F.sum(y * 2.0 if R["rng"].random() < 0.5 else y)
+
+    with pytest.raises(lk.compile.CompileError, match="draws random numbers from an item of R"):
+        for _ in range(3):
+            step(np.ones(3, np.float32))
