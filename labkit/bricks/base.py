@@ -219,6 +219,11 @@ class Brick:
             for name, v in vars(self).items():
                 if name[0] != "_" and name not in _NOT_SETTINGS and _setting(v):
                     tr.depends(self, name)
+                elif (name[0] != "_" and type(v) in (list, dict) and len(v) <= 64
+                      and all(_setting(x) for x in (v.values() if type(v) is dict else v))):
+                    # NOTE: a list or dict of plain values (scales per layer), compared by
+                    # value: a change in place traces again
+                    tr.depends(self, name, type(v)(v))
         prev = _fn._state.brick
         _fn._state.brick = self.path
         try:

@@ -36,7 +36,12 @@ Inside a compiled step:
   and methods of the user's it calls) are checked at each call (compile/guards.py): a number
   by value, an object by identity; a change traces again. A step that changes such a value
   itself (``counter["n"] += 1``) is refused, and so is a Python number or string in its
-  results that nothing checked gives (``len(a_list)``): a replay would return it unchanged;
+  results that nothing checked gives (``len(a_list)``): a replay would return it unchanged.
+  Reached too: the items of small lists, tuples and dicts (``CFG["c"].scale``, hooks in a
+  list), class attributes and classmethods, the forward of the user's bricks (and their list
+  settings, by value). Not seen (pass such values as arguments): an attribute named at run
+  time (``getattr(c, name)``), chains of more than four attributes, the items of lists of
+  more than 64, an iterator's state (``next(counter)``), a 0-d array read with ``float()``;
 - a parameter passed as an argument (or its array) is checked by identity: the step may
   read it where it lives too (its brick), so a program traced with it is not replayed for
   another;

@@ -418,8 +418,8 @@ class Tracer:
         t.nodes.append(node)
         return r
 
-    def depends(self, obj, attr):
-        self.t.depends.append((obj, attr, getattr(obj, attr)))
+    def depends(self, obj, attr, value=None):  # NOTE: value: a copy to compare with
+        self.t.depends.append((obj, attr, getattr(obj, attr) if value is None else value))
 
     def refuse_read(self, what):
         raise CompileError(

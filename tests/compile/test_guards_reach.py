@@ -187,3 +187,24 @@ def test_a_random_generator_in_a_container_is_refused():
     with pytest.raises(lk.compile.CompileError, match="draws random numbers from an item of R"):
         for _ in range(3):
             step(np.ones(3, np.float32))
+
+
+class PerOutput(B.Brick):
+    """A user's brick with a list setting: scales per output, changed in place."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.scales = [1.0]
+
+    def forward(self, x):
+        return self.inner(x) * self.scales[0]
+
+
+def test_a_bricks_list_setting_changed_in_place_retraces(dev):
+    def change(m, i):
+        if i == 4:
+            m.scales[0] = 3.0
+
+    st = _same(dev, lambda: PerOutput(B.Linear(5, 3)), change)
+    assert st["retraces"] == 1 and "PerOutput.scales was [1.0]" in st["reasons"][0], st
