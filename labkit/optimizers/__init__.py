@@ -240,7 +240,14 @@ class GradientClipping(Rule):
 
     def apply(self, ps, steps, states, groups, t):
         total = math.sqrt(sum(float((g * g).sum()) for g in steps))
-        limit = self.hyper["max_norm"]
+        # NOTE: read as every rule reads its hyper-parameters (a group's value, a schedule's
+        # at this step); one norm over every parameter takes one limit
+        limits = {self.h("max_norm", gr, t) for gr in groups} or {self.h("max_norm", {}, t)}
+        if len(limits) > 1:
+            raise ValueError(f"GradientClipping: the parameters' groups give max_norm "
+                             f"{sorted(limits)}; the norm is over every gradient together, "
+                             "so give one max_norm (not per group)")
+        limit = limits.pop()
         self.last_norm = total
         if total <= limit or total == 0:
             return steps

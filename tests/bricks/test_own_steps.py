@@ -102,3 +102,27 @@ def test_damaged_steps_are_refused_and_nothing_is_loaded(steps, message):
     with pytest.raises(CheckpointError, match=message):
         opt.load_state_dict(state)
     assert opt.t == 0 and opt.counts == [0] and not opt.states[0][0]["m"].any()
+
+
+def test_gradient_clipping_reads_its_limit_as_every_rule_does():
+    """A schedule for max_norm is followed, a group's value read; groups that disagree are
+    an error naming the fix (one norm over every gradient takes one limit)."""
+    def run(opt_rules, groups=None, steps=2):
+        p = lk.tensor(np.zeros(4, np.float32), requires_grad=True)
+        q = lk.tensor(np.zeros(4, np.float32), requires_grad=True)
+        opt = O.chain(*opt_rules).setup({"p": p, "q": q}, groups=groups)
+        for _ in range(steps):
+            p.grad = lk.tensor(np.full(4, 3.0, np.float32))
+            q.grad = lk.tensor(np.full(4, 4.0, np.float32))
+            opt.update()
+        return p.numpy(), opt
+
+    sched = O.StepDecay(2.0, every=1, gamma=0.5)   # 2.0 at step 0, 1.0 at step 1
+    p, opt = run([O.GradientClipping(sched), O.SGD(1.0)])
+    # NOTE: the global norm is 10; clipped to 2 then 1: p = -(3 * 0.2) - (3 * 0.1)
+    np.testing.assert_allclose(p, -0.9, rtol=1e-6)
+    p, _ = run([O.GradientClipping(5.0), O.SGD(1.0)], groups=[{"name": "*", "max_norm": 1.0}],
+               steps=1)
+    np.testing.assert_allclose(p, -0.3, rtol=1e-6)
+    with pytest.raises(ValueError, match="give one max_norm"):
+        run([O.GradientClipping(5.0), O.SGD(1.0)], groups=[{"name": "p", "max_norm": 1.0}])
