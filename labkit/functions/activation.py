@@ -13,7 +13,7 @@ from ..backend.opencl import softmax as _sm
 from ..backend.opencl.lse import logsumexp_parts
 from . import _check
 from ._util import row_max, xp_of
-from .math import MulConstant, erf, exp, expm1, mul, where
+from .math import Erf, MulConstant, erf, exp, expm1, mul, where
 from .reduction import logsumexp
 from .reduction import sum as rsum
 
@@ -96,10 +96,29 @@ def elu(x, alpha=1.0):
     return where(pos, x, neg_part)
 
 
+class GELU(Function):
+    """x * Phi(x); at x = +-inf its limits x and 0, with gradients 1 and 0 (composed, both
+    were inf * 0 = NaN: a masked -inf input poisoned the step)."""
+
+    name = "gelu"
+
+    def forward(self, x):
+        xp = xp_of(x)
+        with np.errstate(invalid="ignore"):  # NOTE: -inf * 0, replaced below
+            y = x * (Erf().forward(x * (1 / _m.sqrt(2))) + 1) * 0.5  # NOTE: the composed ops
+        return xp.where(xp.isinf(x), xp.maximum(x, 0), y)
+
+    def backward(self, inputs, gy):
+        # NOTE: Phi(x) + x phi(x), with x phi(x) taken as its limit 0 at +-inf
+        (x,) = inputs
+        finite = where(host(lambda d: xp_of(d).isinf(d), x.data, name="gelu.inf"), 0.0, x)
+        phi = exp(mul(finite * finite, -0.5)) * (1 / _m.sqrt(2 * _m.pi))
+        return gy * ((erf(mul(x, 1 / _m.sqrt(2))) + 1.0) * 0.5 + finite * phi)
+
+
 def gelu(x):
     """x * Phi(x) with the exact normal CDF (erf), as in PyTorch's default."""
-    _check.tensor(x, "gelu")
-    return x * (erf(mul(x, 1 / _m.sqrt(2))) + 1.0) * 0.5
+    return GELU().apply((_check.tensor(x, "gelu"),))
 
 
 def _softmax_array(x, axis, log: bool):

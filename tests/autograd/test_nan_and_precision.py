@@ -131,3 +131,22 @@ def test_max_pool_sends_a_nan_windows_gradient_to_its_nans(dev, shape, k, stride
     ref = F.max_pool2d(lk.tensor(x), k, stride, pad).numpy()
     np.testing.assert_array_equal(np.isnan(y.numpy()), np.isnan(ref))
     assert np.isnan(ref).any()
+
+
+def test_gelu_at_infinities_is_its_limit(dev):
+    """gelu(-inf) = 0 and gelu(inf) = inf, gradients 0 and 1 (x * Phi(x) composed gave
+    -inf * 0 = NaN for both, and NaN gradients at +-inf); elsewhere as before, against
+    float64."""
+    from math import erf, exp, pi, sqrt
+
+    x = np.array([-inf, -40, -3, -1e-3, 0, 0.5, 3, 40, inf], np.float32)
+    x64 = x.astype(np.float64)
+    want = [0.0 if v == -inf else v if v == inf else v * 0.5 * (1 + erf(v / sqrt(2)))
+            for v in x64]
+    dwant = [0.0 if v == -inf else 1.0 if v == inf else
+             0.5 * (1 + erf(v / sqrt(2))) + v * exp(-v * v / 2) / sqrt(2 * pi) for v in x64]
+    xt = lk.tensor(x, device=dev, requires_grad=True)
+    y = F.gelu(xt)
+    y.sum().backward()
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(xt.grad.numpy(), dwant, rtol=1e-5, atol=1e-7)
