@@ -208,6 +208,9 @@ class SequentialExampleScheme(Scheme):
 
     def __init__(self, num_examples: int):
         self.num_examples = int(num_examples)
+        if self.num_examples < 0:
+            raise DataError(f"{type(self).__name__}: need num_examples >= 0, got "
+                            f"{self.num_examples}")
 
     def num_requests(self, epoch):
         return self.num_examples

@@ -255,6 +255,14 @@ class DataStream(Stream):
         if not isinstance(scheme, Scheme):
             raise DataError(f"DataStream: scheme must be a labkit.data scheme, got "
                             f"{type(scheme).__name__}")
+        n = getattr(scheme, "num_examples", getattr(getattr(scheme, "base", None),
+                                                    "num_examples", None))
+        if n is not None and n != dataset.num_examples:
+            # NOTE: a scheme built for another split (its size reused): it would skip
+            # examples, or request ones the dataset does not have (empty batches)
+            raise DataError(f"DataStream: the scheme covers {n} examples but the dataset has "
+                            f"{dataset.num_examples}; build the scheme with the dataset's "
+                            f"num_examples (each epoch covers every example once)")
         self.dataset, self.scheme = dataset, scheme
         self.sources = dataset._pick(sources)
         self.produces_examples = not scheme.batched

@@ -243,12 +243,28 @@ class Padding(Transformer):
             t = int(lengths.max(initial=0))
             rest = seqs[0].shape[1:] if seqs else ()
             dt = np.result_type(*[q.dtype for q in seqs]) if seqs else np.float32
-            padded = np.full((len(seqs), t, *rest), self.pad_value, dtype=dt)
+            pad = _pad_value(self.pad_value, dt, s)
+            padded = np.full((len(seqs), t, *rest), pad, dtype=dt)
             for i, q in enumerate(seqs):
                 padded[i, :len(q)] = q
             out[s] = padded
             out[f"{s}_mask"] = (np.arange(t)[None, :] < lengths[:, None]).astype(self.mask_dtype)
         return out
+
+
+def _pad_value(v, dt, source):
+    """``v`` in dtype ``dt``, exactly: -0.5 padding integer tokens became 0 (a token id), and
+    -1 for uint8 a bare NumPy error."""
+    try:
+        cast = np.array(v).astype(dt, casting="unsafe") if np.isfinite(v) else np.array(v, dt)
+        same = bool(cast == v) or (np.isnan(v) and np.isnan(cast))
+    except (TypeError, ValueError, OverflowError):
+        same = False
+    if not same:
+        raise DataError(f"Padding: pad_value {v!r} is not a value of source {source!r}'s dtype "
+                        f"{np.dtype(dt)}; give one it holds exactly (for token ids, an id "
+                        "the vocabulary does not use, e.g. 0 reserved for padding)")
+    return cast
 
 
 class SortByLength(Transformer):

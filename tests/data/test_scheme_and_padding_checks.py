@@ -1,0 +1,69 @@
+"""A scheme built for another dataset's size is refused when the stream is made (sequential
+batches came back empty past the data, or half the data was never seen); a pad value the
+data's dtype cannot hold is refused (-0.5 padding token ids became 0, a real id); an example
+scheme of a negative size is refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from labkit.data import (
+    DataStream,
+    IndexableDataset,
+    SequentialExampleScheme,
+    SequentialScheme,
+    ShardedScheme,
+    ShuffledScheme,
+)
+from labkit.data.transformers import Padding
+from labkit.errors import DataError
+
+
+@pytest.mark.parametrize("scheme", [SequentialScheme(50, 10), SequentialScheme(10, 5),
+                                    ShuffledScheme(30, 4, seed=0),
+                                    ShardedScheme(SequentialScheme(10, 4), 0, 2),
+                                    SequentialExampleScheme(19)])
+def test_a_scheme_of_another_size_is_refused(scheme):
+    ds = IndexableDataset({"x": np.arange(20)})
+    with pytest.raises(DataError, match=r"the scheme covers \d+ examples but the dataset has "
+                                        r"20; build the scheme with the dataset's"):
+        DataStream(ds, scheme)
+
+
+def test_a_scheme_of_the_right_size_covers_every_example_once():
+    ds = IndexableDataset({"x": np.arange(20)})
+    for scheme in (SequentialScheme(20, 8), ShuffledScheme(20, 6, seed=1),
+                   SequentialExampleScheme(20)):
+        seen = np.concatenate([np.atleast_1d(b["x"]) for b in DataStream(ds, scheme)])
+        assert sorted(seen.tolist()) == list(range(20))
+
+
+def test_an_example_scheme_of_a_negative_size_is_refused():
+    with pytest.raises(DataError, match="need num_examples >= 0, got -3"):
+        SequentialExampleScheme(-3)
+
+
+def _padded(seqs, pad):
+    return next(iter(Padding(DataStream(IndexableDataset({"s": seqs}), batch_size=len(seqs)),
+                             pad_value=pad)))
+
+
+@pytest.mark.parametrize("seqs,pad", [
+    ([np.arange(1), np.arange(3)], -0.5),
+    ([np.arange(1, dtype=np.uint8), np.arange(3, dtype=np.uint8)], -1),
+    ([np.arange(1, dtype=np.int8), np.arange(3, dtype=np.int8)], 300),
+    ([np.arange(1), np.arange(3)], float("nan")),
+])
+def test_a_pad_value_the_dtype_cannot_hold_is_refused(seqs, pad):
+    with pytest.raises(DataError, match="is not a value of source 's''s dtype"):
+        _padded(seqs, pad)
+
+
+def test_pad_values_the_dtype_holds_pad_exactly():
+    b = _padded([np.arange(1), np.arange(3)], -1)
+    assert b["s"].tolist() == [[0, -1, -1], [0, 1, 2]] and b["s_mask"].tolist() == [
+        [1, 0, 0], [1, 1, 1]]
+    f = _padded([np.ones(1, np.float32), np.ones(2, np.float32)], float("nan"))["s"]
+    assert f.dtype == np.float32 and np.isnan(f[0, 1]) and f[1].tolist() == [1, 1]
+    assert _padded([np.arange(2), np.arange(1)], 2.0)["s"].tolist() == [[0, 1], [0, 2]]
