@@ -273,10 +273,32 @@ class DataStream(Stream):
     def get_item(self, epoch, k):
         return self.dataset.get_data(self.scheme.request(epoch, k), self.sources)
 
+    def _identity(self) -> dict:
+        """What the stream reads, beyond sizes: its sources and the dataset's split."""
+        out = {"sources": list(self.sources)}
+        split = getattr(self.dataset, "split", None)
+        if split is not None:
+            out["split"] = list(split)
+        return out
+
     def _own_state(self):
-        return {"type": "DataStream", "scheme": self.scheme.state_dict()}
+        return {"type": "DataStream", "scheme": self.scheme.state_dict(),
+                "dataset": self._identity()}
 
     def _load_own_state(self, state, where="state"):
+        saved = state.get("dataset")  # NOTE: None in a state saved before it was recorded
+        if saved is not None:
+            mine = self._identity()
+            if not isinstance(saved, dict):
+                raise DataError(f"{where}['dataset']: expected an object, got "
+                                f"{type(saved).__name__}; the state is damaged")
+            for key in sorted(set(saved) | set(mine), key=str):
+                if saved.get(key) != mine.get(key):
+                    raise DataError(
+                        f"{where}['dataset'][{key!r}]: the state was saved from a stream "
+                        f"over {reprlib.repr(saved.get(key))}, this one reads "
+                        f"{reprlib.repr(mine.get(key))}; load it into a stream over the same "
+                        "data (the same split and sources)")
         self.scheme.load_state_dict(state.get("scheme"), f"{where}['scheme']")
 
     def close(self):

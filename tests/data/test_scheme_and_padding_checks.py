@@ -67,3 +67,30 @@ def test_pad_values_the_dtype_holds_pad_exactly():
     f = _padded([np.ones(1, np.float32), np.ones(2, np.float32)], float("nan"))["s"]
     assert f.dtype == np.float32 and np.isnan(f[0, 1]) and f[1].tolist() == [1, 1]
     assert _padded([np.arange(2), np.arange(1)], 2.0)["s"].tolist() == [[0, 1], [0, 2]]
+
+
+def test_a_state_from_a_stream_over_other_data_is_refused(tmp_path):
+    """A state saved from the train split does not load into the test split's stream (the
+    same sizes: it loaded silently), nor into a stream of other sources; the same data loads,
+    and a state saved before streams recorded their data still does."""
+    from labkit.data import H5Dataset
+    from labkit.data.layout import write_h5
+
+    path = tmp_path / "t.h5"
+    write_h5(path, {"x": np.arange(40), "y": np.arange(40) * 2},
+             splits={"train": (0, 20), "test": (20, 40)})
+    a = DataStream(H5Dataset(path, "train"), batch_size=4)
+    it = iter(a)
+    next(it)
+    state = a.state_dict()
+    for other in (DataStream(H5Dataset(path, "test"), batch_size=4),
+                  DataStream(H5Dataset(path, "train"), batch_size=4, sources=["y"])):
+        with pytest.raises(DataError, match=r"\['dataset'\]\['(split|sources)'\]: the state was "
+                                            r"saved from a stream over"):
+            other.load_state_dict(state)
+    same = DataStream(H5Dataset(path, "train"), batch_size=4)
+    same.load_state_dict(state)
+    assert next(iter(same))["x"].tolist() == next(it)["x"].tolist()
+    old = {**state, "stages": [{k: v for k, v in s.items() if k != "dataset"}
+                               for s in state["stages"]]}
+    DataStream(H5Dataset(path, "test"), batch_size=4).load_state_dict(old)
