@@ -46,8 +46,10 @@ from .schemes import (
     Scheme,
     SequentialExampleScheme,
     SequentialScheme,
+    ShardedScheme,
     ShuffledExampleScheme,
     ShuffledScheme,
+    _share,
     check_state,
     fresh_seed,
     mix_seed,
@@ -368,13 +370,33 @@ class RandomTransformer(Transformer):
         self.seed = fresh_seed(seed, f"{type(self).__name__}: seed")
 
     def rng(self, epoch: int, k: int) -> Generator:
-        return Generator(seed=mix_seed(self.seed, epoch, k))
+        g = Generator(seed=mix_seed(self.seed, epoch, k))
+        # NOTE: over a rank's share of each batch (ShardedScheme, lk.dist), a batch-shaped draw
+        # is that share's rows of the whole batch's draw, as dropout's is: N ranks flip and
+        # crop as one process does (each rank drew the first rows: all the same)
+        g.shard = _shard_rows(self.stream, epoch, k)
+        return g
 
     def _own_state(self):
         return {"type": type(self).__name__, "seed": self.seed}
 
     def _load_own_state(self, state, where="state"):
         self.seed = state_int(state, "seed", where, *SEED)
+
+
+def _shard_rows(stream, epoch: int, k: int):
+    """``(offset, rows, total)`` of item ``k`` in its global batch when ``stream`` is (through
+    transformers only) a DataStream over a batched ShardedScheme, else None."""
+    while isinstance(stream, Transformer):
+        stream = stream.stream
+    scheme = getattr(stream, "scheme", None)
+    if not isinstance(stream, DataStream) or not isinstance(scheme, ShardedScheme) or (
+            not scheme.batched):
+        return None
+    r = scheme.base.request(epoch, k)
+    n = len(range(r.start, r.stop, r.step)) if isinstance(r, slice) else len(r)
+    a, b = _share(n, scheme.index, scheme.count)
+    return (a, b - a, n)
 
 
 def stack(values: list):

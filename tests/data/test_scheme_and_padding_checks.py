@@ -94,3 +94,26 @@ def test_a_state_from_a_stream_over_other_data_is_refused(tmp_path):
     old = {**state, "stages": [{k: v for k, v in s.items() if k != "dataset"}
                                for s in state["stages"]]}
     DataStream(H5Dataset(path, "test"), batch_size=4).load_state_dict(old)
+
+
+@pytest.mark.parametrize("count", [2, 3])
+@pytest.mark.parametrize("kind", ["flip", "crop"])
+def test_random_augmentation_over_shards_is_one_processs(kind, count):
+    """N ranks' shares of each batch, flipped or cropped, are one process's batch (every
+    rank drew the first rows' values: the same flips on each rank)."""
+    from labkit.data import ShardedScheme
+    from labkit.data.transformers import RandomCrop, RandomFlip
+
+    img = np.arange(16 * 6 * 6, dtype=np.float32).reshape(16, 1, 6, 6)
+    ds = IndexableDataset({"features": img})
+
+    def batches(scheme):
+        s = DataStream(ds, scheme)
+        t = RandomFlip(s, p=0.5, seed=7) if kind == "flip" else RandomCrop(s, 4, seed=7)
+        return [b["features"] for b in t]
+
+    full = batches(ShuffledScheme(16, 8, seed=1))
+    parts = [batches(ShardedScheme(ShuffledScheme(16, 8, seed=1), i, count))
+             for i in range(count)]
+    for k, b in enumerate(full):
+        np.testing.assert_array_equal(np.concatenate([p[k] for p in parts]), b)
