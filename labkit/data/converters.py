@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import lzma
+import re
 import struct
 import tarfile
 import zlib
@@ -248,7 +249,9 @@ def convert_text(file, path=None, level: str = "char", valid_fraction: float = 0
             Budget().take(have, str(file))
             fh.seek(0)
             text = read_exact(fh, have, str(file)).tobytes().decode("utf-8")
-        lines = [ln for ln in text.splitlines() if ln.strip()]
+        # NOTE: lines end at \n, \r\n or \r (as a text file's lines): not at a form feed or
+        # \u2028 inside a line, where str.splitlines() cuts (one example became two)
+        lines = [ln for ln in re.split(r"\r\n|\r|\n", text) if ln.strip()]
     except UnicodeDecodeError as e:
         raise DataError(f"{file}: not UTF-8 text ({e})") from None
     except OSError as e:

@@ -232,3 +232,15 @@ def test_processes_that_get_digits_at_once_on_a_fresh_home_all_read_it(tmp_path)
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [e[-2000:] for _, e in outs]
     assert len({o.strip() for o, _ in outs}) == 1
+
+
+def test_text_lines_end_at_newlines_only(tmp_path):
+    """A form feed or U+2028 inside a line is part of it (str.splitlines() cut there: one
+    example became two); \\n, \\r\\n and \\r end lines."""
+    src = tmp_path / "t.txt"
+    src.write_bytes("a\fb\r\nc\u2028d\re f\n\n".encode("utf-8"))
+    path = convert_text(src, tmp_path / "t.h5", valid_fraction=0, test_fraction=0)
+    ds = H5Dataset(path, split="train")
+    vocab = ds.metadata("vocabulary")
+    text = ["".join(vocab[i] for i in seq) for seq in ds.get_data(slice(None))["text"]]
+    assert text == ["a\fb", "c\u2028d", "e f"]
