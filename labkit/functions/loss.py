@@ -193,14 +193,11 @@ def sigmoid_cross_entropy(x, t, reduce="mean"):
     if td.dtype != x.dtype:
         # NOTE: host: a compiled step casts each call's targets again (a cast outside the
         # trace was a value the replay could not recompute: the step was refused); NumPy
-        # targets before they are copied to the device (float64 ones to a device without it)
+        # targets before they are copied to the device below (float64 ones to a device
+        # without it)
         dtype = x.dtype
         td = host(lambda a: a.astype(dtype), td, name="targets.astype")
-    if isinstance(td, np.ndarray) and xp_of(x.data) is not np:
-        from ..backend import opencl
-
-        rt = x.data.rt
-        td = host(lambda a: opencl.asarray(a, device=rt), td, name="upload targets")
+    td = _check.data(td, x, op, "t")  # NOTE: NumPy targets copied to x's device (a host step)
     loss = SigmoidCrossEntropy(td).apply((x,))
     return mean(loss) if reduce == "mean" else (sum(loss) if reduce == "sum" else loss)
 

@@ -69,6 +69,12 @@ def logsumexp_parts(a, axis):
         keep = a.shape[:-1] + (1,)
         shift, logsum = _lse_rows(ascontiguousarray(a), a.size // n_red, n_red, parts=True)
         return shift.reshape(keep), logsum.reshape(keep)
+    return _composed_parts(a, axis)
+
+
+def _composed_parts(a, axis):
+    """``logsumexp_parts`` of the reductions (kept axes): the max, 0 where not finite, and
+    the log of the sum of ``exp(a - max)``."""
     m = max(a, axis=axis, keepdims=True)
     m = where(isfinite(m), m, 0)
     return m, log(sum(exp(subtract(a, m)), axis=axis, keepdims=True))
@@ -92,9 +98,7 @@ def logsumexp(a, axis=None, keepdims=False):
         r = _lse_rows(ascontiguousarray(a), n_out, n_red)
         full_shape = tuple(1 if i in axes else d for i, d in enumerate(a.shape))
         return r.reshape(full_shape if keepdims else kept_shape)
-    m = max(a, axis=axis, keepdims=True)
-    m = where(isfinite(m), m, 0)
-    s = sum(exp(subtract(a, m)), axis=axis, keepdims=True)
-    r = add(log(s), m)
+    m, logsum = _composed_parts(a, axis)
+    r = add(logsum, m)
     return r if keepdims else r.reshape(tuple(d for i, d in enumerate(r.shape)
                                               if i not in _axes(a, axis, "logsumexp")))
