@@ -256,6 +256,12 @@ class ShardedScheme(Scheme):
                             f"count={count}")
         self.base, self.index, self.count = scheme, int(index), int(count)
         self.batched = scheme.batched
+        smallest = smallest_batch(scheme)
+        if self.batched and smallest is not None and smallest < self.count:
+            raise DataError(f"ShardedScheme: {scheme!r} has a batch of {smallest} examples, "
+                            f"which cannot be split between {self.count} shards (shard "
+                            f"{self.count - 1} would get an empty batch); use a larger "
+                            "batch_size or drop_last=True")
 
     def num_requests(self, epoch):
         n = self.base.num_requests(epoch)
@@ -267,11 +273,24 @@ class ShardedScheme(Scheme):
             return self.base.request(epoch, k * self.count + self.index)
         r = self.base.request(epoch, k)
         if isinstance(r, slice):
-            n = len(range(r.start, r.stop, r.step))
+            start, step = r.start or 0, r.step or 1  # NOTE: a custom scheme's slice(0, 4)
+            n = len(range(start, r.stop, step))
             a, b = _share(n, self.index, self.count)
-            return slice(r.start + a * r.step, r.start + b * r.step, r.step)
+            if a == b:
+                self._empty(epoch, k, n)
+            return slice(start + a * step, start + b * step, step)
         a, b = _share(len(r), self.index, self.count)
+        if a == b:
+            self._empty(epoch, k, len(r))
         return r[a:b]
+
+    def _empty(self, epoch, k, n):
+        # NOTE: a base whose batch sizes are not known ahead (see smallest_batch); an empty
+        # batch would give a NaN mean loss, or a rank with nothing to average
+        raise DataError(f"ShardedScheme: batch {k} of epoch {epoch} of {self.base!r} has {n} "
+                        f"examples, fewer than the {self.count} shards: shard {self.index} "
+                        f"would get an empty batch; give every batch at least {self.count} "
+                        "examples")
 
     def state_dict(self):
         return {"type": "ShardedScheme", "index": self.index, "count": self.count,
@@ -288,6 +307,18 @@ class ShardedScheme(Scheme):
 
     def __repr__(self):
         return f"ShardedScheme({self.base!r}, index={self.index}, count={self.count})"
+
+
+def smallest_batch(scheme) -> int | None:
+    """The fewest examples in a batch of ``scheme`` (a ``SequentialScheme`` or
+    ``ShuffledScheme``: its last, unless dropped), None where that is not known ahead; a
+    scheme with no batches has no smallest (None)."""
+    if not isinstance(scheme, _BatchScheme) or scheme.num_examples == 0:
+        return None
+    if scheme.num_examples < scheme.batch_size:
+        return None if scheme.drop_last else scheme.num_examples
+    rest = scheme.num_examples % scheme.batch_size
+    return scheme.batch_size if scheme.drop_last or rest == 0 else rest
 
 
 def _share(n: int, i: int, count: int) -> tuple[int, int]:

@@ -23,6 +23,7 @@ import numpy as np
 from ..backend import opencl
 from ..bricks import Brick
 from ..data import DataStream, ShardedScheme
+from ..data.schemes import smallest_batch
 from ..errors import CheckpointError
 from ..functions import noise
 from ..training.events import Extension
@@ -77,14 +78,12 @@ def shard_stream(stream, comm: Communicator | None = None):
         raise DistError("data parallel: the stream's DataStream reads single examples; give it "
                         "a batch scheme (DataStream(dataset, batch_size=GLOBAL_BATCH, ...)) so "
                         "each global batch is split between the ranks")
-    if hasattr(base, "num_examples") and hasattr(base, "batch_size"):
-        smallest = base.num_examples % base.batch_size
-        smallest = base.batch_size if base.drop_last or smallest == 0 else smallest
-        if min(base.batch_size, smallest) < comm.size:
-            raise DistError(f"data parallel: a global batch of {smallest} examples cannot be "
-                            f"split between {comm.size} ranks (batch_size={base.batch_size}, "
-                            f"{base.num_examples} examples); use a larger batch_size or "
-                            "drop_last=True")
+    smallest = smallest_batch(base)
+    if smallest is not None and smallest < comm.size:
+        raise DistError(f"data parallel: a global batch of {smallest} examples cannot be "
+                        f"split between {comm.size} ranks (batch_size={base.batch_size}, "
+                        f"{base.num_examples} examples); use a larger batch_size or "
+                        "drop_last=True")
     _same_data(ds, base, comm)
     ds.scheme = GlobalShardedScheme(base, comm.rank, comm.size)
     state = comm.bcast_object(stream.state_dict() if comm.rank == 0 else None)

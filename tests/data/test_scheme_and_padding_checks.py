@@ -117,3 +117,51 @@ def test_random_augmentation_over_shards_is_one_processs(kind, count):
              for i in range(count)]
     for k, b in enumerate(full):
         np.testing.assert_array_equal(np.concatenate([p[k] for p in parts]), b)
+
+
+@pytest.mark.parametrize("base,count", [(SequentialScheme(10, 3), 2),   # last batch of 1
+                                        (ShuffledScheme(9, 4, seed=0), 2),
+                                        (SequentialScheme(2, 4), 3),    # one batch of 2
+                                        (SequentialScheme(12, 2), 3)])  # every batch of 2
+def test_a_shard_that_would_get_an_empty_batch_is_refused_when_made(base, count):
+    # NOTE: the rank's empty batch gave a NaN mean loss (0/0) at the end of the epoch
+    with pytest.raises(DataError, match="cannot be split between .* shards .* use a larger "
+                                        "batch_size or drop_last=True"):
+        ShardedScheme(base, 0, count)
+
+
+def test_shards_of_batches_that_split_are_accepted():
+    for base, count in ((SequentialScheme(10, 3, drop_last=True), 3),
+                        (SequentialScheme(11, 4), 3), (SequentialScheme(0, 4), 2),
+                        (SequentialScheme(1, 4, drop_last=True), 2)):
+        parts = [list(DataStream(IndexableDataset({"x": np.arange(base.num_examples)}),
+                                 ShardedScheme(base, i, count))) for i in range(count)]
+        for batches in zip(*parts):
+            assert all(len(b["x"]) >= 1 for b in batches)
+        seen = sorted(np.concatenate([b["x"] for p in parts for b in p] or [[]]).tolist())
+        assert seen == list(range(len(seen)))
+
+
+class _Uneven(SequentialScheme):
+    """Batches of 4, 4 and then 1: sizes the shard cannot know before it is asked."""
+
+    def request(self, epoch, k):
+        return [slice(0, 4), slice(4, 8), slice(8, 9)][k]
+
+    def num_requests(self, epoch):
+        return 3
+
+
+def test_an_empty_share_of_a_batch_is_refused_when_asked():
+    scheme = _Uneven(9, 4)
+    shard = ShardedScheme(type("Custom", (), {"batched": True, "request": scheme.request,
+                                               "num_requests": scheme.num_requests,
+                                               "__repr__": lambda s: "Custom()"})(), 1, 2)
+    assert shard.request(0, 0) == slice(2, 4, 1)
+    with pytest.raises(DataError, match=r"batch 2 of epoch 0 of Custom\(\) has 1 examples, "
+                                        r"fewer than the 2 shards: shard 1 would get an empty"):
+        shard.request(0, 2)
+    with pytest.raises(DataError, match="shard 1 would get an empty batch"):
+        ShardedScheme(type("Arrays", (), {"batched": True, "num_requests": lambda s, e: 1,
+                                          "request": lambda s, e, k: np.array([5])})(),
+                      1, 2).request(0, 0)
