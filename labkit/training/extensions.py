@@ -300,6 +300,13 @@ class LearningRateSchedule(Extension):
         if self.unit == "epochs":
             loop.optimizer.lr = float(self.schedule(loop.status["epoch"]))
 
+    def on_resumption(self, loop):
+        # NOTE: the learning rate is in no checkpoint, and a loop resumed mid-epoch does not
+        # start that epoch again (no before_epoch): set this epoch's rate here, or the rest of
+        # the epoch trains with the rate the optimizer was built with
+        if self.unit == "epochs" and loop.status["epoch_started"]:
+            loop.optimizer.lr = float(self.schedule(loop.status["epoch"]))
+
     def before_batch(self, loop):
         if self.unit == "iterations":
             loop.optimizer.lr = float(self.schedule(loop.status["iteration"]))

@@ -209,10 +209,11 @@ def check_resume(make_loop, at_iteration: int | None = None, directory=None, *,
             return ResumeCheck(at, compared, f"the uninterrupted run logged {len(a.log)} "
                                f"iterations, the resumed one {len(c.log)}")
         for ra, rc in zip(a.log.rows, c.log.rows):
-            for k in ra:
+            # NOTE: the keys of both rows: a value only the resumed run logged is a difference
+            for k in list(ra) + [k for k in rc if k not in ra]:
                 if k.startswith("time") or k == "forked_from":
                     continue
-                if k not in rc or not _same(ra[k], rc[k]):
+                if k not in rc or k not in ra or not _same(ra[k], rc[k]):
                     return ResumeCheck(at, compared, f"iteration {ra['iteration']}, {k!r}: "
                                        f"uninterrupted {ra.get(k)!r}, resumed {rc.get(k)!r}")
                 compared += 1

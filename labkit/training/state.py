@@ -53,7 +53,7 @@ def loop_state(loop) -> dict:
         "rng": {"dropout": {d: g.state_dict() for d, g in noise.default_generators().items()},
                 "bricks": {k: g.state_dict() for k, g in brick_generators(loop.model)}},
         "log": loop.log.state_dict(),
-        "extensions": {n: e.state_dict() for n, e in loop.extensions.saved().items()},
+        "extensions": {n: _extension_state(e) for n, e in loop.extensions.saved().items()},
         "run": {"id": loop.run_id, "name": loop.name, "config": loop.config},
     }
 
@@ -162,6 +162,32 @@ def _check_optimizer_steps(loop, state) -> None:
             "a loop with step= that updates less often loads into a loop built with that step)")
 
 
+def _extension_state(ext):
+    """An extension's state, with ``"fired": true`` added for a ``once`` extension that fired
+    (its own ``state_dict`` may not say so: a subclass's, or the base class's ``{}``), so a
+    resumed run does not fire it again."""
+    state = ext.state_dict()
+    if ext.once and ext.fired and isinstance(state, dict) and "fired" not in state:
+        state = {**state, "fired": True}
+    return state
+
+
+def _load_extension(ext, state):
+    own = ext.state_dict()
+    if ext.once and isinstance(state, dict) and "fired" in state and not (
+            isinstance(own, dict) and "fired" in own):
+        fired = state["fired"]
+        if fired is not True:
+            raise CheckpointError(f"{ext.name}: saved state 'fired' must be true, got "
+                                  f"{fired!r:.60}")
+        ext.load_state_dict({k: v for k, v in state.items() if k != "fired"})
+        ext.fired = True
+    else:
+        ext.load_state_dict(state)
+        if ext.once and not (isinstance(own, dict) and "fired" in own):
+            ext.fired = False  # NOTE: saved before it fired (a rollback puts that back too)
+
+
 def _load_parts(loop, state, extensions, gens) -> None:
     from ..functions import noise
 
@@ -176,7 +202,7 @@ def _load_parts(loop, state, extensions, gens) -> None:
               for d, g in state["rng"]["dropout"].items()]
     parts += [(f"generator {k}", gens[k].load_state_dict, g)
               for k, g in state["rng"]["bricks"].items()]
-    parts += [(f"extension {n}", e.load_state_dict, state["extensions"][n])
+    parts += [(f"extension {n}", lambda v, e=e: _load_extension(e, v), state["extensions"][n])
               for n, e in extensions.items() if n in state["extensions"]]
     for what, load, value in parts:
         try:
