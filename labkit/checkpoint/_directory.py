@@ -220,7 +220,8 @@ def load_latest(directory, *, warn: bool = True, accept=None):
 
     ``accept(path, state)``, if given, is the caller's own check of a state that loaded (a
     loop's checks of its counters): a ``CheckpointError`` it raises skips that checkpoint as
-    a damaged one is skipped; anything else it raises propagates."""
+    a damaged one is skipped; ``False`` passes it over as not the caller's (another run's: not
+    in ``skipped``, no warning); anything else it raises propagates."""
     found, refused = _scan(directory)
     if warn:
         for p, why in refused:
@@ -229,8 +230,8 @@ def load_latest(directory, *, warn: bool = True, accept=None):
     for p in reversed(found):
         try:
             state = load(p)
-            if accept is not None:
-                accept(p, state)
+            if accept is not None and accept(p, state) is False:
+                continue
             return p, state, skipped
         except CheckpointError as e:
             skipped.append(p)

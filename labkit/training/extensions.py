@@ -5,6 +5,7 @@ printing and a progress bar (those two in ``printing``). Each is a small class; 
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 import warnings
@@ -364,6 +365,14 @@ class NaNGuard(Extension):
 _CKPT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")
 
 
+def _key(directory, name):
+    return os.path.realpath(Path(directory) / name)
+
+
+def _same_dir(a, b) -> bool:
+    return b is not None and os.path.realpath(a) == os.path.realpath(b)
+
+
 class Checkpoint(Extension):
     """Save a checkpoint every ``every`` ``unit`` (default: each epoch), on Ctrl-C and when
     training ends; keep the newest ``keep_last`` and, with ``keep_best="valid_loss"``, the best
@@ -395,10 +404,19 @@ class Checkpoint(Extension):
 
     def save(self, loop):
         it = loop.status["iteration"]
-        if loop.last_checkpoint_iteration == it and self.saved:
-            return
         value = loop.log[-1].get(self.keep_best) if (self.keep_best and len(loop.log)) else None
         entry = {"iteration": it, "metric": value if is_metric(value) else None, "name": None}
+        last = loop.last_checkpoint
+        if loop.last_checkpoint_iteration == it and last is not None and (
+                _same_dir(last.parent, self.directory or loop.checkpoint_dir)):
+            # NOTE: written at this iteration already (by another Checkpoint of this loop, or
+            # by this one: after_training after the last periodic save): it is this one's too
+            if not any(s["iteration"] == it and s["name"] == last.name for s in self.saved):
+                entry["name"] = last.name
+                self.saved = [s for s in self.saved if s["iteration"] != it] + [entry]
+                self._dir = last.parent
+                self._prune(loop)
+            return
         self.saved = [s for s in self.saved if s["iteration"] != it] + [entry]
         # NOTE: the entry is in self.saved before the state is taken, so the checkpoint knows
         # about itself (its name is filled in below, and on resumption)
@@ -428,8 +446,13 @@ class Checkpoint(Extension):
         best = self._pick_best(done) if self.keep_best else None
         if best is not None:
             keep.add(best["name"])
+        # NOTE: nor one that another Checkpoint of this loop keeps (a rolling one and a
+        # per-epoch archive in one folder: the rolling one pruned the archive's)
+        others = {_key(o._dir, s["name"]) for o in loop.extensions
+                  if isinstance(o, Checkpoint) and o is not self and o._dir is not None
+                  for s in o.saved if s["name"]}
         for s in done:
-            if s["name"] not in keep:
+            if s["name"] not in keep and _key(self._dir, s["name"]) not in others:
                 loop.recorder.delete_checkpoint(self._dir / s["name"], self._dir)
         self.saved = [s for s in self.saved if s["name"] in keep or not s["name"]]
 

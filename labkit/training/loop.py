@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .. import checkpoint as ckpt
 from ..autograd import Tensor
+from ..checkpoint import is_count
 from ..errors import CheckpointError, LabkitError, TrainingError
 from ..runs.notes import traceback_tail
 from . import state
@@ -450,12 +451,47 @@ class MainLoop:
         directory = Path(directory) if directory is not None else self.checkpoint_dir
         metrics = self.log.last_metrics()
         it = self.status["iteration"]
+        self._refuse_replacing(directory / f"ckpt-{it:08d}")
         path = ckpt.save(directory, self.state_dict(), iteration=it, epoch=self.status["epoch"],
                          metrics=metrics, run_id=self.run_id)
         self.last_checkpoint, self.last_checkpoint_iteration = path, it
         self.recorder.add_checkpoint(path, it, self.status["epoch"], metrics)
         self.recorder.acknowledge("checkpoint", f"checkpoint {path.name} written", it)
         return path
+
+    def _refuse_replacing(self, path: Path) -> None:
+        """A checkpoint of another run is never replaced (a ``Checkpoint(directory=...)``
+        that two runs share: the first run's newest would silently become the second's)."""
+        try:
+            owner = ckpt.manifest(path).get("run_id") if path.is_dir() else None
+        except CheckpointError:
+            return  # NOTE: damaged or half-written: saving over it loses nothing
+        if self.run_id is not None and isinstance(owner, str) and owner != self.run_id:
+            raise CheckpointError(f"save_checkpoint: {path} is run {owner}'s checkpoint; "
+                                  f"refusing to replace it with run {self.run_id}'s. Give each "
+                                  "run its own folder (Checkpoint() without directory= writes "
+                                  "into the run's own)")
+
+    def _resume_dir(self) -> Path:
+        """Where this run's newest checkpoint is: its run folder's checkpoints, or the folder
+        of its ``Checkpoint(directory=...)`` when that holds a newer one."""
+        from .extensions import Checkpoint
+
+        dirs = [self.checkpoint_dir] + [e.directory for e in self.extensions
+                                        if isinstance(e, Checkpoint) and e.directory is not None]
+
+        def newest(d):
+            its = []
+            for p in ckpt.list_checkpoints(d) if Path(d).is_dir() else ():
+                try:
+                    m = ckpt.manifest(p)
+                except CheckpointError:
+                    continue
+                if m.get("run_id") in (None, self.run_id) and is_count(m.get("iteration")):
+                    its.append(m["iteration"])
+            return max(its, default=-1)
+
+        return max(dirs, key=newest)  # NOTE: the run folder on a tie (first)
 
     def load_checkpoint(self, path=None) -> Path:
         """Restore everything from the checkpoint at ``path``; anything wrong with it raises
@@ -469,7 +505,7 @@ class MainLoop:
             if self.checkpoint_dir is None:
                 raise CheckpointError("load_checkpoint: give a path (this loop has no run "
                                       "directory yet)")
-            path = state.load_newest(self, self.checkpoint_dir)
+            path = state.load_newest(self, self._resume_dir(), own=True)
         elif _holds_checkpoints(path):
             path = state.load_newest(self, path)
         else:

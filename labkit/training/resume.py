@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import math
+import os
+import socket
 import tempfile
 import warnings
 from pathlib import Path
@@ -104,6 +106,20 @@ def _locate(run_or_path):
     return None, str(run_or_path)
 
 
+def _refuse_live(store, record) -> None:
+    """A run training in another process (running or paused, beating) is not resumed: two
+    loops would train it into one folder, each pruning what the other recorded."""
+    if not store.is_live(record):
+        return
+    if record.get("host") == socket.gethostname() and record.get("pid") == os.getpid():
+        return  # NOTE: this process's own loop (paused in a notebook): the caller's to decide
+    raise TrainingError(f"resume: run {record['id']} is training now (status "
+                        f"{record.get('stored_status', record.get('status'))}, pid "
+                        f"{record.get('pid')} on {record.get('host')}); stop it first "
+                        f"(lk.runs.send({record['id']!r}, 'stop')), or fork it "
+                        f"(lk.runs.fork({record['id']!r}))")
+
+
 def resume(run_or_path, make_loop=None, run: bool = True) -> MainLoop:
     """Rebuild a run's loop, load its newest valid checkpoint and continue training.
 
@@ -121,6 +137,8 @@ def resume(run_or_path, make_loop=None, run: bool = True) -> MainLoop:
         except RunStoreError:
             if checkpoint_path is None:
                 raise
+    if record is not None:
+        _refuse_live(runs.store(), record)
     if make_loop is None:
         factory = record.get("factory") if record else None
         if not factory and record and started_by_dist(record):

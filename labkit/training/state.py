@@ -102,7 +102,7 @@ class _Unfit(Exception):
     """Carries a NotThisLoop out of ``load_latest``, which would skip it as damaged."""
 
 
-def load_newest(loop, directory) -> Path:
+def load_newest(loop, directory, own: bool = False) -> Path:
     """Load into ``loop`` the newest checkpoint in ``directory`` that loads; returns its path.
 
     Passed over, each with a warning naming it and why, and marked invalid in the run store:
@@ -110,10 +110,19 @@ def load_newest(loop, directory) -> Path:
     contradict each other), alike. Then, for a fork with none of its own that loads, the
     checkpoint it was forked from. A state that is not this loop's (``NotThisLoop``) raises at
     once: the loop was built otherwise, and an older checkpoint would hide it. When nothing
-    loads, the ``CheckpointError`` gives every reason; the loop is left as it was."""
+    loads, the ``CheckpointError`` gives every reason; the loop is left as it was. ``own``:
+    only the loop's run's checkpoints are candidates (resuming it: a folder it shares with
+    other runs holds theirs too)."""
     refused: dict[Path, str] = {}
+    others: list = []
 
     def accept(path, saved):
+        # NOTE: a folder shared with other runs (Checkpoint(directory=...)): their checkpoints
+        # are theirs, neither loaded nor marked invalid
+        rid = ckpt.manifest(path).get("run_id") if own and loop.run_id is not None else None
+        if isinstance(rid, str) and rid != loop.run_id:
+            others.append(rid)
+            return False
         try:
             load_loop_state(loop, saved)
         except NotThisLoop as e:
@@ -141,8 +150,13 @@ def load_newest(loop, directory) -> Path:
                 raise CheckpointError(f"{parent}: {e}") from e
             reasons.append(f"{parent} (the checkpoint this run was forked from): {e}")
     name = f"run {loop.run_id}" if loop.run_id else "the loop"
-    if not reasons:
-        raise CheckpointError(f"{name} has no valid checkpoint to resume from (in {directory})")
+    if others:
+        reasons.append(f"{len(others)} checkpoint(s) of other runs "
+                       f"({', '.join(sorted(set(others)))}) were passed over")
+    if not reasons or (others and len(reasons) == 1):
+        more = f" ({reasons[0]})" if reasons else ""
+        raise CheckpointError(f"{name} has no valid checkpoint to resume from (in "
+                              f"{directory}){more}")
     raise CheckpointError(f"{name} has no checkpoint that loads in {directory}; each was "
                           "passed over, nothing was loaded: " + "; ".join(reasons))
 
