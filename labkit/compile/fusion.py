@@ -110,6 +110,8 @@ def fuse(nodes, trace, needed, consts):
     for n in nodes:
         for s in list(n.ins) + [s for _, _, s in n.attr_in]:
             uses[s] = uses.get(s, 0) + 1
+        for old, _ in n.versions:  # NOTE: changed in place by a later node: it must exist
+            uses[old] = uses.get(old, 0) + 2
     for s in needed:
         uses[s] = uses.get(s, 0) + 2  # NOTE: read outside the ops: never inlined
     region_of: dict = {}   # id(node) -> its region

@@ -23,6 +23,7 @@ from ..autograd.tensor import Tensor
 from ..backend import opencl
 from ..errors import CompileError
 from .guards import refuse_draw, rng_state
+from .writes import record_writes
 
 _ARRAYS = (np.ndarray, opencl.ndarray)
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -295,18 +296,20 @@ def _host_summary(fn, node_of):
     return _summary(fn, node_of)
 
 
-def closure_arrays(fn):
-    """The arrays a function's closure holds (directly, or in a tuple or list)."""
+def closure_arrays(fn, tensors: bool = False):
+    """The arrays a function's closure holds (directly, or in a tuple or list); with
+    ``tensors``, also the data of the Tensors it holds so."""
     out = []
     for c in getattr(fn, "__closure__", None) or ():
         try:
             v = c.cell_contents
         except ValueError:
             continue
-        if is_array(v):
-            out.append(v)
-        elif isinstance(v, (tuple, list)):
-            out += [x for x in v if is_array(x)]
+        for x in v if isinstance(v, (tuple, list)) else (v,):
+            if tensors and isinstance(x, Tensor):
+                x = x.data
+            if is_array(x):
+                out.append(x)
     return out
 
 
@@ -388,6 +391,17 @@ class Tracer:
             self.host_codes.add(code)
         t.mutated.update(id(a) for a in mutates)
         ins = [t.slot_of(a) for a in arrays]
+        for a in closure_arrays(fn, tensors=True):
+            s = t.ids.get(id(a))
+            kind = None if s is None else getattr(t.sources.get(s), "kind", "made")
+            if kind in ("made", "arg"):
+                # NOTE: a replay would call fn with the traced call's array (stale)
+                raise CompileError(
+                    f"lk.compile: the function {name} that {self.fn_name} runs through "
+                    "lk.compile.host holds in its closure an array (or a Tensor) that the "
+                    f"step {'computed' if kind == 'made' else 'was given'}; a replay would "
+                    "give it the traced call's. Pass it as an argument: "
+                    "lk.compile.host(fn, *arrays)")
         consts = [("closure", i, a) for i, a in enumerate(closure_arrays(fn))
                   if id(a) not in t.ids]
         for _, _, a in consts:
@@ -455,32 +469,7 @@ class Tracer:
                     "accumulated over calls), which a replay would not read again. Call "
                     "opt.zero_grad() (or set .grad = None) inside the step before backward, "
                     "and accumulate the batches of one update inside one call")
-        for tensor, grad0, arr0 in t.live.values():
-            if tensor.data is not arr0:
-                s = t.ids.get(id(tensor.data))
-                if s is None or s in t.sources:
-                    raise CompileError(
-                        f"lk.compile: {self.fn_name} replaced the data of a tensor of shape "
-                        f"{tensor.shape} with an array no labkit op made (.data = ... or an "
-                        "in-place NumPy update); a replay could not repeat it. Update "
-                        "parameters with an optimizer, or wrap raw array code in "
-                        "lk.compile.host(fn, *arrays)")
-                t.writes.append((tensor, "data", s))
-            g = tensor.grad
-            if g is None:
-                if grad0 is not None:
-                    t.writes.append((tensor, "grad", None))
-            elif g is not grad0:
-                s = t.ids.get(id(g.data))
-                if s is None:
-                    raise CompileError(
-                        f"lk.compile: {self.fn_name} set the .grad of a tensor of shape "
-                        f"{tensor.shape} to an array no labkit op made")
-                t.writes.append((tensor, "grad", s))
-        for k, tensor in t.arg_tensors.items():
-            g = tensor.grad
-            if g is not None and id(g.data) in t.ids and t.ids[id(g.data)] not in t.sources:
-                t.writes.append((k, "arg_grad", t.ids[id(g.data)]))
+        record_writes(t, self.fn_name)
         return t
 
     def _outputs(self, r):

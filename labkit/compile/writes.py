@@ -1,0 +1,61 @@
+"""What a traced call changed outside its ops' results: the ``.data`` and ``.grad`` of the
+tensors it read that it replaced, checked and recorded in the trace's ``writes`` (a replay
+writes them back when it ends)."""
+
+from __future__ import annotations
+
+from ..errors import CompileError
+
+
+def record_writes(t, fn_name: str) -> None:
+    """Record in ``t.writes`` each replaced ``.data`` and ``.grad`` of the tensors the call
+    read (``t.live``) and the ``.grad`` of its tensor arguments; refuse what a replay could
+    not repeat."""
+    for tensor, grad0, arr0 in t.live.values():
+        if tensor.data is not arr0:
+            s = t.ids.get(id(tensor.data))
+            if s is None or s in t.sources:
+                raise CompileError(
+                    f"lk.compile: {fn_name} replaced the data of a tensor of shape "
+                    f"{tensor.shape} with an array no labkit op made (.data = ... or an "
+                    "in-place NumPy update); a replay could not repeat it. Update "
+                    "parameters with an optimizer, or wrap raw array code in "
+                    "lk.compile.host(fn, *arrays)")
+            _refuse_replaced_then_changed(t, fn_name, tensor, s)
+            t.writes.append((tensor, "data", s))
+        g = tensor.grad
+        if g is None:
+            if grad0 is not None:
+                t.writes.append((tensor, "grad", None))
+        elif g is not grad0:
+            s = t.ids.get(id(g.data))
+            if s is None:
+                raise CompileError(
+                    f"lk.compile: {fn_name} set the .grad of a tensor of shape "
+                    f"{tensor.shape} to an array no labkit op made")
+            t.writes.append((tensor, "grad", s))
+    for k, tensor in t.arg_tensors.items():
+        g = tensor.grad
+        if g is not None and id(g.data) in t.ids and t.ids[id(g.data)] not in t.sources:
+            t.writes.append((k, "arg_grad", t.ids[id(g.data)]))
+
+
+def _refuse_replaced_then_changed(t, fn_name, tensor, s) -> None:
+    """A tensor's data replaced by an op's result that a host step then changed in place
+    (``w.data = (w * 0.9).data`` before ``opt.update()``) is refused: the host step reads the
+    tensor's ``.data`` when it runs, and a replay writes replaced data back only when it ends,
+    so it would update the old array, and the write would then drop the update. Replaced
+    after the update, the data is written back as traced."""
+    older = {new: old for n in t.nodes for old, new in n.versions}
+    chain = {s}
+    while s in older:
+        s = older[s]
+        chain.add(s)
+    for n in t.nodes:
+        if any(old in chain for old, _ in n.versions):
+            raise CompileError(
+                f"lk.compile: {fn_name} replaced the data of a tensor of shape {tensor.shape} "
+                f"with an op's result (.data = ...), which {n.name} at {n.where} then changed "
+                "in place; a replay would change the old data instead. Replace the data after "
+                "the update (that is replayed), or change the parameters with the optimizer (a "
+                "rule such as weight_decay, or constraints=)")
