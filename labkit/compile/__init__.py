@@ -49,8 +49,9 @@ Inside a compiled step:
   :func:`host` (a replay would reuse them), a function run through :func:`host` holding
   arrays the step computed or was given in its closure (pass them as arguments), a
   parameter's ``.data`` replaced by an op's result that the optimizer then updates (a replay
-  writes replaced data back when it ends: replace it after the update), a ``.grad`` from before the call added to
-  (gradients accumulated over calls: call ``zero_grad`` inside the step), and a backward
+  writes replaced data back when it ends: replace it after the update), a ``.grad`` from
+  before the call added to (gradients accumulated over calls: call ``zero_grad`` inside the
+  step), and a backward
   into an argument computed before the call (pass it detached). A refusal made after the
   call ran says so: its changes (an optimizer's update) were made, as an eager call's are;
 - one call runs at a time (a lock): a compiled step may be shared between threads;
