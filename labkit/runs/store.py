@@ -324,6 +324,12 @@ class RunStore:
                              f"status {run['stored_status']}): stop it first, or delete it "
                              "with force=True (its trainer then fails at its next write)",
                              "live")
+            sweep = self._live_sweep(c, row)
+            if not force and sweep is not None:
+                raise refuse(f"run {run_id} is a trial's run of sweep {sweep['id']} "
+                             f"({sweep['name']}), which is {sweep['status']}: stop the sweep "
+                             "first (lk.sweep.stop), or delete the run with force=True (the "
+                             "trial then goes on unrecorded)", "live")
             if check_only:
                 return run
             c.execute("DELETE FROM metrics WHERE run_id = ?", (str(run_id),))
@@ -332,6 +338,23 @@ class RunStore:
             c.execute("DELETE FROM metric_blocks WHERE run_id = ?", (str(run_id),))
             c.execute("DELETE FROM runs WHERE id = ?", (str(run_id),))
         return run
+
+    def _live_sweep(self, c, row) -> dict | None:
+        """The sweep whose trial's run ``row`` is, when its driver is running it (running or
+        paused, beating); else None."""
+        try:
+            sid = row["sweep_id"]
+        except (IndexError, KeyError):
+            return None
+        if not sid:
+            return None
+        try:
+            rec = sweeps.get(c, sid, self.path)
+        except RunStoreError:
+            return None
+        if rec.get("status") in ("running", "paused") and sweeps.driver_alive(rec, DEAD_AFTER):
+            return rec
+        return None
 
     def remove_orphans(self) -> dict:
         """Delete metric and checkpoint rows whose run no longer exists (older labkit left

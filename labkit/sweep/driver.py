@@ -80,11 +80,18 @@ class Driver:
         rid = self.trials[n]["run_id"]
         if rid is None:
             return
+        self._recorded(self.store.update_run, rid, **fields)
+
+    def _recorded(self, write, rid, *args, **kw):
+        """``write(rid, ...)`` into the store; nothing where the trial's run was deleted by
+        hand (``delete(force=True)``, or while the sweep was stopped): its trial goes on
+        unrecorded, and the sweep with it."""
         try:
-            self.store.update_run(rid, **fields)
+            return write(rid, *args, **kw)
         except RunStoreError as e:
-            if e.reason != "deleted":
-                raise  # NOTE: a trial's run deleted by hand: its trial goes on unrecorded
+            if e.reason not in ("deleted", "not_found"):
+                raise
+            return None
 
     # -- choosing work
     def _budget(self, rung):
@@ -173,7 +180,8 @@ class Driver:
         now = time.time()
         for n, prog in latest.items():
             rid = self.trials[n]["run_id"]
-            self.store.add_metrics(rid, [(it, ep, k, v, now) for it, ep, k, v in rows[n]])
+            self._recorded(self.store.add_metrics, rid,
+                           [(it, ep, k, v, now) for it, ep, k, v in rows[n]])
             self._run_update(n, progress=prog, heartbeat=now)
             self.hook("progress", {"trial": n, "progress": prog})
 
@@ -182,8 +190,8 @@ class Driver:
         on_disk = {c["path"] for c in found}
         for c in found:
             if c["path"] not in have:
-                self.store.add_checkpoint(rid, c["iteration"], c["epoch"], c["path"],
-                                          c["size"], c["metrics"])
+                self._recorded(self.store.add_checkpoint, rid, c["iteration"], c["epoch"],
+                               c["path"], c["size"], c["metrics"])
         for path, c in have.items():
             if path not in on_disk:
                 self.store.remove_checkpoint(c["id"])
@@ -209,8 +217,8 @@ class Driver:
             self.began(n)
         if res is not None:
             now = time.time()
-            self.store.add_metrics(t["run_id"], [(it, ep, k, v, now)
-                                                 for it, ep, k, v in res["rows"]])
+            self._recorded(self.store.add_metrics, t["run_id"],
+                           [(it, ep, k, v, now) for it, ep, k, v in res["rows"]])
             self._sync_checkpoints(t["run_id"], res["checkpoints"])
             results = dict(t["results"])
             rung, value = t["rung"] or 0, res["value"]
