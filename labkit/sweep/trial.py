@@ -196,8 +196,11 @@ def _train(make_loop, spec: dict, send=None, should_stop=None) -> dict:
         st, budget = loop.status, spec.get("budget")
         if st["finished"]:
             outcome = "finished"
-        elif budget is not None and st["epoch"] >= budget and not st["epoch_started"]:
-            outcome = "rung"  # the driver missed this chunk's end: report it again
+        elif (budget is not None and st["epoch"] >= budget and not st["epoch_started"]
+              and not _ending(loop)):
+            # NOTE: the driver missed this chunk's end: report it again (a rung on the last
+            # epoch is the trial's end: the loop below finishes it at once, as it did)
+            outcome = "rung"
         else:
             loop.add(_Reporter(loop, spec, send, should_stop))
             try:

@@ -2,7 +2,8 @@
 not live) was deleted without force, and the driver then failed at its next write into it:
 the sweep failed, its trial stayed running, and every resume failed the same way. Now such a
 delete is refused while the sweep's driver runs it, and one forced through leaves the trial
-going on unrecorded, the sweep with it."""
+going on unrecorded, the sweep with it. Also: a chunk run again after its driver died reports
+the outcome it had."""
 
 import pytest
 
@@ -66,3 +67,22 @@ def test_a_sweep_goes_on_when_a_trials_run_is_deleted_under_it(client, tmp_path,
     assert sw.status == "finished" and [r["status"] for r in sw.table()] == ["finished"] * 3
     assert gone and not lk.runs.store().exists(gone[0])
     assert lk.sweep.resume(sw.id, engine=client).status == "finished"
+
+
+@pytest.mark.parametrize("epochs,outcome", [(2, "finished"), (3, "rung")])
+def test_a_chunk_run_again_after_its_driver_died_reports_what_it_did(tmp_path, epochs,
+                                                                     outcome):
+    """The driver killed before it recorded a chunk's result: the resumed driver runs the chunk
+    again, which loads its last checkpoint. A rung on the loop's last epoch was reported as a
+    rung: the trial stayed stopped (its run paused) for good, where the uninterrupted sweep
+    has it finished."""
+    from labkit.sweep import trial as trial_mod
+
+    spec = {"sweep": "s", "trial": 0, "run_id": "r0", "params": {}, "name": "t0",
+            "config": {"epochs": epochs}, "directory": str(tmp_path / "r0"), "factory": None,
+            "metric": "valid_accuracy", "budget": 2, "seed": 0, "since": 0, "token": "x"}
+    first = trial_mod.train(make_loop, spec, send=lambda m: None, should_stop=lambda: None)
+    again = trial_mod.train(make_loop, spec, send=lambda m: None, should_stop=lambda: None)
+    assert first["outcome"] == again["outcome"] == outcome
+    assert again["loaded"] == first["iteration"] == again["iteration"]
+    assert again["value"] == first["value"] and again["epoch"] == first["epoch"] == 2
