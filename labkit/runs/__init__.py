@@ -275,8 +275,10 @@ def delete(run_id: str, files: bool = True, force: bool = False) -> None:
 
 def listening(run: dict) -> bool:
     """Whether a loop is training ``run`` (a record from ``get``) now and takes commands:
-    live (see ``RunStore.is_live``) and inside ``run()``."""
-    return store().is_live(run) and bool((run.get("progress") or {}).get("training"))
+    live (see ``RunStore.is_live``) and inside ``run()``. A sweep's trial takes none (its
+    sweep is paused or stopped as a whole)."""
+    return (not run.get("sweep_id") and store().is_live(run)
+            and bool((run.get("progress") or {}).get("training")))
 
 
 def send(run_id: str, command: str, wait: float | None = 5.0) -> dict:
@@ -290,6 +292,10 @@ def send(run_id: str, command: str, wait: float | None = 5.0) -> dict:
 
     s = store()
     run = s.get(run_id)
+    if run.get("sweep_id") and s.is_live(run):
+        raise refuse(f"run {run_id} is a trial of sweep {run['sweep_id']}, whose trials take "
+                     f"no commands; pause or stop the sweep instead "
+                     f"(lk.sweep.get({run['sweep_id']!r}).stop())", "not_training")
     if not listening(run):
         raise refuse(f"run {run_id} is not training now (status {run['status']}), so nothing "
                      f"would act on {command!r}; continue it with lk.resume({run_id!r})",

@@ -86,3 +86,28 @@ def test_a_chunk_run_again_after_its_driver_died_reports_what_it_did(tmp_path, e
     assert first["outcome"] == again["outcome"] == outcome
     assert again["loaded"] == first["iteration"] == again["iteration"]
     assert again["value"] == first["value"] and again["epoch"] == first["epoch"] == 2
+
+
+def test_a_command_to_a_trials_run_is_refused_naming_the_sweep(client, tmp_path,  # noqa: F811
+                                                                store):  # noqa: F811
+    # NOTE: it was taken, never acted on (nothing in a trial listens), and stayed pending
+    seen = {}
+
+    def hook(kind, info):
+        if kind == "progress" and info["trial"] == 0 and not seen:
+            sweep = lk.sweep.list()[0]
+            t0 = next(t for t in lk.runs.store().trials(sweep["id"]) if t["number"] == 0)
+            run = lk.runs.get(t0["run_id"])
+            seen["listening"] = lk.runs.listening(run)
+            with pytest.raises(lk.runs.RunStoreError, match=rf"is a trial of sweep "
+                                                           rf"{sweep['id']}, whose trials take "
+                                                           r"no commands; pause or stop the "
+                                                           "sweep") as e:
+                lk.runs.send(t0["run_id"], "stop", wait=None)
+            seen["reason"] = e.value.reason
+            seen["pending"] = lk.runs.store().pending_commands(t0["run_id"])
+
+    sw = _sweep(client, tmp_path, hook)
+    assert seen["listening"] is False and seen["reason"] == "not_training"
+    assert not seen["pending"]
+    assert [r["status"] for r in sw.table()] == ["finished"] * 3
