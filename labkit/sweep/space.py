@@ -184,6 +184,11 @@ class range(Dimension):  # noqa: N801, A001 - lk.sweep.range(1, 8), as the issue
                                  "use uniform or loguniform)")
         if step < 1 or high < low:
             raise SweepError(f"{what}: needs low <= high and step >= 1 (got step {step})")
+        if not -2**63 <= low <= high < 2**63 or (high - low) // step >= 2**63 - 1:
+            # NOTE: a value the run store holds as a 64-bit integer, a count of values that
+            # len() takes
+            raise SweepError(f"{what}: low and high must be 64-bit integers (from -2**63 to "
+                             "2**63 - 1), with fewer than 2**63 values between them")
         self.low, self.high, self.step = low, high, step
         # NOTE: a range object, not a list: range(0, 10**12) is as cheap as range(1, 8)
         self._ints = builtins.range(low, high + 1, step)

@@ -78,6 +78,11 @@ def test_bad_spaces_are_named(space, words):
     (lambda: lk.sweep.uniform(0, float("nan")), "finite number"),
     (lambda: lk.sweep.range(1.5, 3), "must be an integer"),
     (lambda: lk.sweep.range(5, 3), "low <= high"),
+    # NOTE: an OverflowError from len() before, in every search and the JSON form
+    (lambda: lk.sweep.range(0, 2**64 - 1), r"64-bit integers .* fewer than 2\*\*63 values"),
+    (lambda: lk.sweep.range(-2**63, 2**63 - 1), "fewer than 2\\*\\*63 values"),
+    (lambda: lk.sweep.range(2**63, 2**63 + 4), "64-bit integers"),
+    (lambda: S.check({"seed": {"range": [0, 2**64]}}), "64-bit integers"),
     (lambda: lk.sweep.uniform(0, 1, points=1), "points must be an integer >= 2"),
     (lambda: ASHA(grace=0), "grace >= 1"),
     (lambda: ASHA(reduction=1), "reduction >= 2"),
