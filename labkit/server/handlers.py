@@ -42,7 +42,7 @@ MAX_LIMIT = 1000
 #: RunStoreError.reason → HTTP status
 STATUS_FOR = {"not_found": 404, "deleted": 404, "invalid": 400, "live": 409, "damaged": 503,
               "failed": 503, "not_training": 409}
-_INT_RE = re.compile(r"-?[0-9]{1,18}")
+_INT_RE = re.compile(r"-?[0-9]{1,19}")  # NOTE: 2**62 has 19 digits; the bounds decide
 
 
 class BadRequest(Exception):
@@ -465,6 +465,18 @@ class NoSuchEndpoint(Base):
     @endpoint
     def get(self, run_id, rest):
         raise BadRequest(f"no such endpoint: runs/{run_id}/{rest[:40]}", 404)
+
+    delete = post = put = patch = get
+
+
+class NoRoute(Base):
+    """Any other path under the API's root: a JSON 404, as every other refusal is (not the
+    server's HTML page)."""
+
+    @endpoint
+    def get(self, path):
+        raise BadRequest(f"no such endpoint: {path[:60]!r}; the API has runs, compare and "
+                         "sweeps", 404)
 
     delete = post = put = patch = get
 

@@ -11,6 +11,7 @@ from .handlers import (
                        Commands,
                        Fork,
                        Metrics,
+                       NoRoute,
                        NoSuchEndpoint,
                        Run,
 )
@@ -34,4 +35,5 @@ HANDLERS = [
     (rf"sweeps/({RUN_ID})/?", Sweep),
     (rf"sweeps/({RUN_ID})/(stop|pause|resume)/?", SweepRequest),
     (r"sweeps/([^/]+)(/.*)?", BadSweep),
+    (r"(.*)", NoRoute),  # NOTE: last: what no pattern above takes
 ]

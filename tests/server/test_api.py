@@ -186,3 +186,30 @@ async def test_commands_reach_a_loop_training_in_this_process(jp_fetch, tmp_path
     code, body = await call(jp_fetch, "runs", loop.run_id, "commands", method="POST",
                             body={"command": "pause"})
     assert code == 409 and "not training" in body["message"]
+
+
+@pytest.mark.parametrize("path,method", [(("nope",), "GET"), (("runs", "", "x"), "GET"),
+                                         (("runs", "", "20261206-101100-803bb79e0dc92b0a"),
+                                          "DELETE"),
+                                         (("sweeps", "", "stop"), "POST"),
+                                         (("compare", "x"), "GET"), (("RUNS",), "GET")])
+async def test_a_path_the_api_lacks_is_a_json_404(jp_fetch, path, method):
+    # NOTE: these got the server's HTML page, where every other refusal is JSON (a path with
+    # an empty part may reach the client's or server's normalisation as runs/x: a 400 or 404)
+    code, body = await call(jp_fetch, *path, method=method)
+    if "" in path:
+        assert code in (400, 404) and body["message"]
+    else:
+        assert code == 404 and body["message"].startswith("no such endpoint")
+
+
+async def test_since_iteration_takes_the_whole_documented_range(jp_fetch, trained):
+    # NOTE: 2**62 has 19 digits: it was refused with a message that named it as the bound
+    for v, code in (("-4611686018427387904", 200), ("4611686018427387904", 200),
+                    ("4611686018427387905", 400), ("12345678901234567890", 400)):
+        got, body = await call(jp_fetch, "runs", trained.run_id, "metrics", keys="loss",
+                               since_iteration=v)
+        assert got == code, body
+    got, body = await call(jp_fetch, "runs", trained.run_id, "metrics", keys="loss",
+                           since_iteration="-4611686018427387904")
+    assert body["metrics"]["loss"]["iteration"][:2] == [1, 2]
