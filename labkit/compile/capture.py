@@ -107,6 +107,7 @@ def allowed(fn) -> bool:
 
         CAPTURED.update({conn.MatMul, conn.MatMulAdd, conn.Linear, red.Sum, act.ReLU,
                          act.ReLUGrad, m.Add, m.AddConstant, m.Sub, m.Mul, m.MulConstant,
+                         m.DivConstant,
                          m.Tanh, m.Sigmoid, rec.LSTM, rec.LSTMGrad, pool.TiledMaxCL,
                          pool.PoolScatterCL, act.Softmax, act.LogSoftmax, act.SoftmaxGrad,
                          act.LogSoftmaxGrad, loss.SoftmaxCrossEntropy, loss._KeptSoftmax})

@@ -48,6 +48,7 @@ _FORMS = {
     _m.Neg: ("-{0}", None),
     _m.AddConstant: ("{0} + {c}", "c"),
     _m.MulConstant: ("{0} * {c}", "c"),
+    _m.DivConstant: ("{0} / {c}", "c"),
     _m.RDivConstant: ("{c} / {0}", "c"),
     _m.Exp: ("exp({0})", None),
     _m.Log: ("log({0})", None),

@@ -169,6 +169,7 @@ def _ufuncs():
             m.Add: (np.add, None), m.Sub: (np.subtract, None), m.Mul: (np.multiply, None),
             m.Div: (np.true_divide, None), m.Neg: (np.negative, None),
             m.AddConstant: (np.add, "c"), m.MulConstant: (np.multiply, "c"),
+            m.DivConstant: (np.true_divide, "c"),
             m.Exp: (np.exp, None), m.Log: (np.log, None), m.Sqrt: (np.sqrt, None),
             m.Log1p: (np.log1p, None), m.Tanh: (np.tanh, None), a.ReLU: (np.maximum, 0),
         })

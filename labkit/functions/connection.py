@@ -94,8 +94,9 @@ def matmul(a, b):
                          f"b.shape={b.shape}")
     if a.ndim > 2 and b.ndim > 2:
         _check.broadcast("matmul", a.shape[:-2], b.shape[:-2], ("a's batch", "b's batch"))
-    if a.ndim == 1:
-        return reshape(matmul(reshape(a, (1, -1)), b), b.shape[:-2] + b.shape[-1:])
+    if a.ndim == 1:  # NOTE: (K,) @ (K,) is a dot product: a 0-d result, as NumPy's
+        return reshape(matmul(reshape(a, (1, -1)), b),
+                       () if b.ndim == 1 else b.shape[:-2] + b.shape[-1:])
     if b.ndim == 1:
         return reshape(matmul(a, reshape(b, (-1, 1))), a.shape[:-1])
     return MatMul().apply((a, b))

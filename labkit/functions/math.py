@@ -125,6 +125,22 @@ class AddConstant(Function):
         return gy
 
 
+class SubConstant(Function):
+    """``x - c`` for an integer ``x`` and a scalar ``c`` (``x + (-c)`` needs ``-c`` in x's
+    dtype: a uint8 ``x - 1`` raised an OverflowError, where NumPy wraps around)."""
+
+    name = "sub"
+
+    def __init__(self, c):
+        self.c = c
+
+    def forward(self, a):
+        return a - self.c
+
+    def backward(self, inputs, gy):
+        return gy
+
+
 class Sub(Function):
     name = "sub"
 
@@ -175,6 +191,23 @@ class Div(Function):
         a, b = inputs
         ga = gy / b
         return sum_to(ga, a.shape), sum_to(neg(ga * a / b), b.shape)
+
+
+class DivConstant(Function):
+    """``x / c`` for a scalar ``c``: a division, so ``x / 0.0`` is inf or nan as NumPy's (not
+    a ZeroDivisionError from ``1 / c``), and each quotient is rounded once (``x * (1 / c)``
+    was 1 ulp off for a third of float32 ``x / 3``, and inf where ``1 / c`` overflows)."""
+
+    name = "div"
+
+    def __init__(self, c):
+        self.c = c
+
+    def forward(self, a):
+        return a / self.c
+
+    def backward(self, inputs, gy):
+        return sum_to(DivConstant(self.c).apply((gy,)), inputs[0].shape)
 
 
 class RDivConstant(Function):
@@ -269,7 +302,9 @@ def add(x, y):
 
 
 def sub(x, y):
-    return _binary(x, y, "sub", Sub, lambda t, c: AddConstant(-c).apply((t,)),
+    return _binary(x, y, "sub", Sub,
+                   lambda t, c: (SubConstant(c) if t.dtype.kind in "iu" else
+                                 AddConstant(-c)).apply((t,)),
                    lambda c, t: AddConstant(c).apply((Neg().apply((t,)),)))
 
 
@@ -279,7 +314,7 @@ def mul(x, y):
 
 
 def div(x, y):
-    return _binary(x, y, "div", Div, lambda t, c: MulConstant(1.0 / c).apply((t,)),
+    return _binary(x, y, "div", Div, lambda t, c: DivConstant(c).apply((t,)),
                    lambda c, t: RDivConstant(c).apply((t,)))
 
 

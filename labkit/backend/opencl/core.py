@@ -422,7 +422,27 @@ floor_divide = _binary("floor_divide", _FDIV, "((v0 < 0 || v1 < 0) ? lk_floordiv
 mod = _binary("mod", _MOD, "((v0 < 0 || v1 < 0) ? lk_mod(v0, v1) : (v1 == 0 ? 0 : v0 % v1))",
               bools=BOOL_INT8)
 remainder = mod
-power = _binary("power", "pow(v0, v1)", "lk_powi(v0, v1)", bools=BOOL_INT8)
+_power = _binary("power", "pow(v0, v1)", "lk_powi(v0, v1)", bools=BOOL_INT8)
+
+
+def _integral(x) -> bool:
+    if isinstance(x, ndarray):
+        return x.dtype.kind in "iu"
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def power(a, b, out=None):
+    """Elementwise ``power`` with NumPy broadcasting and dtype promotion. Integers to a
+    negative integer power raise ``ValueError``, as NumPy's do (the kernel's ``lk_powi``
+    gives 0 there: ``[1, -2, 3] ** -1`` was ``[1, 0, 0]`` on OpenCL)."""
+    if _integral(a) and _integral(b):
+        # NOTE: an exponent array is read back (a copy: integer powers of integer arrays
+        # are rare, and the error must come before the result is used)
+        low = (b if not isinstance(b, ndarray) else
+               int(b.get().min()) if b.size and b.dtype.kind == "i" else 0)
+        if low < 0:
+            raise ValueError("Integers to negative integer powers are not allowed.")
+    return _power(a, b, out)
 maximum = _binary("maximum", "LK_FMAX(v0, v1)", "LK_IMAX(v0, v1)")
 minimum = _binary("minimum", "LK_FMIN(v0, v1)", "LK_IMIN(v0, v1)")
 arctan2 = _binary("arctan2", "atan2(v0, v1)", kind="float")
