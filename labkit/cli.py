@@ -217,6 +217,16 @@ def _when(t) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
 
 
+def _number(v, spec: str) -> str:
+    """``v`` formatted by ``spec`` where it is a number of that kind; else its repr, short (a
+    stored progress edited by hand: one bad row made the whole listing a traceback)."""
+    ok = (isinstance(v, int) and not isinstance(v, bool)) if spec.endswith("d") else (
+        isinstance(v, (int, float)) and not isinstance(v, bool))
+    from . import runs
+
+    return format(v, spec) if ok else runs.printable(repr(v))[:12]
+
+
 def runs_cmd(args) -> int:
     from . import runs
 
@@ -230,15 +240,16 @@ def runs_cmd(args) -> int:
         print(f"{'id':32s} {'name':16s} {'status':12s} {'created':16s} {'epoch':>5s} "
               f"{'iter':>7s}  last")
         for r in rows:
-            pr = r["progress"] or {}
-            last = ", ".join(f"{show(k)} {v:.4g}" for k, v in
-                             list(pr.get("last", {}).items())[:3] if not k.startswith("time"))
+            pr = r["progress"] if isinstance(r["progress"], dict) else {}
+            metrics = pr.get("last") if isinstance(pr.get("last"), dict) else {}
+            last = ", ".join(f"{show(k)} {_number(v, '.4g')}" for k, v in
+                             list(metrics.items())[:3] if not str(k).startswith("time"))
             if "damaged" in r:  # its row cannot be read; `labkit runs rm ID` deletes it
                 last = f"damaged: {show(r['damaged'])}"
             print(f"{show(r['id']):32s} {show(r['name'] or '-')[:16]:16s} "
                   f"{show(r['status']):12s} "
-                  f"{_when(r['created']):16s} {pr.get('epoch', 0):5d} "
-                  f"{pr.get('iteration', 0):7d}  {last}")
+                  f"{_when(r['created']):16s} {_number(pr.get('epoch', 0), '5d'):>5s} "
+                  f"{_number(pr.get('iteration', 0), '7d'):>7s}  {last}")
     elif action == "show":
         r = runs.get(args.id)
         print(f"run {show(r['id'])}  ({show(r['name'] or 'unnamed')})  status "

@@ -128,3 +128,21 @@ def test_sweep_run_inprocess_needs_no_workers_flag(home, tmp_path, capsys):
     out = capsys.readouterr()
     assert rc == 0, out.err
     assert "workers" not in out.err and "trial 0 finished" in out.out
+
+
+@pytest.mark.parametrize("progress", [{"epoch": None}, {"iteration": "7"},
+                                      {"last": {"loss": "n/a"}}, {"last": [1, 2]},
+                                      {"epoch": True, "iteration": 2.5}])
+def test_a_stored_progress_of_the_wrong_types_is_listed_not_a_traceback(home, capsys,
+                                                                        progress):
+    # NOTE: one such row (a store edited by hand) made `labkit runs ls` a TypeError
+    store = lk.runs.store()
+    good = store.create_run("good", config={})
+    store.update_run(good, progress={"epoch": 2, "iteration": 30, "last": {"loss": 0.25}})
+    bad = store.create_run("odd", config={})
+    store.update_run(bad, progress=progress)
+    assert cli.main(["runs", "ls"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith(good))
+    assert row.split()[-4:] == ["2", "30", "loss", "0.25"]
+    assert any(line.startswith(bad) for line in out.splitlines())
