@@ -277,7 +277,10 @@ class Brick:
 
     # ---- modes and devices --------------------------------------------------------------
     def train(self, flag: bool = True) -> Brick:
+        tr = _trace.tracer()
         for b in self.bricks():
+            if tr is not None and hasattr(tr, "changing"):
+                tr.changing(b, "training")  # NOTE: lk.compile guards the mode at the start
             b.training = flag
         return self
 

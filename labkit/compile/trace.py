@@ -322,6 +322,7 @@ class Tracer:
         self.t.arg_tensors = arg_tensors
         self.fn_name = fn_name
         self.node_of: dict[int, int] = {}  # id(Function) -> its node index
+        self.before: dict = {}  # (id(obj), attr) -> (obj, its value before the step set it)
         self.arg_grads = [(x, x.grad) for x in arg_tensors.values()]  # at the call's start
         # NOTE: Python's and NumPy's generators the step's code reaches (compile/guards.py):
         # each may change state only inside a host computation, which a replay runs again
@@ -433,7 +434,18 @@ class Tracer:
         return r
 
     def depends(self, obj, attr, value=None):  # NOTE: value: a copy to compare with
-        self.t.depends.append((obj, attr, getattr(obj, attr) if value is None else value))
+        if value is None:
+            # NOTE: a value the step itself set before reading it (m.eval(); m(x); m.train()):
+            # the guard is the value the call started with, which the step's code turns
+            # into the one read (a replay does not run that code: the mode read then would
+            # be the start's, and the step never replayed)
+            value = self.before.get((id(obj), attr), (None, getattr(obj, attr)))[1]
+        self.t.depends.append((obj, attr, value))
+
+    def changing(self, obj, attr):
+        """``obj.attr`` is about to be set by the step (a brick's mode): keep the value it had
+        first, for ``depends``."""
+        self.before.setdefault((id(obj), attr), (obj, getattr(obj, attr)))
 
     def refuse_read(self, what):
         raise CompileError(
