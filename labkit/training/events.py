@@ -125,6 +125,11 @@ class Extension:
         where they contradict each other (an iteration after the loop's own). ``state`` is not
         checked yet: compare only well-typed values, ``load_state_dict`` names the others."""
 
+    def check_saved_model(self, state, model) -> None:
+        """Called with this extension's saved ``state`` and the loop's ``model`` before
+        anything of a loop state loads: raise ``CheckpointError`` where the state holds
+        something of the model that does not fit it (EarlyStopping's best parameters)."""
+
     def __repr__(self):
         trig = "" if self.every is None else f", every {self.every} {self.unit}"
         return f"<{self.name}{trig}, priority {self.priority}>"

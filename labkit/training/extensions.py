@@ -258,6 +258,26 @@ class EarlyStopping(Extension):
                                   "the best is one of the iterations trained, so the checkpoint "
                                   "is damaged or was edited")
 
+    def check_saved_model(self, state, model):
+        params = state.get("best_params") if isinstance(state, dict) else None
+        if not isinstance(params, dict):
+            return  # NOTE: load_state_dict names a state of the wrong shape
+        mine = model.state_dict()
+        if set(params) != set(mine):
+            lost, extra = sorted(set(mine) - set(params)), sorted(set(params) - set(mine))
+            raise CheckpointError(f"{self.name}: the saved 'best_params' are not this model's "
+                                  f"(missing {lost[:5]}, unknown {extra[:5]}): the checkpoint "
+                                  "was saved by another model, or damaged")
+        for k, v in params.items():
+            a = mine[k]
+            if (not isinstance(v, np.ndarray) or v.shape != tuple(a.shape)
+                    or v.dtype != a.dtype):
+                what = (f"{v.dtype}{list(v.shape)}" if isinstance(v, np.ndarray)
+                        else type(v).__name__)
+                raise CheckpointError(f"{self.name}: the saved 'best_params'[{k!r}] is {what}, "
+                                      f"the model's is {a.dtype}{list(a.shape)}: the checkpoint "
+                                      "was saved by another model, or damaged")
+
     def load_state_dict(self, state):
         keys = ("best", "best_iteration", "bad", "best_params")
         if not isinstance(state, dict) or set(state) != set(keys):

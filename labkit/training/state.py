@@ -84,6 +84,7 @@ def load_loop_state(loop, state: dict) -> None:
         if name in saved:
             try:
                 ext.check_saved(saved[name], state["status"])
+                ext.check_saved_model(saved[name], loop.model)
             except CheckpointError as e:
                 raise CheckpointError(f"MainLoop.load_state_dict: extension {name}: {e}") from e
     fresh = sorted(k for k, e in mine.items() if k not in saved and e.state_dict())

@@ -113,3 +113,31 @@ def test_check_resume_names_a_value_only_the_resumed_run_logged():
 
     r = T.check_resume(make, at_iteration=13)
     assert not r.identical and "'extra': uninterrupted None, resumed 1.0" in repr(r), r
+
+
+@pytest.mark.parametrize("edit", ["shape", "dtype", "missing", "unknown"])
+def test_best_params_that_do_not_fit_the_model_are_refused_at_load(edit):
+    # NOTE: it loaded, trained to the end, then failed in after_training naming neither the
+    # checkpoint nor the extension (and the run was marked failed)
+    import numpy as np
+
+    a = make_loop({"early_stopping": True})
+    a.run(max_iterations=13)
+    state = a.state_dict()
+    best = state["extensions"]["EarlyStopping"]["best_params"]
+    key = sorted(best)[0]
+    if edit == "shape":
+        best[key] = np.zeros((64,) + best[key].shape[1:], best[key].dtype)
+    elif edit == "dtype":
+        best[key] = best[key].astype(np.float64)
+    elif edit == "missing":
+        del best[key]
+    else:
+        best["/elsewhere.W"] = best[key]
+    b = make_loop({"early_stopping": True})
+    before = {k: v.copy() for k, v in b.model.state_dict().items()}
+    with pytest.raises(CheckpointError, match=r"extension EarlyStopping: .*'best_params'.*"
+                                              r"(another model|damaged)"):
+        b.load_state_dict(state)
+    assert b.status["iteration"] == 0
+    assert all(np.array_equal(v, b.model.state_dict()[k]) for k, v in before.items())
