@@ -513,6 +513,7 @@ class DataParallelLoop(MainLoop):
             raise CheckpointError(f"checkpoint: rank 0 failed to write it ({outcome[1]})")
         path = None if outcome[1] is None else Path(outcome[1])
         self.last_checkpoint, self.last_checkpoint_iteration = path, self.status["iteration"]
+        self.last_checkpoint_directory = directory
         return path
 
     def load_checkpoint(self, path=None) -> Path:

@@ -389,8 +389,11 @@ def _key(directory, name):
     return os.path.realpath(Path(directory) / name)
 
 
-def _same_dir(a, b) -> bool:
-    return b is not None and os.path.realpath(a) == os.path.realpath(b)
+def _same_folder(a, b) -> bool:
+    """Whether two ``directory=`` arguments name one folder (None: the run's own)."""
+    if a is None or b is None:
+        return a is None and b is None
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 class Checkpoint(Extension):
@@ -427,8 +430,10 @@ class Checkpoint(Extension):
         value = loop.log[-1].get(self.keep_best) if (self.keep_best and len(loop.log)) else None
         entry = {"iteration": it, "metric": value if is_metric(value) else None, "name": None}
         last = loop.last_checkpoint
-        if loop.last_checkpoint_iteration == it and last is not None and (
-                _same_dir(last.parent, self.directory or loop.checkpoint_dir)):
+        # NOTE: decided alike on every rank of a data-parallel loop (each saves, collectively,
+        # or none): from what every rank knows, the folder save_checkpoint was given
+        if loop.last_checkpoint_iteration == it and last is not None and _same_folder(
+                self.directory, getattr(loop, "last_checkpoint_directory", None)):
             # NOTE: written at this iteration already (by another Checkpoint of this loop, or
             # by this one: after_training after the last periodic save): it is this one's too
             if not any(s["iteration"] == it and s["name"] == last.name for s in self.saved):
@@ -534,5 +539,9 @@ class Checkpoint(Extension):
             if s["name"] is None:
                 name = f"ckpt-{s['iteration']:08d}"
                 s["name"] = name if (self._dir / name).is_dir() else None
+                if s["name"]:
+                    # NOTE: the one being written when the state was taken: a process killed
+                    # between writing it and recording it left it unrecorded (never pruned)
+                    loop.recorder.adopt_checkpoint(self._dir / name, self._dir)
         self.saved = [s for s in self.saved if s["name"] and loop.recorder.owns_checkpoint(
             self._dir / s["name"], self._dir)]

@@ -126,6 +126,8 @@ class MainLoop:
         self.last_checkpoint: Path | None = None
         #: the iteration of the last checkpoint written (None before the first)
         self.last_checkpoint_iteration: int | None = None
+        #: the ``directory`` the last checkpoint was saved with (None: the run's own)
+        self.last_checkpoint_directory = None
         self._resumed = False
         self._thread: threading.Thread | None = None
         self._background_error: BaseException | None = None
@@ -448,6 +450,7 @@ class MainLoop:
         self.ensure_run()
         if not self.recorder.check_alive():
             return None
+        given = directory
         directory = Path(directory) if directory is not None else self.checkpoint_dir
         metrics = self.log.last_metrics()
         it = self.status["iteration"]
@@ -455,6 +458,7 @@ class MainLoop:
         path = ckpt.save(directory, self.state_dict(), iteration=it, epoch=self.status["epoch"],
                          metrics=metrics, run_id=self.run_id)
         self.last_checkpoint, self.last_checkpoint_iteration = path, it
+        self.last_checkpoint_directory = given
         self.recorder.add_checkpoint(path, it, self.status["epoch"], metrics)
         self.recorder.acknowledge("checkpoint", f"checkpoint {path.name} written", it)
         return path

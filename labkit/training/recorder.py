@@ -257,6 +257,24 @@ class Recorder:
                                                     and not path.exists())):
                 self._guard(self.store.set_checkpoint, c["id"], valid=0)
 
+    def adopt_checkpoint(self, path, directory=None) -> None:
+        """Record ``path`` in the store as this run's where it is one this run wrote (its
+        manifest names the run, directly inside ``directory``, whole) but has no record: its
+        writer was killed before it recorded it."""
+        path = Path(path)
+        if self.store is None or self.owns_checkpoint(path, directory):
+            return
+        try:
+            if (path.is_symlink() or path.parent.resolve() != Path(
+                    directory or self.checkpoint_dir).resolve() or ckpt.verify(path)):
+                return
+            m = ckpt.manifest(path)
+        except (OSError, CheckpointError):
+            return
+        if m.get("run_id") == self.run_id:
+            self.add_checkpoint(path, m.get("iteration", 0), m.get("epoch", 0),
+                                m.get("metrics") or {})
+
     def owns_checkpoint(self, path, directory=None) -> bool:
         """Whether ``path`` is a checkpoint this run wrote: directly inside ``directory`` (this
         run's checkpoint directory by default; not through a link), its manifest naming this

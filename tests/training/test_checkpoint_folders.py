@@ -108,3 +108,20 @@ def test_a_run_training_in_another_process_is_not_resumed(tmp_path):
         assert lk.resume(loop.run_id, run=False).status["iteration"] == 5
         store.update_run(loop.run_id, heartbeat=time.time() - 3600, host="another")
         assert lk.resume(loop.run_id).status["iteration"] == 24
+
+
+def test_a_checkpoint_written_but_not_recorded_is_recorded_on_resume(tmp_path):
+    # NOTE: a process killed between writing a checkpoint and recording it left one that no
+    # pruning ever deleted (a SIGKILL there is what the record's removal stands for here)
+    with lk.runs.use_store(tmp_path / "runs.sqlite"):
+        loop = T.build(make_loop, {"epochs": 2, "checkpoint_every": 2})
+        loop.run(max_iterations=10)
+        store = lk.runs.store()
+        newest = max(store.checkpoints(loop.run_id), key=lambda c: c["iteration"])
+        assert newest["iteration"] == 10
+        store.remove_checkpoint(newest["id"])
+        loop.close()
+        resumed = lk.resume(loop.run_id)
+        assert resumed.status["resumed_from"].endswith("ckpt-00000010")
+        assert _names(resumed.checkpoint_dir) == ["ckpt-00000022", "ckpt-00000024"]
+        assert [c["iteration"] for c in store.checkpoints(loop.run_id)] == [22, 24]
