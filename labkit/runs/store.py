@@ -589,9 +589,10 @@ class RunStore:
         with transaction(self._conn()) as c:
             return sweeps.clear_request(c, sweep_id, request)
 
-    def trials(self, sweep_id: str) -> list[dict]:
-        """The trials of a sweep, by number (params and rung results decoded)."""
-        return sweeps.trials(self._conn(), sweep_id)
+    def trials(self, sweep_id: str, limit: int | None = None) -> list[dict]:
+        """The trials of a sweep, by number (params and rung results decoded); the first
+        ``limit``, when given."""
+        return sweeps.trials(self._conn(), sweep_id, limit)
 
     def update_trials(self, sweep_id: str, changes: dict) -> None:
         """``{number: {field: value}}`` for trials of ``sweep_id``, in one transaction."""

@@ -221,9 +221,12 @@ def trial_dict(row) -> dict:
     return d
 
 
-def trials(c, sweep_id: str) -> list[dict]:
+def trials(c, sweep_id: str, limit: int | None = None) -> list[dict]:
+    """The sweep's trials by number; the first ``limit`` only, when given."""
     return [trial_dict(r) for r in c.execute(
-        "SELECT * FROM trials WHERE sweep_id = ? ORDER BY number", (str(sweep_id),))]
+        "SELECT * FROM trials WHERE sweep_id = ? ORDER BY number"
+        + ("" if limit is None else " LIMIT ?"),
+        (str(sweep_id),) + (() if limit is None else (int(limit),)))]
 
 
 def update_trial(c, sweep_id: str, number: int, fields: dict) -> None:

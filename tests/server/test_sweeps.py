@@ -88,8 +88,8 @@ async def test_sweep_gives_settings_and_trials_without_paths(jp_fetch, fresh_sto
     assert lk.runs.get(t1["run_id"])["sweep_id"] == sid
     assert body["trials"][3]["error"] == "OSError: cannot read <path>"
     assert "/secret" not in json.dumps(body)
-    assert [t["trial"] for t in (await get(jp_fetch, "sweeps", sid, limit="2"))["trials"]] \
-        == [0, 1]
+    two = await get(jp_fetch, "sweeps", sid, limit="2")  # NOTE: only these rows are read
+    assert [t["trial"] for t in two["trials"]] == [0, 1] and two["total"] == 4
     # best=N: the best trials with a run, best first (mode max; no value last)
     best = await get(jp_fetch, "sweeps", sid, best="3")
     assert [t["trial"] for t in best["trials"]] == [1, 2, 0] and best["total"] == 4
