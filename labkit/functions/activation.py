@@ -214,6 +214,8 @@ def log_softmax(x, axis=1):
     """x - logsumexp(x), computed as (x - max) - log(sum(exp(x - max))): stable and
     precise for logits of any size."""
     _check.axis(axis, _check.tensor(x, "log_softmax").ndim, "log_softmax", x.shape)
+    if x.size == 0:
+        return x * 1.0  # NOTE: nothing to normalise (the max had no value: a raw error)
     if x.dtype.kind != "f":
         return x - logsumexp(x, axis=axis, keepdims=True)
     return LogSoftmax(axis % x.ndim).apply((x,))
@@ -221,6 +223,8 @@ def log_softmax(x, axis=1):
 
 def softmax(x, axis=1):
     _check.axis(axis, _check.tensor(x, "softmax").ndim, "softmax", x.shape)
+    if x.size == 0:
+        return x * 1.0
     if x.dtype.kind != "f":
         return exp(log_softmax(x, axis=axis))
     return Softmax(axis % x.ndim).apply((x,))

@@ -152,5 +152,12 @@ class LogSumExp(Function):
 
 
 def logsumexp(x, axis=None, keepdims=False):
-    """log(sum(exp(x))), stable for any magnitude (the max is subtracted first)."""
-    return LogSumExp(_reduction(x, axis, "logsumexp"), keepdims).apply((x,))
+    """log(sum(exp(x))), stable for any magnitude (the max is subtracted first); over no
+    elements, -inf (the log of an empty sum, as SciPy's and PyTorch's)."""
+    axes = _reduction(x, axis, "logsumexp")
+    if x.dtype.kind == "f" and any(x.shape[a] == 0 for a in (
+            range(x.ndim) if axes is None else normalize_axes(axes, x.ndim))):
+        # NOTE: the max had no value (a raw NumPy or OpenCL error); differentiable: the
+        # gradient of a sum over nothing is empty
+        return sum(x, axis=axis, keepdims=keepdims) + float("-inf")
+    return LogSumExp(axes, keepdims).apply((x,))

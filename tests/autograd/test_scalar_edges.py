@@ -103,3 +103,16 @@ def test_the_gradient_of_logsumexp_over_several_axes_differentiates_again(dev):
         d[i] = eps
         want[i] = ((first(x + d) - first(x - d)) * r).sum() / (2 * eps)
     assert np.allclose(g2.numpy(), want, rtol=1e-6, atol=1e-7)
+
+
+def test_softmax_and_logsumexp_over_an_empty_axis(dev):
+    # NOTE: a raw "zero-size array to reduction operation maximum" from NumPy or OpenCL
+    x = lk.tensor(np.zeros((3, 0), np.float32), device=dev, requires_grad=True)
+    lse = F.logsumexp(x, axis=1)
+    assert lse.shape == (3,) and np.array_equal(lse.numpy(), np.full(3, -np.inf, np.float32))
+    assert F.logsumexp(x).numpy() == -np.inf and F.logsumexp(x, axis=0).shape == (0,)
+    for f in (F.softmax, F.log_softmax):
+        y = f(x, axis=1)
+        assert y.shape == (3, 0) and y.dtype == np.float32
+    F.sum(F.softmax(x, axis=1)).backward()
+    assert x.grad.shape == (3, 0)
