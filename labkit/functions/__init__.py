@@ -61,6 +61,7 @@ from .math import (
     cos,
     div,
     erf,
+    erfc,
     exp,
     expm1,
     log,
@@ -91,7 +92,8 @@ from .reduction import logsumexp, max, mean, min, sum, var
 __all__ = [
     "abs", "accuracy", "add", "avg_pool2d", "batch_normalization", "broadcast_to", "cast",
     "clip", "concat", "conv2d", "conv_transpose2d", "cos", "div", "dropout", "elu", "embed_id",
-    "erf", "exp", "expand_dims", "expm1", "flatten", "gelu", "getitem", "layer_normalization",
+    "erf", "erfc", "exp", "expand_dims", "expm1", "flatten", "gelu", "getitem",
+    "layer_normalization",
     "leaky_relu", "linear", "log", "log1p", "log_sigmoid", "log_softmax", "logsumexp", "lstm",
     "matmul", "max", "max_pool2d", "maximum", "mean", "mean_squared_error", "min", "minimum",
     "mul", "neg", "pad", "pow", "relu", "reshape", "sigmoid", "sigmoid_cross_entropy", "sin",

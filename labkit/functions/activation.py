@@ -13,7 +13,7 @@ from ..backend.opencl import softmax as _sm
 from ..backend.opencl.lse import logsumexp_parts
 from . import _check
 from ._util import row_max, xp_of
-from .math import Erf, MulConstant, erf, exp, expm1, mul, where
+from .math import Erfc, MulConstant, erfc, exp, expm1, mul, where
 from .reduction import logsumexp
 from .reduction import sum as rsum
 
@@ -104,8 +104,10 @@ class GELU(Function):
 
     def forward(self, x):
         xp = xp_of(x)
+        # NOTE: Phi(x) as erfc(-x / sqrt 2) / 2, not (1 + erf(x / sqrt 2)) / 2, which cancels
+        # for negative x (float32: 4% off at -5, 0 at -6 where the value is -3e-9)
         with np.errstate(invalid="ignore"):  # NOTE: -inf * 0, replaced below
-            y = x * (Erf().forward(x * (1 / _m.sqrt(2))) + 1) * 0.5  # NOTE: the composed ops
+            y = x * Erfc().forward(x * (-1 / _m.sqrt(2))) * 0.5
         return xp.where(xp.isinf(x), xp.maximum(x, 0), y)
 
     def backward(self, inputs, gy):
@@ -113,7 +115,7 @@ class GELU(Function):
         (x,) = inputs
         finite = where(host(lambda d: xp_of(d).isinf(d), x.data, name="gelu.inf"), 0.0, x)
         phi = exp(mul(finite * finite, -0.5)) * (1 / _m.sqrt(2 * _m.pi))
-        return gy * ((erf(mul(x, 1 / _m.sqrt(2))) + 1.0) * 0.5 + finite * phi)
+        return gy * (erfc(mul(x, -1 / _m.sqrt(2))) * 0.5 + finite * phi)
 
 
 def gelu(x):

@@ -72,7 +72,7 @@ ROWS = [
         "max_pool2d: x must be a Tensor"),
     *[Bad(f"{n}_numpy", lambda d, n=n: getattr(F, n)(np.ones(2)), DTypeError,
           f"{n}: x must be a Tensor, got a numpy.ndarray of shape (2,)")
-      for n in ("abs", "cos", "elu", "erf", "expm1", "flatten", "gelu", "log", "log1p",
+      for n in ("abs", "cos", "elu", "erf", "erfc", "expm1", "flatten", "gelu", "log", "log1p",
                 "log_sigmoid", "neg", "sigmoid", "sin", "sqrt", "tanh", "leaky_relu")],
     Bad("div_two_arrays", lambda d: F.div(np.ones(2), [1.0, 2.0]), DTypeError,
         "div: expected at least one Tensor"),

@@ -135,6 +135,7 @@ CASES = [
     OpCase("log_sigmoid", F.log_sigmoid, lambda x: -np.logaddexp(0, -x), [(6,)],
            gen=distinct((6,))),
     OpCase("erf", F.erf, erf, [(5,)]),
+    OpCase("erfc", F.erfc, np.vectorize(math.erfc), [(5,)]),
     OpCase("maximum", F.maximum, np.maximum,
            [(2, 3), (3,)], gen=lambda r: [r.uniform(-2, 2, (2, 3)), r.uniform(-2, 2, 3) + 0.01],
            double=False),

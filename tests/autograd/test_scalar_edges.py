@@ -116,3 +116,18 @@ def test_softmax_and_logsumexp_over_an_empty_axis(dev):
         assert y.shape == (3, 0) and y.dtype == np.float32
     F.sum(F.softmax(x, axis=1)).backward()
     assert x.grad.shape == (3, 0)
+
+
+def test_gelu_keeps_its_relative_precision_for_negative_inputs(dev):
+    # NOTE: (1 + erf(x / sqrt 2)) / 2 cancelled: float32 4% off at -5, and 0 at -6
+    import math
+
+    x = np.array([-1.0, -3.0, -4.0, -5.0, -6.0, -8.0], np.float32)
+    want = np.array([v * 0.5 * math.erfc(-v / math.sqrt(2)) for v in x.astype(np.float64)])
+    t = lk.tensor(x, device=dev, requires_grad=True)
+    y = F.gelu(t)
+    assert np.max(np.abs(y.numpy() - want) / np.abs(want)) < 1e-5
+    F.sum(y).backward()
+    dwant = np.array([0.5 * math.erfc(-v / math.sqrt(2)) + v * math.exp(-v * v / 2)
+                      / math.sqrt(2 * math.pi) for v in x.astype(np.float64)])
+    assert np.allclose(t.grad.numpy(), dwant, rtol=1e-4, atol=1e-12)

@@ -10,17 +10,17 @@ from labkit.backend.opencl import elementwise, runtime
 
 from .helpers import check
 
-OPS = ["exp", "expm1", "log", "log1p", "log2", "sin", "cos", "erf", "tanh", "sigmoid"]
+OPS = ["exp", "expm1", "log", "log1p", "log2", "sin", "cos", "erf", "erfc", "tanh", "sigmoid"]
 
 
 def _ref(name, x):
     x64 = x.astype(np.float64)
     if name == "sigmoid":
         return 1 / (1 + np.exp(-x64))
-    if name == "erf":
+    if name in ("erf", "erfc"):
         import math
 
-        return np.vectorize(math.erf)(x64)
+        return np.vectorize(getattr(math, name))(x64)
     return getattr(np, name)(x64)
 
 

@@ -35,6 +35,7 @@ from .core import (
     empty_like,
     equal,
     erf,
+    erfc,
     exp,
     expm1,
     eye,
@@ -135,7 +136,8 @@ __all__ = [
     "zeros_like",
     # elementwise
     "abs", "absolute", "add", "arctan", "arctan2", "astype", "bitwise_and", "bitwise_or",
-    "bitwise_xor", "ceil", "clip", "copy", "cos", "divide", "equal", "erf", "exp", "expm1",
+    "bitwise_xor", "ceil", "clip", "copy", "cos", "divide", "equal", "erf", "erfc", "exp",
+    "expm1",
     "floor", "floor_divide", "greater", "greater_equal", "invert", "isfinite", "isinf", "isnan",
     "less", "less_equal", "log", "log1p", "log2", "logical_and", "logical_not", "logical_or",
     "logical_xor", "maximum", "minimum", "mod", "multiply", "negative", "not_equal", "power",
