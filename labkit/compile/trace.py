@@ -435,10 +435,9 @@ class Tracer:
 
     def depends(self, obj, attr, value=None):  # NOTE: value: a copy to compare with
         if value is None:
-            # NOTE: a value the step itself set before reading it (m.eval(); m(x); m.train()):
-            # the guard is the value the call started with, which the step's code turns
-            # into the one read (a replay does not run that code: the mode read then would
-            # be the start's, and the step never replayed)
+            # NOTE: set by the step before it read it (m.eval(); m(x); m.train()): the guard
+            # is the value the call started with, which the step's own code turns into the
+            # one read (guarded as read, the step never replayed)
             value = self.before.get((id(obj), attr), (None, getattr(obj, attr)))[1]
         self.t.depends.append((obj, attr, value))
 

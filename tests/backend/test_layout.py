@@ -12,7 +12,7 @@ BACKEND = Path(labkit.__file__).parent / "backend"
 
 # the OpenCL package bottom up: a module may import only modules listed before it
 ORDER = ["context", "program", "shapes", "ndarray", "promotion", "elementwise", "fused", "core",
-         "reduce", "lse", "xent", "lstm", "pool", "gemm_paths", "gemm", "conv", "indexing",
+         "arith", "reduce", "lse", "xent", "lstm", "pool", "gemm_paths", "gemm", "conv", "indexing",
          "advanced", "methods", "api"]
 
 

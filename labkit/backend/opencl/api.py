@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from .arith import floor_divide, mod, power, remainder
 from .core import (
     abs,
     absolute,
@@ -40,7 +41,6 @@ from .core import (
     expm1,
     eye,
     floor,
-    floor_divide,
     full,
     full_like,
     greater,
@@ -61,16 +61,13 @@ from .core import (
     logical_xor,
     maximum,
     minimum,
-    mod,
     multiply,
     negative,
     nonzero,
     not_equal,
     ones,
     ones_like,
-    power,
     reciprocal,
-    remainder,
     result_type,
     rint,
     sigmoid,

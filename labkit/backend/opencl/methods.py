@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import advanced, core, gemm, indexing, reduce
+from . import advanced, arith, core, gemm, indexing, reduce
 from .ndarray import ndarray
 
 
@@ -68,8 +68,8 @@ METHODS = {
     "__sub__": core.subtract, "__rsub__": _reflected(core.subtract),
     "__mul__": core.multiply, "__rmul__": _reflected(core.multiply),
     "__truediv__": core.true_divide, "__rtruediv__": _reflected(core.true_divide),
-    "__floordiv__": core.floor_divide, "__rfloordiv__": _reflected(core.floor_divide),
-    "__mod__": core.mod, "__pow__": core.power, "__rpow__": _reflected(core.power),
+    "__floordiv__": arith.floor_divide, "__rfloordiv__": _reflected(arith.floor_divide),
+    "__mod__": arith.mod, "__pow__": arith.power, "__rpow__": _reflected(arith.power),
     "__matmul__": gemm.matmul, "__rmatmul__": _reflected(gemm.matmul),
     "__neg__": core.negative, "__pos__": lambda self: self, "__abs__": core.absolute,
     "__invert__": core.invert, "__and__": core.bitwise_and, "__or__": core.bitwise_or,
