@@ -42,6 +42,7 @@ from .backend import (
 from .backend.random import Generator
 from .compile import scan
 from .errors import (
+    BrickError,
     CheckpointError,
     CompileError,
     ConfigError,
@@ -99,7 +100,8 @@ def _jupyter_labextension_paths():
 
 
 __all__ = [
-    "CheckpointError", "CompileError", "ConfigError", "DataError", "Device", "DeviceError",
+    "BrickError", "CheckpointError", "CompileError", "ConfigError", "DataError", "Device",
+    "DeviceError",
     "DeviceMismatchError", "DTypeError", "Function", "Generator", "Graph", "IndexingError",
     "KernelBuildError",
     "LabkitError", "RunStoreError", "ShapeError", "Tensor", "TrainingError", "WorkerError",

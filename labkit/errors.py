@@ -42,6 +42,10 @@ class KernelBuildError(LabkitError):
         self.source_name = source_name
 
 
+class BrickError(LabkitError, ValueError):
+    """A brick put together wrongly: two children of one name, a name with a path separator."""
+
+
 class DataError(LabkitError, ValueError):
     """A dataset file, split, source or request that cannot be read as asked."""
 

@@ -23,6 +23,10 @@ def l2_norms(model, role=_roles.WEIGHT):
 def l2_penalty(model, rate, role=_roles.WEIGHT):
     """``rate * sum of squares`` over the parameters with ``role``: an auxiliary cost."""
     norms = list(l2_norms(model, role).values())
+    if not norms:  # NOTE: an IndexError before
+        has = sorted({str(getattr(p, "role", None)) for p in model.params().values()})
+        raise ValueError(f"l2_penalty: no parameter of the model has the role {role} (its "
+                         f"parameters' roles: {has}); pick one of those, e.g. lk.roles.WEIGHT")
     total = norms[0]
     for n in norms[1:]:
         total = total + n

@@ -19,7 +19,7 @@ from ..backend.device import device as _device
 from ..backend.random import Generator
 from ..checkpoint._common import listed as _listed
 from ..checkpoint._common import shown_key as _shown
-from ..errors import CheckpointError, DeviceMismatchError, LabkitError
+from ..errors import BrickError, CheckpointError, DeviceMismatchError, LabkitError
 
 _SEED = {"seed": 0, "count": 0}
 
@@ -120,14 +120,26 @@ class Brick:
             object.__setattr__(self, key, value)
             return
         if isinstance(value, Brick):
-            if value._parent is None and value.name == type(value).__name__.lower():
-                value.name = key
-            value._parent = self
-            self._children[value.name] = value
+            old = self.__dict__.get(key)
+            if isinstance(old, Brick) and old is not value:
+                self._drop_child(old, key)  # NOTE: replaced: it was kept, trained and saved
+            if not self._is_child(value):
+                if value._parent is None and value.name == type(value).__name__.lower():
+                    value.name = key
+                self._check_child_name(value, value.name)
+                value._parent = self
+                self._children[value.name] = value
         elif isinstance(value, Parameter):
             value.name = key
             value.owner = self
             self._params[key] = value
+        elif (type(value) in (list, tuple) and value and key[0] != "_"
+              and all(isinstance(v, Brick) for v in value)):
+            # NOTE: a list of bricks (self.blocks = [Linear(...), ...]) is registered, each a
+            # child named blocks_0, blocks_1, ...: else nothing in it was trained or saved
+            for i, b in enumerate(value):
+                if not self._is_child(b):
+                    self.add_child(b, f"{key}_{i}")
         old = self.__dict__.get(key, _UNSET)
         object.__setattr__(self, key, value)
         if (old is not _UNSET and old is not value and key[0] != "_"
@@ -139,13 +151,67 @@ class Brick:
             if isinstance(old, Parameter) and not isinstance(value, Parameter):
                 self._params.pop(key, None)
             if isinstance(old, Brick) and not isinstance(value, Brick):
-                self._children.pop(old.name, None)
+                self._drop_child(old, key)
             if _trace.tracer() is None:
                 object.__setattr__(self, "_version", next(_versions))
 
+    def __delattr__(self, key):
+        old = self.__dict__.get(key, _UNSET)
+        object.__delattr__(self, key)
+        # NOTE: a child, parameter or buffer deleted is no longer trained, saved or counted
+        if isinstance(old, Brick):
+            self._drop_child(old, key)
+        elif isinstance(old, Parameter) and self._params.get(key) is old:
+            del self._params[key]
+        self._buffers.pop(key, None)
+        if old is not _UNSET and _trace.tracer() is None:
+            object.__setattr__(self, "_version", next(_versions))
+
+    def _is_child(self, brick) -> bool:
+        return any(c is brick for c in self._children.values())
+
+    def _drop_child(self, brick, key) -> None:
+        if any(v is brick for k, v in self.__dict__.items() if k != key and k[0] != "_"):
+            return  # NOTE: still held under another attribute (a brick shared)
+        for name, c in list(self._children.items()):
+            if c is brick:
+                del self._children[name]
+                if brick._parent is self:
+                    brick._parent = None
+
+    def _check_child_name(self, brick, name) -> None:
+        if not isinstance(name, str) or not name or "/" in name or "." in name:
+            raise BrickError(f"{self.path}: a child brick's name must be a non-empty string "
+                             f"without '/' or '.' (they separate a parameter's path), got "
+                             f"{name!r}")
+        other = self._children.get(name)
+        if other is not None and other is not brick:
+            raise BrickError(f"{self.path}: it already has a child named {name!r} "
+                             f"({type(other).__name__}); give the bricks different names "
+                             "(two children of one name would share one path: one of them "
+                             "would not be trained or saved)")
+
+    def _check_state_name(self, name, what) -> None:
+        if not isinstance(name, str) or not name.isidentifier():
+            # NOTE: a "." in it split its state_dict key wrongly: load_state_dict raised a
+            # bare StopIteration after loading part of the state
+            raise BrickError(f"{self.path}: a {what}'s name must be a Python identifier (it is "
+                             f"an attribute, and its key is '<brick path>.<name>'), got "
+                             f"{name!r}")
+
     def add_child(self, brick: Brick, name: str | None = None) -> Brick:
-        if name is not None:
-            brick.name = name
+        """Register ``brick`` as a child named ``name`` (default: its own name, made unique
+        among the children with ``_1``, ``_2``, ...); a brick that is a child already (one
+        brick used twice) keeps its name and is registered once."""
+        if self._is_child(brick):
+            return brick
+        if name is None:
+            base, i, name = brick.name, 0, brick.name
+            while name in self._children:
+                i += 1
+                name = f"{base}_{i}"
+        self._check_child_name(brick, name)
+        brick.name = name
         brick._parent = self
         self._children[brick.name] = brick
         object.__setattr__(self, brick.name, brick)
@@ -160,14 +226,23 @@ class Brick:
     @property
     def device(self):
         """The device of the brick's parameters: set by ``.to(device)`` or by the first
-        call's inputs; None before either."""
-        return self._device
+        call's inputs, else where the parameters it (or a child) holds are; None when it has
+        none yet."""
+        if self._device is not None:
+            return self._device
+        for b in self.bricks():
+            if b._device is not None:
+                return b._device
+            for p in b._params.values():
+                return p.device
+        return None
 
     def _rng(self) -> Generator:
         return Generator(self.seed, "cpu")
 
     def add_param(self, name, shape, init, role=roles.PARAMETER, dtype=np.float32) -> Parameter:
         """Create a parameter from ``init`` (drawn on the host: the same bits on every device)."""
+        self._check_state_name(name, "parameter")
         rng = self._rng()
         rng.counter = len(self._params) << 40  # a separate stream per parameter
         data = init(tuple(int(d) for d in shape), np.dtype(dtype), rng)
@@ -177,6 +252,7 @@ class Brick:
 
     def register_buffer(self, name, array) -> None:
         """State that is saved but not trained (running statistics)."""
+        self._check_state_name(name, "buffer")
         self._buffers[name] = name
         object.__setattr__(self, name, self._on_device(np.asarray(array)))
 
@@ -196,14 +272,35 @@ class Brick:
         raise NotImplementedError
 
     def __call__(self, *inputs, **kwargs):
+        first = None
         if not self.built:
+            # NOTE: a first call that fails (an input of the wrong rank) leaves the brick
+            # unbuilt: it built for the wrong sizes, and the right call then failed too
+            first = (dict(self._params), dict(self._buffers), dict(self._children),
+                     self._device)
             for x in inputs:
                 if isinstance(x, Tensor):
                     if self._device is None:
                         self._device = x.device
                     break
-            self.build(*inputs)
-            self.built = True
+            try:
+                self.build(*inputs)
+                self.built = True
+                return self._call(inputs, kwargs)
+            except BaseException:
+                self._unbuild(*first)
+                raise
+        return self._call(inputs, kwargs)
+
+    def _unbuild(self, params, buffers, children, device) -> None:
+        for own, before in ((self._params, params), (self._buffers, buffers),
+                            (self._children, children)):
+            for k in [k for k in own if k not in before]:
+                del own[k]
+                self.__dict__.pop(k, None)
+        self._device, self.built = device, False
+
+    def _call(self, inputs, kwargs):
         for x in inputs:
             if isinstance(x, Tensor) and self._device is not None and x.device != self._device:
                 raise DeviceMismatchError(
@@ -248,7 +345,9 @@ class Brick:
         finally:
             _fn._state.brick = prev
         for o in out if isinstance(out, tuple) else (out,):
-            if isinstance(o, Tensor) and o.role is None:
+            # NOTE: not an input passed through (Dropout in eval mode): the user's data
+            if (isinstance(o, Tensor) and o.role is None
+                    and not any(o is x for x in inputs)):
                 o.role = roles.OUTPUT
         return out
 

@@ -35,6 +35,7 @@ class Linear(Brick):
     def __init__(self, in_size, out_size, bias=True, weight_init=None, bias_init=None,
                  name=None, seed=None):
         super().__init__(name, seed)
+        _counts(self, 0, out_size=out_size, **({} if in_size is None else {"in_size": in_size}))
         self.in_size, self.out_size, self.use_bias = in_size, out_size, bias
         self.weight_init = weight_init or GlorotUniform()
         self.bias_init = bias_init or Constant(0.0)
@@ -49,6 +50,7 @@ class Linear(Brick):
         self.built = True
 
     def build(self, x):
+        _rank(self, x, (1,), "(..., features): at least one dimension")
         self._create(x.shape[-1])
 
     def forward(self, x):
@@ -63,6 +65,8 @@ class Conv2D(Brick):
         super().__init__(name, seed)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.ksize = (ksize, ksize) if isinstance(ksize, int) else tuple(ksize)
+        _counts(self, 1, out_channels=out_channels, ksize=self.ksize, groups=groups,
+                **({} if in_channels is None else {"in_channels": in_channels}))
         self.stride, self.pad, self.dilation, self.groups = stride, pad, dilation, groups
         self.use_bias = bias
         self.weight_init = weight_init or HeNormal()
@@ -81,6 +85,7 @@ class Conv2D(Brick):
         self.built = True
 
     def build(self, x):
+        _rank(self, x, 4, "(N, C, H, W)")
         self._create(x.shape[1])
 
     def forward(self, x):
@@ -96,6 +101,8 @@ class ConvTranspose2D(Brick):
         super().__init__(name, seed)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.ksize = (ksize, ksize) if isinstance(ksize, int) else tuple(ksize)
+        _counts(self, 1, out_channels=out_channels, ksize=self.ksize,
+                **({} if in_channels is None else {"in_channels": in_channels}))
         self.stride, self.pad, self.output_padding = stride, pad, output_padding
         self.use_bias = bias
         self.weight_init = weight_init or GlorotUniform()
@@ -110,6 +117,7 @@ class ConvTranspose2D(Brick):
         self.built = True
 
     def build(self, x):
+        _rank(self, x, 4, "(N, C, H, W)")
         self._create(x.shape[1])
 
     def forward(self, x):
@@ -117,17 +125,87 @@ class ConvTranspose2D(Brick):
                                   self.pad, output_padding=self.output_padding)
 
 
+def _counts(brick, low, **values):
+    """Each of ``values`` an int >= ``low`` (a size, a kernel size, a stride), or a
+    ShapeError naming it (a raw ZeroDivisionError or NumPy error came later)."""
+    for what, v in values.items():
+        for x in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < low:
+                raise ShapeError(f"{type(brick).__name__}: {what} must be an integer >= {low}, "
+                                 f"got {v!r}")
+
+
+def _rank(brick, x, ndim, what):
+    """The first call's input: a Tensor of ``ndim`` dimensions (at least, for ``ndim`` an
+    int with ``+``), else a ShapeError naming the expected layout."""
+    n = getattr(x, "ndim", None)
+    if n is not None and (n < ndim[0] if isinstance(ndim, tuple) else n != ndim):
+        raise ShapeError(f"{brick.path}: x must be {what}, got shape {x.shape}")
+
+
+def _unique(name, taken):
+    base, i = name, 0
+    while name in taken:
+        i += 1
+        name = f"{base}_{i}"
+    return name
+
+
+class _Layers(list):
+    """``Sequence.layers``: a list whose changes (append, insert, a layer replaced or removed)
+    register and drop the children, so a layer appended is trained and saved (it was used in
+    forward, but not registered)."""
+
+    def __init__(self, owner):
+        super().__init__()
+        self._owner = owner
+
+
+def _changing(name):
+    def method(self, *args, **kwargs):
+        out = getattr(list, name)(self, *args, **kwargs)
+        self._owner._sync()
+        return self if name in ("__iadd__", "__imul__") else out
+    method.__name__ = name
+    return method
+
+
+for _name in ("append", "extend", "insert", "pop", "remove", "clear", "reverse", "sort",
+              "__setitem__", "__delitem__", "__iadd__", "__imul__"):
+    setattr(_Layers, _name, _changing(_name))
+del _name
+
+
 class Sequence(Brick):
     """Apply bricks (or plain functions) in order; children are named ``<class>_<i>``."""
 
     def __init__(self, *layers, name=None):
         super().__init__(name)
-        self.layers = []
-        for i, layer in enumerate(layers):
-            if isinstance(layer, Brick):
-                self.add_child(layer, f"{type(layer).__name__.lower()}_{i}")
-            self.layers.append(layer)
+        object.__setattr__(self, "layers", _Layers(self))
+        self.layers.extend(layers)
         self.built = True
+
+    def _sync(self):
+        """The children after ``layers`` changed: a brick no longer in it is dropped, a new
+        one registered as ``<class>_<its index>`` (made unique); the others keep their
+        names (and so their parameters' paths)."""
+        # NOTE: a compiled step sees the change through layer_tuple ("its layers changed"),
+        # not through the version add_child moves on (a vaguer reason)
+        version = self.__dict__.get("_version")
+        now = [x for x in self.layers if isinstance(x, Brick)]
+        for name, c in list(self._children.items()):
+            if not any(c is x for x in now):
+                del self._children[name]
+                self.__dict__.pop(name, None)
+                if c._parent is self:
+                    c._parent = None
+        for i, x in enumerate(self.layers):
+            if isinstance(x, Brick) and not self._is_child(x):
+                self.add_child(x, _unique(f"{type(x).__name__.lower()}_{i}", self._children))
+        if version is None:
+            self.__dict__.pop("_version", None)
+        else:
+            object.__setattr__(self, "_version", version)
 
     @property
     def layer_tuple(self) -> tuple:
@@ -153,6 +231,10 @@ class MLP(Brick):
         super().__init__(name, seed)
         if len(sizes) < 2:
             raise ValueError(f"MLP: need at least two sizes (in, out), got {sizes}")
+        if sizes[0] is not None:
+            _counts(self, 0, **{"sizes[0]": sizes[0]})
+        for i, n in enumerate(sizes[1:], 1):  # NOTE: only the first may be None (resolved)
+            _counts(self, 1, **{f"sizes[{i}]": n})
         self.activation = activation
         self.linears = []
         for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
@@ -194,6 +276,8 @@ class _Recurrent(Brick):
 
     def __init__(self, in_size, hidden_size, name=None, seed=None):
         super().__init__(name, seed)
+        _counts(self, 1, hidden_size=hidden_size,
+                **({} if in_size is None else {"in_size": in_size}))
         self.in_size, self.hidden_size = in_size, hidden_size
         if in_size is not None:
             self._create(in_size)
@@ -207,6 +291,7 @@ class _Recurrent(Brick):
         self.built = True
 
     def build(self, x, mask=None):
+        _rank(self, x, 3, "(N, T, F): a batch of sequences")
         self._create(x.shape[-1])
 
     def _zeros(self, x):
@@ -306,6 +391,7 @@ class BatchNorm(Brick):
         self.built = True
 
     def build(self, x):
+        _rank(self, x, (2,), "(N, C, ...): at least two dimensions")
         self._create(x.shape[1])
 
     def forward(self, x):

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import roles as _roles
 from ..autograd.trace import host
-from ..backend import get_array_module, zeros
+from ..backend import asarray, get_array_module, zeros
 from ..checkpoint import is_count, listed, shown_key
 from ..errors import CheckpointError
 from . import fused as _fused
@@ -345,6 +345,7 @@ class Optimizer:
         if not self.params:
             raise RuntimeError("update: call setup(model) first")
         plist = list(self.params.values())
+        self._follow_devices(plist)
         idx = [i for i, p in enumerate(plist) if p.grad is not None]
         grads = [plist[i].grad.data for i in idx]
         # NOTE: inside lk.compile's trace the update is one host step that each replay runs
@@ -353,6 +354,21 @@ class Optimizer:
                                              for v in s.values()]
         host(lambda *gs: self._apply(idx, gs), *grads, effect=True, mutates=changed,
              name="optimizer.update")
+
+    def _follow_devices(self, plist) -> None:
+        """Move each parameter's state to its device where the model moved after ``setup``
+        (``model.to("cl")``: Adam's moments stayed on the CPU, and the update raised a device
+        mismatch naming an internal add)."""
+        devs = [None if isinstance(p.data, np.ndarray) else p.data.device for p in plist]
+        if devs == getattr(self, "_devices", None):
+            return
+        for st in self.states:
+            for dev, s in zip(devs, st):
+                for k, v in s.items():
+                    if (None if isinstance(v, np.ndarray) else getattr(v, "device", None)) \
+                            != dev and hasattr(v, "shape"):
+                        s[k] = asarray(v, device=dev or "cpu")
+        self._devices = devs
 
     def _apply(self, idx, grads):
         """The update of the parameters at ``idx`` from the arrays ``grads``, in place."""
@@ -434,8 +450,6 @@ class Optimizer:
         with state, each rule's array with exactly that state's shape and dtype (nothing is
         cast or broadcast). Nothing is loaded unless everything fits; ``CheckpointError``
         names each key that does not, with what was expected and what was found."""
-        from ..backend import asarray
-
         where = "Optimizer.load_state_dict"
         if not isinstance(state, Mapping):
             raise CheckpointError(f"{where}: expected a dict with 't' and 'state' "
@@ -511,8 +525,9 @@ class Optimizer:
         for ri, st in enumerate(self.states):
             for name, s in zip(names, st):
                 for k in list(s):
-                    cur = s[k]
-                    dev = "cpu" if isinstance(cur, np.ndarray) else cur.device
+                    # NOTE: on its parameter's device (the model may have moved since setup)
+                    p = self.params[name].data
+                    dev = "cpu" if isinstance(p, np.ndarray) else p.device
                     s[k] = asarray(arrays[name, f"{ri}.{k}"].copy(), device=dev)
 
     def _own_steps(self, steps, t, problems) -> dict:
