@@ -49,3 +49,71 @@ def alive(pid, start: int | None = None) -> bool:
     if fields[:1] == [b"Z"]:
         return False
     return not start or start_time(pid) in (0, start)
+
+
+def cpu_ticks(pid: int) -> int | None:
+    """The CPU time process ``pid`` has used (user and system, in clock ticks), or None where
+    it is not known (no /proc)."""
+    fields = _stat(pid)
+    try:
+        return int(fields[11]) + int(fields[12]) if fields else None
+    except (ValueError, IndexError):
+        return None
+
+
+class ReadWatch:
+    """A watchdog for reading a message from another process: one that uses no CPU time for
+    ``timeout`` seconds while this process waits in the middle of its message (stopped by
+    SIGSTOP or a debugger as it wrote) is killed, so the read ends (with EOFError) instead of
+    blocking for good. One thread, started at the first read; ``killed`` holds their pids.
+    Without /proc nothing is known, and nothing is killed."""
+
+    def __init__(self, timeout: float):
+        import threading
+
+        self.timeout = float(timeout)
+        self.killed: set = set()
+        self._slot = None  # (process, since, its CPU ticks then)
+        self._stop = threading.Event()
+        self._thread = None
+
+    def reading(self, proc):
+        """Context manager around the read of a message from ``proc``."""
+        import contextlib
+        import threading
+        import time
+
+        if self._thread is None and self.timeout == self.timeout and self.timeout < 1e9:
+            self._thread = threading.Thread(target=self._run, name="labkit-read-watch",
+                                            daemon=True)
+            self._thread.start()
+
+        @contextlib.contextmanager
+        def watched():
+            self._slot = (proc, time.monotonic(), cpu_ticks(proc.pid))
+            try:
+                yield
+            finally:
+                self._slot = None
+        return watched()
+
+    def _run(self):
+        import time
+
+        while not self._stop.wait(min(1.0, self.timeout / 4)):
+            slot = self._slot
+            if slot is None or time.monotonic() - slot[1] < self.timeout:
+                continue
+            proc, _, ticks = slot
+            now = cpu_ticks(proc.pid)
+            if now is not None and now == ticks and self._slot is slot:
+                self.killed.add(proc.pid)
+                proc.kill()
+            elif self._slot is slot:  # NOTE: it works (a large item): watch from now
+                self._slot = (proc, time.monotonic(), now)
+
+    def close(self):
+        self._stop.set()
+
+    def __reduce__(self):  # NOTE: a copy (a stream sent to a process) is a fresh, idle one
+        return ReadWatch, (self.timeout,)

@@ -42,16 +42,16 @@ from .._json import loads_strict
 from ..errors import DataError
 
 FORMAT_VERSION = 1
-#: HDF5 file-format bounds for writing: 1.10's format (checksummed metadata), readable by
-#: HDF5 >= 1.10 (pinning the upper bound keeps files readable by older h5py wheels).
+#: HDF5 format bounds for writing: 1.10's (checksummed metadata; older h5py wheels read it)
 LIBVER = ("v110", "v110")
 _CHUNK_BYTES = 16 * 1024
-#: the largest chunk a source may be stored in: reading one row decompresses its whole chunk
-#: (h5py's own automatic chunks are at most 1 MiB; a crafted file's one chunk of 4 GiB of
-#: zeros compresses to a few MiB, and every minibatch would unpack it)
+#: the largest chunk a source may be stored in: reading a row unpacks its whole chunk (h5py's
+#: own are at most 1 MiB; a crafted 4 GiB chunk of zeros compresses to a few MiB)
 MAX_CHUNK_BYTES = 64 << 20
 _SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _OFFSETS_BLOCK = 1 << 20  # ragged offsets are checked this many at a time
+#: the most bytes of one /_meta entry (a vocabulary): a 1 MB file of gzip chunks declared 1 GiB
+MAX_META = 64 << 20
 
 
 def h5py():
@@ -470,8 +470,9 @@ class _Reader:
             for key in self.group("_meta"):
                 field = f"metadata /_meta/{key}"
                 d = self.dataset(f["_meta"], key, field)
-                if len(d.shape) != 1 or d.dtype != np.uint8:
-                    self.fail(field, f"expected 1-D uint8 (JSON bytes), got {d.dtype} {d.shape}")
+                if len(d.shape) != 1 or d.dtype != np.uint8 or d.shape[0] > MAX_META:
+                    self.fail(field, f"expected 1-D uint8 (JSON bytes) of at most {MAX_META:,}"
+                              f" bytes, got {d.dtype} {d.shape}")
                 raw = self.h5(field, lambda d=d: d[()])
                 try:
                     text = raw.tobytes().decode("utf-8")
@@ -493,7 +494,8 @@ class _Reader:
         obj = self.h5(field, lambda: group[key])
         if not hasattr(obj, "shape") or not hasattr(obj, "dtype"):
             self.fail(field, f"expected a dataset, got {type(obj).__name__}")
-        self.h5(field, lambda: (obj.shape, obj.dtype))
+        if self.h5(field, lambda: (obj.shape, obj.dtype))[0] is None:  # NOTE: h5py.Empty
+            self.fail(field, "expected data, got an empty (null) dataspace")
         if self.h5(field, lambda: obj.external) or self.h5(field, lambda: obj.is_virtual):
             # NOTE: its bytes would come from other files (any file: /etc/passwd)
             self.fail(field, "expected data stored in this file, got external or virtual "

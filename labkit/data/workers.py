@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import multiprocessing as mp
+import numbers
 import os
 import queue
 import signal
@@ -43,7 +44,7 @@ import weakref
 from multiprocessing import connection
 from multiprocessing.reduction import ForkingPickler
 
-from .._proc import THREAD_VARS
+from .._proc import THREAD_VARS, ReadWatch
 from ..errors import DataError, WorkerError
 from .streams import Stream
 from .transformers import _walk, check_sendable
@@ -113,8 +114,11 @@ def _send(results, outbox):
 
 
 def _format(e: BaseException) -> str:
-    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    return f"{type(e).__name__}: {e}\n{tb}"
+    try:
+        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        return f"{type(e).__name__}: {e}\n{tb}"
+    except Exception:  # noqa: BLE001 - an exception whose str() raises: name it, not a crash
+        return f"{type(e).__name__} (its message could not be formatted)"
 
 
 def _worker_main(index, stream, tasks, results, progress, parent_pid, use_prctl):
@@ -281,8 +285,15 @@ class Parallel(Stream):
             raise DataError(f"Parallel: {type(seq).__name__} is a sequential stage, which worker "
                             f"processes cannot split; put Parallel below it, e.g. "
                             f"{type(seq).__name__}(Parallel(...))")
-        if workers < 0:
-            raise DataError(f"Parallel: workers must be >= 0, got {workers}")
+        for what, v, low in (("workers", workers, 0), ("prefetch", prefetch, 1)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral)
+                                  or v < low):
+                raise DataError(f"Parallel: {what} must be an integer >= {low}, got {v!r}")
+        if (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
+                or not 0 < timeout < float("inf")):
+            # NOTE: nan turned hang detection off silently; None was a raw TypeError
+            raise DataError(f"Parallel: timeout must be a positive number of seconds, got "
+                            f"{timeout!r}")
         inner = next((s for s in _walk(stream) if isinstance(s, Parallel) and s.workers), None)
         if workers and inner is not None:
             raise DataError(f"Parallel: the stream already has {inner!r} in it, and worker "
@@ -291,6 +302,7 @@ class Parallel(Stream):
         self.stream, self.workers = stream, int(workers)
         self.prefetch = max(1, int(prefetch if prefetch is not None else 2 * max(1, workers)))
         self.timeout = float(timeout)
+        self._watch = ReadWatch(self.timeout)
         self.sources, self.produces_examples = stream.sources, stream.produces_examples
         if self.workers:
             check_sendable(stream)
@@ -368,6 +380,7 @@ class Parallel(Stream):
         # NOTE: forget first: an interrupted shutdown must not leave closed pipes to use
         finalizer, self._finalizer = self._finalizer, None
         self._procs, self._tasks, self._results, self._progress = [], [], [], None
+        self._watch.close()
         self._pending.clear()
         self._done.clear()
         if finalizer is not None:
@@ -389,6 +402,7 @@ class Parallel(Stream):
 
     # -- workers
     def _start(self):
+        self._watch = ReadWatch(self.timeout)
         ctx = mp.get_context("spawn")
         self._progress = ctx.RawArray("q", _SLOTS * self.workers)
         self._seen = [(0, 0.0, None)] * self.workers
@@ -475,9 +489,16 @@ class Parallel(Stream):
     def _receive(self, w, key):
         pipe = self._results[w]
         try:
-            gen, e, j, kind, err = ForkingPickler.loads(pipe.recv_bytes())
-            body = pipe.recv_bytes()
+            # NOTE: watched: a worker stopped in the middle of sending blocked this read for
+            # good, and the timeout (checked between reads) never came
+            with self._watch.reading(self._procs[w]):
+                gen, e, j, kind, err = ForkingPickler.loads(pipe.recv_bytes())
+                body = pipe.recv_bytes()
         except (EOFError, OSError):
+            if self._procs[w].pid in self._watch.killed:
+                self._fail(f"{self._name(w)} stopped in the middle of sending an item and used "
+                           f"no CPU for {self.timeout:g} s (timeout={self.timeout:g}): it was "
+                           "stopped (SIGSTOP, a debugger) or is stuck; it was killed")
             self._died(w, key)
         if gen != self._gen:
             return  # from before a load_state_dict
