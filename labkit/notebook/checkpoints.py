@@ -93,6 +93,10 @@ class CheckpointBrowser(_bokeh.WidgetRepr):
                               self.fork_panel, self.message])
         self.widget.add_class("labkit-checkpoint-browser")
         self._attach(loop)
+        if run_id is not None:
+            from .. import runs
+
+            runs.get(run_id)  # NOTE: an unknown id is refused (it showed another run's)
         self.refresh(select=run_id or (loop.run_id if loop is not None else None))
 
     # -- reading the store

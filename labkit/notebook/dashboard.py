@@ -21,6 +21,7 @@ import warnings
 
 from .. import runs
 from ..errors import LabkitError
+from ..runs.downsample import minmax_indices
 from ..training import Extension, MainLoop
 from ..training.log import is_metric
 from . import _static
@@ -76,6 +77,17 @@ class Snapshot:
         return self._text
 
 
+def _json_safe(v):
+    """``v`` with non-finite floats as None (JSON has none; the bundle was invalid JSON)."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    return v
+
+
 class Dashboard:
     """``Dashboard(loop)`` or ``Dashboard(run_id)``: progress, whole-run ETA, live plots of the
     metrics (training and validation on one figure per metric, loss first; log-y, smoothing,
@@ -112,7 +124,9 @@ class Dashboard:
                                   f"{str(source)[:60]!r}")
             runs.get(self.run_id)  # RunStoreError now if there is no such run
             self._feed = None
-        self.metrics = None if metrics is None else [str(m) for m in metrics]
+        # NOTE: one name as a string ("loss") was read as its letters
+        self.metrics = None if metrics is None else [str(m) for m in (
+            [metrics] if isinstance(metrics, str) else metrics)]
         self.max_rate, self.tail = float(max_rate), int(tail)
         self._display_ids: list[str] = []
 
@@ -136,7 +150,15 @@ class Dashboard:
                     s["epoch"].append(ep)
                     s["time"].append(None)
                     # NOTE: as the store keeps them: JSON has no NaN, a gap is null
-                    s["value"].append(float(v) if math.isfinite(v) else None)
+                    f = float(v) if not isinstance(v, int) or abs(v) <= 2 ** 1023 else None
+                    s["value"].append(f if f is not None and math.isfinite(f) else None)
+            # NOTE: at most SNAPSHOT_POINTS a series, as the store's (20,000 iterations were
+            # 1.5 MB in the notebook), picked as the store picks them
+            for s in out.values():
+                keep = minmax_indices(s["value"], SNAPSHOT_POINTS)
+                if len(keep) < len(s["value"]):
+                    for f in ("iteration", "epoch", "time", "value"):
+                        s[f] = [s[f][i] for i in keep]
             return out
         try:
             data = runs.metrics(self.run_id, max_points=SNAPSHOT_POINTS)
@@ -156,16 +178,20 @@ class Dashboard:
                       "paused" if self.loop.paused and self.loop.running else
                       "running" if self.loop.running else status)
             pr = self.loop.progress()
-        planned = pr.get("planned") or {}
+        # NOTE: a stored progress of other shapes (a store edited by hand, another version)
+        # is shown as far as it reads, not an AttributeError
+        pr = pr if isinstance(pr, dict) else {}
+        planned = pr.get("planned") if isinstance(pr.get("planned"), dict) else {}
         parts = [f"epoch {pr.get('epoch', 0)}" + (f"/{planned['epochs']}"
                                                    if planned.get("epochs") else ""),
                  f"iteration {pr.get('iteration', 0)}" + (f"/{planned['iterations']}" if
                                                           planned.get("iterations") else "")]
         if isinstance(pr.get("elapsed"), (int, float)):
             parts.append(f"elapsed {pr['elapsed']:.1f} s")
-        last = pr.get("last") or {}
-        parts += [f"{k} {v:.4g}" for k, v in last.items()
-                  if _static.plottable(k) and isinstance(v, (int, float))][:6]
+        last = pr.get("last") if isinstance(pr.get("last"), dict) else {}
+        parts += [f"{k} {float(v):.4g}" for k, v in last.items()
+                  if _static.plottable(k) and isinstance(v, (int, float))
+                  and abs(v) <= 2 ** 1023][:6]
         return status, " · ".join(parts)
 
     def _bundle(self) -> dict:
@@ -175,6 +201,7 @@ class Dashboard:
         title = f"{rec.get('name') + ' · ' if rec.get('name') else ''}run {self.run_id}"
         run = {k: rec.get(k) for k in ("id", "name", "status", "progress")}
         run["status"] = status
+        run["progress"] = _json_safe(run["progress"])  # NOTE: FinishAfter(seconds=inf)
         data = {"version": 1, "run_id": self.run_id, "metrics": self.metrics,
                 "max_rate": self.max_rate, "tail": self.tail,
                 "snapshot": {"run": run, "series": series, "time": time.time()}}
@@ -216,6 +243,8 @@ class Dashboard:
     def pause(self) -> str:
         """Pause after the current batch."""
         if self.loop is not None:
+            if not self.loop.running:  # NOTE: it paused the next run, silently
+                return "not training: nothing to pause"
             self.loop.pause()
             return "pausing after this batch"
         return self._send("pause")

@@ -87,6 +87,15 @@ def _strings(v, what: str) -> list:
     return list(v)
 
 
+def _float(v) -> float:
+    """A metric as the store keeps it: an int too large for a float is +-inf (a count of
+    2**1100 failed the run with an OverflowError)."""
+    try:
+        return float(v)
+    except OverflowError:
+        return float("inf") if v > 0 else float("-inf")
+
+
 def _bound(v) -> int:
     return max(_INT_MIN, min(_INT_MAX, int(v)))
 
@@ -357,7 +366,7 @@ class RunStore(SweepRecords):
         """Store ``(iteration, epoch, key, value, time)`` rows in one transaction. A row for a
         (key, iteration) the run already has replaces it: every row is stored once, the newest
         value wins (a resumed run may log an iteration again)."""
-        rows = [(str(run_id), int(i), int(e) if e is not None else None, str(k), float(v),
+        rows = [(str(run_id), int(i), int(e) if e is not None else None, str(k), _float(v),
                  float(t)) for i, e, k, v, t in rows]
         if not rows:
             return
@@ -490,6 +499,15 @@ class RunStore(SweepRecords):
                   json.dumps(metrics or {}), int(bool(valid)), time.time())
         with transaction(self._conn()) as c:
             self._require_run(c, run_id)
+            # NOTE: the same checkpoint written again (Checkpoint pressed twice at one
+            # iteration) is one record: two rows of one path, and deleting one orphaned the other
+            row = c.execute("SELECT id FROM checkpoints WHERE run_id = ? AND path = ?",
+                            (str(run_id), str(path))).fetchone()
+            if row is not None:
+                c.execute("UPDATE checkpoints SET iteration = ?, epoch = ?, size = ?, "
+                          "metrics = ?, valid = ?, created = ? WHERE id = ?",
+                          values[1:3] + values[4:] + (row[0],))
+                return row[0]
             return c.execute("INSERT INTO checkpoints (run_id, iteration, epoch, path, size, "
                              "metrics, valid, created) VALUES (?,?,?,?,?,?,?,?)",
                              values).lastrowid

@@ -22,9 +22,11 @@ class Control:
         self.checkpoint_requested = False
 
     def reset(self) -> None:
-        """At the start of ``run()``: no stop and no Ctrl-C pending (a pause stays)."""
+        """At the start of ``run()``: no stop, Ctrl-C or checkpoint pending (a pause stays; a
+        checkpoint asked for when the last run ended was written then)."""
         self.stop_reason = None
         self.interrupts = 0
+        self.checkpoint_requested = False
 
     @property
     def pending(self) -> bool:

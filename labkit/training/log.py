@@ -34,6 +34,10 @@ def is_metric(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _fits_float(v) -> bool:
+    return not isinstance(v, int) or abs(v) <= 2 ** 1023
+
+
 class Cursor:
     """A reader's position in a ``Log``: ``read()`` returns the ``(iteration, epoch, key,
     value)`` of every value added since the previous ``read()``, oldest first.
@@ -110,8 +114,11 @@ class Log:
         """The numbers of the current row (``finite``: without NaN and infinities)."""
         if not self.rows:
             return {}
-        return {k: v for k, v in self.rows[-1].items() if k not in INDEX_KEYS and is_metric(v)
-                and (not finite or math.isfinite(v))}
+        # NOTE: a copy of the row first (the training thread may add to it meanwhile: a
+        # "dictionary changed size" in a dashboard's thread); an int too large for a float is
+        # no metric of the store's (an OverflowError in math.isfinite failed the run)
+        return {k: v for k, v in tuple(self.rows[-1].items()) if k not in INDEX_KEYS
+                and is_metric(v) and _fits_float(v) and (not finite or math.isfinite(v))}
 
     def keys(self) -> list[str]:
         seen = {}

@@ -337,6 +337,12 @@ class MainLoop:
             restore_sigint()
             self._training = False
             try:
+                # NOTE: a checkpoint asked for as training ended (in after_training, say) is
+                # written now; it was kept and written at the next run's first batch
+                if (self.control.take_checkpoint_request() and outcome not in ("failed",
+                                                                               "deleted")
+                        and self.last_checkpoint_iteration != self.status["iteration"]):
+                    self.save_checkpoint()
                 self.recorder.stop_listening(f"training {outcome}")
                 if outcome not in ("failed", "deleted"):
                     self.recorder.finish(outcome, self.progress)
