@@ -389,11 +389,13 @@ def _values(arr) -> np.ndarray:
 def _stats(arr) -> dict:
     a = _values(arr)
     finite = a[np.isfinite(a)]
-    return {"mean": float(finite.mean()) if finite.size else float("nan"),
-            "std": float(finite.std()) if finite.size else float("nan"),
+    m = float(np.abs(finite).max()) if finite.size else 0.0
+    m = m if m > 1e300 else 1.0  # NOTE: a sum of values near the float limit overflows
+    return {"mean": float((finite / m).mean()) * m if finite.size else float("nan"),
+            "std": float((finite / m).std()) * m if finite.size else float("nan"),
             "min": float(finite.min()) if finite.size else float("nan"),
             "max": float(finite.max()) if finite.size else float("nan"),
-            "norm": float(np.sqrt((finite ** 2).sum())), "size": int(a.size),
+            "norm": _norm(finite), "size": int(a.size),
             "non_finite": int(a.size - finite.size)}
 
 
@@ -406,10 +408,22 @@ def _histogram(arr, bins=30):
     if not a.size:
         return np.zeros(0), np.zeros(1)
     lo, hi = float(a.min()), float(a.max())
+    # NOTE: values near the float limits binned in units of the largest (+-1e308 made the range
+    # infinite, denormals made bins too narrow for NumPy: a ValueError when a node was clicked)
+    scale = max(abs(lo), abs(hi))
+    scale = scale if scale and not 1e-300 < scale < 1e300 else 1.0
+    a, lo, hi = a / scale, lo / scale, hi / scale
     if lo == hi:  # one value: a bar of visible width around it
-        lo, hi = lo - 0.5 * (abs(lo) or 1), hi + 0.5 * (abs(hi) or 1)
+        w = 1e-3 if scale != 1.0 else 0.5
+        lo, hi = lo - w * (abs(lo) or 1), hi + w * (abs(hi) or 1)
     counts, edges = np.histogram(a, bins=bins, range=(lo, hi))
-    return counts.astype(float), edges
+    return counts.astype(float), edges * scale
+
+
+def _norm(a) -> float:
+    """The 2-norm without overflow (1e308 squared is inf)."""
+    m = float(np.abs(a).max()) if a.size else 0.0
+    return m * float(np.sqrt(((a / m) ** 2).sum())) if m else 0.0
 
 
 def _stats_html(what, s) -> str:

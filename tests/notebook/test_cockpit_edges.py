@@ -88,3 +88,23 @@ def test_an_infinite_planned_time_gives_valid_json(tmp_path):
         loop.run(max_iterations=2)
         json.dumps(dash._repr_mimebundle_()[MIME_TYPE], allow_nan=False)
         assert np.isfinite(loop.status["iteration"])
+
+
+@pytest.mark.parametrize("values", [np.full(4, 1.7e308), np.array([5e-324, 1e-323, 1.5e-323]),
+                                    np.array([-1e308, 1e308]), np.array([1.0, 2.0])])
+def test_graphview_details_of_values_near_the_float_limits(values):
+    # NOTE: a ValueError in the click handler: an infinite range, or bins too narrow
+    from labkit.notebook import GraphView
+    from labkit.notebook.graphview import _stats
+
+    x = lk.tensor(values, requires_grad=True)
+    view = GraphView(x * 1.0)
+    node = next(n["id"] for n in view.current["nodes"] if n["kind"] == "input")
+    view.select(node)
+    assert sum(view.hist_sources[0].data["top"]) == len(values)
+    s = _stats(values)
+    m = np.abs(values).max()
+    assert np.isfinite(s["mean"]) and s["mean"] == pytest.approx(values.mean() if m < 1e300
+                                                                 else (values / m).mean() * m)
+    with np.errstate(over="ignore"):  # NOTE: 3.4e308 is past the float range: inf is right
+        assert s["norm"] == pytest.approx(float(np.sqrt(np.sum((values / m) ** 2)) * m))
