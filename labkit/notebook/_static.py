@@ -75,20 +75,34 @@ def _finite(v) -> bool:
 def figure(title: str, lines: list[tuple[str, list, list]]) -> str:
     """One SVG plot: ``lines`` of (key, iterations, values); the per-batch curve (key ==
     title) thin, the others thicker with dots."""
-    pts = []
+    pts, segs, bad = [], [], []
     for key, xs, ys in lines:
         keep = minmax_indices(ys, POINTS)
         pts.append((key, [(xs[i], ys[i]) for i in keep if _finite(ys[i])]))
-    allx = [x for _, p in pts for x, _ in p]
+        # NOTE: a gap (None, NaN, inf) breaks the curve, as the live plot does: a NaN stretch
+        # was drawn as a line across it
+        runs, cur = [], []
+        for i in keep:
+            if _finite(ys[i]):
+                cur.append((xs[i], ys[i]))
+            elif cur:
+                runs, cur = runs + [cur], []
+        segs.append(runs + ([cur] if cur else []))
+        # NOTE: the store keeps NaN and inf as null: a null is a value that was not finite
+        bad.append(sum(1 for y in ys if not _finite(y)))
+    # NOTE: the axis spans every iteration, finite or not (a loss that went NaN at 50 of 100
+    # ended the axis at 49, and nothing said why)
+    allx = [xs[i] for _, xs, ys in lines for i in minmax_indices(ys, POINTS)]
     ally = [y for _, p in pts for _, y in p]
     legend = "".join(
         f'<tspan fill="{PALETTE[i % len(PALETTE)]}">\u25a0</tspan>'
-        f'<tspan> {esc(k)}   </tspan>' for i, (k, _) in enumerate(pts))
+        f'<tspan> {esc(k)}{f" ({bad[i]} not finite)" if bad[i] else ""}   </tspan>'
+        for i, (k, _) in enumerate(pts))
     head = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W} {_H + 16}" '
             f'style="width:100%;max-width:{_W + 260}px;font:11px sans-serif" role="img" '
             f'aria-label="{esc(title)}"><text x="{_L}" y="11" fill="currentColor">'
             f'{legend}</text><g transform="translate(0,16)">')
-    if not allx:
+    if not ally:
         return head + (f'<text x="{_W / 2}" y="{_H / 2}" text-anchor="middle" '
                        'fill="currentColor" opacity="0.6">no values yet</text></g></svg>')
     x0, x1 = min(allx), max(allx)
@@ -123,9 +137,10 @@ def figure(title: str, lines: list[tuple[str, list, list]]) -> str:
     for i, (key, p) in enumerate(pts):
         color = PALETTE[i % len(PALETTE)]
         dense = key == title
-        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in p)
-        out.append(f'<polyline points="{path}" fill="none" stroke="{color}" '
-                   f'stroke-width="{1.2 if dense else 2}"/>')
+        for seg in segs[i]:
+            path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in seg)
+            out.append(f'<polyline points="{path}" fill="none" stroke="{color}" '
+                       f'stroke-width="{1.2 if dense else 2}"/>')
         if not dense and len(p) <= 200:
             out += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{color}"/>'
                     for x, y in p]

@@ -108,3 +108,21 @@ def test_graphview_details_of_values_near_the_float_limits(values):
                                                                  else (values / m).mean() * m)
     with np.errstate(over="ignore"):  # NOTE: 3.4e308 is past the float range: inf is right
         assert s["norm"] == pytest.approx(float(np.sqrt(np.sum((values / m) ** 2)) * m))
+
+
+def test_the_static_copy_breaks_its_curves_at_values_that_were_not_finite():
+    import re
+
+    from labkit.notebook import _static
+
+    its = list(range(1, 101))
+    vals = [1.0 + i / 100 for i in range(100)]
+    vals[40:60] = [None] * 20   # NOTE: NaN in the store is null
+    svg = _static.figure("loss", [("loss", its, vals)])
+    lines = re.findall(r'<polyline points="([^"]+)"', svg)
+    assert [len(p.split()) for p in lines] == [40, 40]   # NOTE: one line joined across it
+    assert "loss (20 not finite)" in svg
+    gone = [1.0] * 49 + [None] * 51
+    svg = _static.figure("loss", [("loss", its, gone)])
+    ticks = re.findall(r'text-anchor="middle" fill="currentColor" opacity="0.75">([^<]+)<', svg)
+    assert ticks[-1] == "100" and "(51 not finite)" in svg
