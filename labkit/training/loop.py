@@ -208,9 +208,11 @@ class MainLoop:
         if self.running:
             raise TrainingError("MainLoop.start: this loop is already training")
         self._background_error = None
+        self.control.reset()  # NOTE: here: a stop pressed before the thread ran was wiped
 
         def target():
             try:
+                self._skip_reset = True
                 self.run(max_iterations, max_batches=max_batches)
             except BaseException as e:  # noqa: BLE001 - kept for wait()
                 self._background_error = e
@@ -275,7 +277,8 @@ class MainLoop:
             raise TrainingError("MainLoop.run: nothing would stop this loop; add "
                                 "lk.training.FinishAfter(epochs=N) (or iterations=, seconds=), "
                                 "or call run(max_iterations=N)")
-        self.control.reset()
+        if not self.__dict__.pop("_skip_reset", False):
+            self.control.reset()
         self.error = None
         budget_end = None if limit is None else self.status["iteration"] + limit
         self._budget_end = budget_end
@@ -337,14 +340,13 @@ class MainLoop:
             restore_sigint()
             self._training = False
             try:
-                # NOTE: a checkpoint asked for as training ended (in after_training, say) is
-                # written now; it was kept and written at the next run's first batch
-                if (self.control.take_checkpoint_request() and outcome not in ("failed",
-                                                                               "deleted")
+                # NOTE: one asked for as training ended is written now, not in the next run
+                ok = outcome not in ("failed", "deleted")
+                if (self.control.take_checkpoint_request() and ok
                         and self.last_checkpoint_iteration != self.status["iteration"]):
                     self.save_checkpoint()
                 self.recorder.stop_listening(f"training {outcome}")
-                if outcome not in ("failed", "deleted"):
+                if ok:
                     self.recorder.finish(outcome, self.progress)
             finally:
                 self.recorder.close()
@@ -470,8 +472,7 @@ class MainLoop:
         return path
 
     def _refuse_replacing(self, path: Path) -> None:
-        """A checkpoint of another run is never replaced (a ``Checkpoint(directory=...)``
-        that two runs share: the first run's newest would silently become the second's)."""
+        """Never replace another run's checkpoint (two runs given one ``directory=``)."""
         try:
             owner = ckpt.manifest(path).get("run_id") if path.is_dir() else None
         except CheckpointError:

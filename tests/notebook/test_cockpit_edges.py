@@ -126,3 +126,23 @@ def test_the_static_copy_breaks_its_curves_at_values_that_were_not_finite():
     svg = _static.figure("loss", [("loss", its, gone)])
     ticks = re.findall(r'text-anchor="middle" fill="currentColor" opacity="0.75">([^<]+)<', svg)
     assert ticks[-1] == "100" and "(51 not finite)" in svg
+
+
+def test_a_stop_pressed_before_the_training_thread_runs_is_kept(tmp_path, monkeypatch):
+    import time
+
+    with lk.runs.use_store(tmp_path / "runs.sqlite"):
+        loop = make_loop({"epochs": 100_000})
+        real = loop.run
+
+        def late(*a, **k):  # NOTE: the thread not scheduled yet (a busy kernel)
+            time.sleep(0.2)
+            return real(*a, **k)
+
+        monkeypatch.setattr(loop, "run", late)
+        loop.start()
+        loop.stop("pressed Stop")
+        loop.resume()
+        loop.wait(timeout=30)
+        assert not loop.running and loop.stop_reason == "pressed Stop"
+        assert loop.status["iteration"] <= 1
