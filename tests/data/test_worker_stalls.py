@@ -41,7 +41,7 @@ def _stream(fn, **kw):
 
 
 def test_a_worker_stopped_while_it_sends_is_killed_after_the_timeout(monkeypatch):
-    s = _stream(large, prefetch=1, timeout=1.0)
+    s = _stream(large, prefetch=1, timeout=3.0)  # NOTE: room for a busy machine's item 0
     try:
         assert int(s.get_item(0, 0)["index"]) == 0
         pid = s._procs[0].pid
@@ -54,7 +54,7 @@ def test_a_worker_stopped_while_it_sends_is_killed_after_the_timeout(monkeypatch
         monkeypatch.setattr(Parallel, "_receive", stop_then_read)
         t0 = time.monotonic()
         with pytest.raises(WorkerError, match=r"stopped in the middle of sending an item and "
-                                              r"used no CPU for 1 s \(timeout=1\).* killed"):
+                                              r"used no CPU for 3 s \(timeout=3\).* killed"):
             s.get_item(0, 1)
         assert time.monotonic() - t0 < 30
     finally:
@@ -63,13 +63,29 @@ def test_a_worker_stopped_while_it_sends_is_killed_after_the_timeout(monkeypatch
         os.kill(pid, 0)
 
 
-def test_a_large_item_that_takes_longer_than_the_timeout_to_send_is_not_killed():
-    s = _stream(large, prefetch=1, timeout=0.05)  # NOTE: a send of 40 MB takes longer
+def test_the_watch_kills_a_stopped_process_not_a_working_one():
+    """ReadWatch itself: a process that uses CPU while the read waits (a large item being
+    sent) is left alone past the timeout; a stopped one is killed."""
+    import subprocess
+
+    from labkit._proc import ReadWatch
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    stopped = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        for k in range(3):
-            assert int(s.get_item(0, k)["features"][0]) == k
+        os.kill(stopped.pid, signal.SIGSTOP)
+        watch = ReadWatch(0.5)
+        with watch.reading(busy):
+            time.sleep(2.0)  # NOTE: four windows of the timeout, each with CPU time used
+        assert busy.poll() is None and watch.killed == set()
+        with watch.reading(stopped):
+            assert stopped.wait(30) == -signal.SIGKILL
+        assert watch.killed == {stopped.pid}
+        watch.close()
     finally:
-        s.close()
+        for p in (busy, stopped):
+            p.kill()
+            p.wait()
 
 
 @pytest.mark.parametrize("kw,words", [
