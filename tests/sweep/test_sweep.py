@@ -1,6 +1,7 @@
 """Sweeps in this process (one Dask worker thread, shared by the module): the store's
 records, ASHA continuing trials from checkpoints, clear errors, a stop request."""
 
+import os
 import time
 from pathlib import Path
 
@@ -363,12 +364,19 @@ def _watch_until_released(spec, path):
 
     check = trial_mod._dask_stop_check(spec)
     said = check()
-    Path(path + ".started").write_text(str(said))
+    _write(path + ".started", str(said))
     deadline = time.monotonic() + 60
     while said is None and time.monotonic() < deadline:
         time.sleep(0.05)
         said = check()
-    Path(path).write_text(str(said or "never"))
+    _write(path, str(said or "never"))
+
+
+def _write(path, text):
+    """Whole or not there: the test reads the file as soon as it exists (a file created and
+    not yet written read as '', a failure by chance on a busy CI machine)."""
+    Path(path + ".tmp").write_text(text)
+    os.replace(path + ".tmp", path)
 
 
 def _wait_for(path, seconds=60):
