@@ -146,3 +146,21 @@ def test_a_stop_pressed_before_the_training_thread_runs_is_kept(tmp_path, monkey
         loop.wait(timeout=30)
         assert not loop.running and loop.stop_reason == "pressed Stop"
         assert loop.status["iteration"] <= 1
+
+
+def test_the_checkpoint_browser_does_not_reread_the_run_list_at_each_checkpoint(
+        tmp_path, monkeypatch):
+    # NOTE: on the training thread: 60-90 ms a checkpoint with 5,000 runs in the store
+    from labkit import runs
+    from labkit.notebook import CheckpointBrowser
+
+    with lk.runs.use_store(tmp_path / "runs.sqlite"):
+        loop = make_loop({"epochs": 1, "checkpoint_every": 2})
+        loop.run(max_iterations=2)
+        browser = CheckpointBrowser(loop)
+        calls = []
+        real = runs.list
+        monkeypatch.setattr(runs, "list", lambda *a, **k: calls.append(1) or real(*a, **k))
+        loop.run(max_iterations=6)
+        assert calls == [] and [r["iteration"] for r in browser.records] == [6, 8]
+        browser.close()
