@@ -94,6 +94,15 @@ _versions = itertools.count(1)
 _UNSET = object()
 
 
+def unique_name(name: str, taken) -> str:
+    """``name``, or ``name_1``, ``name_2``, ... : the first not in ``taken``."""
+    base, i = name, 0
+    while name in taken:
+        i += 1
+        name = f"{base}_{i}"
+    return name
+
+
 class Brick:
     """Base class: subclasses define ``forward(*inputs)`` and, for sizes resolved on the first
     call, ``build(*inputs)`` that creates the parameters with ``self.add_param``."""
@@ -206,10 +215,7 @@ class Brick:
         if self._is_child(brick):
             return brick
         if name is None:
-            base, i, name = brick.name, 0, brick.name
-            while name in self._children:
-                i += 1
-                name = f"{base}_{i}"
+            name = unique_name(brick.name, self._children)
         self._check_child_name(brick, name)
         brick.name = name
         brick._parent = self

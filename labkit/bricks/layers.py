@@ -14,7 +14,7 @@ from ..backend import zeros
 from ..backend.random import Generator
 from ..compile.scan import scan
 from ..errors import ShapeError
-from .base import Brick
+from .base import Brick, unique_name
 from .initializers import Constant, GlorotUniform, HeNormal, Orthogonal
 
 
@@ -143,14 +143,6 @@ def _rank(brick, x, ndim, what):
         raise ShapeError(f"{brick.path}: x must be {what}, got shape {x.shape}")
 
 
-def _unique(name, taken):
-    base, i = name, 0
-    while name in taken:
-        i += 1
-        name = f"{base}_{i}"
-    return name
-
-
 class _Layers(list):
     """``Sequence.layers``: a list whose changes (append, insert, a layer replaced or removed)
     register and drop the children, so a layer appended is trained and saved (it was used in
@@ -201,7 +193,7 @@ class Sequence(Brick):
                     c._parent = None
         for i, x in enumerate(self.layers):
             if isinstance(x, Brick) and not self._is_child(x):
-                self.add_child(x, _unique(f"{type(x).__name__.lower()}_{i}", self._children))
+                self.add_child(x, unique_name(f"{type(x).__name__.lower()}_{i}", self._children))
         if version is None:
             self.__dict__.pop("_version", None)
         else:

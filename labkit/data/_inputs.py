@@ -219,7 +219,6 @@ def _check_member(path, zf, info, names, budget) -> None:
                         "it is truncated or damaged")
 
 
-# ---- tar ------------------------------------------------------------------------------------
 def _declared_members(fh) -> int | None:
     """The member count a zip archive's end record declares (None: not found, or zip64)."""
     fh.seek(0, os.SEEK_END)
@@ -233,6 +232,7 @@ def _declared_members(fh) -> int | None:
     return None if total == 0xFFFF else total
 
 
+# ---- tar ------------------------------------------------------------------------------------
 def tar_members(path, wanted, max_each: int, budget: Budget, max_members: int = 1000
                 ) -> tuple[dict, set]:
     """``({basename: uint8 array}, every basename seen)`` for the regular members of the tar

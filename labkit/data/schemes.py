@@ -271,26 +271,34 @@ class ShardedScheme(Scheme):
         self._check_k(epoch, k)
         if not self.batched:
             return self.base.request(epoch, k * self.count + self.index)
-        r = self.base.request(epoch, k)
+        r, _, a, b = self._split(epoch, k)
         if isinstance(r, slice):
-            start, step = r.start or 0, r.step or 1  # NOTE: a custom scheme's slice(0, 4)
-            n = len(range(start, r.stop, step))
-            a, b = _share(n, self.index, self.count)
-            if a == b:
-                self._empty(epoch, k, n)
-            return slice(start + a * step, start + b * step, step)
-        a, b = _share(len(r), self.index, self.count)
-        if a == b:
-            self._empty(epoch, k, len(r))
+            return slice(r.start + a * r.step, r.start + b * r.step, r.step)
         return r[a:b]
 
-    def _empty(self, epoch, k, n):
-        # NOTE: a base whose batch sizes are not known ahead (see smallest_batch); an empty
-        # batch would give a NaN mean loss, or a rank with nothing to average
-        raise DataError(f"ShardedScheme: batch {k} of epoch {epoch} of {self.base!r} has {n} "
-                        f"examples, fewer than the {self.count} shards: shard {self.index} "
-                        f"would get an empty batch; give every batch at least {self.count} "
-                        "examples")
+    def rows(self, epoch, k) -> tuple[int, int, int]:
+        """``(offset, rows, total)``: where this shard's part of batch ``k`` lies in the base
+        scheme's batch (a batch scheme's; random transformers draw for those rows)."""
+        _, n, a, b = self._split(epoch, k)
+        return a, b - a, n
+
+    def _split(self, epoch, k):
+        """(the base scheme's request, its size, this shard's [a, b) of it)."""
+        r = self.base.request(epoch, k)
+        if isinstance(r, slice):  # NOTE: a custom scheme's slice(0, 4): start 0, step 1
+            r = slice(r.start or 0, r.stop, r.step or 1)
+            n = len(range(r.start, r.stop, r.step))
+        else:
+            n = len(r)
+        a, b = _share(n, self.index, self.count)
+        if a == b:
+            # NOTE: a base whose batch sizes are not known ahead (see smallest_batch); an
+            # empty batch would give a NaN mean loss, or a rank with nothing to average
+            raise DataError(f"ShardedScheme: batch {k} of epoch {epoch} of {self.base!r} has "
+                            f"{n} examples, fewer than the {self.count} shards: shard "
+                            f"{self.index} would get an empty batch; give every batch at least "
+                            f"{self.count} examples")
+        return r, n, a, b
 
     def state_dict(self):
         return {"type": "ShardedScheme", "index": self.index, "count": self.count,

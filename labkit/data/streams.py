@@ -49,7 +49,6 @@ from .schemes import (
     ShardedScheme,
     ShuffledExampleScheme,
     ShuffledScheme,
-    _share,
     check_state,
     fresh_seed,
     mix_seed,
@@ -393,10 +392,7 @@ def _shard_rows(stream, epoch: int, k: int):
     if not isinstance(stream, DataStream) or not isinstance(scheme, ShardedScheme) or (
             not scheme.batched):
         return None
-    r = scheme.base.request(epoch, k)
-    n = len(range(r.start, r.stop, r.step)) if isinstance(r, slice) else len(r)
-    a, b = _share(n, scheme.index, scheme.count)
-    return (a, b - a, n)
+    return scheme.rows(epoch, k)
 
 
 def stack(values: list):

@@ -75,10 +75,13 @@ def _finite(v) -> bool:
 def figure(title: str, lines: list[tuple[str, list, list]]) -> str:
     """One SVG plot: ``lines`` of (key, iterations, values); the per-batch curve (key ==
     title) thin, the others thicker with dots."""
-    pts, segs, bad = [], [], []
+    pts, segs, bad, allx = [], [], [], []
     for key, xs, ys in lines:
         keep = minmax_indices(ys, POINTS)
         pts.append((key, [(xs[i], ys[i]) for i in keep if _finite(ys[i])]))
+        # NOTE: the axis spans every iteration, finite or not (a loss that went NaN at 50 of
+        # 100 ended the axis at 49, and nothing said why)
+        allx += [xs[i] for i in keep]
         # NOTE: a gap (None, NaN, inf) breaks the curve, as the live plot does: a NaN stretch
         # was drawn as a line across it
         runs, cur = [], []
@@ -90,9 +93,6 @@ def figure(title: str, lines: list[tuple[str, list, list]]) -> str:
         segs.append(runs + ([cur] if cur else []))
         # NOTE: the store keeps NaN and inf as null: a null is a value that was not finite
         bad.append(sum(1 for y in ys if not _finite(y)))
-    # NOTE: the axis spans every iteration, finite or not (a loss that went NaN at 50 of 100
-    # ended the axis at 49, and nothing said why)
-    allx = [xs[i] for _, xs, ys in lines for i in minmax_indices(ys, POINTS)]
     ally = [y for _, p in pts for _, y in p]
     legend = "".join(
         f'<tspan fill="{PALETTE[i % len(PALETTE)]}">\u25a0</tspan>'

@@ -23,7 +23,7 @@ from .. import runs
 from ..errors import LabkitError
 from ..runs.downsample import minmax_indices
 from ..training import Extension, MainLoop
-from ..training.log import is_metric
+from ..training.log import fits_float, is_metric
 from . import _static
 
 MIME_TYPE = "application/vnd.labkit.dashboard+json"
@@ -150,7 +150,7 @@ class Dashboard:
                     s["epoch"].append(ep)
                     s["time"].append(None)
                     # NOTE: as the store keeps them: JSON has no NaN, a gap is null
-                    f = float(v) if not isinstance(v, int) or abs(v) <= 2 ** 1023 else None
+                    f = float(v) if fits_float(v) else None
                     s["value"].append(f if f is not None and math.isfinite(f) else None)
             # NOTE: at most SNAPSHOT_POINTS a series, as the store's (20,000 iterations were
             # 1.5 MB in the notebook), picked as the store picks them

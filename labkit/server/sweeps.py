@@ -103,14 +103,11 @@ def _trials(rec, sweep_id, limit, best):
     total = sum(rec["counts"].values())
     if best is None:  # NOTE: only the rows shown are read (100,000 trials: 1.1 s for 200)
         return total, [public_trial(t) for t in runs.store().trials(sweep_id, limit)]
-    trials = runs.store().trials(sweep_id)
-    if best is not None:
-        sign = -1 if rec["settings"].get("mode") == "max" else 1
-        trials = sorted((t for t in trials if is_run_id(t["run_id"])), key=lambda t: (
-            not _finite(t["value"]), sign * t["value"] if _finite(t["value"]) else 0,
-            t["number"]))
-        limit = min(limit, best)
-    return total, [public_trial(t) for t in trials[:limit]]
+    sign = -1 if rec["settings"].get("mode") == "max" else 1
+    trials = sorted((t for t in runs.store().trials(sweep_id) if is_run_id(t["run_id"])),
+                    key=lambda t: (not _finite(t["value"]),
+                                   sign * t["value"] if _finite(t["value"]) else 0, t["number"]))
+    return total, [public_trial(t) for t in trials[:min(limit, best)]]
 
 
 class SweepRequest(Base):

@@ -34,7 +34,8 @@ def is_metric(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _fits_float(v) -> bool:
+def fits_float(v) -> bool:
+    """Whether a number converts to a float (an int past 2**1023 raises OverflowError)."""
     return not isinstance(v, int) or abs(v) <= 2 ** 1023
 
 
@@ -118,7 +119,7 @@ class Log:
         # "dictionary changed size" in a dashboard's thread); an int too large for a float is
         # no metric of the store's (an OverflowError in math.isfinite failed the run)
         return {k: v for k, v in tuple(self.rows[-1].items()) if k not in INDEX_KEYS
-                and is_metric(v) and _fits_float(v) and (not finite or math.isfinite(v))}
+                and is_metric(v) and fits_float(v) and (not finite or math.isfinite(v))}
 
     def keys(self) -> list[str]:
         seen = {}

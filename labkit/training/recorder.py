@@ -258,36 +258,39 @@ class Recorder:
                 self._guard(self.store.set_checkpoint, c["id"], valid=0)
 
     def adopt_checkpoint(self, path, directory=None) -> None:
-        """Record ``path`` in the store as this run's where it is one this run wrote (its
-        manifest names the run, directly inside ``directory``, whole) but has no record: its
-        writer was killed before it recorded it."""
+        """Record ``path`` in the store as this run's where it is one this run wrote (see
+        ``_wrote``), whole, but has no record: its writer was killed before it recorded it."""
         path = Path(path)
         if self.store is None or self.owns_checkpoint(path, directory):
             return
+        m = self._wrote(path, directory)
         try:
-            if (path.is_symlink() or path.parent.resolve() != Path(
-                    directory or self.checkpoint_dir).resolve() or ckpt.verify(path)):
-                return
-            m = ckpt.manifest(path)
-        except (OSError, CheckpointError):
+            whole = m is not None and ckpt.verify(path) is None
+        except OSError:
             return
-        if m.get("run_id") == self.run_id:
+        if whole:
             self.add_checkpoint(path, m.get("iteration", 0), m.get("epoch", 0),
                                 m.get("metrics") or {})
 
-    def owns_checkpoint(self, path, directory=None) -> bool:
-        """Whether ``path`` is a checkpoint this run wrote: directly inside ``directory`` (this
-        run's checkpoint directory by default; not through a link), its manifest naming this
-        run, and — with a store — a record of this run."""
-        path = Path(path)
+    def _wrote(self, path: Path, directory=None) -> dict | None:
+        """The manifest of ``path`` where this run wrote it: directly inside ``directory``
+        (this run's checkpoint directory by default; not through a link), its manifest naming
+        this run; else None."""
         directory = Path(directory) if directory is not None else self.checkpoint_dir
         try:
             if directory is None or path.is_symlink() or \
                     path.parent.resolve() != directory.resolve():
-                return False
-            if ckpt.manifest(path).get("run_id") != self.run_id:
-                return False
+                return None
+            m = ckpt.manifest(path)
         except (OSError, CheckpointError):
+            return None
+        return m if m.get("run_id") == self.run_id else None
+
+    def owns_checkpoint(self, path, directory=None) -> bool:
+        """Whether ``path`` is a checkpoint this run wrote (``_wrote``) and — with a store —
+        recorded as this run's."""
+        path = Path(path)
+        if self._wrote(path, directory) is None:
             return False
         return self.store is None or any(
             Path(c["path"]) == path for c in self._guard(self.store.checkpoints, self.run_id,
