@@ -176,7 +176,13 @@ def _replaceable(out: str, force: bool):
         with h5py.File(path, "r") as f:
             if "labkit_dataset" in f.attrs:
                 return None
-    except (OSError, ValueError):
+    except OSError as e:
+        from .data.datasets import _locked
+
+        if _locked(e):
+            return DataError(f"-o {out} is open for writing in another process (HDF5's lock "
+                             "is held); let it finish or close it there, or give another -o")
+    except ValueError:
         pass
     return DataError(f"{out} exists and is not a labkit dataset; give another -o, or --force "
                      "to replace it")

@@ -23,8 +23,10 @@ array([5, 4])
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -33,11 +35,58 @@ import numpy as np
 from ..errors import DataError
 from .layout import (  # noqa: F401 - FORMAT_VERSION and write_h5 are re-exported
     FORMAT_VERSION,
-    open_h5,
+    check_container,
+    h5py,
     read_layout,
     warn_old_format,
     write_h5,
 )
+
+# ---- opening ------------------------------------------------------------------------------
+#: how long opening waits for another process's HDF5 lock on the file to go (a process writing
+#: it holds the lock until it closes it; a process forked while the file was open for an instant
+#: holds it until it execs)
+LOCK_WAIT = 2.0
+
+
+def _locked(e: OSError) -> bool:
+    return e.errno in (errno.EAGAIN, errno.EWOULDBLOCK) or "unable to lock file" in str(e)
+
+
+def open_h5(path):
+    """``(h5py.File(path, "r"), superblock version)`` after ``check_container``; failures become
+    ``DataError``. A file another process holds locked (open for writing) is waited for up to
+    ``LOCK_WAIT`` seconds, then refused as locked, not as damaged."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: no such dataset file (build it with `labkit convert` "
+                        "or labkit.data.write_h5)")
+    if not path.is_dir() and not path.is_file():  # NOTE: opening a FIFO waits for a writer
+        raise DataError(f"{path}: not a regular file (a pipe or a device); HDF5 reads files")
+    version = check_container(path)
+    deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        try:
+            return h5py().File(path, "r"), version
+        except OSError as e:
+            if not _locked(e):
+                raise _damaged(path, e) from None
+            if time.monotonic() >= deadline:
+                raise DataError(
+                    f"{path}: locked by another process that has it open for writing (HDF5 "
+                    f"locks a file while it is written; waited {LOCK_WAIT:g} s): let that "
+                    "process finish or close the file there (a `labkit convert`, a write_h5 "
+                    "or an h5py.File(..., 'w'/'a') left open in a notebook), then open it "
+                    "again. On a filesystem whose locks do not work (some NFS mounts), set "
+                    "HDF5_USE_FILE_LOCKING=FALSE") from None
+            time.sleep(0.05)
+        except (KeyError, RuntimeError, ValueError, TypeError) as e:
+            raise _damaged(path, e) from None
+
+
+def _damaged(path, e) -> DataError:
+    return DataError(f"{path}: cannot open as HDF5 ({e}); the file is truncated or damaged "
+                     "- rebuild it")
 
 
 # ---- requests -------------------------------------------------------------------------------

@@ -581,20 +581,3 @@ def read_layout(f, path) -> Layout:
     """Check every field of an open file against the layout; ``DataError`` names the first bad
     one."""
     return _Reader(f, path).read()
-
-
-def open_h5(path):
-    """``(h5py.File(path, "r"), superblock version)`` after ``check_container``; failures become
-    ``DataError``."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: no such dataset file (build it with `labkit convert` "
-                        "or labkit.data.write_h5)")
-    if not path.is_dir() and not path.is_file():  # NOTE: opening a FIFO waits for a writer
-        raise DataError(f"{path}: not a regular file (a pipe or a device); HDF5 reads files")
-    version = check_container(path)
-    try:
-        return h5py().File(path, "r"), version
-    except (OSError, KeyError, RuntimeError, ValueError, TypeError) as e:
-        raise DataError(f"{path}: cannot open as HDF5 ({e}); the file is truncated or damaged "
-                        "- rebuild it") from None
