@@ -240,7 +240,18 @@ def test_the_notebook_view_pauses_resumes_stops_and_opens_a_trial(browser, lab):
         run_page = page.locator(f"#labkit-run-area-{run_id}")
         wait_for(lambda: run_page.count() == 1 and run_page.is_visible(), timeout=30,
                  what="the trial's run page")
+        # a trial takes no commands of its own (the server refuses them): its page says whose
+        # trial it is, and its buttons are off, each saying why
+        note = run_page.locator(".labkit-cockpit-trial")
+        wait_for(lambda: f"a trial of sweep {sweep_id}" in note.inner_text(), timeout=30,
+                 what="the run page naming the trial's sweep")
+        for command in ("pause", "resume", "stop", "checkpoint"):
+            button = run_page.locator(f"button[data-command='{command}']")
+            assert button.is_disabled(), command
+            assert f"a trial of sweep {sweep_id}" in button.get_attribute("title"), command
         shot(page, "sweep-view-run-page-light")
+        dark_theme(page)
+        shot(page, "sweep-view-run-page-dark")
 
         # back to the notebook, in the dark: Stop from the view
         page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="view.ipynb").click()

@@ -84,6 +84,7 @@ export class Cockpit extends Widget {
         <button data-command="stop" class="jp-mod-styled">Stop</button>
         <button data-command="checkpoint" class="jp-mod-styled">Checkpoint</button>
         <span class="labkit-cockpit-message" role="status"></span>
+        <span class="labkit-cockpit-trial"></span>
       </div>
       <div class="labkit-cockpit-options"></div>
       <div class="labkit-cockpit-plots"></div>
@@ -404,10 +405,19 @@ export class Cockpit extends Widget {
     const frac = st === 'finished' ? 1 : Math.max(...fracs) ||
       (pr.epoch_length ? (pr.epoch_iteration || 0) / pr.epoch_length : 0);
     this.els.bar.style.width = `${Math.min(100, Math.max(0, frac * 100)).toFixed(1)}%`;
-    const can = this.trusted && !this.offline && !!training;
+    // a sweep's trial takes no commands (the server refuses them): its sweep's driver decides
+    // when it trains, pauses and stops
+    const sweep = typeof run.sweep_id === 'string' ? run.sweep_id : '';
+    const trial = this.node.querySelector('.labkit-cockpit-trial') as HTMLElement;
+    trial.textContent = !sweep ? '' : training
+      ? `a trial of sweep ${sweep}: pause or stop the sweep (Sweeps in the Runs sidebar)`
+      : `a trial of sweep ${sweep}`;
+    const can = this.trusted && !this.offline && !!training && !sweep;
     const set = (c: string, on: boolean) => {
-      (this.node.querySelector(`button[data-command="${c}"]`) as HTMLButtonElement)
-        .disabled = !on;
+      const b = this.node.querySelector(`button[data-command="${c}"]`) as HTMLButtonElement;
+      b.disabled = !on;
+      b.title = sweep ? `run ${this.runId} is a trial of sweep ${sweep}; its sweep decides ` +
+        'when it trains, pauses and stops' : '';
     };
     set('pause', can && st === 'running');
     set('resume', can && st === 'paused');
