@@ -278,10 +278,14 @@ def runs_cmd(args) -> int:
                       f"at iteration {m['iteration'][-1]}")
         for c in runs.checkpoints(args.id):
             state = "valid" if c["valid"] else "INVALID"
-            if not os.path.isdir(c["path"]):  # deleted behind the store's back
+            if "damaged" in c:
+                state = "DAMAGED"
+            elif not os.path.isdir(c["path"]):  # deleted behind the store's back
                 state = "MISSING"
-            print(f"  checkpoint at iteration {c['iteration']:>6d}  {c['size'] / 1e6:7.2f} MB  "
-                  f"{state:7s}  {show(c['path'])}")
+            it = "?" if c["iteration"] is None else c["iteration"]
+            size = "?" if c["size"] is None else f"{c['size'] / 1e6:.2f}"
+            print(f"  checkpoint at iteration {it:>6}  {size:>7} MB  {state:7s}  "
+                  f"{show(c['path'] or c.get('damaged'))}")
     elif action == "rm":
         runs.delete(args.id, files=not args.keep_files, force=args.force)
         print(f"deleted run {args.id}")

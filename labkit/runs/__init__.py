@@ -116,7 +116,8 @@ def _fork_point(s: RunStore, run_id: str, checkpoint):
         path = Path(rec["path"])
     else:
         path = Path(checkpoint)
-        rec = next((c for c in s.checkpoints(run_id) if Path(c["path"]) == path), None)
+        rec = next((c for c in s.checkpoints(run_id) if c["path"] and Path(c["path"]) == path),
+                   None)
     if rec is not None and not rec["valid"]:  # NOTE: its child could not resume from it
         return rec, path, (
             "the run store marks it invalid (a resume passed it over: damaged, its state "
@@ -211,11 +212,19 @@ def delete_checkpoint(checkpoint_id: int, *, run_id: str | None = None, files: b
     from .. import checkpoint as ckpt
 
     s = in_store if in_store is not None else store()
-    rec = s.checkpoint(checkpoint_id)
+    rec = s.checkpoint(checkpoint_id, listed=True)
     if run_id is not None and rec["run_id"] != run_id:
         raise refuse(f"run {run_id} has no checkpoint {checkpoint_id}", "not_found")
-    path = Path(rec["path"])
     removed, why = False, None
+    if "damaged" in rec:  # NOTE: its path is not believed: only the record goes
+        path = rec["path"]
+        if files and path and os.path.lexists(path):
+            why = f"its record is damaged ({rec['damaged'][:200]})"
+            log.warning("labkit: kept the files of checkpoint %s at %s: %s", checkpoint_id,
+                        path, why)
+        s.remove_checkpoint(checkpoint_id)
+        return (removed, why) if explain else removed
+    path = Path(rec["path"])
     if files and (path.exists() or path.is_symlink()):
         why = _kept(s, rec, inside)
         if why is None:
@@ -239,7 +248,8 @@ def _own_folder(run: dict) -> Path | None:
     if not folder:
         return None
     p = Path(folder)
-    if p.is_dir() and not p.is_symlink() and p.name == run["id"]:
+    # NOTE: only a run id names it: a crafted store's run "Documents" in ~/Documents is kept
+    if p.is_dir() and not p.is_symlink() and p.name == run["id"] and is_run_id(run["id"]):
         return p
     if p.exists() or p.is_symlink():
         log.warning("labkit: kept %s (not a folder named after run %s)", p, run["id"])

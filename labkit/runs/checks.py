@@ -7,6 +7,7 @@ import json
 import math
 import unicodedata
 
+from .._json import loads_strict
 from ..errors import RunStoreError
 
 #: the largest config a run may have, as JSON (a config is hyperparameters, not data: every
@@ -30,13 +31,49 @@ def json_columns(d: dict, spec) -> None:
     pairs (an empty column is that type's empty value). A ValueError names the first column
     that is not JSON of its type (a damaged row)."""
     for col, kind in spec:
-        try:
-            v = json.loads(d.get(col) or ("[]" if kind is list else "{}"))
-        except (TypeError, ValueError) as e:
+        text = d.get(col)
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f"its {col} is {_what(text)}, not JSON text")
+        try:  # NOTE: strict: a column nested 5,000 deep is damage, not a RecursionError
+            v = loads_strict(text or ("[]" if kind is list else "{}"), constants=True)
+        except ValueError as e:
             raise ValueError(f"its {col} is not JSON ({e})") from None
         if not isinstance(v, kind):
             raise ValueError(f"its {col} is not a JSON {'list' if kind is list else 'object'}")
         d[col] = v
+
+
+#: the time columns of the store's rows: seconds since 1970, up to the year 9999
+TIMES = ("created", "started", "ended", "heartbeat")
+MAX_TIME = 253402300799.0
+
+
+def _what(v) -> str:
+    if isinstance(v, (bytes, memoryview)):
+        return f"binary data ({len(v)} bytes)"
+    return f"a {type(v).__name__} ({str(v)[:40]!r})"
+
+
+def is_time(v) -> bool:
+    return type(v) in (int, float) and 0 <= v <= MAX_TIME
+
+
+def typed_columns(d: dict, text=(), integers=(), times=()) -> None:
+    """A ValueError naming the first column of row ``d`` whose value is not of its kind (a
+    damaged or crafted store: text where a number belongs, binary data, a time outside
+    1970..9999); NULL is every kind's missing value."""
+    for col in text:
+        v = d.get(col)
+        if v is not None and not isinstance(v, str):
+            raise ValueError(f"its {col} is {_what(v)}, not text")
+    for col in integers:
+        v = d.get(col)
+        if v is not None and type(v) is not int:
+            raise ValueError(f"its {col} is {_what(v)}, not an integer")
+    for col in times:
+        v = d.get(col)
+        if v is not None and not is_time(v):
+            raise ValueError(f"its {col} is {_what(v)}, not a time")
 
 
 def damaged_row(row, why, **empty) -> dict:
@@ -45,8 +82,8 @@ def damaged_row(row, why, **empty) -> dict:
     ``empty`` values for its JSON columns, ``status`` ``"damaged"`` and ``damaged``: why."""
     d = {k: v if v is None or isinstance(v, (str, int, float)) else None
          for k, v in dict(row).items()}
-    for t in ("created", "started", "ended", "heartbeat"):
-        if t in d and not isinstance(d[t], (int, float)):
+    for t in TIMES:
+        if t in d and not is_time(d[t]):
             d[t] = None
     d.update(empty, status="damaged", damaged=str(why))
     return d

@@ -40,10 +40,6 @@ _STORED = {"running": ("running",), "dead": ("running",), "live": ("running", "p
 MAX_POINTS = 200
 
 
-#: a run row's JSON columns and what each holds
-RUN_JSON = (("config", dict), ("progress", dict), ("tags", list))
-
-
 def listed(run_dict, row, is_live) -> dict:
     """``run_dict(row)``, or for a row that cannot be decoded (a damaged store) the record a
     list shows in its place: its plain columns, empty config, progress and tags, ``status``

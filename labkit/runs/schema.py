@@ -107,11 +107,56 @@ def _from_4(c: sqlite3.Connection) -> None:
         c.execute("ALTER TABLE runs ADD COLUMN sweep_id TEXT")
 
 
+_EXPECTED: dict[str, set[str]] = {}
+
+
+def _expected() -> dict[str, set[str]]:
+    """Each table of a store at ``VERSION`` and its columns."""
+    if not _EXPECTED:
+        mem = sqlite3.connect(":memory:")
+        try:
+            for statement in _TABLES:
+                mem.execute(statement)
+            _EXPECTED.update({t: set(_columns(mem, t)) for (t,) in mem.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE "
+                "'sqlite_%'")})
+        finally:
+            mem.close()
+    return _EXPECTED
+
+
+def check_structure(c: sqlite3.Connection, path, tables: bool = True) -> None:
+    """A store at ``VERSION`` has labkit's tables, each with its columns, and no view or
+    trigger (labkit creates none). A file that does not (crafted, or altered by hand: a view
+    named ``runs`` that recurses for ever, a trigger that rewrites what labkit writes, a
+    dropped column) is refused before anything is read from it. ``tables=False``: only the
+    views and triggers (a store before its migration)."""
+    def refused(what):
+        return refuse(f"{path}: {what}, which labkit never makes: this run store was altered "
+                      "or crafted. Move it aside (labkit then starts a new one there) and "
+                      "keep it only if you know where it came from", "damaged")
+
+    kinds = {}
+    for kind, name in c.execute("SELECT type, name FROM sqlite_master"):
+        if kind in ("view", "trigger"):
+            raise refused(f"it has a {kind} {str(name)[:40]!r}")
+        kinds[name] = kind
+    for table, columns in (_expected() if tables else {}).items():
+        if kinds.get(table) != "table":
+            raise refused(f"it has no table {table!r}")
+        missing = columns - set(_columns(c, table))
+        if missing:
+            raise refused(f"its table {table!r} lacks the columns {sorted(missing)}")
+
+
 def ensure(c: sqlite3.Connection, path) -> None:
-    """Create the tables of a new store, or migrate an old one to ``VERSION``."""
+    """Create the tables of a new store, or migrate an old one to ``VERSION``; then check
+    its structure (``check_structure``)."""
     version = c.execute("PRAGMA user_version").fetchone()[0]
     if version == VERSION:
+        check_structure(c, path)
         return
+    check_structure(c, path, tables=False)  # NOTE: a migration's statements would run them
     if version > VERSION:
         raise refuse(f"{path}: this run store was written by a newer labkit (schema version "
                      f"{version}; this labkit knows {VERSION}): upgrade labkit", "failed")
@@ -130,3 +175,4 @@ def ensure(c: sqlite3.Connection, path) -> None:
             if "runs" in old:
                 _from_3(c)
             c.execute(f"PRAGMA user_version = {VERSION}")
+    check_structure(c, path)

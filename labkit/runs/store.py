@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..config import home
 from ..errors import RunStoreError
-from . import blocks, launched, lineage, listing, schema
+from . import blocks, launched, lineage, listing, records, schema
 from ._db import connect, explain, guarded, pid_alive, transaction
 from .checks import config_json, json_columns, refuse
 from .downsample import minmax_indices
@@ -52,18 +52,6 @@ _UPDATABLE = ("name", "status", "started", "ended", "heartbeat", "pid", "host", 
 
 def default_path() -> Path:
     return home() / "runs.sqlite"
-
-
-class _Renamed(dict):
-    """A record that still answers the old key ``"step"`` (deprecated: ``"iteration"``), until
-    every caller says ``iteration``. The alias is not a key: it never reaches JSON."""
-
-    def __missing__(self, key):
-        if key == "step":
-            warnings.warn('run store records say "iteration" now, not "step"',
-                          DeprecationWarning, stacklevel=2)
-            return self["iteration"]
-        raise KeyError(key)
 
 
 def _parsed(config):
@@ -220,12 +208,12 @@ class RunStore(SweepRecords):
             if tags is not None or add or remove:
                 if tags is None:
                     row = c.execute("SELECT tags FROM runs WHERE id = ?", (str(run_id),))
+                    stored = {"tags": row.fetchone()[0]}
                     try:
-                        tags = json.loads(row.fetchone()[0] or "[]")
-                        if not isinstance(tags, list):
-                            raise ValueError("tags must be a JSON list")
-                    except (TypeError, ValueError) as e:
+                        json_columns(stored, (("tags", list),))
+                    except ValueError as e:
                         raise self._damaged(f"the tags of run {run_id!r}", e) from e
+                    tags = stored["tags"]
                 tags = [t for t in tags if t not in remove]
                 fields["tags"] = json.dumps(check_tags(tags + [t for t in add
                                                                if t not in tags]))
@@ -296,7 +284,7 @@ class RunStore(SweepRecords):
     def _run_dict(self, row) -> dict:
         d = dict(row)
         try:
-            json_columns(d, listing.RUN_JSON)
+            records.check_run(d, STATUSES)
         except ValueError as e:
             raise self._damaged(f"run {d.get('id')!r}", e) from e
         d["stored_status"] = d["status"]
@@ -445,8 +433,11 @@ class RunStore(SweepRecords):
                 rows = self._conn().execute(q + " ORDER BY iteration", args).fetchall()
                 if max_points and len(rows) > max_points:
                     rows = [rows[i] for i in minmax_indices([r[2] for r in rows], max_points)]
-            out[k] = _Renamed(iteration=[r[0] for r in rows], epoch=[r[1] for r in rows],
-                              value=[r[2] for r in rows], time=[r[3] for r in rows])
+            bad = records.bad_metric_row(rows)
+            if bad:
+                raise self._damaged(f"metric {k[:40]!r} of run {run_id}", ValueError(bad))
+            out[k] = records.Renamed(iteration=[r[0] for r in rows], epoch=[r[1] for r in rows],
+                                      value=[r[2] for r in rows], time=[r[3] for r in rows])
         return out
 
     # ---- commands -----------------------------------------------------------------------
@@ -513,29 +504,35 @@ class RunStore(SweepRecords):
                              values).lastrowid
 
     def _checkpoint_dict(self, row) -> dict:
-        d = _Renamed(row)
         try:
-            d["metrics"] = json.loads(d["metrics"] or "{}")
-            if not isinstance(d["metrics"], dict):
-                raise ValueError("metrics must be a JSON object")
-        except (TypeError, ValueError) as e:
-            raise self._damaged(f"checkpoint {d.get('id')!r}", e) from e
-        d["valid"] = bool(d["valid"])
-        return d
+            return records.checkpoint(row)
+        except ValueError as e:
+            raise self._damaged(f"checkpoint {row['id']!r}", e) from e
+
+    def _checkpoint_listed(self, row) -> dict:
+        """``_checkpoint_dict(row)``, or for a row that cannot be decoded the record a list
+        shows in its place (``records.damaged_checkpoint``: one damaged row does not hide the
+        others)."""
+        try:
+            return records.checkpoint(row)
+        except ValueError as e:
+            return records.damaged_checkpoint(row, e)
 
     def checkpoints(self, run_id: str) -> list[dict]:
         """The checkpoints of ``run_id``, oldest first: id, run_id, iteration, epoch, path,
-        size, metrics, valid, created."""
+        size, metrics, valid, created (a damaged record: ``_checkpoint_listed``)."""
         rows = self._conn().execute("SELECT * FROM checkpoints WHERE run_id = ? "
                                     "ORDER BY iteration, id", (str(run_id),)).fetchall()
-        return [self._checkpoint_dict(r) for r in rows]
+        return [self._checkpoint_listed(r) for r in rows]
 
-    def checkpoint(self, checkpoint_id: int) -> dict:
+    def checkpoint(self, checkpoint_id: int, listed: bool = False) -> dict:
+        """Checkpoint ``checkpoint_id``; a damaged record raises (reason ``"damaged"``), or
+        with ``listed`` is returned as a list shows it (``damaged`` says why)."""
         r = self._conn().execute("SELECT * FROM checkpoints WHERE id = ?",
                                  (_bound(checkpoint_id),)).fetchone()
         if r is None:
             raise refuse(f"no checkpoint {checkpoint_id!r} in {self.path}", "not_found")
-        return self._checkpoint_dict(r)
+        return self._checkpoint_listed(r) if listed else self._checkpoint_dict(r)
 
     def set_checkpoint(self, checkpoint_id: int, **fields) -> None:
         bad = set(fields) - {"valid", "path"}

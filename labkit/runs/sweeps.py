@@ -15,7 +15,7 @@ import socket
 import time
 
 from ..errors import RunStoreError
-from .checks import config_json, damaged_row, json_columns, refuse
+from .checks import TIMES, config_json, damaged_row, json_columns, refuse, typed_columns
 from .ids import new_run_id
 
 TABLES = [
@@ -145,9 +145,11 @@ def sweep_dict(row) -> dict:
     try:
         json_columns(d, (("settings", dict), ("space", dict)))
         check_settings(d["settings"])
-        for t in ("created", "started", "ended", "heartbeat"):
-            if d.get(t) is not None and type(d[t]) not in (int, float):
-                raise ValueError(f"its {t} is not a number ({str(d[t])[:40]!r})")
+        typed_columns(d, text=("id", "name", "status", "host", "factory", "request", "error"),
+                      integers=("pid",), times=TIMES)
+        if d["status"] not in SWEEP_STATUSES:
+            raise ValueError(f"its status {str(d['status'])[:40]!r} is not one of "
+                             f"{SWEEP_STATUSES}")
     except ValueError as e:
         raise _damaged(f"sweep {d.get('id')!r}", e) from e
     return d
@@ -215,6 +217,14 @@ def trial_dict(row) -> dict:
     d = dict(row)
     try:
         json_columns(d, (("params", dict), ("results", dict)))
+        typed_columns(d, text=("sweep_id", "run_id", "status", "error"),
+                      integers=("number", "rung", "iteration", "epoch", "attempts"),
+                      times=("updated",))
+        if d["status"] not in TRIAL_STATUSES:
+            raise ValueError(f"its status {str(d['status'])[:40]!r} is not one of "
+                             f"{TRIAL_STATUSES}")
+        if d["value"] is not None and type(d["value"]) not in (int, float):
+            raise ValueError(f"its value is not a number ({str(d['value'])[:40]!r})")
         d["results"] = {int(k): v for k, v in d["results"].items()}
     except (TypeError, ValueError) as e:
         raise _damaged(f"trial {d.get('number')!r} of sweep {d.get('sweep_id')!r}", e) from e

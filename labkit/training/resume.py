@@ -13,6 +13,7 @@ import importlib.util
 import math
 import os
 import socket
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -52,6 +53,14 @@ def load_factory(name: str):
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
     else:
+        top = target.partition(".")[0]
+        if top in sys.stdlib_module_names or top == "__main__":
+            # NOTE: a factory builds a MainLoop; Python's own modules build none, and a run
+            # store from elsewhere naming one (subprocess:run) would run it on `labkit resume`
+            raise TrainingError(f"the run's factory {name!r} is in Python's standard library, "
+                                "which builds no MainLoop: its record was altered or the run "
+                                "store is not yours; pass make_loop=<the function that builds "
+                                "it>")
         try:
             mod = importlib.import_module(target)
         except ImportError as e:
@@ -64,6 +73,15 @@ def load_factory(name: str):
         except AttributeError:
             raise TrainingError(f"the run was built by {name}, but {target} has no {qual}; pass "
                                 "make_loop=<the function that builds it>") from None
+    # NOTE: what factory_name recorded is defined where it names (os:system is posix's, a
+    # name imported into a module is another module's): anything else is not a factory
+    where = "__labkit_factory__" if target.endswith(".py") else target
+    if not callable(obj) or getattr(obj, "__module__", None) != where or getattr(
+            obj, "__qualname__", None) != qual:
+        raise TrainingError(f"the run's factory {name!r} is not a function defined there (it "
+                            f"is {type(obj).__name__} {getattr(obj, '__module__', '?')}."
+                            f"{getattr(obj, '__qualname__', '?')}): its record was altered or "
+                            "the code changed; pass make_loop=<the function that builds it>")
     return obj
 
 

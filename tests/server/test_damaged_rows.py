@@ -202,7 +202,7 @@ async def test_compare_of_a_missing_and_a_damaged_run_is_still_a_404(jp_fetch, f
 
 
 @pytest.mark.parametrize("column, value, why_", [
-    ("heartbeat", "soon", "its heartbeat is not a number"),
+    ("heartbeat", "soon", "its heartbeat is a str ('soon'), not a time"),
     ("settings", "[1, 2]", "its settings is not a JSON object")])
 async def test_a_damaged_sweeps_own_endpoints_answer_503_naming_the_damage(
         jp_fetch, fresh_store, column, value, why_):
@@ -231,7 +231,7 @@ async def test_a_sweep_whose_time_is_not_a_number_is_listed_damaged(jp_fetch, fr
     r = await jp_fetch("labkit", "api", "sweeps")
     listed = {s["id"]: s for s in json.loads(r.body)["sweeps"]}
     assert listed[sid]["status"] == "damaged"
-    assert listed[sid]["damaged"].startswith(f"its {column} is not a number")
+    assert listed[sid]["damaged"].startswith(f"its {column} is a str ('soon'), not a time")
     assert listed[ok]["status"] != "damaged"
     assert {s["id"]: s["status"] for s in lk.sweep.list()}[sid] == "damaged"
 
