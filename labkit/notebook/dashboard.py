@@ -56,6 +56,9 @@ class _Feed(Extension):
     def after_training(self, loop):
         self._final(loop, "finished")
 
+    def after_budget(self, loop):  # run(max_iterations=N) spent its budget: paused
+        self._final(loop, "paused")
+
     def on_interrupt(self, loop):
         self._final(loop, "interrupted")
 

@@ -14,14 +14,42 @@ import warnings
 from ..errors import TrainingError
 
 #: every event the loop dispatches, in the order a run meets them
+#: the events an extension can hook; ``after_budget``: ``run(max_iterations=N)`` returned on its
+#: budget (the run is paused, as after Pause: the next ``run()`` continues it)
 EVENTS = ("before_training", "before_epoch", "before_batch", "after_batch", "after_epoch",
           "after_training", "on_pause", "on_unpause", "on_interrupt", "on_error",
-          "on_resumption")
+          "on_resumption", "after_budget")
 #: trigger units; ``batches`` is an older spelling of ``iterations``
 UNITS = ("iterations", "epochs", "seconds")
 _UNIT_ALIASES = {"batches": "iterations"}
 #: the events after which triggers are checked
 TRIGGER_EVENTS = ("after_batch", "after_epoch")
+
+
+def check_parts(model, optimizer, stream, loss_fn, step, compile) -> None:
+    """``MainLoop``'s arguments, each checked, with the fix in the error."""
+    from ..bricks import Brick
+    from ..data import Stream
+
+    if (loss_fn is None) == (step is None):
+        raise TrainingError("MainLoop: give loss_fn(model, batch) or step(loop, batch), not "
+                            "both or neither")
+    if not isinstance(model, Brick):
+        raise TrainingError(f"MainLoop: model must be a Brick, got {type(model).__name__}")
+    if not getattr(optimizer, "params", None):
+        raise TrainingError("MainLoop: the optimizer has no parameters; call "
+                            "optimizer.setup(model) first (and call the model once if its "
+                            "sizes are resolved on the first call)")
+    if not isinstance(stream, Stream):
+        raise TrainingError(f"MainLoop: stream must be a labkit.data stream (it has the state "
+                            f"that makes resume exact), got {type(stream).__name__}")
+    if loss_fn is not None:
+        check_args(loss_fn, "loss_fn", ("model", "batch"))
+    else:
+        check_args(step, "step", ("loop", "batch"))
+    if compile and loss_fn is None:
+        raise TrainingError("MainLoop: compile=True compiles loss_fn's step; with step= "
+                            "compile your own: step=lk.compile(...) inside it")
 
 
 def unit_name(unit: str, what: str) -> str:

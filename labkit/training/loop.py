@@ -21,7 +21,7 @@ from ..errors import CheckpointError, LabkitError, TrainingError
 from ..runs.notes import traceback_tail
 from . import state
 from .control import Control
-from .events import Extension, Extensions, check_args
+from .events import Extension, Extensions, check_parts
 from .log import Log, scalar
 from .recorder import Recorder
 
@@ -71,30 +71,9 @@ class MainLoop:
     def __init__(self, model, optimizer, stream, loss_fn=None, *, step=None, extensions=(),
                  name: str | None = None, config: dict | None = None, store: bool = True,
                  compile: bool = False):
-        from ..bricks import Brick
-        from ..data import Stream
-
-        if (loss_fn is None) == (step is None):
-            raise TrainingError("MainLoop: give loss_fn(model, batch) or step(loop, batch), not "
-                                "both or neither")
-        if not isinstance(model, Brick):
-            raise TrainingError(f"MainLoop: model must be a Brick, got {type(model).__name__}")
-        if not getattr(optimizer, "params", None):
-            raise TrainingError("MainLoop: the optimizer has no parameters; call "
-                                "optimizer.setup(model) first (and call the model once if its "
-                                "sizes are resolved on the first call)")
-        if not isinstance(stream, Stream):
-            raise TrainingError(f"MainLoop: stream must be a labkit.data stream (it has the state "
-                                f"that makes resume exact), got {type(stream).__name__}")
-        if loss_fn is not None:
-            check_args(loss_fn, "loss_fn", ("model", "batch"))
-        else:
-            check_args(step, "step", ("loop", "batch"))
+        check_parts(model, optimizer, stream, loss_fn, step, compile)
         self.model, self.optimizer, self.stream = model, optimizer, stream
         self.loss_fn, self.step_fn = loss_fn, step
-        if compile and loss_fn is None:
-            raise TrainingError("MainLoop: compile=True compiles loss_fn's step; with step= "
-                                "compile your own: step=lk.compile(...) inside it")
         #: the compiled training step (compile=True), else None
         self.compiled = None
         if compile:
@@ -314,6 +293,8 @@ class MainLoop:
             if outcome == "finished":
                 self.status["finished"] = True
                 self.dispatch("after_training")
+            elif outcome == "paused":
+                self.dispatch("after_budget")
             elif outcome == "interrupted":
                 self.dispatch("on_interrupt")
                 if self.last_checkpoint_iteration != self.status["iteration"]:

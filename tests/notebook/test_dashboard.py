@@ -166,3 +166,25 @@ def test_the_final_copy_says_how_training_ended_and_never_changes_it(monkeypatch
     with pytest.warns(UserWarning, match="static copy was not written"):
         loop2.run()
     assert lk.runs.get(loop2.run_id)["status"] == "finished"  # not failed by the display
+
+
+def test_a_run_that_ends_on_its_budget_rewrites_the_static_copy_as_paused(monkeypatch):
+    """run(max_iterations=N) in a cell, then again: the copy saved in the notebook said what it
+    said when displayed (no event fired when the budget ran out); now each chunk rewrites it."""
+    import IPython.display
+
+    updates = []
+    monkeypatch.setattr(IPython.display, "update_display",
+                        lambda obj, raw, display_id: updates.append(obj))
+    loop = T.build(make_loop, {"epochs": 2})  # 12 iterations an epoch
+    dash = Dashboard(loop)
+    dash._display_ids.append("one")
+    loop.run(max_iterations=5)
+    assert len(updates) == 1
+    assert "paused" in updates[-1]["text/plain"] and "iteration 5/" in updates[-1]["text/plain"]
+    assert "paused" in updates[-1]["text/html"]
+    assert updates[-1][MIME_TYPE]["snapshot"]["series"]["loss"]["iteration"][-1] == 5
+    loop.run(max_iterations=4)
+    assert "iteration 9/" in updates[-1]["text/plain"] and len(updates) == 2
+    loop.run()
+    assert len(updates) == 3 and "finished" in updates[-1]["text/plain"]

@@ -306,3 +306,15 @@ def test_wait_reraises_a_background_error():
     loop.start()
     with pytest.raises(ZeroDivisionError):
         loop.wait()
+
+
+def test_after_budget_fires_when_run_returns_on_its_budget_only():
+    loop = make_loop({"epochs": 1, "batch_size": 32})  # 3 batches
+    spy = loop.add(Spy())
+    loop.run(max_iterations=2)
+    assert [e for e in spy.seen if e[0] in ("after_budget", "after_training")] == [
+        ("after_budget", 2)]
+    loop.run()
+    assert [e for e in spy.seen if e[0] in ("after_budget", "after_training")] == [
+        ("after_budget", 2), ("after_training", 3)]
+    assert "after_budget" in T.EVENTS
