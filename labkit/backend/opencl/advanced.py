@@ -21,7 +21,7 @@ from ...errors import IndexingError, ShapeError
 from .core import add as _add
 from .core import asarray, assign, astype, less, multiply, where
 from .indexing import _check_host, _take, basic_index, index_array
-from .ndarray import ndarray
+from .ndarray import check_writeable, ndarray
 from .shapes import broadcast_shapes, nocopy_reshape_strides
 
 
@@ -34,8 +34,31 @@ def _is_bool(k) -> bool:
 
 
 def _scalars(key: tuple) -> tuple:
-    """0-d NumPy arrays as the scalars they hold (NumPy: an integer or a bool index)."""
-    return tuple(k[()] if isinstance(k, np.ndarray) and k.ndim == 0 else k for k in key)
+    """0-d NumPy arrays as the scalars they hold (NumPy: an integer or a bool index), and a
+    0-d device bool array as its bool (read back: ``a[True]`` adds an axis, ``a[False]`` one
+    of size 0)."""
+    return tuple(k[()] if isinstance(k, np.ndarray) and k.ndim == 0 else
+                 bool(k.get()[()]) if isinstance(k, ndarray) and k.ndim == 0
+                 and k.dtype == np.bool_ else k for k in key)
+
+
+def _host_value(value, dtype):
+    """A host value in ``dtype``, as NumPy's setitem casts it (floats truncated), with Python
+    integers out of the dtype's range refused (NumPy 2's OverflowError)."""
+    if isinstance(value, int) and not isinstance(value, bool) and dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise OverflowError(f"setitem: Python integer {value} out of bounds for {dtype}")
+    with np.errstate(all="ignore"):
+        return np.asarray(value).astype(dtype)
+
+
+def _drop_leading_ones(value, ndim):
+    """``value`` without leading axes of size 1 beyond ``ndim`` (NumPy's setitem drops them:
+    ``d[0] = ones((1, 4))``)."""
+    while value.ndim > ndim and value.shape[0] == 1:
+        value = value.reshape(value.shape[1:])
+    return value
 
 
 def _advanced(key: tuple) -> bool:
@@ -57,12 +80,15 @@ def getitem(a: ndarray, key):
 
 
 def setitem(a: ndarray, key, value) -> None:
+    check_writeable(a, "setitem")
     key = _scalars(key if isinstance(key, tuple) else (key,))
     if not _advanced(key):
         assign(basic_index(a, key), value)
         return
+    # NOTE: np.asarray(value, dtype): a Python int out of the dtype's range is NumPy 2's
+    # OverflowError (astype wrapped 300 to 44 in int8)
     value = astype(value, a.dtype) if isinstance(value, ndarray) else \
-        asarray(np.asarray(value).astype(a.dtype), device=a.rt)
+        asarray(_host_value(value, a.dtype), device=a.rt)
     if len(key) == 1 and _full_mask(a, key[0]) and value.size == 1:
         # NOTE: one mask of the array's shape and one value: where() on the device, without
         # reading the mask back
@@ -75,6 +101,7 @@ def setitem(a: ndarray, key, value) -> None:
     rest = w.shape[pos + n:]
     # the values in the layout of the result a getitem would give, then in w's
     want = (shp + w.shape[:pos] + rest) if front else (w.shape[:pos] + shp + rest)
+    value = _drop_leading_ones(value, len(want))
     try:
         value = value.broadcast_to(want) if value.shape != want else value
     except ShapeError:

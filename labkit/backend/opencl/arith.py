@@ -31,21 +31,27 @@ remainder = mod
 _power = _binary("power", "pow(v0, v1)", "lk_powi(v0, v1)", bools=BOOL_INT8)
 
 
-def _integral(x) -> bool:
-    if isinstance(x, ndarray):
-        return x.dtype.kind in "iu"
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+def _integer_result(a, b) -> bool:
+    """Whether ``a ** b`` is computed in an integer dtype (NumPy's promotion: uint64 with
+    int8 is float64; bool with int8 is int8)."""
+    dts = [x.dtype if isinstance(x, ndarray) else x for x in (a, b)]
+    try:
+        dt = np.result_type(*dts)
+    except (TypeError, ValueError):
+        return False
+    return dt.kind in "iub"
 
 
 def power(a, b, out=None):
     """Elementwise ``power`` with NumPy broadcasting and dtype promotion. Integers to a
     negative integer power raise ``ValueError``, as NumPy's do (the kernel's ``lk_powi``
     gives 0 there: ``[1, -2, 3] ** -1`` was ``[1, 0, 0]`` on OpenCL)."""
-    if _integral(a) and _integral(b):
+    if _integer_result(a, b):
         # NOTE: an exponent array is read back (a copy: integer powers of integer arrays
         # are rare, and the error must come before the result is used)
-        low = (b if not isinstance(b, ndarray) else
-               int(b.get().min()) if b.size and b.dtype.kind == "i" else 0)
+        low = (int(b) if isinstance(b, (int, np.integer)) else
+               int(b.get().min()) if isinstance(b, ndarray) and b.size and b.dtype.kind == "i"
+               else 0)
         if low < 0:
             raise ValueError("Integers to negative integer powers are not allowed.")
     return _power(a, b, out)

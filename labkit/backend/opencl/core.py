@@ -15,7 +15,7 @@ from ... import config
 from ...errors import DeviceMismatchError, DTypeError, ShapeError
 from .context import Runtime, cl_index, runtime
 from .elementwise import launch, maker, plan_of, run
-from .ndarray import CTYPES, check_dtype, ndarray, same_device
+from .ndarray import CTYPES, check_dtype, check_writeable, ndarray, same_device
 from .promotion import (
     BOOL_INT8,
     NO_BOOL_NEGATIVE,
@@ -51,7 +51,7 @@ def empty(shape, dtype=np.float32, device=None) -> ndarray:
 
 def full(shape, fill_value, dtype=None, device=None) -> ndarray:
     if dtype is None:
-        dtype = np.result_type(fill_value)
+        dtype = np.asarray(fill_value).dtype  # NOTE: NumPy's full: 7 is int64, True bool
     out = empty(shape, dtype, device)
     # NOTE: the value cast to the array's dtype first, as NumPy's full does (2.7 -> 2 for
     # int32, 2 -> True for bool)
@@ -59,7 +59,13 @@ def full(shape, fill_value, dtype=None, device=None) -> ndarray:
 
 
 def _cast_scalar(v, dtype):
-    """A Python or NumPy scalar as a NumPy scalar of ``dtype`` (NumPy's unsafe cast)."""
+    """A Python or NumPy scalar as a NumPy scalar of ``dtype`` (NumPy's unsafe cast); a
+    Python integer out of an integer dtype's range is NumPy 2's OverflowError (300 was 44 in
+    int8, -1 was 255 in uint8)."""
+    if type(v) is int and dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if not info.min <= v <= info.max:
+            raise OverflowError(f"Python integer {v} out of bounds for {dtype}")
     if isinstance(v, (bool, int, float, np.generic)):
         with np.errstate(all="ignore"):
             x = np.asarray(v).astype(dtype)[()]
@@ -68,11 +74,11 @@ def _cast_scalar(v, dtype):
 
 
 def zeros(shape, dtype=np.float32, device=None) -> ndarray:
-    return full(shape, 0, dtype, device)
+    return full(shape, 0, np.float64 if dtype is None else dtype, device)  # NOTE: NumPy's None
 
 
 def ones(shape, dtype=np.float32, device=None) -> ndarray:
-    return full(shape, 1, dtype, device)
+    return full(shape, 1, np.float64 if dtype is None else dtype, device)
 
 
 def empty_like(a, dtype=None) -> ndarray:
@@ -171,6 +177,7 @@ def _prepare_out(op, out, shape, dt, rt):
         return ndarray(rt, shape, check_dtype(dt, rt, op))
     if not isinstance(out, ndarray):
         raise TypeError(f"{op}: out must be an OpenCL ndarray, got {type(out).__name__}")
+    check_writeable(out, op)
     if out.shape != shape:
         raise ShapeError(f"{op}: out has shape {out.shape} but the result has shape {shape}")
     if out.rt is not rt:
@@ -535,10 +542,13 @@ def astype(a, dt) -> ndarray:
 
 def assign(view: ndarray, value) -> None:
     """``view[...] = value`` (broadcast; a value that overlaps ``view`` is copied first)."""
+    check_writeable(view, "setitem")
     value = _operand(value)
     same_device("setitem", (view, value))
     ct = CTYPES[view.dtype]
     if isinstance(value, ndarray):
+        while value.ndim > view.ndim and value.shape[0] == 1:  # NOTE: NumPy drops them
+            value = value.reshape(value.shape[1:])
         broadcast_strides(value.shape, value._st, view.shape, "setitem")
         if _overlaps(view, value):
             value = copy(value)

@@ -318,7 +318,7 @@ def maker(plan, rt, shape: tuple, dtype: np.dtype, st: tuple, size: int):
                SIZE=size, NB=size * dtype.itemsize)
     src = (f"def new(xs):\n{unpack}    o = NEW(ND)\n"
            "    o.rt, o.shape, o.dtype, o.size, o._st = RT, SHAPE, DT, SIZE, ST\n"
-           "    o.offset, o.base, o._nbuf = 0, None, SIZE\n"
+           "    o.offset, o.base, o._nbuf, o._ro = 0, None, SIZE, False\n"
            f"    o.data = D = RT.allocate(NB)\n{call}    return o\n")
     exec(compile(src, f"<elementwise new {plan[0].function_name}>", "exec"), env)  # noqa: S102
     return env["new"]

@@ -31,7 +31,7 @@ from .core import (
     result_type,
 )
 from .elementwise import VECTOR_WIDTH
-from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray, same_device
+from .ndarray import CTYPES, IDX_NP, check_writeable, index_ctype, ndarray, same_device
 from .program import header, kernels, source
 from .reduce import any as any_
 from .shapes import normalize_axis, split_bounds
@@ -123,6 +123,7 @@ def scatter_add(out, indices, values, axis=0):
     sorted (stable), so this waits for the work queued before it.
     """
     axis = normalize_axis(axis, out.ndim, "scatter_add")
+    check_writeable(out, "scatter_add")
     rt = out.rt
     same_device("scatter_add", (out, values, *(
         [indices] if isinstance(indices, ndarray) else [])))
@@ -130,6 +131,7 @@ def scatter_add(out, indices, values, axis=0):
     h = indices.get() if isinstance(indices, ndarray) else np.asarray(indices)
     if h.size and h.dtype.kind not in "iu":
         raise IndexingError(f"scatter_add: indices must be integers, got {h.dtype}")
+    ishape = np.shape(h)
     h = h.astype(np.int64).reshape(-1)
     _check_host(h, A, axis, "scatter_add")  # NOTE: always: the indices are on the host anyway
     h = np.where(h < 0, h + A, h)
@@ -137,10 +139,18 @@ def scatter_add(out, indices, values, axis=0):
     want = out.shape[:axis] + (J,) + out.shape[axis + 1:]
     if not isinstance(values, ndarray):
         values = full(want, values, out.dtype, rt)
-    values = values.reshape(out.shape[:axis] + tuple(np.shape(h)) + out.shape[axis + 1:]) \
-        if values.shape != want and values.size == int(np.prod(want)) else values
+    # NOTE: NumPy's rule: the values broadcast to the indexed shape (indices of any shape in
+    # place of the axis); a values array of the right size but another shape was reshaped,
+    # and a smaller one filled part of the target
+    indexed = out.shape[:axis] + ishape + out.shape[axis + 1:]
+    if values.shape != indexed:
+        try:
+            values = values.broadcast_to(indexed)
+        except ShapeError:
+            raise ShapeError(f"scatter_add: values of shape {values.shape} do not broadcast "
+                             f"to the indexed shape {indexed}") from None
     if values.shape != want:
-        values = values.broadcast_to(want)
+        values = values.reshape(want)
     if values.dtype != out.dtype:
         values = values.astype(out.dtype)
     if not values.is_contiguous:

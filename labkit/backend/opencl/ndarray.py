@@ -78,8 +78,10 @@ class ndarray:
            [ 5., 11.]], dtype=float32)
     """
 
+    # NOTE: _ro: read-only (a broadcast_to view, as NumPy's: its elements share memory, so
+    # a write raced); views of it are too. fresh() and elementwise.maker set it as well
     __slots__ = ("shape", "_st", "offset", "dtype", "data", "rt", "size", "base", "_nbuf",
-                 "__weakref__")
+                 "_ro", "__weakref__")
     # NOTE: NumPy ufuncs refuse these arrays (np.exp(a) raises instead of silently copying
     # to the host), and numpy-scalar * ndarray comes to our reflected operators.
     __array_ufunc__ = None
@@ -93,6 +95,7 @@ class ndarray:
         self._st = c_strides(shape) if strides is None else tuple(strides)
         self.offset = offset
         self.base = base
+        self._ro = False
         if data is None:
             data = rt.allocate(self.size * self.dtype.itemsize)
             self._nbuf = self.size
@@ -129,7 +132,8 @@ class ndarray:
 
     @property
     def flags(self):
-        return {"C_CONTIGUOUS": self.is_contiguous, "OWNDATA": self.base is None}
+        return {"C_CONTIGUOUS": self.is_contiguous, "OWNDATA": self.base is None,
+                "WRITEABLE": not self._ro}
 
     def __len__(self) -> int:
         if not self.shape:
@@ -188,8 +192,10 @@ class ndarray:
 
     # ---- views --------------------------------------------------------------------------
     def _view(self, shape, strides, offset) -> ndarray:
-        return ndarray(self.rt, shape, self.dtype, data=self.data, strides=strides,
-                       offset=offset, base=self.base if self.base is not None else self)
+        v = ndarray(self.rt, shape, self.dtype, data=self.data, strides=strides,
+                    offset=offset, base=self.base if self.base is not None else self)
+        v._ro = self._ro
+        return v
 
     def reshape(self, *shape, order="C") -> ndarray:
         if order != "C":
@@ -250,6 +256,8 @@ class ndarray:
         axes = axis if isinstance(axis, (tuple, list)) else (axis,)
         nd = self.ndim + len(axes)
         axes = sorted(normalize_axis(a, nd, "expand_dims") for a in axes)
+        if len(set(axes)) != len(axes):
+            raise ShapeError(f"expand_dims: repeated axis in {axis!r}")
         shape, st = list(self.shape), list(self._st)
         for a in axes:
             shape.insert(a, 1)
@@ -257,11 +265,23 @@ class ndarray:
         return self._view(tuple(shape), tuple(st), self.offset)
 
     def broadcast_to(self, shape) -> ndarray:
-        shape = tuple(int(d) for d in shape)
+        """A read-only view of shape ``shape`` (as NumPy's: a write would race on the
+        elements that share memory); ``.copy()`` it to write."""
+        shape = (int(shape),) if isinstance(shape, (int, np.integer)) else \
+            tuple(int(d) for d in shape)
         st = broadcast_strides(self.shape, self._st, shape, "broadcast_to")
-        return self._view(shape, st, self.offset)
+        v = self._view(shape, st, self.offset)
+        v._ro = True
+        return v
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def check_writeable(a: ndarray, op: str) -> None:
+    """A ``ValueError`` for a write into a read-only array (NumPy's message)."""
+    if a._ro:
+        raise ValueError(f"{op}: assignment destination is read-only (a broadcast_to view: "
+                         "its elements share memory); write into a copy (.copy())")
 
 
 def fresh(rt: Runtime, shape: tuple, dtype: np.dtype, st: tuple, size: int) -> ndarray:
@@ -271,7 +291,7 @@ def fresh(rt: Runtime, shape: tuple, dtype: np.dtype, st: tuple, size: int) -> n
     its generated code (a call less per small op): a new field goes into both."""
     a = object.__new__(ndarray)
     a.rt, a.shape, a.dtype, a.size, a._st = rt, shape, dtype, size, st
-    a.offset, a.base, a._nbuf = 0, None, size
+    a.offset, a.base, a._nbuf, a._ro = 0, None, size, False
     a.data = rt.allocate(size * dtype.itemsize)
     return a
 

@@ -450,6 +450,8 @@ def mean(a, axis=None, dtype=None, keepdims=False):
         n *= a.shape[i]
     s = _reduce("sum", a, axis, keepdims, acc_dt=dt, out_dt=dt, combine="((a) + (b))",
                 neutral="0")
+    if dt.kind in "iub":  # NOTE: NumPy's mean(dtype=int32) is in int32: the quotient truncated
+        return true_divide(s, n if n else np.nan).astype(dt)
     return true_divide(s, dt.type(n) if n else dt.type(np.nan))
 
 
@@ -461,11 +463,14 @@ def var(a, axis=None, ddof=0, keepdims=False, dtype=None):
     for i in axes:
         n *= a.shape[i]
     s = sum(d, axis=axis, keepdims=keepdims)
+    if m.dtype.kind in "iub":  # NOTE: var(dtype=int64) is in int64, as NumPy's
+        return true_divide(s, builtins.max(n - ddof, 0)).astype(m.dtype)
     return true_divide(s, m.dtype.type(builtins.max(n - ddof, 0)))
 
 
 def std(a, axis=None, ddof=0, keepdims=False, dtype=None):
-    return sqrt(var(a, axis=axis, ddof=ddof, keepdims=keepdims, dtype=dtype))
+    v = var(a, axis=axis, ddof=ddof, keepdims=keepdims, dtype=dtype)
+    return sqrt(v).astype(v.dtype) if v.dtype.kind in "iub" else sqrt(v)
 
 
 def _maxmin(op, kind, a, axis, keepdims):
@@ -489,6 +494,8 @@ amax, amin = max, min
 
 
 def _arg(op, kind, a, axis, keepdims):
+    if isinstance(axis, (tuple, list)):
+        raise TypeError(f"{op}: axis must be one integer or None (as NumPy's), got {axis!r}")
     if axis is None:
         flat = _arg(op, kind, a.reshape(-1), 0, False)
         return flat.reshape((1,) * a.ndim) if keepdims else flat

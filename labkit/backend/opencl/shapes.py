@@ -6,6 +6,8 @@ Strides here are in elements. Nothing in this module touches a device.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...errors import ShapeError
 
 
@@ -157,7 +159,9 @@ def collapse_dims(shape, strides_list):
 
 def split_bounds(n: int, indices_or_sections, axis: int, op: str = "split") -> list:
     """The split points of an axis of length ``n``: NumPy's ``split`` arguments checked."""
-    if isinstance(indices_or_sections, int):
+    if isinstance(indices_or_sections, (int, np.integer)) and not isinstance(
+            indices_or_sections, (bool, np.bool_)):
+        indices_or_sections = int(indices_or_sections)
         if indices_or_sections <= 0:
             raise ShapeError(f"{op}: the number of sections must be at least 1, got "
                              f"{indices_or_sections}")
