@@ -29,6 +29,7 @@ is training now). Configs are JSON objects of at most
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -256,6 +257,19 @@ def _own_folder(run: dict) -> Path | None:
     return None
 
 
+def _remove(folder: Path, force: bool, attempts: int = 5) -> None:
+    """``shutil.rmtree(folder)``; forced, a trainer still writing into it (a checkpoint
+    appearing while the tree is walked: 'Directory not empty') is raced a few times."""
+    for attempt in range(attempts):
+        try:
+            shutil.rmtree(folder)
+            return
+        except OSError as e:
+            if not force or e.errno not in (errno.ENOTEMPTY, errno.ENOENT) or (
+                    attempt == attempts - 1):
+                raise
+
+
 def delete(run_id: str, files: bool = True, force: bool = False) -> None:
     """Delete a run from the store and, with ``files``, its folder (only a real folder named
     after the run). A run that is training is refused (``RunStoreError``, reason ``"live"``)
@@ -271,7 +285,7 @@ def delete(run_id: str, files: bool = True, force: bool = False) -> None:
     try:
         p = _own_folder(run)
         if p is not None:
-            shutil.rmtree(p)
+            _remove(p, force)
     except OSError as e:
         raise refuse(f"delete: the folder of run {run_id}, {folder!r}, cannot be read or removed "
                      f"({e.strerror or type(e).__name__}); the run is kept in the store. Fix "
