@@ -109,6 +109,9 @@ class MainLoop:
         self.last_checkpoint_directory = None
         self._resumed = False
         self._thread: threading.Thread | None = None
+        # NOTE: set when the background run ends; not Thread.is_alive(): a Ctrl-C inside
+        # Thread.join marks a thread that still trains as stopped (CPython 3.11)
+        self._done = threading.Event()
         self._background_error: BaseException | None = None
         self._live_time: float | None = None
         #: called after backward, before the optimizer's update (``lk.dist`` averages the
@@ -188,6 +191,7 @@ class MainLoop:
             raise TrainingError("MainLoop.start: this loop is already training")
         self._background_error = None
         self.control.reset()  # NOTE: here: a stop pressed before the thread ran was wiped
+        done = self._done = threading.Event()
 
         def target():
             try:
@@ -195,6 +199,8 @@ class MainLoop:
                 self.run(max_iterations, max_batches=max_batches)
             except BaseException as e:  # noqa: BLE001 - kept for wait()
                 self._background_error = e
+            finally:
+                done.set()
 
         self._thread = threading.Thread(target=target, name=f"labkit-train-{self.run_id}",
                                         daemon=True)
@@ -202,9 +208,10 @@ class MainLoop:
         return self
 
     def wait(self, timeout: float | None = None) -> MainLoop:
-        """Wait for background training to end; re-raise its error, if any (once)."""
+        """Wait for background training to end; re-raise its error, if any (once). Ctrl-C
+        ends the wait, not the training (``stop()`` does)."""
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._done.wait(timeout)
         e, self._background_error = self._background_error, None
         if e is not None:
             raise e
@@ -212,7 +219,7 @@ class MainLoop:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._thread is not None and not self._done.is_set()
 
     def show(self, **kwargs):
         """A ``lk.notebook.Dashboard`` of this loop (display it, or make it a cell's value)."""

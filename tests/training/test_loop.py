@@ -3,6 +3,7 @@
 import io
 import math
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -318,3 +319,33 @@ def test_after_budget_fires_when_run_returns_on_its_budget_only():
     assert [e for e in spy.seen if e[0] in ("after_budget", "after_training")] == [
         ("after_budget", 2), ("after_training", 3)]
     assert "after_budget" in T.EVENTS
+
+
+def test_ctrl_c_in_wait_leaves_the_loop_training_and_refuses_a_second_start():
+    """A Ctrl-C inside wait() (a notebook cell waiting on loop.start()) made the loop say it
+    was not running while its thread trained on (Thread.join's KeyboardInterrupt marks the
+    thread stopped): a second start() was accepted and two threads trained one model."""
+    import os
+    import signal
+
+    loop = make_loop({"epochs": 2, "batch_size": 32})  # 6 iterations
+    waiting, go_on = threading.Event(), threading.Event()
+
+    def interrupt_the_waiter(lp):
+        if lp.status["iteration"] == 2:
+            waiting.wait(30)
+            time.sleep(0.2)  # NOTE: only so that it lands inside wait(), where it did harm
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: the main thread is in wait()
+            go_on.wait(30)
+
+    loop.add(interrupt_the_waiter, event="after_batch")
+    loop.start()
+    with pytest.raises(KeyboardInterrupt):
+        waiting.set()
+        loop.wait()
+    assert loop.running  # it still trains: the wait ended, not the training
+    with pytest.raises(lk.TrainingError, match="already training"):
+        loop.start()
+    go_on.set()
+    loop.wait()
+    assert not loop.running and loop.status["iteration"] == 6 and loop.status["finished"]
