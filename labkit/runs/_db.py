@@ -26,9 +26,11 @@ def explain(path, e: Exception):
                       "then starts an empty store there); `sqlite3 runs.sqlite .recover` may "
                       "save most of its rows", "damaged")
     if "locked" in text or "busy" in text:
-        return refuse(f"{path}: the run store stayed locked by another process for "
-                      f"{BUSY_TIMEOUT:.0f} s ({e}); look for a stuck process that uses it and "
-                      "try again", "failed")
+        err = refuse(f"{path}: the run store stayed locked by another process for "
+                     f"{BUSY_TIMEOUT:.0f} s ({e}); look for a stuck process that uses it and "
+                     "try again", "failed")
+        err.locked = True  # NOTE: a loop's bookkeeping writes wait and try again (recorder)
+        return err
     if any(w in text for w in _IO):
         return refuse(f"{path}: cannot read or write the run store ({e}); check the disk, its "
                       "free space and the file's permissions", "failed")

@@ -2,7 +2,8 @@
 through the run store (``lk.runs.send``, the REST API behind the notebook Dashboard and the
 JupyterLab run pages), taken while ``run()`` trains.
 
-A thread reads the run's pending commands every ``POLL`` seconds and hands them to the loop's
+A thread reads the run's pending commands every ``POLL`` seconds (and writes the run's
+heartbeat every ``BEAT`` seconds, however long a batch takes) and hands them to the loop's
 ``Control`` — the same requests ``loop.pause()`` makes — so they need neither the kernel's
 message loop (a notebook cell blocked in ``loop.wait()`` does not delay them) nor the training
 thread (a long batch does not). Each command is acknowledged in the store when the loop has
@@ -23,6 +24,10 @@ from ..errors import RunStoreError
 
 #: seconds between two reads of the pending commands
 POLL = 0.1
+#: seconds between two heartbeats written while the run trains (the loop writes one with its
+#: progress between batches; a batch or an evaluation longer than ``runs.DEAD_AFTER``, 60 s,
+#: without these showed a live run as dead: deletable unforced, resumable by another process)
+BEAT = 10.0
 
 
 class Listener:
@@ -48,10 +53,13 @@ class Listener:
         self._thread.start()
 
     def _run(self):
-        wait = POLL
+        wait, beat = POLL, time.monotonic()
         while not self._closed.wait(wait):
             try:
                 self.poll()
+                if time.monotonic() - beat >= BEAT:
+                    beat = time.monotonic()
+                    self.store.update_run(self.run_id, heartbeat=time.time())
                 wait = POLL
             except RunStoreError as e:
                 self.error = e

@@ -269,6 +269,7 @@ class MainLoop:
         budget_end = None if limit is None else self.status["iteration"] + limit
         self._budget_end = budget_end
         self.ensure_run()
+        self.recorder.claim()  # NOTE: before anything is recorded: one process trains a run
         self.recorder.follow(self.log, at_end=True)
         restore_sigint = self.control.install_sigint()
         t0 = time.perf_counter()

@@ -18,15 +18,25 @@ import time
 import warnings
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # NOTE: Windows: no claim (a second process is refused by liveness only)
+    fcntl = None
+
 from .. import checkpoint as ckpt
 from ..config import runs_dir
-from ..errors import CheckpointError, RunStoreError
+from ..errors import CheckpointError, RunStoreError, TrainingError
 from .log import is_metric
 
 #: metrics and progress reach the store at most this often (seconds), unless forced
 FLUSH_EVERY = 1.0
 #: ... or when this many metric rows are waiting
 FLUSH_ROWS = 5000
+#: a write the store refused because another process held its lock (each try waits
+#: ``runs._db.BUSY_TIMEOUT``) is tried again this many times before training fails
+LOCKED_TRIES = 10
+#: the file in a run's folder that the process training the run holds locked
+CLAIM = ".labkit-training.lock"
 
 
 class _Writer:
@@ -47,7 +57,7 @@ class _Writer:
                     return
                 if self._error is None:  # after an error, the rest is dropped (re-raised once)
                     fn, args, kwargs = job
-                    fn(*args, **kwargs)
+                    _patient(fn, *args, **kwargs)
             except BaseException as e:  # noqa: BLE001 - re-raised in the training thread
                 self._error = e
             finally:
@@ -75,6 +85,21 @@ class _Writer:
         return self._thread.is_alive()
 
 
+def _patient(fn, *args, **kwargs):
+    """``fn(...)``, tried again while the store is locked by another process (a sqlite3
+    shell left inside a transaction): training goes on meanwhile, its metrics wait in order
+    (a 35 s lock failed the run, and its failure was not recorded)."""
+    for attempt in range(LOCKED_TRIES):
+        try:
+            return fn(*args, **kwargs)
+        except RunStoreError as e:
+            if not getattr(e, "locked", False) or attempt == LOCKED_TRIES - 1:
+                raise
+            if attempt == 0:
+                print(f"[labkit] {e}; training goes on, and what it records is written when "
+                      "the store is free", file=sys.stderr, flush=True)
+
+
 class Recorder:
     """Mirrors one loop into the run store (``enabled``) or only names its run (not)."""
 
@@ -94,6 +119,7 @@ class Recorder:
         #: seconds between two writes of metrics and progress (a Dashboard asks for less)
         self.flush_every = FLUSH_EVERY
         self.listener = None
+        self._claim = None
 
     # -- the run
     def ensure_run(self, name, config, factory) -> str:
@@ -128,6 +154,36 @@ class Recorder:
         if self.store is not None:
             self.store.update_run(self.run_id, directory=str(self.directory), pid=os.getpid())
 
+    def claim(self) -> None:
+        """Hold the run's claim (an OS lock on a file in its folder) while it trains: a
+        second process that resumes the run at the same time, or trains it while this one is
+        busy in a long batch, is refused here, before it records anything. The lock goes
+        with the process, even a killed one. Without a store, nothing is claimed."""
+        if self.store is None or self._claim is not None or fcntl is None:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        f = open(self.directory / CLAIM, "a+")  # noqa: SIM115 - held until release()
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip()[:40] or "?"
+            f.close()
+            raise TrainingError(
+                f"run {self.run_id} is being trained by another process (pid {holder} on "
+                f"this machine); wait for it to end, or stop it (lk.runs.send"
+                f"({self.run_id!r}, 'stop')), then train it here") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        self._claim = f
+
+    def release(self) -> None:
+        f, self._claim = self._claim, None
+        if f is not None:
+            f.close()  # NOTE: closing the file releases its lock
+
     @property
     def checkpoint_dir(self) -> Path | None:
         return None if self.directory is None else self.directory / "checkpoints"
@@ -142,7 +198,7 @@ class Recorder:
 
     def set_status(self, status: str, progress: dict, **fields) -> None:
         if self.store is not None:
-            self._guard(self.store.update_run, self.run_id, status=status,
+            self._guard(_patient, self.store.update_run, self.run_id, status=status,
                         heartbeat=time.time(), pid=os.getpid(), progress=progress, **fields)
 
     # -- commands
@@ -216,9 +272,15 @@ class Recorder:
         tail of its traceback)."""
         if self.store is None:
             return
-        self.mirror(progress, force=True, wait=True)
+        try:
+            self.mirror(progress, force=True, wait=True)
+            failed = None
+        except RunStoreError as e:  # NOTE: the status still says how the run ended
+            failed = e
         if self.store is None:  # deleted meanwhile
             return
+        if failed is not None:  # NOTE: what it trained was not all recorded: say so
+            status, error = "failed", f"{type(failed).__name__}: {failed}"
         fields = {"ended": time.time()} if status in ("finished", "failed", "interrupted") \
             else {}
         if error:
@@ -226,17 +288,22 @@ class Recorder:
         if traceback:
             fields["traceback"] = traceback
         self.set_status(status, progress(), **fields)
+        if failed is not None:
+            raise failed
 
     def close(self) -> None:
-        """Wait for pending writes and end the writer thread."""
+        """Wait for pending writes, end the writer thread and release the run's claim."""
         w, self._writer = self._writer, None
-        if w is not None:
-            try:
-                w.drain()
-            except RunStoreError as e:
-                self._store_failed(e)
-            finally:
-                w.close()
+        try:
+            if w is not None:
+                try:
+                    w.drain()
+                except RunStoreError as e:
+                    self._store_failed(e)
+                finally:
+                    w.close()
+        finally:
+            self.release()
 
     # -- checkpoints
     def add_checkpoint(self, path: Path, iteration: int, epoch: int, metrics: dict) -> None:
