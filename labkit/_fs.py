@@ -16,9 +16,12 @@ b'{"ok": 1}'
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+
+from ._proc import alive
 
 #: the prefix of every temporary file or directory labkit writes: what a crash can leave behind
 TMP_PREFIX = ".labkit-tmp-"
@@ -47,6 +50,29 @@ def fsync_file(path) -> None:
         os.fsync(f.fileno())
 
 
+_HOST = socket.gethostname().replace("/", "_")
+
+
+def _sweep(path: Path) -> None:
+    """Remove the temporaries of ``path`` that a killed writer left (SIGKILL skips the
+    ``finally`` that removes them: each killed `labkit convert` left its full-size file for
+    good): those named after a process of this host that is gone. Another host's, a live
+    writer's and unnamed older ones stay."""
+    prefix = f"{TMP_PREFIX}{path.name}."
+    try:
+        names = [n for n in os.listdir(path.parent) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        owner = name[len(prefix):].rpartition(".")[0]  # "<host>-<pid>" before mkstemp's part
+        host, _, pid = owner.rpartition("-")
+        if host == _HOST and pid.isdigit() and not alive(int(pid)):
+            try:
+                os.unlink(path.parent / name)
+            except OSError:
+                pass  # NOTE: another writer swept it first, or it is not ours to remove
+
+
 @contextmanager
 def atomic_path(path):
     """Yield a temporary path beside ``path``; when the block ends without an error, the file
@@ -54,7 +80,9 @@ def atomic_path(path):
     untouched. For writers that open files by name (h5py)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.")
+    _sweep(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}."
+                                                      f"{_HOST}-{os.getpid()}.")
     # NOTE: mkstemp makes the file private (0600); the file gets the mode a plain open() would
     os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)
