@@ -357,11 +357,13 @@ def _run(op, a, out, n_out, n_red, n_seg, outer, inner, acc_dt, map_, combine, n
     od, os_ = outer_override if outer_override else outer
     idd, ist = inner_override if inner_override else inner
     idx = index_ctype(a, out)
-    key = ("reduce", op, a.dtype, out.dtype, acc_dt, tuple(od), tuple(os_), tuple(idd),
-           tuple(ist), use_wi, idx, n_seg > 1, ls)
-    plan = rt.kernels.get(key)
+    # NOTE: not ``key`` (the recipe's, learnt below): the recipe was kept under this one and
+    # never found again
+    kkey = ("reduce", op, a.dtype, out.dtype, acc_dt, tuple(od), tuple(os_), tuple(idd),
+            tuple(ist), use_wi, idx, n_seg > 1, ls)
+    plan = rt.kernels.get(kkey)
     if plan is None:
-        plan = rt.cached(key, lambda: _plan(rt, op, a, out, od, os_, idd, ist, idx, acc_dt,
+        plan = rt.cached(kkey, lambda: _plan(rt, op, a, out, od, os_, idd, ist, idx, acc_dt,
                                             map_, combine, neutral, better, use_wi, ls))
     kernel, extra = plan
     with rt.lock:
