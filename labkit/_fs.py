@@ -16,12 +16,11 @@ b'{"ok": 1}'
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from ._proc import alive
+from ._proc import HOST, alive, start_time
 
 #: the prefix of every temporary file or directory labkit writes: what a crash can leave behind
 TMP_PREFIX = ".labkit-tmp-"
@@ -50,23 +49,28 @@ def fsync_file(path) -> None:
         os.fsync(f.fileno())
 
 
-_HOST = socket.gethostname().replace("/", "_")
+def _owner() -> str:
+    pid = os.getpid()
+    return f"{HOST}-{pid}-{start_time(pid)}"
 
 
 def _sweep(path: Path) -> None:
     """Remove the temporaries of ``path`` that a killed writer left (SIGKILL skips the
     ``finally`` that removes them: each killed `labkit convert` left its full-size file for
-    good): those named after a process of this host that is gone. Another host's, a live
-    writer's and unnamed older ones stay."""
+    good): those named after a process of this host that is gone (its pid and start time, so
+    a reused pid is told apart). Another host's, a live writer's and unnamed older ones stay."""
     prefix = f"{TMP_PREFIX}{path.name}."
     try:
         names = [n for n in os.listdir(path.parent) if n.startswith(prefix)]
     except OSError:
         return
     for name in names:
-        owner = name[len(prefix):].rpartition(".")[0]  # "<host>-<pid>" before mkstemp's part
-        host, _, pid = owner.rpartition("-")
-        if host == _HOST and pid.isdigit() and not alive(int(pid)):
+        # "<host>-<pid>-<start>" before mkstemp's part
+        owner = name[len(prefix):].rpartition(".")[0].split("-")
+        if len(owner) != 3 or owner[0] != HOST or not (owner[1].isdigit() and
+                                                       owner[2].isdigit()):
+            continue
+        if not alive(int(owner[1]), int(owner[2]) or None):
             try:
                 os.unlink(path.parent / name)
             except OSError:
@@ -81,8 +85,7 @@ def atomic_path(path):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _sweep(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}."
-                                                      f"{_HOST}-{os.getpid()}.")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.{_owner()}.")
     # NOTE: mkstemp makes the file private (0600); the file gets the mode a plain open() would
     os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)

@@ -6,6 +6,8 @@ gone shows as dead) and the checkpoint writer (a killed writer's leftovers are c
 from __future__ import annotations
 
 import os
+import socket
+import zlib
 
 #: the variables that set a process's BLAS/OpenMP thread count, for the processes labkit starts
 #: to run beside others (data workers, sweep workers, MPI ranks: one thread each by default)
@@ -20,6 +22,11 @@ def _stat(pid: int) -> list[bytes] | None:
             return f.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+#: this machine, in names of files other machines may see (a CRC of its host name: pids of
+#: other machines mean nothing here)
+HOST = f"{zlib.crc32(socket.gethostname().encode()):08x}"
 
 
 def start_time(pid: int) -> int:

@@ -177,9 +177,9 @@ def _replaceable(out: str, force: bool):
             if "labkit_dataset" in f.attrs:
                 return None
     except OSError as e:
-        from .data.datasets import _locked
+        from .data.datasets import is_locked
 
-        if _locked(e):
+        if is_locked(e):
             return DataError(f"-o {out} is open for writing in another process (HDF5's lock "
                              "is held); let it finish or close it there, or give another -o")
     except ValueError:

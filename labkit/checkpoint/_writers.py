@@ -6,11 +6,9 @@ import itertools
 import os
 import re
 import shutil
-import socket
-import zlib
 from pathlib import Path
 
-from .._proc import alive, start_time
+from .._proc import HOST, alive, start_time
 from ._common import FILES, MANIFEST
 from ._files import NOFOLLOW
 
@@ -23,9 +21,6 @@ TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old|deleting)-(?P<pid>\d{1,10}
 LEGACY_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old|deleting)-(?P<pid>\d{1,10})"
                           r"(-\d{1,20})?$")
 _SERIAL = itertools.count()
-
-
-HOST = f"{zlib.crc32(socket.gethostname().encode()):08x}"
 
 
 def temp_name(name: str, kind: str) -> str:

@@ -49,8 +49,15 @@ from .layout import (  # noqa: F401 - FORMAT_VERSION and write_h5 are re-exporte
 LOCK_WAIT = 2.0
 
 
-def _locked(e: OSError) -> bool:
-    return e.errno in (errno.EAGAIN, errno.EWOULDBLOCK) or "unable to lock file" in str(e)
+def is_locked(e: OSError) -> bool:
+    """Whether HDF5 could not open a file because another process holds its lock (errno 11),
+    not because this filesystem takes no locks (ENOSYS, ENOLCK: ``no_locks``)."""
+    return e.errno in (errno.EAGAIN, errno.EWOULDBLOCK) or (
+        "unable to lock file" in str(e) and f"errno = {errno.EAGAIN}," in str(e))
+
+
+def no_locks(e: OSError) -> bool:
+    return "unable to lock file" in str(e) and not is_locked(e)
 
 
 def open_h5(path):
@@ -69,7 +76,11 @@ def open_h5(path):
         try:
             return h5py().File(path, "r"), version
         except OSError as e:
-            if not _locked(e):
+            if no_locks(e):
+                raise DataError(f"{path}: this filesystem does not take HDF5's file locks "
+                                f"({e}); set HDF5_USE_FILE_LOCKING=FALSE in the environment "
+                                "before Python starts to read it without them") from None
+            if not is_locked(e):
                 raise _damaged(path, e) from None
             if time.monotonic() >= deadline:
                 raise DataError(

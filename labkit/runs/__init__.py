@@ -34,6 +34,7 @@ import logging
 import os
 import shutil
 import sqlite3
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -265,9 +266,12 @@ def _remove(folder: Path, force: bool, attempts: int = 5) -> None:
             shutil.rmtree(folder)
             return
         except OSError as e:
+            if not os.path.lexists(folder):
+                return  # NOTE: removed meanwhile (by its trainer, or another delete)
             if not force or e.errno not in (errno.ENOTEMPTY, errno.ENOENT) or (
                     attempt == attempts - 1):
                 raise
+            time.sleep(0.05 * (attempt + 1))
 
 
 def delete(run_id: str, files: bool = True, force: bool = False) -> None:

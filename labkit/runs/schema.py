@@ -156,10 +156,10 @@ def ensure(c: sqlite3.Connection, path) -> None:
     if version == VERSION:
         check_structure(c, path)
         return
-    check_structure(c, path, tables=False)  # NOTE: a migration's statements would run them
-    if version > VERSION:
+    if version > VERSION:  # NOTE: first: a newer labkit's store is not called crafted
         raise refuse(f"{path}: this run store was written by a newer labkit (schema version "
                      f"{version}; this labkit knows {VERSION}): upgrade labkit", "failed")
+    check_structure(c, path, tables=False)  # NOTE: a migration's statements would run them
     with transaction(c):
         # another process may have migrated it while this one waited for the write lock
         version = c.execute("PRAGMA user_version").fetchone()[0]

@@ -186,7 +186,8 @@ class Driver:
             self.hook("progress", {"trial": n, "progress": prog})
 
     def _sync_checkpoints(self, rid: str, found: list) -> None:
-        have = {c["path"]: c for c in self.store.checkpoints(rid)}
+        # NOTE: a damaged record (its path not believed) is left as it is
+        have = {c["path"]: c for c in self.store.checkpoints(rid) if "damaged" not in c}
         on_disk = {c["path"] for c in found}
         for c in found:
             if c["path"] not in have:

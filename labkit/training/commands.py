@@ -16,6 +16,7 @@ it does not act on the next ``run()``. The store failing for a while does not en
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import defaultdict
@@ -59,7 +60,8 @@ class Listener:
                 self.poll()
                 if time.monotonic() - beat >= BEAT:
                     beat = time.monotonic()
-                    self.store.update_run(self.run_id, heartbeat=time.time())
+                    self.store.update_run(self.run_id, heartbeat=time.time(),
+                                          pid=os.getpid())
                 wait = POLL
             except RunStoreError as e:
                 self.error = e

@@ -13,9 +13,9 @@ import warnings
 
 from ..errors import TrainingError
 
-#: every event the loop dispatches, in the order a run meets them
-#: the events an extension can hook; ``after_budget``: ``run(max_iterations=N)`` returned on its
-#: budget (the run is paused, as after Pause: the next ``run()`` continues it)
+#: every event the loop dispatches (``on_resumption`` comes first in a resumed run);
+#: ``after_budget``: ``run(max_iterations=N)`` returned on its budget (the run is paused, as
+#: after Pause: the next ``run()`` continues it)
 EVENTS = ("before_training", "before_epoch", "before_batch", "after_batch", "after_epoch",
           "after_training", "on_pause", "on_unpause", "on_interrupt", "on_error",
           "on_resumption", "after_budget")

@@ -263,6 +263,9 @@ class MainLoop:
             raise TrainingError("MainLoop.run: nothing would stop this loop; add "
                                 "lk.training.FinishAfter(epochs=N) (or iterations=, seconds=), "
                                 "or call run(max_iterations=N)")
+        if self.running and self._thread is not threading.current_thread():
+            raise TrainingError("MainLoop.run: this loop is training on its start() thread; "
+                                "wait() for it or stop() it first")
         if not self.__dict__.pop("_skip_reset", False):
             self.control.reset()
         self.error = None

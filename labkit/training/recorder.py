@@ -10,12 +10,14 @@ store.
 
 from __future__ import annotations
 
+import errno
 import os
 import queue
 import sys
 import threading
 import time
 import warnings
+import weakref
 from pathlib import Path
 
 try:
@@ -33,7 +35,7 @@ FLUSH_EVERY = 1.0
 #: ... or when this many metric rows are waiting
 FLUSH_ROWS = 5000
 #: a write the store refused because another process held its lock (each try waits
-#: ``runs._db.BUSY_TIMEOUT``) is tried again this many times before training fails
+#: ``runs._db.BUSY_TIMEOUT``) is tried this many times in all before training fails
 LOCKED_TRIES = 10
 #: the file in a run's folder that the process training the run holds locked
 CLAIM = ".labkit-training.lock"
@@ -83,6 +85,39 @@ class _Writer:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive()
+
+
+class RunBusyError(TrainingError):
+    """The run is being trained by another process (or another loop of this one)."""
+
+
+#: the claims this process holds; a child forked without exec closes its copies (a flock
+#: belongs to the open file, which the child shares: a multiprocessing pool forked while a
+#: run trained kept the run locked after this process let go, or died)
+_CLAIMED: weakref.WeakSet = weakref.WeakSet()
+
+
+def _close_claims_in_child() -> None:
+    for f in list(_CLAIMED):
+        try:
+            f.close()
+        except OSError:
+            pass
+    _CLAIMED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_claims_in_child)
+
+_WARNED_NO_CLAIM: set = set()
+
+
+def _no_claim(directory, e) -> None:
+    """Training goes on without a claim where the filesystem takes no locks (once a folder)."""
+    if str(directory) not in _WARNED_NO_CLAIM:
+        _WARNED_NO_CLAIM.add(str(directory))
+        warnings.warn(f"labkit: cannot lock {directory} ({e}); a second process training this "
+                      "run is refused only while its heartbeat is fresh", stacklevel=3)
 
 
 def _patient(fn, *args, **kwargs):
@@ -152,6 +187,9 @@ class Recorder:
         self.parent_checkpoint = record.get("parent_checkpoint")
         self.store = runs.store() if self.enabled else None
         if self.store is not None:
+            # NOTE: before anything is written: a second process resuming the run at the
+            # same moment is refused here, not after it rewrote the run's metrics
+            self.claim()
             self.store.update_run(self.run_id, directory=str(self.directory), pid=os.getpid())
 
     def claim(self) -> None:
@@ -161,27 +199,38 @@ class Recorder:
         with the process, even a killed one. Without a store, nothing is claimed."""
         if self.store is None or self._claim is not None or fcntl is None:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        f = open(self.directory / CLAIM, "a+")  # noqa: SIM115 - held until release()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            f = open(self.directory / CLAIM, "a+")  # noqa: SIM115 - held until release()
+        except OSError as e:
+            _no_claim(self.directory, e)
+            return
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+                f.close()  # NOTE: a filesystem without locks (NFS nolock, some Lustre)
+                _no_claim(self.directory, e)
+                return
             f.seek(0)
             holder = f.read().strip()[:40] or "?"
             f.close()
-            raise TrainingError(
-                f"run {self.run_id} is being trained by another process (pid {holder} on "
-                f"this machine); wait for it to end, or stop it (lk.runs.send"
-                f"({self.run_id!r}, 'stop')), then train it here") from None
+            who = ("another loop in this process" if holder == str(os.getpid()) else
+                   f"another process (pid {holder} on this machine)")
+            raise RunBusyError(
+                f"run {self.run_id} is being trained by {who}; wait for it to end, or stop it "
+                f"(lk.runs.send({self.run_id!r}, 'stop')), then train it here") from None
         f.seek(0)
         f.truncate()
         f.write(str(os.getpid()))
         f.flush()
         self._claim = f
+        _CLAIMED.add(f)
 
     def release(self) -> None:
         f, self._claim = self._claim, None
         if f is not None:
+            _CLAIMED.discard(f)
             f.close()  # NOTE: closing the file releases its lock
 
     @property
@@ -198,7 +247,7 @@ class Recorder:
 
     def set_status(self, status: str, progress: dict, **fields) -> None:
         if self.store is not None:
-            self._guard(_patient, self.store.update_run, self.run_id, status=status,
+            self._guard(self.store.update_run, self.run_id, status=status,
                         heartbeat=time.time(), pid=os.getpid(), progress=progress, **fields)
 
     # -- commands
@@ -279,8 +328,10 @@ class Recorder:
             failed = e
         if self.store is None:  # deleted meanwhile
             return
+        in_flight = sys.exc_info()[0] is not None or error is not None
         if failed is not None:  # NOTE: what it trained was not all recorded: say so
-            status, error = "failed", f"{type(failed).__name__}: {failed}"
+            note = f"{type(failed).__name__}: {failed}"
+            status, error = "failed", f"{error} (and then {note})" if error else note
         fields = {"ended": time.time()} if status in ("finished", "failed", "interrupted") \
             else {}
         if error:
@@ -288,7 +339,7 @@ class Recorder:
         if traceback:
             fields["traceback"] = traceback
         self.set_status(status, progress(), **fields)
-        if failed is not None:
+        if failed is not None and not in_flight:  # NOTE: never in place of the run's own error
             raise failed
 
     def close(self) -> None:
@@ -318,7 +369,7 @@ class Recorder:
         if self.store is None:
             return
         skipped = {Path(p) for p in skipped}
-        for c in self._guard(self.store.checkpoints, self.run_id, default=[]):
+        for c in self._records():
             path = Path(c["path"])
             if c["valid"] and (path in skipped or (c["iteration"] > loaded_iteration
                                                     and not path.exists())):
@@ -359,9 +410,7 @@ class Recorder:
         path = Path(path)
         if self._wrote(path, directory) is None:
             return False
-        return self.store is None or any(
-            Path(c["path"]) == path for c in self._guard(self.store.checkpoints, self.run_id,
-                                                         default=[]))
+        return self.store is None or any(Path(c["path"]) == path for c in self._records())
 
     def delete_checkpoint(self, path, directory=None) -> bool:
         """Delete ``path`` and its record if this run owns it (see ``owns_checkpoint``);
@@ -377,18 +426,23 @@ class Recorder:
                 warnings.warn(f"kept {path}: {e}", stacklevel=3)
                 return False
             return True
-        for c in self._guard(self.store.checkpoints, self.run_id, default=[]):
+        for c in self._records():
             if Path(c["path"]) == Path(path):
                 self._guard(runs.delete_checkpoint, c["id"], run_id=self.run_id,
                             inside=directory or self.checkpoint_dir, in_store=self.store)
         return True
+
+    def _records(self) -> list[dict]:
+        """This run's checkpoint records, less damaged ones (their paths are not believed)."""
+        return [c for c in self._guard(self.store.checkpoints, self.run_id, default=[])
+                if "damaged" not in c]
 
     # -- failures
     def _guard(self, fn, *args, default=None, **kwargs):
         if self.store is None:
             return default
         try:
-            return fn(*args, **kwargs)
+            return _patient(fn, *args, **kwargs)
         except RunStoreError as e:
             self._store_failed(e)
             return default

@@ -8,13 +8,15 @@ and resumed, and names the first difference.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import math
 import os
 import socket
-import sys
+import sysconfig
 import tempfile
+import types
 import warnings
 from pathlib import Path
 
@@ -53,14 +55,10 @@ def load_factory(name: str):
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
     else:
-        top = target.partition(".")[0]
-        if top in sys.stdlib_module_names or top == "__main__":
+        if _python_own(target.partition(".")[0]) or target == "__main__":
             # NOTE: a factory builds a MainLoop; Python's own modules build none, and a run
             # store from elsewhere naming one (subprocess:run) would run it on `labkit resume`
-            raise TrainingError(f"the run's factory {name!r} is in Python's standard library, "
-                                "which builds no MainLoop: its record was altered or the run "
-                                "store is not yours; pass make_loop=<the function that builds "
-                                "it>")
+            raise _not_a_factory(name, "is in Python's standard library")
         try:
             mod = importlib.import_module(target)
         except ImportError as e:
@@ -73,16 +71,44 @@ def load_factory(name: str):
         except AttributeError:
             raise TrainingError(f"the run was built by {name}, but {target} has no {qual}; pass "
                                 "make_loop=<the function that builds it>") from None
-    # NOTE: what factory_name recorded is defined where it names (os:system is posix's, a
-    # name imported into a module is another module's): anything else is not a factory
-    where = "__labkit_factory__" if target.endswith(".py") else target
-    if not callable(obj) or getattr(obj, "__module__", None) != where or getattr(
-            obj, "__qualname__", None) != qual:
-        raise TrainingError(f"the run's factory {name!r} is not a function defined there (it "
-                            f"is {type(obj).__name__} {getattr(obj, '__module__', '?')}."
-                            f"{getattr(obj, '__qualname__', '?')}): its record was altered or "
-                            "the code changed; pass make_loop=<the function that builds it>")
+    # NOTE: nor one of Python's own functions imported into a user's module (os:system is
+    # posix's, built in)
+    inner = obj.func if isinstance(obj, functools.partial) else obj
+    home = getattr(inner, "__module__", None)
+    if not callable(obj) or isinstance(inner, (types.BuiltinFunctionType,
+                                               types.BuiltinMethodType)) or (
+            isinstance(home, str) and _python_own(home.partition(".")[0])):
+        qual_name = getattr(inner, "__qualname__", "?")
+        raise _not_a_factory(name, f"is {type(obj).__name__} {home}.{qual_name}")
     return obj
+
+
+#: where Python's standard library lives (its site-packages excepted)
+_STDLIB = {Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "platstdlib")}
+
+
+def _python_own(module: str) -> bool:
+    """Whether top-level module ``module`` is Python's own (built in, frozen, or a file of the
+    standard library), found without importing it; a user's package of the same name found
+    first on the path is not."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return False  # NOTE: importing it says why
+    if spec is None or not spec.origin:
+        return False
+    if spec.origin in ("built-in", "frozen"):
+        return True
+    where = Path(spec.origin).resolve()
+    if "site-packages" in where.parts or "dist-packages" in where.parts:
+        return False
+    return any(where.is_relative_to(p) for p in _STDLIB)
+
+
+def _not_a_factory(name, what) -> TrainingError:
+    return TrainingError(f"the run's factory {name!r} {what}, which builds no MainLoop: its "
+                         "record was altered or the run store is not yours; pass "
+                         "make_loop=<the function that builds it>")
 
 
 def build(make_loop, config: dict | None = None, name: str | None = None) -> MainLoop:
@@ -174,15 +200,21 @@ def resume(run_or_path, make_loop=None, run: bool = True) -> MainLoop:
         raise TrainingError(f"resume: make_loop returned {type(loop).__name__}, not a MainLoop")
     loop.config = dict(config)
     loop.factory = record.get("factory") if record else factory_name(make_loop)
-    if record is not None:
-        loop.name = record.get("name")
-        loop.attach(record)
-    loop.load_checkpoint(checkpoint_path)
-    if record is not None and record.get("parent_checkpoint") and not ckpt.list_checkpoints(
-            loop.checkpoint_dir):
-        loop.log.report(forked_from=record.get("parent_run"))
+    try:
+        if record is not None:
+            loop.name = record.get("name")
+            loop.attach(record)  # NOTE: claims the run (recorder.claim)
+        loop.load_checkpoint(checkpoint_path)
+        if record is not None and record.get("parent_checkpoint") and not \
+                ckpt.list_checkpoints(loop.checkpoint_dir):
+            loop.log.report(forked_from=record.get("parent_run"))
+    except BaseException:
+        loop.recorder.release()  # NOTE: a notebook's traceback keeps the loop: let go now
+        raise
     if run:
-        loop.run()
+        loop.run()  # NOTE: still claimed from the attach: no other process got in between
+    else:
+        loop.recorder.release()  # NOTE: claimed again when it trains
     return loop
 
 

@@ -205,3 +205,25 @@ def test_integer_powers_follow_numpys_promotion():
     with pytest.raises(ValueError, match="negative integer powers"):
         cp.asarray(np.array([1, 2], np.int32)) ** -1
     np.testing.assert_array_equal((cp.asarray(np.array([1, 2], np.int32)) ** 3).get(), [1, 8])
+
+
+def test_a_list_of_python_ints_out_of_range_is_refused_as_numpy_refuses_it():
+    h, d = both(np.zeros(3, np.int8))
+    with pytest.raises(OverflowError):
+        h[[0]] = [300]
+    with pytest.raises(OverflowError, match="300 out of bounds for int8"):
+        d[[0]] = [300]
+    h[[0, 1]] = np.array([300, 2])  # an array is cast as NumPy casts it
+    d[[0, 1]] = np.array([300, 2])
+    np.testing.assert_array_equal(d.get(), h)
+
+
+def test_an_optimizer_does_not_write_into_a_read_only_parameter():
+    x = cp.asarray(np.ones(4, np.float32))
+    p = lk.tensor(np.ones(4, np.float32), device="cl", requires_grad=True)
+    p.data = cp.broadcast_to(x, (4,))  # read-only, and contiguous: the fused update's path
+    opt = lk.optimizers.SGD(lr=0.1).setup({"p": p})
+    (p * p).sum().backward()
+    with pytest.raises(ValueError, match="read-only"):
+        opt.update()
+    np.testing.assert_array_equal(x.get(), np.ones(4))

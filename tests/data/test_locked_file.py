@@ -90,3 +90,15 @@ def test_other_open_errors_still_name_the_damage(dataset_file, monkeypatch):
     with pytest.raises(DataError, match=r"cannot open as HDF5 \(.*bad object header.*\); "
                                         r"the file is truncated or damaged - rebuild it"):
         H5Dataset(dataset_file)
+
+
+def test_a_filesystem_without_locks_is_named_with_the_fix_at_once(dataset_file, monkeypatch):
+    def file(path, mode="r", **kw):
+        raise OSError(38, "Unable to synchronously open file (unable to lock file, errno = 38, "
+                          "error message = 'Function not implemented')")
+
+    monkeypatch.setattr(datasets.h5py(), "File", file)
+    monkeypatch.setattr(datasets, "LOCK_WAIT", 60.0)  # NOTE: not waited for: no one holds it
+    with pytest.raises(DataError, match="does not take HDF5's file locks.*"
+                                        "HDF5_USE_FILE_LOCKING=FALSE"):
+        H5Dataset(dataset_file)

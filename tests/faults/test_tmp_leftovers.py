@@ -44,13 +44,13 @@ def test_the_next_write_removes_what_a_killed_writer_left(tmp_path):
 
 def test_a_live_writers_another_hosts_and_other_targets_temporaries_stay(tmp_path):
     prefix = f"{_fs.TMP_PREFIX}out.h5."
-    keep = [f"{prefix}{_fs._HOST}-{os.getpid()}.abc123",       # a live writer (this process)
-            f"{prefix}elsewhere.example-1.abc123",              # another host's writer
+    keep = [f"{prefix}{_fs._owner()}.abc123",               # a live writer (this process)
+            f"{prefix}0badc0de-1-1.abc123",                    # another host's writer
             f"{prefix}old_unnamed",                            # older labkit: no owner in it
-            f"{_fs.TMP_PREFIX}other.h5.{_fs._HOST}-1.abc123"]  # another target's
+            f"{_fs.TMP_PREFIX}other.h5.{_fs.HOST}-1-1.abc123"]  # another target's
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    dead = f"{prefix}{_fs._HOST}-{gone.pid}.abc123"
+    dead = f"{prefix}{_fs.HOST}-{gone.pid}-1.abc123"
     for name in keep + [dead]:
         (tmp_path / name).write_bytes(b"x")
     _fs.atomic_write(tmp_path / "out.h5", b"new")

@@ -47,3 +47,18 @@ def test_an_unforced_delete_names_the_folder_and_keeps_the_run(run_with_folder, 
     with pytest.raises(RunStoreError, match="cannot be read or removed"):
         lk.runs.delete(rid)
     assert store.exists(rid) and folder.exists()
+
+
+def test_a_folder_removed_meanwhile_is_no_error(run_with_folder, monkeypatch):
+    store, rid, folder = run_with_folder
+    real = shutil.rmtree
+
+    def gone_meanwhile(path, *a, **kw):
+        if not kw.get("ignore_errors"):
+            real(path)  # another delete removed it first
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path))
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(shutil, "rmtree", gone_meanwhile)
+    lk.runs.delete(rid, force=True)
+    assert not store.exists(rid) and not folder.exists()

@@ -202,8 +202,8 @@ def test_a_run_named_like_a_folder_never_has_that_folder_deleted(fresh_store, tm
 @pytest.mark.parametrize("factory", ["subprocess:run", "os:system", "builtins:exec",
                                      "os.path:join", "labkit.training.resume:Path"])
 def test_a_factory_that_is_not_one_is_never_called(tmp_path, factory):
-    with pytest.raises(TrainingError, match="factory .* (standard library|not a function "
-                                            "defined there)"):
+    with pytest.raises(TrainingError, match="factory .* (is in Python's standard library|is "
+                                            "(type|function) .*), which builds no MainLoop"):
         load_factory(factory)
 
 
@@ -244,3 +244,21 @@ async def test_a_sweep_or_trial_column_of_the_wrong_kind_is_damage(jp_fetch, fre
     with pytest.raises(HTTPClientError) as e:
         await jp_fetch("labkit", "api", "sweeps", sid)
     assert e.value.code == 503 and why in json.loads(e.value.response.body)["message"]
+
+
+def test_a_factory_imported_into_a_package_or_aliased_still_loads(tmp_path, monkeypatch):
+    """What the sweep CLI records is the target as typed: a package's re-export, an alias."""
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "impl.py").write_text("def make_loop(config):\n    return config\n"
+                                 "build = make_loop\n")
+    (pkg / "__init__.py").write_text("from .impl import make_loop, build\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("mypkg:make_loop", "mypkg.impl:build", "mypkg.impl:make_loop"):
+        assert load_factory(name)({"a": 1}) == {"a": 1}
+
+
+def test_a_newer_labkits_store_says_upgrade_even_with_a_view(fresh_store, tmp_path):
+    sql(fresh_store, "CREATE VIEW newer_feature AS SELECT 1", "PRAGMA user_version = 99")
+    with pytest.raises(RunStoreError, match="written by a newer labkit .* upgrade labkit"):
+        lk.runs.RunStore(fresh_store.path)

@@ -125,3 +125,125 @@ def test_a_run_that_fails_with_the_store_records_how_it_ended(store, monkeypatch
         loop.run()
     run = store.get(rid)
     assert run["status"] == "failed" and "disk full" in run["error"]
+
+
+def _hold(claim: Path):
+    claim.parent.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys\nf = open(sys.argv[1], 'a+')\n"
+         "fcntl.flock(f, fcntl.LOCK_EX)\nf.seek(0); f.truncate(); f.write('4242'); f.flush()\n"
+         "print('held', flush=True)\nsys.stdin.read()", str(claim)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_second_resume_is_refused_before_it_writes_anything(store):
+    """The claim is taken when resume attaches, before the checkpoint is loaded: a second
+    resume rewrote the run's metrics and pid before run() refused it."""
+    loop = lk.training.build(make_loop, {"epochs": 2, "checkpoint_every": 6})
+    loop.run(max_iterations=8)
+    rid = loop.run_id
+    before = (store.get(rid)["pid"], store.metrics(rid, "loss")["loss"]["iteration"])
+    holder = _hold(loop.recorder.directory / recorder.CLAIM)
+    try:
+        with pytest.raises(recorder.RunBusyError, match="another process \\(pid 4242"):
+            lk.resume(rid, run=False)
+        assert (store.get(rid)["pid"], store.metrics(rid, "loss")["loss"]["iteration"]) == \
+            before
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    again = lk.resume(rid, run=False)  # not training: it holds no claim
+    assert lk.resume(rid, run=False).status["iteration"] == 6
+    go_on = []
+
+    def second_loop(lp):  # while this one trains, another loop of this process resumes it
+        if lp.status["iteration"] == 8 and not go_on:
+            with pytest.raises(recorder.RunBusyError, match="another loop in this process"):
+                lk.resume(rid, run=False)
+            go_on.append(1)
+
+    again.add(second_loop, event="after_batch")
+    again.run()
+    assert go_on and store.get(rid)["status"] == "finished"
+
+
+def test_a_filesystem_without_locks_trains_without_the_claim(store, monkeypatch):
+    import errno
+
+    def no_locks(f, how):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(recorder.fcntl, "flock", no_locks)
+    loop = make_loop({"epochs": 1})
+    with pytest.warns(UserWarning, match="cannot lock .*No locks available"):
+        loop.run()
+    assert store.get(loop.run_id)["status"] == "finished"
+
+
+def test_a_child_forked_while_the_run_trains_does_not_keep_it_claimed(store):
+    import os
+
+    loop = make_loop({"epochs": 1})
+    children = []
+
+    def fork_a_worker(lp):
+        if lp.status["iteration"] == 1:
+            pid = os.fork()
+            if pid == 0:  # a user's multiprocessing pool, say: it lives on
+                time.sleep(60)
+                os._exit(0)
+            children.append(pid)
+
+    loop.add(fork_a_worker, event="after_batch")
+    try:
+        loop.run(max_iterations=3)
+        loop.run()  # the child holds no copy of the claim: this process takes it again
+        assert store.get(loop.run_id)["status"] == "finished"
+    finally:
+        for pid in children:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+
+
+def test_the_runs_own_error_is_raised_when_the_store_fails_too(store, monkeypatch):
+    loop = make_loop({"epochs": 2})
+    rid = loop.ensure_run()
+    real, real_add, failed = loop.loss_fn, store.add_metrics, []
+
+    def loss_fn(model, batch):
+        if loop.status["iteration"] == 3:
+            failed.append(1)
+            raise ValueError("the model's own error")
+        return real(model, batch)
+
+    def add_metrics(run_id, rows):  # the disk fills up as the run fails: its last writes fail
+        if failed:
+            raise refuse("runs.sqlite: cannot read or write the run store (disk full)",
+                         "failed")
+        return real_add(run_id, rows)
+
+    loop.loss_fn = loss_fn
+    monkeypatch.setattr(store, "add_metrics", add_metrics)
+    with pytest.raises(ValueError, match="the model's own error"):
+        loop.run()
+    run = store.get(rid)
+    assert run["status"] == "failed" and "the model's own error" in run["error"]
+    assert "disk full" in run["error"]
+
+
+def test_run_is_refused_while_start_trains(store):
+    import threading
+
+    loop = make_loop({"epochs": 1})
+    go = threading.Event()
+    loop.add(lambda lp: go.wait(30), event="after_batch")
+    loop.start()
+    try:
+        with pytest.raises(TrainingError, match="training on its start\\(\\) thread"):
+            loop.run()
+    finally:
+        go.set()
+        loop.wait()
+    assert loop.status["iteration"] == 12 and store.get(loop.run_id)["status"] == "finished"

@@ -19,7 +19,7 @@ import numpy as np
 
 from ...errors import IndexingError, ShapeError
 from .core import add as _add
-from .core import asarray, assign, astype, less, multiply, where
+from .core import asarray, assign, astype, drop_leading_ones, less, multiply, where
 from .indexing import _check_host, _take, basic_index, index_array
 from .ndarray import check_writeable, ndarray
 from .shapes import broadcast_shapes, nocopy_reshape_strides
@@ -43,22 +43,20 @@ def _scalars(key: tuple) -> tuple:
 
 
 def _host_value(value, dtype):
-    """A host value in ``dtype``, as NumPy's setitem casts it (floats truncated), with Python
-    integers out of the dtype's range refused (NumPy 2's OverflowError)."""
-    if isinstance(value, int) and not isinstance(value, bool) and dtype.kind in "iu":
+    """A host value in ``dtype``, as NumPy's setitem casts it: an array cast unsafely (floats
+    truncated), Python values converted by NumPy into the dtype, so that an integer out of its
+    range is NumPy 2's OverflowError (``a[[0]] = [300]`` in int8 was 44)."""
+    if type(value) is int and dtype.kind in "iu":
         info = np.iinfo(dtype)
         if not info.min <= value <= info.max:
             raise OverflowError(f"setitem: Python integer {value} out of bounds for {dtype}")
     with np.errstate(all="ignore"):
-        return np.asarray(value).astype(dtype)
-
-
-def _drop_leading_ones(value, ndim):
-    """``value`` without leading axes of size 1 beyond ``ndim`` (NumPy's setitem drops them:
-    ``d[0] = ones((1, 4))``)."""
-    while value.ndim > ndim and value.shape[0] == 1:
-        value = value.reshape(value.shape[1:])
-    return value
+        if isinstance(value, (np.ndarray, np.generic)):
+            return np.asarray(value).astype(dtype)
+        try:
+            return np.asarray(value, dtype=dtype)
+        except OverflowError as e:
+            raise OverflowError(f"setitem: {e}") from None
 
 
 def _advanced(key: tuple) -> bool:
@@ -101,7 +99,7 @@ def setitem(a: ndarray, key, value) -> None:
     rest = w.shape[pos + n:]
     # the values in the layout of the result a getitem would give, then in w's
     want = (shp + w.shape[:pos] + rest) if front else (w.shape[:pos] + shp + rest)
-    value = _drop_leading_ones(value, len(want))
+    value = drop_leading_ones(value, len(want))
     try:
         value = value.broadcast_to(want) if value.shape != want else value
     except ShapeError:

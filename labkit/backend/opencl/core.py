@@ -540,6 +540,14 @@ def astype(a, dt) -> ndarray:
     return launch("astype", "v0", out, [a], (CTYPES[dt],))
 
 
+def drop_leading_ones(value: ndarray, ndim: int) -> ndarray:
+    """``value`` without leading axes of size 1 beyond ``ndim`` (NumPy's setitem drops them:
+    ``d[0] = ones((1, 4))``)."""
+    while value.ndim > ndim and value.shape[0] == 1:
+        value = value.reshape(value.shape[1:])
+    return value
+
+
 def assign(view: ndarray, value) -> None:
     """``view[...] = value`` (broadcast; a value that overlaps ``view`` is copied first)."""
     check_writeable(view, "setitem")
@@ -547,8 +555,7 @@ def assign(view: ndarray, value) -> None:
     same_device("setitem", (view, value))
     ct = CTYPES[view.dtype]
     if isinstance(value, ndarray):
-        while value.ndim > view.ndim and value.shape[0] == 1:  # NOTE: NumPy drops them
-            value = value.reshape(value.shape[1:])
+        value = drop_leading_ones(value, view.ndim)
         broadcast_strides(value.shape, value._st, view.shape, "setitem")
         if _overlaps(view, value):
             value = copy(value)

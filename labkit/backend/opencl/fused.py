@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
+from .ndarray import CTYPES, IDX_NP, check_writeable, index_ctype, ndarray
 from .program import header, kernels
 
 _FRAME = """#pragma OPENCL FP_CONTRACT OFF
@@ -46,6 +46,8 @@ def run(body: str, arrays, scalars, writes, *, name: str = "fused"):
     """Run ``body`` once per element of ``arrays`` (which must pass :func:`fits`); ``y{j}``
     of the body is stored into ``arrays[writes[j]]``. ``scalars`` are passed as the arrays'
     type. Returns nothing: the results are in the arrays."""
+    for j in set(writes):
+        check_writeable(arrays[j], name)
     a0 = arrays[0]
     n = a0.size
     if n == 0:
