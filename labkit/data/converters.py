@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import json
 import lzma
 import re
 import struct
@@ -36,7 +37,7 @@ from ..config import datasets_dir
 from ..errors import DataError
 from ._inputs import Budget, npz_arrays, open_regular, read_exact, tar_members
 from .datasets import H5Dataset
-from .layout import check_container, write_h5
+from .layout import MAX_META, check_container, write_h5
 
 IMAGE_LABELS = {"features": ("batch", "channel", "height", "width"), "targets": ("batch",)}
 
@@ -86,6 +87,9 @@ def _read_idx(path: Path, budget: Budget) -> np.ndarray:
             head = f.read(4)
             if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in _IDX_TYPES:
                 raise DataError(f"{path} is not an IDX file (bad magic number {head.hex()})")
+            if not 1 <= head[3] <= 4:  # NOTE: MNIST's are 1 (labels) and 3 (images)
+                raise DataError(f"{path}: the header declares {head[3]} dimensions; an IDX file "
+                                "of images or labels has 1 to 4 (not an MNIST file?)")
             raw_dims = f.read(4 * head[3])
             if len(raw_dims) < 4 * head[3]:
                 raise DataError(f"{path}: the header ends before its {head[3]} dimensions; the "
@@ -170,7 +174,8 @@ def _cifar_records(name: str, data: np.ndarray):
         raise DataError(f"{name}: holds no records; a CIFAR-10 batch holds {_CIFAR_BATCH}")
     if len(data) % _CIFAR_RECORD:
         raise DataError(f"{name}: {len(data)} bytes is not a whole number of CIFAR-10 records "
-                        f"({_CIFAR_RECORD} bytes each); the file is truncated")
+                        f"({_CIFAR_RECORD} bytes each); the file is truncated or has bytes "
+                        "that are not CIFAR-10's")
     rec = data.reshape(-1, _CIFAR_RECORD)
     if rec[:, 0].max() > 9:
         raise DataError(f"{name}: labels above 9; this is not the CIFAR-10 binary version")
@@ -213,7 +218,9 @@ def convert_cifar10(source, path=None) -> Path:
         except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as e:
             raise DataError(f"{source}: cannot read the archive ({e}); it is truncated or not "
                             "cifar-10-binary.tar.gz") from None
-    xs, ys = zip(*(_cifar_records(n, blobs[n]) for n in names))
+    # NOTE: errors name the member where it is: the directory's file, or archive's member
+    where = {n: str(source / n) if source.is_dir() else f"{source}: {n}" for n in names}
+    xs, ys = zip(*(_cifar_records(where[n], blobs[n]) for n in names))
     n_train, n_valid = sum(len(x) for x in xs[:5]), len(xs[4])
     splits = {"train": (0, n_train - n_valid), "valid": (n_train - n_valid, n_train),
               "train_full": (0, n_train), "test": (n_train, n_train + len(xs[5]))}
@@ -237,6 +244,10 @@ def convert_text(file, path=None, level: str = "char", valid_fraction: float = 0
     file = Path(file)
     if level not in ("char", "word"):
         raise DataError(f"convert_text: level must be 'char' or 'word', got {level!r}")
+    if not isinstance(min_count, (int, np.integer)) or isinstance(min_count, bool) or \
+            min_count < 1:
+        raise DataError(f"convert_text: min_count must be a whole number >= 1, got "
+                        f"{min_count!r}")
     for arg, v in (("valid_fraction", valid_fraction), ("test_fraction", test_fraction)):
         if not (isinstance(v, (int, float)) and 0 <= v <= 1):
             raise DataError(f"convert_text: {arg} must be a number in [0, 1], got {v!r}")
@@ -248,7 +259,8 @@ def convert_text(file, path=None, level: str = "char", valid_fraction: float = 0
             have = fh.seek(0, 2)
             Budget().take(have, str(file))
             fh.seek(0)
-            text = read_exact(fh, have, str(file)).tobytes().decode("utf-8")
+            # NOTE: utf-8-sig: a byte-order mark made the first token another word
+            text = read_exact(fh, have, str(file)).tobytes().decode("utf-8-sig")
         # NOTE: lines end at \n, \r\n or \r (as a text file's lines): not at a form feed or
         # \u2028 inside a line, where str.splitlines() cuts (one example became two)
         lines = [ln for ln in re.split(r"\r\n|\r|\n", text) if ln.strip()]
@@ -262,6 +274,11 @@ def convert_text(file, path=None, level: str = "char", valid_fraction: float = 0
     counts = Counter(t for line in tokens for t in line)
     vocab = ["<unk>"] + sorted((t for t, c in counts.items() if c >= min_count),
                                key=lambda t: (-counts[t], t))
+    size = len(json.dumps(vocab).encode())
+    if size > MAX_META:
+        raise DataError(f"{file}: its vocabulary of {len(vocab):,} tokens is {size:,} bytes as "
+                        f"JSON, more than a dataset's metadata holds ({MAX_META:,}); keep "
+                        f"fewer words (min_count={min_count} now: raise it) or use level='char'")
     ids = {t: i for i, t in enumerate(vocab)}
     seqs = [np.array([ids.get(t, 0) for t in line], dtype=np.int32) for line in tokens]
     n = len(seqs)

@@ -132,10 +132,16 @@ def write_h5(path, sources: Mapping[str, object],
     problem = overlap_problem(checked)
     if problem:
         raise DataError(f"write_h5({path}): {problem}")
-    for key in metadata or {}:
+    meta = {}
+    for key, value in (metadata or {}).items():
         if not isinstance(key, str) or not key or "/" in key or key in (".", ".."):
             raise DataError(f"write_h5({path}): metadata key {key!r} must be a non-empty string "
                             "without '/'")
+        meta[key] = json.dumps(value).encode()
+        if len(meta[key]) > MAX_META:  # NOTE: the reader refuses it: a file no one could open
+            raise DataError(f"write_h5({path}): metadata {key!r} is {len(meta[key]):,} bytes "
+                            f"as JSON; a dataset's metadata entry holds at most {MAX_META:,} "
+                            "(keep vocabularies and tables smaller, or store them as sources)")
     for src, labels in (axis_labels or {}).items():
         if labels is None:
             continue
@@ -174,9 +180,8 @@ def write_h5(path, sources: Mapping[str, object],
             labels = (axis_labels or {}).get(src)
             if labels is not None:
                 d.attrs["axis_labels"] = _text_attr(json.dumps(list(labels)))
-        for key, value in (metadata or {}).items():
-            raw = np.frombuffer(json.dumps(value).encode(), dtype=np.uint8)
-            create(f.require_group("_meta"), key, raw)
+        for key, text in meta.items():
+            create(f.require_group("_meta"), key, np.frombuffer(text, dtype=np.uint8))
     return path
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from ..backend.random import Generator
 from ..errors import DataError
 from .schemes import COUNT, SEED, config_mismatch, fresh_seed, mix_seed, state_int
-from .streams import Stream, stack
+from .streams import Stream, fingerprint, stack
 
 __all__ = ["Batch", "Bucket", "Filter", "Prefetch", "Unpack"]
 
@@ -273,7 +273,12 @@ class Bucket(_Replaying):
         pool = list(itertools.islice(up, self.batch_size * self.pool))
         if not pool:
             return None
-        order = np.argsort([len(ex[self.source]) for ex in pool], kind="stable")
+        try:
+            lengths = [len(ex[self.source]) for ex in pool]
+        except TypeError:
+            raise DataError(f"Bucket: source {self.source!r} holds values without a length "
+                            "(scalars); bucket by a source of sequences") from None
+        order = np.argsort(lengths, kind="stable")
         cuts = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         perm = Generator(seed=mix_seed(self.seed, self.epoch, index)).permutation(len(cuts))
         return [_collate([pool[i] for i in cuts[j]], self.sources) for j in perm]
@@ -287,6 +292,9 @@ class Filter(_Sequential):
         if not callable(predicate):
             raise DataError(f"Filter: predicate must be callable, got {type(predicate).__name__}")
         self.predicate = predicate
+
+    def _settings(self):
+        return {"predicate": fingerprint(self.predicate)}
 
     def _iterate(self):
         for item in self.stream:

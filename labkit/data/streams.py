@@ -33,6 +33,7 @@ True
 
 from __future__ import annotations
 
+import hashlib
 import reprlib
 
 import numpy as np
@@ -113,9 +114,9 @@ class Stream:
         """Everything that determines the rest of the sequence, as JSON values."""
         if self.indexed:
             return {"epoch": self.epoch, "position": self.position,
-                    "stages": [s._own_state() for s in self.stages()]}
+                    "stages": [s._saved_own() for s in self.stages()]}
         return {"type": type(self).__name__, "epoch": self.epoch, "position": self.position,
-                **self._own_state(), "stream": self._upstream_state()}
+                **self._saved_own(), "stream": self._upstream_state()}
 
     def load_state_dict(self, state: dict, _where: str | None = None) -> None:
         """Continue from ``state`` (from ``state_dict()`` of a stream built the same way).
@@ -148,6 +149,7 @@ class Stream:
                 raise DataError(f"{where}['stages']: the state has stages {got}, this stream has "
                                 f"{have}; build the pipeline as it was when the state was saved")
             for i, (s, own) in enumerate(zip(stages, saved)):
+                s._check_settings(own, f"{where}['stages'][{i}]")
                 s._load_own_state(own, f"{where}['stages'][{i}]")
             s = self
             while s is not None and s.indexed:
@@ -163,6 +165,7 @@ class Stream:
                 raise DataError(f"{where}['type']: the state is for a {state.get('type')!r}, "
                                 f"this is a {type(self).__name__}; build the pipeline as it was "
                                 "when the state was saved")
+            self._check_settings(state, where)
             self._load_own_state(state, where)
             upstream = state.get("stream")
             if not isinstance(upstream, dict):
@@ -202,6 +205,33 @@ class Stream:
 
     def _load_own_state(self, state: dict, where: str = "state") -> None:
         """Load this stage's own part of a state (checked: ``where`` names it in errors)."""
+
+    def _settings(self) -> dict:
+        """What this stage's items depend on beyond its state (a crop's size, a flip's ``p``,
+        a mapping's function), each as short text: a state saved with other settings is
+        refused, as it would go on with other items than the saved pipeline's."""
+        return {}
+
+    def _saved_own(self) -> dict:
+        settings = self._settings()
+        return {**self._own_state(), "settings": settings} if settings else self._own_state()
+
+    def _check_settings(self, state, where: str) -> None:
+        saved = state.get("settings") if isinstance(state, dict) else None
+        if saved is None:  # NOTE: saved before settings were recorded, or a fork's (see
+            return         # training.state: a fork may change them)
+        mine = self._settings()
+        if not isinstance(saved, dict):
+            raise DataError(f"{where}['settings']: expected an object, got "
+                            f"{type(saved).__name__}; the state is damaged")
+        for key in sorted(set(saved) | set(mine), key=str):
+            if saved.get(key) != mine.get(key):
+                raise DataError(
+                    f"{where}: the state was saved from a {type(self).__name__} with {key} = "
+                    f"{reprlib.repr(saved.get(key))}, this one has "
+                    f"{reprlib.repr(mine.get(key))}; build the pipeline as it was when the "
+                    "state was saved (to go on with other settings, fork the run: "
+                    "lk.runs.fork)")
 
     def _upstream_state(self) -> dict:
         return self.stream.state_dict()
@@ -339,6 +369,13 @@ class Transformer(Stream):
                                 f"its sources are {list(self.sources)}")
             self.which_sources = ws
 
+    #: the attributes this transformer's items depend on (see ``Stream._settings``)
+    SETTINGS: tuple = ()
+
+    def _settings(self) -> dict:
+        return {"which_sources": fingerprint(list(self.which_sources)),
+                **{a: fingerprint(getattr(self, a)) for a in self.SETTINGS}}
+
     def transform(self, item: dict, epoch: int, k: int) -> dict:
         out = dict(item)
         for s in self.which_sources:
@@ -393,6 +430,19 @@ def _shard_rows(stream, epoch: int, k: int):
             not scheme.batched):
         return None
     return scheme.rows(epoch, k)
+
+
+def fingerprint(v) -> str:
+    """A setting as short, comparable text: an array by its shape, dtype and a digest of its
+    bytes; a function by its module and name; anything else by its repr (cut to 200)."""
+    if isinstance(v, np.ndarray):
+        digest = hashlib.sha1(np.ascontiguousarray(v).tobytes()).hexdigest()[:16]
+        return f"array{v.shape} {v.dtype} {digest}"
+    if isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)):
+        return str(np.dtype(v))
+    if callable(v) and hasattr(v, "__qualname__"):
+        return f"{getattr(v, '__module__', '?')}.{v.__qualname__}"
+    return repr(v)[:200]
 
 
 def stack(values: list):

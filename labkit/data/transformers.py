@@ -43,6 +43,8 @@ class Mapping(Transformer):
     when ``fn`` adds or drops some. For worker processes, ``fn`` must be importable (defined in a
     module, not in a notebook cell or as a lambda)."""
 
+    SETTINGS = ("fn", "sources")
+
     def __init__(self, stream, fn, sources=None):
         super().__init__(stream)
         if not callable(fn):
@@ -69,6 +71,8 @@ class Mapping(Transformer):
 class Cast(Transformer):
     """Cast sources to ``dtype``."""
 
+    SETTINGS = ("dtype",)
+
     def __init__(self, stream, dtype, which_sources=None):
         super().__init__(stream, which_sources)
         self.dtype = np.dtype(dtype)
@@ -79,6 +83,8 @@ class Cast(Transformer):
 
 class ScaleAndShift(Transformer):
     """``value * scale + shift``, in float32 unless the source is already floating point."""
+
+    SETTINGS = ("scale", "shift")
 
     def __init__(self, stream, scale, shift=0.0, which_sources=None):
         super().__init__(stream, which_sources)
@@ -91,6 +97,8 @@ class ScaleAndShift(Transformer):
 
 class Normalize(Transformer):
     """``(value - mean) / std``; ``mean`` and ``std`` are scalars or broadcast per feature."""
+
+    SETTINGS = ("mean", "std")
 
     def __init__(self, stream, mean, std, which_sources=None):
         super().__init__(stream, which_sources)
@@ -105,6 +113,8 @@ class Normalize(Transformer):
 
 class OneHot(Transformer):
     """Integer labels to one-hot rows of ``num_classes`` (float32)."""
+
+    SETTINGS = ("num_classes", "dtype")
 
     def __init__(self, stream, num_classes: int, which_sources="targets", dtype=np.float32):
         super().__init__(stream, which_sources)
@@ -139,6 +149,8 @@ def _per_row(transformer, value):
 class RandomCrop(RandomTransformer):
     """Crop a random ``(height, width)`` window out of the last two axes of each example."""
 
+    SETTINGS = ("shape",)
+
     def __init__(self, stream, shape, which_sources="features", seed=None):
         super().__init__(stream, which_sources, seed)
         self.shape = (int(shape), int(shape)) if np.isscalar(shape) else tuple(map(int, shape))
@@ -162,6 +174,8 @@ class RandomCrop(RandomTransformer):
 
 class RandomFlip(RandomTransformer):
     """Reverse ``axis`` of each example with probability ``p`` (default: horizontal flips)."""
+
+    SETTINGS = ("axis", "p")
 
     def __init__(self, stream, axis: int = -1, p: float = 0.5, which_sources="features",
                  seed=None):
@@ -200,6 +214,8 @@ class NGrams(Transformer):
     tokens ``(m,)`` (other sources are dropped: they do not align with the n-grams).
     """
 
+    SETTINGS = ("n", "source", "target")
+
     def __init__(self, stream, n: int, source: str = "text", target: str = "targets"):
         super().__init__(stream, source)
         if n < 1:
@@ -222,6 +238,8 @@ class NGrams(Transformer):
 
 class Padding(Transformer):
     """Pad a batch of sequences to its longest and add ``<source>_mask`` (1 = data, 0 = pad)."""
+
+    SETTINGS = ("pad_value", "mask_dtype")
 
     def __init__(self, stream, which_sources=None, pad_value=0, mask_dtype=np.float32):
         super().__init__(stream, which_sources)
@@ -269,6 +287,8 @@ def _pad_value(v, dt, source):
 
 class SortByLength(Transformer):
     """Order the examples of each batch by the length of ``source`` (longest first)."""
+
+    SETTINGS = ("source", "descending")
 
     def __init__(self, stream, source: str, descending: bool = True):
         super().__init__(stream, source)

@@ -58,6 +58,18 @@ def loop_state(loop) -> dict:
     }
 
 
+def _without_settings(state):
+    """``state`` with its stream stages' recorded settings left out (data.streams)."""
+    def strip(v):
+        if isinstance(v, dict):
+            return {k: strip(x) for k, x in v.items() if k != "settings"}
+        return [strip(x) for x in v] if isinstance(v, list) else v
+
+    if isinstance(state, dict) and isinstance(state.get("stream"), dict):
+        state = {**state, "stream": strip(state["stream"])}
+    return state
+
+
 def load_loop_state(loop, state: dict) -> None:
     check(state)
     mine = loop.extensions.saved()
@@ -144,7 +156,9 @@ def load_newest(loop, directory, own: bool = False) -> Path:
     parent = loop.recorder.parent_checkpoint
     if parent:
         try:
-            load_loop_state(loop, ckpt.load(parent))
+            # NOTE: a fork may change its data pipeline's settings (a crop size in its changed
+            # config): the parent's stream state is loaded without them
+            load_loop_state(loop, _without_settings(ckpt.load(parent)))
             return Path(parent)
         except CheckpointError as e:
             if not reasons:

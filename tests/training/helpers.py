@@ -31,7 +31,7 @@ def make_loop(config=None):
     opt = lk.optimizers.chain(lk.optimizers.GradientClipping(1.0),
                               lk.optimizers.Adam(lr=cfg["lr"])).setup(model)
     s = DataStream(dataset(), batch_size=cfg["batch_size"], shuffle=True, seed=5)
-    s = RandomFlip(s, seed=6)
+    s = RandomFlip(s, p=cfg.get("flip_p", 0.5), seed=6)
     if cfg["workers"]:
         s = Parallel(s, workers=cfg["workers"])
 

@@ -125,3 +125,22 @@ def test_a_checkpoint_written_but_not_recorded_is_recorded_on_resume(tmp_path):
         assert resumed.status["resumed_from"].endswith("ckpt-00000010")
         assert _names(resumed.checkpoint_dir) == ["ckpt-00000022", "ckpt-00000024"]
         assert [c["iteration"] for c in store.checkpoints(loop.run_id)] == [22, 24]
+
+
+def test_a_fork_may_change_its_pipelines_settings_a_resume_may_not(tmp_path):
+    with lk.runs.use_store(tmp_path / "runs.sqlite"):
+        loop = T.build(make_loop, {"epochs": 2, "checkpoint_every": 4, "flip_p": 0.5})
+        loop.run(max_iterations=9)
+        # the same run with another flip probability: its states are refused, each saying why
+        with pytest.raises(lk.CheckpointError, match="RandomFlip with p = '0.5', this one has "
+                                                     "'0.9'"):
+            with pytest.warns(UserWarning):
+                lk.resume(loop.run_id, run=False,
+                          make_loop=lambda cfg: make_loop({**cfg, "flip_p": 0.9}))
+        assert all(c["valid"] for c in lk.runs.checkpoints(loop.run_id))  # none marked
+        # a fork with it changed goes on from the parent's checkpoint with its own setting
+        child = lk.runs.fork(loop.run_id, flip_p=0.9)
+        forked = lk.resume(child, run=False)
+        assert forked.stream.p == 0.9 and forked.status["iteration"] == 8
+        forked.run()
+        assert lk.runs.get(child)["status"] == "finished"
