@@ -230,7 +230,7 @@ def data(v, like: Tensor, op: str, name: str, move: bool = True):
     NumPy array or a list, as an array on ``like``'s device (host values are copied there: the
     input pipeline's copy; with ``move=False`` they stay NumPy arrays)."""
     d = v.data if isinstance(v, Tensor) else v
-    if isinstance(d, (list, tuple)):
+    if isinstance(d, (list, tuple, np.generic)):  # NOTE: np.generic: a 0-d array's value
         d = np.asarray(d)
     if isinstance(d, np.ndarray):
         if d.dtype.kind not in "biuf":

@@ -113,7 +113,9 @@ class GELU(Function):
     def backward(self, inputs, gy):
         # NOTE: Phi(x) + x phi(x), with x phi(x) taken as its limit 0 at +-inf
         (x,) = inputs
-        finite = where(host(lambda d: xp_of(d).isinf(d), x.data, name="gelu.inf"), 0.0, x)
+        # NOTE: asarray: NumPy's isinf of a 0-d array is a scalar, which where() refused
+        inf = host(lambda d: xp_of(d).asarray(xp_of(d).isinf(d)), x.data, name="gelu.inf")
+        finite = where(inf, 0.0, x)
         phi = exp(mul(finite * finite, -0.5)) * (1 / _m.sqrt(2 * _m.pi))
         return gy * (erfc(mul(x, -1 / _m.sqrt(2))) * 0.5 + finite * phi)
 

@@ -372,7 +372,8 @@ class Erf(_Unary):
     name = op = "erf"
 
     def forward(self, x):
-        if isinstance(x, np.ndarray):
+        if isinstance(x, (np.ndarray, np.generic)):  # NOTE: a 0-d result is a NumPy scalar
+            x = np.asarray(x)
             from math import erf as _erf
 
             return np.vectorize(_erf, otypes=[x.dtype])(x) if x.size else x.copy()
@@ -389,7 +390,8 @@ class Erfc(_Unary):
     name = op = "erfc"
 
     def forward(self, x):
-        if isinstance(x, np.ndarray):
+        if isinstance(x, (np.ndarray, np.generic)):  # NOTE: a 0-d result is a NumPy scalar
+            x = np.asarray(x)
             from math import erfc as _erfc
 
             return np.vectorize(_erfc, otypes=[x.dtype])(x) if x.size else x.copy()

@@ -46,4 +46,7 @@ def dropout(x, ratio=0.5, training=True, generator=None):
         keep = g.bernoulli(shape, 1.0 - ratio)
         return keep.astype(dtype) * dtype.type(1.0 / (1.0 - ratio))
 
-    return MulConstant(host(mask, name="dropout.mask")).apply((x,))
+    # NOTE: effect: drawing advances the generator, so a compiled replay draws it even where
+    # the dropout's result is unused (pruned, the masks after it and the generator's state
+    # differed from eager)
+    return MulConstant(host(mask, name="dropout.mask", effect=True)).apply((x,))
