@@ -65,13 +65,22 @@ def same_value(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
+def built_otherwise(message: str) -> DataError:
+    """A ``DataError`` for a state saved by a pipeline built otherwise than this one (another
+    scheme, stages, sources or settings), not a damaged one: a loop resuming from it stops at
+    once instead of trying each older checkpoint (``training.state.NotThisLoop``)."""
+    e = DataError(message)
+    e.built_otherwise = True
+    return e
+
+
 def config_mismatch(state: dict, mine: dict, where: str, what: str) -> None:
     """A ``DataError`` if ``state`` differs from this stage's configuration ``mine``."""
     diff = {k: (state.get(k), v) for k, v in mine.items() if not same_value(state.get(k), v)}
     if diff:
         shown = ", ".join(f"{k}: saved {a!r}, here {b!r}" for k, (a, b) in diff.items())
-        raise DataError(f"{where}: the state is for a different {what} ({shown}); build the "
-                        "stream as it was when the state was saved")
+        raise built_otherwise(f"{where}: the state is for a different {what} ({shown}); build "
+                              "the stream as it was when the state was saved")
 
 
 def mix_seed(*words: int) -> int:
@@ -309,8 +318,9 @@ class ShardedScheme(Scheme):
         check_state(state, where)
         if not (same_value(state.get("index"), self.index)
                 and same_value(state.get("count"), self.count)):
-            raise DataError(f"{where}: the state is for shard {state.get('index')!r} of "
-                            f"{state.get('count')!r}, this is shard {self.index} of {self.count}")
+            raise built_otherwise(f"{where}: the state is for shard {state.get('index')!r} of "
+                                  f"{state.get('count')!r}, this is shard {self.index} of "
+                                  f"{self.count}")
         self.base.load_state_dict(state.get("base"), f"{where}['base']")
 
     def __repr__(self):

@@ -50,6 +50,7 @@ from .schemes import (
     ShardedScheme,
     ShuffledExampleScheme,
     ShuffledScheme,
+    built_otherwise,
     check_state,
     fresh_seed,
     mix_seed,
@@ -146,8 +147,9 @@ class Stream:
             else:
                 got = f"none (it is the state of a {state.get('type')})"
             if got != have:
-                raise DataError(f"{where}['stages']: the state has stages {got}, this stream has "
-                                f"{have}; build the pipeline as it was when the state was saved")
+                raise built_otherwise(f"{where}['stages']: the state has stages {got}, this "
+                                      f"stream has {have}; build the pipeline as it was when the "
+                                      "state was saved")
             for i, (s, own) in enumerate(zip(stages, saved)):
                 s._check_settings(own, f"{where}['stages'][{i}]")
                 s._load_own_state(own, f"{where}['stages'][{i}]")
@@ -162,7 +164,7 @@ class Stream:
                                 "pipeline")
         else:
             if state.get("type") != type(self).__name__:
-                raise DataError(f"{where}['type']: the state is for a {state.get('type')!r}, "
+                raise built_otherwise(f"{where}['type']: the state is for a {state.get('type')!r}, "
                                 f"this is a {type(self).__name__}; build the pipeline as it was "
                                 "when the state was saved")
             self._check_settings(state, where)
@@ -226,7 +228,7 @@ class Stream:
                             f"{type(saved).__name__}; the state is damaged")
         for key in sorted(set(saved) | set(mine), key=str):
             if saved.get(key) != mine.get(key):
-                raise DataError(
+                raise built_otherwise(
                     f"{where}: the state was saved from a {type(self).__name__} with {key} = "
                     f"{reprlib.repr(saved.get(key))}, this one has "
                     f"{reprlib.repr(mine.get(key))}; build the pipeline as it was when the "
@@ -325,7 +327,7 @@ class DataStream(Stream):
                                 f"{type(saved).__name__}; the state is damaged")
             for key in sorted(set(saved) | set(mine), key=str):
                 if saved.get(key) != mine.get(key):
-                    raise DataError(
+                    raise built_otherwise(
                         f"{where}['dataset'][{key!r}]: the state was saved from a stream "
                         f"over {reprlib.repr(saved.get(key))}, this one reads "
                         f"{reprlib.repr(mine.get(key))}; load it into a stream over the same "

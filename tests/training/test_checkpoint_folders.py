@@ -7,6 +7,7 @@ a run resumed while it trains in another process (two loops trained into one fol
 import os
 import socket
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -131,10 +132,12 @@ def test_a_fork_may_change_its_pipelines_settings_a_resume_may_not(tmp_path):
     with lk.runs.use_store(tmp_path / "runs.sqlite"):
         loop = T.build(make_loop, {"epochs": 2, "checkpoint_every": 4, "flip_p": 0.5})
         loop.run(max_iterations=9)
-        # the same run with another flip probability: its states are refused, each saying why
-        with pytest.raises(lk.CheckpointError, match="RandomFlip with p = '0.5', this one has "
-                                                     "'0.9'"):
-            with pytest.warns(UserWarning):
+        # the same run with another flip probability: refused at once (not each checkpoint
+        # in turn: the loop is built otherwise), naming the setting
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(lk.CheckpointError, match="is not this loop's .*RandomFlip with "
+                                                         "p = '0.5', this one has '0.9'"):
                 lk.resume(loop.run_id, run=False,
                           make_loop=lambda cfg: make_loop({**cfg, "flip_p": 0.9}))
         assert all(c["valid"] for c in lk.runs.checkpoints(loop.run_id))  # none marked
@@ -144,3 +147,20 @@ def test_a_fork_may_change_its_pipelines_settings_a_resume_may_not(tmp_path):
         assert forked.stream.p == 0.9 and forked.status["iteration"] == 8
         forked.run()
         assert lk.runs.get(child)["status"] == "finished"
+
+
+def test_a_loop_built_with_another_batch_size_is_told_at_once(tmp_path):
+    """Each checkpoint was tried in turn, a warning each, and the error listed them all as
+    if they were damaged: the loop is built otherwise, and nothing older would load."""
+    with lk.runs.use_store(tmp_path / "runs.sqlite"):
+        loop = T.build(make_loop, {"epochs": 2, "checkpoint_every": 4})
+        loop.run(max_iterations=9)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(lk.CheckpointError, match=r"ckpt-00000008: .*the saved stream is "
+                                                         r"not this loop's .*batch_size: saved 8, "
+                                                         r"here 4"):
+                lk.resume(loop.run_id, run=False,
+                          make_loop=lambda cfg: make_loop({**cfg, "batch_size": 4}))
+        assert [(c["iteration"], c["valid"]) for c in lk.runs.checkpoints(loop.run_id)] == [
+            (4, True), (8, True)]
