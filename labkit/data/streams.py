@@ -219,21 +219,13 @@ class Stream:
         return {**self._own_state(), "settings": settings} if settings else self._own_state()
 
     def _check_settings(self, state, where: str) -> None:
+        # NOTE: none saved: a state from before settings were recorded, or a fork's (see
+        # training.state: a fork may change them)
         saved = state.get("settings") if isinstance(state, dict) else None
-        if saved is None:  # NOTE: saved before settings were recorded, or a fork's (see
-            return         # training.state: a fork may change them)
-        mine = self._settings()
-        if not isinstance(saved, dict):
-            raise DataError(f"{where}['settings']: expected an object, got "
-                            f"{type(saved).__name__}; the state is damaged")
-        for key in sorted(set(saved) | set(mine), key=str):
-            if saved.get(key) != mine.get(key):
-                raise built_otherwise(
-                    f"{where}: the state was saved from a {type(self).__name__} with {key} = "
-                    f"{reprlib.repr(saved.get(key))}, this one has "
-                    f"{reprlib.repr(mine.get(key))}; build the pipeline as it was when the "
-                    "state was saved (to go on with other settings, fork the run: "
-                    "lk.runs.fork)")
+        same_record(saved, self._settings(), where, "settings", lambda key, a, b: (
+            f"{where}: the state was saved from a {type(self).__name__} with {key} = {a}, this "
+            f"one has {b}; build the pipeline as it was when the state was saved (to go on "
+            "with other settings, fork the run: lk.runs.fork)"))
 
     def _upstream_state(self) -> dict:
         return self.stream.state_dict()
@@ -319,19 +311,10 @@ class DataStream(Stream):
                 "dataset": self._identity()}
 
     def _load_own_state(self, state, where="state"):
-        saved = state.get("dataset")  # NOTE: None in a state saved before it was recorded
-        if saved is not None:
-            mine = self._identity()
-            if not isinstance(saved, dict):
-                raise DataError(f"{where}['dataset']: expected an object, got "
-                                f"{type(saved).__name__}; the state is damaged")
-            for key in sorted(set(saved) | set(mine), key=str):
-                if saved.get(key) != mine.get(key):
-                    raise built_otherwise(
-                        f"{where}['dataset'][{key!r}]: the state was saved from a stream "
-                        f"over {reprlib.repr(saved.get(key))}, this one reads "
-                        f"{reprlib.repr(mine.get(key))}; load it into a stream over the same "
-                        "data (the same split and sources)")
+        # NOTE: None in a state saved before it was recorded
+        same_record(state.get("dataset"), self._identity(), where, "dataset", lambda key, a, b: (
+            f"{where}['dataset'][{key!r}]: the state was saved from a stream over {a}, this one "
+            f"reads {b}; load it into a stream over the same data (the same split and sources)"))
         self.scheme.load_state_dict(state.get("scheme"), f"{where}['scheme']")
 
     def close(self):
@@ -432,6 +415,21 @@ def _shard_rows(stream, epoch: int, k: int):
             not scheme.batched):
         return None
     return scheme.rows(epoch, k)
+
+
+def same_record(saved, mine: dict, where: str, field: str, mismatch) -> None:
+    """A stage's recorded ``field`` of a state (``saved``; None: not recorded then) against
+    ``mine``: ``mismatch(key, saved, mine)`` (values shown short) words the first that differs
+    (a pipeline built otherwise); a field that is not an object is damage."""
+    if saved is None:
+        return
+    if not isinstance(saved, dict):
+        raise DataError(f"{where}['{field}']: expected an object, got {type(saved).__name__}; "
+                        "the state is damaged")
+    for key in sorted(set(saved) | set(mine), key=str):
+        if saved.get(key) != mine.get(key):
+            raise built_otherwise(mismatch(key, reprlib.repr(saved.get(key)),
+                                           reprlib.repr(mine.get(key))))
 
 
 def fingerprint(v) -> str:

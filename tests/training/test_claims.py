@@ -29,18 +29,22 @@ def store(tmp_path):
         yield s
 
 
-def test_a_run_another_process_trains_is_refused_before_anything_is_recorded(store):
-    loop = make_loop({"epochs": 1})
-    rid = loop.ensure_run()
-    claim = loop.recorder.directory / recorder.CLAIM
+def _hold(claim: Path):
     claim.parent.mkdir(parents=True, exist_ok=True)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import fcntl, sys\nf = open(sys.argv[1], 'a+')\n"
          "fcntl.flock(f, fcntl.LOCK_EX)\nf.seek(0); f.truncate(); f.write('4242'); f.flush()\n"
          "print('held', flush=True)\nsys.stdin.read()", str(claim)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_run_another_process_trains_is_refused_before_anything_is_recorded(store):
+    loop = make_loop({"epochs": 1})
+    rid = loop.ensure_run()
+    holder = _hold(loop.recorder.directory / recorder.CLAIM)
     try:
-        assert holder.stdout.readline().strip() == "held"
         with pytest.raises(TrainingError, match=rf"run {rid} is being trained by another "
                                                 r"process \(pid 4242 on this machine\)"):
             loop.run()
@@ -125,17 +129,6 @@ def test_a_run_that_fails_with_the_store_records_how_it_ended(store, monkeypatch
         loop.run()
     run = store.get(rid)
     assert run["status"] == "failed" and "disk full" in run["error"]
-
-
-def _hold(claim: Path):
-    claim.parent.mkdir(parents=True, exist_ok=True)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, sys\nf = open(sys.argv[1], 'a+')\n"
-         "fcntl.flock(f, fcntl.LOCK_EX)\nf.seek(0); f.truncate(); f.write('4242'); f.flush()\n"
-         "print('held', flush=True)\nsys.stdin.read()", str(claim)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert holder.stdout.readline().strip() == "held"
-    return holder
 
 
 def test_a_second_resume_is_refused_before_it_writes_anything(store):
