@@ -182,9 +182,12 @@ def settle_run(store, run_id: str, status: str, why, text: str, see: str = "") -
     how it ended (it is still ``created``, ``running`` or ``paused``): the error says ``why``
     (a string, or a function of the status it was left in), a failure adds the ``reasons``
     found in the job's output ``text``, then ``see``; its last 60 lines are the traceback.
-    Whether it recorded the run."""
-    stored = store.get(run_id)["stored_status"]
-    if stored not in ("created", "running", "paused"):
+    Whether it recorded the run. A run another process trains now (live: a fresh heartbeat
+    and, on this host, a live process: this job's have ended) is left to it: a second job
+    refused because the run was being trained (RunBusyError) must not mark it failed."""
+    run = store.get(run_id)
+    stored = run["stored_status"]
+    if stored not in ("created", "running", "paused") or store.is_live(run):
         return False
     why = why(stored) if callable(why) else why
     found = reasons(text) if status == "failed" else []

@@ -381,6 +381,11 @@ def test_runs_a_failed_launch_left_unfinished_are_recorded_with_the_reason(tmp_p
     monkeypatch.setenv(launched.VAR, str(listing))
     with lk.runs.use_store(tmp_path / "runs.sqlite") as store:
         running, created, done = (store.create_run(name=n) for n in ("a", "b", "c"))
+        # NOTE: the ranks that made them have ended (a live trainer's run is left to it)
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        for rid in (running, created, done):
+            store.update_run(rid, pid=gone.pid)
         store.update_run(running, status="running")
         store.update_run(done, status="finished")
         with open(listing, "a") as f:  # NOTE: a rank killed while it wrote a line
@@ -400,7 +405,7 @@ def test_runs_a_failed_launch_left_unfinished_are_recorded_with_the_reason(tmp_p
         assert store.get(done)["status"] == "finished"
         assert not (tmp_path / "gone.sqlite").exists()
         again = store.create_run(name="d")
-        store.update_run(again, status="running")
+        store.update_run(again, status="running", pid=gone.pid)
         assert settle(listing, 130, "", "ended by Ctrl-C of labkit launch",
                       "interrupted") == [again]
         assert store.get(again)["status"] == "interrupted"
