@@ -337,6 +337,11 @@ def test_the_processes_of_a_job_are_found_by_its_token():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env,
                             start_new_session=True)
     try:
+        # NOTE: Popen returns as the child execs (vfork), maybe before the kernel has set up
+        # its /proc/PID/environ: read until it is there (it failed once under load)
+        deadline = time.monotonic() + 30
+        while launch.job_processes(token) != [proc.pid] and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert launch.job_processes(token) == [proc.pid]
         assert launch.job_processes(launch.tag({})) == []
         assert launch.end_processes(token) == [proc.pid]
