@@ -5,8 +5,11 @@ gone shows as dead) and the checkpoint writer (a killed writer's leftovers are c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import threading
+import time
 import zlib
 
 #: the variables that set a process's BLAS/OpenMP thread count, for the processes labkit starts
@@ -76,8 +79,6 @@ class ReadWatch:
     Without /proc nothing is known, and nothing is killed."""
 
     def __init__(self, timeout: float):
-        import threading
-
         self.timeout = float(timeout)
         self.killed: set = set()
         self._slot = None  # (process, since, its CPU ticks then)
@@ -86,10 +87,6 @@ class ReadWatch:
 
     def reading(self, proc):
         """Context manager around the read of a message from ``proc``."""
-        import contextlib
-        import threading
-        import time
-
         if self._thread is None and self.timeout == self.timeout and self.timeout < 1e9:
             self._thread = threading.Thread(target=self._run, name="labkit-read-watch",
                                             daemon=True)
@@ -105,8 +102,6 @@ class ReadWatch:
         return watched()
 
     def _run(self):
-        import time
-
         while not self._stop.wait(min(1.0, self.timeout / 4)):
             slot = self._slot
             if slot is None or time.monotonic() - slot[1] < self.timeout:

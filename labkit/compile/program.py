@@ -267,7 +267,7 @@ def _generate(prog, nodes, t, exposed):
             if c is not None:
                 env[f"C{k}"] = c
                 args += f", C{k}"
-            if values[o].ndim == 0 and scalar0(o):
+            if scalar0(o):
                 # NOTE: a ufunc's 0-d result is a NumPy scalar: made an array again, as every
                 # other 0-d value (an op taking it as an array failed at the first replay)
                 lines.append(f"    s{o} = asarray(U{k}({args}))")

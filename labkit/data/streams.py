@@ -164,9 +164,9 @@ class Stream:
                                 "pipeline")
         else:
             if state.get("type") != type(self).__name__:
-                raise built_otherwise(f"{where}['type']: the state is for a {state.get('type')!r}, "
-                                f"this is a {type(self).__name__}; build the pipeline as it was "
-                                "when the state was saved")
+                raise built_otherwise(f"{where}['type']: the state is for a "
+                                      f"{state.get('type')!r}, this is a {type(self).__name__}; "
+                                      "build the pipeline as it was when the state was saved")
             self._check_settings(state, where)
             self._load_own_state(state, where)
             upstream = state.get("stream")

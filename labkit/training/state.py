@@ -238,15 +238,12 @@ def _load_parts(loop, state, extensions, gens) -> None:
             load(value)
         except CheckpointError as e:
             raise CheckpointError(f"MainLoop.load_state_dict: {what}: {e}") from e
-        except LabkitError as e:
+        except (LabkitError, KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
             if getattr(e, "built_otherwise", False):
                 # NOTE: a pipeline built otherwise (another scheme, stages or settings): every
                 # checkpoint of the run would be refused alike; say so at once
                 raise NotThisLoop(f"MainLoop.load_state_dict: the saved {what} is not this "
                                   f"loop's ({e})") from e
-            raise CheckpointError(f"MainLoop.load_state_dict: the saved {what} does not fit "
-                                  f"this loop ({type(e).__name__}: {e})") from e
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
             # NOTE: a component that does not check its own state yet fails on damaged values
             # with a raw error: name the part, keep the cause
             raise CheckpointError(f"MainLoop.load_state_dict: the saved {what} does not fit "

@@ -19,7 +19,16 @@ import numpy as np
 
 from ...errors import IndexingError, ShapeError
 from .core import add as _add
-from .core import asarray, assign, astype, drop_leading_ones, less, multiply, where
+from .core import (
+    asarray,
+    assign,
+    astype,
+    check_int_range,
+    drop_leading_ones,
+    less,
+    multiply,
+    where,
+)
 from .indexing import _check_host, _take, basic_index, index_array
 from .ndarray import check_writeable, ndarray
 from .shapes import broadcast_shapes, nocopy_reshape_strides
@@ -46,10 +55,7 @@ def _host_value(value, dtype):
     """A host value in ``dtype``, as NumPy's setitem casts it: an array cast unsafely (floats
     truncated), Python values converted by NumPy into the dtype, so that an integer out of its
     range is NumPy 2's OverflowError (``a[[0]] = [300]`` in int8 was 44)."""
-    if type(value) is int and dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        if not info.min <= value <= info.max:
-            raise OverflowError(f"setitem: Python integer {value} out of bounds for {dtype}")
+    check_int_range(value, dtype, "setitem")
     with np.errstate(all="ignore"):
         if isinstance(value, (np.ndarray, np.generic)):
             return np.asarray(value).astype(dtype)

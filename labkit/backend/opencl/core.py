@@ -58,14 +58,20 @@ def full(shape, fill_value, dtype=None, device=None) -> ndarray:
     return launch("fill", "v0", out, [_cast_scalar(fill_value, out.dtype)], (CTYPES[out.dtype],))
 
 
-def _cast_scalar(v, dtype):
-    """A Python or NumPy scalar as a NumPy scalar of ``dtype`` (NumPy's unsafe cast); a
-    Python integer out of an integer dtype's range is NumPy 2's OverflowError (300 was 44 in
-    int8, -1 was 255 in uint8)."""
+def check_int_range(v, dtype, op: str = "") -> None:
+    """NumPy 2's OverflowError for a Python integer out of integer ``dtype``'s range (stored,
+    it wrapped: 300 was 44 in int8, -1 was 255 in uint8)."""
     if type(v) is int and dtype.kind in "iu":
         info = np.iinfo(dtype)
         if not info.min <= v <= info.max:
-            raise OverflowError(f"Python integer {v} out of bounds for {dtype}")
+            raise OverflowError(f"{op + ': ' if op else ''}Python integer {v} out of bounds "
+                                f"for {dtype}")
+
+
+def _cast_scalar(v, dtype):
+    """A Python or NumPy scalar as a NumPy scalar of ``dtype`` (NumPy's unsafe cast; a Python
+    integer out of an integer dtype's range refused: ``check_int_range``)."""
+    check_int_range(v, dtype)
     if isinstance(v, (bool, int, float, np.generic)):
         with np.errstate(all="ignore"):
             x = np.asarray(v).astype(dtype)[()]
