@@ -322,9 +322,9 @@ class LearningRateSchedule(Extension):
             loop.optimizer.lr = float(self.schedule(loop.status["epoch"]))
 
     def on_resumption(self, loop):
-        # NOTE: the learning rate is in no checkpoint, and a loop resumed mid-epoch does not
-        # start that epoch again (no before_epoch): set this epoch's rate here, or the rest of
-        # the epoch trains with the rate the optimizer was built with
+        # NOTE: a loop resumed mid-epoch does not start that epoch again (no before_epoch): set
+        # this epoch's rate here. A checkpoint holds the rate the run had, but not one saved
+        # by an earlier labkit, and a fork's optimizer built with another lr keeps its own
         if self.unit == "epochs" and loop.status["epoch_started"]:
             loop.optimizer.lr = float(self.schedule(loop.status["epoch"]))
 
