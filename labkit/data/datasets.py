@@ -163,6 +163,15 @@ class Dataset:
         pass
 
 
+def _native(a):
+    """``a`` in the machine's byte order (a big-endian array from a file of another machine:
+    worker processes deliver native arrays, so batches are alike with and without them, as
+    an H5Dataset's are)."""
+    if isinstance(a, np.ndarray) and a.dtype.kind not in "OV" and not a.dtype.isnative:
+        return a.astype(a.dtype.newbyteorder("="))
+    return a
+
+
 class IndexableDataset(Dataset):
     """Sources held in memory: a dict of arrays (or of lists of arrays, for sequences).
 
@@ -181,9 +190,9 @@ class IndexableDataset(Dataset):
         for name, value in sources.items():
             if isinstance(value, list) and value and isinstance(value[0], np.ndarray):
                 arr = np.empty(len(value), dtype=object)
-                arr[:] = value
+                arr[:] = [_native(v) for v in value]
             else:
-                arr = np.asarray(value)
+                arr = _native(np.asarray(value))
             if arr.ndim == 0:
                 raise DataError(f"IndexableDataset: source {name!r} is a scalar; each source "
                                 "needs a first axis of examples")
