@@ -1,8 +1,10 @@
 """Roles: a small hierarchy of singletons attached to variables (Blocks' roles).
 
-``PARAMETER > WEIGHT > FILTER`` and ``PARAMETER > BIAS``; variables computed by bricks carry
-``INPUT``, ``OUTPUT``, ``COST`` or ``AUXILIARY``. ``has_role(v, WEIGHT)`` is true for filters
-too.
+``PARAMETER > WEIGHT > FILTER`` and ``PARAMETER > BIAS``. A brick's results carry ``OUTPUT``;
+a tensor given to a brick with no role yet (the model's data, a function's result between two
+bricks) is marked ``INPUT``; ``COST`` and ``AUXILIARY`` are yours to set (``loss.role =
+lk.roles.COST``). A tensor has one role: a brick's output given to the next brick stays its
+``OUTPUT``. ``has_role(v, WEIGHT)`` is true for filters too.
 """
 
 from __future__ import annotations

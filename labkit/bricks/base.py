@@ -327,6 +327,11 @@ class Brick:
                     # NOTE: a list or dict of plain values (scales per layer), compared by
                     # value: a change in place traces again
                     tr.depends(self, name, type(v)(v))
+        for x in inputs:
+            # NOTE: what a brick is given that has no role yet (the model's data, a function's
+            # result between bricks) is its input, as in Blocks: Graph.filter(role=INPUT)
+            if type(x) is Tensor and x.role is None:
+                x.role = roles.INPUT
         prev = _fn._state.brick
         _fn._state.brick = self.path
         try:

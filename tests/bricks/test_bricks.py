@@ -174,6 +174,18 @@ def test_roles_and_graph_filters(dev, rng):
     assert [p.path for p in g.filter(name="*linear_1*")] == [
         "/autoencoder/encoder/linear_1.W", "/autoencoder/encoder/linear_1.b"]
     assert g.inputs == [x]
+    # NOTE: the data given to the model is its INPUT, and so is the activation between the
+    # MLP's two linear bricks (a function's result); the encoder's output given to the
+    # decoder stays an OUTPUT (one role per tensor)
+    ins = g.filter(role=lk.roles.INPUT)
+    assert len(ins) == 2 and ins[0] is x and ins[1].creator.name == "relu"
+    h = F.relu(ae.encoder(x))
+    assert h.role is None
+    ae.decoder(h)
+    assert h.role is lk.roles.INPUT and ae.encoder(x).role is lk.roles.OUTPUT
+    # NOTE: behind the decoder's input, the encoder's (x, and the MLP's inner activation)
+    ins = {id(v) for v in lk.Graph(ae.decoder(h)).filter(role=lk.roles.INPUT)}
+    assert len(ins) == 3 and {id(h), id(x)} <= ins
     conv = B.Conv2D(1, 2, 3)
     assert lk.roles.has_role(conv.W, lk.roles.FILTER) and lk.roles.has_role(conv.W,
                                                                             lk.roles.WEIGHT)

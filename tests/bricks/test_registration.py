@@ -137,7 +137,8 @@ def test_an_input_passed_through_keeps_its_role():
     x = lk.tensor(np.ones((2, 3), np.float32))
     d = B.Dropout(0.5)
     d.eval()
-    assert d(x) is x and x.role is None
+    # NOTE: the data it was given (INPUT), not made an OUTPUT by passing through
+    assert d(x) is x and x.role is lk.roles.INPUT
 
 
 def test_a_state_name_that_is_not_an_identifier_is_refused():
