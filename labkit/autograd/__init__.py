@@ -8,6 +8,12 @@ from .tensor import Tensor, output_grad, tensor
 from .tensor import ones_like as _ones_like
 
 
+def _zeros_like(t: Tensor) -> Tensor:
+    from ..backend import full
+
+    return Tensor(full(t.shape, 0, t.dtype, t.data))
+
+
 def grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=None,
          allow_unused=False):
     """Gradients of ``outputs`` w.r.t. ``inputs`` (lists of Tensors), without touching
@@ -40,17 +46,22 @@ def grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=No
 
 
 def hvp(f, xs, vs):
-    """Hessian-vector product of the scalar function ``f(*xs)``: H(xs) @ vs (double backprop)."""
+    """Hessian-vector product of the scalar function ``f(*xs)``: H(xs) @ vs (double backprop).
+    Where the Hessian is zero (``f`` linear or piecewise linear in ``xs``, or not reading
+    one of them) its product is zeros, as PyTorch's ``hvp`` gives."""
     xs = [x if x.requires_grad else Tensor(x.data, requires_grad=True) for x in xs]
     y = f(*xs)
-    gs = grad([y], xs, create_graph=True)
+    gs = grad([y], xs, create_graph=True, allow_unused=True)
     from .. import functions as F
 
     dot = None
     for g, v in zip(gs, vs):
+        if g is None or not g.requires_grad:
+            continue  # NOTE: a gradient that is a constant: its part of the product is 0
         term = F.sum(g * v)
         dot = term if dot is None else dot + term
-    return grad([dot], xs, allow_unused=True)
+    out = [None] * len(xs) if dot is None else grad([dot], xs, allow_unused=True)
+    return [o if o is not None else _zeros_like(x) for o, x in zip(out, xs)]
 
 
 def jvp(f, xs, vs):
@@ -61,6 +72,8 @@ def jvp(f, xs, vs):
     single = isinstance(ys, Tensor)
     ys = [ys] if single else list(ys)
     us = [Tensor(_ones_like(y).data * 0, requires_grad=True) for y in ys]
+    if not any(y.requires_grad for y in ys):  # NOTE: no x reaches them: the derivative is 0
+        return _zeros_like(ys[0]) if single else [_zeros_like(y) for y in ys]
     gs = grad(ys, xs, grad_outputs=us, create_graph=True, allow_unused=True)
     from .. import functions as F
 
@@ -70,8 +83,9 @@ def jvp(f, xs, vs):
             continue
         term = F.sum(g * v)
         dot = term if dot is None else dot + term
-    out = grad([dot], us, allow_unused=True)
-    out = [o if o is not None else Tensor(u.data * 0) for o, u in zip(out, us)]
+    out = ([None] * len(us) if dot is None or not dot.requires_grad
+           else grad([dot], us, allow_unused=True))
+    out = [o if o is not None else _zeros_like(u) for o, u in zip(out, us)]
     return out[0] if single else out
 
 

@@ -83,6 +83,24 @@ def floating(x: Tensor, op: str, name: str = "x") -> Tensor:
     return x
 
 
+def float_input(x: Tensor, op: str) -> Tensor:
+    """``x`` (a Tensor), an integer or bool one cast to the float dtype NumPy computes its
+    float functions in (float16 for bools and 8-bit integers, float64 for 32- and 64-bit
+    ones; float16 refused on OpenCL devices, naming the cast to make). Functions composed of
+    several steps (``x - max``, ``-|x|``) take it first: in the integer dtype those steps
+    wrapped around (a softmax of uint8 logits was all zeros)."""
+    tensor(x, op)
+    if x.dtype.kind in "biu":
+        if isinstance(x.data, np.ndarray):
+            ft = np.result_type(x.dtype, np.float16)
+        else:
+            from ..backend.opencl.promotion import float_of
+
+            ft = float_of(op, [x.data], x.dtype)
+        return x.astype(ft)
+    return x
+
+
 def same_dtype(op: str, **named) -> None:
     """Tensors (None skipped) that must share one dtype: ``same_dtype("linear", x=x, W=W)``."""
     first = None

@@ -22,8 +22,9 @@ def as_tensor(x, like: Tensor, op: str, name: str = "operand") -> Tensor:
     """A Tensor for the constant operand ``x`` of an op whose other operand is ``like``.
 
     Scalars and lists are values: they become an array on ``like``'s device (floats in its
-    dtype). Arrays are data with a place: a NumPy array beside a tensor on an OpenCL device is
-    an error, not a hidden host-to-device copy per op (0-d arrays excepted)."""
+    dtype, and Python ints in an integer one: weak, as NumPy 2's). Arrays are data with a
+    place: a NumPy array beside a tensor on an OpenCL device is an error, not a hidden
+    host-to-device copy per op (0-d arrays excepted)."""
     if isinstance(x, Tensor):
         return x
     if isinstance(x, cl.ndarray):
@@ -44,7 +45,15 @@ def as_tensor(x, like: Tensor, op: str, name: str = "operand") -> Tensor:
         raise DTypeError(f"{op}: {name} must be a Tensor, a number or a list of numbers, got "
                          f"{type(x).__name__}; make it a tensor with lk.tensor(x, "
                          f"device='{like.device}')")
-    arr = np.asarray(x, dtype=like.dtype if like.dtype.kind == "f" else None)
+    if type(x) is int and like.dtype.kind in "iu":
+        # NOTE: a Python int is weak, as in NumPy 2 and labkit's arithmetic (x + 1 stays int8):
+        # where(c, x_int8, 0) and maximum(x_int8, 0) were int64; out of range: OverflowError
+        from ..backend.opencl.core import check_int_range
+
+        check_int_range(x, like.dtype, op)
+        arr = np.asarray(x, dtype=like.dtype)
+    else:
+        arr = np.asarray(x, dtype=like.dtype if like.dtype.kind == "f" else None)
     if arr.dtype.kind not in "biuf":
         raise DTypeError(f"{op}: {name} must hold numbers, got {x!r}")
     if isinstance(like.data, cl.ndarray):

@@ -14,7 +14,6 @@ from ..backend.opencl.lse import logsumexp_parts
 from . import _check
 from ._util import row_max, xp_of
 from .math import Erfc, MulConstant, erfc, exp, expm1, mul, where
-from .reduction import logsumexp
 from .reduction import sum as rsum
 
 
@@ -218,17 +217,15 @@ def log_softmax(x, axis=1):
     """x - logsumexp(x), computed as (x - max) - log(sum(exp(x - max))): stable and
     precise for logits of any size."""
     _check.axis(axis, _check.tensor(x, "log_softmax").ndim, "log_softmax", x.shape)
+    x = _check.float_input(x, "log_softmax")  # NOTE: x - max in an integer dtype wrapped
     if x.size == 0:
         return x * 1.0  # NOTE: nothing to normalise (the max had no value: a raw error)
-    if x.dtype.kind != "f":
-        return x - logsumexp(x, axis=axis, keepdims=True)
     return LogSoftmax(axis % x.ndim).apply((x,))
 
 
 def softmax(x, axis=1):
     _check.axis(axis, _check.tensor(x, "softmax").ndim, "softmax", x.shape)
+    x = _check.float_input(x, "softmax")
     if x.size == 0:
         return x * 1.0
-    if x.dtype.kind != "f":
-        return exp(log_softmax(x, axis=axis))
     return Softmax(axis % x.ndim).apply((x,))

@@ -185,15 +185,20 @@ class Split(Function):
 
     def backward(self, inputs, gys):
         gys = gys if self.n_out != 1 else (gys,)
+        x = inputs[0]
+        n = x.shape[self.axis]
+        # NOTE: each piece is x[s:e] as a Python slice (NumPy's split: a negative index counts
+        # from the end, one past it is clipped): where it starts in x
         e = self.edges
-        if all(a <= b for a, b in zip(e[:-1], e[1:])):
+        starts = [slice(a, b).indices(n)[0] for a, b in zip(e[:-1], e[1:])]
+        ends = [lo + g.shape[self.axis] for lo, g in zip(starts, gys)]
+        if starts[0] == 0 and ends[-1] == n and all(
+                b == a for a, b in zip(ends[:-1], starts[1:])):
             return Concat(self.axis).apply(gys)
         # NOTE: indices that go back (split(x, [3, 1]), as NumPy allows): pieces overlap or
         # are empty, so their gradients do not tile x; each is added at its place
-        x = inputs[0]
-        n = x.shape[self.axis]
         total = Tensor(zeros(x.shape, x.dtype, x.data))
-        for g, lo in zip(gys, e[:-1]):
+        for g, lo in zip(gys, starts):
             size = g.shape[self.axis]
             if size:
                 pw = [(0, 0)] * g.ndim

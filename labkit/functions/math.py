@@ -420,7 +420,7 @@ def sqrt(x): return Sqrt().apply((_check.tensor(x, "sqrt"),))
 def sin(x): return Sin().apply((_check.tensor(x, "sin"),))
 def cos(x): return Cos().apply((_check.tensor(x, "cos"),))
 def tanh(x): return Tanh().apply((_check.tensor(x, "tanh"),))
-def sigmoid(x): return Sigmoid().apply((_check.tensor(x, "sigmoid"),))
+def sigmoid(x): return Sigmoid().apply((_check.float_input(x, "sigmoid"),))
 def erf(x): return Erf().apply((_check.tensor(x, "erf"),))
 def erfc(x): return Erfc().apply((_check.tensor(x, "erfc"),))
 def abs(x): return Abs().apply((_check.tensor(x, "abs"),))  # noqa: A001
@@ -444,12 +444,12 @@ class Softplus(Function):
 
 def softplus(x):
     """log(1 + e^x), stable for any x; the gradient is sigmoid(x)."""
-    return Softplus().apply((_check.tensor(x, "softplus"),))
+    return Softplus().apply((_check.float_input(x, "softplus"),))
 
 
 def log_sigmoid(x):
     """log(sigmoid(x)) = -softplus(-x), stable for any x."""
-    return neg(softplus(neg(_check.tensor(x, "log_sigmoid"))))
+    return neg(softplus(neg(_check.float_input(x, "log_sigmoid"))))
 
 
 class Where(Function):

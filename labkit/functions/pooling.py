@@ -133,7 +133,7 @@ class TiledMax(Function):
         count = winners[0].view(np.uint8).copy()
         for w in winners[1:]:
             count += w.view(np.uint8)
-        if not always and count.max() <= 1 and count.min() == 1:
+        if not always and (count.size == 0 or (count.max() <= 1 and count.min() == 1)):
             share = np.empty(0, yt.dtype)
         else:
             # NOTE: every window has a winner (a window whose max is nan: its nans)

@@ -534,13 +534,17 @@ class Optimizer:
                             f"{type(saved).__name__}")
             return []
         out = []
-        for key in sorted(saved, key=shown_key)[:64]:
+        mine = [f"{i}.{k}" for i, r in enumerate(self.rules) for k in r.hyper]
+        if len(saved) > len(mine):
+            problems.append(f"'hyper' has {len(saved)} entries; this optimizer's rules have "
+                            f"{len(mine)} hyper-parameters ({', '.join(mine)})")
+            return []
+        for key in sorted(saved, key=shown_key):
             at = f"hyper[{_quoted(key)}]"
             ri, _, name = key.partition(".") if isinstance(key, str) else ("", "", "")
-            rule = (self.rules[int(ri)] if ri.isdigit() and int(ri) < len(self.rules)
-                    else None)
+            rule = (self.rules[int(ri)] if ri.isdecimal() and len(ri) < 6
+                    and int(ri) < len(self.rules) else None)
             if rule is None or name not in rule.hyper:
-                mine = [f"{i}.{k}" for i, r in enumerate(self.rules) for k in r.hyper]
                 problems.append(f"{at} names a hyper-parameter this optimizer's rules lack "
                                 f"(theirs: {', '.join(mine)})")
                 continue

@@ -161,3 +161,19 @@ def test_tiled_average_pooling_equals_the_window_mean_bit_for_bit(k, transposed,
         assert gx.numpy().tobytes() == gx_old.numpy().tobytes()
         out[dev] = [a.numpy().tobytes() for a in (y, gx, ggy)]
     assert out["cl"] == out["cpu"]
+
+
+@pytest.mark.parametrize("shape", [(0, 2, 4, 4), (2, 0, 4, 4)])
+@pytest.mark.parametrize("pool", ["max", "avg"])
+def test_an_empty_batch_or_channel_axis_pools_and_differentiates(dev, shape, pool):
+    """The tiled path (stride = window, no padding) on an empty axis: its backward took the
+    maximum of no winners' counts (ValueError on cpu)."""
+    f = F.max_pool2d if pool == "max" else F.avg_pool2d
+    x = lk.tensor(np.zeros(shape, np.float32), device=dev, requires_grad=True)
+    y = f(x, 2)
+    assert y.shape == shape[:2] + (2, 2)
+    F.sum(y).backward()
+    assert x.grad.shape == shape
+    y = f(x, 2, stride=1)  # NOTE: the general path too
+    F.sum(y).backward()
+    assert x.grad.shape == shape
