@@ -72,6 +72,9 @@ def test_a_fork_built_with_another_value_keeps_its_own():
     ({"0.lr": {"value": 0.1}}, "'built'"),
     ({"0.lr": [0.1]}, "0.lr"),
     ([1], "'hyper'"),
+    ({"9" * 5000 + ".lr": {"value": 0.1, "built": 0.1}}, "lack"),
+    ({"٣.lr": {"value": 0.1, "built": 0.1}}, "lack"),
+    ({f"0.x{i}": {"value": 1.0, "built": 1.0} for i in range(10_000)}, "10000 entries"),
 ])
 def test_damaged_hyper_parameters_are_refused(hyper, words):
     w = {"w": lk.tensor(np.ones(3, np.float32), requires_grad=True)}
