@@ -180,7 +180,8 @@ def run(make_loop, space, trials=None, *, search="random", metric="valid_loss", 
     workers = E.default_workers(engine) if workers is None else workers
     E.check(engine, workers)  # NOTE: before anything is written to the store
     picklable(make_loop)  # NOTE: else Dask's "Could not serialize ...", at the first trial
-    S.check_seed(search, seed, n)
+    seed = S.check_seed(search, seed, n)  # NOTE: a NumPy integer as a Python int
+    S.check_sizes(dims)
     if name is not None and not isinstance(name, str):
         raise SweepError(f"name must be a string (or None: make_loop's name), got {name!r:.60}")
     params = [S.draw(dims, search, i, seed) for i in range(n)]

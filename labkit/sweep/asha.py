@@ -22,8 +22,9 @@ class ASHA:
     ``1/reduction`` of each rung go on."""
 
     def __init__(self, grace: int = 1, reduction: int = 3):
-        for v, name in ((grace, "grace"), (reduction, "reduction")):
-            _integer(v, f"ASHA: {name}")
+        # NOTE: NumPy integers as Python ints (the settings are stored as JSON)
+        grace, reduction = (_integer(v, f"ASHA: {name}")
+                            for v, name in ((grace, "grace"), (reduction, "reduction")))
         if grace < 1 or reduction < 2:
             raise SweepError(f"ASHA: needs grace >= 1 (epochs before the first decision) and "
                              f"reduction >= 2 (keep 1 in reduction), got grace={grace}, "

@@ -372,6 +372,27 @@ def check_names(dims: dict[str, Dimension], metric: str) -> None:
                              "names starting with '_'): rename the parameter")
 
 
+def check_sizes(dims: dict[str, Dimension]) -> None:
+    """Refuse values a trial's run could not store (its config over
+    ``labkit.runs.MAX_CONFIG_BYTES`` as JSON, or nested over ``MAX_CONFIG_DEPTH``): the
+    sweep was made, then failed at its first trial, every trial left pending."""
+    from ..runs import checks
+
+    big = {}
+    for name, d in dims.items():
+        values = d.values if isinstance(d, choice) else [d.value(0.0)]
+        for v in values:
+            try:
+                checks.config_json({name: v}, f"space[{name!r}]")
+            except LabkitError as e:
+                raise SweepError(f"{e} (each trial's config holds the value)") from None
+        big[name] = max(values, key=lambda v: len(json.dumps(v)))
+    try:
+        checks.config_json(big, "a trial's config")
+    except LabkitError as e:
+        raise SweepError(f"space: the largest values together: {e}") from None
+
+
 def to_json(dims: dict[str, Dimension]) -> str:
     return json.dumps({k: d.to_json() for k, d in dims.items()})
 

@@ -171,6 +171,13 @@ def train(make_loop, spec: dict, send=None, should_stop=None) -> dict:
     except SystemExit as e:
         raise TrialError(f"trial {spec['trial']} called sys.exit({e.code!r}); raise an "
                          "exception to fail a trial") from None
+    except KeyboardInterrupt:
+        # NOTE: the trial's own code raised it: a worker process ignores SIGINT and a worker
+        # thread never receives one (Ctrl-C stops the sweep through its driver). Let through,
+        # it hung the in-process engine and killed a local worker four times ("KilledWorker")
+        raise TrialError(f"trial {spec['trial']} raised KeyboardInterrupt (in make_loop or "
+                         "training; Ctrl-C at the driver stops the sweep); raise another "
+                         "exception to fail a trial") from None
 
 
 def _train(make_loop, spec: dict, send=None, should_stop=None) -> dict:

@@ -75,6 +75,8 @@ def odd_loop(config):
     kind = config.get("kind", "ok")
     if kind == "exit_in_make_loop":
         sys.exit(4)
+    if kind == "kbint_in_make_loop":
+        raise KeyboardInterrupt
     loop = make_loop(config)
     if kind == "nometric":
         loop.remove(next(e for e in loop.extensions
@@ -84,4 +86,8 @@ def odd_loop(config):
                  event="after_epoch", priority=-10).transient = True
     elif kind == "exit":
         loop.add(lambda lp: sys.exit(3), event="after_batch").transient = True
+    elif kind == "kbint":
+        def interrupt(lp):
+            raise KeyboardInterrupt
+        loop.add(interrupt, event="after_batch").transient = True
     return loop

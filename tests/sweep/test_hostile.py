@@ -397,3 +397,36 @@ def test_numpy_values_in_a_space_are_taken_as_python_values():
     assert lk.sweep.choice(np.arange(3)).values == [0, 1, 2]
     assert S.check_seed("sobol", np.int64(7), 3) == 7 and S.check_search(dims, "random",
                                                                           np.int64(5)) == 5
+
+
+@pytest.mark.parametrize("space, words", [
+    ({"lr": [0.01, 0.02], "pad": "a" * 70_000}, r"space\['pad'\] is 70,0\d\d bytes as JSON"),
+    ({"lr": [0.01], "deep": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]},
+     r"space\['deep'\] nests deeper than 32"),
+    ({"a": ["x" * 40_000], "b": ["y" * 40_000]}, "the largest values together"),
+])
+def test_a_value_no_trial_could_store_is_refused_before_the_store(store, tmp_path, space,
+                                                                  words):
+    """Accepted, the sweep was made and failed at its first trial (every trial pending, and
+    a resume failed the same way)."""
+    with pytest.raises(SweepError, match=words):
+        sweep("inprocess", tmp_path, space=space)
+    assert lk.sweep.list() == [] and not (tmp_path / "runs").exists()
+
+
+def test_numpy_integers_for_the_seed_and_asha_are_plain_ints():
+    """They reached the store as NumPy values, refused there with an error that blamed
+    labkit's own settings, after the engine had started."""
+    a = ASHA(np.int64(1), np.int64(2))
+    assert a.to_json() == {"asha": {"grace": 1, "reduction": 2}}
+    assert type(a.grace) is int and type(a.reduction) is int
+    seed = S.check_seed("random", np.int64(3), 2)
+    assert seed == 3 and type(seed) is int
+
+
+def test_a_numpy_seed_runs(client, store, tmp_path):
+    sw = lk.sweep.run(make_loop, {"lr": [0.01], "hidden": 8, "epochs": 1}, engine=client,
+                      search="random", trials=1, seed=np.int64(3),
+                      early_stopping=ASHA(np.int64(1), np.int64(2)), directory=tmp_path)
+    assert sw.status == "finished"
+    assert lk.runs.store().get_sweep(sw.id)["settings"]["seed"] == 3

@@ -120,6 +120,14 @@ def test_a_trial_without_the_metric_nan_or_exit_fails_alone(client, tmp_path, st
                trials=2)
     rows = {r["kind"]: r for r in sw.table()}  # NOTE: sys.exit in make_loop: no hang
     assert rows["exit_in_make_loop"]["status"] == "failed" and rows["ok"]["status"] == "finished"
+    # NOTE: KeyboardInterrupt raised by a trial's code hung the in-process engine for good
+    sw = sweep(client, tmp_path, make_loop=odd_loop, space={
+        "kind": ["kbint_in_make_loop", "kbint", "ok"], "epochs": 1}, search="grid", trials=3)
+    rows = {r["kind"]: r for r in sw.table()}
+    assert sw.status == "finished" and rows["ok"]["status"] == "finished"
+    for kind in ("kbint_in_make_loop", "kbint"):
+        assert rows[kind]["status"] == "failed"
+        assert "raised KeyboardInterrupt (in make_loop or training" in rows[kind]["error"]
 
 
 def test_bad_engine_or_workers_write_nothing_and_leave_a_sweep_as_it_was(client, tmp_path,
