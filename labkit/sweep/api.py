@@ -284,8 +284,15 @@ def resume(sweep_id: str, make_loop=None, *, trials=None, engine=None, workers=N
         if _hook is not None:
             _hook("done", {"sweep": sweep_id})
         return Sweep(sweep_id)
+    # NOTE: before the engine starts: a driver that still lives here keeps the sweep, even
+    # one whose heartbeat is old (suspended, or stuck on a filesystem)
+    held = hold(rec)
     # NOTE: the engine before the store: a scheduler that does not answer changes nothing
-    conn = E.connect(engine, workers)
+    try:
+        conn = E.connect(engine, workers)
+    except BaseException:
+        _let_go(held)
+        raise
     try:
         # NOTE: checked again and taken in one transaction: of two drivers resuming at once,
         # one is refused; a refused resume adds nothing
@@ -293,6 +300,7 @@ def resume(sweep_id: str, make_loop=None, *, trials=None, engine=None, workers=N
                           host=socket.gethostname(), heartbeat=time.time(), request=None,
                           ended=None, error=None, **_new_factory(rec, given, _factory))
     except BaseException:
+        _let_go(held)
         conn[1]()
         raise
     if grown:
@@ -301,7 +309,7 @@ def resume(sweep_id: str, make_loop=None, *, trials=None, engine=None, workers=N
                if t["status"] == "running"}
     if changes:
         store.update_trials(sweep_id, changes)
-    return _drive(sweep_id, make_loop, conn, _hook)
+    return _drive(sweep_id, make_loop, conn, _hook, held)
 
 
 def _make_loop(rec, make_loop):
@@ -370,14 +378,73 @@ def _grown(store, rec, trials) -> list:
     return [S.draw(dims, settings["search"], i, settings["seed"]) for i in range(have, n)]
 
 
-def _drive(sid, make_loop, conn, hook) -> Sweep:
+def lock_path(rec) -> Path:
+    """The file whose OS lock the driver of sweep record ``rec`` holds while it drives."""
+    return Path(rec["settings"]["directory"]) / f".labkit-sweep-{rec['id']}.lock"
+
+
+def hold(rec):
+    """Take the driver's lock of sweep ``rec`` (see ``lock_path``): the open file, or None
+    where the filesystem has no locks. A process that holds it drives the sweep, whatever
+    its heartbeat says: a driver suspended (SIGSTOP, a laptop's sleep) or stuck past
+    ``DEAD_AFTER`` showed ``dead``, a resume took the sweep, and the first driver, woken,
+    drove it on beside the second (two trainers in each trial's folder). The lock goes with
+    the process, killed or not, and a child it forks does not keep it."""
+    import errno
+    import fcntl
+
+    from ..training.recorder import _CLAIMED
+
+    path = lock_path(rec)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a+")  # noqa: SIM115 - held until _let_go
+    except OSError:
+        return None
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        f.seek(0)
+        holder = f.read().strip()[:40] or "?"
+        f.close()
+        if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+            return None  # NOTE: a filesystem without locks: the heartbeat decides alone
+        beat = rec.get("heartbeat")
+        age = (f"; its heartbeat is {time.time() - beat:,.0f} s old: suspended or stuck?"
+               if type(beat) in (int, float) else "")
+        raise SweepError(f"sweep {rec['id']} is still driven by process {holder} on this "
+                         f"machine{age}. Stop it (labkit sweep stop {rec['id']}, or kill "
+                         f"{holder}), then resume it") from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    _CLAIMED.add(f)
+    return f
+
+
+def _let_go(held) -> None:
+    if held is not None:
+        from ..training.recorder import _CLAIMED
+
+        _CLAIMED.discard(held)
+        held.close()
+
+
+def _drive(sid, make_loop, conn, hook, held=None) -> Sweep:
     """Drive sweep ``sid`` on ``conn`` (``engine.connect``'s client and close, which this
-    calls) until it ends."""
+    calls) until it ends, holding its driver's lock (``held``, or taken here)."""
     from .driver import Driver
 
     store = runs.store()
     client, close = conn
     status, error = "failed", None
+    if held is None:
+        try:
+            held = hold(store.get_sweep(sid))
+        except BaseException:
+            close()
+            raise
     try:
         try:
             rec = store.get_sweep(sid)
@@ -398,8 +465,11 @@ def _drive(sid, make_loop, conn, hook) -> Sweep:
         error = f"{type(e).__name__}: {e}"
         raise
     finally:
-        store.update_sweep(sid, status=status, ended=time.time(), request=None,
-                           error=error[:2000] if error else None)
+        try:
+            store.update_sweep(sid, status=status, ended=time.time(), request=None,
+                               error=error[:2000] if error else None)
+        finally:
+            _let_go(held)
     return Sweep(sid)
 
 

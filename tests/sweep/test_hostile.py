@@ -430,3 +430,43 @@ def test_a_numpy_seed_runs(client, store, tmp_path):
                       early_stopping=ASHA(np.int64(1), np.int64(2)), directory=tmp_path)
     assert sw.status == "finished"
     assert lk.runs.store().get_sweep(sw.id)["settings"]["seed"] == 3
+
+
+HOLDER = """
+import fcntl, sys, time
+f = open(sys.argv[1], "a+")
+fcntl.flock(f, fcntl.LOCK_EX)
+f.seek(0); f.truncate(); f.write("4242"); f.flush()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_driver_that_lives_keeps_its_sweep_whatever_its_heartbeat(client, tmp_path, store):
+    """A driver suspended past DEAD_AFTER (SIGSTOP, a laptop's sleep) showed dead; a resume
+    took the sweep, and the first driver, woken, drove it on beside the second: two trainers
+    in each trial's folder. Its process holds the sweep's lock: a resume is refused while it
+    lives, and goes on once it is gone."""
+    import subprocess
+    import sys
+
+    from labkit.sweep import api
+
+    sw = sweep(client, tmp_path, trials=2)
+    store.update_trials(sw.id, {1: {"status": "pending"}})
+    store.update_sweep(sw.id, status="running", heartbeat=time.time() - 3600)
+    assert lk.sweep.get(sw.id).status == "dead"
+    path = api.lock_path(store.get_sweep(sw.id))
+    p = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline().strip() == "held"
+        with pytest.raises(SweepError, match=r"still driven by process 4242 on this machine; "
+                                              r"its heartbeat is 3,60\d s old"):
+            lk.sweep.resume(sw.id, engine=client)
+        assert store.get_sweep(sw.id)["heartbeat"] < time.time() - 3000  # NOTE: not taken
+    finally:
+        p.kill()
+        p.wait()
+    assert lk.sweep.resume(sw.id, engine=client).status == "finished"
+    assert [t["status"] for t in lk.sweep.get(sw.id).table()] == ["finished", "finished"]
