@@ -297,7 +297,7 @@ class DataParallelLoop(MainLoop):
     Arguments as ``MainLoop``'s, with ``stream`` yielding *global* batches, and:
 
     comm : the ranks (default ``lk.dist.world()``).
-    bucket_mb, progress_thread : as ``DataParallel``'s.
+    bucket_mb, progress_thread, check_finite : as ``DataParallel``'s.
     global_metrics : report the mean over ranks of each step's numbers (default True), else
         rank-local values. (One small all-reduce per step either way: the control requests.)
     shard_random : each rank draws its rows of the global batch's random numbers (default
@@ -335,7 +335,7 @@ class DataParallelLoop(MainLoop):
     def __init__(self, model, optimizer, stream, loss_fn=None, *, comm: Communicator | None = None,
                  bucket_mb: float = 1.0, progress_thread: bool = False,
                  global_metrics: bool = True, shard_random: bool = True, store: bool = True,
-                 check_every: int = 20, **kwargs):
+                 check_every: int = 20, check_finite: bool = True, **kwargs):
         if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1:
             raise DistError(f"DataParallelLoop: check_every must be a whole number >= 1, got "
                             f"{check_every!r}")
@@ -345,7 +345,7 @@ class DataParallelLoop(MainLoop):
         self.comm = comm
         shard_stream(stream, comm)
         self.dp = DataParallel(optimizer.params, comm=comm, bucket_mb=bucket_mb,
-                               progress_thread=progress_thread)
+                               progress_thread=progress_thread, check_finite=check_finite)
         if self.loss_fn is not None:
             self.gradient_sync = self.dp.synchronize
         devices = sorted({str(p.device) for p in optimizer.params.values()})

@@ -446,3 +446,16 @@ def test_a_sigterm_echoed_within_a_second_is_the_same_stop(monkeypatch):
     finally:
         restore()
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_data_parallel_loop_takes_check_finite():
+    """The README documents check_finite=False; DataParallelLoop passed it on to MainLoop,
+    a TypeError on every rank (then MPI_Abort)."""
+    ds = IndexableDataset({"x": np.zeros((8, 4), np.float32)})
+    for value in (False, True):
+        model = B.MLP([4, 3], seed=0)
+        loop = lk.dist.DataParallelLoop(model, lk.optimizers.SGD(lr=0.1).setup(model),
+                                        DataStream(ds, batch_size=4), lambda m, b: None,
+                                        check_finite=value, store=False)
+        assert loop.dp.check_finite is value
+        loop.close()
