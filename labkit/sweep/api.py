@@ -71,10 +71,18 @@ class Sweep:
         ``iteration``, each parameter, ``run_id`` and ``error``; by trial number, or
         ``sort="value"`` (best first, trials without a value last)."""
         settings = self.record["settings"]
+        store = runs.store()
+        try:
+            trials = store.trials(self.id)
+        except RunStoreError as e:
+            if e.reason != "damaged":
+                raise
+            # NOTE: which file, as every other damage error says
+            raise runs.refuse(f"{store.path}: {e}", "damaged") from e.__cause__
         rows = [{"trial": t["number"], "status": t["status"], settings["metric"]: t["value"],
                  "rung": t["rung"], "epoch": t["epoch"], "iteration": t["iteration"],
                  **t["params"], "run_id": t["run_id"], "error": t["error"]}
-                for t in runs.store().trials(self.id)]
+                for t in trials]
         if sort == "value":
             sign = -1 if settings["mode"] == "max" else 1
             rows.sort(key=lambda r: (_missing(r[settings["metric"]]),

@@ -242,7 +242,9 @@ def ls_cmd(args) -> int:
             except RunStoreError as e:
                 if getattr(e, "reason", None) != "damaged":
                     raise
-                best = f"damaged: {show(e)}"
+                # NOTE: one store: its path (which the error names first) once, not per row
+                why = str(e).removeprefix(f"{runs.store().path}: ")
+                best = f"damaged: {show(why)}"
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(rec["created"] or 0))
         print(f"{show(rec['id']):32s} {show(rec['name'] or '-')[:16]:16s} "
               f"{show(status):11s} {when:16s} {f'{done}/{total}':>11s}  {best}")

@@ -190,9 +190,12 @@ class Driver:
         have = {c["path"]: c for c in self.store.checkpoints(rid) if "damaged" not in c}
         on_disk = {c["path"] for c in found}
         for c in found:
-            if c["path"] not in have:
+            old = have.get(c["path"])
+            if old is None:
                 self._recorded(self.store.add_checkpoint, rid, c["iteration"], c["epoch"],
-                               c["path"], c["size"], c["metrics"])
+                               c["path"], c["size"], c["metrics"], c.get("valid", True))
+            elif old.get("valid") and not c.get("valid", True):
+                self.store.set_checkpoint(old["id"], valid=False)
         for path, c in have.items():
             if path not in on_disk:
                 self.store.remove_checkpoint(c["id"])

@@ -140,11 +140,16 @@ def _checkpoints(loop) -> list[dict]:
     for p in ckpt.list_checkpoints(loop.checkpoint_dir):
         try:
             m = ckpt.manifest(p)
-            size = sum(f.stat().st_size for f in Path(p).iterdir())
+            sizes = {f.name: f.stat().st_size for f in Path(p).iterdir()}
         except (OSError, ckpt.CheckpointError):
             continue
+        # NOTE: a file of another size than its manifest says (truncated) will not load: it
+        # is recorded invalid (a resume that passed it over left it listed as valid); the
+        # checksums are read when it is loaded, not at every chunk
+        valid = all(sizes.get(name) == info.get("size") for name, info in m["files"].items())
         out.append({"path": str(p), "iteration": m["iteration"], "epoch": m.get("epoch", 0),
-                    "size": size, "metrics": m.get("metrics") or {}})
+                    "size": sum(sizes.values()), "metrics": m.get("metrics") or {},
+                    "valid": valid})
     return out
 
 
