@@ -426,6 +426,8 @@ class Driver:
 
 
 def _tb_text(exc, tb) -> str | None:
+    if isinstance(getattr(exc, "traceback_text", None), str):
+        return exc.traceback_text  # NOTE: the trial's own (trial._travels)
     try:
         exc.__traceback__ = tb
         return traceback_tail(exc)

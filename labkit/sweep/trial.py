@@ -183,6 +183,37 @@ def train(make_loop, spec: dict, send=None, should_stop=None) -> dict:
         raise TrialError(f"trial {spec['trial']} raised KeyboardInterrupt (in make_loop or "
                          "training; Ctrl-C at the driver stops the sweep); raise another "
                          "exception to fail a trial") from None
+    except Exception as e:
+        if _travels(e):
+            raise
+        # NOTE: an exception the worker cannot send back (it, or one it was raised from,
+        # cannot be pickled, or not rebuilt from its args): Dask logged "Failed to
+        # serialize" with its traceback, and the trial's error named a wrapper. Sent as a
+        # TrialError with its message and traceback instead, raised outside this block so
+        # that it carries no chain
+        from ..runs.notes import traceback_tail
+
+        err = TrialError(str(e) if isinstance(e, TrialError) else f"{type(e).__name__}: {e}")
+        err.traceback_text = traceback_tail(e)
+    raise err
+
+
+def _travels(e: BaseException) -> bool:
+    """Whether ``e`` survives the trip from a worker to the driver: it and the exceptions it
+    was raised from or during (Dask sends the chain) pickled, then rebuilt (with tblib's
+    reducers, which Dask installs, where it has: they rebuild an exception without calling
+    its ``__init__``)."""
+    import pickle
+
+    seen = 0
+    while e is not None and seen < 16:
+        try:
+            pickle.loads(pickle.dumps(e))  # noqa: S301 - our own bytes, made just now
+        except Exception:  # noqa: BLE001 - pickling an arbitrary exception raises anything
+            return False
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return True
 
 
 def _train(make_loop, spec: dict, send=None, should_stop=None) -> dict:

@@ -66,6 +66,18 @@ def broken_loop(config):
     raise ValueError(f"no such layer size {config.get('hidden')}")
 
 
+class Unpicklable(Exception):
+    def __reduce__(self):
+        raise TypeError("cannot pickle this")
+
+
+class TwoArgs(Exception):
+    """Pickles, but cannot be rebuilt from its args (one message for two parameters)."""
+
+    def __init__(self, a, b):
+        super().__init__(f"two args {a} {b}")
+
+
 def odd_loop(config):
     """make_loop's loop, changed by ``config["kind"]``: "nometric" reports no valid_accuracy,
     "nan" reports it as NaN, "exit" calls sys.exit(3) in training, "ok" is make_loop's."""
@@ -77,6 +89,8 @@ def odd_loop(config):
         sys.exit(4)
     if kind == "kbint_in_make_loop":
         raise KeyboardInterrupt
+    if kind == "unpicklable_in_make_loop":
+        raise Unpicklable("not sent as it is")
     loop = make_loop(config)
     if kind == "nometric":
         loop.remove(next(e for e in loop.extensions
@@ -86,6 +100,10 @@ def odd_loop(config):
                  event="after_epoch", priority=-10).transient = True
     elif kind == "exit":
         loop.add(lambda lp: sys.exit(3), event="after_batch").transient = True
+    elif kind == "two_args":
+        def two(lp):
+            raise TwoArgs(3, 4)
+        loop.add(two, event="after_batch").transient = True
     elif kind == "kbint":
         def interrupt(lp):
             raise KeyboardInterrupt

@@ -128,6 +128,19 @@ def test_a_trial_without_the_metric_nan_or_exit_fails_alone(client, tmp_path, st
     for kind in ("kbint_in_make_loop", "kbint"):
         assert rows[kind]["status"] == "failed"
         assert "raised KeyboardInterrupt (in make_loop or training" in rows[kind]["error"]
+    # NOTE: an exception a worker could not send back (it cannot be pickled): its message
+    # in a TrialError; one that Dask sends (it rebuilds one whose __init__ takes other
+    # arguments) as it is; each with its traceback in the trial's run
+    sw = sweep(client, tmp_path, make_loop=odd_loop, space={
+        "kind": ["unpicklable_in_make_loop", "ok", "two_args"], "epochs": 1}, search="grid",
+        trials=3)
+    rows = {r["kind"]: r for r in sw.table()}
+    assert rows["unpicklable_in_make_loop"]["error"] == (
+        "TrialError: make_loop raised Unpicklable for trial 0 (params {'kind': "
+        "'unpicklable_in_make_loop', 'epochs': 1}): not sent as it is")
+    assert rows["two_args"]["error"] == "TwoArgs: two args 3 4"
+    tb = lk.runs.get(rows["two_args"]["run_id"])["traceback"]
+    assert "raise TwoArgs(3, 4)" in tb and "helpers.py" in tb
 
 
 def test_bad_engine_or_workers_write_nothing_and_leave_a_sweep_as_it_was(client, tmp_path,
