@@ -173,10 +173,13 @@ class DataParallel:
                                             "check_finite": self.check_finite})
         ref = every[0]
         for r, theirs in enumerate(every[1:], start=1):
-            problem = _difference(ref["params"], theirs["params"], r)
             for key in ("bucket_mb", "progress_thread", "broadcast", "check_finite"):
-                if problem is None and theirs[key] != ref[key]:
-                    problem = f"{key} is {theirs[key]} on rank {r} but {ref[key]} on rank 0"
+                if theirs[key] != ref[key]:
+                    raise DistError(f"DataParallel: the ranks' settings differ: {key} is "
+                                    f"{theirs[key]} on rank {r} but {ref[key]} on rank 0; give "
+                                    "every rank the same settings (the same code and "
+                                    "arguments on every rank)")
+            problem = _difference(ref["params"], theirs["params"], r)
             if problem is None and ref["crcs"] != theirs["crcs"]:
                 k = next(k for k, (a, b) in enumerate(zip(ref["crcs"], theirs["crcs"]))
                          if a != b)

@@ -340,6 +340,20 @@ class DataParallelLoop(MainLoop):
             raise DistError(f"DataParallelLoop: check_every must be a whole number >= 1, got "
                             f"{check_every!r}")
         comm = comm if comm is not None else world()
+        if comm.size > 1:
+            # NOTE: settings that differ between ranks made a later collective fail with a
+            # message that named neither (shard_random: "ranks did not reduce an array like
+            # this rank's")
+            mine = {"shard_random": bool(shard_random), "global_metrics": bool(global_metrics),
+                    "check_every": check_every}
+            every = comm.allgather_object(mine)
+            for r, theirs in enumerate(every):
+                for key, v in theirs.items():
+                    if v != every[0][key]:
+                        raise DistError(f"DataParallelLoop: the ranks' settings differ: {key} "
+                                        f"is {v} on rank {r} but {every[0][key]} on rank 0; "
+                                        "give every rank the same settings (the same code and "
+                                        "arguments on every rank)")
         super().__init__(model, optimizer, stream, loss_fn, store=store and comm.rank == 0,
                          **kwargs)
         self.comm = comm

@@ -7,7 +7,9 @@ diverge: rank 1 changes a parameter after iteration 3 (its own update);
 nan: rank 1's batch of iteration 2 is NaN;
 fewer: a loop of one's own (DataParallel), rank 0 takes 3 steps and rank 1 takes 4;
 collective: rank 0 calls a barrier in its second step that rank 1 does not;
-shape: rank 1 all-reduces an array of another shape (MPI sums them into garbage, or waits).
+shape: rank 1 all-reduces an array of another shape (MPI sums them into garbage, or waits);
+settings: rank 1's DataParallelLoop has shard_random=False;
+bucket: rank 1's DataParallelLoop has another bucket_mb.
 """
 
 import sys
@@ -61,8 +63,10 @@ def main(mode):
 
     kind = Shorter if mode == "epoch" and rank == 1 else DataStream
     stream = kind(IndexableDataset({"x": x, "y": y}), batch_size=16, shuffle=True, seed=0)
+    odd = {"settings": {"shard_random": False}, "bucket": {"bucket_mb": 0.5}}
     loop = lk.dist.DataParallelLoop(model, opt, stream, loss_fn, store=False,
-                                    extensions=[T.FinishAfter(iterations=10)])
+                                    extensions=[T.FinishAfter(iterations=10)],
+                                    **(odd.get(mode, {}) if rank == 1 else {}))
 
     def diverge(loop):
         if mode == "diverge" and rank == 1 and loop.status["iteration"] == 3:

@@ -200,6 +200,10 @@ DISAGREE = {
     "collective": "the all-reduce of gradient bucket #0 on rank 1 did not sum the 2 ranks' "
                   "gradients of this step",
     "shape": "did not reduce an array like this rank's (3 values of float32",
+    "settings": "DataParallelLoop: the ranks' settings differ: shard_random is False on rank 1 "
+                "but True on rank 0",
+    "bucket": "DataParallel: the ranks' settings differ: bucket_mb is 0.5 on rank 1 but 1.0 "
+              "on rank 0",
 }
 
 
