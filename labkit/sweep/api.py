@@ -67,10 +67,15 @@ class Sweep:
         return self.record["settings"]["metric"]
 
     def table(self, sort: str | None = None) -> list[dict]:
-        """One row per trial: ``trial``, ``status``, the metric's value, ``rung``, ``epoch``,
-        ``iteration``, each parameter, ``run_id`` and ``error``; by trial number, or
-        ``sort="value"`` (best first, trials without a value last)."""
-        settings = self.record["settings"]
+        """One row per trial: ``trial``, ``status`` (``dead``: running when its driver went),
+        the metric's value, ``rung``, ``epoch``, ``iteration``, each parameter, ``run_id`` and
+        ``error``; by trial number, or ``sort="value"`` (best first, trials without a value
+        last)."""
+        rec = self.record
+        settings = rec["settings"]
+        # NOTE: a trial "running" under a driver that is gone trains no more: shown dead, as
+        # its run is (a resume continues it from its checkpoint)
+        gone = shown_status(rec, runs.DEAD_AFTER) == "dead"
         store = runs.store()
         try:
             trials = store.trials(self.id)
@@ -79,7 +84,9 @@ class Sweep:
                 raise
             # NOTE: which file, as every other damage error says
             raise runs.refuse(f"{store.path}: {e}", "damaged") from e.__cause__
-        rows = [{"trial": t["number"], "status": t["status"], settings["metric"]: t["value"],
+        rows = [{"trial": t["number"],
+                 "status": "dead" if gone and t["status"] == "running" else t["status"],
+                 settings["metric"]: t["value"],
                  "rung": t["rung"], "epoch": t["epoch"], "iteration": t["iteration"],
                  **t["params"], "run_id": t["run_id"], "error": t["error"]}
                 for t in trials]

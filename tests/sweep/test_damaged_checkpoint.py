@@ -53,3 +53,21 @@ def test_a_damaged_trial_row_names_the_store(tmp_path):
                                                  r"read .*damaged") as e:
             lk.sweep.get(sid).table()
         assert e.value.reason == "damaged"
+
+
+def test_a_dead_sweeps_running_trials_show_dead(tmp_path):
+    """After its driver was killed, ``labkit sweep show`` listed its trials as running."""
+    import time
+
+    with lk.runs.use_store(tmp_path / "runs.sqlite") as store:
+        sid = store.create_sweep("s", None, "{}", {"trials": 2, "search": "grid",
+                                                   "metric": "m", "mode": "max", "seed": 0,
+                                                   "early_stopping": None, "engine": "inprocess",
+                                                   "workers": 1, "directory": str(tmp_path)},
+                                 [{"a": 1}, {"a": 2}])
+        store.update_trials(sid, {0: {"status": "running"}, 1: {"status": "finished"}})
+        sw = lk.sweep.get(sid)
+        assert [r["status"] for r in sw.table()] == ["running", "finished"]  # NOTE: it beats
+        store.update_sweep(sid, heartbeat=time.time() - 3600)
+        assert sw.status == "dead"
+        assert [r["status"] for r in sw.table()] == ["dead", "finished"]
