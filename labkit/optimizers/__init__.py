@@ -29,6 +29,8 @@ from ..backend import asarray, get_array_module, zeros
 from ..checkpoint import is_count, listed, shown_key
 from ..errors import CheckpointError
 from . import fused as _fused
+from . import hyper as _hyper
+from .hyper import quoted as _quoted
 
 #: the key of a parameter's own count of updates in the options its rules are given, where
 #: that is not the optimizer's ``t`` (Optimizer._group; Adam's bias correction reads it)
@@ -286,71 +288,6 @@ _fused.PLAIN_H.add(Rule.h)
 # ---- the optimizer ------------------------------------------------------------------------
 
 
-#: the NumPy dtypes a hyper-parameter saved in a state may have (its value a JSON number)
-_HYPER_DTYPES = ("float32", "float64", "int32", "int64", "bool")
-
-
-def _saved_hyper(v):
-    """A hyper-parameter's value as a state holds it: a Python number as itself, a NumPy one
-    as ``{"dtype", "value"}``; None for anything else (a schedule is code, an array data)."""
-    if type(v) in (bool, int, float):
-        return v
-    if isinstance(v, np.generic) and v.dtype.name in _HYPER_DTYPES:
-        return {"dtype": v.dtype.name, "value": v.item()}
-    return None
-
-
-def _same_hyper(a, b) -> bool:
-    """Two saved values alike, types included (``1``, ``1.0`` and ``True`` differ)."""
-    if isinstance(a, dict) or isinstance(b, dict):
-        return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
-                and all(_same_hyper(a[k], b[k]) for k in a))
-    return type(a) is type(b) and a == b
-
-
-def _loaded_hyper(v, at, problems, none_ok=False):
-    """A saved hyper-parameter value back as a number (``_saved_hyper``'s form checked), or
-    ``problems`` told why not; a finite number only (a NaN rate is no run's)."""
-    if v is None and none_ok:
-        return None
-    if isinstance(v, Mapping):
-        dt, x = v.get("dtype"), v.get("value")
-        if set(v) != {"dtype", "value"} or dt not in _HYPER_DTYPES:
-            problems.append(f"{at} must be a number or {{'dtype': one of "
-                            f"{', '.join(_HYPER_DTYPES)}, 'value': a number}}, got "
-                            f"{_shown(v)}")
-            return _BAD
-        n = _loaded_hyper(x, at, problems)
-        if n is _BAD:
-            return _BAD
-        typed = np.dtype(dt).type(n)
-        if typed.item() != n:
-            problems.append(f"{at}: {n!r:.40} is not a {dt} value (the saved value was "
-                            "changed)")
-            return _BAD
-        return typed
-    if type(v) not in (bool, int, float):
-        problems.append(f"{at} must be a number, got {_shown(v)}")
-        return _BAD
-    if type(v) is float and not math.isfinite(v):
-        problems.append(f"{at} must be a finite number, got {v!r}")
-        return _BAD
-    return v
-
-
-_BAD = object()
-
-
-def _shown(v) -> str:
-    return f"{type(v).__name__} {v!r:.60}"
-
-
-def _quoted(key) -> str:
-    """A key from a file in quotes (``shown_key``: escaped, cut, or named with its type)."""
-    shown = shown_key(key)
-    return f"'{shown}'" if shown == key else shown
-
-
 class Optimizer:
     """Rules applied in order to the gradients; the last one gives the step ``p -= step``.
 
@@ -506,61 +443,9 @@ class Optimizer:
                     out.setdefault(name, {})[f"{ri}.{k}"] = np.array(
                         v if isinstance(v, np.ndarray) else v.get())
         own = {n: c for n, c in zip(names, self.counts) if c != self.t}
-        hyper = self._changed_hyper()
+        hyper = _hyper.changed(self.rules)
         return {"t": self.t, "state": out, **({"steps": own} if own else {}),
                 **({"hyper": hyper} if hyper else {})}
-
-    def _changed_hyper(self) -> dict:
-        """``{"rule_i.name": {"value", "built"}}``: each hyper-parameter whose value (a
-        number) is not the one its rule was built with. A schedule set during the run is
-        code and is not saved: set it again after loading."""
-        out = {}
-        for ri, r in enumerate(self.rules):
-            built = getattr(r, "built", {})
-            for k, v in r.hyper.items():
-                now = _saved_hyper(v)
-                b = _saved_hyper(built.get(k))
-                if now is not None and not (b is not None and _same_hyper(b, now)):
-                    out[f"{ri}.{k}"] = {"value": now, "built": b}
-        return out
-
-    def _loaded_hypers(self, saved, problems) -> list:
-        """``state_dict()``'s ``"hyper"`` checked: ``(rule, name, value)`` to set, for each
-        value changed during the saved run whose rule this optimizer built as that run did.
-        One built otherwise (a fork's config with another ``lr``) keeps its own."""
-        if not isinstance(saved, Mapping):
-            problems.append(f"'hyper' must be a dict of 'rule.name' -> {{'value', 'built'}} "
-                            f"(the hyper-parameters changed during the run), got "
-                            f"{type(saved).__name__}")
-            return []
-        out = []
-        mine = [f"{i}.{k}" for i, r in enumerate(self.rules) for k in r.hyper]
-        if len(saved) > len(mine):
-            problems.append(f"'hyper' has {len(saved)} entries; this optimizer's rules have "
-                            f"{len(mine)} hyper-parameters ({', '.join(mine)})")
-            return []
-        for key in sorted(saved, key=shown_key):
-            at = f"hyper[{_quoted(key)}]"
-            ri, _, name = key.partition(".") if isinstance(key, str) else ("", "", "")
-            rule = (self.rules[int(ri)] if ri.isdecimal() and len(ri) < 6
-                    and int(ri) < len(self.rules) else None)
-            if rule is None or name not in rule.hyper:
-                problems.append(f"{at} names a hyper-parameter this optimizer's rules lack "
-                                f"(theirs: {', '.join(mine)})")
-                continue
-            entry = saved[key]
-            if not isinstance(entry, Mapping) or set(entry) != {"value", "built"}:
-                problems.append(f"{at} must be a dict with 'value' and 'built', got "
-                                f"{_shown(entry)}")
-                continue
-            value = _loaded_hyper(entry["value"], f"{at}['value']", problems)
-            built = _loaded_hyper(entry["built"], f"{at}['built']", problems, none_ok=True)
-            if value is _BAD or built is _BAD:
-                continue
-            b = entry["built"]
-            if _same_hyper(_saved_hyper(getattr(rule, "built", {}).get(name)), b):
-                out.append((rule, name, value))
-        return out
 
     def load_state_dict(self, state: dict) -> None:
         """Restore ``state_dict()``'s form: ``t`` a non-negative int, and for each parameter
@@ -582,7 +467,7 @@ class Optimizer:
                             f"{t!r:.60} ({type(t).__name__}); the steps taken are an "
                             "integer in [0, 2**63)")
         counts = self._own_steps(state.get("steps", {}), t, problems)
-        hypers = self._loaded_hypers(state.get("hyper", {}), problems)
+        hypers = _hyper.loaded(self.rules, state.get("hyper", {}), problems)
         saved = state.get("state")
         if not isinstance(saved, Mapping):
             raise CheckpointError(f"{where}: " + "; ".join(problems + [
