@@ -354,6 +354,7 @@ class MainLoop:
                 self.dispatch("before_epoch")
             t_read = time.perf_counter()
             timing, dispatch, perf = self.timing, self.dispatch, time.perf_counter
+            fresh, before = st["epoch_iteration"] == 0, st["iteration"]
             for batch in self.stream:
                 now = perf()
                 timing["read"] = now - t_read
@@ -382,6 +383,14 @@ class MainLoop:
                     return "finished"
                 if budget_end is not None and st["iteration"] >= budget_end:
                     return "paused"
+            if fresh and st["iteration"] == before:
+                # NOTE: else the loop went from epoch to epoch for ever (millions a second,
+                # writing the run store each time) when only iterations could end it
+                raise TrainingError(
+                    f"epoch {st['epoch']} of the training stream yielded no batches "
+                    f"({self.stream!r:.200}): an empty split, a filter that drops every "
+                    "example, or drop_last with a batch larger than the dataset; give the "
+                    "stream examples (or a smaller batch)")
             st["epoch"] += 1
             st["epoch_iteration"] = 0
             st["epoch_started"] = False
