@@ -38,7 +38,7 @@ def test_an_epoch_without_batches_is_an_error(tmp_path, store):
         with lk.runs.use_store(tmp_path / f"runs-{what}.sqlite"):
             loop = _loop(stream, store)
             done = []
-            t = threading.Thread(target=lambda: done.append(_run(loop)), daemon=True)
+            t = threading.Thread(target=lambda d=done, lp=loop: d.append(_run(lp)), daemon=True)
             t.start()
             t.join(60)
             assert not t.is_alive(), f"{what}: the loop still runs"
