@@ -161,6 +161,8 @@ def check_devices() -> int:
 def _replaceable(out: str, force: bool):
     """A ``DataError`` unless ``-o OUT`` is new, a labkit dataset (converted again), or
     ``--force``: a converter replaces what is there."""
+    import os
+    import stat
     from pathlib import Path
 
     from .errors import DataError
@@ -168,7 +170,17 @@ def _replaceable(out: str, force: bool):
     path = Path(out)
     if path.is_dir():
         return DataError(f"-o {out} is a folder; give a file in it (-o {path / 'NAME.h5'})")
-    if force or not path.exists():
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        # NOTE: opened to look inside, a FIFO waited for a writer for ever; replaced (with
+        # --force), a device or a FIFO would have been renamed over
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+        return DataError(f"-o {out} is {kind}, not a regular file; give a file's path")
+    if force or mode is None:
         return None
     try:
         import h5py

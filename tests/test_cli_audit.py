@@ -55,6 +55,23 @@ def test_convert_does_not_replace_a_file_unasked(home, tmp_path, capsys):
     assert cli.main(["convert", "digits", "-o", str(keep), "--force"]) == 0
 
 
+def test_convert_to_a_fifo_or_a_device_is_refused_at_once(home, tmp_path, capsys):
+    """Opened to see whether it was a dataset, a FIFO waited for a writer for ever; with
+    --force it (or a device) would have been renamed over."""
+    import os
+    import stat
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for force in ([], ["--force"]):
+        assert cli.main(["convert", "digits", "-o", str(fifo), *force]) == 1
+        assert "is a FIFO, not a regular file" in capsys.readouterr().err
+        assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert cli.main(["convert", "digits", "-o", "/dev/null", "--force"]) == 1
+    assert "/dev/null is a device, not a regular file" in capsys.readouterr().err
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
 def test_an_unusable_home_is_one_line(tmp_path, monkeypatch, capsys):
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("LABKIT_HOME", str(tmp_path / "file"))

@@ -78,7 +78,13 @@ def command(n: int, script, args=(), *, python: str | None = None) -> list[str]:
     except (OSError, ValueError):  # NOTE: a NUL in the name, a name too long
         found = False
     if not found:
-        raise DistError(f"launch: no script {str(script)!r}")
+        try:
+            there = script.exists()
+        except (OSError, ValueError):
+            there = False
+        raise DistError(f"launch: {str(script)!r} is not a file (a folder, a pipe or a device); "
+                        "give a Python script" if there else
+                        f"launch: no script {str(script)!r}")
     python = python or sys.executable
     return [mpiexec(), "-n", str(n), python, str(MONITOR), python, "-m", "mpi4py", str(script),
             *args]
