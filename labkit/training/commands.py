@@ -97,14 +97,27 @@ class Listener:
         elif command == "resume":
             was = self.control.paused
             self.control.unpause()
-            self.store.ack_command(cid, "resumed" if was else "not paused: nothing to resume", it)
+            early = self._cancel_pauses("cancelled by a resume before the loop paused", it)
+            self.store.ack_command(cid, "resumed before the loop paused" if early else
+                                   "resumed" if was else "not paused: nothing to resume", it)
         elif command == "stop":
             self.control.stop("stopped by a command")
             self.control.unpause()
+            self._cancel_pauses("cancelled: the run stops", it)
             self.store.ack_command(cid, "stopping after this batch", it)
         elif command == "checkpoint":
             self._waiting["checkpoint"].append(cid)
             self.control.request_checkpoint()
+
+    def _cancel_pauses(self, why: str, it) -> bool:
+        """Answer the pauses the loop has not acted on yet (a resume or stop came first: the
+        loop will not pause for them, and they stayed unanswered until training ended);
+        whether there were any."""
+        ids, self._waiting["pause"] = self._waiting["pause"], []
+        self._answered.update(ids)
+        for cid in ids:
+            self._ack(cid, why, it)
+        return bool(ids)
 
     def acknowledge(self, command: str, result: str, iteration: int | None = None) -> None:
         """The loop did ``command`` (``"pause"``: it paused; ``"checkpoint"``: one is

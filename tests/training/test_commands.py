@@ -112,6 +112,44 @@ def test_a_pause_the_loop_never_reached_is_answered_when_training_ends():
     assert control.undone  # the pause it took is undone: it must not act on the next run()
 
 
+@pytest.mark.parametrize("then", ["resume", "stop"])
+def test_a_pause_overtaken_by_a_resume_or_stop_is_answered_at_once(then):
+    """Pause then resume (or stop) within one read of the commands: the loop never paused,
+    and the pause stayed unanswered until training ended (a page polling it waited)."""
+    store = lk.runs.store()
+    loop = T.build(make_loop, {"epochs": 1})
+    rid = loop.ensure_run()
+
+    class Control:  # a loop that has not reached its next batch yet
+        paused = False
+
+        def pause(self):
+            self.paused = True
+
+        def unpause(self):
+            self.paused = False
+
+        def stop(self, why):
+            self.why = why
+
+    listener = commands.Listener(store, rid, Control(), lambda: 7)
+    try:
+        with listener._lock:  # NOTE: both are read in one poll
+            first = store.add_command(rid, "pause")
+            second = store.add_command(rid, then)
+        wait_for(lambda: store.command(second)["acked"] is not None)
+        rec = store.command(first)
+        assert rec["acked"] is not None and rec["iteration"] == 7
+        assert rec["result"] == ("cancelled by a resume before the loop paused"
+                                 if then == "resume" else "cancelled: the run stops")
+        assert store.command(second)["result"] == ("resumed before the loop paused"
+                                                   if then == "resume" else
+                                                   "stopping after this batch")
+        assert listener._waiting["pause"] == []
+    finally:
+        listener.close("test over")
+
+
 def test_commands_during_the_last_events_do_not_act_on_the_next_run():
     loop = T.build(make_loop, {"epochs": 1})
     rid = loop.ensure_run()
