@@ -220,6 +220,11 @@ class EarlyStopping(Extension):
         self.best_params: dict | None = None
 
     def _better(self, v):
+        if not math.isfinite(v):
+            # NOTE: a NaN or infinite value is no score (as Checkpoint(keep_best=)'s): a NaN
+            # first check was the best for ever (NaN compares false), the loop stopped while
+            # the metric improved, and restore_best loaded the NaN epoch's parameters
+            return False
         if self.best is None:
             return True
         return v < self.best - self.min_delta if self.mode == "min" else \
@@ -239,8 +244,10 @@ class EarlyStopping(Extension):
             self.bad += 1
         loop.log.report(**{f"best_{self.metric}": self.best})
         if self.bad >= self.patience:
+            best = ("no finite value yet" if self.best is None else
+                    f"best {self.best:.6g} at iteration {self.best_iteration}")
             loop.stop(f"EarlyStopping: {self.metric} did not improve for {self.patience} checks "
-                      f"(best {self.best:.6g} at iteration {self.best_iteration})")
+                      f"({best})")
 
     def after_training(self, loop):
         if self.restore_best and self.best_params is not None:
@@ -297,6 +304,11 @@ class EarlyStopping(Extension):
         for ok, problem in checks:
             if not ok:
                 raise CheckpointError(f"{self.name}: the saved state's {problem}")
+        if best is not None and not math.isfinite(best):
+            warnings.warn(f"{self.name}: the saved best {self.metric} is {best} (an earlier "
+                          "labkit counted a non-finite value as the best); it goes on with no "
+                          "best yet", stacklevel=2)
+            best = it = params = None
         self.best, self.best_iteration, self.bad = best, it, int(bad)
         self.best_params = {k: np.array(v) for k, v in params.items()} \
             if params is not None else None

@@ -156,6 +156,46 @@ def test_early_stopping_keeps_and_restores_the_best():
         missing.run()
 
 
+@pytest.mark.parametrize("first", [float("nan"), float("inf"), float("-inf")])
+def test_early_stopping_never_takes_a_non_finite_value_as_the_best(first):
+    """A NaN first check was the best for ever (NaN compares false): the loop stopped while
+    the metric improved, and restore_best loaded the NaN epoch's parameters."""
+    loop = make_loop({"epochs": 50})
+    scores = iter([first, 0.9, 0.5, 0.3, 0.4, 0.35, 0.31, 0.2])
+    snapshots = {}
+
+    def fake_valid(loop):
+        loop.log.report(valid_loss=next(scores))
+        snapshots[loop.status["epoch"]] = loop.model.state_dict()
+    loop.add(fake_valid, event="after_epoch", priority=100)
+    es = loop.add(T.EarlyStopping(patience=3))
+    loop.run()
+    assert loop.status["epoch"] == 7  # best 0.3 at epoch 4, then 3 checks without one
+    assert es.best == 0.3 and "best 0.3 at iteration" in loop.stop_reason
+    for k, v in loop.model.state_dict().items():
+        assert np.array_equal(v, snapshots[4][k])
+
+
+def test_early_stopping_with_no_finite_value_stops_and_says_so():
+    loop = make_loop({"epochs": 50})
+    loop.add(lambda lp: lp.log.report(valid_loss=float("nan")), event="after_epoch",
+             priority=100)
+    es = loop.add(T.EarlyStopping(patience=2))
+    loop.run()
+    assert es.best is None and loop.status["epoch"] == 2
+    assert loop.stop_reason == ("EarlyStopping: valid_loss did not improve for 2 checks (no "
+                                "finite value yet)")
+
+
+def test_a_saved_non_finite_best_starts_with_none(recwarn):
+    es = T.EarlyStopping(patience=3)
+    es.load_state_dict({"best": float("nan"), "best_iteration": 4, "bad": 2,
+                        "best_params": {"w": np.zeros(2)}})
+    assert es.best is None and es.best_iteration is None and es.best_params is None
+    assert es.bad == 2
+    assert "saved best valid_loss is nan" in str(recwarn.pop(UserWarning).message)
+
+
 def test_learning_rate_schedule():
     loop = make_loop({"epochs": 3, "batch_size": 48})
     loop.add(T.LearningRateSchedule(lambda epoch: 0.1 / (epoch + 1)))
