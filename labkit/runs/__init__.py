@@ -199,7 +199,8 @@ def _kept(s: RunStore, rec: dict, inside=None) -> str | None:
 
 
 def delete_checkpoint(checkpoint_id: int, *, run_id: str | None = None, files: bool = True,
-                      inside=None, in_store: RunStore | None = None, explain: bool = False):
+                      inside=None, in_store: RunStore | None = None, explain: bool = False,
+                      unless_forked: bool = False):
     """Delete checkpoint ``checkpoint_id``: its directory, only if it is surely its run's,
     then its record. The files stay (a warning is logged) when its real directory lies
     outside its run's real folder (or outside ``inside``: the folder a loop was told to write
@@ -210,14 +211,26 @@ def delete_checkpoint(checkpoint_id: int, *, run_id: str | None = None, files: b
     ``(removed, kept)``: ``kept`` says why files that are there stayed (None if none did).
     The one way labkit deletes a checkpoint (the loop's pruning, the REST API and the
     CheckpointBrowser all call it). ``in_store``: the store the record is in (default: the
-    one this process uses now)."""
-    from .. import checkpoint as ckpt
-
+    one this process uses now). ``unless_forked`` (a loop's pruning): nothing is deleted while
+    a run forked from the checkpoint has no valid checkpoint of its own (it starts from this
+    one); then ``(False, why)`` with ``explain``, else False."""
     s = in_store if in_store is not None else store()
     rec = s.checkpoint(checkpoint_id, listed=True)
     if run_id is not None and rec["run_id"] != run_id:
         raise refuse(f"run {run_id} has no checkpoint {checkpoint_id}", "not_found")
     removed, why = False, None
+    if unless_forked and "damaged" not in rec:
+        # NOTE: the look for a fork and the record's removal are one transaction, and a fork
+        # is made only while the record exists (RunStore.create_run): of a fork and a prune
+        # at once, the fork keeps the checkpoint, or is refused. The files go after the record
+        fork = s.remove_checkpoint_unless_forked(rec["id"], rec["path"])
+        if fork is not None:
+            why = f"run {fork} was forked from it and has no checkpoint of its own yet"
+            return (False, why) if explain else False
+        path = Path(rec["path"])
+        if files and (path.exists() or path.is_symlink()):
+            removed, why = _remove_files(s, rec, inside)
+        return (removed, why) if explain else removed
     if "damaged" in rec:  # NOTE: its path is not believed: only the record goes
         path = rec["path"]
         if files and path and os.path.lexists(path):
@@ -228,19 +241,27 @@ def delete_checkpoint(checkpoint_id: int, *, run_id: str | None = None, files: b
         return (removed, why) if explain else removed
     path = Path(rec["path"])
     if files and (path.exists() or path.is_symlink()):
-        why = _kept(s, rec, inside)
-        if why is None:
-            try:
-                ckpt.remove(path)  # refuses what is not a checkpoint directory
-                removed = True
-            except CheckpointError as e:
-                log.warning("labkit: %s", e)
-                why = "it is not a labkit checkpoint directory"
-        if why is not None:
-            log.warning("labkit: kept the files of checkpoint %s at %s: %s", rec["id"], path,
-                        why)
+        removed, why = _remove_files(s, rec, inside)
     s.remove_checkpoint(rec["id"])
     return (removed, why) if explain else removed
+
+
+def _remove_files(s: RunStore, rec: dict, inside) -> tuple:
+    """``(removed, why kept)`` for the files of checkpoint ``rec`` (see ``_kept``)."""
+    from .. import checkpoint as ckpt
+
+    removed, why = False, _kept(s, rec, inside)
+    if why is None:
+        try:
+            ckpt.remove(Path(rec["path"]))  # refuses what is not a checkpoint directory
+            removed = True
+        except CheckpointError as e:
+            log.warning("labkit: %s", e)
+            why = "it is not a labkit checkpoint directory"
+    if why is not None:
+        log.warning("labkit: kept the files of checkpoint %s at %s: %s", rec["id"],
+                    rec["path"], why)
+    return removed, why
 
 
 def _own_folder(run: dict) -> Path | None:

@@ -149,6 +149,17 @@ class RunStore(SweepRecords):
             rid = new_run_id()
             try:
                 with transaction(self._conn()) as c:
+                    # NOTE: checked in the transaction that adds the run: a fork whose parent
+                    # was deleted, or whose checkpoint was pruned, since it was looked at
+                    # made a run that could never start
+                    if parent_run is not None:
+                        self._require_run(c, parent_run)
+                    if parent_checkpoint_id is not None and c.execute(
+                            "SELECT 1 FROM checkpoints WHERE id = ?",
+                            (_bound(parent_checkpoint_id),)).fetchone() is None:
+                        raise refuse(f"checkpoint {parent_checkpoint_id} of run {parent_run} "
+                                     "was deleted meanwhile (pruned by its run, it may be); "
+                                     "nothing was created: fork it again", "deleted")
                     c.execute("INSERT INTO runs (id, name, status, created, host, pid, source, "
                               "factory, config, parent_run, parent_checkpoint, "
                               "parent_checkpoint_id, directory, heartbeat) VALUES "
@@ -544,6 +555,21 @@ class RunStore(SweepRecords):
         with transaction(self._conn()) as c:
             c.execute(f"UPDATE checkpoints SET {cols} WHERE id = ?",  # noqa: S608
                       (*fields.values(), _bound(checkpoint_id)))
+
+    def remove_checkpoint_unless_forked(self, checkpoint_id: int, path) -> str | None:
+        """Delete a checkpoint's record, in one transaction with the look for a run forked from
+        it that has no valid checkpoint of its own yet (it starts from this one): the id of
+        such a run (nothing removed), else None."""
+        with transaction(self._conn()) as c:
+            row = c.execute(
+                "SELECT id FROM runs r WHERE (r.parent_checkpoint_id = ? OR "
+                "r.parent_checkpoint = ?) AND NOT EXISTS (SELECT 1 FROM checkpoints k WHERE "
+                "k.run_id = r.id AND k.valid = 1) LIMIT 1",
+                (_bound(checkpoint_id), str(path))).fetchone()
+            if row is not None:
+                return str(row[0])
+            c.execute("DELETE FROM checkpoints WHERE id = ?", (_bound(checkpoint_id),))
+            return None
 
     def remove_checkpoint(self, checkpoint_id: int) -> bool:
         """Delete a checkpoint's record (not its files: see ``labkit.runs.delete_checkpoint``);

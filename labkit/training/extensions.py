@@ -490,7 +490,10 @@ class Checkpoint(Extension):
                   for s in o.saved if s["name"]}
         for s in done:
             if s["name"] not in keep and _key(self._dir, s["name"]) not in others:
-                loop.recorder.delete_checkpoint(self._dir / s["name"], self._dir)
+                if not loop.recorder.delete_checkpoint(self._dir / s["name"], self._dir):
+                    # NOTE: a run forked from it starts from it: pruned at a later save,
+                    # once that run has checkpoints of its own
+                    keep.add(s["name"])
         self.saved = [s for s in self.saved if s["name"] in keep or not s["name"]]
 
     def best(self) -> Path | None:

@@ -414,9 +414,10 @@ class Recorder:
 
     def delete_checkpoint(self, path, directory=None) -> bool:
         """Delete ``path`` and its record if this run owns it (see ``owns_checkpoint``);
-        returns whether it did."""
+        False only where a run forked from it still starts from it (kept: a later prune
+        deletes it once that run has checkpoints of its own)."""
         if not self.owns_checkpoint(path, directory):
-            return False
+            return True  # NOTE: not ours to delete: nothing more to do with it
         from .. import runs
 
         if self.store is None:
@@ -424,13 +425,16 @@ class Recorder:
                 ckpt.remove(path)
             except CheckpointError as e:  # not a checkpoint after all: keep it, say so
                 warnings.warn(f"kept {path}: {e}", stacklevel=3)
-                return False
             return True
+        done = True
         for c in self._records():
             if Path(c["path"]) == Path(path):
-                self._guard(runs.delete_checkpoint, c["id"], run_id=self.run_id,
-                            inside=directory or self.checkpoint_dir, in_store=self.store)
-        return True
+                out = self._guard(runs.delete_checkpoint, c["id"], run_id=self.run_id,
+                                  inside=directory or self.checkpoint_dir, in_store=self.store,
+                                  explain=True, unless_forked=True)
+                if out is not None and not out[0] and out[1] and "forked" in out[1]:
+                    done = False  # NOTE: a fork starts from it: kept (pruned once it need not)
+        return done
 
     def _records(self) -> list[dict]:
         """This run's checkpoint records, less damaged ones (their paths are not believed)."""
