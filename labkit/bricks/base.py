@@ -110,6 +110,9 @@ class Brick:
     #: changes when the buffers, or a parameter or other object it holds, are replaced (a
     #: compiled step holding the old ones retraces)
     _version = 0
+    #: buffers that hold variances (never negative: NaN can be, a run that diverged); a state
+    #: with a negative value there is damaged or edited, and is refused on load
+    NONNEGATIVE_BUFFERS: tuple = ()
 
     def __init__(self, name: str | None = None, seed: int | None = None):
         object.__setattr__(self, "_children", {})
@@ -444,9 +447,10 @@ class Brick:
         state = {str.__str__(k): v for k, v in state.items()}
         params, buffers = self.params(), self.buffers()
         own = {**{k: p.data for k, p in params.items()}, **buffers}
+        variances = {f"{b.path}.{n}" for b in self.bricks() for n in b.NONNEGATIVE_BUFFERS}
         missing = sorted(set(own) - set(state))
         unexpected = sorted(set(state) - set(own))
-        shapes, dtypes, kinds, arrays = [], [], [], {}
+        shapes, dtypes, kinds, damaged, arrays = [], [], [], [], {}
         for k in sorted(set(own) & set(state)):
             cur, arr = own[k], _host_array(state[k])
             if arr is None or isinstance(arr, np.ma.MaskedArray):
@@ -458,9 +462,13 @@ class Brick:
                 shapes.append(f"{_shown(k)}: checkpoint {arr.shape}, model {tuple(cur.shape)}")
             elif arr.dtype != cur.dtype:
                 dtypes.append(f"{_shown(k)}: checkpoint {arr.dtype}, model {cur.dtype}")
+            elif k in variances and arr.dtype.kind == "f" and bool((arr < 0).any()):
+                damaged.append(f"{_shown(k)}: {int((arr < 0).sum())} negative values (the least "
+                             f"{float(arr.min()):.6g}) in a variance, which is never negative: "
+                             "the state is damaged or was edited")
             else:
                 arrays[k] = arr
-        if shapes or dtypes or kinds or (strict and (missing or unexpected)):
+        if shapes or dtypes or kinds or damaged or (strict and (missing or unexpected)):
             parts = []
             if missing:
                 parts.append("missing keys: " + _listed(list(map(_shown, missing)), ", "))
@@ -468,6 +476,8 @@ class Brick:
                 parts.append("unexpected keys: " + _listed(list(map(_shown, unexpected)), ", "))
             if kinds:
                 parts.append("not arrays: " + _listed(kinds, "; "))
+            if damaged:
+                parts.append("damaged: " + _listed(damaged, "; "))
             if shapes:
                 parts.append("shape mismatches: " + _listed(shapes, "; "))
             if dtypes:

@@ -368,6 +368,8 @@ def _mask_array(d, dtype, rt):
 class BatchNorm(Brick):
     """Batch normalization over channel axis 1, with running statistics (buffers)."""
 
+    NONNEGATIVE_BUFFERS = ("running_var",)
+
     def __init__(self, size=None, momentum=0.1, eps=1e-5, name=None):
         super().__init__(name)
         self.size, self.momentum, self.eps = size, momentum, eps

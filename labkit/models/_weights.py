@@ -4,11 +4,14 @@ that produced them). Loading parses only JSON and the safetensors header: no pic
 from the file. Weights may come from elsewhere, so the record is checked before anything is
 built: its module must be one of the zoo's, its config must have the keys and types of that
 module's defaults, and the model it asks for must fit in the weights file (a crafted size
-cannot allocate more memory than the file holds). Both files are read only as regular files
-(links followed), so a FIFO or a device is refused, not waited on."""
+cannot allocate more memory than the file holds). The record holds the weights file's size
+and SHA-256, checked before the file is parsed: a damaged file (one flipped bit of a tensor
+loaded silently, and the model answered at chance) is refused, naming it. Both files are read
+only as regular files (links followed), so a FIFO or a device is refused, not waited on."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import math
@@ -116,6 +119,13 @@ def info(name: str, directory=WEIGHTS) -> dict:
             or not record["module"].isidentifier() or not isinstance(record.get("config"), dict):
         raise CheckpointError(f"{path}: expected a JSON object with a module name and a config")
     check_config(record["module"], record["config"], str(path))
+    w = record.get("weights")
+    if w is not None and not (isinstance(w, dict) and set(w) == {"size", "sha256"}
+                              and type(w["size"]) is int and 0 <= w["size"] < INT64
+                              and isinstance(w["sha256"], str) and len(w["sha256"]) == 64
+                              and all(c in "0123456789abcdef" for c in w["sha256"])):
+        raise CheckpointError(f"{path}: 'weights' must be {{'size': bytes, 'sha256': 64 hex "
+                              f"digits}} (the weights file's), got {w!r:.120}")
     return record
 
 
@@ -127,11 +137,17 @@ def save(model, name: str, module: str, config: dict, results: dict, command: st
     directory = Path(directory)
     check_config(module, config, f"labkit.models.save {name!r}")
     state = model.state_dict()
-    _fs.atomic_write(directory / f"{name}.safetensors",
-                     b"".join(bytes(p) for p in tensors_bytes(state)))
-    record = {"module": module, "config": config, "results": results, "command": command}
+    data = b"".join(bytes(p) for p in tensors_bytes(state))
+    _fs.atomic_write(directory / f"{name}.safetensors", data)
+    record = {"module": module, "config": config, "results": results, "command": command,
+              "weights": fingerprint(data)}
     _fs.atomic_write(directory / f"{name}.json", json.dumps(record, indent=1) + "\n")
     return directory / f"{name}.safetensors"
+
+
+def fingerprint(data: bytes) -> dict:
+    """What a record says of its weights file: ``{"size", "sha256"}``."""
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def _names(keys, n=8) -> str:
@@ -157,10 +173,19 @@ def load(name: str, device=None, directory=WEIGHTS):
     where = directory / f"{name}.json"
     path = directory / f"{name}.safetensors"
     try:
-        tensors = tensors_from_bytes(read_regular(path, what="weights file"), str(path))
+        data = read_regular(path, what="weights file")
     except Missing:
         raise CheckpointError(f"{path}: missing; {where.name} has no weights beside it") \
             from None
+    # NOTE: a record without a fingerprint (saved by an earlier labkit) is not checked here
+    if record.get("weights") is not None and fingerprint(data) != record["weights"]:
+        got = fingerprint(data)
+        what = (f"{got['size']:,} bytes where {where.name} says {record['weights']['size']:,}"
+                if got["size"] != record["weights"]["size"] else
+                f"its SHA-256 is not the one {where.name} gives")
+        raise CheckpointError(f"{path}: damaged or replaced ({what}); get the weights file "
+                              "again (a labkit installation ships it)")
+    tensors = tensors_from_bytes(data, str(path))
     count = sum(int(np.prod(a.shape, dtype=object)) for a in tensors.values())
     module, config = record["module"], record["config"]
     defaults = importlib.import_module(f"{__package__}.{module}").DEFAULTS

@@ -205,3 +205,24 @@ def test_a_sum_of_squares_may_be_nan_or_infinite_but_not_negative(rule, key, dev
         state = src.state_dict()
         state["state"]["/linear.W"]["0.m"][...] = -1
         opt.load_state_dict(state)
+
+
+def test_a_negative_running_variance_is_refused():
+    """A variance is never negative (NaN is, in a run that diverged): a state with one there
+    loaded silently, and every output of the model was NaN."""
+    import labkit.bricks as B
+
+    model = B.Sequence(B.Linear(3, 4), B.BatchNorm(4))
+    state = model.state_dict()
+    key = next(k for k in state if k.endswith("running_var"))
+    before = {k: v.copy() for k, v in state.items()}
+    bad = dict(state)
+    bad[key] = state[key].copy()
+    bad[key][1] = -0.5
+    with pytest.raises(lk.CheckpointError, match=rf"damaged: {key}: 1 negative values \(the "
+                                                 r"least -0.5\) in a variance"):
+        model.load_state_dict(bad)
+    assert all(np.array_equal(v, before[k]) for k, v in model.state_dict().items())
+    bad[key][1] = np.nan  # NOTE: a diverged run's: loaded as it is
+    model.load_state_dict(bad)
+    assert np.isnan(model.state_dict()[key][1])

@@ -47,7 +47,14 @@ def record(d, **fields):
 
 
 def weights(d, state):
-    (d / "w.safetensors").write_bytes(b"".join(bytes(p) for p in tensors_bytes(state)))
+    """``state`` as the weights file, the record's fingerprint made to match (so that what
+    is tested is what the file holds, not that it was changed)."""
+    data = b"".join(bytes(p) for p in tensors_bytes(state))
+    (d / "w.safetensors").write_bytes(data)
+    rec = json.loads((d / "w.json").read_text())
+    if "weights" in rec:
+        rec["weights"] = _weights.fingerprint(data)
+        (d / "w.json").write_text(json.dumps(rec))
 
 
 @pytest.mark.parametrize("raw, why", [
@@ -180,3 +187,37 @@ def test_a_record_with_a_nan_result_saved_by_labkit_loads(tmp_path):
 def test_a_record_with_a_giant_integer_is_refused_quickly(w):
     (w / "w.json").write_bytes(b'{"module": "cnn", "config": {"seed": ' + b"9" * 200_000 + b"}}")
     refused(w, r"w\.json: not a weights record: an integer of 200000 digits")
+
+
+@pytest.mark.parametrize("how", ["flip", "cut", "grow"])
+def test_a_damaged_weights_file_is_refused(w, how):
+    """One flipped exponent bit of a tensor loaded silently (a weight of 1.9e38, the model at
+    chance): the record holds the file's size and SHA-256."""
+    raw = bytearray((w / "w.safetensors").read_bytes())
+    n = int.from_bytes(raw[:8], "little")
+    if how == "flip":
+        raw[8 + n + 1003] ^= 0x40
+    elif how == "cut":
+        raw = raw[:-4]
+    else:
+        raw += b"\0" * 4
+    (w / "w.safetensors").write_bytes(bytes(raw))
+    refused(w, r"w.safetensors: damaged or replaced \(" + (
+        "its SHA-256 is not the one w.json gives" if how == "flip" else
+        "[0-9,]+ bytes where w.json says"))
+
+
+@pytest.mark.parametrize("bad", [{"size": 1}, {"size": -1, "sha256": "0" * 64},
+                                 {"size": 1, "sha256": "G" * 64}, [1, 2], "abc"])
+def test_a_bad_fingerprint_in_the_record_is_refused(w, bad):
+    rec = json.loads((w / "w.json").read_text())
+    rec["weights"] = bad
+    (w / "w.json").write_text(json.dumps(rec))
+    refused(w, r"w.json: 'weights' must be")
+
+
+def test_the_shipped_records_fingerprint_their_weights():
+    for name in lk.models.available():
+        rec = _weights.info(name)
+        data = (_weights.WEIGHTS / f"{name}.safetensors").read_bytes()
+        assert rec["weights"] == _weights.fingerprint(data), name
