@@ -53,6 +53,12 @@ def is_count(v) -> bool:
             and 0 <= v < INT64)
 
 
+#: a loaded counter must leave room to count on (no run reaches 2**62 iterations or draws):
+#: one a step short of 2**63 loaded, then overflowed the run store or made a checkpoint its
+#: own loader refused
+ROOM = 1 << 62
+
+
 def kind(v) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
             int: "an integer", float: "a number", type(None): "null"}.get(type(v), type(v).__name__)

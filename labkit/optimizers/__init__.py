@@ -27,6 +27,7 @@ from .. import roles as _roles
 from ..autograd.trace import host
 from ..backend import asarray, get_array_module, zeros
 from ..checkpoint import is_count, listed, shown_key
+from ..checkpoint._common import ROOM
 from ..errors import CheckpointError
 from . import fused as _fused
 from . import hyper as _hyper
@@ -462,10 +463,10 @@ class Optimizer:
             problems.append(f"unexpected keys {listed(extra)} (expected 't', 'state', "
                             "'steps' and 'hyper')")
         t = state.get("t")
-        if not is_count(t):
+        if not is_count(t) or t >= ROOM:
             problems.append(f"'t' (the steps taken) must be a non-negative int, got "
                             f"{t!r:.60} ({type(t).__name__}); the steps taken are an "
-                            "integer in [0, 2**63)")
+                            "integer in [0, 2**62)")
         counts = self._own_steps(state.get("steps", {}), t, problems)
         hypers = _hyper.loaded(self.rules, state.get("hyper", {}), problems)
         saved = state.get("state")

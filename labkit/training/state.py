@@ -13,6 +13,7 @@ from pathlib import Path
 from .. import checkpoint as ckpt
 from ..backend.random import Generator
 from ..checkpoint import is_count
+from ..checkpoint._common import ROOM
 from ..errors import CheckpointError, LabkitError
 
 FORMAT = "labkit-mainloop"
@@ -283,6 +284,10 @@ def check(state) -> None:
         if kind is int and not is_count(v):
             # NOTE: below 2**63: the run store keeps counters as SQLite integers
             raise bad(f"status['{key}'] must be an integer in [0, 2**63), got {_brief(v)}")
+        if kind is int and v >= ROOM:
+            raise bad(f"status['{key}'] is {v}: no run counts to 2**62 (a count this close to "
+                      "the run store's limit leaves no room to train on); the checkpoint is "
+                      "damaged or was edited")
         if kind is float and (isinstance(v, bool) or not isinstance(v, (int, float))
                               or not 0 <= v < float("inf")):
             raise bad(f"status['{key}'] must be a finite number >= 0, got {_brief(v)}")
@@ -349,6 +354,9 @@ def _generator_problem(g: dict) -> str | None:
         return f"'seed' must be an integer in [0, 2**64), got {_brief(seed)}"
     if not is_count(counter):
         return f"'counter' must be an integer in [0, 2**63), got {_brief(counter)}"
+    if counter >= ROOM:
+        return (f"'counter' is {counter}: no run draws 2**62 blocks (a counter this close to "
+                "the limit leaves no room to draw on); the checkpoint is damaged or was edited")
     return None
 
 

@@ -180,11 +180,15 @@ def test_the_optimizer_step_count_must_be_an_integer_below_2_63(tmp_path, saved,
 
 
 def test_the_largest_optimizer_step_count_loads():
+    """Up to 2**62 - 1: one a step short of 2**63 loaded, and the run's next checkpoint (its
+    count past 2**63) was refused by its own loader."""
     import labkit as lk
 
     opt = lk.optimizers.SGD(lr=0.1).setup({})
-    opt.load_state_dict({"t": 2 ** 63 - 1, "state": {}})
-    assert opt.t == 2 ** 63 - 1
+    opt.load_state_dict({"t": 2 ** 62 - 1, "state": {}})
+    assert opt.t == 2 ** 62 - 1
+    with pytest.raises(lk.CheckpointError, match=r"integer in \[0, 2\*\*62\)"):
+        opt.load_state_dict({"t": 2 ** 62, "state": {}})
 
 
 SEEDS = [-5, -1, 2 ** 64, 2 ** 70, "5", 5.0, True, None, [5]]

@@ -92,6 +92,8 @@ def calls(store: RunStore, ids: dict) -> list:
         ("ack_command", lambda: store.ack_command(1, "paused", 3)),
         ("set_checkpoint", lambda: store.set_checkpoint(cid, valid=0)),
         ("remove_checkpoint", lambda: store.remove_checkpoint(cid)),
+        ("remove_checkpoint_unless_forked",
+         lambda: store.remove_checkpoint_unless_forked(cid, "/nowhere")),
         ("create_run", lambda: store.create_run("new", config={"a": 1})),
         ("remove_orphans", lambda: store.remove_orphans()),
         ("delete", lambda: store.delete(ids["runs"][1], force=True)),

@@ -83,3 +83,28 @@ def test_damaged_hyper_parameters_are_refused(hyper, words):
         opt.load_state_dict({"t": 3, "state": {}, "hyper": hyper})
     assert words in str(e.value) and "hyper" in str(e.value)
     assert opt.lr == 0.1 and opt.t == 0
+
+
+@pytest.mark.parametrize("where", ["iteration", "t", "counter"])
+def test_counters_without_room_to_train_are_refused(tmp_path, where):
+    """A counter a step short of 2**63 loaded, then overflowed the run store at the first
+    iteration (a raw OverflowError, the run left running) or made a checkpoint its own loader
+    refused."""
+    from .helpers import refused_checkpoint
+
+    loop = make_loop({"epochs": 1})
+    loop.run(max_iterations=3)
+    state = loop.state_dict()
+    big = 2**63 - 1
+    if where == "iteration":
+        state["status"]["iteration"] = state["status"]["epoch_iteration"] = big
+        state["optimizer"]["t"] = big
+        words = "is 9223372036854775807: no run counts to 2**62"
+    elif where == "t":
+        state["optimizer"]["t"] = big
+        words = "integer in [0, 2**62)"
+    else:
+        gens = state["rng"]["bricks"]
+        gens[next(iter(gens))]["counter"] = big
+        words = "no run draws 2**62 blocks"
+    assert words in refused_checkpoint(tmp_path, state)
