@@ -321,8 +321,8 @@ class RunStore(SweepRecords):
     def delete(self, run_id: str, force: bool = False, check_only: bool = False) -> dict:
         """Delete a run, its metrics and checkpoint records (not its files: see
         ``labkit.runs.delete``), in one transaction; return the deleted record. A run that is
-        training is refused (reason ``"live"``) unless ``force``. ``check_only``: only the
-        checks; nothing is deleted."""
+        training, or that a fork with no checkpoint of its own starts from, is refused (reason
+        ``"live"``) unless ``force``. ``check_only``: only the checks; nothing is deleted."""
         with transaction(self._conn()) as c:
             row = c.execute("SELECT * FROM runs WHERE id = ?", (str(run_id),)).fetchone()
             if row is None:
@@ -339,6 +339,19 @@ class RunStore(SweepRecords):
                              f"({sweep['name']}), which is {sweep['status']}: stop the sweep "
                              "first (lk.sweep.stop), or delete the run with force=True (the "
                              "trial then goes on unrecorded)", "live")
+            if not force:
+                # NOTE: a fork that has no checkpoint of its own starts from one of this run's:
+                # deleted with it, the fork could never start
+                waiting = [r[0] for r in c.execute(
+                    "SELECT id FROM runs r WHERE r.parent_run = ? AND NOT EXISTS (SELECT 1 FROM "
+                    "checkpoints k WHERE k.run_id = r.id AND k.valid = 1) LIMIT 4",
+                    (str(run_id),))]
+                if waiting:
+                    raise refuse(f"run {run_id} has forks that start from its checkpoints and "
+                                 f"have none of their own yet ({', '.join(waiting[:3])}"
+                                 f"{', ...' if len(waiting) > 3 else ''}): train or delete them "
+                                 "first, or delete it with force=True (they could then never "
+                                 "start)", "live")
             if check_only:
                 return run
             c.execute("DELETE FROM metrics WHERE run_id = ?", (str(run_id),))

@@ -55,3 +55,21 @@ def test_a_fork_made_after_its_checkpoint_or_parent_went_is_refused(home_store):
         store.create_run(name="f", parent_run="20990101-000000-0123456789abcdef")
     assert len(lk.runs.list()) == before
     parent.close()
+
+
+def test_deleting_a_run_a_waiting_fork_starts_from_is_refused_unforced(home_store):
+    parent = T.build(make_loop, {"epochs": 1, "checkpoint_every": 2})
+    parent.run()
+    child = lk.runs.fork(parent.run_id, None, epochs=2)
+    with pytest.raises(lk.runs.RunStoreError, match=rf"has forks that start from its "
+                                                     rf"checkpoints .*\({child}\)") as e:
+        lk.runs.delete(parent.run_id)
+    assert e.value.reason == "live" and lk.runs.get(parent.run_id)
+    lk.resume(child)  # NOTE: trained, it has its own checkpoints: the parent may go
+    lk.runs.delete(parent.run_id)
+    other = T.build(make_loop, {"epochs": 1, "checkpoint_every": 2})
+    other.run()
+    lk.runs.fork(other.run_id, None, epochs=2)
+    lk.runs.delete(other.run_id, force=True)  # NOTE: asked for: gone
+    with pytest.raises(lk.runs.RunStoreError):
+        lk.runs.get(other.run_id)
