@@ -31,7 +31,7 @@ def _positive(value, what, kind=int):
     if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) \
             or not value > 0:
         raise TrainingError(f"{what} must be a positive {'number' if kind is float else 'integer'}"
-                            f", got {value!r}")
+                            f", got {value!r:.80}")
     return value
 
 
