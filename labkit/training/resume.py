@@ -147,7 +147,18 @@ def _locate(run_or_path):
         # loads into it, as for a run id (one whose state it refuses is passed over)
         found = ckpt.list_checkpoints(p / "checkpoints")
         return (p / "checkpoints" if found else None), p.name
-    return None, str(run_or_path)
+    text = str(run_or_path)
+    from ..runs.ids import is_run_id
+
+    if p.is_dir() and is_run_id(p.name):
+        return None, p.name  # NOTE: a run's folder before its first checkpoint
+    if os.path.sep in text and os.path.lexists(p):
+        # NOTE: a path (a run id has no slash): "no run '/etc' in runs.sqlite" named the wrong
+        # thing
+        raise CheckpointError(f"resume: {p} is neither a checkpoint directory (one with a "
+                              "manifest.json) nor a run's folder (one with checkpoints/); give "
+                              "one of those, or a run id (labkit runs ls)")
+    return None, text
 
 
 def _refuse_live(store, record) -> None:

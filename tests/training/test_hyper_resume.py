@@ -108,3 +108,11 @@ def test_counters_without_room_to_train_are_refused(tmp_path, where):
         gens[next(iter(gens))]["counter"] = big
         words = "no run draws 2**62 blocks"
     assert words in refused_checkpoint(tmp_path, state)
+
+
+def test_resume_of_a_path_that_is_no_run_says_so(tmp_path):
+    (tmp_path / "notes").mkdir()
+    for p in (tmp_path / "notes", "/etc"):
+        with pytest.raises(CheckpointError, match="is neither a checkpoint directory .* nor "
+                                                  "a run's folder"):
+            lk.resume(str(p))
