@@ -83,9 +83,16 @@ def atomic_path(path):
     written there is fsynced and renamed to ``path``. On an error it is removed and ``path`` is
     untouched. For writers that open files by name (h5py)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _sweep(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TMP_PREFIX}{path.name}.{_owner()}.")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _sweep(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent,
+                                   prefix=f"{TMP_PREFIX}{path.name}.{_owner()}.")
+    except OSError as e:
+        # NOTE: the path asked for, not the temporary one beside it (the error named
+        # /proc/self/.labkit-tmp-nope.h5.host-1-2.x for -o /proc/self/nope.h5)
+        raise type(e)(e.errno, f"{e.strerror or e} (a temporary file beside it could not be "
+                               "made)", str(path)) from None
     # NOTE: mkstemp makes the file private (0600); the file gets the mode a plain open() would
     os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)

@@ -56,3 +56,15 @@ def test_a_live_writers_another_hosts_and_other_targets_temporaries_stay(tmp_pat
     _fs.atomic_write(tmp_path / "out.h5", b"new")
     assert (tmp_path / "out.h5").read_bytes() == b"new"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(keep + ["out.h5"])
+
+
+def test_a_target_no_temporary_can_sit_beside_is_named_not_the_temporary():
+    """-o /proc/self/nope.h5 named /proc/self/.labkit-tmp-nope.h5.HOST-PID-START.XXXX."""
+    import pytest
+
+    from labkit import _fs
+
+    with pytest.raises(OSError) as e:
+        _fs.atomic_write("/proc/self/nope.h5", b"x")
+    assert e.value.filename == "/proc/self/nope.h5" and ".labkit-tmp" not in str(e.value)
+    assert "a temporary file beside it could not be made" in str(e.value)
