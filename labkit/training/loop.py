@@ -383,9 +383,7 @@ class MainLoop:
                     return "finished"
                 if budget_end is not None and st["iteration"] >= budget_end:
                     return "paused"
-            if fresh and st["iteration"] == before:
-                # NOTE: else the loop went from epoch to epoch for ever (millions a second,
-                # writing the run store each time) when only iterations could end it
+            if fresh and st["iteration"] == before:  # NOTE: else epoch after epoch for ever
                 raise TrainingError(
                     f"epoch {st['epoch']} of the training stream yielded no batches "
                     f"({self.stream!r:.200}): an empty split, a filter that drops every "
