@@ -284,8 +284,10 @@ def resume_cmd(args) -> int:
         record = None  # a checkpoint or run directory: resume() says what it is
     if record is not None and record["status"] == "finished":
         print(f"run {args.id} already finished (iteration "
-              f"{record['progress'].get('iteration', '?')}); nothing to resume. To train it "
-              f"further, fork it with a larger budget: lk.runs.fork({args.id!r}, epochs=N)")
+              f"{record['progress'].get('iteration', '?')}: at its budget's end, or stopped by "
+              f"a command or an extension); nothing to resume. To train it further, fork it "
+              f"(from its newest checkpoint; a larger budget where it reached its end): "
+              f"lk.runs.fork({args.id!r}, epochs=N)")
         return 0
     if record is not None and not record.get("factory") and started_by_dist(record):
         from .dist.job import resume as resume_job
