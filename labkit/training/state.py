@@ -133,20 +133,10 @@ def load_newest(loop, directory, own: bool = False) -> Path:
     def accept(path, saved):
         # NOTE: a folder shared with other runs (Checkpoint(directory=...)): their checkpoints
         # are theirs, neither loaded nor marked invalid
-        m = ckpt.manifest(path)
-        rid = m.get("run_id") if own and loop.run_id is not None else None
+        rid = ckpt.manifest(path).get("run_id") if own and loop.run_id is not None else None
         if isinstance(rid, str) and rid != loop.run_id:
             others.append(rid)
             return False
-        status = saved.get("status") if isinstance(saved, dict) else None
-        it = status.get("iteration") if isinstance(status, dict) else None
-        if is_count(it) and is_count(m.get("iteration")) and it != m["iteration"]:
-            # NOTE: the loop writes its own iteration in both: a checkpoint copied under
-            # another name with its manifest edited was taken as the newest, and training
-            # went back to its iteration
-            refused[path] = (f"its manifest says iteration {m['iteration']}, its state "
-                             f"iteration {it}: it is damaged or was edited")
-            raise CheckpointError(f"{path}: {refused[path]}")
         try:
             load_loop_state(loop, saved)
         except NotThisLoop as e:

@@ -116,33 +116,3 @@ def test_resume_of_a_path_that_is_no_run_says_so(tmp_path):
         with pytest.raises(CheckpointError, match="is neither a checkpoint directory .* nor "
                                                   "a run's folder"):
             lk.resume(str(p))
-
-
-def test_a_checkpoint_whose_manifest_and_state_disagree_is_passed_over(tmp_path):
-    """A checkpoint copied under a newer name, its manifest's iteration edited and sealed
-    again: taken as the newest, training went back to its iteration."""
-    import json
-    import shutil
-    import warnings
-
-    from labkit.checkpoint._manifest import fields_crc32
-
-    loop = make_loop({"epochs": 1})
-    loop.run(max_iterations=5)
-    d = tmp_path / "c"
-    old = loop.save_checkpoint(d)
-    loop.run(max_iterations=3)
-    real = loop.save_checkpoint(d)
-    fake = d / "ckpt-00000100"
-    shutil.copytree(old, fake)
-    m = json.loads((fake / "manifest.json").read_text())
-    m["iteration"] = 100
-    m["fields_crc32"] = fields_crc32(m)
-    (fake / "manifest.json").write_text(json.dumps(m))
-    fresh = make_loop({"epochs": 1})
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        got = fresh.load_checkpoint(d)
-    assert got == real and fresh.status["iteration"] == 8
-    assert any("its manifest says iteration 100, its state iteration 5" in str(w.message)
-               for w in seen)
