@@ -345,7 +345,7 @@ class MainLoop:
         return self
 
     def _epochs(self, budget_end, t0) -> str:
-        st, control, recorder = self.status, self.control, self.recorder
+        st, control, recorder, empty = self.status, self.control, self.recorder, 0
         while True:
             if control.stop_reason is not None:
                 return "finished"
@@ -354,7 +354,7 @@ class MainLoop:
                 self.dispatch("before_epoch")
             t_read = time.perf_counter()
             timing, dispatch, perf = self.timing, self.dispatch, time.perf_counter
-            fresh, before = st["epoch_iteration"] == 0, st["iteration"]
+            before = st["iteration"]
             for batch in self.stream:
                 now = perf()
                 timing["read"] = now - t_read
@@ -383,12 +383,13 @@ class MainLoop:
                     return "finished"
                 if budget_end is not None and st["iteration"] >= budget_end:
                     return "paused"
-            if fresh and st["iteration"] == before:  # NOTE: else epoch after epoch for ever
-                raise TrainingError(
-                    f"epoch {st['epoch']} of the training stream yielded no batches "
-                    f"({self.stream!r:.200}): an empty split, a filter that drops every "
-                    "example, or drop_last with a batch larger than the dataset; give the "
-                    "stream examples (or a smaller batch)")
+            empty = empty + 1 if st["iteration"] == before else 0  # NOTE: else for ever
+            if empty == 2:  # NOTE: one may be the rest of an epoch read by hand
+                raise TrainingError(f"epochs {st['epoch'] - 1} and {st['epoch']} of the "
+                                    f"training stream yielded no batches ({self.stream!r:.200}):"
+                                    " an empty split, a filter that drops every example, or "
+                                    "drop_last with a batch larger than the data; give it "
+                                    "examples (or a smaller batch)")
             st["epoch"] += 1
             st["epoch_iteration"] = 0
             st["epoch_started"] = False
