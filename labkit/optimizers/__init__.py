@@ -464,9 +464,8 @@ class Optimizer:
                             "'steps' and 'hyper')")
         t = state.get("t")
         if not is_count(t) or t >= ROOM:
-            problems.append(f"'t' (the steps taken) must be a non-negative int, got "
-                            f"{t!r:.60} ({type(t).__name__}); the steps taken are an "
-                            "integer in [0, 2**62)")
+            problems.append(f"'t' (the steps taken) must be an integer in [0, 2**62) (no "
+                            f"run takes more), got {t!r:.60} ({type(t).__name__})")
         counts = self._own_steps(state.get("steps", {}), t, problems)
         hypers = _hyper.loaded(self.rules, state.get("hyper", {}), problems)
         saved = state.get("state")

@@ -1,15 +1,16 @@
 """An optimizer's hyper-parameters in its state: the values changed during the run (an
 extension's or a cell's ``opt.lr = ...``), so that a resumed run trains with them.
 
-A state holds ``{"rule_i.name": {"value", "built"}}`` for each hyper-parameter whose value (a
-number) is not the one its rule was built with; a loaded value is set where the optimizer's
-rule was built as the saved run's (a fork whose config builds it with another value keeps its
-own). A schedule set during the run is code, and is not saved.
+A state holds ``{"rule_i.name": {"rule", "value", "built"}}`` for each hyper-parameter whose
+value (a number) is not the one its rule was built with. A loaded value is set where this
+optimizer has the same rule at that place, built with the same value (``describe``); anything
+else is left as it is: a fork whose config builds its optimizer otherwise (another ``lr``,
+another schedule, another chain of rules) keeps its own. A schedule set during the run is code
+and is not saved: set it again after loading.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -23,54 +24,78 @@ def quoted(key) -> str:
     return f"'{shown}'" if shown == key else shown
 
 
-#: the NumPy dtypes a hyper-parameter saved in a state may have (its value a JSON number)
-DTYPES = ("float32", "float64", "int32", "int64", "bool")
+#: the most entries a state's "hyper" may hold (a real one holds a few)
+MAX_ENTRIES = 1024
+
+
+def _number(v):
+    """``v`` as a NumPy or Python number, or None: a 0-d numeric array is its scalar."""
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        v = v[()]
+    if type(v) in (bool, int, float):
+        return v
+    if isinstance(v, np.generic) and v.dtype.kind in "biuf":
+        return v
+    return None
 
 
 def saved_value(v):
     """A hyper-parameter's value as a state holds it: a Python number as itself, a NumPy one
-    as ``{"dtype", "value"}``; None for anything else (a schedule is code, an array data)."""
-    if type(v) in (bool, int, float):
+    (or a 0-d array) as ``{"dtype", "value"}``; None for anything else (a schedule is code:
+    set it again after loading)."""
+    v = _number(v)
+    if v is None or type(v) in (bool, int, float):
         return v
-    if isinstance(v, np.generic) and v.dtype.name in DTYPES:
-        return {"dtype": v.dtype.name, "value": v.item()}
+    return {"dtype": v.dtype.name, "value": v.item()}
+
+
+def describe(v):
+    """What a rule was built with, comparable after a trip through JSON: a number by value
+    (``np.float64(0.1)`` from a grid and the Python float it reads back as are alike), a
+    schedule by its class and numeric settings; None for what cannot be told apart (a
+    lambda): such an entry is never applied."""
+    n = _number(v)
+    if n is not None:
+        return ["bool", bool(n)] if isinstance(n, (bool, np.bool_)) else \
+            ["number", repr(float(n))]
+    settings = getattr(v, "__dict__", None)
+    if callable(v) and isinstance(settings, dict) and all(
+            _number(x) is not None for x in settings.values()):
+        return ["code", f"{type(v).__module__}.{type(v).__qualname__}",
+                sorted([k, describe(x)] for k, x in settings.items())]
     return None
 
 
-def _same(a, b) -> bool:
-    """Two saved values alike, types included (``1``, ``1.0`` and ``True`` differ)."""
-    if isinstance(a, dict) or isinstance(b, dict):
-        return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
-                and all(_same(a[k], b[k]) for k in a))
-    return type(a) is type(b) and a == b
-
-
-def _loaded(v, at, problems, none_ok=False):
-    """A saved hyper-parameter value back as a number (``_saved_hyper``'s form checked), or
-    ``problems`` told why not; a finite number only (a NaN rate is no run's)."""
-    if v is None and none_ok:
-        return None
+def _loaded(v, at, problems):
+    """A saved hyper-parameter value back as a number (``saved_value``'s form checked), or
+    ``problems`` told why not. NaN and infinities load (a value a run had: a state must load
+    what it saves)."""
     if isinstance(v, Mapping):
         dt, x = v.get("dtype"), v.get("value")
-        if set(v) != {"dtype", "value"} or dt not in DTYPES:
-            problems.append(f"{at} must be a number or {{'dtype': one of "
-                            f"{', '.join(DTYPES)}, 'value': a number}}, got "
-                            f"{_shown(v)}")
+        try:
+            dtype = np.dtype(dt) if isinstance(dt, str) and set(v) == {"dtype", "value"} \
+                else None
+        except TypeError:
+            dtype = None
+        if dtype is None or dtype.kind not in "biuf":
+            problems.append(f"{at} must be a number or {{'dtype': a NumPy number dtype, "
+                            f"'value': a number}}, got {_shown(v)}")
             return _BAD
         n = _loaded(x, at, problems)
         if n is _BAD:
             return _BAD
-        typed = np.dtype(dt).type(n)
-        if typed.item() != n:
-            problems.append(f"{at}: {n!r:.40} is not a {dt} value (the saved value was "
-                            "changed)")
+        try:
+            with np.errstate(all="ignore"):
+                typed = dtype.type(n)
+        except (OverflowError, ValueError, TypeError):
+            typed = None
+        if typed is None or not (typed.item() == n or (n != n and typed != typed)):
+            problems.append(f"{at}: {n!r:.40} is not a {dtype.name} value (the saved value "
+                            "was changed)")
             return _BAD
         return typed
     if type(v) not in (bool, int, float):
         problems.append(f"{at} must be a number, got {_shown(v)}")
-        return _BAD
-    if type(v) is float and not math.isfinite(v):
-        problems.append(f"{at} must be a finite number, got {v!r}")
         return _BAD
     return v
 
@@ -82,55 +107,51 @@ def _shown(v) -> str:
     return f"{type(v).__name__} {v!r:.60}"
 
 
-
 def changed(rules) -> dict:
-    """``{"rule_i.name": {"value", "built"}}``: each hyper-parameter whose value (a
-    number) is not the one its rule was built with. A schedule set during the run is
-    code and is not saved: set it again after loading."""
+    """``{"rule_i.name": {"rule", "value", "built"}}``: each hyper-parameter whose value (a
+    number) is not the one its rule was built with."""
     out = {}
     for ri, r in enumerate(rules):
         built = getattr(r, "built", {})
         for k, v in r.hyper.items():
             now = saved_value(v)
-            b = saved_value(built.get(k))
-            if now is not None and not (b is not None and _same(b, now)):
-                out[f"{ri}.{k}"] = {"value": now, "built": b}
+            b = describe(built.get(k))
+            if now is not None and not (b is not None and b == describe(v)):
+                out[f"{ri}.{k}"] = {"rule": type(r).__name__, "value": now, "built": b}
     return out
 
+
 def loaded(rules, saved, problems) -> list:
-    """``state_dict()``'s ``"hyper"`` checked: ``(rule, name, value)`` to set, for each
-    value changed during the saved run whose rule this optimizer built as that run did.
-    One built otherwise (a fork's config with another ``lr``) keeps its own."""
-    if not isinstance(saved, Mapping):
-        problems.append(f"'hyper' must be a dict of 'rule.name' -> {{'value', 'built'}} "
-                        f"(the hyper-parameters changed during the run), got "
-                        f"{type(saved).__name__}")
+    """``state_dict()``'s ``"hyper"`` checked: ``(rule, name, value)`` to set, for each value
+    changed during the saved run whose rule this optimizer built as that run did (the same
+    rule at the same place, built with the same value). Others are left: a fork whose config
+    builds its optimizer otherwise (another ``lr``, another chain of rules) keeps its own."""
+    if not isinstance(saved, Mapping) or len(saved) > MAX_ENTRIES:
+        what = (f"{len(saved)} entries" if isinstance(saved, Mapping)
+                else type(saved).__name__)
+        problems.append(f"'hyper' must be a dict of at most {MAX_ENTRIES} 'rule.name' -> "
+                        f"{{'rule', 'value', 'built'}} (the hyper-parameters changed during "
+                        f"the run), got {what}")
         return []
     out = []
-    mine = [f"{i}.{k}" for i, r in enumerate(rules) for k in r.hyper]
-    if len(saved) > len(mine):
-        problems.append(f"'hyper' has {len(saved)} entries; this optimizer's rules have "
-                        f"{len(mine)} hyper-parameters ({', '.join(mine)})")
-        return []
     for key in sorted(saved, key=shown_key):
         at = f"hyper[{quoted(key)}]"
         ri, _, name = key.partition(".") if isinstance(key, str) else ("", "", "")
-        rule = (rules[int(ri)] if ri.isdecimal() and len(ri) < 6
-                and int(ri) < len(rules) else None)
-        if rule is None or name not in rule.hyper:
-            problems.append(f"{at} names a hyper-parameter this optimizer's rules lack "
-                            f"(theirs: {', '.join(mine)})")
-            continue
         entry = saved[key]
-        if not isinstance(entry, Mapping) or set(entry) != {"value", "built"}:
-            problems.append(f"{at} must be a dict with 'value' and 'built', got "
+        if not (ri.isascii() and ri.isdigit() and len(ri) < 6 and name):
+            problems.append(f"{at}: a key is 'rule_index.name' (as '1.lr')")
+            continue
+        if not isinstance(entry, Mapping) or not {"value", "built"} <= set(entry) <= {
+                "rule", "value", "built"}:
+            problems.append(f"{at} must be a dict with 'rule', 'value' and 'built', got "
                             f"{_shown(entry)}")
             continue
         value = _loaded(entry["value"], f"{at}['value']", problems)
-        built = _loaded(entry["built"], f"{at}['built']", problems, none_ok=True)
-        if value is _BAD or built is _BAD:
+        if value is _BAD:
             continue
-        b = entry["built"]
-        if _same(saved_value(getattr(rule, "built", {}).get(name)), b):
+        rule = rules[int(ri)] if int(ri) < len(rules) else None
+        if (rule is not None and name in rule.hyper and entry["built"] is not None
+                and entry.get("rule", type(rule).__name__) == type(rule).__name__
+                and describe(getattr(rule, "built", {}).get(name)) == entry["built"]):
             out.append((rule, name, value))
     return out

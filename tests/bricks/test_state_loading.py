@@ -108,8 +108,10 @@ OPT_CASES = {
         lambda s: s["state"]["/linear.b"].update({"0.v": [0.0] * 64}),
         "state['/linear.b']['0.v'] must be an array, got list"),
     "t_as_a_string": (lambda s: s.update(t="3"),
-                      "'t' (the steps taken) must be a non-negative int, got '3' (str)"),
-    "t_negative": (lambda s: s.update(t=-1), "'t' (the steps taken) must be a non-negative int"),
+                      "'t' (the steps taken) must be an integer in [0, 2**62) (no run takes "
+                      "more), got '3' (str)"),
+    "t_negative": (lambda s: s.update(t=-1),
+                   "'t' (the steps taken) must be an integer in [0, 2**62)"),
     "t_a_bool": (lambda s: s.update(t=True), "got True (bool)"),
     "t_a_float": (lambda s: s.update(t=1.0), "got 1.0 (float)"),
     "t_missing": (lambda s: s.pop("t"), "got None (NoneType)"),

@@ -2,6 +2,8 @@
 a notebook cell between chunks) are in its checkpoints: a resumed run trains with them, as
 the uninterrupted run did, while a fork built with other values keeps its own."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -38,15 +40,45 @@ def test_hyper_parameters_in_the_state_only_when_changed():
     opt.lr = 0.05
     opt.rules[0].hyper["beta2"] = np.float32(0.99)
     h = opt.state_dict()["hyper"]
-    assert h == {"0.lr": {"value": 0.05, "built": 0.1},
-                 "0.beta2": {"value": {"dtype": "float32", "value": float(np.float32(0.99))},
-                             "built": 0.999}}
+    assert h == {"0.lr": {"rule": "Adam", "value": 0.05, "built": ["number", "0.1"]},
+                 "0.beta2": {"rule": "Adam",
+                             "value": {"dtype": "float32", "value": float(np.float32(0.99))},
+                             "built": ["number", "0.999"]}}
     fresh = lk.optimizers.Adam(lr=0.1).setup({"w": lk.tensor(np.ones(3, np.float32),
                                                              requires_grad=True)})
     fresh.load_state_dict(opt.state_dict())
     assert fresh.lr == 0.05 and type(fresh.lr) is float
     b2 = fresh.rules[0].hyper["beta2"]
     assert type(b2) is np.float32 and b2 == np.float32(0.99)
+
+
+def test_what_a_state_saves_it_loads_and_forks_built_otherwise_keep_their_own():
+    """A review of the first version: an infinite value was saved and then refused (every
+    later checkpoint unloadable); a run built from NumPy numbers (a grid) lost its changed lr
+    (the built value came back a Python float); two different schedules counted as alike; a
+    fork with another chain of rules was refused; float16 values were not saved."""
+    w = {"w": lk.tensor(np.ones(3, np.float32), requires_grad=True)}
+    clip = lk.optimizers.chain(lk.optimizers.GradientClipping(1.0),
+                               lk.optimizers.SGD(lr=np.float64(0.1))).setup(w)
+    clip.rules[0].hyper["max_norm"] = float("inf")
+    clip.lr = np.float16(0.03)
+    state = json.loads(json.dumps(clip.state_dict(), allow_nan=True))  # NOTE: as a file
+    again = lk.optimizers.chain(lk.optimizers.GradientClipping(1.0),
+                                lk.optimizers.SGD(lr=0.1)).setup(w)
+    again.load_state_dict(state)
+    assert again.rules[0].hyper["max_norm"] == float("inf")
+    assert again.lr == np.float16(0.03) and type(again.lr) is np.float16
+    sgd = lk.optimizers.SGD(lr=0.1).setup(w)  # NOTE: another chain: keeps its own, loads
+    sgd.load_state_dict(state)
+    assert sgd.lr == 0.1
+    cos = lk.optimizers.SGD(lr=lk.optimizers.Cosine(0.1, total=30)).setup(w)
+    cos.lr = 0.05
+    other = lk.optimizers.SGD(lr=lk.optimizers.Exponential(0.1, 0.9)).setup(w)
+    other.load_state_dict(cos.state_dict())
+    assert isinstance(other.rules[0].hyper["lr"], lk.optimizers.Exponential)
+    same = lk.optimizers.SGD(lr=lk.optimizers.Cosine(0.1, total=30)).setup(w)
+    same.load_state_dict(cos.state_dict())
+    assert same.rules[0].hyper["lr"] == 0.05
 
 
 def test_a_fork_built_with_another_value_keeps_its_own():
@@ -63,18 +95,16 @@ def test_a_fork_built_with_another_value_keeps_its_own():
 
 
 @pytest.mark.parametrize("hyper, words", [
-    ({"5.lr": {"value": 0.1, "built": 0.1}}, "5.lr"),
-    ({"0.momentum": {"value": 0.1, "built": 0.1}}, "0.momentum"),
-    ({"0.lr": {"value": "fast", "built": 0.1}}, "'value'"),
-    ({"0.lr": {"value": float("nan"), "built": 0.1}}, "finite"),
-    ({"0.lr": {"value": {"dtype": "object", "value": 1}, "built": 0.1}}, "dtype"),
-    ({"0.lr": {"value": {"dtype": "float16", "value": 0.1}, "built": 0.1}}, "float16"),
+    ({"0.lr": {"value": "fast", "built": None}}, "'value'"),
+    ({"0.lr": {"value": {"dtype": "object", "value": 1}, "built": None}}, "dtype"),
+    ({"0.lr": {"value": {"dtype": "int8", "value": 300}, "built": None}}, "not a int8 value"),
     ({"0.lr": {"value": 0.1}}, "'built'"),
     ({"0.lr": [0.1]}, "0.lr"),
+    ({"lr": {"value": 0.1, "built": None}}, "'rule_index.name'"),
+    ({"9" * 5000 + ".lr": {"value": 0.1, "built": None}}, "'rule_index.name'"),
+    ({"\u0663.lr": {"value": 0.1, "built": None}}, "'rule_index.name'"),
     ([1], "'hyper'"),
-    ({"9" * 5000 + ".lr": {"value": 0.1, "built": 0.1}}, "lack"),
-    ({"٣.lr": {"value": 0.1, "built": 0.1}}, "lack"),
-    ({f"0.x{i}": {"value": 1.0, "built": 1.0} for i in range(10_000)}, "10000 entries"),
+    ({f"0.x{i}": {"value": 1.0, "built": None} for i in range(10_000)}, "10000 entries"),
 ])
 def test_damaged_hyper_parameters_are_refused(hyper, words):
     w = {"w": lk.tensor(np.ones(3, np.float32), requires_grad=True)}
