@@ -212,8 +212,8 @@ def delete_checkpoint(checkpoint_id: int, *, run_id: str | None = None, files: b
     The one way labkit deletes a checkpoint (the loop's pruning, the REST API and the
     CheckpointBrowser all call it). ``in_store``: the store the record is in (default: the
     one this process uses now). ``unless_forked`` (a loop's pruning): nothing is deleted while
-    a run forked from the checkpoint has no valid checkpoint of its own (it starts from this
-    one); then ``(False, why)`` with ``explain``, else False."""
+    a run forked from the checkpoint has not finished and has no valid checkpoint of its own
+    (it starts from this one); then None (``(None, why)`` with ``explain``)."""
     s = in_store if in_store is not None else store()
     rec = s.checkpoint(checkpoint_id, listed=True)
     if run_id is not None and rec["run_id"] != run_id:
@@ -226,7 +226,7 @@ def delete_checkpoint(checkpoint_id: int, *, run_id: str | None = None, files: b
         fork = s.remove_checkpoint_unless_forked(rec["id"], rec["path"])
         if fork is not None:
             why = f"run {fork} was forked from it and has no checkpoint of its own yet"
-            return (False, why) if explain else False
+            return (None, why) if explain else None
         path = Path(rec["path"])
         if files and (path.exists() or path.is_symlink()):
             removed, why = _remove_files(s, rec, inside)

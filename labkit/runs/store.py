@@ -343,8 +343,9 @@ class RunStore(SweepRecords):
                 # NOTE: a fork that has no checkpoint of its own starts from one of this run's:
                 # deleted with it, the fork could never start
                 waiting = [r[0] for r in c.execute(
-                    "SELECT id FROM runs r WHERE r.parent_run = ? AND NOT EXISTS (SELECT 1 FROM "
-                    "checkpoints k WHERE k.run_id = r.id AND k.valid = 1) LIMIT 4",
+                    "SELECT id FROM runs r WHERE r.parent_run = ? AND r.status != 'finished' "
+                    "AND NOT EXISTS (SELECT 1 FROM checkpoints k WHERE k.run_id = r.id AND "
+                    "k.valid = 1) LIMIT 4",
                     (str(run_id),))]
                 if waiting:
                     raise refuse(f"run {run_id} has forks that start from its checkpoints and "
@@ -571,13 +572,13 @@ class RunStore(SweepRecords):
 
     def remove_checkpoint_unless_forked(self, checkpoint_id: int, path) -> str | None:
         """Delete a checkpoint's record, in one transaction with the look for a run forked from
-        it that has no valid checkpoint of its own yet (it starts from this one): the id of
-        such a run (nothing removed), else None."""
+        it that has not finished and has no valid checkpoint of its own (it starts from this
+        one): the id of such a run (nothing removed), else None."""
         with transaction(self._conn()) as c:
             row = c.execute(
                 "SELECT id FROM runs r WHERE (r.parent_checkpoint_id = ? OR "
-                "r.parent_checkpoint = ?) AND NOT EXISTS (SELECT 1 FROM checkpoints k WHERE "
-                "k.run_id = r.id AND k.valid = 1) LIMIT 1",
+                "r.parent_checkpoint = ?) AND r.status != 'finished' AND NOT EXISTS (SELECT 1 "
+                "FROM checkpoints k WHERE k.run_id = r.id AND k.valid = 1) LIMIT 1",
                 (_bound(checkpoint_id), str(path))).fetchone()
             if row is not None:
                 return str(row[0])

@@ -97,8 +97,10 @@ class Listener:
         elif command == "resume":
             was = self.control.paused
             self.control.unpause()
-            early = self._cancel_pauses("cancelled by a resume before the loop paused", it)
-            self.store.ack_command(cid, "resumed before the loop paused" if early else
+            # NOTE: the loop may have paused a moment ago and not yet answered (it answers
+            # after it records the pause): worded for both
+            early = self._cancel_pauses("overtaken by a resume (the loop went on at once)", it)
+            self.store.ack_command(cid, "resumed: the pause was overtaken" if early else
                                    "resumed" if was else "not paused: nothing to resume", it)
         elif command == "stop":
             self.control.stop("stopped by a command")

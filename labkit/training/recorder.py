@@ -432,7 +432,7 @@ class Recorder:
                 out = self._guard(runs.delete_checkpoint, c["id"], run_id=self.run_id,
                                   inside=directory or self.checkpoint_dir, in_store=self.store,
                                   explain=True, unless_forked=True)
-                if out is not None and not out[0] and out[1] and "forked" in out[1]:
+                if out is not None and out[0] is None:
                     done = False  # NOTE: a fork starts from it: kept (pruned once it need not)
         return done
 

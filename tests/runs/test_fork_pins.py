@@ -73,3 +73,17 @@ def test_deleting_a_run_a_waiting_fork_starts_from_is_refused_unforced(home_stor
     lk.runs.delete(other.run_id, force=True)  # NOTE: asked for: gone
     with pytest.raises(lk.runs.RunStoreError):
         lk.runs.get(other.run_id)
+
+
+def test_a_finished_fork_without_checkpoints_pins_nothing(home_store):
+    """A fork that finished without a Checkpoint of its own needs its start no more: it kept
+    the parent's checkpoint for ever (a review found it), and refused the parent's delete."""
+    parent = T.build(make_loop, {"epochs": 3, "checkpoint_every": 2})
+    parent.run(max_iterations=4)
+    start = _ckpt(parent.run_id, 2)
+    child = lk.runs.fork(parent.run_id, start["id"], epochs=1)
+    lk.runs.store().update_run(child, status="finished")
+    parent.run(max_iterations=2)
+    assert not Path(start["path"]).exists()
+    assert sorted(c["iteration"] for c in lk.runs.checkpoints(parent.run_id)) == [4, 6]
+    parent.close()

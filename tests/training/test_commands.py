@@ -134,15 +134,15 @@ def test_a_pause_overtaken_by_a_resume_or_stop_is_answered_at_once(then):
 
     listener = commands.Listener(store, rid, Control(), lambda: 7)
     try:
-        with listener._lock:  # NOTE: both are read in one poll
+        with listener._lock:  # NOTE: both in the store before the pause is taken
             first = store.add_command(rid, "pause")
             second = store.add_command(rid, then)
         wait_for(lambda: store.command(second)["acked"] is not None)
         rec = store.command(first)
         assert rec["acked"] is not None and rec["iteration"] == 7
-        assert rec["result"] == ("cancelled by a resume before the loop paused"
+        assert rec["result"] == ("overtaken by a resume (the loop went on at once)"
                                  if then == "resume" else "cancelled: the run stops")
-        assert store.command(second)["result"] == ("resumed before the loop paused"
+        assert store.command(second)["result"] == ("resumed: the pause was overtaken"
                                                    if then == "resume" else
                                                    "stopping after this batch")
         assert listener._waiting["pause"] == []
