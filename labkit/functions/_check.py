@@ -83,16 +83,17 @@ def floating(x: Tensor, op: str, name: str = "x") -> Tensor:
     return x
 
 
-def float_input(x: Tensor, op: str) -> Tensor:
+def float_input(x: Tensor, op: str, least=np.float16) -> Tensor:
     """``x`` (a Tensor), an integer or bool one cast to the float dtype NumPy computes its
     float functions in (float16 for bools and 8-bit integers, float64 for 32- and 64-bit
     ones; float16 refused on OpenCL devices, naming the cast to make). Functions composed of
     several steps (``x - max``, ``-|x|``) take it first: in the integer dtype those steps
-    wrapped around (a softmax of uint8 logits was all zeros)."""
+    wrapped around (a softmax of uint8 logits was all zeros). ``least=np.float32`` for a
+    reduction: a sum of 65,504 exponentials overflows float16."""
     tensor(x, op)
     if x.dtype.kind in "biu":
-        if isinstance(x.data, np.ndarray):
-            ft = np.result_type(x.dtype, np.float16)
+        if isinstance(x.data, np.ndarray) or least != np.float16:
+            ft = np.result_type(x.dtype, least)
         else:
             from ..backend.opencl.promotion import float_of
 

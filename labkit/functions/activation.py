@@ -217,7 +217,8 @@ def log_softmax(x, axis=1):
     """x - logsumexp(x), computed as (x - max) - log(sum(exp(x - max))): stable and
     precise for logits of any size."""
     _check.axis(axis, _check.tensor(x, "log_softmax").ndim, "log_softmax", x.shape)
-    x = _check.float_input(x, "log_softmax")  # NOTE: x - max in an integer dtype wrapped
+    # NOTE: x - max in an integer dtype wrapped; float32 at least: a sum of exponentials
+    x = _check.float_input(x, "log_softmax", np.float32)
     if x.size == 0:
         return x * 1.0  # NOTE: nothing to normalise (the max had no value: a raw error)
     return LogSoftmax(axis % x.ndim).apply((x,))
@@ -225,7 +226,7 @@ def log_softmax(x, axis=1):
 
 def softmax(x, axis=1):
     _check.axis(axis, _check.tensor(x, "softmax").ndim, "softmax", x.shape)
-    x = _check.float_input(x, "softmax")
+    x = _check.float_input(x, "softmax", np.float32)
     if x.size == 0:
         return x * 1.0
     return Softmax(axis % x.ndim).apply((x,))

@@ -155,7 +155,8 @@ def logsumexp(x, axis=None, keepdims=False):
     """log(sum(exp(x))), stable for any magnitude (the max is subtracted first); over no
     elements, -inf (the log of an empty sum, as SciPy's and PyTorch's)."""
     axes = _reduction(x, axis, "logsumexp")
-    x = _check.float_input(x, "logsumexp")  # NOTE: x - max in an integer dtype wrapped
+    # NOTE: x - max in an integer dtype wrapped; float32 at least: a sum of exponentials
+    x = _check.float_input(x, "logsumexp", np.float32)
     if any(x.shape[a] == 0 for a in (
             range(x.ndim) if axes is None else normalize_axes(axes, x.ndim))):
         # NOTE: the max had no value (a raw NumPy or OpenCL error); differentiable: the

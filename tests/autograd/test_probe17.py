@@ -42,7 +42,8 @@ def test_jvp_of_a_constant_function_is_zeros(dev):
 
 
 def _numpy_ref(name, x):
-    x = x.astype(np.result_type(x.dtype, np.float16)).astype(np.float64)
+    x = x.astype(np.result_type(x.dtype, np.float32 if name in REDUCTIONS else np.float16)
+                 ).astype(np.float64)
     m = x.max(axis=1, keepdims=True)
     lse = np.log(np.exp(x - m).sum(axis=1, keepdims=True)) + m
     with np.errstate(over="ignore"):
@@ -51,6 +52,7 @@ def _numpy_ref(name, x):
                 "log_sigmoid": -np.logaddexp(0, -x)}[name]
 
 
+REDUCTIONS = ("logsumexp", "log_softmax", "softmax")
 FUNCS = {"logsumexp": lambda t: F.logsumexp(t, axis=1),
          "log_softmax": lambda t: F.log_softmax(t, axis=1),
          "softmax": lambda t: F.softmax(t, axis=1), "sigmoid": F.sigmoid,
@@ -68,7 +70,8 @@ def test_integer_inputs_compute_in_numpys_float_dtype(name, x):
     """x - max and -x wrapped around in the integer dtype (a uint8 softmax was all zeros, a
     bool sigmoid a TypeError); NumPy computes them in float16, float32 or float64."""
     y = FUNCS[name](lk.tensor(x))
-    want_dt = np.result_type(x.dtype, np.float16)
+    # NOTE: the reductions in float32 at least (a sum of 65,504 exponentials overflows float16)
+    want_dt = np.result_type(x.dtype, np.float32 if name in REDUCTIONS else np.float16)
     assert y.dtype == want_dt
     tol = {2: 2e-3, 4: 1e-6, 8: 1e-12}[want_dt.itemsize]
     np.testing.assert_allclose(y.numpy().astype(np.float64), _numpy_ref(name, x), rtol=tol,
@@ -77,14 +80,30 @@ def test_integer_inputs_compute_in_numpys_float_dtype(name, x):
 
 @pytest.mark.parametrize("name", sorted(FUNCS))
 def test_integer_inputs_on_opencl(name):
-    """int32 computes in float64 as on the CPU; an 8-bit one (float16 in NumPy, which
-    OpenCL arrays lack) is refused naming the cast."""
+    """int32 computes in float64 as on the CPU; an 8-bit one in float32 for the reductions,
+    in float16 (as NumPy; OpenCL arrays lack it: refused naming the cast) for the others."""
     x = np.array([[-70000, 3, 70000, 9]], np.int32)
     y = FUNCS[name](lk.tensor(x, device="cl"))
     np.testing.assert_allclose(y.numpy(), FUNCS[name](lk.tensor(x)).numpy(), rtol=1e-12,
                                atol=1e-12)
-    with pytest.raises(lk.errors.DTypeError, match=r"float16.*astype\(np.float32\)"):
-        FUNCS[name](lk.tensor(np.array([[1, 2]], np.uint8), device="cl"))
+    u8 = lk.tensor(np.array([[1, 2]], np.uint8), device="cl")
+    if name in REDUCTIONS:
+        np.testing.assert_allclose(FUNCS[name](u8).numpy(),
+                                   FUNCS[name](lk.tensor(u8.numpy())).numpy(), rtol=1e-6)
+    else:
+        with pytest.raises(lk.errors.DTypeError, match=r"float16.*astype\(np.float32\)"):
+            FUNCS[name](u8)
+
+
+@pytest.mark.parametrize("x", [np.zeros((1, 70_000), np.uint8), np.ones((1, 100_000), bool)])
+def test_a_long_integer_softmax_does_not_overflow(x):
+    """A sum of 70,000 exponentials is past float16's largest (a review found the softmax of
+    70,000 uint8 zeros all zeros, its logsumexp inf)."""
+    n = x.shape[1]
+    assert np.allclose(F.softmax(lk.tensor(x), axis=1).numpy(), 1 / n, rtol=1e-5)
+    assert np.allclose(F.logsumexp(lk.tensor(x), axis=1).numpy(),
+                       np.log(n) + float(x.max()), rtol=1e-6)
+    assert np.isfinite(F.log_softmax(lk.tensor(x), axis=1).numpy()).all()
 
 
 def test_a_python_int_beside_an_integer_tensor_is_weak(dev):
