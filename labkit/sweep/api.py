@@ -314,16 +314,16 @@ def resume(sweep_id: str, make_loop=None, *, trials=None, engine=None, workers=N
         store.claim_sweep(sweep_id, _not_driven, status="running", pid=os.getpid(),
                           host=socket.gethostname(), heartbeat=time.time(), request=None,
                           ended=None, error=None, **_new_factory(rec, given, _factory))
-    except BaseException:
+        if grown:
+            store.add_trials(sweep_id, grown)
+        changes = {t["number"]: {"status": "interrupted"} for t in store.trials(sweep_id)
+                   if t["status"] == "running"}
+        if changes:
+            store.update_trials(sweep_id, changes)
+    except BaseException:  # NOTE: the lock and the engine go with it (a store error here)
         _let_go(held)
         conn[1]()
         raise
-    if grown:
-        store.add_trials(sweep_id, grown)
-    changes = {t["number"]: {"status": "interrupted"} for t in store.trials(sweep_id)
-               if t["status"] == "running"}
-    if changes:
-        store.update_trials(sweep_id, changes)
     return _drive(sweep_id, make_loop, conn, _hook, held)
 
 
@@ -427,8 +427,10 @@ def hold(rec):
         beat = rec.get("heartbeat")
         age = (f"; its heartbeat is {time.time() - beat:,.0f} s old: suspended or stuck?"
                if type(beat) in (int, float) else "")
-        raise SweepError(f"sweep {rec['id']} is still driven by process {holder} on this "
-                         f"machine{age}. Stop it (labkit sweep stop {rec['id']}, or kill "
+        where = ("this machine" if rec.get("host") in (None, socket.gethostname())
+                 else f"{rec['host']} (a lock shared through the filesystem)")
+        raise SweepError(f"sweep {rec['id']} is still driven by process {holder} on "
+                         f"{where}{age}. Stop it (labkit sweep stop {rec['id']}, or kill "
                          f"{holder}), then resume it") from None
     f.seek(0)
     f.truncate()

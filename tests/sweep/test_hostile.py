@@ -462,7 +462,7 @@ def test_a_driver_that_lives_keeps_its_sweep_whatever_its_heartbeat(client, tmp_
     try:
         assert p.stdout.readline().strip() == "held"
         with pytest.raises(SweepError, match=r"still driven by process 4242 on this machine; "
-                                              r"its heartbeat is 3,60\d s old"):
+                                              r"its heartbeat is 3,6\d\d s old"):
             lk.sweep.resume(sw.id, engine=client)
         assert store.get_sweep(sw.id)["heartbeat"] < time.time() - 3000  # NOTE: not taken
     finally:
