@@ -83,12 +83,14 @@ def atomic_path(path):
     written there is fsynced and renamed to ``path``. On an error it is removed and ``path`` is
     untouched. For writers that open files by name (h5py)."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _sweep(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _sweep(path)
         fd, tmp = tempfile.mkstemp(dir=path.parent,
                                    prefix=f"{TMP_PREFIX}{path.name}.{_owner()}.")
     except OSError as e:
+        if e.errno is None:
+            raise
         # NOTE: the path asked for, not the temporary one beside it (the error named
         # /proc/self/.labkit-tmp-nope.h5.host-1-2.x for -o /proc/self/nope.h5)
         raise type(e)(e.errno, f"{e.strerror or e} (a temporary file beside it could not be "

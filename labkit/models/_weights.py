@@ -184,7 +184,7 @@ def load(name: str, device=None, directory=WEIGHTS):
                 if got["size"] != record["weights"]["size"] else
                 f"its SHA-256 is not the one {where.name} gives")
         raise CheckpointError(f"{path}: damaged or replaced ({what}); get the weights file "
-                              "again (a labkit installation ships it)")
+                              "again (labkit ships its zoo's; save one of yours again)")
     tensors = tensors_from_bytes(data, str(path))
     count = sum(int(np.prod(a.shape, dtype=object)) for a in tensors.values())
     module, config = record["module"], record["config"]

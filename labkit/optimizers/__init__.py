@@ -114,7 +114,10 @@ class Rule:
         self.built = dict(self.hyper)
 
     def h(self, name, group, step):
-        return _value(group.get(name, self.hyper[name]), step)
+        v = _value(group.get(name, self.hyper[name]), step)
+        # NOTE: a NumPy number as a Python one (weak, as a Python number is): np.float64(0.9)
+        # as a momentum made a float32 parameter's state float64, which no longer loaded
+        return v.item() if isinstance(v, np.generic) else v
 
     #: the state keys that hold sums or means of squares: never negative in a real run (NaN
     #: and infinity can be: a run that diverged), so a checkpoint with a negative value there
@@ -328,7 +331,9 @@ class Optimizer:
             self.groups.append(opts)
         self.states = [[r.init_state(p) for p in self.params.values()] for r in self.rules]
         #: each parameter's updates so far (Adam's bias correction; ``t`` is the optimizer's)
-        self.counts = [self.t] * len(self.params)
+        # NOTE: 0, not t, on a second setup: its states start again from zeros (a new
+        # parameter's Adam correction at step t was about 2.5 lr, as PyTorch's is not)
+        self.counts = [0] * len(self.params)
         return self
 
     def _group(self, i):

@@ -152,7 +152,7 @@ def _locate(run_or_path):
 
     if p.is_dir() and is_run_id(p.name):
         return None, p.name  # NOTE: a run's folder before its first checkpoint
-    if os.path.sep in text and os.path.lexists(p):
+    if os.path.lexists(p) and (os.path.sep in text or not is_run_id(text)):
         # NOTE: a path (a run id has no slash): "no run '/etc' in runs.sqlite" named the wrong
         # thing
         raise CheckpointError(f"resume: {p} is neither a checkpoint directory (one with a "
