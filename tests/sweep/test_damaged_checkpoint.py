@@ -37,17 +37,21 @@ def test_a_truncated_checkpoint_is_listed_invalid(tmp_path):
         assert {c["iteration"]: c["valid"] for c in store.checkpoints(rid)} == listed
 
 
+def _two_trials(store, tmp_path) -> str:
+    """A sweep of two pending trials, made in the store as its driver would."""
+    settings = {"trials": 2, "search": "grid", "metric": "m", "mode": "max", "seed": 0,
+                "early_stopping": None, "engine": "inprocess", "workers": 1,
+                "directory": str(tmp_path)}
+    return store.create_sweep("s", None, "{}", settings, [{"a": 1}, {"a": 2}])
+
+
 def test_a_damaged_trial_row_names_the_store(tmp_path):
     import pytest
 
     from labkit.errors import RunStoreError
 
     with lk.runs.use_store(tmp_path / "runs.sqlite") as store:
-        sid = store.create_sweep("s", None, "{}", {"trials": 2, "search": "grid",
-                                                   "metric": "m", "mode": "max", "seed": 0,
-                                                   "early_stopping": None, "engine": "inprocess",
-                                                   "workers": 1, "directory": str(tmp_path)},
-                                 [{"a": 1}, {"a": 2}])
+        sid = _two_trials(store, tmp_path)
         store._conn().execute("UPDATE trials SET params = '{bad' WHERE number = 1")
         with pytest.raises(RunStoreError, match=r"runs.sqlite: trial 1 of sweep .* cannot be "
                                                  r"read .*damaged") as e:
@@ -60,11 +64,7 @@ def test_a_dead_sweeps_running_trials_show_dead(tmp_path):
     import time
 
     with lk.runs.use_store(tmp_path / "runs.sqlite") as store:
-        sid = store.create_sweep("s", None, "{}", {"trials": 2, "search": "grid",
-                                                   "metric": "m", "mode": "max", "seed": 0,
-                                                   "early_stopping": None, "engine": "inprocess",
-                                                   "workers": 1, "directory": str(tmp_path)},
-                                 [{"a": 1}, {"a": 2}])
+        sid = _two_trials(store, tmp_path)
         store.update_trials(sid, {0: {"status": "running"}, 1: {"status": "finished"}})
         sw = lk.sweep.get(sid)
         assert [r["status"] for r in sw.table()] == ["running", "finished"]  # NOTE: it beats

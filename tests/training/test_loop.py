@@ -134,10 +134,11 @@ def test_finish_after_batches_and_seconds():
         T.FinishAfter()
 
 
-def test_early_stopping_keeps_and_restores_the_best():
+def _early_stopped(scores):
+    """make_loop's loop, reporting ``scores`` as valid_loss after each epoch, with
+    EarlyStopping(patience=3), run: (loop, the extension, the parameters at each epoch)."""
     loop = make_loop({"epochs": 50})
-    scores = iter([5.0, 4.0, 3.0, 3.5, 3.2, 3.1, 3.9, 1.0])
-    snapshots = {}
+    scores, snapshots = iter(scores), {}
 
     def fake_valid(loop):
         loop.log.report(valid_loss=next(scores))
@@ -145,6 +146,11 @@ def test_early_stopping_keeps_and_restores_the_best():
     loop.add(fake_valid, event="after_epoch", priority=100)
     es = loop.add(T.EarlyStopping(patience=3))
     loop.run()
+    return loop, es, snapshots
+
+
+def test_early_stopping_keeps_and_restores_the_best():
+    loop, es, snapshots = _early_stopped([5.0, 4.0, 3.0, 3.5, 3.2, 3.1, 3.9, 1.0])
     assert loop.status["epoch"] == 6  # best at epoch 3, then 3 checks without improvement
     assert es.best == 3.0 and "EarlyStopping" in loop.stop_reason
     assert loop.log.last("best_valid_loss") == 3.0
@@ -160,16 +166,7 @@ def test_early_stopping_keeps_and_restores_the_best():
 def test_early_stopping_never_takes_a_non_finite_value_as_the_best(first):
     """A NaN first check was the best for ever (NaN compares false): the loop stopped while
     the metric improved, and restore_best loaded the NaN epoch's parameters."""
-    loop = make_loop({"epochs": 50})
-    scores = iter([first, 0.9, 0.5, 0.3, 0.4, 0.35, 0.31, 0.2])
-    snapshots = {}
-
-    def fake_valid(loop):
-        loop.log.report(valid_loss=next(scores))
-        snapshots[loop.status["epoch"]] = loop.model.state_dict()
-    loop.add(fake_valid, event="after_epoch", priority=100)
-    es = loop.add(T.EarlyStopping(patience=3))
-    loop.run()
+    loop, es, snapshots = _early_stopped([first, 0.9, 0.5, 0.3, 0.4, 0.35, 0.31, 0.2])
     assert loop.status["epoch"] == 7  # best 0.3 at epoch 4, then 3 checks without one
     assert es.best == 0.3 and "best 0.3 at iteration" in loop.stop_reason
     for k, v in loop.model.state_dict().items():
