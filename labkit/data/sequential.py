@@ -43,16 +43,33 @@ class Batch(_Sequential):
             raise DataError(f"Batch: batch_size must be >= 1, got {batch_size}")
         self.batch_size, self.drop_last = int(batch_size), bool(drop_last)
         self.produces_examples = False
+        #: the upstream's state before the batch being filled (None between batches): an
+        #: error or Ctrl-C while it fills leaves the examples taken to be read again from it
+        #: (they were lost, and the state saved then was refused as damaged)
+        self._before = None
 
     def _iterate(self):
-        buf = []
-        for ex in self.stream:
-            buf.append(ex)
-            if len(buf) == self.batch_size:
+        if self._before is not None:  # NOTE: a batch abandoned as it filled: read it again
+            self.stream.load_state_dict(self._before)
+            self._before = None
+        up = iter(self.stream)
+        while True:
+            self._before = self.stream.state_dict()
+            buf = list(itertools.islice(up, self.batch_size))
+            self._before = None
+            if len(buf) == self.batch_size or (buf and not self.drop_last):
                 yield _collate(buf, self.sources)
-                buf = []
-        if buf and not self.drop_last:
-            yield _collate(buf, self.sources)
+            if len(buf) < self.batch_size:
+                return
+
+    def _upstream_state(self):
+        return self._before if self._before is not None else self.stream.state_dict()
+
+    def _open(self):
+        return self._before is not None
+
+    def _reset(self):
+        self._before = None
 
     def _own_state(self):
         return {"batch_size": self.batch_size, "drop_last": self.drop_last}
@@ -95,6 +112,10 @@ class _Replaying(_Sequential):
         self._current = None   # (upstream state before the buffer, buffer index, delivered, size)
         self._items = None     # the current buffer's items
         self._resume = (0, 0)  # (buffer index, delivered) to start from after a load
+        #: (upstream state before it, its index) of a buffer being filled: an error or Ctrl-C
+        #: as it fills leaves it to be read again from there (its items were lost, and the
+        #: state saved then was refused as damaged)
+        self._filling = None
 
     def _partial(self):
         c = self._current
@@ -102,7 +123,9 @@ class _Replaying(_Sequential):
 
     def _own_state(self):
         c = self._current
-        if c is None:
+        if self._filling is not None:
+            buffer, skip = self._filling[1], 0
+        elif c is None:
             buffer, skip = self._resume
         elif c[2] < c[3]:
             buffer, skip = c[1], c[2]
@@ -117,6 +140,8 @@ class _Replaying(_Sequential):
                         state_int(state, "skip", where, *COUNT))
 
     def _upstream_state(self):
+        if self._filling is not None:
+            return self._filling[0]
         return self._current[0] if self._partial() else self.stream.state_dict()
 
     #: upstream items read for each buffer (but the epoch's last); items yielded for each
@@ -175,19 +200,24 @@ class _Replaying(_Sequential):
         return None if items is None else len(items)
 
     def _reset(self):
-        self._current = self._items = None
+        self._current = self._items = self._filling = None
 
     def _new_epoch(self):
-        self._current = self._items = None
+        self._current = self._items = self._filling = None
         self._resume = (0, 0)
 
     def _config(self):
         return {}
 
     def _open(self):
-        return self._current is not None
+        return self._current is not None or self._filling is not None
 
     def _iterate(self):
+        if self._filling is not None:  # NOTE: a buffer abandoned as it filled: read it again
+            before, index = self._filling
+            self.stream.load_state_dict(before)
+            self._current = self._items = self._filling = None
+            self._resume = (index, 0)
         c, items = self._current, self._items
         if c is None:  # NOTE: the first read of this epoch, or the first after a load
             index, skip = self._resume
@@ -204,7 +234,9 @@ class _Replaying(_Sequential):
         up = iter(self.stream)
         while True:
             before = self.stream.state_dict()
+            self._filling = (before, index)
             items = self._fill(up, index)
+            self._filling = None
             if items is None:
                 break
             if skip > len(items):
