@@ -351,6 +351,7 @@ class Prefetch(_Sequential):
         self.size = int(size)
         self._delivered = None
         self._running = False
+        self._live = None  # (stop, thread, queue) of the iteration reading ahead now
 
     def _own_state(self):
         return {"size": self.size}
@@ -358,7 +359,36 @@ class Prefetch(_Sequential):
     def _upstream_state(self):
         return self._delivered if self._running else self.stream.state_dict()
 
+    def _halt(self) -> None:
+        """Stop the iteration reading ahead, if one is open (a state is loaded, or the stream
+        is iterated again): its thread ends before anything else reads the upstream, and it
+        yields no more (loaded meanwhile, its rewind at its end undid the load, or its thread
+        read the upstream as the load wrote it)."""
+        live, self._live = self._live, None
+        if live is None:
+            return
+        stop, thread, q = live
+        stop.set()
+        thread.join()
+        self._running = False
+        while True:
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                break
+        q.put_nowait((DataError("Prefetch: this iteration was closed when a state was loaded "
+                                "into the stream, or it was iterated again; read it with one "
+                                "iterator at a time"), None))
+
+    def _load_upstream_state(self, state, where="state"):
+        self._halt()
+        super()._load_upstream_state(state, where)
+
     def _iterate(self):
+        if self._live is not None:  # NOTE: an earlier iteration still open: rewound, closed
+            delivered = self._delivered
+            self._halt()
+            self.stream.load_state_dict(delivered)
         q: queue.Queue = queue.Queue(self.size)
         stop = threading.Event()
         self._delivered = self.stream.state_dict()
@@ -383,6 +413,7 @@ class Prefetch(_Sequential):
 
         thread = threading.Thread(target=work, name="labkit-prefetch", daemon=True)
         self._running = True
+        live = self._live = (stop, thread, q)
         thread.start()
         finished = False
         try:
@@ -396,8 +427,10 @@ class Prefetch(_Sequential):
                     return
                 yield item
         finally:
-            stop.set()
-            thread.join()
-            self._running = False
-            if not finished:
-                self.stream.load_state_dict(self._delivered)
+            if self._live is live:  # NOTE: else halted already (a load, a new iteration)
+                self._live = None
+                stop.set()
+                thread.join()
+                self._running = False
+                if not finished:
+                    self.stream.load_state_dict(self._delivered)

@@ -61,3 +61,28 @@ def test_an_error_while_a_buffer_fills_loses_nothing(kind, workers, tmp_path, mo
     assert _indices(got) + _indices(s) == want  # NOTE: and in this process, as it is
     for p in (s, fresh):
         p.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_loaded_into_a_prefetch_being_read_takes_effect(workers):
+    """Loaded while an iteration was open, the state was undone by that iteration's rewind
+    as it ended (the next batches were 6-11, not 0-11), or raced its reading thread."""
+    from labkit.data import Prefetch
+
+    def build():
+        s = DataStream(IndexableDataset({"index": np.arange(12)}), batch_size=2)
+        return Prefetch(Parallel(s, workers=workers) if workers else s, 2)
+    s = build()
+    start = s.state_dict()
+    for n, _ in enumerate(s):
+        if n == 2:
+            s.load_state_dict(start)
+            break
+    assert _indices(s) == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10, 11]]
+    it = iter(s)
+    next(it)
+    s.load_state_dict(start)
+    with pytest.raises(Exception, match="closed when a state was loaded"):
+        next(it)  # NOTE: a stale iterator: refused, not its queued batches
+    assert _indices(s)[0] == [0, 1]
+    s.close()
