@@ -281,9 +281,16 @@ class Bucket(_Replaying):
             raise DataError("Bucket: needs a stream of single examples (Unpack a batch stream)")
         if source not in self.sources:
             raise DataError(f"Bucket: no source {source!r}; the sources are {list(self.sources)}")
+        for what, v in (("batch_size", batch_size), ("pool", pool)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise DataError(f"Bucket: {what} must be an integer >= 1, got {v!r:.40}")
         self.source, self.batch_size, self.pool = source, int(batch_size), int(pool)
         self.seed = fresh_seed(seed, f"{type(self).__name__}: seed")
         self.produces_examples = False
+
+    def _settings(self):
+        # NOTE: a state of a Bucket by another source went on with other batches
+        return {"source": self.source}
 
     def _config(self):
         return {"seed": self.seed, "batch_size": self.batch_size, "pool": self.pool}

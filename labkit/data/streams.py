@@ -407,8 +407,11 @@ class RandomTransformer(Transformer):
 
 def _shard_rows(stream, epoch: int, k: int):
     """``(offset, rows, total)`` of item ``k`` in its global batch when ``stream`` is (through
-    transformers only) a DataStream over a batched ShardedScheme, else None."""
-    while isinstance(stream, Transformer):
+    stages that keep item k item k: transformers, and indexed ones such as Parallel) a
+    DataStream over a batched ShardedScheme, else None. (Through Transformers only, a random
+    stage above Parallel drew the first rows on every rank.)"""
+    while isinstance(stream, Transformer) or (
+            stream.indexed and not isinstance(stream, DataStream) and hasattr(stream, "stream")):
         stream = stream.stream
     scheme = getattr(stream, "scheme", None)
     if not isinstance(stream, DataStream) or not isinstance(scheme, ShardedScheme) or (

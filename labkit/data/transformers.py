@@ -188,6 +188,10 @@ class RandomFlip(RandomTransformer):
         x, batched = _per_row(self, value)
         if x.ndim < 2:
             raise DataError(f"RandomFlip: source {name!r} has scalar examples; nothing to flip")
+        dims = x.ndim - 1  # NOTE: an example's; an axis past them flipped the batch's order
+        if not -dims <= self.axis < dims:
+            raise DataError(f"RandomFlip: axis {self.axis} is not an axis of source {name!r}'s "
+                            f"examples ({dims} dimensions: axes {-dims} to {dims - 1})")
         flip = self.rng(epoch, k).bernoulli((len(x),), self.p)
         axis = self.axis if self.axis < 0 else self.axis + 1
         out = x.copy()
