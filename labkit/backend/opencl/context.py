@@ -197,6 +197,14 @@ class _Releasing:
         self._lock.release()
 
 
+def _bytes(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} EiB"  # pragma: no cover - the loop returns
+
+
 class Runtime:
     """The context, in-order queue and memory pool of one OpenCL device.
 
@@ -302,7 +310,16 @@ class Runtime:
         return value
 
     def allocate(self, nbytes: int):
-        return self.pool.allocate(max(int(nbytes), 1))
+        nbytes = int(nbytes)
+        if nbytes > self.info.max_alloc_size:
+            # NOTE: pyopencl's own errors named neither (INVALID_BUFFER_SIZE, or a TypeError
+            # past 2**63)
+            raise DeviceError(f"cannot allocate {_bytes(nbytes)} ({nbytes:,} bytes) on "
+                              f"{self.info.name}: one buffer may hold at most "
+                              f"{_bytes(self.info.max_alloc_size)} "
+                              "(CL_DEVICE_MAX_MEM_ALLOC_SIZE); use smaller arrays (a smaller "
+                              "batch), or the cpu device")
+        return self.pool.allocate(max(nbytes, 1))
 
     def finish(self) -> None:
         """Wait for the work queued so far (by any thread)."""

@@ -23,6 +23,7 @@ from .promotion import (
     NO_BOOL_SUBTRACT,
     bool_rule,
     exact_compare,
+    finite_for_int,
     float_of,
     needs_exact,
 )
@@ -53,8 +54,7 @@ def full(shape, fill_value, dtype=None, device=None) -> ndarray:
     if dtype is None:
         dtype = np.asarray(fill_value).dtype  # NOTE: NumPy's full: 7 is int64, True bool
     out = empty(shape, dtype, device)
-    # NOTE: the value cast to the array's dtype first, as NumPy's full does (2.7 -> 2 for
-    # int32, 2 -> True for bool)
+    # NOTE: cast to the dtype first, as NumPy's full does (2.7 -> 2 in int32, 2 -> True)
     return launch("fill", "v0", out, [_cast_scalar(fill_value, out.dtype)], (CTYPES[out.dtype],))
 
 
@@ -568,6 +568,7 @@ def assign(view: ndarray, value) -> None:
         if view.dtype == np.bool_:
             ct = CTYPES[value.dtype]  # NOTE: 0.5 is true: compared with 0 before the store
     else:
+        finite_for_int(value, view.dtype)  # NOTE: stored, NaN was INT_MIN
         value = _cast_scalar(value, view.dtype)
     launch("assign", "v0", view, [value], (ct,))
 

@@ -162,6 +162,9 @@ class ndarray:
         return int(self.item())
 
     def __array__(self, dtype=None, copy=None):
+        if copy is False:  # NOTE: NumPy 2's protocol: a copy is needed, so say so
+            raise ValueError("a labkit OpenCL array lives on its device: it cannot be a NumPy "
+                             "array without a copy (np.asarray(x, copy=False)); use x.get()")
         a = self.get()
         return a if dtype is None else a.astype(dtype)
 

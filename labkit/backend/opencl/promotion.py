@@ -93,3 +93,12 @@ def exact_compare(sym: str, xs):
     if cts[0] == "long":
         return f"((v0) < 0 ? (-1 {sym} 0) : ((ulong)(v0) {sym} (v1)))", cts
     return f"((v1) < 0 ? (0 {sym} -1) : ((v0) {sym} (ulong)(v1)))", cts
+
+
+def finite_for_int(value, dtype) -> None:
+    """NumPy's refusals of a float NaN or infinity stored into an integer array (``full``
+    only warns, as NumPy's does)."""
+    if dtype.kind in "iu" and isinstance(value, (float, np.floating)) and not np.isfinite(value):
+        if np.isnan(value):
+            raise ValueError("cannot convert float NaN to integer")
+        raise OverflowError("cannot convert float infinity to integer")
