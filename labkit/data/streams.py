@@ -445,6 +445,8 @@ def fingerprint(v) -> str:
         return str(np.dtype(v))
     if callable(v) and hasattr(v, "__qualname__"):
         return f"{getattr(v, '__module__', '?')}.{v.__qualname__}"
+    if isinstance(v, np.generic) and v.dtype.kind in "biuf":
+        v = v.item()  # NOTE: by value: ScaleAndShift(np.float64(0.5)) makes 0.5's items
     return repr(v)[:200]
 
 

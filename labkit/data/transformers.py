@@ -119,6 +119,8 @@ class OneHot(Transformer):
     def __init__(self, stream, num_classes: int, which_sources="targets", dtype=np.float32):
         super().__init__(stream, which_sources)
         self.num_classes, self.dtype = int(num_classes), np.dtype(dtype)
+        if self.num_classes < 1:
+            raise DataError(f"OneHot: num_classes must be >= 1, got {num_classes!r:.40}")
 
     def transform_source(self, name, value, epoch, k):
         v = np.asarray(value)
@@ -154,11 +156,14 @@ class RandomCrop(RandomTransformer):
     def __init__(self, stream, shape, which_sources="features", seed=None):
         super().__init__(stream, which_sources, seed)
         self.shape = (int(shape), int(shape)) if np.isscalar(shape) else tuple(map(int, shape))
+        if len(self.shape) != 2 or min(self.shape) < 1:
+            raise DataError(f"RandomCrop: shape must be a size >= 1 or (height, width) of "
+                            f"sizes >= 1, got {shape!r:.40}")
 
     def transform_source(self, name, value, epoch, k):
         x, batched = _per_row(self, value)
         h, w = self.shape
-        H, W = x.shape[-2:]
+        H, W = x.shape[-2:] if x.ndim >= 3 else (0, 0)  # NOTE: a scalar or 1-D example
         if x.ndim < 3 or H < h or W < w:
             raise DataError(f"RandomCrop: source {name!r} has examples of shape {x.shape[1:]}; "
                             f"a {h}x{w} crop needs at least 2 axes of that size")

@@ -65,3 +65,34 @@ def test_random_stages_above_parallel_shard_as_one_process(stage, ranks):
     parts = [next(iter(build(ShardedScheme(ShuffledScheme(8, 8, seed=2), r, ranks))))
              ["features"] for r in range(ranks)]
     np.testing.assert_array_equal(np.concatenate(parts), whole)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda s: RandomCrop(s, 0), "RandomCrop: shape must be"),
+    (lambda s: RandomCrop(s, -2), "RandomCrop: shape must be"),
+    (lambda s: RandomCrop(s, (2, 2, 2)), "RandomCrop: shape must be"),
+])
+def test_bad_stage_settings_are_refused_when_built(make, words):
+    from labkit.data import OneHot
+
+    s = DataStream(IndexableDataset({"features": np.zeros((4, 1, 6, 6)),
+                                     "targets": np.zeros(4, np.int64)}))
+    with pytest.raises(DataError, match=words):
+        make(s)
+    with pytest.raises(DataError, match="OneHot: num_classes must be >= 1"):
+        OneHot(s, 0)
+
+
+def test_a_crop_of_scalar_examples_is_a_data_error():
+    s = RandomCrop(DataStream(IndexableDataset({"features": np.zeros(4)})), 2)
+    with pytest.raises(DataError, match="RandomCrop: source 'features' has examples of shape"):
+        next(iter(s))
+
+
+def test_numpy_numbers_as_settings_are_their_values():
+    """ScaleAndShift(np.float64(0.5)) makes 0.5's items: its state was refused."""
+    from labkit.data import ScaleAndShift
+
+    ds = IndexableDataset({"features": np.ones((4, 2))})
+    a = ScaleAndShift(DataStream(ds), np.float64(0.5), 1)
+    ScaleAndShift(DataStream(ds), 0.5, 1).load_state_dict(a.state_dict())
