@@ -103,12 +103,18 @@ class Normalize(Transformer):
     def __init__(self, stream, mean, std, which_sources=None):
         super().__init__(stream, which_sources)
         self.mean, self.std = np.asarray(mean), np.asarray(std)
-        if np.any(self.std == 0):
-            raise DataError("Normalize: std has zeros; add a small epsilon (std + 1e-8)")
+        if np.any(self.std == 0) or not np.all(np.isfinite(self.std)):
+            raise DataError("Normalize: std has zeros or values that are not finite; give "
+                            "finite values, with a small epsilon for zeros (std + 1e-8)")
 
     def transform_source(self, name, value, epoch, k):
         dt = _float_dtype(value)
-        return ((np.asarray(value, dt) - self.mean.astype(dt)) / self.std.astype(dt)).astype(dt)
+        std = self.std.astype(dt)
+        if np.any(std == 0):  # NOTE: 1e-8 is 0 in float16: the items were infinite
+            raise DataError(f"Normalize: std has values that are 0 in source {name!r}'s dtype "
+                            f"{dt} (the least is {float(np.min(np.abs(self.std))):.3g}); cast "
+                            "the source to float32 first (Cast), or give a larger std")
+        return ((np.asarray(value, dt) - self.mean.astype(dt)) / std).astype(dt)
 
 
 class OneHot(Transformer):

@@ -96,3 +96,15 @@ def test_numpy_numbers_as_settings_are_their_values():
     ds = IndexableDataset({"features": np.ones((4, 2))})
     a = ScaleAndShift(DataStream(ds), np.float64(0.5), 1)
     ScaleAndShift(DataStream(ds), 0.5, 1).load_state_dict(a.state_dict())
+
+
+def test_normalize_refuses_a_std_its_source_dtype_rounds_to_zero_or_not_finite():
+    from labkit.data import Normalize
+
+    ds = IndexableDataset({"features": np.ones((4, 2), np.float16)})
+    s = Normalize(DataStream(ds), 0.0, 1e-8)
+    with pytest.raises(DataError, match="0 in source 'features''s dtype float16"):
+        next(iter(s))
+    for bad in (np.nan, np.inf, 0.0):
+        with pytest.raises(DataError, match="std has zeros or values that are not finite"):
+            Normalize(DataStream(ds), 0.0, bad)
