@@ -6,11 +6,18 @@ gone shows as dead) and the checkpoint writer (a killed writer's leftovers are c
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import socket
 import threading
 import time
+import weakref
 import zlib
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on POSIX
+    fcntl = None
 
 #: the variables that set a process's BLAS/OpenMP thread count, for the processes labkit starts
 #: to run beside others (data workers, sweep workers, MPI ranks: one thread each by default)
@@ -119,3 +126,67 @@ class ReadWatch:
 
     def __reduce__(self):  # NOTE: a copy (a stream sent to a process) is a fresh, idle one
         return ReadWatch, (self.timeout,)
+
+
+# ---- process locks ------------------------------------------------------------------------
+#: the locks this process holds; a child forked without exec closes its copies (a flock
+#: belongs to the open file, which the child shares: a multiprocessing pool forked while a
+#: run trained kept the run locked after this process let go, or died)
+_HELD: weakref.WeakSet = weakref.WeakSet()
+
+
+def _close_held_in_child() -> None:
+    for f in list(_HELD):
+        try:
+            f.close()
+        except OSError:
+            pass
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_held_in_child)
+
+
+class LockHeld(Exception):
+    """Another process (or another open file of this one) holds the lock; ``holder``: the pid
+    it wrote, as text ("?" when unknown)."""
+
+    def __init__(self, holder: str):
+        super().__init__(holder)
+        self.holder = holder
+
+
+def hold_lock(path):
+    """An OS lock (``flock``) on the file ``path``, taken without waiting: the open file,
+    which holds it until ``let_go`` (or the process's end, killed or not; a child it forks
+    keeps no copy), with this process's pid written in it. ``LockHeld`` where another holds
+    it; ``OSError`` where none can be taken (the file cannot be made, a filesystem without
+    locks: NFS ``nolock``, some Lustre); None on a system without ``flock`` (Windows: a second
+    process is refused by liveness only)."""
+    if fcntl is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = open(path, "a+")  # noqa: SIM115 - held until let_go
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        f.seek(0)
+        holder = f.read().strip()[:40] or "?"
+        f.close()
+        if e.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+            raise LockHeld(holder) from None
+        raise
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    _HELD.add(f)
+    return f
+
+
+def let_go(f) -> None:
+    """Release a lock ``hold_lock`` took (None: nothing)."""
+    if f is not None:
+        _HELD.discard(f)
+        f.close()  # NOTE: closing the file releases its lock

@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 
 from .. import runs
+from .._proc import LockHeld, hold_lock, let_go
 from ..config import runs_dir
 from ..errors import RunStoreError, TrainingError
 from ..runs.sweeps import MODES, driver_alive, shown_status
@@ -306,7 +307,7 @@ def resume(sweep_id: str, make_loop=None, *, trials=None, engine=None, workers=N
     try:
         conn = E.connect(engine, workers)
     except BaseException:
-        _let_go(held)
+        let_go(held)
         raise
     try:
         # NOTE: checked again and taken in one transaction: of two drivers resuming at once,
@@ -321,7 +322,7 @@ def resume(sweep_id: str, make_loop=None, *, trials=None, engine=None, workers=N
         if changes:
             store.update_trials(sweep_id, changes)
     except BaseException:  # NOTE: the lock and the engine go with it (a store error here)
-        _let_go(held)
+        let_go(held)
         conn[1]()
         raise
     return _drive(sweep_id, make_loop, conn, _hook, held)
@@ -405,47 +406,19 @@ def hold(rec):
     ``DEAD_AFTER`` showed ``dead``, a resume took the sweep, and the first driver, woken,
     drove it on beside the second (two trainers in each trial's folder). The lock goes with
     the process, killed or not, and a child it forks does not keep it."""
-    import errno
-    import fcntl
-
-    from ..training.recorder import _CLAIMED
-
-    path = lock_path(rec)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(path, "a+")  # noqa: SIM115 - held until _let_go
-    except OSError:
-        return None
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        f.seek(0)
-        holder = f.read().strip()[:40] or "?"
-        f.close()
-        if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
-            return None  # NOTE: a filesystem without locks: the heartbeat decides alone
+        return hold_lock(lock_path(rec))
+    except LockHeld as e:
         beat = rec.get("heartbeat")
         age = (f"; its heartbeat is {time.time() - beat:,.0f} s old: suspended or stuck?"
                if type(beat) in (int, float) else "")
         where = ("this machine" if rec.get("host") in (None, socket.gethostname())
                  else f"{rec['host']} (a lock shared through the filesystem)")
-        raise SweepError(f"sweep {rec['id']} is still driven by process {holder} on "
+        raise SweepError(f"sweep {rec['id']} is still driven by process {e.holder} on "
                          f"{where}{age}. Stop it (labkit sweep stop {rec['id']}, or kill "
-                         f"{holder}), then resume it") from None
-    f.seek(0)
-    f.truncate()
-    f.write(str(os.getpid()))
-    f.flush()
-    _CLAIMED.add(f)
-    return f
-
-
-def _let_go(held) -> None:
-    if held is not None:
-        from ..training.recorder import _CLAIMED
-
-        _CLAIMED.discard(held)
-        held.close()
+                         f"{e.holder}), then resume it") from None
+    except OSError:
+        return None  # NOTE: no lock here (a filesystem without locks): the heartbeat decides
 
 
 def _drive(sid, make_loop, conn, hook, held=None) -> Sweep:
@@ -486,7 +459,7 @@ def _drive(sid, make_loop, conn, hook, held=None) -> Sweep:
             store.update_sweep(sid, status=status, ended=time.time(), request=None,
                                error=error[:2000] if error else None)
         finally:
-            _let_go(held)
+            let_go(held)
     return Sweep(sid)
 
 

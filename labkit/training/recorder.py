@@ -10,22 +10,16 @@ store.
 
 from __future__ import annotations
 
-import errno
 import os
 import queue
 import sys
 import threading
 import time
 import warnings
-import weakref
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:  # NOTE: Windows: no claim (a second process is refused by liveness only)
-    fcntl = None
-
 from .. import checkpoint as ckpt
+from .._proc import LockHeld, hold_lock, let_go
 from ..config import runs_dir
 from ..errors import CheckpointError, RunStoreError, TrainingError
 from .log import is_metric
@@ -90,24 +84,6 @@ class _Writer:
 class RunBusyError(TrainingError):
     """The run is being trained by another process (or another loop of this one)."""
 
-
-#: the claims this process holds; a child forked without exec closes its copies (a flock
-#: belongs to the open file, which the child shares: a multiprocessing pool forked while a
-#: run trained kept the run locked after this process let go, or died)
-_CLAIMED: weakref.WeakSet = weakref.WeakSet()
-
-
-def _close_claims_in_child() -> None:
-    for f in list(_CLAIMED):
-        try:
-            f.close()
-        except OSError:
-            pass
-    _CLAIMED.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_close_claims_in_child)
 
 _WARNED_NO_CLAIM: set = set()
 
@@ -197,41 +173,22 @@ class Recorder:
         second process that resumes the run at the same time, or trains it while this one is
         busy in a long batch, is refused here, before it records anything. The lock goes
         with the process, even a killed one. Without a store, nothing is claimed."""
-        if self.store is None or self._claim is not None or fcntl is None:
+        if self.store is None or self._claim is not None:
             return
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            f = open(self.directory / CLAIM, "a+")  # noqa: SIM115 - held until release()
-        except OSError as e:
-            _no_claim(self.directory, e)
-            return
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
-                f.close()  # NOTE: a filesystem without locks (NFS nolock, some Lustre)
-                _no_claim(self.directory, e)
-                return
-            f.seek(0)
-            holder = f.read().strip()[:40] or "?"
-            f.close()
-            who = ("another loop in this process" if holder == str(os.getpid()) else
-                   f"another process (pid {holder} on this machine)")
+            self._claim = hold_lock(self.directory / CLAIM)
+        except LockHeld as e:
+            who = ("another loop in this process" if e.holder == str(os.getpid()) else
+                   f"another process (pid {e.holder} on this machine)")
             raise RunBusyError(
                 f"run {self.run_id} is being trained by {who}; wait for it to end, or stop it "
                 f"(lk.runs.send({self.run_id!r}, 'stop')), then train it here") from None
-        f.seek(0)
-        f.truncate()
-        f.write(str(os.getpid()))
-        f.flush()
-        self._claim = f
-        _CLAIMED.add(f)
+        except OSError as e:  # NOTE: no lock here (NFS nolock, some Lustre): a warning
+            _no_claim(self.directory, e)
 
     def release(self) -> None:
         f, self._claim = self._claim, None
-        if f is not None:
-            _CLAIMED.discard(f)
-            f.close()  # NOTE: closing the file releases its lock
+        let_go(f)
 
     @property
     def checkpoint_dir(self) -> Path | None:

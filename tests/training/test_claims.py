@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import labkit as lk
+from labkit import _proc
 from labkit.errors import RunStoreError, TrainingError
 from labkit.runs.checks import refuse
 from labkit.training import commands, recorder
@@ -168,7 +169,7 @@ def test_a_filesystem_without_locks_trains_without_the_claim(store, monkeypatch)
     def no_locks(f, how):
         raise OSError(errno.ENOLCK, "No locks available")
 
-    monkeypatch.setattr(recorder.fcntl, "flock", no_locks)
+    monkeypatch.setattr(_proc.fcntl, "flock", no_locks)
     loop = make_loop({"epochs": 1})
     with pytest.warns(UserWarning, match="cannot lock .*No locks available"):
         loop.run()
