@@ -178,8 +178,8 @@ def load(name: str, device=None, directory=WEIGHTS):
         raise CheckpointError(f"{path}: missing; {where.name} has no weights beside it") \
             from None
     # NOTE: a record without a fingerprint (saved by an earlier labkit) is not checked here
-    if record.get("weights") is not None and fingerprint(data) != record["weights"]:
-        got = fingerprint(data)
+    got = fingerprint(data) if record.get("weights") is not None else None
+    if got is not None and got != record["weights"]:
         what = (f"{got['size']:,} bytes where {where.name} says {record['weights']['size']:,}"
                 if got["size"] != record["weights"]["size"] else
                 f"its SHA-256 is not the one {where.name} gives")
