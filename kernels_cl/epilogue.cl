@@ -3,8 +3,11 @@
 // With BIAS 1 the kernel takes a bias read through its own strides (bias[bias_o + i * e_si +
 // j * e_sj] for element (i, j) of C: a stride of 0 broadcasts it along rows or columns), added
 // to each result; with ACT 1 the result then goes through relu, as maximum(v, 0) does
-// elsewhere (NaN stays NaN, -0 becomes 0). Each is its own rounding, in the order of the
-// separate ops it replaces.
+// elsewhere (NaN stays NaN, -0 becomes 0). With SGD 1 (lk.compile: a weight gradient and
+// its plain SGD update as one kernel) the result is also taken from a parameter read through
+// its own strides, W[w_o + i * w_si + j * w_sj] -= lr * v, as the optimizer's kernel computes it
+// (two statements, two roundings: `d = v * lr; w - d`). Each is its own rounding, in the order
+// of the separate ops it replaces.
 
 #ifndef BIAS
 #define BIAS 0
@@ -12,16 +15,31 @@
 #ifndef ACT
 #define ACT 0
 #endif
+#ifndef SGD
+#define SGD 0
+#endif
 #if BIAS
-#define EPI_ARGS , __global const T* bias, const long bias_o, const long e_si, const long e_sj
+#define EPI_BIAS_ARGS , __global const T* bias, const long bias_o, const long e_si, const long e_sj
 #define EPI_BIAS(v, i, j) v = v + bias[bias_o + (long)(i) * e_si + (long)(j) * e_sj]
 #else
-#define EPI_ARGS
+#define EPI_BIAS_ARGS
 #define EPI_BIAS(v, i, j)
 #endif
+#if SGD
+#define EPI_SGD_ARGS , __global T* W, const long w_o, const long w_si, const long w_sj, const T lr
+#define EPI_SGD(v, i, j) {                                                          \
+        const T d_ = v * lr;                                                        \
+        __global T* w_ = W + w_o + (long)(i) * w_si + (long)(j) * w_sj;            \
+        *w_ = *w_ - d_;                                                             \
+    }
+#else
+#define EPI_SGD_ARGS
+#define EPI_SGD(v, i, j)
+#endif
+#define EPI_ARGS EPI_BIAS_ARGS EPI_SGD_ARGS
 #if ACT
 #define EPI_ACT(v) v = (v > (T)0 || v != v) ? v : (T)0
 #else
 #define EPI_ACT(v)
 #endif
-#define EPI(v, i, j) { EPI_BIAS(v, i, j); EPI_ACT(v); }
+#define EPI(v, i, j) { EPI_BIAS(v, i, j); EPI_ACT(v); EPI_SGD(v, i, j); }

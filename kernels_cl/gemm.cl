@@ -15,7 +15,8 @@
 //
 // gemm_gen: one work-item per element of C, any strides, any dtype: edges, small or odd shapes.
 //
-// Both apply the epilogue of kernels_cl/epilogue.cl (a bias, relu) to each result.
+// Both apply the epilogue of kernels_cl/epilogue.cl (a bias, relu, an SGD update) to each
+// result.
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
@@ -53,7 +54,7 @@ __kernel void gemm_rb(const int K,
         a += sak;
     }
     __global T* c = C + c_o + bz * scb + (long)ib * RM * scm + (long)jv * VN * VW * scn;
-#if BIAS || ACT
+#if BIAS || ACT || SGD
     for (int r = 0; r < RM; ++r)
         for (int v = 0; v < VN; ++v) {
             T* p = (T*)&acc[r][v];

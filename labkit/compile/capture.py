@@ -174,7 +174,10 @@ def capturing(forward, fn_obj, attr_in, multi, ndarray, stats):
     return call
 
 
-def _build(rec, arrays, out, multi, forward, fn_obj, attr_in, ndarray, stats):
+def _build(rec, arrays, out, multi, forward, fn_obj, attr_in, ndarray, stats, rate=None):
+    """The replay of the launches ``rec`` recorded (see the module's doc), or None and why
+    not. ``rate``: a scalar argument object of the recording (compile/sgd.py's learning rate)
+    whose places are set again at each replay from its ``rate=`` value."""
     import pyopencl as cl
 
     if rec.impure:
@@ -200,9 +203,11 @@ def _build(rec, arrays, out, multi, forward, fn_obj, attr_in, ndarray, stats):
             return None, f"a kernel without its argument types ({kernel.function_name})"
         clone = cl.Kernel(kernel.program, kernel.function_name)
         clone.set_scalar_arg_dtypes(types)
-        sets = []
+        sets, rated = [], []
         for pos, (t, v) in enumerate(zip(types, args)):
             if t is not None:
+                if rate is not None and v is rate:
+                    rated.append((pos, t))
                 continue
             where = by_buffer.get(id(v))
             if where is not None:
@@ -212,14 +217,14 @@ def _build(rec, arrays, out, multi, forward, fn_obj, attr_in, ndarray, stats):
             elif not isinstance(v, cl.LocalMemory):
                 return None, f"a buffer from outside the op ({kernel.function_name})"
         clone.set_args(*args)
-        launches.append((clone, gs, ls, tuple(sets)))
+        launches.append((clone, gs, ls, tuple(sets), tuple(rated)))
     metas = tuple(_meta(a) for a in arrays)
     alias = _aliasing(arrays)
     shapes = [(o.shape, o.dtype) for o in outs]
     rt = arrays[0].rt
     enqueue = cl.enqueue_nd_range_kernel
 
-    def run(*ins):
+    def run(*ins, rate=None):
         got = _inputs(fn_obj, attr_in, ins)
         if (len(got) != len(metas) or any(type(a) is not ndarray or a.rt is not rt
                                           or _meta(a) != m for a, m in zip(got, metas))
@@ -229,9 +234,11 @@ def _build(rec, arrays, out, multi, forward, fn_obj, attr_in, ndarray, stats):
         news = [ndarray(rt, shape, dtype) for shape, dtype in shapes]
         both = (got, news)
         with rt.lock:
-            for clone, gs, ls, sets in launches:
+            for clone, gs, ls, sets, rated in launches:
                 for pos, kind, i in sets:
                     clone.set_arg(pos, both[kind][i].data)
+                for pos, t in rated:
+                    clone.set_arg(pos, t(rate))
                 enqueue(rt.queue, clone, gs, ls)
         return tuple(news) if multi else news[0]
 

@@ -68,7 +68,7 @@ class Program:
             nodes, self.gathered = gather_products(nodes, alias, t.values, needed, new_slot)
             nodes, self.rows = transposed_products(nodes, t.values, needed, new_slot)
         nodes = passes.prune(nodes, needed)
-        self.fused = self.epilogues = self.added = self.copied = 0
+        self.fused = self.epilogues = self.added = self.copied = self.sgd = 0
         if fuse:
             nodes, self.epilogues = passes.fold_relu(nodes, needed)
             nodes, self.added = passes.fold_add(nodes, needed, t.values)
@@ -76,6 +76,11 @@ class Program:
             from . import fusion
 
             nodes, self.fused = fusion.fuse(nodes, t, needed | _read_by_hosts(nodes), consts)
+            from .sgd import sgd_products
+
+            nodes, self.sgd = sgd_products(
+                nodes, t.values, [(s, src.tensor) for s, src in t.sources.items()
+                                  if src.kind == "live"])
         nodes = _checks_early(nodes)
         self.nodes = nodes
         self.after = [_sketch(n) for n in nodes]

@@ -358,8 +358,10 @@ class Optimizer:
         # again with that call's gradients, this optimizer's state and step count then
         changed = [p.data for p in plist] + [v for st in self.states for s in st
                                              for v in s.values()]
-        host(lambda *gs: self._apply(idx, gs), *grads, effect=True, mutates=changed,
-             name="optimizer.update")
+        def update(*gs):
+            self._apply(idx, gs)
+        update.lk_optimizer = (self, idx)  # NOTE: compile/sgd.py fuses SGD into the products
+        host(update, *grads, effect=True, mutates=changed, name="optimizer.update")
 
     def _follow_devices(self, plist) -> None:
         """Move each parameter's state to its device where the model moved after ``setup``
@@ -376,35 +378,20 @@ class Optimizer:
                         s[k] = asarray(v, device=dev or "cpu")
         self._devices = devs
 
-    def _apply(self, idx, grads):
-        """The update of the parameters at ``idx`` from the arrays ``grads``, in place."""
+    def _apply(self, idx, grads, done=None):
+        """The update of the parameters at ``idx`` from the arrays ``grads``, in place; those
+        ``done`` maps to True (a compiled step updated them with their gradient's kernel:
+        compile/sgd.py) are counted but not updated again."""
         plist = list(self.params.values())
         updated = list(idx)
-        if (self.fused and grads and not isinstance(grads[0], np.ndarray)
-                and all(r.elementwise for r in self.rules)):
-            # NOTE: on an OpenCL device one kernel per parameter (optimizers/fused.py)
-            rest = [(i, g) for i, g in zip(idx, grads)
-                    if not _fused.update(self.rules, plist[i], g,
-                                         [st[i] for st in self.states], self._group(i),
-                                         self.t)]
-            idx, grads = [i for i, _ in rest], [g for _, g in rest]
-        elif (self.fused and grads and isinstance(grads[0], np.ndarray)
-              and all(type(r).apply in _PIECEWISE for r in self.rules)
-              and len({id(_fused.root(plist[i].data)) for i in idx}) == len(idx)):
-            # NOTE: on the CPU a large parameter's update runs in cache-sized pieces (when no
-            # two parameters share memory: the whole-array update computes every step before
-            # it changes any parameter)
-            if _fused.plain_sgd(self.rules, self.states):
-                rule = self.rules[0]
-                rest = [(i, g) for i, g in zip(idx, grads)
-                        if not _fused.sgd_axpy(rule, plist[i].data, g, self._group(i),
-                                               self.t)]
-            else:
-                rest = [(i, g) for i, g in zip(idx, grads)
-                        if not _fused.update_pieces(self.rules, plist[i], g,
-                                                    [st[i] for st in self.states],
-                                                    self._group(i), self.t)]
-            idx, grads = [i for i, _ in rest], [g for _, g in rest]
+        if done:
+            kept = [(i, g) for i, g in zip(idx, grads) if not done.get(i)]
+            done.clear()
+            idx, grads = [i for i, _ in kept], [g for _, g in kept]
+        if self.fused and grads:
+            # NOTE: one kernel per parameter on an OpenCL device, cache-sized pieces or a
+            # BLAS axpy on the CPU (optimizers/fused.py); what it did not take is left
+            idx, grads = _fused.apply(self, plist, idx, grads, _PIECEWISE)
         ps = [plist[i] for i in idx]
         steps = list(grads)
         groups = [self._group(i) for i in idx]

@@ -210,6 +210,34 @@ def _scalar(v) -> bool:
         isinstance(v, np.ndarray) and v.ndim == 0)
 
 
+def apply(opt, plist, idx, grads, piecewise):
+    """The fused updates of ``opt``'s parameters at ``idx`` (``Optimizer._apply``): on an
+    OpenCL device one kernel per parameter (:func:`update`); on the CPU, when the rules are
+    ``piecewise`` and no two parameters share memory, plain SGD's axpy (:func:`sgd_axpy`) or
+    cache-sized pieces (:func:`update_pieces`). Returns the indices and gradients left to the
+    unfused path."""
+    rules, states = opt.rules, opt.states
+    if not isinstance(grads[0], np.ndarray):
+        if not all(r.elementwise for r in rules):
+            return idx, grads
+        rest = [(i, g) for i, g in zip(idx, grads)
+                if not update(rules, plist[i], g, [st[i] for st in states], opt._group(i),
+                              opt.t)]
+    elif (all(type(r).apply in piecewise for r in rules)
+          and len({id(root(plist[i].data)) for i in idx}) == len(idx)):
+        # NOTE: the whole-array update computes every step before it changes any parameter
+        if plain_sgd(rules, states):
+            rest = [(i, g) for i, g in zip(idx, grads)
+                    if not sgd_axpy(rules[0], plist[i].data, g, opt._group(i), opt.t)]
+        else:
+            rest = [(i, g) for i, g in zip(idx, grads)
+                    if not update_pieces(rules, plist[i], g, [st[i] for st in states],
+                                         opt._group(i), opt.t)]
+    else:
+        return idx, grads
+    return [i for i, _ in rest], [g for _, g in rest]
+
+
 def plain_sgd(rules, states) -> bool:
     """Whether ``rules`` are plain SGD: one rule whose step is ``lr * g``, with no state and
     the built-in reading of its hyper-parameters."""

@@ -85,11 +85,11 @@ def _local(rt, row_blocks):
     return (1, next(d for d in WG_ROWS if row_blocks % d == 0), 1)
 
 
-def _program(rt, ct, cfg=None, bias=False, act=0):
+def _program(rt, ct, cfg=None, bias=False, act=0, sgd=False):
     """``gemm_gen`` (and with a blocking ``cfg``, ``gemm_rb``) for element type ``ct``; with
-    ``bias`` and ``act`` (1: relu) their epilogue (kernels_cl/gemm.cl)."""
-    defs = {"T": ct, "BIAS": int(bias), "ACT": int(act)}
-    extra = _EPI_ARGS if bias else []
+    ``bias``, ``act`` (1: relu) and ``sgd`` their epilogue (kernels_cl/epilogue.cl)."""
+    defs = {"T": ct, "BIAS": int(bias), "ACT": int(act), "SGD": int(sgd)}
+    extra = (_EPI_ARGS if bias else []) + (_SGD_ARGS[ct] if sgd else [])
     signatures = {"gemm_gen": _GEN_ARGS + extra}
     if cfg is not None:
         rm, vn, vw = cfg
@@ -97,7 +97,29 @@ def _program(rt, ct, cfg=None, bias=False, act=0):
         signatures["gemm_rb"] = _RB_ARGS + extra
     src = header(rt, (ct,), defs, what="matmul") + source("epilogue") + source("gemm")
     return kernels(rt, src, signatures, name=f"gemm.cl ({ct}, {cfg}, bias {int(bias)}, "
-                                             f"act {act})")
+                                             f"act {act}, sgd {int(sgd)})")
+
+
+#: the SGD epilogue's arguments: the parameter, its offset and strides, the learning rate
+_SGD_ARGS = {"float": [None, np.int64, np.int64, np.int64, np.float32],
+             "double": [None, np.int64, np.int64, np.int64, np.float64]}
+
+
+def _sgd(epi) -> bool:
+    return epi is not None and len(epi) > 5 and epi[5] is not None
+
+
+def _epi_args(epi, i0=0, j0=0):
+    """The epilogue's kernel arguments for the block whose first element is (i0, j0)."""
+    if epi is None:
+        return ()
+    bias, off, si, sj = epi[:4]
+    out = () if bias is None else (bias.data, off + i0 * si + j0 * sj, si, sj)
+    if _sgd(epi):  # NOTE: a rate of the weight's type passed as it is (compile/sgd.py finds it)
+        w, w_o, w_si, w_sj, lr = epi[5]
+        lr = lr if type(lr) is w.dtype.type else w.dtype.type(lr)
+        out += (w.data, w_o + i0 * w_si + j0 * w_sj, w_si, w_sj, lr)
+    return out
 
 
 def _tuning_file():
@@ -277,8 +299,9 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None, epi=None, swapped=False):
         b, b_o, sbk, sbn, sbb = B
         c, c_o, scm, scn, scb = C
         if epi is not None:
-            bias, e_o, sbi, sbj, act = epi
-            epi = (bias, e_o, sbj, sbi, act)
+            bias, e_o, sbi, sbj, act = epi[:5]
+            w = epi[5] if _sgd(epi) else None  # NOTE: the weight's strides swap too
+            epi = (bias, e_o, sbj, sbi, act, w and (w[0], w[1], w[3], w[2], w[4]))
         return _gemm(rt, dt, nb, N, M, K, (b, b_o, sbn, sbk, sbb), (a, a_o, sak, sam, sab),
                      (c, c_o, scn, scm, scb), cfg=cfg, epi=epi, swapped=True)
     bias, act = (None, 0) if epi is None else (epi[0], epi[4])
@@ -313,15 +336,14 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None, epi=None, swapped=False):
     n = N - done_n  # NOTE: the columns past the last whole vector (or all of them)
     if n == 0:
         return
-    eargs = () if bias is None else (bias.data,) + tuple(epi[1:4])
-    prg = _program(rt, ct, None, bias is not None, act)
+    prg = _program(rt, ct, None, bias is not None, act, _sgd(epi))
     a, a_o, sam, sak, sab = A
     b, b_o, sbk, sbn, sbb = B
     c, c_o, scm, scn, scb = C
     with rt.lock:
         prg.gemm_gen(q, (-(-n // 8) * 8, -(-M // 4) * 4, nb), None, M, n, K, 0, done_n,
                      a.data, a_o, sam, sak, sab, b.data, b_o, sbk, sbn, sbb,
-                     c.data, c_o, scm, scn, scb, *eargs)
+                     c.data, c_o, scm, scn, scb, *_epi_args(epi))
 
 
 def _panels(rt, dt, nb, M, K, ncols, B, panel, vw):
@@ -342,12 +364,11 @@ def _blocked(rt, ct, nb, K, cfg, A, panels, C, epi, i0, j0, m, n):
     starting at column j0)."""
     rm, vn, vw = cfg
     bias, act = (None, 0) if epi is None else (epi[0], epi[4])
-    eargs = () if bias is None else (bias.data, epi[1] + i0 * epi[2] + j0 * epi[3], epi[2],
-                                     epi[3])
+    eargs = _epi_args(epi, i0, j0)
     bufb, b_o, ldb, sbj, sbb = panels
     a, a_o, sam, sak, sab = A
     c, c_o, scm, scn, scb = C
-    prg = _program(rt, ct, cfg, bias is not None, act)
+    prg = _program(rt, ct, cfg, bias is not None, act, _sgd(epi))
     with rt.lock:
         prg.gemm_rb(rt.queue, (n // (vn * vw), m // rm, nb), _local(rt, m // rm), K,
                     a.data, a_o + i0 * sam, sam, sak, sab,
@@ -554,3 +575,25 @@ def dot(a, b):
     if a.ndim <= 2 and b.ndim <= 2:
         return matmul(a, b)
     raise NotImplementedError("dot: only 1-D and 2-D operands; use matmul for batches")
+
+
+def matmul_sgd(a, b, w, lr):
+    """``a @ b`` for 2-D float ``a`` (M, K) and ``b`` (K, N), and in the same kernel ``w -= lr *
+    (a @ b)`` on the contiguous (M, N) parameter ``w`` (``lr`` a Python number or a NumPy
+    scalar of its type): a weight's gradient and its plain SGD update (lk.compile), bit for
+    bit the product and then the optimizer's kernel. None, with nothing computed, where that
+    is not sure: another path than the blocked kernels (``path``: other sums, no such
+    epilogue), or a ``w`` of another kind, or sharing memory with ``a`` or ``b``."""
+    if not (type(a) is ndarray and type(b) is ndarray and type(w) is ndarray
+            and a.rt is b.rt is w.rt and a.ndim == 2 == b.ndim and a.shape[1] == b.shape[0]
+            and a.dtype == b.dtype == w.dtype and a.dtype.kind == "f"
+            and w.shape == (a.shape[0], b.shape[1]) and w.is_contiguous and not w._ro
+            and w.data not in (a.data, b.data) and type(lr) in (int, float, w.dtype.type)):
+        return None
+    (M, K), N, rt, dt = a.shape, b.shape[1], a.rt, a.dtype
+    if M * N * K == 0 or path(rt, dt, 1, M, N, K, a, b) != "gemm":
+        return None
+    c = fresh(rt, (M, N), dt, (N, 1), M * N)
+    _gemm(rt, dt, 1, M, N, K, (a, a.offset, *a._st, 0), (b, b.offset, *b._st, 0),
+          (c, 0, N, 1, 0), epi=(None, 0, 0, 0, 0, (w, w.offset, *w._st, lr)))
+    return c

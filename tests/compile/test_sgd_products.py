@@ -1,0 +1,127 @@
+"""The compile pass that moves a weight's plain SGD update into the product kernel that makes
+its gradient (compile/sgd.py, OpenCL): the compiled step trains bit for bit like the eager
+one, with learning rates changed between calls, and falls back where it cannot be sure (a
+weight read after its gradient, an optimizer that is no longer plain SGD); a bad label stops
+the step before any weight is updated."""
+
+import numpy as np
+import pytest
+
+import labkit as lk
+import labkit.functions as F
+
+
+def _setup(dev, batch, seed=0, optimizer=None):
+    rng = np.random.default_rng(seed)
+    # NOTE: the first weight's gradient at batch 8 takes the blocked kernel and the plain one
+    # (its last 8 columns); the others, and every product at batch 1, the plain one
+    P0 = [rng.standard_normal((64, 200)).astype(np.float32) * 0.1, np.zeros(64, np.float32),
+          rng.standard_normal((32, 64)).astype(np.float32) * 0.1, np.zeros(32, np.float32),
+          rng.standard_normal((10, 32)).astype(np.float32) * 0.1, np.zeros(10, np.float32)]
+    ps = [lk.tensor(p, device=dev, requires_grad=True) for p in P0]
+    opt = (optimizer or lk.optimizers.SGD(lr=0.1)).setup(
+        {f"p{i}": p for i, p in enumerate(ps)})
+    x = lk.tensor(rng.standard_normal((batch, 200)).astype(np.float32), device=dev)
+    y = lk.tensor(rng.integers(0, 10, batch), device=dev)
+    return ps, opt, x, y
+
+
+def _make_step(ps, opt, reads_w=False):
+    def step(x, y):
+        h = F.relu(F.linear(x, ps[0], ps[1]))
+        h = F.relu(F.linear(h, ps[2], ps[3]))
+        loss = F.softmax_cross_entropy(F.linear(h, ps[4], ps[5]), y)
+        opt.zero_grad()
+        loss.backward()
+        if reads_w:  # the first weight read after its gradient, before the update
+            norm = (ps[0] * ps[0]).sum()
+        opt.update()
+        return (loss, norm) if reads_w else loss
+    return step
+
+
+def _bits(a):
+    return np.asarray(a).view(np.uint32)
+
+
+def _run(dev, compiled, batch=1, reads_w=False, change=None, optimizer=None, steps=6):
+    ps, opt, x, y = _setup(dev, batch, optimizer=optimizer)
+    step = _make_step(ps, opt, reads_w)
+    f = lk.compile(step) if compiled else step
+    outs = []
+    for k in range(steps):
+        if change is not None:
+            change(opt, k)
+        o = f(x, y)
+        outs += [t.numpy() for t in (o if isinstance(o, tuple) else (o,))]
+        outs += [p.grad.numpy() for p in ps]
+    outs += [p.numpy() for p in ps]
+    return outs, opt, f
+
+
+def _same(a, b):
+    assert len(a) == len(b)
+    for u, v in zip(a, b):
+        assert np.array_equal(_bits(u), _bits(v))
+
+
+def _lr_steps(opt, k):
+    opt.lr = [0.1, 0.1, 0.05, 0.3, 0.3, 0.01][k]
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_fused_updates_train_bit_for_bit_like_eager(dev, batch):
+    eager, opt0, _ = _run(dev, False, batch, change=_lr_steps)
+    comp, opt1, f = _run(dev, True, batch, change=_lr_steps)
+    _same(eager, comp)
+    assert opt1.t == opt0.t == 6 and opt1.counts == opt0.counts == [6] * 6
+    fused = f.programs()[0].sgd
+    if dev == "cl":  # the three weights; the biases stay with the optimizer's kernels
+        assert fused == 3
+        assert "plain SGD update of 3 weight(s)" in f.explain()
+    else:
+        assert fused == 0
+
+
+def test_a_weight_read_after_its_gradient_is_not_updated_early(dev):
+    eager, _, _ = _run(dev, False, 3, reads_w=True)
+    comp, _, f = _run(dev, True, 3, reads_w=True)
+    _same(eager, comp)  # the norm is of the weight before the update, as in the eager step
+    assert f.programs()[0].sgd == (2 if dev == "cl" else 0)
+
+
+def test_an_optimizer_that_stops_being_plain_fused_sgd_falls_back(dev):
+    def change(opt, k):
+        _lr_steps(opt, k)
+        if k == 3:
+            opt.fused = False  # the unfused update: the optimizer's own ops
+        if k == 5:
+            opt.fused = True
+    eager, _, _ = _run(dev, False, 2, change=change)
+    comp, opt, _ = _run(dev, True, 2, change=change)
+    _same(eager, comp)
+    assert opt.counts == [6] * 6
+
+
+def test_momentum_is_not_fused(dev):
+    eager, _, _ = _run(dev, False, 2, optimizer=lk.optimizers.Momentum(lr=0.1, momentum=0.9))
+    comp, _, f = _run(dev, True, 2, optimizer=lk.optimizers.Momentum(lr=0.1, momentum=0.9))
+    _same(eager, comp)
+    assert f.programs()[0].sgd == 0
+
+
+def test_a_bad_label_stops_the_step_before_any_weight_moves(dev):
+    ps, opt, x, y = _setup(dev, 4)
+    f = lk.compile(_make_step(ps, opt))
+    for _ in range(3):
+        f(x, y)
+    before = [p.numpy().copy() for p in ps]
+    t, counts = opt.t, list(opt.counts)
+    bad = lk.tensor(np.array([1, 2, 10, 3]), device=dev)
+    with pytest.raises(IndexError, match="10"):
+        f(x, bad)
+    for p, b in zip(ps, before):
+        assert np.array_equal(p.numpy(), b)
+    assert opt.t == t and opt.counts == counts
+    f(x, y)  # and the next good call trains as before
+    assert opt.t == t + 1
