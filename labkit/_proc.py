@@ -34,6 +34,8 @@ def _stat(pid: int) -> list[bytes] | None:
         return None
 
 
+#: whether this system has a /proc with processes' stat (Linux)
+_PROC = os.path.exists(f"/proc/{os.getpid()}/stat")
 #: this machine, in names of files other machines may see (a CRC of its host name: pids of
 #: other machines mean nothing here)
 HOST = f"{zlib.crc32(socket.gethostname().encode()):08x}"
@@ -54,15 +56,19 @@ def alive(pid, start: int | None = None) -> bool:
     given the same pid."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
+    other = False
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
-        pass  # another user's process: it exists
+        other = True  # another user's process: it exists (/proc may hide it)
     fields = _stat(pid)
     if fields is None:
-        return True  # no /proc (not Linux): existence is all that is known
+        # NOTE: no /proc (not Linux): existence is all that is known; where there is one, a
+        # pid of ours whose stat cannot be read (ESRCH) is a process being torn down: a rank
+        # SIGKILLed a moment ago passed `os.kill(pid, 0)`, and its run was taken for a live one
+        return other or not _PROC
     if fields[:1] == [b"Z"]:
         return False
     return not start or start_time(pid) in (0, start)

@@ -21,12 +21,14 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
 from pathlib import Path
 
 from .. import runs
+from .._proc import alive
 from ..checkpoint import cleanup
 from ..errors import RunStoreError
 from ..training.resume import started_by_dist
@@ -38,6 +40,7 @@ from .launch import (
     end_processes,
     ends_with_parent,
     environment,
+    exiting_rank,
     job_processes,
     tag,
 )
@@ -327,11 +330,30 @@ class Job:
             if self._token:
                 # NOTE: mpiexec gone (killed) may leave ranks for a moment: none outlives it
                 end_processes(self._token)
+                self._trainer_gone()
             # NOTE: what a rank killed while writing a checkpoint left (its writer is gone)
             cleanup(self.log_path.parent / "checkpoints")
             self._settle(rc)
         finally:
             self._done.set()
+
+    def _trainer_gone(self, grace: float = 10.0) -> None:
+        """Wait (at most ``grace`` seconds) until the process the run names as its trainer
+        has ended, where it is one of this job's ranks: a rank killed a moment ago can still
+        exist (its environment already gone, so end_processes no longer finds it), and
+        settle_run would take it for a live trainer and leave the run ``paused`` or
+        ``running`` for good. Another job's trainer (this one refused: the run was busy) is
+        not waited for."""
+        try:
+            run = self._store.get(self.run_id)
+        except RunStoreError:
+            return
+        pid = run.get("pid")
+        if run.get("host") != socket.gethostname() or not exiting_rank(pid, self._token):
+            return
+        deadline = time.monotonic() + grace
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def _settle(self, rc: int) -> None:
         """A run the job left ``created``, ``running`` or ``paused`` ended without its loop

@@ -119,6 +119,19 @@ def job_processes(token: str) -> list[int]:
     return found
 
 
+def exiting_rank(pid, token: str) -> bool:
+    """Whether the live process ``pid`` is one of job ``token``'s, or one whose environment
+    is gone already (a process being torn down after a SIGKILL: it still exists, and is not
+    a zombie yet, for a moment that a loaded machine makes longer); False for another job's
+    or anybody else's process (Linux; elsewhere False)."""
+    try:
+        with open(f"/proc/{int(pid)}/environ", "rb") as f:
+            env = f.read()
+    except (OSError, TypeError, ValueError):
+        return False
+    return not env or (b"\0" + f"{JOB_VAR}={token}".encode() + b"\0") in b"\0" + env + b"\0"
+
+
 def end_processes(token: str, grace: float = 5.0) -> list[int]:
     """SIGKILL every process of job ``token`` still alive and wait (at most ``grace`` seconds)
     until they are gone; returns the ids that were found."""

@@ -353,6 +353,38 @@ def test_the_processes_of_a_job_are_found_by_its_token():
         proc.wait()
 
 
+def test_a_process_being_torn_down_is_not_alive_and_a_rank_of_the_job_is_waited_for(
+        monkeypatch):
+    """A rank SIGKILLed a moment ago still passes ``os.kill(pid, 0)`` while its /proc stat is
+    already gone (ESRCH): it was taken for a live trainer, and the run of a killed job stayed
+    ``paused`` (tests/dist/test_job.py failed so about one run in four on a loaded machine)."""
+    from labkit import _proc
+    from labkit.dist import launch
+
+    me = os.getpid()
+    assert _proc.alive(me)
+    monkeypatch.setattr(_proc, "_stat", lambda pid: None)  # its stat unreadable
+    assert not _proc.alive(me)
+    monkeypatch.setattr(_proc, "_PROC", False)  # no /proc at all: existence is all we know
+    assert _proc.alive(me)
+    monkeypatch.undo()
+
+    env = dict(os.environ)
+    token = launch.tag(env)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        deadline = time.monotonic() + 30  # NOTE: until its /proc/PID/environ is there
+        while not launch.exiting_rank(proc.pid, token) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert launch.exiting_rank(proc.pid, token)  # one of the job's
+        assert not launch.exiting_rank(proc.pid, launch.tag({}))  # another job's
+        assert not launch.exiting_rank(me, token)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not launch.exiting_rank(proc.pid, token)  # gone
+
+
 def test_the_agreement_names_ranks_that_report_other_values_or_took_no_part():
     from labkit.dist.loop import _Agreement
 
