@@ -200,7 +200,7 @@ def _kept(s: RunStore, rec: dict, inside=None) -> str | None:
 
 def delete_checkpoint(checkpoint_id: int, *, run_id: str | None = None, files: bool = True,
                       inside=None, in_store: RunStore | None = None, explain: bool = False,
-                      unless_forked: bool = False):
+                      unless_forked: bool = False, force: bool = False):
     """Delete checkpoint ``checkpoint_id``: its directory, only if it is surely its run's,
     then its record. The files stay (a warning is logged) when its real directory lies
     outside its run's real folder (or outside ``inside``: the folder a loop was told to write
@@ -213,19 +213,26 @@ def delete_checkpoint(checkpoint_id: int, *, run_id: str | None = None, files: b
     CheckpointBrowser all call it). ``in_store``: the store the record is in (default: the
     one this process uses now). ``unless_forked`` (a loop's pruning): nothing is deleted while
     a run forked from the checkpoint has not finished and has no valid checkpoint of its own
-    (it starts from this one); then None (``(None, why)`` with ``explain``)."""
+    (it starts from this one); then None (``(None, why)`` with ``explain``). Asked by a user
+    (the REST API, the CheckpointBrowser), such a checkpoint is refused (``RunStoreError``,
+    reason ``"live"``: the fork could never start) unless ``force``."""
     s = in_store if in_store is not None else store()
     rec = s.checkpoint(checkpoint_id, listed=True)
     if run_id is not None and rec["run_id"] != run_id:
         raise refuse(f"run {run_id} has no checkpoint {checkpoint_id}", "not_found")
     removed, why = False, None
-    if unless_forked and "damaged" not in rec:
+    if (unless_forked or not force) and "damaged" not in rec:
         # NOTE: the look for a fork and the record's removal are one transaction, and a fork
         # is made only while the record exists (RunStore.create_run): of a fork and a prune
         # at once, the fork keeps the checkpoint, or is refused. The files go after the record
         fork = s.remove_checkpoint_unless_forked(rec["id"], rec["path"])
         if fork is not None:
             why = f"run {fork} was forked from it and has no checkpoint of its own yet"
+            if not unless_forked:
+                raise refuse(f"checkpoint {checkpoint_id} of run {rec['run_id']} is where run "
+                             f"{fork} starts: {why}, so it could never start without it. "
+                             f"Delete run {fork} first, or delete the checkpoint with "
+                             "force=True", "live")
             return (None, why) if explain else None
         path = Path(rec["path"])
         if files and (path.exists() or path.is_symlink()):

@@ -40,11 +40,14 @@ POST     ``runs/ID/fork`` ``{"checkpoint", "changes"}``    a new run from a chec
                                                            one the store marks invalid: 400)
 DELETE   ``runs/ID?force=0``                               the run and its files (409 while it
                                                            trains, unless ``force=1``)
-DELETE   ``runs/ID/checkpoints/CID``                       one checkpoint and its files (kept,
+DELETE   ``runs/ID/checkpoints/CID?force=0``               one checkpoint and its files (kept,
                                                            ``kept``: why, when they are not
                                                            surely the run's: outside its real
                                                            folder, another run's manifest, a
-                                                           link; lk.runs.delete_checkpoint)
+                                                           link; lk.runs.delete_checkpoint);
+                                                           409 while an unfinished fork with
+                                                           no checkpoint of its own starts
+                                                           from it, unless ``force=1``
 GET      ``compare?ids=A,B&max_points=500&``               the compare page's runs (at most
          ``since_iteration=``                              50) with downsampled metrics, in
                                                            one request, read off the event

@@ -400,11 +400,13 @@ class Checkpoint(Base):
     @endpoint
     def delete(self, run_id, cid):
         """The checkpoint's record and its files (``files_removed``); files that are not
-        surely this run's stay (``kept``: why)."""
+        surely this run's stay (``kept``: why). One an unfinished fork starts from (it has no
+        checkpoint of its own) is refused (409) unless ``?force=1``."""
         self.run_or_404(run_id)
         rec = _own_checkpoint(run_id, int(cid))
         # NOTE: runs.delete_checkpoint decides (one home for every caller) and logs why
-        files, kept = runs.delete_checkpoint(rec["id"], run_id=run_id, explain=True)
+        files, kept = runs.delete_checkpoint(rec["id"], run_id=run_id, explain=True,
+                                             force=self.bool_query("force"))
         self.write_json({"deleted": rec["id"], "files_removed": files,
                          "kept": None if kept is None else scrub(kept)})
 

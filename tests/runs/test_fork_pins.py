@@ -87,3 +87,27 @@ def test_a_finished_fork_without_checkpoints_pins_nothing(home_store):
     assert not Path(start["path"]).exists()
     assert sorted(c["iteration"] for c in lk.runs.checkpoints(parent.run_id)) == [4, 6]
     parent.close()
+
+
+def test_deleting_the_checkpoint_a_waiting_fork_starts_from_is_refused_unforced(home_store):
+    """Asked for by a user (lk.runs.delete_checkpoint, the REST API, the CheckpointBrowser),
+    as a run is: the files and the record stay, the message names the fork and the way out."""
+    from labkit.notebook.checkpoints import CheckpointBrowser
+
+    parent = T.build(make_loop, {"epochs": 1, "checkpoint_every": 2})
+    parent.run(max_iterations=4)
+    start, other = _ckpt(parent.run_id, 2), _ckpt(parent.run_id, 4)
+    child = lk.runs.fork(parent.run_id, start["id"], epochs=1)
+    with pytest.raises(lk.runs.RunStoreError, match=rf"is where run {child} starts.*"
+                                                    r"force=True") as e:
+        lk.runs.delete_checkpoint(start["id"])
+    assert e.value.reason == "live"
+    assert Path(start["path"]).is_dir() and _ckpt(parent.run_id, 2)["id"] == start["id"]
+    browser = CheckpointBrowser(run_id=parent.run_id)
+    browser._act(lambda: browser.delete(start["id"]))
+    assert f"is where run {child} starts" in browser.message.value
+    assert Path(start["path"]).is_dir()
+    assert lk.runs.delete_checkpoint(other["id"])  # one no fork starts from goes as before
+    assert lk.runs.delete_checkpoint(start["id"], force=True)
+    assert not Path(start["path"]).exists()
+    parent.close()

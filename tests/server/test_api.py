@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import os
 
 import pytest
 from tornado.httpclient import HTTPClientError
@@ -70,8 +71,15 @@ async def test_fork_and_delete(jp_fetch, trained):
     code, body = await call(jp_fetch, "runs", trained.run_id, "fork", method="POST",
                             body={"changes": {"nope": 1}})
     assert code == 400 and "not in the config" in body["message"]
+    # the checkpoint the fork starts from (it has none of its own): refused unless forced
     code, body = await call(jp_fetch, "runs", trained.run_id, "checkpoints",
                             str(cks[0]["id"]), method="DELETE")
+    assert code == 409 and f"is where run {child['id']} starts" in body["message"], body
+    assert "force=True" in body["message"]
+    assert len(lk.runs.checkpoints(trained.run_id)) == len(cks)
+    assert os.path.isdir(cks[0]["path"])
+    code, body = await call(jp_fetch, "runs", trained.run_id, "checkpoints",
+                            str(cks[0]["id"]), method="DELETE", force="1")
     assert code == 200 and len(lk.runs.checkpoints(trained.run_id)) == len(cks) - 1
     code, body = await call(jp_fetch, "runs", child["id"], method="DELETE")
     assert code == 200
