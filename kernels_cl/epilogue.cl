@@ -6,8 +6,8 @@
 // elsewhere (NaN stays NaN, -0 becomes 0). With SGD 1 (lk.compile: a weight gradient and
 // its plain SGD update as one kernel) the result is also taken from a parameter read through
 // its own strides, W[w_o + i * w_si + j * w_sj] -= lr * v, as the optimizer's kernel computes it
-// (two statements, two roundings: `d = v * lr; w - d`). Each is its own rounding, in the order
-// of the separate ops it replaces.
+// (two statements, two roundings: `d = v * lr; w - d`, contraction off as in that kernel). Each
+// is its own rounding, in the order of the separate ops it replaces.
 
 #ifndef BIAS
 #define BIAS 0
@@ -28,6 +28,7 @@
 #if SGD
 #define EPI_SGD_ARGS , __global T* W, const long w_o, const long w_si, const long w_sj, const T lr
 #define EPI_SGD(v, i, j) {                                                          \
+        _Pragma("OPENCL FP_CONTRACT OFF")                                           \
         const T d_ = v * lr;                                                        \
         __global T* w_ = W + w_o + (long)(i) * w_si + (long)(j) * w_sj;            \
         *w_ = *w_ - d_;                                                             \

@@ -22,6 +22,9 @@ class Program:
                  stabilize: bool = True, reassociate: bool = True):
         t = trace
         self.trace_nodes = len(t.nodes)
+        #: ops replayed as captured launches (compile/capture.py): how many, the calls that
+        #: ran as before after all, the recordings refused and the last reason
+        self.capture = {"captured": 0, "fallbacks": 0, "refused": 0, "why": None}
         consts: dict = {}
         alias: dict = {}
         for s, src in t.sources.items():
@@ -78,9 +81,7 @@ class Program:
             nodes, self.fused = fusion.fuse(nodes, t, needed | _read_by_hosts(nodes), consts)
             from .sgd import sgd_products
 
-            nodes, self.sgd = sgd_products(
-                nodes, t.values, [(s, src.tensor) for s, src in t.sources.items()
-                                  if src.kind == "live"])
+            nodes, self.sgd = sgd_products(nodes, t.values, t.sources, self.capture)
         nodes = _checks_early(nodes)
         self.nodes = nodes
         self.after = [_sketch(n) for n in nodes]
@@ -99,9 +100,6 @@ class Program:
         #: tensors (an argument: its index) whose .grad was None when traced, and must be
         self.grad_none = list(getattr(t, "grad_none", ()))
         self.lowered = 0
-        #: ops replayed as captured launches (compile/capture.py): how many, the calls that
-        #: ran as before after all, the recordings refused and the last reason
-        self.capture = {"captured": 0, "fallbacks": 0, "refused": 0, "why": None}
         self.replay, self.source = _generate(self, nodes, t, needed | _read_by_hosts(nodes))
 
     # ---- replay ---------------------------------------------------------------------------

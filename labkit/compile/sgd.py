@@ -9,14 +9,17 @@ and a launch goes. The update is the optimizer kernel's arithmetic (two rounding
 compiled step stays bit for bit the eager one (tested), and so does a resume.
 
 The update moves from the optimizer's step to the product, earlier in the step. That is done
-only where nothing could tell: nothing between the product and the update reads the weight
-(or an array sharing its memory), runs on the host or changes state, and the weight shares
-memory with no other parameter and with neither operand. At each replay the product looks
-again whether the optimizer is still plain SGD with the fused kernel on this parameter (a
-rule added, ``opt.fused = False``, an ``lr`` that is not a Python number, a parameter with
-optimizer state) and where it is not, or the product takes another path than the blocked
-kernels, computes the gradient alone and leaves the update to the optimizer's step, which
-skips the parameters whose update was done.
+only where nothing could tell: between the product and the update there are only nodes that
+change nothing and cannot fail at a replay (fused kernels, ops whose launches are captured,
+views), none reading the weight (or an array sharing its memory); the weight shares memory with
+no other parameter and with neither operand. At each replay the product looks again: whether
+an array the replay read from outside (an argument, a parameter tied since) is the weight's,
+and whether the optimizer is still plain SGD with the fused kernel on this parameter (a rule
+added, ``opt.fused = False``, an ``lr`` that is not a Python number, optimizer state), every
+parameter's rate looked up in the optimizer's order (one that raises updates nothing early:
+the optimizer's step raises it where the eager step does). Where not, or where the product
+takes another path than the blocked kernels, it computes the gradient alone and leaves the
+update to the optimizer's step, which skips the parameters whose update was done.
 """
 
 from __future__ import annotations
@@ -25,14 +28,18 @@ from . import passes
 from .trace import Node
 
 
-def sgd_products(nodes, values, live) -> tuple[list, int]:
+def sgd_products(nodes, values, sources, stats) -> tuple[list, int]:
     """The nodes with each fit weight gradient's product (a 2-D ``MatMul``) replaced by a
-    host step that also updates the weight (see the module's doc); and how many were."""
+    host step that also updates the weight (see the module's doc); and how many were.
+    ``sources``: the trace's (slot -> Source); ``stats``: the program's capture counts."""
     from ..backend.opencl.ndarray import ndarray
     from ..functions import connection as conn
 
     made_by = {s: n for n in nodes for s in n.outs}
-    slot_of = {id(t): s for s, t in live}
+    slot_of = {id(src.tensor): s for s, src in sources.items() if src.kind == "live"}
+    # NOTE: every array a replay reads that it did not make: what may be the weight's memory
+    # at a replay though it was not when traced (an argument, a parameter tied since)
+    outside = [s for s, src in sources.items() if src.kind in ("arg", "live", "live_array")]
     referenced = set().union(*(passes.refs(n) for n in nodes))  # NOTE: ops others hold
     count = 0
     for u in [n for n in nodes if n.kind == "host"]:
@@ -54,21 +61,20 @@ def sgd_products(nodes, values, live) -> tuple[list, int]:
                     or src.idx in referenced
                     or type(values.get(w)) is not ndarray or type(values.get(g)) is not ndarray
                     or values[w] is not plist[i].data or roots.count(roots[i]) != 1
-                    or _plain_sgd_rate(opt, i, values[w]) is None):
+                    or _rates(opt, idx, i, values[w]) is None):
                 continue
             at, end = nodes.index(src), nodes.index(u)
             root = roots[i]
             if any(passes.root_id(values[s]) == root for s in src.ins if s in values):
                 continue
             between = nodes[at + 1:end]
-            if any((n.kind not in ("op", "kernel") or n.effect or n.versions)
-                   and not isinstance(n.fn, _ProductUpdate) or any(
-                    s in values and passes.root_id(values[s]) == root
-                    for s in list(n.ins) + [x for _, _, x in n.attr_in]) for n in between):
+            if any(not _harmless(n) or any(s in values and passes.root_id(values[s]) == root
+                                           for s in _reads(n)) for n in between):
                 continue
-            fn = _ProductUpdate(src.fn, opt, i, done)
-            nodes[at] = Node("host", fn, list(src.ins) + [w], [g], "matmul+sgd", src.where,
-                             ("host", "matmul+sgd"), effect=True, idx=src.idx)
+            fn = _ProductUpdate(src.fn, opt, idx, i, done, stats)
+            others = [s for s in outside if s != w]
+            nodes[at] = Node("host", fn, list(src.ins) + [w] + others, [g], "matmul+sgd",
+                             src.where, ("host", "matmul+sgd"), effect=True, idx=src.idx)
             made_by[g] = nodes[at]
             count += 1
         if count > here:
@@ -76,26 +82,54 @@ def sgd_products(nodes, values, live) -> tuple[list, int]:
     return nodes, count
 
 
+def _reads(n) -> list:
+    """The slots node ``n`` reads: its inputs and attributes; of another such product, its
+    operands and weight (not the arrays from outside it only compares with its weight)."""
+    if isinstance(n.fn, _ProductUpdate):
+        return n.ins[:3]
+    return list(n.ins) + [x for _, _, x in n.attr_in]
+
+
+def _harmless(n) -> bool:
+    """Whether node ``n`` may run between a weight's early update and the optimizer's step:
+    it changes nothing and cannot fail at a replay whose inputs fit the trace (else the step
+    would raise with the weight updated, where the eager step raises before any update): a
+    fused elementwise kernel, an op whose launches are captured, a view, another such
+    product."""
+    from ..functions import array as fa
+    from ..functions import math as m
+    from . import capture
+
+    if isinstance(n.fn, _ProductUpdate) or (n.kind == "kernel" and not n.effect):
+        return True
+    return (n.kind == "op" and not n.effect and not n.versions and not n.attr_out
+            and (capture.allowed(n.fn) or type(n.fn) in (
+                m.Reshape, m.Transpose, m.BroadcastTo, fa.Contiguous)))
+
+
 class _ProductUpdate:
     """``a @ b``, and where the optimizer is still plain fused SGD for this parameter,
     ``w -= lr * (a @ b)`` in the same kernel; records in ``done`` whether it updated. The
     launches are captured at the first such call and replayed with that call's learning rate
     (compile/capture.py): the product's host path costs about 60 us, mostly setting kernel
-    arguments."""
+    arguments. ``others``: the arrays the replay read from outside; where one is the weight's
+    memory (an argument that is the weight's array, a parameter tied to it since the trace)
+    it does not update early."""
 
-    __slots__ = ("op", "opt", "i", "done", "run", "tries", "lr", "stats")
+    __slots__ = ("op", "opt", "idx", "i", "done", "run", "tries", "lr", "stats")
 
-    def __init__(self, op, opt, i, done):
-        self.op, self.opt, self.i, self.done = op, opt, i, done
-        self.run, self.tries, self.lr = None, 0, None
-        self.stats = {"captured": 0, "fallbacks": 0, "refused": 0, "why": None}
+    def __init__(self, op, opt, idx, i, done, stats):
+        self.op, self.opt, self.idx, self.i, self.done = op, opt, idx, i, done
+        self.run, self.tries, self.lr, self.stats = None, 0, None, stats
 
-    def __call__(self, a, b, w):
-        lr = _plain_sgd_rate(self.opt, self.i, w)
+    def __call__(self, a, b, w, *others):
+        data = getattr(w, "data", None)
+        lr = None if any(getattr(o, "data", None) is data for o in others) else _rates(
+            self.opt, self.idx, self.i, w)
         if lr is None:
             self.done[self.i] = False
             return self.op.forward(a, b)
-        self.lr = w.dtype.type(lr) if w.dtype.kind == "f" else lr
+        self.lr = w.dtype.type(lr)
         if self.run is not None:
             c = self.run(a, b, w, rate=self.lr)
         else:
@@ -124,7 +158,11 @@ class _ProductUpdate:
         if c is not None:
             self.run, why = capture._build(rec, [a, b, w], c, False, self._fused, None, (),
                                            ndarray, self.stats, rate=self.lr)
-            self.stats["why"] = why
+            if self.run is None:
+                self.stats["refused"] += 1
+                self.stats["why"] = why
+            else:
+                self.stats["captured"] += 1
         return c
 
 
@@ -141,9 +179,12 @@ class _UpdateRest:
         self.opt._apply(self.idx, grads, self.done)
 
 
-def _plain_sgd_rate(opt, i, w):
-    """The learning rate the optimizer's fused SGD kernel would use on parameter ``i`` at this
-    step (optimizers/fused.update), or None where it would not run that kernel."""
+def _rates(opt, idx, i, w):
+    """The learning rate the optimizer's fused SGD kernel would use on parameter ``i`` (whose
+    array is ``w``) at this step (optimizers/fused.update), or None where it would not run
+    that kernel. Every parameter's rate is looked up, in the order of the optimizer's step:
+    where one lookup raises (a schedule past its end), nothing is updated early, and the
+    step raises as the eager one does, at the same parameter, the ones before it updated."""
     from ..optimizers import fused
 
     rules = opt.rules
@@ -151,5 +192,10 @@ def _plain_sgd_rate(opt, i, w):
             and type(rules[0]).apply in fused.SCALE_ONLY and type(rules[0]).h in fused.PLAIN_H
             and not opt.states[0][i] and list(opt.params.values())[i].data is w):
         return None
-    lr = rules[0].h("lr", opt._group(i), opt.t)
+    h = rules[0].h
+    try:
+        lrs = {j: h("lr", opt._group(j), opt.t) for j in idx}
+    except Exception:  # noqa: BLE001 - the optimizer's step raises it again, in its place
+        return None
+    lr = lrs[i]
     return lr if type(lr) in (int, float) else None
