@@ -25,6 +25,16 @@ def set_tracer(tr):
     return old
 
 
+def grad_cleared(tensor) -> None:
+    """Called where ``tensor.grad`` is set to None (an optimizer's ``zero_grad``): inside a
+    trace, a replay sets it to None too at its end, unless the step gave it a gradient after,
+    though the step read nothing else of it (a parameter the step did not use this time
+    keeps no gradient of an earlier step, as in an eager call)."""
+    tr = getattr(_tls, "tracer", None)
+    if tr is not None:
+        tr.t.cleared[id(tensor)] = tensor
+
+
 def host(fn, *arrays, effect: bool = False, mutates=(), name: str | None = None):
     """``fn(*arrays)``, recorded when a compiled step is being traced.
 

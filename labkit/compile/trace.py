@@ -86,6 +86,7 @@ class Trace:
         self.ids: dict[int, int] = {}      # id(array) -> slot
         self.keep: list = []               # every array seen, alive (ids stay unique)
         self.live: dict[int, tuple] = {}   # id(tensor) -> (tensor, its grad and data when read)
+        self.cleared: dict = {}            # id(tensor) -> a tensor whose .grad it set to None
         self.depends: list = []            # (object, attribute, value) the step read
         self.out_tree = None
         self.writes: list = []             # (tensor, "data" | "grad", slot or None)
@@ -108,9 +109,7 @@ class Trace:
         slots, its sources, results and writes), not the step's intermediate arrays nor its
         functions (which hold them): a first call's trace waiting for the second is small."""
         self.values = {s: v for s, v in self.values.items() if s in self.sources}
-        self.keep = []
-        self.live = {}
-        self.sums = {}
+        self.keep, self.live, self.sums, self.cleared = [], {}, {}, {}
         for n in self.nodes:
             n.fn = None
 

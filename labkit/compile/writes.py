@@ -34,6 +34,12 @@ def record_writes(t, fn_name: str) -> None:
                     f"lk.compile: {fn_name} set the .grad of a tensor of shape "
                     f"{tensor.shape} to an array no labkit op made")
             t.writes.append((tensor, "grad", s))
+    written = {id(x) for x, kind, _ in t.writes if kind == "grad"}
+    for key, tensor in t.cleared.items():
+        # NOTE: set to None by the step (zero_grad), and None at its end: None after a replay
+        # too, whatever it was when traced (a program traced while it was None already)
+        if key not in written and tensor.grad is None:
+            t.writes.append((tensor, "grad", None))
     for k, tensor in t.arg_tensors.items():
         g = tensor.grad
         if g is not None and id(g.data) in t.ids and t.ids[id(g.data)] not in t.sources:

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .. import roles as _roles
-from ..autograd.trace import host
+from ..autograd.trace import grad_cleared, host
 from ..backend import asarray, get_array_module, zeros
 from ..checkpoint import is_count, listed, shown_key
 from ..checkpoint._common import ROOM
@@ -345,6 +345,7 @@ class Optimizer:
     def zero_grad(self):
         for p in self.params.values():
             p.grad = None
+            grad_cleared(p)  # NOTE: a compiled step's replay clears it too
 
     def update(self):
         """One step from the current ``.grad`` of every parameter (None: left unchanged)."""
