@@ -8,6 +8,7 @@ synchronisation: the store and the log are polled until a deadline.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -116,11 +117,15 @@ def test_a_failing_rank_fails_the_job_and_the_log_has_the_traceback(store, jobs)
     assert job.status == "failed"
     log = job.log(200)
     assert "Traceback" in log and "RuntimeError: rank 1 fails on purpose" in log, log
-    # rank 0 was aborted mid-run: the job's reaper records the run as failed, with the log
+    # rank 0 was aborted mid-run: the job's reaper records the run as failed, with the log;
+    # or rank 0's loop did first, from the error that ended its wait for rank 1 (seen once in
+    # a loaded full run: which of the two writes first is timing)
     run = lk.runs.get(job.run_id)
     assert run["status"] == "failed", run
-    assert "the job exited with status" in run["error"], run
-    assert "rank 1 fails on purpose" in run["traceback"]
+    if "the job exited with status" in run["error"]:
+        assert "rank 1 fails on purpose" in run["traceback"]
+    else:  # NOTE: "rank 1 ... is gone", "rank 1 has left", or "rank 0/2: MPI failed in ..."
+        assert re.search(r"rank [01]\b", run["error"]), run
     assert not group_alive(job.pid)
 
 
