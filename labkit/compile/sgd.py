@@ -184,7 +184,7 @@ def _rates(opt, idx, i, w):
     array is ``w``) at this step (optimizers/fused.update), or None where it would not run
     that kernel. Every parameter's rate is looked up, in the order of the optimizer's step:
     where one lookup raises (a schedule past its end), nothing is updated early, and the
-    step raises as the eager one does, at the same parameter, the ones before it updated."""
+    step raises as the eager one does, leaving what it leaves."""
     from ..optimizers import fused
 
     rules = opt.rules

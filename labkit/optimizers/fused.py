@@ -8,7 +8,9 @@ correction that changes at every step changes no program). The update of a param
 state and the parameter itself then take one launch instead of one per operation, with the
 same rounding (see labkit.backend.opencl.fused). Rules that need more than elementwise
 arithmetic (GradientClipping's global norm) make :func:`update` return False: the caller
-then runs the unfused path.
+then runs the unfused path. Plain SGD's kernels for a model's parameters go in one launch
+(:func:`run_batch`: up to 8 parameters each; on PoCL a launch costs some 15 us of host time
+and as much of the device's).
 
 On the CPU (:func:`update_pieces`) the same rules run on NumPy arrays a piece of ``PIECE``
 elements at a time: the temporaries of one piece (``g * lr``, Adam's moments) stay in the
@@ -112,9 +114,10 @@ class _Param:
         return getattr(self._p, name)
 
 
-def update(rules, p, g, states, group, t) -> bool:
+def update(rules, p, g, states, group, t, batch=None) -> bool:
     """``p.data -= step`` and the rules' state, for one parameter, in one kernel; False (and
-    nothing changed) when the rules or the arrays do not fit one."""
+    nothing changed) when the rules or the arrays do not fit one. ``batch``: a list that
+    plain SGD's launch is put in instead (:func:`run_batch` launches them together)."""
     sgd = (len(rules) == 1 and not states[0] and type(rules[0]).apply in SCALE_ONLY
            and type(rules[0]).h in PLAIN_H)
     if sgd and _SGD_BODY:
@@ -126,7 +129,10 @@ def update(rules, p, g, states, group, t) -> bool:
         lr = rules[0].h("lr", group, t)
         if type(lr) not in (int, float):
             return False  # NOTE: what _Program.scalar refuses (a NumPy scalar, an array)
-        _fused.run(_SGD_BODY[0], [p.data, g], [float(lr)], [0], name="optimizer")
+        if batch is None:
+            _fused.run(_SGD_BODY[0], [p.data, g], [float(lr)], [0], name="optimizer")
+        else:
+            batch.append(([p.data, g], [float(lr)]))
         return True
     arrays = [p.data, g]
     keys = []
@@ -212,7 +218,8 @@ def _scalar(v) -> bool:
 
 def apply(opt, plist, idx, grads, piecewise):
     """The fused updates of ``opt``'s parameters at ``idx`` (``Optimizer._apply``): on an
-    OpenCL device one kernel per parameter (:func:`update`); on the CPU, when the rules are
+    OpenCL device one kernel per parameter (:func:`update`; plain SGD's batched:
+    :func:`run_batch`); on the CPU, when the rules are
     ``piecewise`` and no two parameters share memory, plain SGD's axpy (:func:`sgd_axpy`) or
     cache-sized pieces (:func:`update_pieces`). Returns the indices and gradients left to the
     unfused path."""
@@ -220,9 +227,11 @@ def apply(opt, plist, idx, grads, piecewise):
     if not isinstance(grads[0], np.ndarray):
         if not all(r.elementwise for r in rules):
             return idx, grads
+        batch: list = []
         rest = [(i, g) for i, g in zip(idx, grads)
                 if not update(rules, plist[i], g, [st[i] for st in states], opt._group(i),
-                              opt.t)]
+                              opt.t, batch)]
+        run_batch(batch)
     elif (all(type(r).apply in piecewise for r in rules)
           and len({id(root(plist[i].data)) for i in idx}) == len(idx)):
         # NOTE: the whole-array update computes every step before it changes any parameter
@@ -236,6 +245,24 @@ def apply(opt, plist, idx, grads, piecewise):
     else:
         return idx, grads
     return [i for i, _ in rest], [g for _, g in rest]
+
+
+def run_batch(batch) -> None:
+    """Plain SGD's updates ``batch`` (``update``'s) in as few launches as the device takes
+    (backend/opencl/fused.run_many: a model's parameters in one instead of one each; the
+    same arithmetic, so the same bits), or one by one, in order, where two of them share a
+    buffer (an update would then read what another one in the same launch writes)."""
+    bufs = [a.data.int_ptr for arrays, _ in batch for a in arrays]
+    if len(set(bufs)) != len(bufs):
+        for arrays, lr in batch:
+            _fused.run(_SGD_BODY[0], arrays, lr, [0], name="optimizer")
+        return
+    kinds: dict = {}  # NOTE: one launch per device and dtype
+    for arrays, lr in batch:
+        kinds.setdefault((id(arrays[0].rt), arrays[0].dtype), []).append((arrays, lr))
+    for part in kinds.values():
+        _fused.run_many(_SGD_BODY[0], [a for a, _ in part], [lr for _, lr in part], [0],
+                        name="optimizer")
 
 
 def plain_sgd(rules, states) -> bool:

@@ -84,3 +84,66 @@ def _build(rt, body, n_arrays, n_scalars, writes, ct, idx, name):
 
 
 _NP = {"float": np.float32, "double": np.float64}
+
+
+#: the most parameters one ``run_many`` launch takes (kernel arguments: 5 each)
+MANY = 8
+
+
+def run_many(body: str, groups, scalars, writes, *, name: str = "fused") -> None:
+    """:func:`run` over several groups of arrays at once: ``groups[k]`` (arrays passing
+    :func:`fits`, the same number and dtype in every group) with its own ``scalars[k]``, one
+    launch for up to ``MANY`` groups (an optimizer's update of a model's parameters: one
+    launch instead of one each). Each element gets the same statements as from ``run``, so
+    the same bits."""
+    groups = [(g, s) for g, s in zip(groups, scalars) if g[0].size]
+    for at in range(0, len(groups), MANY):
+        part = groups[at:at + MANY]
+        if len(part) == 1:
+            run(body, part[0][0], part[0][1], writes, name=name)
+            continue
+        for g, _ in part:
+            for j in set(writes):
+                check_writeable(g[j], name)
+        a0 = part[0][0][0]
+        rt, ct = a0.rt, CTYPES[a0.dtype]
+        n_arrays, n_scalars = len(part[0][0]), len(part[0][1])
+        idx = index_ctype(*(a for g, _ in part for a in g))
+        key = ("fused_many", body, len(part), n_arrays, n_scalars, tuple(writes), ct, idx)
+        kernel = rt.kernels.get(key)
+        if kernel is None:
+            made = (rt, body, len(part), n_arrays, n_scalars, writes, ct, idx, name)
+            kernel = rt.cached(key, lambda made=made: _build_many(*made))
+        st = a0.dtype.type
+        args = []
+        for g, s in part:
+            args.append(g[0].size)
+            for a in g:
+                args += (a.data, a.offset)
+            args += [st(v) for v in s]
+        ls = min(256, rt.info.max_work_group_size)
+        total = sum(g[0].size for g, _ in part)
+        with rt.lock:
+            kernel(rt.queue, (-(-total // ls) * ls,), (ls,), *args)
+
+
+def _build_many(rt, body, n_groups, n_arrays, n_scalars, writes, ct, idx, name):
+    params, blocks = [], []
+    inner = "\n".join("        " + line for line in body.splitlines())
+    for k in range(n_groups):
+        params.append(f"const IDX n{k}")
+        params += [f"__global T* a{k}_{j}, const IDX a{k}_{j}_o" for j in range(n_arrays)]
+        params += [f"const T s{k}_{j}" for j in range(n_scalars)]
+        loads = "\n".join(f"        const T x{j} = a{k}_{j}[a{k}_{j}_o + i];"
+                          for j in range(n_arrays))
+        scal = "\n".join(f"        const T s{j} = s{k}_{j};" for j in range(n_scalars))
+        stores = "\n".join(f"        a{k}_{w}[a{k}_{w}_o + i] = y{j};"
+                           for j, w in enumerate(writes))
+        blocks.append(f"    if (i < n{k}) {{\n{loads}\n{scal}\n{inner}\n{stores}\n"
+                      f"        return;\n    }}\n    i -= n{k};")
+    src = header(rt, (ct,), {"IDX": idx, "T": ct}, what=name) + (
+        "#pragma OPENCL FP_CONTRACT OFF\n__kernel void fused_many(" + ", ".join(params)
+        + ")\n{\n    IDX i = (IDX)get_global_id(0);\n" + "\n".join(blocks) + "\n}\n")
+    one = [IDX_NP[idx]] + [None, IDX_NP[idx]] * n_arrays + [_NP[ct]] * n_scalars
+    return kernels(rt, src, {"fused_many": one * n_groups},
+                   name=f"fused_many:{name}").fused_many
