@@ -105,13 +105,17 @@ def _merge_barriers(nodes):
 
 
 def prune(nodes, needed):
-    """Drop ops whose results nothing needs (the step's outputs, its updates, state changes)."""
+    """Drop ops whose results nothing needs (the step's outputs, its updates, state changes).
+    A user's own Function (one not defined in labkit) is kept, its result used or not: its
+    forward may raise on the values it gets (a guard against a non-finite loss), as the eager
+    call does, and a replay without it would go on silently."""
     needed = set(needed)
     keep_ops: set = set()
     live = [False] * len(nodes)
     for k in range(len(nodes) - 1, -1, -1):
         n = nodes[k]
         if (n.effect or n.idx in keep_ops or any(s in needed for s in n.outs)
+                or (n.kind == "op" and not type(n.fn).__module__.startswith("labkit."))
                 or any(s in needed for _, _, s in n.attr_out)):
             live[k] = True
             needed.update(n.ins)
