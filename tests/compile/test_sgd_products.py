@@ -193,18 +193,7 @@ def test_a_failing_schedule_or_op_leaves_what_the_eager_step_leaves(dev):
     """A learning-rate schedule that raises for the last weight at step 3, or an op between
     backward and the update that raises (a guard against a non-finite loss): the weights the
     eager step had not updated when it raised are not updated either."""
-    from labkit.autograd.function import Function
-
-    class Finite(Function):
-        name = "finite"
-
-        def forward(self, a):
-            if not np.isfinite(a.get() if hasattr(a, "get") else a).all():
-                raise FloatingPointError("non-finite loss: step skipped")
-            return a * 1.0
-
-        def backward(self, inputs, gy):
-            return (gy,)
+    from .test_user_ops import Finite
 
     def run(compiled, fail):
         ps, x, y = _tiny(dev)
