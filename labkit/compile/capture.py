@@ -134,11 +134,13 @@ def _inputs(fn_obj, attr_in, ins):
     return got
 
 
-def capturing(forward, fn_obj, attr_in, multi, ndarray, stats):
+def capturing(forward, fn_obj, attr_in, multi, ndarray, stats, rate=None):
     """A stand-in for ``forward`` in a replay (see the module's doc): it records at its first
     call and launches the recorded kernels from then on. ``stats`` counts ``captured`` ops,
     ``fallbacks`` (calls run as before after a capture) and ``refused`` recordings (with the
-    last reason in ``why``)."""
+    last reason in ``why``). ``rate``: a function giving the scalar argument object of this
+    call that is set again at each replay (``_build``); a forward that returns None (it did
+    not run: compile/sgd.py's product) is not recorded."""
     state = {"run": None, "tries": 0}
 
     def plain_or_record(*ins):
@@ -156,7 +158,10 @@ def capturing(forward, fn_obj, attr_in, multi, ndarray, stats):
                 out = forward(*ins)
         finally:
             _ONE.release()
-        run, why = _build(rec, arrays, out, multi, forward, fn_obj, attr_in, ndarray, stats)
+        if out is None:
+            return out
+        run, why = _build(rec, arrays, out, multi, forward, fn_obj, attr_in, ndarray, stats,
+                          rate=None if rate is None else rate())
         if run is None:
             stats["refused"] += 1
             stats["why"] = why
@@ -168,7 +173,7 @@ def capturing(forward, fn_obj, attr_in, multi, ndarray, stats):
     def call(*ins):
         run = state["run"]
         if run is not None:
-            return run(*ins)
+            return run(*ins) if rate is None else run(*ins, rate=rate())
         return plain_or_record(*ins)
 
     return call

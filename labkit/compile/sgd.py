@@ -116,11 +116,15 @@ class _ProductUpdate:
     memory (an argument that is the weight's array, a parameter tied to it since the trace)
     it does not update early."""
 
-    __slots__ = ("op", "opt", "idx", "i", "done", "run", "tries", "lr", "stats")
+    __slots__ = ("op", "opt", "idx", "i", "done", "lr", "fused")
 
     def __init__(self, op, opt, idx, i, done, stats):
-        self.op, self.opt, self.idx, self.i, self.done = op, opt, idx, i, done
-        self.run, self.tries, self.lr, self.stats = None, 0, None, stats
+        from ..backend.opencl.ndarray import ndarray
+        from . import capture
+
+        self.op, self.opt, self.idx, self.i, self.done, self.lr = op, opt, idx, i, done, None
+        self.fused = capture.capturing(self._fused, None, (), False, ndarray, stats,
+                                       rate=lambda: self.lr) if capture.ENABLED else self._fused
 
     def __call__(self, a, b, w, *others):
         data = getattr(w, "data", None)
@@ -130,10 +134,7 @@ class _ProductUpdate:
             self.done[self.i] = False
             return self.op.forward(a, b)
         self.lr = w.dtype.type(lr)
-        if self.run is not None:
-            c = self.run(a, b, w, rate=self.lr)
-        else:
-            c = self._record(a, b, w)
+        c = self.fused(a, b, w)
         self.done[self.i] = c is not None
         return self.op.forward(a, b) if c is None else c
 
@@ -141,29 +142,6 @@ class _ProductUpdate:
         from ..backend.opencl import gemm
 
         return gemm.matmul_sgd(a, b, w, self.lr)
-
-    def _record(self, a, b, w):
-        from ..backend.opencl.ndarray import ndarray
-        from . import capture
-
-        if (self.tries >= capture.ATTEMPTS or not capture.ENABLED or type(w) is not ndarray
-                or not capture._ONE.acquire(blocking=False)):
-            return self._fused(a, b, w)
-        self.tries += 1
-        try:
-            with capture._Recording(w.rt) as rec:
-                c = self._fused(a, b, w)
-        finally:
-            capture._ONE.release()
-        if c is not None:
-            self.run, why = capture._build(rec, [a, b, w], c, False, self._fused, None, (),
-                                           ndarray, self.stats, rate=self.lr)
-            if self.run is None:
-                self.stats["refused"] += 1
-                self.stats["why"] = why
-            else:
-                self.stats["captured"] += 1
-        return c
 
 
 class _UpdateRest:
@@ -188,8 +166,7 @@ def _rates(opt, idx, i, w):
     from ..optimizers import fused
 
     rules = opt.rules
-    if not (opt.fused and len(rules) == 1 and rules[0].elementwise
-            and type(rules[0]).apply in fused.SCALE_ONLY and type(rules[0]).h in fused.PLAIN_H
+    if not (opt.fused and fused.sgd_rule(rules) and rules[0].elementwise
             and not opt.states[0][i] and list(opt.params.values())[i].data is w):
         return None
     h = rules[0].h

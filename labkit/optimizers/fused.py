@@ -118,8 +118,7 @@ def update(rules, p, g, states, group, t, batch=None) -> bool:
     """``p.data -= step`` and the rules' state, for one parameter, in one kernel; False (and
     nothing changed) when the rules or the arrays do not fit one. ``batch``: a list that
     plain SGD's launch is put in instead (:func:`run_batch` launches them together)."""
-    sgd = (len(rules) == 1 and not states[0] and type(rules[0]).apply in SCALE_ONLY
-           and type(rules[0]).h in PLAIN_H)
+    sgd = sgd_rule(rules) and not states[0]
     if sgd and _SGD_BODY:
         # NOTE: SGD's kernel does not depend on its learning rate's value (a kernel
         # argument): the body its symbols wrote the first time, with this step's rate (the
@@ -268,8 +267,14 @@ def run_batch(batch) -> None:
 def plain_sgd(rules, states) -> bool:
     """Whether ``rules`` are plain SGD: one rule whose step is ``lr * g``, with no state and
     the built-in reading of its hyper-parameters."""
+    return sgd_rule(rules) and not any(states[0])
+
+
+def sgd_rule(rules) -> bool:
+    """Whether ``rules`` are one rule whose step is ``lr * g`` with the built-in reading of its
+    hyper-parameters (plain SGD, where it keeps no state)."""
     return (len(rules) == 1 and type(rules[0]).apply in SCALE_ONLY
-            and type(rules[0]).h in PLAIN_H and not any(states[0]))
+            and type(rules[0]).h in PLAIN_H)
 
 
 def sgd_axpy(rule, d, g, group, t) -> bool:
