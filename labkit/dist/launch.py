@@ -100,7 +100,7 @@ def tag(env: dict) -> str:
 def job_processes(token: str) -> list[int]:
     """The ids of the live processes whose environment holds job ``token`` (Linux: read from
     /proc, only this user's processes; elsewhere an empty list)."""
-    mark = b"\0" + f"{JOB_VAR}={token}".encode() + b"\0"
+    mark = _mark(token)
     found = []
     try:
         entries = os.listdir("/proc")
@@ -129,7 +129,12 @@ def exiting_rank(pid, token: str) -> bool:
             env = f.read()
     except (OSError, TypeError, ValueError):
         return False
-    return not env or (b"\0" + f"{JOB_VAR}={token}".encode() + b"\0") in b"\0" + env + b"\0"
+    return not env or _mark(token) in b"\0" + env + b"\0"
+
+
+def _mark(token: str) -> bytes:
+    """Job ``token``'s variable as it sits in a /proc/PID/environ framed by NULs."""
+    return b"\0" + f"{JOB_VAR}={token}".encode() + b"\0"
 
 
 def end_processes(token: str, grace: float = 5.0) -> list[int]:
