@@ -373,8 +373,10 @@ def test_a_process_being_torn_down_is_not_alive_and_a_rank_of_the_job_is_waited_
     token = launch.tag(env)
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     try:
-        deadline = time.monotonic() + 30  # NOTE: until its /proc/PID/environ is there
-        while not launch.exiting_rank(proc.pid, token) and time.monotonic() < deadline:
+        # NOTE: until its /proc/PID/environ holds the token (empty before the exec, and an
+        # empty environment is read as a process being torn down)
+        deadline = time.monotonic() + 30
+        while launch.job_processes(token) != [proc.pid] and time.monotonic() < deadline:
             time.sleep(0.01)
         assert launch.exiting_rank(proc.pid, token)  # one of the job's
         assert not launch.exiting_rank(proc.pid, launch.tag({}))  # another job's
