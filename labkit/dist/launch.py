@@ -121,12 +121,15 @@ def job_processes(token: str) -> list[int]:
 
 def exiting_rank(pid, token: str) -> bool:
     """Whether the live process ``pid`` is one of job ``token``'s, or one whose environment
-    is gone already (a process being torn down after a SIGKILL: it still exists, and is not
-    a zombie yet, for a moment that a loaded machine makes longer); False for another job's
-    or anybody else's process (Linux; elsewhere False)."""
+    is gone already (empty, or unreadable with ESRCH: a process being torn down after a
+    SIGKILL still exists, running and not yet a zombie, for a moment that a loaded machine
+    makes longer); False for another job's or anybody else's process (Linux; elsewhere
+    False)."""
     try:
         with open(f"/proc/{int(pid)}/environ", "rb") as f:
             env = f.read()
+    except ProcessLookupError:  # NOTE: ESRCH: it exists, its memory is gone (being torn down)
+        return True
     except (OSError, TypeError, ValueError):
         return False
     return not env or _mark(token) in b"\0" + env + b"\0"

@@ -386,6 +386,11 @@ def test_a_process_being_torn_down_is_not_alive_and_a_rank_of_the_job_is_waited_
         proc.wait()
     assert not launch.exiting_rank(proc.pid, token)  # gone
 
+    def torn_down(path, mode="r"):  # NOTE: what reading a dying process's environ raises
+        raise ProcessLookupError(3, "No such process")
+    monkeypatch.setattr(launch, "open", torn_down, raising=False)
+    assert launch.exiting_rank(me, token)
+
 
 def test_the_agreement_names_ranks_that_report_other_values_or_took_no_part():
     from labkit.dist.loop import _Agreement
