@@ -37,6 +37,8 @@ ENABLED = True
 #: a recording that failed (a first call that tuned a GEMM, say) is tried again this often
 ATTEMPTS = 3
 _ONE = threading.Lock()
+#: the runtime's methods a recording wraps (and puts back)
+_HOOKS = ("allocate", "finish", "_release")
 
 
 class _Recording:
@@ -46,22 +48,31 @@ class _Recording:
     def __init__(self, rt):
         self.rt, self.tid = rt, threading.get_ident()
         self.launches, self.allocated, self.impure = [], {}, None
+        #: whether the launch being made took ``rt.lock`` (opening the runtime's gate) rather
+        #: than the launch lock alone (a small elementwise launch the gate holds back)
+        self.opened = False
 
     def __enter__(self):
         import pyopencl as cl
 
         rec, rt = self, self.rt
-        self._own = {k: rt.__dict__[k] for k in ("allocate", "finish") if k in rt.__dict__}
+        self._own = {k: rt.__dict__[k] for k in _HOOKS if k in rt.__dict__}
         self._call, self._copy, self._alloc = cl.Kernel.__call__, cl.enqueue_copy, rt.allocate
-        self._finish = rt.finish
-        call, copy, alloc = self._call, self._copy, self._alloc
+        self._finish, self._release = rt.finish, rt._release
+        call, copy, alloc, release = self._call, self._copy, self._alloc, self._release
 
         def kernel_call(kernel, queue, gs, ls, *args, **kw):
             if threading.get_ident() == rec.tid:
                 if kw or queue is not rt.queue:
                     rec.impure = rec.impure or "a launch with options or on another queue"
-                rec.launches.append((kernel, gs, ls, args))
+                rec.launches.append((kernel, gs, ls, args, rec.opened))
+                rec.opened = False
             return call(kernel, queue, gs, ls, *args, **kw)
+
+        def opening():
+            if threading.get_ident() == rec.tid:
+                rec.opened = True
+            return release()
 
         def enqueue_copy(*a, **kw):
             if threading.get_ident() == rec.tid:
@@ -80,14 +91,14 @@ class _Recording:
             return self._finish()
 
         cl.Kernel.__call__, cl.enqueue_copy = kernel_call, enqueue_copy
-        rt.allocate, rt.finish = allocate, finish
+        rt.allocate, rt.finish, rt._release = allocate, finish, opening
         return self
 
     def __exit__(self, *exc):
         import pyopencl as cl
 
         cl.Kernel.__call__, cl.enqueue_copy = self._call, self._copy
-        for k in ("allocate", "finish"):  # NOTE: what the runtime had: its methods, or its own
+        for k in _HOOKS:  # NOTE: what the runtime had: its methods, or its own
             if k in self._own:
                 setattr(self.rt, k, self._own[k])
             else:
@@ -98,6 +109,7 @@ def allowed(fn) -> bool:
     """Whether ``fn`` (a Function) is of a class whose forward is captured."""
     if not CAPTURED:
         from ..functions import activation as act
+        from ..functions import array as arr
         from ..functions import connection as conn
         from ..functions import loss
         from ..functions import math as m
@@ -110,7 +122,8 @@ def allowed(fn) -> bool:
                          m.DivConstant,
                          m.Tanh, m.Sigmoid, rec.LSTM, rec.LSTMGrad, pool.TiledMaxCL,
                          pool.PoolScatterCL, act.Softmax, act.LogSoftmax, act.SoftmaxGrad,
-                         act.LogSoftmaxGrad, loss.SoftmaxCrossEntropy, loss._KeptSoftmax})
+                         act.LogSoftmaxGrad, loss.SoftmaxCrossEntropy, loss._KeptSoftmax,
+                         arr.Concat, arr.Stack})
     return type(fn) in CAPTURED
 
 
@@ -185,7 +198,6 @@ def _build(rec, arrays, out, multi, forward, fn_obj, attr_in, ndarray, stats, ra
     whose places are set again at each replay from its ``rate=`` value."""
     import pyopencl as cl
 
-    from ..backend.opencl.ndarray import fresh
     from ..backend.opencl.shapes import c_strides
 
     if rec.impure:
@@ -205,7 +217,8 @@ def _build(rec, arrays, out, multi, forward, fn_obj, attr_in, ndarray, stats, ra
     for j, o in enumerate(outs):
         by_buffer[id(o.data)] = (1, j)
     keep, launches = [], []
-    for kernel, gs, ls, args in rec.launches:
+    rt = arrays[0].rt
+    for kernel, gs, ls, args, opened in rec.launches:
         types = getattr(kernel, "lk_types", None)
         if types is None or len(types) != len(args):
             return None, f"a kernel without its argument types ({kernel.function_name})"
@@ -225,32 +238,79 @@ def _build(rec, arrays, out, multi, forward, fn_obj, attr_in, ndarray, stats, ra
             elif not isinstance(v, cl.LocalMemory):
                 return None, f"a buffer from outside the op ({kernel.function_name})"
         clone.set_args(*args)
-        launches.append((clone, gs, ls, tuple(sets), tuple(rated)))
+        # NOTE: held back as the op's own launch was: one that did not open the gate
+        launches.append((clone, gs, ls, tuple(sets), tuple(rated),
+                         rt.batching and not opened))
     metas = tuple(_meta(a) for a in arrays)
-    alias = _aliasing(arrays)
     # NOTE: made as ndarray.fresh makes them (ndarray.__init__'s conversions cost about 3 us
     # an output: 70 us of an MLP step's 0.9 ms at batch 1)
     shapes = [(o.shape, o.dtype, c_strides(o.shape), o.size) for o in outs]
-    rt = arrays[0].rt
-    enqueue = cl.enqueue_nd_range_kernel
-
-    def run(*ins, rate=None):
-        got = _inputs(fn_obj, attr_in, ins)
-        if (len(got) != len(metas) or any(type(a) is not ndarray or a.rt is not rt
-                                          or _meta(a) != m for a, m in zip(got, metas))
-                or _aliasing(got) != alias):
-            stats["fallbacks"] += 1
-            return forward(*ins)
-        news = [fresh(rt, shape, dtype, st, size) for shape, dtype, st, size in shapes]
-        both = (got, news)
-        with rt.lock:
-            for clone, gs, ls, sets, rated in launches:
-                for pos, kind, i in sets:
-                    clone.set_arg(pos, both[kind][i].data)
-                for pos, t in rated:
-                    clone.set_arg(pos, t(rate))
-                enqueue(rt.queue, clone, gs, ls)
-        return tuple(news) if multi else news[0]
-
+    run = _generate(launches, metas, _aliasing(arrays), shapes, rt, fn_obj, attr_in, forward,
+                    stats, multi, ndarray)
     run.keep = keep
     return run, None
+
+
+def _generate(launches, metas, alias, shapes, rt, fn_obj, attr_in, forward, stats, multi,
+              ndarray):
+    """The replay of ``launches`` as one generated Python function: the inputs' layouts
+    compared with ``metas`` and ``alias`` line by line, the outputs made, the buffers set and
+    the kernels enqueued (a loop over the same tables took 8-10 us of host time an op; an op
+    at batch 1 launches in 1-2). A launch the op made without opening the runtime's gate (a
+    small elementwise one, ``Runtime.tick``) is held back as it was; any other takes
+    ``rt.lock``, which opens it. (Holding every launch over at most ``HELD_MAX`` work-items,
+    GEMMs and the LSTM's cells included, made the compiled LSTM step 8% slower.)"""
+    import pyopencl as cl
+
+    def fallback(ins):
+        stats["fallbacks"] += 1
+        return forward(*ins)
+
+    env = {"ND": ndarray, "RT": rt, "NEW": object.__new__, "FALLBACK": fallback,
+           "ENQ": cl.enqueue_nd_range_kernel, "Q": rt.queue, "LOCK": rt.launch_lock,
+           "TICK": rt.tick, "ALIASING": _aliasing, "ALIAS": alias, "INPUTS": _inputs,
+           "FN": fn_obj, "ATTR": attr_in}
+    n = len(metas)
+    lines = ["def run(*ins, rate=None):",
+             "    got = INPUTS(FN, ATTR, ins)" if attr_in else "    got = ins",
+             f"    if len(got) != {n}:", "        return FALLBACK(ins)"]
+    names = [f"a{i}" for i in range(n)]
+    lines.append(f"    {', '.join(names)}, = got")
+    bad = []
+    for i, (shape, dtype, st, offset, nbuf) in enumerate(metas):
+        env[f"S{i}"], env[f"D{i}"], env[f"T{i}"] = shape, dtype, st
+        bad.append(f"type(a{i}) is not ND or a{i}.rt is not RT or a{i}.shape != S{i} or "
+                   f"a{i}._st != T{i} or a{i}.offset != {int(offset)} or "
+                   f"a{i}._nbuf != {int(nbuf)} or a{i}.dtype != D{i}")
+    if n <= 6:  # NOTE: which inputs share a buffer, pair by pair; else as a table
+        bad += [f"(a{i}.data is a{j}.data) is not {alias[i] == alias[j]}"
+                for i in range(n) for j in range(i + 1, n)]
+    else:
+        bad.append("ALIASING(got) != ALIAS")
+    lines.append("    if (" + "\n            or ".join(bad) + "):")
+    lines.append("        return FALLBACK(ins)")
+    for j, (shape, dtype, st, size) in enumerate(shapes):
+        env[f"OS{j}"], env[f"OD{j}"], env[f"OT{j}"] = shape, dtype, st
+        lines += [f"    o{j} = NEW(ND)",
+                  f"    o{j}.rt, o{j}.shape, o{j}.dtype, o{j}.size, o{j}._st = "
+                  f"RT, OS{j}, OD{j}, {size}, OT{j}",
+                  f"    o{j}.offset, o{j}.base, o{j}._nbuf, o{j}._ro = 0, None, {size}, False",
+                  f"    o{j}.data = RT.allocate({size * dtype.itemsize})"]
+    for k, (clone, gs, ls, sets, rated, held) in enumerate(launches):
+        env[f"K{k}"], env[f"G{k}"], env[f"L{k}"] = clone, gs, ls
+        lines.append("    with LOCK:" if held else "    with RT.lock:")
+        for pos, kind, i in sets:
+            lines.append(f"        K{k}.set_arg({pos}, {'o' if kind else 'a'}{i}.data)")
+        for pos, t in rated:
+            env[f"R{k}_{pos}"] = t
+            lines.append(f"        K{k}.set_arg({pos}, R{k}_{pos}(rate))")
+        lines.append(f"        ENQ(Q, K{k}, G{k}, L{k})")
+        if held:
+            lines.append("        TICK()")
+    outs = ", ".join(f"o{j}" for j in range(len(shapes)))
+    lines.append(f"    return ({outs},)" if multi else f"    return {outs}")
+    src = "\n".join(lines) + "\n"
+    exec(compile(src, "<lk.compile captured launches>", "exec"), env)  # noqa: S102
+    run = env["run"]
+    run.source = src
+    return run

@@ -77,6 +77,9 @@ def test_concatenate_stack_split(rng):
     ([(5, 3), (0, 3), (9, 3)] * 4, 0, "concat"),  # uneven pieces, an empty one
     ([(2, 3, 17), (2, 1, 17), (2, 6, 17)], 1, "concat"),
     ([(7,)] * 3, 1, "stack"), ([(4, 33)], 0, "concat"),
+    # rows longer than a work-item's chunk (indexing.CHUNK): split, at and off the boundary
+    ([(5, 999)] * 9 + [(1, 999)], 0, "concat"), ([(2, 2048)] * 2, 0, "concat"),
+    ([(3, 7, 301)] * 3, 1, "concat"),
 ])
 def test_concatenate_and_stack_of_many_pieces_match_numpy(dtype, shapes, axis, kind, rng):
     if dtype == np.float64 and not cp.runtime(0).info.fp64:

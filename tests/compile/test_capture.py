@@ -298,3 +298,79 @@ def test_a_recording_puts_back_a_runtime_hook_it_found():
         assert seen
     finally:
         del rt.allocate
+
+
+def _pieces_step(n):
+    """Concatenates and stacks ``n`` rows it computes (an LSTM's gathered gradients)."""
+    def step(x):
+        rows = [x[i] * float(i + 1) for i in range(n)]
+        return F.concat(rows, axis=0), F.stack(rows, axis=1)
+    return step
+
+
+def test_concat_and_stack_are_captured_with_the_same_bits(no_capture):
+    rng = np.random.default_rng(5)
+    xs = [lk.tensor(rng.standard_normal((9, 3, 40)).astype(np.float32), device="cl")
+          for _ in range(4)]
+    f = lk.compile(_pieces_step(9))
+    outs = [f(x) for x in xs]
+    stats = f.programs()[0].capture
+    assert stats["captured"] >= 9 + 2 and stats["fallbacks"] == 0, stats
+    no_capture()
+    g = lk.compile(_pieces_step(9))
+    for (c, s), (c0, s0) in zip(outs, [g(x) for x in xs]):
+        np.testing.assert_array_equal(c.numpy(), c0.numpy())
+        np.testing.assert_array_equal(s.numpy(), s0.numpy())
+    assert g.programs()[0].capture["captured"] == 0
+
+
+def test_many_inputs_sharing_a_buffer_now_run_as_before():
+    """Past six inputs the replay compares which share a buffer as a table, not pair by pair:
+    a call whose inputs share one where the recorded call's did not runs as before."""
+    stats = _stats()
+    run = capture.capturing(lambda *xs: cp.concatenate(xs), None, [], False, cp.ndarray, stats)
+    rng = np.random.default_rng(2)
+
+    def arr():
+        return cp.asarray(rng.standard_normal((2, 8)).astype(np.float32))
+    for _ in range(3):
+        run(*[arr() for _ in range(8)])
+    assert stats["captured"] == 1 and stats["fallbacks"] == 0
+    xs = [arr() for _ in range(8)]
+    got = run(*xs)
+    assert stats["fallbacks"] == 0
+    np.testing.assert_array_equal(got.get(), np.concatenate([x.get() for x in xs]))
+    xs[5] = xs[2]
+    got = run(*xs)
+    assert stats["fallbacks"] == 1
+    np.testing.assert_array_equal(got.get(), np.concatenate([x.get() for x in xs]))
+
+
+def test_a_captured_launch_holds_back_or_opens_the_gate_as_its_op_did(monkeypatch):
+    """On a CPU device small elementwise launches are held behind the runtime's gate
+    (Runtime.tick) and other launches open it: a captured op keeps its own op's choice (a
+    GEMM held back made the compiled LSTM step slower; an add opening the gate wakes the
+    device's threads for a few microseconds of work)."""
+    rt = cp.runtime(0)
+    monkeypatch.setattr(rt, "batching", True)
+    rng = np.random.default_rng(4)
+
+    def arr(shape):
+        return cp.asarray(rng.standard_normal(shape).astype(np.float32))
+    opened = []
+    real = rt._release
+    monkeypatch.setattr(rt, "_release", lambda: opened.append(1) or real())
+    for fn, shapes, opens in ((lambda a, b: a + b, [(4, 8), (4, 8)], False),
+                              (lambda a, b: a @ b, [(32, 64), (64, 64)], True)):
+        stats = _stats()
+        run = capture.capturing(fn, None, [], False, cp.ndarray, stats)
+        run(*[arr(s) for s in shapes])  # NOTE: recorded
+        args = [arr(s) for s in shapes]  # NOTE: an upload opens the gate
+        opened.clear()
+        want = fn(*args)
+        eager_opened = bool(opened)
+        opened.clear()
+        got = run(*args)
+        assert stats["captured"] == 1 and stats["fallbacks"] == 0
+        assert bool(opened) is opens is eager_opened
+        np.testing.assert_array_equal(got.get(), want.get())
