@@ -76,21 +76,42 @@ class Stream:
 
     # -- iteration
     def __iter__(self):
+        # NOTE: the newest iteration reads the stream: one made before it fails when it is
+        # next read (two at once share one position: ``zip(s, s)`` paired items 0 and 1, 2 and
+        # 3... and ended two epochs for one). An abandoned read (a ``break``) is not an error:
+        # only reading on with it after a new one was made is.
+        me = self._iteration = object()
+        return self._iterating(me)
+
+    def _iterating(self, me):
+        if self._iteration is not me:
+            raise self._superseded()
         if self.indexed:
             n = self.num_items(self.epoch)
             while self.position < n:
                 item = self.get_item(self.epoch, self.position)
                 self.position += 1
                 yield item
+                if self._iteration is not me:
+                    raise self._superseded()
         # NOTE: an upstream that already finished this epoch has nothing left for it (this
         # happens when a state was saved right after the last item of an epoch).
         elif self.stream.epoch <= self.epoch or self._open():
             for item in self._iterate():
                 self.position += 1
                 yield item
+                if self._iteration is not me:
+                    raise self._superseded()
         self.epoch += 1
         self.position = 0
         self._new_epoch()
+
+    def _superseded(self) -> DataError:
+        return DataError(
+            f"{type(self).__name__}: this iteration of the stream was read on after another one "
+            "had started (iter(stream), or a for loop over it, again): both would read from "
+            "the one position the stream keeps, skipping or repeating items. Read a stream "
+            "with one iteration at a time; to pair items, zip two streams built alike")
 
     def _new_epoch(self) -> None:
         """Called when an epoch ends: drop any position within it."""

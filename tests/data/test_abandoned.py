@@ -122,3 +122,29 @@ def test_abandoned_reads_with_worker_processes(name):
     got += run_to(s, 2)
     s.close()
     same_items(got, ref)
+
+
+@pytest.mark.parametrize("name", sorted(MAKERS))
+def test_two_iterations_at_once_fail_clearly_and_the_newest_reads_on(name):
+    """Two iterations at once over one stream (``zip(s, s)``) shared its one position: they
+    paired items 0 and 1, 2 and 3... and ended two epochs for one, silently. The newest
+    iteration now reads the stream; an older one fails when read again, naming the fix; the
+    newest reads on from where the stream is, as a read after an abandoned one does."""
+    from labkit.errors import DataError
+
+    ref = reference(name)
+    s = MAKERS[name]()
+    with pytest.raises(DataError, match="one iteration at a time"):
+        list(zip(s, s))
+    s.close()
+    s = MAKERS[name]()
+    old = iter(s)
+    got = [next(old)]
+    new = iter(s)
+    got.append(next(new))
+    with pytest.raises(DataError, match="another one had started"):
+        next(old)
+    while s.epoch < 2:
+        got.extend(s)  # NOTE: after the epoch the iteration began, a new one a new epoch
+    same_items(got, ref)
+    s.close()
