@@ -367,14 +367,15 @@ def _captured(prog, n, values):
     from ..backend.opencl import ndarray
     from . import capture
 
-    fused = n.kind == "kernel"
+    # NOTE: a fused kernel, or a host step that reads only its inputs (``lk_capture``)
+    plain = n.kind == "kernel" or (n.kind == "host" and getattr(n.fn, "lk_capture", False))
     if not capture.ENABLED or not n.outs or n.attr_out or n.versions or n.effect or not (
-            fused or (n.kind == "op" and capture.allowed(n.fn))):
+            plain or (n.kind == "op" and capture.allowed(n.fn))):
         return None
     if not all(type(values.get(o)) is ndarray for o in n.outs):
         return None
-    forward = n.fn if fused else n.fn.forward
-    attr_in = [] if fused else [(name, i) for name, i, _ in n.attr_in]
+    forward = n.fn if plain else n.fn.forward
+    attr_in = [] if plain else [(name, i) for name, i, _ in n.attr_in]
     return capture.capturing(forward, n.fn, attr_in, n.multi, ndarray, prog.capture)
 
 

@@ -69,27 +69,33 @@ class SoftmaxCrossEntropy(Function):
     def __init__(self, t, reduce, ignore_label):
         self.t, self.reduce, self.ignore = t, reduce, ignore_label
 
-    def _onehot(self, x):
+    # NOTE: _onehot and _scale read nothing but their arguments (the logits, for their shape
+    # and dtype, and the labels): a compiled step on an OpenCL device replays their launches
+    # when they run as its host steps (``lk_capture``, compile/capture.py)
+    def _onehot(self, x, t=None):
+        """The one-hot rows of the labels ``t`` (this call's, ``self.t``, when None)."""
         xp = xp_of(x)
         c = x.shape[1]
-        if xp is not np and x.ndim == 2 and _xent.labels_fit(self.t):
-            return _xent.onehot(self.t, c, x.dtype)  # NOTE: one launch, not two
+        t = self.t if t is None else t
+        if xp is not np and x.ndim == 2 and _xent.labels_fit(t):
+            return _xent.onehot(t, c, x.dtype)  # NOTE: one launch, not two
         # NOTE: on a device the class indices are made once and shared (not uploaded per call)
         classes = (np.arange(c) if xp is np else xp.class_indices(c, x.rt)).reshape(
             (1, c) + (1,) * (x.ndim - 2))
-        t = self.t
         # ignore_label matches no class: its row is all zeros
         return (classes == t.reshape(t.shape[:1] + (1,) + t.shape[1:])).astype(x.dtype)
 
-    def _scale(self, x):
-        """Per-label weight of the reduction: valid / count for "mean", valid otherwise."""
+    def _scale(self, x, t=None):
+        """Per-label weight of the reduction: valid / count for "mean", valid otherwise (of the
+        labels ``t``; this call's, ``self.t``, when None)."""
         xp = xp_of(x)
-        if xp is not np and _xent.labels_fit(self.t):  # NOTE: one launch, not six
-            return _xent.row_weights(self.t, self.ignore, self.reduce == "mean", x.dtype)
-        if self.t.dtype.kind == "u" and self.ignore < 0:  # NOTE: no unsigned label is ignored
-            valid = full(self.t.shape, 1, x.dtype, x)
+        t = self.t if t is None else t
+        if xp is not np and _xent.labels_fit(t):  # NOTE: one launch, not six
+            return _xent.row_weights(t, self.ignore, self.reduce == "mean", x.dtype)
+        if t.dtype.kind == "u" and self.ignore < 0:  # NOTE: no unsigned label is ignored
+            valid = full(t.shape, 1, x.dtype, x)
         else:
-            valid = (self.t != self.ignore).astype(x.dtype)
+            valid = (t != self.ignore).astype(x.dtype)
         if self.reduce == "mean":
             count = xp.maximum(valid.sum(), 1).astype(x.dtype)
             valid = valid / count
@@ -124,6 +130,8 @@ class SoftmaxCrossEntropy(Function):
                 lse0 - lse0)
         return nll if valid is None else xp_of(z).where(valid, nll, lse0 * 0)
 
+    _onehot.lk_capture = _scale.lk_capture = True
+
     def forward(self, x):
         xp = xp_of(x)
         self.p = None
@@ -153,14 +161,15 @@ class SoftmaxCrossEntropy(Function):
 
         (x,) = inputs
         xd = x.data
-        # NOTE: host: a compiled step computes these again from that call's labels
-        w = host(self._scale, xd, name="cross_entropy.scale")
+        # NOTE: host: a compiled step computes these again from that call's labels, given as
+        # an input (so that on a device it can replay their launches: compile/capture.py)
+        w = host(self._scale, xd, self.t, name="cross_entropy.scale")
         if self.reduce == "none":
             g = gy * w
         else:
             g = MulConstant(w).apply((broadcast_to(gy, w.shape),))
         diff = _KeptSoftmax(self).apply((x,)) - Tensor(
-            host(self._onehot, xd, name="cross_entropy.onehot"))
+            host(self._onehot, xd, self.t, name="cross_entropy.onehot"))
         return diff * expand_dims(g, 1)
 
 
