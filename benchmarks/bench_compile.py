@@ -7,15 +7,18 @@ on the same PoCL device, in one run (issue 18).
 The workloads are bench_autograd.py's (same data, same initial weights, same learning rates),
 with the labkit step updating through ``lk.optimizers.SGD`` (eager and compiled alike) and
 taking ``x, y`` as arguments. Every contender runs ``STEPS`` steps from the same start (losses
-compared), then is timed (median of repeats). The compile time is the first two calls of the
-compiled step (both traced; the second also builds the program); tinygrad's is its first three
-calls (TinyJit captures on the second and replays from the third). tinygrad is a benchmark-only
-dependency (``pip install tinygrad``): labkit never imports it.
+compared), then is timed (median of repeats; eager and compiled labkit on one device in
+alternating blocks, so that their ratio is measured over the same seconds). The compile
+time is the first two calls of the compiled step (both traced; the second also builds the
+program); tinygrad's is its first three calls (TinyJit captures on the second and replays from
+the third). tinygrad is a benchmark-only dependency (``pip install tinygrad``): labkit never
+imports it.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 
@@ -45,12 +48,14 @@ def _loss(out):
     return float(out) if isinstance(out, float) else float(out.item())
 
 
-def run_labkit(work, dev, compiled, reps, make):
-    """``make(dev)`` -> (step(x, y) -> loss, args): STEPS steps recorded, then timed."""
+def run_labkit(work, dev, compiled, make):
+    """``make(dev)`` -> (step(x, y) -> loss, args): STEPS steps recorded. Returns the call to
+    time (None after an error, which is in the results)."""
     step, args = make(dev)
     f = lk.compile(step) if compiled else step
     sync = _sync(dev)
     res = {"losses": [], "compile": None, "program": None}
+    RESULTS[(work, f"lk {dev}" + (" jit" if compiled else ""))] = res
     try:
         if compiled:
             t0 = time.perf_counter()
@@ -63,14 +68,48 @@ def run_labkit(work, dev, compiled, reps, make):
             res["program"] = (p.trace_nodes, len(p.nodes), p.fused)
         while len(res["losses"]) < STEPS:
             res["losses"].append(_loss(f(*args)))
-        res["t"] = timeit(lambda: f(*args), reps, sync)
-        if compiled:
-            st = f.stats
-            if st["retraces"] or st["traces"] != 2:
-                res["note"] = f"traced {st['traces']} times: {st['reasons']}"
     except Exception as e:  # noqa: BLE001 - reported in the table, the run goes on
         res["t"], res["error"] = None, f"{type(e).__name__}: {e}"
-    RESULTS[(work, f"lk {dev}" + (" jit" if compiled else ""))] = res
+        return None
+    return f, args
+
+
+#: rounds of time_pair: a block of calls of one, then of the other, this many times
+ROUNDS = 3
+
+
+def time_pair(work, dev, reps, calls):
+    """Eager and compiled labkit on ``dev`` timed in alternating blocks (``ROUNDS`` blocks of
+    ``reps`` calls each, after an untimed one), the median of all their calls: a slower phase
+    of the machine (they come and go here, for seconds) falls on both, so their ratio holds
+    where one block each, one after the other, did not. (Alternating single calls was no good:
+    the first calls after a switch are slower, the compiled MLP step at batch 1 1.5-2.3 ms
+    against 1.2-1.3 in a block of 20.)"""
+    sync = _sync(dev)
+    names = [f"lk {dev}", f"lk {dev} jit"]
+    ready = [(n, c) for n, c in zip(names, calls) if c is not None]
+    times: dict = {n: [] for n, _ in ready}
+    try:
+        for _ in range(ROUNDS):
+            for n, (f, args) in ready:
+                f(*args)  # NOTE: untimed, as in timeit
+                if sync:
+                    sync()
+                for _ in range(reps):
+                    t = time.perf_counter()
+                    f(*args)
+                    if sync:
+                        sync()
+                    times[n].append(time.perf_counter() - t)
+    except Exception as e:  # noqa: BLE001
+        for n, _ in ready:
+            RESULTS[(work, n)].update(t=None, error=f"{type(e).__name__}: {e}")
+        return
+    for n, (f, _) in ready:
+        RESULTS[(work, n)]["t"] = statistics.median(times[n])
+        st = getattr(f, "stats", None)
+        if st is not None and (st["retraces"] or st["traces"] != 2):
+            RESULTS[(work, n)]["note"] = f"traced {st['traces']} times: {st['reasons']}"
 
 
 def run_plain(work, name, reps, make, sync=None, compile_calls=0):
@@ -91,8 +130,7 @@ def run_plain(work, name, reps, make, sync=None, compile_calls=0):
 
 def run_all(work, make_lk, reps, np_step=None, t_step=None, tg_step=None):
     for dev, r in (("cpu", reps[0]), ("cl", reps[1])):
-        for compiled in (False, True):
-            run_labkit(work, dev, compiled, r, make_lk)
+        time_pair(work, dev, r, [run_labkit(work, dev, c, make_lk) for c in (False, True)])
     if np_step is not None:
         run_plain(work, "NumPy", reps[0], np_step)
     if t_step is not None and torch is not None:
