@@ -21,6 +21,21 @@
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
 
+// With LSTM 1 (labkit/backend/opencl/lstm_gemm.py: an LSTM step's h @ U + x_t and its cell
+// in one kernel) B is U with its columns regrouped, VW units at a time: the gates a, i, f, o
+// of units u .. u + VW - 1 are the work-item's VN = 4 vectors. LSTM_CELL adds x_t (the bias
+// epilogue's array, read through its row stride), writes the gate pre-activations in U's
+// order to C, and the units' new cell and output.
+#ifndef LSTM
+#define LSTM 0
+#endif
+#if LSTM
+#define LSTM_ARGS , const long lh, __global const T* lcp, const long lcp_o, const long lcp_ld, \
+                  __global T* lc, __global T* lhout
+#else
+#define LSTM_ARGS
+#endif
+
 #ifdef VT
 __kernel void gemm_rb(const int K,
                       __global const T* A, const long a_o, const long sam, const long sak,
@@ -28,7 +43,7 @@ __kernel void gemm_rb(const int K,
                       __global const VT* B, const long b_o, const long ldb, const long sbj,
                       const long sbb,
                       __global T* C, const long c_o, const long scm, const long scn,
-                      const long scb EPI_ARGS)
+                      const long scb EPI_ARGS LSTM_ARGS)
 {
     const int jv = get_global_id(0);          // block of VN*VW columns
     const int ib = get_global_id(1);          // block of RM rows
@@ -53,6 +68,10 @@ __kernel void gemm_rb(const int K,
         }
         a += sak;
     }
+#if LSTM
+    for (int r = 0; r < RM; ++r) LSTM_CELL(acc[r], (long)ib * RM + r, (long)jv * VW);
+    return;
+#endif
     __global T* c = C + c_o + bz * scb + (long)ib * RM * scm + (long)jv * VN * VW * scn;
 #if BIAS || ACT || SGD
     for (int r = 0; r < RM; ++r)

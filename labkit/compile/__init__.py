@@ -176,6 +176,7 @@ _PASS_LINES = (
     ("added", "epilogue: an addition folded into {} matrix product(s)"),
     ("copied", "contiguous: {} transposed weight(s) copied once for the products that read "
                "them"),
+    ("cells", "lstm: {} LSTM step(s) computed in their product's kernel"),
     ("sgd", "sgd: the plain SGD update of {} weight(s) in their gradient's product kernel"),
 )
 

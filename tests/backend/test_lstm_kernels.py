@@ -20,7 +20,7 @@ def test_step_and_gradient_against_numpy(h, rng):
     x[1, h:h + 2] = [-120.0, 120.0]        # sigmoid at its ends
     gc = rng.standard_normal((n, h)).astype(np.float32)
     gh = rng.standard_normal((n, h)).astype(np.float32)
-    w = cl_lstm._vector_width(runtime(0), np.dtype(np.float32), h)  # 1: the scalar kernels
+    w = cl_lstm.vector_width(runtime(0), np.dtype(np.float32), h)  # 1: the scalar kernels
     assert (w > 1) == (h % 16 == 0 and runtime(0).info.is_cpu)
     results = []
     for dev in ("cpu", "cl"):

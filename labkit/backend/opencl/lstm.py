@@ -17,28 +17,32 @@ from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
 from .program import header, kernels, source
 
 # NOTE: on a CPU device, when H is a multiple of the vector width, a work-item takes W
-# consecutive units as vectors (VT a vector type, LD/ST vector loads and stores): PoCL's vector
+# consecutive units as vectors (CVT a vector type, LD/ST vector loads and stores): PoCL's vector
 # exp runs on whole SIMD registers where the scalar one is a library call per element (a
 # step at batch 32, H 128: 133 -> 21 us), and float32 tanh is common.cl's, with no library
 # call. The forms are the elementwise kernels' (labkit/backend/opencl/core.py: tanh,
-# sigmoid). With W = 1, VT is the element type TS and the forms are the scalar ones.
-_SRC = """#pragma OPENCL FP_CONTRACT OFF
-#if W == 1
+# sigmoid). With W = 1, CVT is the element type TS and the forms are the scalar ones.
+#: the cell's loads, stores, tanh and sigmoid over W units (CVT: TS or a vector of W of them),
+#: shared with the GEMM whose epilogue is the cell (lstm_gemm.py)
+CELL = """#if W == 1
 #define LD(p) (*(p))
 #define ST(v, p) (*(p) = (v))
 #define TANH(v) (sizeof(v) == 4 ? (fabs(v) >= 0.55f ? LK_TANH_L(v, exp(-2.0f * fabs(v))) \\
                  : LK_TANH_S(v, (v) * (v))) : ((fabs(v) >= 19.1f) ? \\
-                 (VT)(((v) > 0) - ((v) < 0)) : tanh(v)))
+                 (CVT)(((v) > 0) - ((v) < 0)) : tanh(v)))
 #define SIG(v) ((v) >= 0 ? 1 / (1 + exp(-(v))) : exp(v) / (1 + exp(v)))
 #else
 #define LD(p) VLOAD(0, p)
 #define ST(v, p) VSTORE(v, 0, p)
 #define TANH(v) (sizeof(TS) == 4 ? select(LK_TANH_S(v, (v) * (v)), \\
-                       LK_TANH_L(v, exp(-2.0f * fabs(v))), fabs(v) >= (VT)(0.55f)) : \\
-                       select(tanh(v), copysign((VT)(1), v), fabs(v) >= (VT)(19.1f)))
+                       LK_TANH_L(v, exp(-2.0f * fabs(v))), fabs(v) >= (CVT)(0.55f)) : \\
+                       select(tanh(v), copysign((CVT)(1), v), fabs(v) >= (CVT)(19.1f)))
 #define SIG(v) select(exp(-fabs(v)) / (1 + exp(-fabs(v))), 1 / (1 + exp(-fabs(v))), \\
-                      (v) >= (VT)(0))
+                      (v) >= (CVT)(0))
 #endif
+"""
+
+_SRC = """#pragma OPENCL FP_CONTRACT OFF
 // this work-item's row r and first unit j, and the gate activations a, i, f, o of its units
 #define GATES \\
     const IDX gid = (IDX)get_global_id(0); \\
@@ -46,9 +50,9 @@ _SRC = """#pragma OPENCL FP_CONTRACT OFF
     if (gid >= n * hv) return; \\
     const IDX r = gid / hv, j = (gid % hv) * W; \\
     __global const TS* xr = x + x_o + r * x_ld; \\
-    const VT xa = LD(xr + j), xi = LD(xr + h + j); \\
-    const VT xf = LD(xr + 2 * h + j), xo = LD(xr + 3 * h + j); \\
-    const VT a = TANH(xa), i = SIG(xi), f = SIG(xf), o = SIG(xo);
+    const CVT xa = LD(xr + j), xi = LD(xr + h + j); \\
+    const CVT xf = LD(xr + 2 * h + j), xo = LD(xr + 3 * h + j); \\
+    const CVT a = TANH(xa), i = SIG(xi), f = SIG(xf), o = SIG(xo);
 
 __kernel void lk_lstm(const IDX n, const IDX h,
                       __global const TS* cp, const IDX cp_o, const IDX cp_ld,
@@ -56,7 +60,7 @@ __kernel void lk_lstm(const IDX n, const IDX h,
                       __global TS* c, __global TS* hout)
 {
     GATES
-    const VT cn = a * i + f * LD(cp + cp_o + r * cp_ld + j);
+    const CVT cn = a * i + f * LD(cp + cp_o + r * cp_ld + j);
     ST(cn, c + r * h + j);
     ST(o * TANH(cn), hout + r * h + j);
 }
@@ -69,13 +73,13 @@ __kernel void lk_lstm_grad(const IDX n, const IDX h,
                            __global TS* gcp, __global TS* gx)
 {
     GATES
-    const VT cpv = LD(cp + cp_o + r * cp_ld + j);
-    const VT c = a * i + f * cpv;
-    const VT tc = TANH(c);
-    const VT ghv = LD(gh + gh_o + r * gh_ld + j);
-    const VT g = LD(gc + gc_o + r * gc_ld + j) + ghv * o * (1 - tc * tc);
-    const VT gi0 = g * i;
-    const VT gfp = g * f;
+    const CVT cpv = LD(cp + cp_o + r * cp_ld + j);
+    const CVT c = a * i + f * cpv;
+    const CVT tc = TANH(c);
+    const CVT ghv = LD(gh + gh_o + r * gh_ld + j);
+    const CVT g = LD(gc + gc_o + r * gc_ld + j) + ghv * o * (1 - tc * tc);
+    const CVT gi0 = g * i;
+    const CVT gfp = g * f;
     ST(gfp, gcp + r * h + j);
     __global TS* gr = gx + r * 4 * h;
     ST(gi0 * (1 - a * a), gr + j);
@@ -86,7 +90,13 @@ __kernel void lk_lstm_grad(const IDX n, const IDX h,
 """
 
 
-def _vector_width(rt, dt, h):
+def cell_defines(ct, w, **more) -> dict:
+    """The defines ``CELL`` needs for ``w`` units of type ``ct`` a work-item."""
+    return {"TS": ct, "CVT": f"{ct}{w}" if w > 1 else ct, "W": w, "VLOAD": f"vload{w}",
+            "VSTORE": f"vstore{w}", **more}
+
+
+def vector_width(rt, dt, h):
     """The units per work-item: the vector width, or 1 (the scalar kernels)."""
     w = VECTOR_WIDTH[dt.itemsize]
     return w if rt.info.is_cpu and h % w == 0 else 1
@@ -118,9 +128,8 @@ def fits(c_prev, x, *more) -> bool:
 
 def _kernel(rt, ct, idx, name, w):
     def make():
-        defs = {"TS": ct, "VT": f"{ct}{w}" if w > 1 else ct, "W": w, "VLOAD": f"vload{w}",
-                "VSTORE": f"vstore{w}", "IDX": idx}
-        src = header(rt, (ct,), defs, what="lstm") + source("common") + _SRC
+        src = header(rt, (ct,), cell_defines(ct, w, IDX=idx), what="lstm") + source(
+            "common") + CELL + _SRC
         it = IDX_NP[idx]
         n_in = 2 if name == "lk_lstm" else 4
         types = [it, it] + [None, it, it] * n_in + [None, None]
@@ -143,7 +152,7 @@ def forward(c_prev, x):
     c = ndarray(rt, (n, h), x.dtype)
     out = ndarray(rt, (n, h), x.dtype)
     idx = index_ctype(c_prev, x, c)
-    w = _vector_width(rt, x.dtype, h)
+    w = vector_width(rt, x.dtype, h)
     k = _kernel(rt, CTYPES[x.dtype], idx, "lk_lstm", w)
     args = []
     for a, cols in ((c_prev, h), (x, h4)):
@@ -161,7 +170,7 @@ def grad(c_prev, x, gc, gh):
     gcp = ndarray(rt, (n, h), x.dtype)
     gx = ndarray(rt, (n, h4), x.dtype)
     idx = index_ctype(c_prev, x, gc, gh, gx)
-    w = _vector_width(rt, x.dtype, h)
+    w = vector_width(rt, x.dtype, h)
     k = _kernel(rt, CTYPES[x.dtype], idx, "lk_lstm_grad", w)
     args = []
     for a, cols in ((c_prev, h), (x, h4), (gc, h), (gh, h)):

@@ -1,0 +1,116 @@
+"""An LSTM step's product and its cell in one launch: ``x = h @ U + x_t`` and then
+``c, h = lstm(c_prev, x)`` (lk.compile, compile/lstm_cells.py).
+
+In a compiled LSTM step on a CPU device every time step was two launches, the product
+(``gemm_rb`` with the addition in its epilogue) and the cell (``lk_lstm``, about 16-24 us of
+device time), with PoCL's work per command between them. Here the product's work-items
+finish the cell: ``U``'s columns are regrouped (``interleave``) so that a work-item's four
+vectors of sums are the gates a, i, f, o of its ``W`` units (kernels_cl/gemm.cl, ``LSTM 1``).
+It writes the gate pre-activations where the product does (the cell's gradient reads them)
+and the new cell and output where ``lk_lstm`` does. 32 steps of (32, 128) @ (128, 512) and
+the cell took 2.24-2.96 ms as two launches each, 1.80-1.86 as one, on the 2-core machine's
+PoCL.
+
+Bit for bit the two launches: any blocking of ``gemm_rb`` sums each element over K in order,
+the addition is the epilogue's, and the cell is ``lk_lstm``'s statements (lstm.CELL,
+contraction off) over vectors of its width (tested). :func:`plan` says where that holds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .gemm import _FAST_MIN_WORK, _MIN_COLS, _PACK_MIN_LD, _PACK_MIN_ROWS, _RB_ARGS, _local
+from .gemm import config as gemm_config
+from .gemm import path as gemm_path
+from .gemm_paths import _EPI_ARGS
+from .lstm import CELL, cell_defines, vector_width
+from .lstm import fits as cell_fits
+from .ndarray import CTYPES, fresh, ndarray
+from .program import header, kernels, source
+
+_CELL_STEP = r"""
+// the cell of the W units from `u` of row `row`, whose gate sums (h @ U) are the vectors
+// g[0 .. 4): x = g + x_t written to C in U's order, then lk_lstm's statements
+#define LSTM_CELL(g, row, u) {                                                     \
+    _Pragma("OPENCL FP_CONTRACT OFF")                                              \
+    __global const TS* xr_ = bias + bias_o + (row) * e_si + (u);                   \
+    const CVT xa = (g)[0] + LD(xr_), xi = (g)[1] + LD(xr_ + lh);                   \
+    const CVT xf = (g)[2] + LD(xr_ + 2 * lh), xo = (g)[3] + LD(xr_ + 3 * lh);      \
+    __global TS* x_ = C + c_o + (row) * scm + (u);                                 \
+    ST(xa, x_); ST(xi, x_ + lh); ST(xf, x_ + 2 * lh); ST(xo, x_ + 3 * lh);         \
+    const CVT a_ = TANH(xa), i_ = SIG(xi), f_ = SIG(xf), o_ = SIG(xo);             \
+    const CVT cn_ = a_ * i_ + f_ * LD(lcp + lcp_o + (row) * lcp_ld + (u));         \
+    ST(cn_, lc + (row) * lh + (u));                                                \
+    ST(o_ * TANH(cn_), lhout + (row) * lh + (u));                                  \
+}
+"""
+
+_LSTM_ARGS = [np.int64, None, np.int64, np.int64, None, None]
+
+
+def interleave(u, w):
+    """``U`` (K, 4H) with its columns regrouped ``w`` units at a time: the gates a, i, f, o of
+    units ``j .. j + w - 1`` in turn (a new contiguous array)."""
+    k, n = u.shape
+    h = n // 4
+    return u.reshape(k, 4, h // w, w).transpose(0, 2, 1, 3).copy().reshape(k, n)
+
+
+def plan(h, b, xw, cp):
+    """The blocking for ``forward(h, b, xw, cp)`` (``b``: ``U`` interleaved), or None where
+    one launch would not be bit for bit the product, the addition and the cell as separate
+    launches: another path than the blocked kernel, a packed B, arrays it does not take.
+    The cell's vectors are ``lk_lstm``'s (``W`` units a work-item), which must be the tuned
+    blocking's vectors: a work-item's four vectors of sums are then the gates of its units
+    (``interleave(U, W)``), for 4 rows (16 vectors); any blocking of ``gemm_rb`` sums each
+    element over K in order, so the product is the tuned blocking's."""
+    if not (type(h) is ndarray and type(b) is ndarray and type(xw) is ndarray
+            and type(cp) is ndarray and h.rt is b.rt is xw.rt is cp.rt
+            and h.ndim == 2 == b.ndim == xw.ndim and h.dtype == b.dtype == xw.dtype
+            and h.dtype.kind == "f" and h.shape[1] == b.shape[0]):
+        return None
+    rt, dt = h.rt, h.dtype
+    (M, K), N = h.shape, b.shape[1]
+    H = N // 4
+    if (N % 4 or not H or xw.shape != (M, N) or not b.is_contiguous or b._ro
+            or M * N * K < _FAST_MIN_WORK or N < _MIN_COLS or not cell_fits(cp, xw)
+            or gemm_path(rt, dt, 1, M, N, K, h, b) != "gemm"):
+        return None
+    vw = gemm_config(rt, CTYPES[dt], (M, N, K))[2]
+    w = vector_width(rt, dt, H)
+    rm = next((r for r in (4, 2, 1) if M % r == 0), 0)
+    if (w != vw or xw._st[1] != 1 or b.offset % vw
+            or (M >= _PACK_MIN_ROWS and N >= _PACK_MIN_LD)):
+        return None
+    return (rm, 4, vw), w
+
+
+def forward(h, b, xw, cp, planned):
+    """``(x, c, h)``: ``x = h @ U + xw`` in U's column order and one LSTM step from ``cp``
+    (the previous cell), ``b`` being ``interleave(U)`` and ``planned`` :func:`plan`'s."""
+    (rm, vn, vw), w = planned
+    rt, dt, ct = h.rt, h.dtype, CTYPES[h.dtype]
+    (M, K), N = h.shape, b.shape[1]
+    H = N // 4
+
+    def make():
+        defs = {"T": ct, "BIAS": 1, "ACT": 0, "SGD": 0, "LSTM": 1, "VT": f"{ct}{vw}",
+                "VW": vw, "RM": rm, "VN": vn, **cell_defines(ct, w)}
+        src = (header(rt, (ct,), defs, what="lstm") + source("common") + CELL + _CELL_STEP
+               + source("epilogue") + source("gemm"))
+        return kernels(rt, src, {"gemm_rb": _RB_ARGS + _EPI_ARGS + _LSTM_ARGS},
+                       name=f"gemm.cl lstm ({ct}, {(rm, vn, vw)}, {w})").gemm_rb
+    kernel = rt.cached(("gemm_lstm", ct, rm, vn, vw, w), make)
+    x = fresh(rt, (M, N), dt, (N, 1), M * N)
+    c = fresh(rt, (M, H), dt, (H, 1), M * H)
+    out = fresh(rt, (M, H), dt, (H, 1), M * H)
+    cp_ld = cp._st[0] if M > 1 else H
+    with rt.lock:
+        kernel(rt.queue, (N // (vn * vw), M // rm, 1), _local(rt, M // rm), K,
+               h.data, h.offset, h._st[0], h._st[1], 0,
+               b.data, b.offset // vw, N // vw, vn, 0,
+               x.data, 0, N, 1, 0,
+               xw.data, xw.offset, xw._st[0], xw._st[1],
+               H, cp.data, cp.offset, cp_ld, c.data, out.data)
+    return x, c, out

@@ -1,0 +1,119 @@
+"""An LSTM time step's product and cell as one launch (OpenCL programs).
+
+A compiled LSTM step runs, at every time step, ``x = h @ U + x_t`` (a product with the
+addition in its epilogue, passes.fold_add) and then the cell ``c, h = lstm(c_prev, x)``: two
+launches, with a gap of about 18 us of PoCL's work per command between them, 32 times a step.
+Here both are one node whose kernel computes the product and finishes the cell in its
+epilogue (backend/opencl/lstm_gemm.py), reading ``U`` with its columns regrouped so that a
+work-item holds all four gates of its units: that copy is made once per replay, after ``U``'s
+contiguous copy (passes.contiguous_weights). The gate pre-activations are still written (the
+cell's gradient reads them). Bit for bit the two launches (tested), so a compiled step stays
+the eager one. Where the arrays of a replay do not fit the kernel the node runs the product
+and the cell as before.
+"""
+
+from __future__ import annotations
+
+from .trace import Node
+
+#: False: programs built from then on run the product and the cell as two launches
+ENABLED = True
+
+
+def lstm_cells(nodes, values, new_slot) -> tuple[list, int]:
+    """The nodes with each fit (product + addition, LSTM cell) pair as one node (see the
+    module's doc), and how many pairs were."""
+    if not ENABLED:
+        return nodes, 0
+    from ..backend.opencl import lstm_gemm, ndarray
+    from ..functions import connection as conn
+    from ..functions import recurrent as rec
+    from . import passes
+
+    made_by = {s: i for i, n in enumerate(nodes) for s in n.outs}
+    changed = {old for n in nodes for old, _ in n.versions}  # NOTE: changed in place
+    referenced = set().union(*(passes.refs(n) for n in nodes))
+    grouped: dict = {}  # NOTE: U's slot -> (the regrouped copy's slot, after which node)
+    replace: dict = {}  # NOTE: product node index -> the node that replaces it
+    after: dict = {}  # NOTE: node index -> the regrouping nodes that follow it
+    gone: set = set()
+    for k, cell in enumerate(nodes):
+        if (cell.kind != "op" or type(cell.fn) is not rec.LSTM or cell.attr_in
+                or cell.attr_out or cell.effect or cell.versions or len(cell.ins) != 2
+                or len(cell.outs) != 2):
+            continue
+        cp, x = cell.ins
+        i = made_by.get(x)
+        prod = nodes[i] if i is not None else None
+        if (prod is None or prod.kind != "op" or type(prod.fn) is not conn.MatMulAdd
+                or prod.attr_in or prod.attr_out or prod.effect or prod.versions
+                or prod.multi or len(prod.ins) != 3 or prod.outs != [x]
+                or prod.idx in referenced or i in replace):
+            continue
+        h, u, xw = prod.ins
+        if (any(s in changed for s in (h, u, xw, cp)) or made_by.get(cp, -1) > i
+                or not all(type(values.get(s)) is ndarray for s in (h, u, xw, cp, x))):
+            continue
+        w = lstm_gemm.vector_width(values[u].rt, values[u].dtype, values[u].shape[1] // 4)
+        if values[u].shape[1] % (4 * w):
+            continue
+        ug = grouped.get(u)
+        regrouped = values[grouped[u][0]] if ug else lstm_gemm.interleave(values[u], w)
+        if lstm_gemm.plan(values[h], regrouped, values[xw], values[cp]) is None:
+            continue
+        if ug is None:
+            s = new_slot()
+            values[s] = regrouped
+            ug = grouped[u] = (s, made_by.get(u, -1))
+            after.setdefault(ug[1], []).append(
+                Node("host", _Regroup(w), [u], [s], "regroup gates", prod.where,
+                     ("host", "regroup gates")))
+        fn = _ProductCell(prod.fn, cell.fn)
+        replace[i] = Node("host", fn, [h, u, ug[0], xw, cp], [x] + list(cell.outs),
+                        "matmul+lstm", cell.where, ("host", "matmul+lstm"), multi=True,
+                        idx=cell.idx)
+        gone.add(k)
+    if not gone:
+        return nodes, 0
+    out = list(after.get(-1, ()))  # NOTE: U from outside: regrouped first
+    for i, n in enumerate(nodes):
+        if i not in gone:
+            out.append(replace.get(i, n))
+            out.extend(after.get(i, ()))
+    return out, len(gone)
+
+
+class _Regroup:
+    """``U`` with its columns regrouped ``w`` units at a time (lstm_gemm.interleave)."""
+
+    lk_capture = True  # NOTE: reads its input only: its launch is captured
+    __slots__ = ("w",)
+
+    def __init__(self, w):
+        self.w = w
+
+    def __call__(self, u):
+        from ..backend.opencl import lstm_gemm
+
+        return lstm_gemm.interleave(u, self.w)
+
+
+class _ProductCell:
+    """``x = h @ u + xw; c, h = lstm(cp, x)`` in one launch (``ug``: ``u`` regrouped), or as
+    the product and the cell where the arrays do not fit it."""
+
+    lk_capture = True
+    __slots__ = ("product", "cell")
+
+    def __init__(self, product, cell):
+        self.product, self.cell = product, cell
+
+    def __call__(self, h, u, ug, xw, cp):
+        from ..backend.opencl import lstm_gemm
+
+        planned = lstm_gemm.plan(h, ug, xw, cp)
+        if planned is None:
+            x = self.product.forward(h, u, xw)
+            return (x,) + tuple(self.cell.forward(cp, x))
+        self.cell.gates = None  # NOTE: as LSTM.forward's kernel path (its gradient recomputes)
+        return lstm_gemm.forward(h, ug, xw, cp, planned)
