@@ -26,6 +26,21 @@
 // of units u .. u + VW - 1 are the work-item's VN = 4 vectors. LSTM_CELL adds x_t (the bias
 // epilogue's array, read through its row stride), writes the gate pre-activations in U's
 // order to C, and the units' new cell and output.
+// With LSTM_GRAD 1 (the same module: an LSTM step's gradient and the product of its gates'
+// gradient with U in one kernel) a work-item first computes the cell's gradient of its rows
+// (lstm.CELL_GRAD: C's columns are all of them, so no other work-item writes them), A being
+// the gates' gradient it writes.
+#ifndef LSTM_GRAD
+#define LSTM_GRAD 0
+#endif
+#if LSTM_GRAD
+#define LSTM_GRAD_ARGS , const long h, __global const T* cp, const long cp_o, const long cp_ld, \
+    __global const T* x, const long x_o, const long x_ld, __global const T* gc, \
+    const long gc_o, const long gc_ld, __global const T* gh, const long gh_o, \
+    const long gh_ld, __global T* gcp, __global T* gx
+#else
+#define LSTM_GRAD_ARGS
+#endif
 #ifndef LSTM
 #define LSTM 0
 #endif
@@ -43,11 +58,15 @@ __kernel void gemm_rb(const int K,
                       __global const VT* B, const long b_o, const long ldb, const long sbj,
                       const long sbb,
                       __global T* C, const long c_o, const long scm, const long scn,
-                      const long scb EPI_ARGS LSTM_ARGS)
+                      const long scb EPI_ARGS LSTM_ARGS LSTM_GRAD_ARGS)
 {
     const int jv = get_global_id(0);          // block of VN*VW columns
     const int ib = get_global_id(1);          // block of RM rows
     const long bz = get_global_id(2);         // batch
+#if LSTM_GRAD
+    for (int r_ = 0; r_ < RM; ++r_)
+        for (long j_ = 0; j_ < h; j_ += W) CELL_GRAD((long)ib * RM + r_, j_)
+#endif
     __global const T* a = A + a_o + bz * sab + (long)ib * RM * sam;
     __global const VT* b = B + b_o + bz * sbb + (long)jv * sbj;
     VT acc[RM][VN];

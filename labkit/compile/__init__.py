@@ -177,6 +177,8 @@ _PASS_LINES = (
     ("copied", "contiguous: {} transposed weight(s) copied once for the products that read "
                "them"),
     ("cells", "lstm: {} LSTM step(s) computed in their product's kernel"),
+    ("cell_grads", "lstm: {} LSTM step gradient(s) computed in the kernel of their product "
+                   "with U"),
     ("sgd", "sgd: the plain SGD update of {} weight(s) in their gradient's product kernel"),
 )
 

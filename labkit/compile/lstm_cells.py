@@ -20,11 +20,12 @@ from .trace import Node
 ENABLED = True
 
 
-def lstm_cells(nodes, values, new_slot) -> tuple[list, int]:
-    """The nodes with each fit (product + addition, LSTM cell) pair as one node (see the
-    module's doc), and how many pairs were."""
+def lstm_cells(nodes, values, new_slot) -> tuple[list, int, int]:
+    """The nodes with each fit (product + addition, LSTM cell) pair and each fit (cell's
+    gradient, product with U) pair as one node (see the module's doc), and how many pairs of
+    each were."""
     if not ENABLED:
-        return nodes, 0
+        return nodes, 0, 0
     from ..backend.opencl import lstm_gemm, ndarray
     from ..functions import connection as conn
     from ..functions import recurrent as rec
@@ -73,14 +74,61 @@ def lstm_cells(nodes, values, new_slot) -> tuple[list, int]:
                         "matmul+lstm", cell.where, ("host", "matmul+lstm"), multi=True,
                         idx=cell.idx)
         gone.add(k)
+    cells = len(gone)
+    for k, grad in enumerate(nodes):
+        if (grad.kind != "op" or type(grad.fn) is not rec.LSTMGrad or grad.attr_in
+                or grad.attr_out or grad.effect or grad.versions or len(grad.ins) != 4
+                or len(grad.outs) != 2 or grad.idx in referenced or k in replace):
+            continue
+        gx = grad.outs[1]
+        users = [i for i, n in enumerate(nodes) if i > k and gx in n.ins]
+        i = next((i for i in users if nodes[i].kind == "op"
+                  and type(nodes[i].fn) in (conn.MatMul, conn.MatMulAdd)
+                  and nodes[i].ins[:1] == [gx]), None)
+        prod = nodes[i] if i is not None else None
+        if (prod is None or i in gone or prod.attr_in or prod.attr_out or prod.effect
+                or prod.versions or prod.multi or len(prod.outs) != 1
+                or len(prod.ins) != (2 if type(prod.fn) is conn.MatMul else 3)
+                or prod.idx in referenced):
+            continue
+        more = prod.ins[1:]  # NOTE: U, and the addition's operand of a matmul_add
+        if (any(s in changed for s in list(grad.ins) + more)
+                or any(made_by.get(s, -1) > k for s in more)
+                or not all(type(values.get(s)) is ndarray for s in list(grad.ins) + more)
+                or lstm_gemm.plan_grad(*(values[s] for s in list(grad.ins) + more)) is None):
+            continue
+        replace[k] = Node("host", _GradProduct(grad.fn, prod.fn), list(grad.ins) + more,
+                          list(grad.outs) + list(prod.outs), "lstm_grad+matmul", grad.where,
+                          ("host", "lstm_grad+matmul"), multi=True, idx=grad.idx)
+        gone.add(i)
     if not gone:
-        return nodes, 0
+        return nodes, 0, 0
     out = list(after.get(-1, ()))  # NOTE: U from outside: regrouped first
     for i, n in enumerate(nodes):
         if i not in gone:
             out.append(replace.get(i, n))
             out.extend(after.get(i, ()))
-    return out, len(gone)
+    return out, cells, len(gone) - cells
+
+
+class _GradProduct:
+    """``gcp, gx = lstm_grad(cp, x, gc, gh); gx @ u`` (``+ add``, of a matmul_add) in one
+    launch, or as the two where the arrays do not fit it."""
+
+    lk_capture = True
+    __slots__ = ("grad", "product")
+
+    def __init__(self, grad, product):
+        self.grad, self.product = grad, product
+
+    def __call__(self, cp, x, gc, gh, u, *add):
+        from ..backend.opencl import lstm_gemm
+
+        planned = lstm_gemm.plan_grad(cp, x, gc, gh, u, *add)
+        if planned is None:
+            gcp, gx = self.grad.forward(cp, x, gc, gh)
+            return gcp, gx, self.product.forward(gx, u, *add)
+        return lstm_gemm.grad_product(cp, x, gc, gh, u, planned, *add)
 
 
 class _Regroup:

@@ -1,6 +1,6 @@
-"""An LSTM step's product and cell in one launch (backend/opencl/lstm_gemm.py): bit for bit
-``matmul_add`` and then ``lstm``'s kernel, as eager ops run them; refused where it could not
-be."""
+"""An LSTM step's product and cell in one launch, and its gradient and the product of its
+gates' gradient with U in one launch (backend/opencl/lstm_gemm.py): bit for bit the two
+launches each, as eager ops run them; refused where it could not be."""
 
 import numpy as np
 import pytest
@@ -77,3 +77,53 @@ def test_regrouped_columns_hold_each_units_gates_in_turn(rng):
     want = u.reshape(3, 4, 2, 16).transpose(0, 2, 1, 3).reshape(3, 128)
     np.testing.assert_array_equal(got, want)
     assert got[0, 16] == u[0, 32] and got[0, 64] == u[0, 16]  # NOTE: unit 0's i; unit 16's a
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("M,H,scale,add", [(32, 128, 1.0, None), (16, 64, 4.0, (16, 64)),
+                                           (8, 128, 1.0, (128,)), (16, 32, 30.0, None),
+                                           (5, 128, 1.0, (5, 128))])
+def test_one_launch_is_the_cells_gradient_and_its_product_bit_for_bit(dtype, M, H, scale, add,
+                                                                      rng, monkeypatch):
+    """The cell's gradient is lk_lstm_grad's statements (contraction off inside a product
+    kernel that has it on) and each row's product with U is summed over K in order, then
+    ``add`` added (a matmul_add's, broadcast or not): the same bits as lk_lstm_grad and then
+    matmul (matmul_add), for rows read through strides."""
+    if dtype == np.float64 and not cp.runtime(0).info.fp64:
+        pytest.skip("this OpenCL device has no float64")
+    if not cp.runtime(0).info.is_cpu:
+        pytest.skip("the kernel is for CPU devices (lk_lstm's vectors of units)")
+    monkeypatch.setenv("LABKIT_GEMM_CONFIG", BLOCKING[dtype])
+
+    def arr(rows, cols, s=1.0):
+        wide = rng.standard_normal((rows, cols + 3)) * s
+        return cp.asarray(wide.astype(dtype))[:, 1:cols + 1]  # NOTE: strided rows
+    c0, x, gc, gh = arr(M, H), arr(M, 4 * H, scale), arr(M, H), arr(M, H)
+    u = cp.asarray((rng.standard_normal((4 * H, H)) * 0.1).astype(dtype))
+    more = () if add is None else (cp.asarray(rng.standard_normal(add).astype(dtype)),)
+    planned = lstm_gemm.plan_grad(c0, x, gc, gh, u, *more)
+    assert planned is not None
+    gcp, gx, dh = lstm_gemm.grad_product(c0, x, gc, gh, u, planned, *more)
+    gcp0, gx0 = lstm.grad(c0, x, gc, gh)
+    _same(gcp, gcp0)
+    _same(gx, gx0)
+    _same(dh, gemm.matmul_add(gx0, u, *more) if more else gemm.matmul(gx0, u))
+
+
+def test_where_the_gradients_kernel_does_not_fit_the_plan_says_so(rng, monkeypatch):
+    monkeypatch.setenv("LABKIT_GEMM_CONFIG", BLOCKING[np.float32])
+
+    def arr(*shape):
+        return cp.asarray(rng.standard_normal(shape).astype(np.float32))
+    c0, x, gc, gh, u = arr(32, 128), arr(32, 512), arr(32, 128), arr(32, 128), arr(512, 128)
+    if not cp.runtime(0).info.is_cpu:
+        assert lstm_gemm.plan_grad(c0, x, gc, gh, u) is None
+        return
+    assert lstm_gemm.plan_grad(c0, x, gc, gh, u) is not None
+    assert lstm_gemm.plan_grad(c0, x, gc, gh, arr(128, 512).T) is None  # NOTE: U.T a view
+    assert lstm_gemm.plan_grad(c0, x, gc, gh, arr(512, 64)) is None  # NOTE: not (4H, H)
+    assert lstm_gemm.plan_grad(c0, x, gc, gh, u, arr(64)) is None  # NOTE: not broadcast
+    big = arr(8, 2048), arr(8, 8192), arr(8, 2048), arr(8, 2048)
+    assert lstm_gemm.plan_grad(*big, arr(8192, 2048)) is None  # NOTE: H past 16 vectors
+    monkeypatch.setenv("LABKIT_GEMM_CONFIG", "8,4,8")
+    assert lstm_gemm.plan_grad(c0, x, gc, gh, u) is None

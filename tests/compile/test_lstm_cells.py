@@ -1,5 +1,6 @@
-"""An LSTM time step's product and cell as one launch in a compiled OpenCL step
-(compile/lstm_cells.py): the same bits as the two launches, step after step of training."""
+"""An LSTM time step's product and cell, and its gradient and the product of its gates'
+gradient with U, each as one launch in a compiled OpenCL step (compile/lstm_cells.py): the
+same bits as the two launches each, step after step of training."""
 
 import numpy as np
 import pytest
@@ -39,13 +40,16 @@ def test_one_launch_a_time_step_trains_bit_for_bit_as_two(monkeypatch):
     monkeypatch.setenv("LABKIT_GEMM_CONFIG", "8,2,16")  # NOTE: vectors of the cell's width
     step, outs, ps = _train()
     prog = step.programs()[0]
-    assert prog.cells == 6
+    assert prog.cells == 6 and prog.cell_grads >= 3
     assert sum(n.name == "matmul+lstm" for n in prog.nodes) == 6
+    assert sum(n.name == "lstm_grad+matmul" for n in prog.nodes) == prog.cell_grads
     assert "lstm: 6 LSTM step(s) computed in their product's kernel" in step.explain()
+    assert f"lstm: {prog.cell_grads} LSTM step gradient(s)" in step.explain()
     monkeypatch.setattr(lstm_cells, "ENABLED", False)
     step0, outs0, ps0 = _train()
-    assert step0.programs()[0].cells == 0
-    assert len(step0.programs()[0].nodes) == len(prog.nodes) + 6 - 1  # NOTE: no regrouping
+    assert step0.programs()[0].cells == step0.programs()[0].cell_grads == 0
+    assert len(step0.programs()[0].nodes) == (len(prog.nodes) + 6 + prog.cell_grads
+                                              - 1)  # NOTE: and no regrouping
     for (loss, hs), (loss0, hs0) in zip(outs, outs0):
         assert loss == loss0
         np.testing.assert_array_equal(hs, hs0)
@@ -58,5 +62,5 @@ def test_where_the_kernel_does_not_fit_nothing_is_fused(monkeypatch):
     choose): the two launches, as before."""
     monkeypatch.setenv("LABKIT_GEMM_CONFIG", "8,4,8")
     step, outs, _ = _train(steps=2)
-    assert step.programs()[0].cells == 0
+    assert step.programs()[0].cells == step.programs()[0].cell_grads == 0
     assert all(np.isfinite(loss) for loss, _ in outs)

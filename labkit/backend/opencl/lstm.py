@@ -40,26 +40,49 @@ CELL = """#if W == 1
 #define SIG(v) select(exp(-fabs(v)) / (1 + exp(-fabs(v))), 1 / (1 + exp(-fabs(v))), \\
                       (v) >= (CVT)(0))
 #endif
+// the gate activations a, i, f, o of the units j .. of row r (of x: x, x_o, x_ld; h units)
+#define GATES(r, j) \\
+    __global const TS* xr = x + x_o + (r) * x_ld; \\
+    const CVT xa = LD(xr + (j)), xi = LD(xr + h + (j)); \\
+    const CVT xf = LD(xr + 2 * h + (j)), xo = LD(xr + 3 * h + (j)); \\
+    const CVT a = TANH(xa), i = SIG(xi), f = SIG(xf), o = SIG(xo);
+// the gradient of those units' c_prev (into gcp) and gates (into gx) from those of their
+// c (gc) and h (gh), all read through their row offsets and strides (contraction off: also
+// inside a kernel that has it on, lstm_gemm.py's)
+#define CELL_GRAD(r, j) { \\
+    _Pragma("OPENCL FP_CONTRACT OFF") \\
+    GATES(r, j) \\
+    const CVT cpv = LD(cp + cp_o + (r) * cp_ld + (j)); \\
+    const CVT c = a * i + f * cpv; \\
+    const CVT tc = TANH(c); \\
+    const CVT ghv = LD(gh + gh_o + (r) * gh_ld + (j)); \\
+    const CVT g = LD(gc + gc_o + (r) * gc_ld + (j)) + ghv * o * (1 - tc * tc); \\
+    const CVT gi0 = g * i; \\
+    const CVT gfp = g * f; \\
+    ST(gfp, gcp + (r) * h + (j)); \\
+    __global TS* gr = gx + (r) * 4 * h; \\
+    ST(gi0 * (1 - a * a), gr + (j)); \\
+    ST(gi0 * a * (1 - i), gr + h + (j)); \\
+    ST(gfp * cpv * (1 - f), gr + 2 * h + (j)); \\
+    ST(ghv * tc * o * (1 - o), gr + 3 * h + (j)); \\
+}
 """
 
 _SRC = """#pragma OPENCL FP_CONTRACT OFF
-// this work-item's row r and first unit j, and the gate activations a, i, f, o of its units
-#define GATES \\
+// this work-item's row r and first unit j
+#define UNITS \\
     const IDX gid = (IDX)get_global_id(0); \\
     const IDX hv = h / W; \\
     if (gid >= n * hv) return; \\
-    const IDX r = gid / hv, j = (gid % hv) * W; \\
-    __global const TS* xr = x + x_o + r * x_ld; \\
-    const CVT xa = LD(xr + j), xi = LD(xr + h + j); \\
-    const CVT xf = LD(xr + 2 * h + j), xo = LD(xr + 3 * h + j); \\
-    const CVT a = TANH(xa), i = SIG(xi), f = SIG(xf), o = SIG(xo);
+    const IDX r = gid / hv, j = (gid % hv) * W;
 
 __kernel void lk_lstm(const IDX n, const IDX h,
                       __global const TS* cp, const IDX cp_o, const IDX cp_ld,
                       __global const TS* x, const IDX x_o, const IDX x_ld,
                       __global TS* c, __global TS* hout)
 {
-    GATES
+    UNITS
+    GATES(r, j)
     const CVT cn = a * i + f * LD(cp + cp_o + r * cp_ld + j);
     ST(cn, c + r * h + j);
     ST(o * TANH(cn), hout + r * h + j);
@@ -72,20 +95,8 @@ __kernel void lk_lstm_grad(const IDX n, const IDX h,
                            __global const TS* gh, const IDX gh_o, const IDX gh_ld,
                            __global TS* gcp, __global TS* gx)
 {
-    GATES
-    const CVT cpv = LD(cp + cp_o + r * cp_ld + j);
-    const CVT c = a * i + f * cpv;
-    const CVT tc = TANH(c);
-    const CVT ghv = LD(gh + gh_o + r * gh_ld + j);
-    const CVT g = LD(gc + gc_o + r * gc_ld + j) + ghv * o * (1 - tc * tc);
-    const CVT gi0 = g * i;
-    const CVT gfp = g * f;
-    ST(gfp, gcp + r * h + j);
-    __global TS* gr = gx + r * 4 * h;
-    ST(gi0 * (1 - a * a), gr + j);
-    ST(gi0 * a * (1 - i), gr + h + j);
-    ST(gfp * cpv * (1 - f), gr + 2 * h + j);
-    ST(ghv * tc * o * (1 - o), gr + 3 * h + j);
+    UNITS
+    CELL_GRAD(r, j)
 }
 """
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import ShapeError
 from .gemm import _FAST_MIN_WORK, _MIN_COLS, _PACK_MIN_LD, _PACK_MIN_ROWS, _RB_ARGS, _local
 from .gemm import config as gemm_config
 from .gemm import path as gemm_path
@@ -28,6 +29,7 @@ from .lstm import CELL, cell_defines, vector_width
 from .lstm import fits as cell_fits
 from .ndarray import CTYPES, fresh, ndarray
 from .program import header, kernels, source
+from .shapes import broadcast_strides
 
 _CELL_STEP = r"""
 // the cell of the W units from `u` of row `row`, whose gate sums (h @ U) are the vectors
@@ -114,3 +116,74 @@ def forward(h, b, xw, cp, planned):
                xw.data, xw.offset, xw._st[0], xw._st[1],
                H, cp.data, cp.offset, cp_ld, c.data, out.data)
     return x, c, out
+
+
+_GRAD_ARGS = [np.int64] + [None, np.int64, np.int64] * 4 + [None, None]
+
+
+def plan_grad(cp, x, gc, gh, u, add=None):
+    """The blocking for ``grad_product(cp, x, gc, gh, u, add)``, or None where one launch
+    would not be bit for bit the cell's gradient (``lk_lstm_grad``) and then ``gx @ u`` (the
+    gates' gradient times ``U``, (4H, H)), plus ``add`` where given (the epilogue's addition,
+    as ``matmul_add``): a work-item's rows of the product take all H columns (it computes those
+    rows' gradient first), in vectors of the cell's width, so H is a few vectors (at most 16
+    with its rows' sums)."""
+    if not (type(u) is ndarray and type(x) is ndarray and u.rt is x.rt and u.dtype == x.dtype
+            and x.dtype.kind == "f" and x.ndim == 2 == u.ndim and cell_fits(cp, x, gc, gh)):
+        return None
+    if add is not None and not (type(add) is ndarray and add.rt is x.rt
+                                and add.dtype == x.dtype and add.ndim <= 2):
+        return None
+    rt, dt = x.rt, x.dtype
+    (M, K), N = x.shape, x.shape[1] // 4
+    if (u.shape != (K, N) or not u.is_contiguous or N < _MIN_COLS or M * N * K < _FAST_MIN_WORK
+            or gemm_path(rt, dt, 1, M, N, K, x, u) != "gemm"):
+        return None
+    if add is not None:
+        try:
+            broadcast_strides(add.shape, add._st, (M, N), "matmul_add")
+        except ShapeError:
+            return None
+    vw = gemm_config(rt, CTYPES[dt], (M, N, K))[2]
+    if vector_width(rt, dt, N) != vw or N % vw or u.offset % vw:
+        return None
+    vn = N // vw
+    rm = next((r for r in (8, 4, 2, 1) if r * vn <= 16 and M % r == 0), 0)
+    return ((rm, vn, vw), vw) if rm else None
+
+
+def grad_product(cp, x, gc, gh, u, planned, add=None):
+    """``(gcp, gx, gx @ u [+ add])``: one LSTM step's gradient from those of its ``c`` and
+    ``h``, and the gates' gradient times ``u``, ``planned`` being :func:`plan_grad`'s."""
+    (rm, vn, vw), w = planned
+    rt, dt, ct = x.rt, x.dtype, CTYPES[x.dtype]
+    (M, K), N = x.shape, x.shape[1] // 4
+    bias = add is not None
+    epi = ()
+    if bias:
+        sti, stj = broadcast_strides(add.shape, add._st, (M, N), "matmul_add")
+        epi = (add.data, add.offset, sti, stj)
+
+    def make():
+        defs = {"T": ct, "BIAS": int(bias), "ACT": 0, "SGD": 0, "LSTM_GRAD": 1,
+                "VT": f"{ct}{vw}", "VW": vw, "RM": rm, "VN": vn, **cell_defines(ct, w)}
+        src = (header(rt, (ct,), defs, what="lstm") + source("common") + CELL
+               + source("epilogue") + source("gemm"))
+        return kernels(rt, src, {"gemm_rb": _RB_ARGS + (_EPI_ARGS if bias else [])
+                                 + _GRAD_ARGS},
+                       name=f"gemm.cl lstm grad ({ct}, {(rm, vn, vw)}, {w}, {int(bias)})"
+                       ).gemm_rb
+    kernel = rt.cached(("gemm_lstm_grad", ct, rm, vn, vw, w, bias), make)
+    gcp = fresh(rt, (M, N), dt, (N, 1), M * N)
+    gx = fresh(rt, (M, K), dt, (K, 1), M * K)
+    out = fresh(rt, (M, N), dt, (N, 1), M * N)
+    rows = []
+    for a, cols in ((cp, N), (x, K), (gc, N), (gh, N)):
+        rows += [a.data, a.offset, a._st[0] if M > 1 else cols]
+    with rt.lock:
+        kernel(rt.queue, (1, M // rm, 1), _local(rt, M // rm), K,
+               gx.data, 0, K, 1, 0,
+               u.data, u.offset // vw, N // vw, vn, 0,
+               out.data, 0, N, 1, 0, *epi,
+               N, *rows, gcp.data, gx.data)
+    return gcp, gx, out
