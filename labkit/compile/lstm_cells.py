@@ -1,15 +1,17 @@
-"""An LSTM time step's product and cell as one launch (OpenCL programs).
+"""An LSTM time step's product and cell as one launch, and its gradient and the product of
+its gates' gradient with ``U`` as one launch (OpenCL programs).
 
 A compiled LSTM step runs, at every time step, ``x = h @ U + x_t`` (a product with the
-addition in its epilogue, passes.fold_add) and then the cell ``c, h = lstm(c_prev, x)``: two
-launches, with a gap of about 18 us of PoCL's work per command between them, 32 times a step.
-Here both are one node whose kernel computes the product and finishes the cell in its
-epilogue (backend/opencl/lstm_gemm.py), reading ``U`` with its columns regrouped so that a
-work-item holds all four gates of its units: that copy is made once per replay, after ``U``'s
-contiguous copy (passes.contiguous_weights). The gate pre-activations are still written (the
-cell's gradient reads them). Bit for bit the two launches (tested), so a compiled step stays
-the eager one. Where the arrays of a replay do not fit the kernel the node runs the product
-and the cell as before.
+addition in its epilogue, passes.fold_add) and then the cell ``c, h = lstm(c_prev, x)``; and
+backward the cell's gradient and then ``gx @ U`` (with the output's gradient added, where the
+loss reads every step): two launches each, with a gap of about 18 us of PoCL's work per
+command between them, 32 times a step each way. Here each pair is one node whose kernel does
+both (backend/opencl/lstm_gemm.py). Forward it reads ``U`` with its columns regrouped so that
+a work-item holds all four gates of its units: that copy is made once per replay, after
+``U``'s contiguous copy (passes.contiguous_weights). The gate pre-activations and the gates'
+gradient are still written (the gradient and the weights' products read them). Bit for bit
+the two launches (tested), so a compiled step stays the eager one. Where the arrays of a
+replay do not fit the kernel, the node runs the two as before.
 """
 
 from __future__ import annotations

@@ -1,19 +1,24 @@
-"""An LSTM step's product and its cell in one launch: ``x = h @ U + x_t`` and then
-``c, h = lstm(c_prev, x)`` (lk.compile, compile/lstm_cells.py).
+"""An LSTM step's product and its cell in one launch, ``x = h @ U + x_t`` and then
+``c, h = lstm(c_prev, x)``; and its gradient and the product of its gates' gradient with U in
+one launch, ``gc_prev, gx = lstm_grad(...)`` and then ``gx @ U`` (lk.compile,
+compile/lstm_cells.py).
 
-In a compiled LSTM step on a CPU device every time step was two launches, the product
-(``gemm_rb`` with the addition in its epilogue) and the cell (``lk_lstm``, about 16-24 us of
-device time), with PoCL's work per command between them. Here the product's work-items
-finish the cell: ``U``'s columns are regrouped (``interleave``) so that a work-item's four
-vectors of sums are the gates a, i, f, o of its ``W`` units (kernels_cl/gemm.cl, ``LSTM 1``).
-It writes the gate pre-activations where the product does (the cell's gradient reads them)
-and the new cell and output where ``lk_lstm`` does. 32 steps of (32, 128) @ (128, 512) and
-the cell took 2.24-2.96 ms as two launches each, 1.80-1.86 as one, on the 2-core machine's
-PoCL.
+In a compiled LSTM step on a CPU device every time step was two launches each way, with
+PoCL's work per command (a gap of about 18 us) between them. Forward, the product's
+work-items finish the cell: ``U``'s columns are regrouped (``interleave``) so that a
+work-item's four vectors of sums are the gates a, i, f, o of its ``W`` units
+(kernels_cl/gemm.cl, ``LSTM 1``); it writes the gate pre-activations where the product does
+(the cell's gradient reads them) and the new cell and output where ``lk_lstm`` does. 32 steps
+of (32, 128) @ (128, 512) and the cell took 2.24-2.96 ms as two launches each, 1.80-1.86 as
+one, on the 2-core machine's PoCL. Backward, a work-item first computes the cell's gradient
+of its rows (``lk_lstm_grad``'s statements, lstm.CELL_GRAD), then their product with ``U`` over
+all the columns (``LSTM_GRAD 1``): 2.30-2.73 ms for 32 steps as two launches, 2.16-2.21 as
+one.
 
 Bit for bit the two launches: any blocking of ``gemm_rb`` sums each element over K in order,
-the addition is the epilogue's, and the cell is ``lk_lstm``'s statements (lstm.CELL,
-contraction off) over vectors of its width (tested). :func:`plan` says where that holds.
+an addition is the epilogue's, and the cell and its gradient are ``lk_lstm``'s statements
+(contraction off) over vectors of its width (tested). :func:`plan` and :func:`plan_grad`
+say where that holds.
 """
 
 from __future__ import annotations
