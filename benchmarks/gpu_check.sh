@@ -71,13 +71,15 @@ if not devs or "nvidia" not in (devs[0][0].platform + devs[0][0].name).lower():
     sys.exit("gpu_check: cl:0 is not the NVIDIA GPU; the tests would not run on it")
 PY
 
-echo "== 3. backend and autograd tests on the GPU (cl) and the CPU =="
+echo "== 3. backend, autograd and some compile tests on the GPU (cl) and the CPU =="
 N=$(( $(nproc) > 8 ? 8 : $(nproc) ))
 XDIST=()
 "$PY" -c "import xdist" 2>/dev/null && XDIST=(-n "$N")
 timeout "${TEST_LIMIT:-600}" "$PY" -m pytest -q -o addopts="-ra" -p no:cacheprovider "${XDIST[@]}" \
     --timeout=300 --durations=5 \
-    tests/backend tests/autograd "$@" 2>&1 | tee "$LOGS/gpu-tests.log"
+    tests/backend tests/autograd tests/compile/test_sgd_products.py \
+    tests/compile/test_capture.py tests/compile/test_lstm_cells.py "$@" 2>&1 \
+    | tee "$LOGS/gpu-tests.log"
 RC=${PIPESTATUS[0]}
 
 echo "== 4. speed against PyTorch CUDA on the same GPU =="
