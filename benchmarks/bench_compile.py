@@ -89,9 +89,12 @@ def time_pair(work, dev, reps, calls):
     names = [f"lk {dev}", f"lk {dev} jit"]
     ready = [(n, c) for n, c in zip(names, calls) if c is not None]
     times: dict = {n: [] for n, _ in ready}
-    try:
-        for _ in range(ROUNDS):
-            for n, (f, args) in ready:
+    failed: set = set()
+    for _ in range(ROUNDS):
+        for n, (f, args) in ready:
+            if n in failed:
+                continue
+            try:
                 f(*args)  # NOTE: untimed, as in timeit
                 if sync:
                     sync()
@@ -101,10 +104,10 @@ def time_pair(work, dev, reps, calls):
                     if sync:
                         sync()
                     times[n].append(time.perf_counter() - t)
-    except Exception as e:  # noqa: BLE001
-        for n, _ in ready:
-            RESULTS[(work, n)].update(t=None, error=f"{type(e).__name__}: {e}")
-        return
+            except Exception as e:  # noqa: BLE001 - reported in the table; the other goes on
+                failed.add(n)
+                RESULTS[(work, n)].update(t=None, error=f"{type(e).__name__}: {e}")
+    ready = [(n, c) for n, c in ready if n not in failed]
     for n, (f, _) in ready:
         RESULTS[(work, n)]["t"] = statistics.median(times[n])
         st = getattr(f, "stats", None)

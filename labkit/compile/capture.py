@@ -259,7 +259,9 @@ def _generate(launches, metas, alias, shapes, rt, fn_obj, attr_in, forward, stat
     at batch 1 launches in 1-2). A launch the op made without opening the runtime's gate (a
     small elementwise one, ``Runtime.tick``) is held back as it was; any other takes
     ``rt.lock``, which opens it. (Holding every launch over at most ``HELD_MAX`` work-items,
-    GEMMs and the LSTM's cells included, made the compiled LSTM step 8% slower.)"""
+    GEMMs and the LSTM's cells included, made the compiled LSTM step 8% slower.) The op's
+    launches are not made under one lock: the scratch buffers it keeps (``run.keep``) are safe
+    because a compiled step runs one call at a time (its lock) on an in-order queue."""
     import pyopencl as cl
 
     def fallback(ins):

@@ -62,7 +62,7 @@ def lstm_cells(nodes, values, new_slot) -> tuple[list, int, int]:
             continue
         ug = grouped.get(u)
         regrouped = values[grouped[u][0]] if ug else lstm_gemm.interleave(values[u], w)
-        if lstm_gemm.plan(values[h], regrouped, values[xw], values[cp]) is None:
+        if lstm_gemm.plan(values[h], regrouped, values[xw], values[cp], values[u]) is None:
             continue
         if ug is None:
             s = new_slot()
@@ -95,7 +95,7 @@ def lstm_cells(nodes, values, new_slot) -> tuple[list, int, int]:
             continue
         more = prod.ins[1:]  # NOTE: U, and the addition's operand of a matmul_add
         if (any(s in changed for s in list(grad.ins) + more)
-                or any(made_by.get(s, -1) > k for s in more)
+                or any(made_by.get(s, -1) >= k for s in more)  # NOTE: not its own gcp
                 or not all(type(values.get(s)) is ndarray for s in list(grad.ins) + more)
                 or lstm_gemm.plan_grad(*(values[s] for s in list(grad.ins) + more)) is None):
             continue
@@ -161,9 +161,14 @@ class _ProductCell:
     def __call__(self, h, u, ug, xw, cp):
         from ..backend.opencl import lstm_gemm
 
-        planned = lstm_gemm.plan(h, ug, xw, cp)
+        planned = lstm_gemm.plan(h, ug, xw, cp, u)
         if planned is None:
             x = self.product.forward(h, u, xw)
-            return (x,) + tuple(self.cell.forward(cp, x))
-        self.cell.gates = None  # NOTE: as LSTM.forward's kernel path (its gradient recomputes)
-        return lstm_gemm.forward(h, ug, xw, cp, planned)
+            out = (x,) + tuple(self.cell.forward(cp, x))
+        else:
+            out = lstm_gemm.forward(h, ug, xw, cp, planned)
+        # NOTE: none kept, whichever way it ran: a replay of captured launches does not run
+        # this, and a cell's gradient without kept gates computes them again (a set kept by
+        # a call that ran the composed cell would be another call's at the next replay)
+        self.cell.gates = None
+        return out

@@ -57,6 +57,9 @@ from .schemes import (
     state_int,
 )
 
+#: the iteration mark of a stream a state was loaded into (``Stream.load_state_dict``)
+_LOADED = object()
+
 
 class Stream:
     """The interface of every stream and transformer."""
@@ -107,6 +110,12 @@ class Stream:
         self._new_epoch()
 
     def _superseded(self) -> DataError:
+        if self._iteration is _LOADED:
+            return DataError(
+                f"{type(self).__name__}: this iteration of the stream was closed when a state "
+                "was loaded into it (load_state_dict): it would read on from the loaded "
+                "position in another iteration's place. Start a new one (iter(stream), or a "
+                "for loop over it)")
         return DataError(
             f"{type(self).__name__}: this iteration of the stream was read on after another one "
             "had started (iter(stream), or a for loop over it, again): both would read from "
@@ -155,6 +164,11 @@ class Stream:
         except BaseException:
             self._load(before, where, before["epoch"], before["position"])
             raise
+        if _where is None:  # NOTE: loaded (not a stage loaded by its downstream's load)
+            s = self
+            while s is not None:
+                s._iteration = _LOADED  # NOTE: an iteration open now is closed
+                s = s.stream
 
     def _load(self, state, where, epoch, position):
         if self.indexed:

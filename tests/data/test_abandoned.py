@@ -148,3 +148,29 @@ def test_two_iterations_at_once_fail_clearly_and_the_newest_reads_on(name):
         got.extend(s)  # NOTE: after the epoch the iteration began, a new one a new epoch
     same_items(got, ref)
     s.close()
+
+
+@pytest.mark.parametrize("name", sorted(MAKERS))
+def test_a_state_loaded_closes_the_iteration_open_then(name):
+    """An iteration open when a state is loaded read on from the loaded position, or from
+    what its buffers held, depending on the stage (Unpack after 1 item gave item 3 where the
+    state said 1); it now fails, naming the load, and a new one reads from the state."""
+    from labkit.errors import DataError
+
+    ref = reference(name)
+    for k in (1, 3):
+        s = MAKERS[name]()
+        it = iter(s)
+        for _ in range(k):
+            next(it)
+        state = s.state_dict()
+        next(it)
+        next(it)
+        s.load_state_dict(state)
+        with pytest.raises(DataError, match="closed when a state was loaded"):
+            next(it)
+        got = []
+        while s.epoch < 2:
+            got.extend(s)
+        same_items(got, ref[k:])
+        s.close()

@@ -64,10 +64,12 @@ def interleave(u, w):
     return u.reshape(k, 4, h // w, w).transpose(0, 2, 1, 3).copy().reshape(k, n)
 
 
-def plan(h, b, xw, cp):
-    """The blocking for ``forward(h, b, xw, cp)`` (``b``: ``U`` interleaved), or None where
+def plan(h, b, xw, cp, u=None):
+    """The blocking for ``forward(h, b, xw, cp)`` (``b``: ``U`` interleaved, ``u``: ``U`` as
+    the product of the separate launches reads it, a transposed view say), or None where
     one launch would not be bit for bit the product, the addition and the cell as separate
-    launches: another path than the blocked kernel, a packed B, arrays it does not take.
+    launches: another path than the blocked kernel for ``b`` or for ``u`` (a small product
+    of a view runs as dot products over slices of K), a packed B, arrays it does not take.
     The cell's vectors are ``lk_lstm``'s (``W`` units a work-item), which must be the tuned
     blocking's vectors: a work-item's four vectors of sums are then the gates of its units
     (``interleave(U, W)``), for 4 rows (16 vectors); any blocking of ``gemm_rb`` sums each
@@ -82,7 +84,9 @@ def plan(h, b, xw, cp):
     H = N // 4
     if (N % 4 or not H or xw.shape != (M, N) or not b.is_contiguous or b._ro
             or M * N * K < _FAST_MIN_WORK or N < _MIN_COLS or not cell_fits(cp, xw)
-            or gemm_path(rt, dt, 1, M, N, K, h, b) != "gemm"):
+            or gemm_path(rt, dt, 1, M, N, K, h, b) != "gemm"
+            or (u is not None and (type(u) is not ndarray or u.shape != b.shape
+                                   or gemm_path(rt, dt, 1, M, N, K, h, u) != "gemm"))):
         return None
     vw = gemm_config(rt, CTYPES[dt], (M, N, K))[2]
     w = vector_width(rt, dt, H)
