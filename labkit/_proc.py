@@ -156,33 +156,54 @@ if hasattr(os, "register_at_fork"):
 
 class LockHeld(Exception):
     """Another process (or another open file of this one) holds the lock; ``holder``: the pid
-    it wrote, as text ("?" when unknown)."""
+    it wrote, as text ("?" when unknown); ``forked``: the pid is this process's, which does
+    not hold it: a process forked from it while it did holds the open file still."""
 
-    def __init__(self, holder: str):
+    def __init__(self, holder: str, forked: bool = False):
         super().__init__(holder)
-        self.holder = holder
+        self.holder, self.forked = holder, forked
+
+
+#: seconds ``hold_lock`` waits for a child forked while this process held the lock to close
+#: its copy of the open file (it does as it starts, ``_close_held_in_child``, unless it is
+#: not scheduled yet: a loop that forked a worker mid-run, run again at once on a busy
+#: machine, found its own claim held)
+FORKED_WAIT = 5.0
+
+
+def _held_here(path) -> bool:
+    """Whether this process holds the lock on ``path`` (through ``hold_lock``)."""
+    p = os.path.realpath(path)
+    return any(not f.closed and os.path.realpath(f.name) == p for f in list(_HELD))
 
 
 def hold_lock(path):
     """An OS lock (``flock``) on the file ``path``, taken without waiting: the open file,
     which holds it until ``let_go`` (or the process's end, killed or not; a child it forks
-    keeps no copy), with this process's pid written in it. ``LockHeld`` where another holds
+    keeps no copy: it closes it as it starts, and this waits up to ``FORKED_WAIT`` s for one
+    that has not yet), with this process's pid written in it. ``LockHeld`` where another holds
     it; ``OSError`` where none can be taken (the file cannot be made, a filesystem without
     locks: NFS ``nolock``, some Lustre); None on a system without ``flock`` (Windows: a second
     process is refused by liveness only)."""
     if fcntl is None:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
-    f = open(path, "a+")  # noqa: SIM115 - held until let_go
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        f.seek(0)
-        holder = f.read().strip()[:40] or "?"
-        f.close()
-        if e.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
-            raise LockHeld(holder) from None
-        raise
+    deadline = time.monotonic() + FORKED_WAIT
+    while True:
+        f = open(path, "a+")  # noqa: SIM115 - held until let_go
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError as e:
+            f.seek(0)
+            holder = f.read().strip()[:40] or "?"
+            f.close()
+            if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+                raise
+            forked = holder == str(os.getpid()) and not _held_here(path)
+            if not forked or time.monotonic() >= deadline:
+                raise LockHeld(holder, forked) from None
+            time.sleep(0.01)  # NOTE: a child forked while this process held it, not closed yet
     f.seek(0)
     f.truncate()
     f.write(str(os.getpid()))
