@@ -264,6 +264,8 @@ def _generate(launches, metas, alias, shapes, rt, fn_obj, attr_in, forward, stat
     because a compiled step runs one call at a time (its lock) on an in-order queue."""
     import pyopencl as cl
 
+    from ..backend.opencl.ndarray import fresh_fields
+
     def fallback(ins):
         stats["fallbacks"] += 1
         return forward(*ins)
@@ -294,9 +296,7 @@ def _generate(launches, metas, alias, shapes, rt, fn_obj, attr_in, forward, stat
     for j, (shape, dtype, st, size) in enumerate(shapes):
         env[f"OS{j}"], env[f"OD{j}"], env[f"OT{j}"] = shape, dtype, st
         lines += [f"    o{j} = NEW(ND)",
-                  f"    o{j}.rt, o{j}.shape, o{j}.dtype, o{j}.size, o{j}._st = "
-                  f"RT, OS{j}, OD{j}, {size}, OT{j}",
-                  f"    o{j}.offset, o{j}.base, o{j}._nbuf, o{j}._ro = 0, None, {size}, False",
+                  fresh_fields(f"o{j}", "RT", f"OS{j}", f"OD{j}", f"OT{j}", str(size)).rstrip(),
                   f"    o{j}.data = RT.allocate({size * dtype.itemsize})"]
     for k, (clone, gs, ls, sets, rated, held) in enumerate(launches):
         env[f"K{k}"], env[f"G{k}"], env[f"L{k}"] = clone, gs, ls

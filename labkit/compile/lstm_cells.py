@@ -94,12 +94,13 @@ def lstm_cells(nodes, values, new_slot) -> tuple[list, int, int]:
                 or prod.idx in referenced):
             continue
         more = prod.ins[1:]  # NOTE: U, and the addition's operand of a matmul_add
-        if (any(s in changed for s in list(grad.ins) + more)
+        reads = list(grad.ins) + more
+        if (any(s in changed for s in reads)
                 or any(made_by.get(s, -1) >= k for s in more)  # NOTE: not its own gcp
-                or not all(type(values.get(s)) is ndarray for s in list(grad.ins) + more)
-                or lstm_gemm.plan_grad(*(values[s] for s in list(grad.ins) + more)) is None):
+                or not all(type(values.get(s)) is ndarray for s in reads)
+                or lstm_gemm.plan_grad(*(values[s] for s in reads)) is None):
             continue
-        replace[k] = Node("host", _GradProduct(grad.fn, prod.fn), list(grad.ins) + more,
+        replace[k] = Node("host", _GradProduct(grad.fn, prod.fn), reads,
                           list(grad.outs) + list(prod.outs), "lstm_grad+matmul", grad.where,
                           ("host", "lstm_grad+matmul"), multi=True, idx=grad.idx)
         gone.add(i)

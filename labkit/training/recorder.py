@@ -178,11 +178,13 @@ class Recorder:
         try:
             self._claim = hold_lock(self.directory / CLAIM)
         except LockHeld as e:
-            who = ("a process forked from this one while it trained (it still holds the "
-                   "claim's open file: end it, or fork without the run's files open)"
-                   if e.forked else "another loop in this process"
-                   if e.holder == str(os.getpid()) else
-                   f"another process (pid {e.holder} on this machine)")
+            if e.forked:
+                who = ("a process forked from this one while it trained (it still holds the "
+                       "claim's open file: end it, or fork without the run's files open)")
+            elif e.holder == str(os.getpid()):
+                who = "another loop in this process"
+            else:
+                who = f"another process (pid {e.holder} on this machine)"
             raise RunBusyError(
                 f"run {self.run_id} is being trained by {who}; wait for it to end, or stop it "
                 f"(lk.runs.send({self.run_id!r}, 'stop')), then train it here") from None

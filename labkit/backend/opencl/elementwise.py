@@ -14,7 +14,7 @@ from string import Template
 import numpy as np
 
 from .context import HELD_MAX
-from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
+from .ndarray import CTYPES, IDX_NP, fresh_fields, index_ctype, ndarray
 from .program import header, kernels, source
 from .shapes import collapse_dims
 
@@ -317,9 +317,8 @@ def maker(plan, rt, shape: tuple, dtype: np.dtype, st: tuple, size: int):
     env.update(NEW=object.__new__, ND=ndarray, RT=rt, SHAPE=shape, DT=dtype, ST=st,
                SIZE=size, NB=size * dtype.itemsize)
     src = (f"def new(xs):\n{unpack}    o = NEW(ND)\n"
-           "    o.rt, o.shape, o.dtype, o.size, o._st = RT, SHAPE, DT, SIZE, ST\n"
-           "    o.offset, o.base, o._nbuf, o._ro = 0, None, SIZE, False\n"
-           f"    o.data = D = RT.allocate(NB)\n{call}    return o\n")
+           + fresh_fields("o", "RT", "SHAPE", "DT", "ST", "SIZE")
+           + f"    o.data = D = RT.allocate(NB)\n{call}    return o\n")
     exec(compile(src, f"<elementwise new {plan[0].function_name}>", "exec"), env)  # noqa: S102
     return env["new"]
 

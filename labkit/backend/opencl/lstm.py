@@ -113,7 +113,7 @@ def vector_width(rt, dt, h):
     return w if rt.info.is_cpu and h % w == 0 else 1
 
 
-def _rows(a, cols):
+def rows(a, cols):
     """(offset, row stride) of a 2-D array with contiguous columns, else None."""
     if not isinstance(a, ndarray) or a.ndim != 2 or a.shape[1] != cols:
         return None
@@ -129,10 +129,10 @@ def fits(c_prev, x, *more) -> bool:
         return False
     n, h4 = x.shape
     h = h4 // 4
-    if _rows(x, h4) is None:
+    if rows(x, h4) is None:
         return False
     for a in (c_prev,) + more:
-        if (_rows(a, h) is None or a.shape[0] != n or a.dtype != x.dtype or a.rt is not x.rt):
+        if (rows(a, h) is None or a.shape[0] != n or a.dtype != x.dtype or a.rt is not x.rt):
             return False
     return True
 
@@ -167,7 +167,7 @@ def forward(c_prev, x):
     k = _kernel(rt, CTYPES[x.dtype], idx, "lk_lstm", w)
     args = []
     for a, cols in ((c_prev, h), (x, h4)):
-        o, ld = _rows(a, cols)
+        o, ld = rows(a, cols)
         args += [a.data, o, ld]
     _launch(rt, k, n, h, args + [c.data, out.data], w)
     return c, out
@@ -185,7 +185,7 @@ def grad(c_prev, x, gc, gh):
     k = _kernel(rt, CTYPES[x.dtype], idx, "lk_lstm_grad", w)
     args = []
     for a, cols in ((c_prev, h), (x, h4), (gc, h), (gh, h)):
-        o, ld = _rows(a, cols)
+        o, ld = rows(a, cols)
         args += [a.data, o, ld]
     _launch(rt, k, n, h, args + [gcp.data, gx.data], w)
     return gcp, gx

@@ -32,6 +32,7 @@ from .gemm import path as gemm_path
 from .gemm_paths import _EPI_ARGS
 from .lstm import CELL, cell_defines, vector_width
 from .lstm import fits as cell_fits
+from .lstm import rows as cell_rows
 from .ndarray import CTYPES, fresh, ndarray
 from .program import header, kernels, source
 from .shapes import broadcast_strides
@@ -54,6 +55,22 @@ _CELL_STEP = r"""
 """
 
 _LSTM_ARGS = [np.int64, None, np.int64, np.int64, None, None]
+_GRAD_ARGS = [np.int64] + [None, np.int64, np.int64] * 4 + [None, None]
+
+
+def _kernel(rt, ct, cfg, w, flags, args):
+    """``gemm_rb`` of blocking ``cfg`` with the cell (``W`` = ``w`` units) and the build
+    macros ``flags`` (``LSTM`` or ``LSTM_GRAD``, ``BIAS``), taking ``args`` after its own."""
+    rm, vn, vw = cfg
+
+    def make():
+        defs = {"T": ct, "BIAS": 0, "ACT": 0, "SGD": 0, "VT": f"{ct}{vw}", "VW": vw, "RM": rm,
+                "VN": vn, **cell_defines(ct, w), **flags}
+        src = (header(rt, (ct,), defs, what="lstm") + source("common") + CELL + _CELL_STEP
+               + source("epilogue") + source("gemm"))
+        return kernels(rt, src, {"gemm_rb": _RB_ARGS + args},
+                       name=f"gemm.cl lstm ({ct}, {cfg}, {w}, {flags})").gemm_rb
+    return rt.cached(("gemm_lstm", ct, cfg, w, tuple(sorted(flags.items()))), make)
 
 
 def interleave(u, w):
@@ -104,30 +121,19 @@ def forward(h, b, xw, cp, planned):
     rt, dt, ct = h.rt, h.dtype, CTYPES[h.dtype]
     (M, K), N = h.shape, b.shape[1]
     H = N // 4
-
-    def make():
-        defs = {"T": ct, "BIAS": 1, "ACT": 0, "SGD": 0, "LSTM": 1, "VT": f"{ct}{vw}",
-                "VW": vw, "RM": rm, "VN": vn, **cell_defines(ct, w)}
-        src = (header(rt, (ct,), defs, what="lstm") + source("common") + CELL + _CELL_STEP
-               + source("epilogue") + source("gemm"))
-        return kernels(rt, src, {"gemm_rb": _RB_ARGS + _EPI_ARGS + _LSTM_ARGS},
-                       name=f"gemm.cl lstm ({ct}, {(rm, vn, vw)}, {w})").gemm_rb
-    kernel = rt.cached(("gemm_lstm", ct, rm, vn, vw, w), make)
+    kernel = _kernel(rt, ct, (rm, vn, vw), w, {"LSTM": 1, "BIAS": 1}, _EPI_ARGS + _LSTM_ARGS)
     x = fresh(rt, (M, N), dt, (N, 1), M * N)
     c = fresh(rt, (M, H), dt, (H, 1), M * H)
     out = fresh(rt, (M, H), dt, (H, 1), M * H)
-    cp_ld = cp._st[0] if M > 1 else H
+    cp_o, cp_ld = cell_rows(cp, H)
     with rt.lock:
         kernel(rt.queue, (N // (vn * vw), M // rm, 1), _local(rt, M // rm), K,
                h.data, h.offset, h._st[0], h._st[1], 0,
                b.data, b.offset // vw, N // vw, vn, 0,
                x.data, 0, N, 1, 0,
                xw.data, xw.offset, xw._st[0], xw._st[1],
-               H, cp.data, cp.offset, cp_ld, c.data, out.data)
+               H, cp.data, cp_o, cp_ld, c.data, out.data)
     return x, c, out
-
-
-_GRAD_ARGS = [np.int64] + [None, np.int64, np.int64] * 4 + [None, None]
 
 
 def plan_grad(cp, x, gc, gh, u, add=None):
@@ -172,23 +178,14 @@ def grad_product(cp, x, gc, gh, u, planned, add=None):
     if bias:
         sti, stj = broadcast_strides(add.shape, add._st, (M, N), "matmul_add")
         epi = (add.data, add.offset, sti, stj)
-
-    def make():
-        defs = {"T": ct, "BIAS": int(bias), "ACT": 0, "SGD": 0, "LSTM_GRAD": 1,
-                "VT": f"{ct}{vw}", "VW": vw, "RM": rm, "VN": vn, **cell_defines(ct, w)}
-        src = (header(rt, (ct,), defs, what="lstm") + source("common") + CELL
-               + source("epilogue") + source("gemm"))
-        return kernels(rt, src, {"gemm_rb": _RB_ARGS + (_EPI_ARGS if bias else [])
-                                 + _GRAD_ARGS},
-                       name=f"gemm.cl lstm grad ({ct}, {(rm, vn, vw)}, {w}, {int(bias)})"
-                       ).gemm_rb
-    kernel = rt.cached(("gemm_lstm_grad", ct, rm, vn, vw, w, bias), make)
+    kernel = _kernel(rt, ct, (rm, vn, vw), w, {"LSTM_GRAD": 1, "BIAS": int(bias)},
+                     (_EPI_ARGS if bias else []) + _GRAD_ARGS)
     gcp = fresh(rt, (M, N), dt, (N, 1), M * N)
     gx = fresh(rt, (M, K), dt, (K, 1), M * K)
     out = fresh(rt, (M, N), dt, (N, 1), M * N)
     rows = []
     for a, cols in ((cp, N), (x, K), (gc, N), (gh, N)):
-        rows += [a.data, a.offset, a._st[0] if M > 1 else cols]
+        rows += [a.data, *cell_rows(a, cols)]
     with rt.lock:
         kernel(rt.queue, (1, M // rm, 1), _local(rt, M // rm), K,
                gx.data, 0, K, 1, 0,

@@ -290,13 +290,22 @@ def check_writeable(a: ndarray, op: str) -> None:
 def fresh(rt: Runtime, shape: tuple, dtype: np.dtype, st: tuple, size: int) -> ndarray:
     """A new C-contiguous array, without ``ndarray.__init__``'s conversions: for a caller that
     made ``shape`` (ints), ``dtype`` (an np.dtype), ``st`` (its C strides) and ``size`` once
-    and reuses them (reductions, GEMM). NOTE: ``elementwise.maker`` sets the same fields in
-    its generated code (a call less per small op): a new field goes into both."""
+    and reuses them (reductions, GEMM). Code that generates its launches sets the same fields
+    (:func:`fresh_fields`: a call less per small op)."""
     a = object.__new__(ndarray)
     a.rt, a.shape, a.dtype, a.size, a._st = rt, shape, dtype, size, st
     a.offset, a.base, a._nbuf, a._ro = 0, None, size, False
     a.data = rt.allocate(size * dtype.itemsize)
     return a
+
+
+def fresh_fields(o: str, rt: str, shape: str, dtype: str, st: str, size: str) -> str:
+    """Two lines of generated Python (indented once) that set the fields :func:`fresh` sets
+    on the new ``object.__new__(ndarray)`` named ``o``, from the expressions ``rt`` ...
+    ``size`` (elementwise.maker, compile/capture.py); its ``data`` is the caller's to set."""
+    return (f"    {o}.rt, {o}.shape, {o}.dtype, {o}.size, {o}._st = "
+            f"{rt}, {shape}, {dtype}, {size}, {st}\n"
+            f"    {o}.offset, {o}.base, {o}._nbuf, {o}._ro = 0, None, {size}, False\n")
 
 
 def same_device(op: str, arrays) -> Runtime:
