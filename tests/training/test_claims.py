@@ -245,8 +245,8 @@ def test_run_is_refused_while_start_trains(store):
 
 def _child_holding(f, seconds):
     """A child of this process that keeps the open file of lock ``f`` (a copy of its
-    descriptor the at-fork handler does not know) for ``seconds``, as a child forked while
-    the lock was held does until it is first scheduled."""
+    descriptor the at-fork handler does not know) for ``seconds`` (or until killed), as a
+    child forked while the lock was held does until it is first scheduled."""
     import os
 
     fd = os.dup(f.fileno())
@@ -258,24 +258,45 @@ def _child_holding(f, seconds):
     return pid
 
 
-def test_a_lock_a_forked_child_has_not_closed_yet_is_waited_for(tmp_path):
+def test_a_lock_a_forked_child_has_not_closed_yet_is_waited_for(tmp_path, monkeypatch):
     """A loop that forked a worker mid-run and ran again at once found its own claim held
     ("another loop in this process", seen in a CI run): the child had not yet been scheduled
-    to close its copy. The lock is now waited for, a few seconds at most."""
+    to close its copy. The lock is now waited for, a few seconds at most. The child here
+    keeps its copy until the wait's first pause lets it go: no timing."""
     import os
+    import types
 
+    r, w = os.pipe()
     path = tmp_path / "claim.lock"
     f = _proc.hold_lock(path)
-    pid = _child_holding(f, 0.5)
+    fd = os.dup(f.fileno())
+    pid = os.fork()
+    if pid == 0:  # NOTE: holds the lock's open file until told
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0)
+    os.close(fd)
+    os.close(r)
+    pauses = []
+
+    def pause(seconds):  # NOTE: the lock was refused: the child lets it go, and is gone
+        if not pauses:
+            os.write(w, b"x")
+            os.waitpid(pid, 0)
+        pauses.append(seconds)
+    monkeypatch.setattr(_proc, "time", types.SimpleNamespace(monotonic=time.monotonic,
+                                                             sleep=pause))
     try:
         _proc.let_go(f)
-        t0 = time.monotonic()
         g = _proc.hold_lock(path)
-        assert time.monotonic() - t0 >= 0.3  # NOTE: taken once the child let it go
+        assert len(pauses) == 1  # NOTE: refused once, then taken
         assert path.read_text() == str(os.getpid())
         _proc.let_go(g)
     finally:
-        os.waitpid(pid, 0)
+        os.close(w)
+        if not pauses:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
 
 
 def test_a_forked_child_keeping_the_lock_is_named(tmp_path, monkeypatch, store):
