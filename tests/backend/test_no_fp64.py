@@ -77,6 +77,7 @@ def test_a_derived_device_shares_binaries_and_tunings_with_its_hardware(monkeypa
     # the same source on the same hardware is the same binary: a derived device loads the one
     # its base built from the disk cache (and reads its GEMM tunings) instead of building again
     monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(program, "POCL", "another platform")  # its binary stored at once
     base = cp.runtime(0)
     derived = cp.runtime(context.derive_device(0, fp64=False, label="no fp64, shares"))
     assert derived.info.hardware == base.info.hardware != ""
