@@ -605,6 +605,8 @@ def targets():
                        t(k, "lk cl jit"), t(k, "lk cl"), 0.5, "ms"))
     checks += [("cpu: compiled mlp 1 <= PyTorch (lk cpu jit / PyTorch)",
                 t("mlp 1", "lk cpu jit"), t("mlp 1", "PyTorch"), 1.0, "ms"),
+               ("cpu: eager lstm <= 2x NumPy (lk cpu / NumPy)",
+                t("lstm", "lk cpu"), t("lstm", "NumPy"), 2.0, "ms"),
                ("cpu: compiled lstm <= NumPy (lk cpu jit / NumPy)",
                 t("lstm", "lk cpu jit"), t("lstm", "NumPy"), 1.0, "ms"),
                ("cpu: compiled mlp 256 <= 1.03x NumPy (lk cpu jit / NumPy)",

@@ -92,6 +92,18 @@ __kernel void gemm_rb(const int K,
     return;
 #endif
     __global T* c = C + c_o + bz * scb + (long)ib * RM * scm + (long)jv * VN * VW * scn;
+#if SGD && !BIAS && !ACT
+    if (w_sj == 1) {  // a weight gradient's update on rows of W: whole vectors, as EPI_SGD
+#pragma OPENCL FP_CONTRACT OFF
+        __global T* w = W + w_o + (long)ib * RM * w_si + (long)jv * VN * VW;
+        for (int r = 0; r < RM; ++r)
+            for (int v = 0; v < VN; ++v) {
+                const VT d = acc[r][v] * lr;
+                CAT(vstore, VW)(CAT(vload, VW)(0, w + r * w_si + v * VW) - d, 0,
+                                w + r * w_si + v * VW);
+            }
+    } else
+#endif
 #if BIAS || ACT || SGD
     for (int r = 0; r < RM; ++r)
         for (int v = 0; v < VN; ++v) {
@@ -133,3 +145,48 @@ __kernel void gemm_gen(const int M, const int N, const int K, const int i0, cons
     EPI(acc, i0 + i, j0 + j);
     C[c_o + bz * scb + (long)(i0 + i) * scm + (long)(j0 + j) * scn] = acc;
 }
+
+#ifdef OT
+// gemm_outer: C = A @ B with K = 1 (a weight gradient at batch 1: the outer product of two
+// vectors, memory-bound). A work-item computes OW columns of one row: with OW > 1 as a vector
+// of type OT, B's row, C's rows and W's rows (the SGD epilogue's weight) being contiguous and
+// OW-aligned, the columns past the last whole vector element by element; with OW = 1 (OT = T)
+// one element, through any strides. Each element is `0 + a * b` as gemm_rb and gemm_gen
+// compute it (so -0 becomes 0 alike).
+__kernel void gemm_outer(const int N,
+                         __global const T* A, const long a_o, const long sam, const long sab,
+                         __global const T* B, const long b_o, const long sbn, const long sbb,
+                         __global T* C, const long c_o, const long scm, const long scn,
+                         const long scb EPI_SGD_ARGS)
+{
+    const long j = (long)get_global_id(0) * OW;
+    const long i = get_global_id(1);
+    const long bz = get_global_id(2);
+    const T av = A[a_o + bz * sab + i * sam];
+    __global const T* b = B + b_o + bz * sbb;
+    __global T* c = C + c_o + bz * scb + i * scm;
+#if OW > 1
+    if (j + OW <= N) {
+        OT acc = (OT)(0);
+        acc += av * *(__global const OT*)(b + j);
+#if SGD
+        {
+#pragma OPENCL FP_CONTRACT OFF
+            __global OT* w = (__global OT*)(W + w_o + i * w_si + j);
+            const OT d = acc * lr;
+            *w = *w - d;
+        }
+#endif
+        *(__global OT*)(c + j) = acc;
+        return;
+    }
+#endif
+    for (long jj = j; jj < min(j + OW, (long)N); ++jj) {
+        T acc = 0;
+        acc += av * b[jj * sbn];
+        EPI_SGD(acc, i, jj);
+        c[jj * scn] = acc;
+    }
+}
+#endif
+
