@@ -93,14 +93,16 @@ __kernel void gemm_rb(const int K,
 #endif
     __global T* c = C + c_o + bz * scb + (long)ib * RM * scm + (long)jv * VN * VW * scn;
 #if SGD && !BIAS && !ACT
-    if (w_sj == 1) {  // a weight gradient's update on rows of W: whole vectors, as EPI_SGD
+    if (w_sj == 1 && (w_o | w_si) % VW == 0) {
+        // a weight gradient's update on aligned rows of W: whole vectors, as EPI_SGD computes
+        // each element (vector pointers: vloadN is a call in PoCL's build)
 #pragma OPENCL FP_CONTRACT OFF
         __global T* w = W + w_o + (long)ib * RM * w_si + (long)jv * VN * VW;
         for (int r = 0; r < RM; ++r)
             for (int v = 0; v < VN; ++v) {
+                __global VT* wv = (__global VT*)(w + r * w_si + v * VW);
                 const VT d = acc[r][v] * lr;
-                CAT(vstore, VW)(CAT(vload, VW)(0, w + r * w_si + v * VW) - d, 0,
-                                w + r * w_si + v * VW);
+                *wv = *wv - d;
             }
     } else
 #endif
@@ -111,7 +113,12 @@ __kernel void gemm_rb(const int K,
             for (int i = 0; i < VW; ++i) EPI(p[i], ib * RM + r, jv * VN * VW + v * VW + i);
         }
 #endif
-    if (scn == 1) {
+    if (scn == 1 && (c_o | scm) % VW == 0) {  // NOTE: vector pointers (vstoreN is a call)
+#pragma unroll
+        for (int r = 0; r < RM; ++r)
+#pragma unroll
+            for (int v = 0; v < VN; ++v) *(__global VT*)(c + r * scm + v * VW) = acc[r][v];
+    } else if (scn == 1) {
 #pragma unroll
         for (int r = 0; r < RM; ++r)
 #pragma unroll
