@@ -54,19 +54,66 @@ def test_on_pocl_a_binary_is_stored_at_the_second_build(tmp_path, monkeypatch):
     assert [p.suffix for p in kdir.iterdir()] == [".built"]
     _build_in_a_new_process(tmp_path, src)
     assert sorted(p.suffix for p in kdir.iterdir()) == [".bin", ".built"]
-    binary = next(kdir.glob("*.bin")).read_bytes()
+    binary = program._unsealed(next(kdir.glob("*.bin")).read_bytes())
     assert binary and cl.Program(rt.context, [rt.cl_device], [binary]).build().k is not None
     before = next(kdir.glob("*.bin")).stat().st_mtime_ns
     _build_in_a_new_process(tmp_path, src)  # loads it: nothing written
     assert next(kdir.glob("*.bin")).stat().st_mtime_ns == before
 
 
+_RUN = ("import numpy as np, pyopencl as cl\n"
+        "from labkit.backend.opencl import runtime\n"
+        "from labkit.backend.opencl.program import build\n"
+        "rt = runtime(0)\n"
+        "x = np.ones(4, np.float32)\n"
+        "b = cl.Buffer(rt.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, "
+        "hostbuf=x)\n"
+        "build(rt, {src!r}).k(rt.queue, (4,), None, b)\n"
+        "cl.enqueue_copy(rt.queue, x, b)\n"
+        "print(x.tolist())\n")
+
+
+@pytest.mark.parametrize("damage", ["cut short", "a byte changed", "empty", "unsealed"])
+def test_a_damaged_binary_is_built_again_from_source(tmp_path, monkeypatch, damage):
+    """PoCL crashed the process (a segmentation fault) on a stored binary cut in half: each
+    binary is sealed with its SHA-256, and one that is not whole is built again from source
+    (in a fresh process here: a crash fails the test, not the test run)."""
+    from labkit.backend.opencl import program
+
+    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(program, "POCL", "another platform")  # its binary stored at once
+    src = SRC % "4.5f"
+    rt = runtime(0)
+    rt.kernels.pop(program._key(rt, src, ""), None)  # NOTE: built by an earlier case
+    build(rt, src)
+    (path,) = (tmp_path / "kernels").glob("*.bin")
+    data = path.read_bytes()
+    assert data.startswith(program.SEAL)
+    n = len(program.SEAL) + 32
+    path.write_bytes({"cut short": data[:len(data) // 2],
+                      "a byte changed": data[:n + 100] + bytes([data[n + 100] ^ 1])
+                      + data[n + 101:],
+                      "empty": b"",
+                      "unsealed": data[n:]}[damage])
+    for _ in range(2):  # NOTE: on PoCL the second process stores the binary again
+        out = subprocess.run([sys.executable, "-c", _RUN.format(src=src)], capture_output=True,
+                             text=True, env={**os.environ, "LABKIT_CACHE_DIR": str(tmp_path)})
+        assert out.returncode == 0 and out.stdout.strip() == "[4.5, 4.5, 4.5, 4.5]", out.stderr
+    assert path.read_bytes().startswith(program.SEAL)
+    assert program._unsealed(path.read_bytes()) is not None
+
+
 @pytest.mark.parametrize("off", ["0", "off"])
 def test_disk_cache_can_be_disabled(tmp_path, monkeypatch, off):
     monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("LABKIT_KERNEL_CACHE", off)
-    build(runtime(0), SRC % {"0": "5.0f", "off": "5.5f"}[off])  # a source not built before
-    assert not list(tmp_path.glob("**/*.bin"))
+    from labkit.backend.opencl import program
+
+    rt, src = runtime(0), SRC % {"0": "5.0f", "off": "5.5f"}[off]  # not built before
+    for _ in range(2):  # NOTE: on PoCL the binary is stored at a program's second build
+        build(rt, src)
+        rt.kernels.pop(program._key(rt, src, ""))
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
 
 
 def test_binaries_are_written_atomically(tmp_path, monkeypatch):

@@ -81,19 +81,40 @@ def _build(rt: Runtime, src: str, options: str, name: str, key: str):
     prg = None
     if use_disk and path.is_file():
         try:
-            prg = cl.Program(rt.context, [rt.cl_device], [path.read_bytes()]).build(
-                options=options)
+            binary = _unsealed(path.read_bytes())
+            if binary is not None:
+                prg = cl.Program(rt.context, [rt.cl_device], [binary]).build(options=options)
         except (cl.Error, OSError):
-            prg = None  # a stale or damaged binary: rebuild from source below
+            prg = None  # a stale binary: rebuilt from source below
     if prg is None:
         prg = _build_source(rt, src, options, name)
         if use_disk:
             seen = path.with_suffix(".built")
             if rt.info.platform != POCL or seen.is_file():
-                _store(path, prg.get_info(cl.program_info.BINARIES)[0])
+                _store(path, _sealed(prg.get_info(cl.program_info.BINARIES)[0]))
             else:
                 _store(seen, b"")
     return prg
+
+
+#: a stored binary is ``SEAL``, the SHA-256 of the driver's binary, then the binary. PoCL
+#: crashes the process (a segmentation fault) on a binary cut short, so a damaged file (a
+#: copy that stopped, a disk error) is found here and built again from source; a file of an
+#: older labkit (no seal) is built again once
+SEAL = b"labkit OpenCL binary 1\n"
+
+
+def _sealed(binary: bytes) -> bytes:
+    return SEAL + hashlib.sha256(binary).digest() + binary
+
+
+def _unsealed(data: bytes) -> bytes | None:
+    """The driver's binary in a stored file, or None where the file is not whole."""
+    n = len(SEAL) + 32
+    if not data.startswith(SEAL) or len(data) <= n:
+        return None
+    binary = data[n:]
+    return binary if hashlib.sha256(binary).digest() == data[len(SEAL):n] else None
 
 
 #: PoCL's platform name. PoCL keeps built programs in a cache of its own, but reading a
