@@ -113,7 +113,7 @@ __kernel void gemm_rb(const int K,
             for (int i = 0; i < VW; ++i) EPI(p[i], ib * RM + r, jv * VN * VW + v * VW + i);
         }
 #endif
-    if (scn == 1 && (c_o | scm) % VW == 0) {  // NOTE: vector pointers (vstoreN is a call)
+    if (scn == 1 && (c_o | scm | scb) % VW == 0) {  // NOTE: vector pointers (vstoreN: a call)
 #pragma unroll
         for (int r = 0; r < RM; ++r)
 #pragma unroll

@@ -121,3 +121,37 @@ def test_the_sgd_epilogue_updates_as_the_optimizer_does(monkeypatch, M, N, dt):
     want = _reference(gz, x)
     _same_bits(g.get(), want)
     _same_bits(w.get(), w0 - want * lr)  # NOTE: two roundings, as SGD's update
+
+
+class _AsGPU:
+    """This device's runtime, described as a GPU: gemm_outer then takes a GPU's vector widths
+    (4 floats, 2 doubles), which CI has no GPU to run."""
+
+    def __init__(self, rt):
+        import dataclasses
+
+        self._rt, self.info = rt, dataclasses.replace(rt.info, type="GPU")
+
+    def __getattr__(self, name):
+        return getattr(self._rt, name)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("M,N,b_offset", [(7, 13, 0), (9, 32, 0), (9, 30, 2), (6, 31, 1)])
+def test_a_gpus_vector_widths_give_the_same_bits(M, N, b_offset, dt):
+    a, b = _vectors(M, N + b_offset, dt, seed=7)
+    a, b = np.nan_to_num(a), np.nan_to_num(b, posinf=2.0, neginf=-2.0)
+    A = cp.asarray(a.reshape(M, 1))
+    B = cp.asarray(b)[b_offset:].reshape(1, N)
+    C = cp.asarray(np.zeros((M, N), dt))
+    w0 = np.random.default_rng(8).standard_normal((M, N)).astype(dt)
+    W = cp.asarray(w0)
+    lr = dt(0.37)
+    rt = _AsGPU(A.rt)
+    assert not rt.info.is_cpu
+    assert gemm._outer(rt, gemm.CTYPES[np.dtype(dt)], 1, M, N, (A, A.offset, 1, 1, 0),
+                       (B, B.offset, N, 1, 0), (C, 0, N, 1, M * N),
+                       (None, 0, 0, 0, 0, (W, 0, N, 1, lr)))
+    want = _reference(a, b[b_offset:])
+    _same_bits(C.get(), want)
+    _same_bits(W.get(), w0 - want * lr)

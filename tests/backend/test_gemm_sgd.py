@@ -70,3 +70,30 @@ def test_refused_where_the_epilogue_cannot_be_sure():
     assert matmul_sgd(row, wt, out, 0.1) is None
     assert np.array_equal(out.get(), np.ones((1, 512), np.float32))
     assert np.array_equal(w.get(), np.ones((64, 48), np.float32))
+
+
+@pytest.mark.parametrize("M,N,K", [(512, 784, 32), (64, 200, 8), (512, 784, 1), (10, 50, 1)])
+@pytest.mark.parametrize("w_offset", [0, 5, 16])
+def test_a_weight_at_any_offset_is_updated_as_the_optimizer_does(M, N, K, w_offset):
+    """The blocked kernel and gemm_outer update whole vectors of W where its rows are aligned
+    (offset and row stride multiples of the vector width), element by element otherwise:
+    the same bits either way. W here is a contiguous view into a larger buffer."""
+    rng = np.random.default_rng(M + K + w_offset)
+    gz = rng.standard_normal((K, M)).astype(np.float32)
+    x = rng.standard_normal((K, N)).astype(np.float32)
+    w0 = rng.standard_normal((M, N)).astype(np.float32)
+    big = cp.asarray(np.concatenate([np.full(w_offset, 7, np.float32), w0.ravel(),
+                                     np.full(3, 7, np.float32)]))
+    w2 = big[w_offset:w_offset + M * N].reshape(M, N)
+    assert w2.offset == w_offset and w2.is_contiguous
+    w1 = cp.asarray(w0)
+    a, b = cp.asarray(gz).T, cp.asarray(x)
+    lr = 0.0123
+    g1 = cp.matmul(a, b)
+    _update(np.float32)(w1, g1, lr)
+    g2 = matmul_sgd(a, b, w2, lr)
+    assert g2 is not None
+    assert g1.get().tobytes() == g2.get().tobytes()
+    assert w1.get().tobytes() == w2.get().tobytes()
+    rest = big.get()
+    assert (rest[:w_offset] == 7).all() and (rest[w_offset + M * N:] == 7).all()

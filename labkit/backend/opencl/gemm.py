@@ -30,14 +30,18 @@ from .gemm_paths import (
     _DOT_SMALL_WORK,
     _EPI_ARGS,
     _GEMV_MIN_K,
+    _SGD_ARGS,
     _TRANSPOSE_MIN,
     _dot_program,
+    _epi_args,
     _epi_defs,
     _finish,
     _gemm_dot,
     _gemv,
     _gemv_ok,
+    _outer,
     _pack_panels,
+    _sgd,
     _transpose_rows,
 )
 from .ndarray import CTYPES, fresh, ndarray, same_device
@@ -98,28 +102,6 @@ def _program(rt, ct, cfg=None, bias=False, act=0, sgd=False):
     src = header(rt, (ct,), defs, what="matmul") + source("epilogue") + source("gemm")
     return kernels(rt, src, signatures, name=f"gemm.cl ({ct}, {cfg}, bias {int(bias)}, "
                                              f"act {act}, sgd {int(sgd)})")
-
-
-#: the SGD epilogue's arguments: the parameter, its offset and strides, the learning rate
-_SGD_ARGS = {"float": [None, np.int64, np.int64, np.int64, np.float32],
-             "double": [None, np.int64, np.int64, np.int64, np.float64]}
-
-
-def _sgd(epi) -> bool:
-    return epi is not None and len(epi) > 5 and epi[5] is not None
-
-
-def _epi_args(epi, i0=0, j0=0):
-    """The epilogue's kernel arguments for the block whose first element is (i0, j0)."""
-    if epi is None:
-        return ()
-    bias, off, si, sj = epi[:4]
-    out = () if bias is None else (bias.data, off + i0 * si + j0 * sj, si, sj)
-    if _sgd(epi):  # NOTE: a rate of the weight's type passed as it is (compile/sgd.py finds it)
-        w, w_o, w_si, w_sj, lr = epi[5]
-        lr = lr if type(lr) is w.dtype.type else w.dtype.type(lr)
-        out += (w.data, w_o + i0 * w_si + j0 * w_sj, w_si, w_sj, lr)
-    return out
 
 
 def _tuning_file():
@@ -346,39 +328,6 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None, epi=None, swapped=False):
         prg.gemm_gen(q, (-(-n // 8) * 8, -(-M // 4) * 4, nb), None, M, n, K, 0, done_n,
                      a.data, a_o, sam, sak, sab, b.data, b_o, sbk, sbn, sbb,
                      c.data, c_o, scm, scn, scb, *_epi_args(epi))
-
-
-_OUTER_ARGS = ([np.int32] + [None] + [np.int64] * 3 + [None] + [np.int64] * 3 + [None]
-               + [np.int64] * 4)
-
-
-def _outer(rt, ct, nb, M, N, A, B, C, epi) -> bool:
-    """C = A @ B for K = 1 (a weight gradient at batch 1) as ``gemm_outer``, with no epilogue
-    or the SGD update (False, for the other kernels, with a bias or relu): a vector of a row of
-    C per work-item where the rows allow whole vectors, else an element. The blocked kernel ran
-    these at a fifth of memory speed: an MLP step's (512, 1) @ (1, 784) with its SGD update
-    took 390-930 us on PoCL, 160 us now (66 us without the update, 145 element by element)."""
-    if ct not in ("float", "double"):
-        return False
-    sgd = _sgd(epi)
-    if epi is not None and (epi[0] is not None or epi[4] or not sgd):
-        return False
-    a, a_o, sam, _, sab = A
-    b, b_o, _, sbn, sbb = B
-    c, c_o, scm, scn, scb = C
-    ow = (16 if ct == "float" else 8) if rt.info.is_cpu else (4 if ct == "float" else 2)
-    whole = [b_o, sbb, c_o, scm, scb] + ([epi[5][1], epi[5][2]] if sgd else [])
-    if sbn != 1 or scn != 1 or (sgd and epi[5][3] != 1) or any(x % ow for x in whole):
-        ow = 1  # NOTE: PoCL makes vectors of neighbouring work-items where it can
-    defs = {"T": ct, "BIAS": 0, "ACT": 0, "SGD": int(sgd), "OT": f"{ct}{ow}" if ow > 1 else ct,
-            "OW": ow}
-    src = header(rt, (ct,), defs, what="matmul") + source("epilogue") + source("gemm")
-    prg = kernels(rt, src, {"gemm_outer": _OUTER_ARGS + (_SGD_ARGS[ct] if sgd else [])},
-                  name=f"gemm.cl outer ({ct}, width {ow}, sgd {int(sgd)})")
-    with rt.lock:
-        prg.gemm_outer(rt.queue, (-(-N // ow), M, nb), None, N, a.data, a_o, sam, sab,
-                       b.data, b_o, sbn, sbb, c.data, c_o, scm, scn, scb, *_epi_args(epi))
-    return True
 
 
 def _panels(rt, dt, nb, M, K, ncols, B, panel, vw):
