@@ -71,12 +71,23 @@ def test_where_the_kernel_does_not_fit_the_plan_says_so(rng, monkeypatch):
     assert lstm_gemm.plan(h2, ut2.copy(), xw2, c2) is None
 
 
-def test_regrouped_columns_hold_each_units_gates_in_turn(rng):
-    u = rng.standard_normal((3, 4 * 32)).astype(np.float32)
-    got = lstm_gemm.interleave(cp.asarray(u), 16).get()
-    want = u.reshape(3, 4, 2, 16).transpose(0, 2, 1, 3).reshape(3, 128)
-    np.testing.assert_array_equal(got, want)
-    assert got[0, 16] == u[0, 32] and got[0, 64] == u[0, 16]  # NOTE: unit 0's i; unit 16's a
+@pytest.mark.parametrize("layout", ["contiguous", "offset 16", "offset 3", "view"])
+@pytest.mark.parametrize("dtype,w", [(np.float32, 16), (np.float32, 4), (np.float64, 8)])
+def test_regrouped_columns_hold_each_units_gates_in_turn(rng, layout, dtype, w):
+    """A vector a work-item where U is contiguous with rows of whole vectors, the elementwise
+    copy of the regrouped view otherwise: each unit's gates in turn, both ways."""
+    H = 2 * w
+    u = rng.standard_normal((3, 4 * H)).astype(dtype)
+    if layout == "view":
+        d = cp.asarray(u.T.copy()).T
+    else:
+        skip = {"contiguous": 0, "offset 16": 16, "offset 3": 3}[layout]
+        flat = cp.asarray(np.concatenate([np.zeros(skip, dtype), u.ravel()]))
+        d = flat[skip:].reshape(3, 4 * H)
+    got = lstm_gemm.interleave(d, w).get()
+    want = u.reshape(3, 4, H // w, w).transpose(0, 2, 1, 3).reshape(3, 4 * H)
+    assert got.tobytes() == want.tobytes()
+    assert got[0, w] == u[0, H] and got[0, 4 * w] == u[0, w]  # NOTE: unit 0's i; unit w's a
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

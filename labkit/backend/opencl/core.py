@@ -533,9 +533,22 @@ def clip(a, a_min=None, a_max=None, out=None):
 
 
 def copy(a) -> ndarray:
+    if (a.ndim == 2 and a._st[0] == 1 and a._st[1] > 0 and min(a.shape) > 1
+            and a.size >= TRANSPOSED_MIN and a.dtype.kind in "fiu"):
+        # NOTE: a transposed matrix (U.T): tiles read along its columns, written along rows.
+        # The elementwise copy gathers every element across a row: 95 against 32 us for a
+        # (128, 512) U.T, 327 against 150 us for (512, 784)
+        from .gemm_paths import _transpose_rows
+
+        (K, N), sbn = a.shape, a._st[1]
+        return _transpose_rows(a.rt, a.dtype, 1, K, N, (a, a.offset, 1, sbn, 0))[0].reshape(K, N)
     out = ndarray(a.rt, a.shape, a.dtype)
     ct = CTYPES[a.dtype]
     return launch("copy", "v0", out, [a], (ct,))
+
+
+#: elements from which a transposed matrix is copied by tiles (``copy``)
+TRANSPOSED_MIN = 1024
 
 
 def astype(a, dt) -> ndarray:

@@ -251,7 +251,11 @@ __kernel void lk_concat(const IDX row_len, __global T* out, const IDX out_o${par
     src += r * n;
     __global T* dst = out + out_o + r * row_len + col;
     IDX k = 0;
-    for (; k + W <= n; k += W) vstore${w}(vload${w}(0, src + k), 0, dst + k);
+    if ((((size_t)src | (size_t)dst) % (W * sizeof(T))) == 0)  // NOTE: vloadN is a call
+        for (; k + W <= n; k += W)
+            *(__global ${ct}${w}*)(dst + k) = *(__global const ${ct}${w}*)(src + k);
+    else
+        for (; k + W <= n; k += W) vstore${w}(vload${w}(0, src + k), 0, dst + k);
     for (; k < n; ++k) dst[k] = src[k];
 }
 """
@@ -293,7 +297,7 @@ def _concat_pieces(out, arrays, axis):
             cases += (f"\n    default: src = s{k - 1} + o{k - 1}; n = n{k - 1}; "
                       f"col = c{k - 1}; break;")
             src = header(rt, (ct,), {"T": ct, "IDX": idx, "W": w}, what="concatenate") + \
-                Template(_CONCAT_SRC).substitute(params=params, cases=cases, w=w)
+                Template(_CONCAT_SRC).substitute(params=params, cases=cases, w=w, ct=ct)
             return kernels(rt, src, {"lk_concat": [it, None, it] + [None, it, it, it] * k},
                            name="indexing:lk_concat").lk_concat
         kernel = rt.cached(("concat_pieces", ct, idx, k), make)

@@ -73,12 +73,42 @@ def _kernel(rt, ct, cfg, w, flags, args):
     return rt.cached(("gemm_lstm", ct, cfg, w, tuple(sorted(flags.items()))), make)
 
 
+_INTERLEAVE_SRC = """
+__kernel void lk_interleave(const long h, __global const T* u, const long u_o,
+                            __global T* out)
+{
+    // vector v of row k of the result is vector j of gate g in u's row: v = 4 j + g
+    const long v = get_global_id(0), k = get_global_id(1), n = 4 * h;
+    *(__global VT*)(out + k * n + v * W) =
+        *(__global const VT*)(u + u_o + k * n + (v % 4) * h + (v / 4) * W);
+}
+"""
+
+
 def interleave(u, w):
     """``U`` (K, 4H) with its columns regrouped ``w`` units at a time: the gates a, i, f, o of
-    units ``j .. j + w - 1`` in turn (a new contiguous array)."""
+    units ``j .. j + w - 1`` in turn (a new contiguous array). A contiguous ``U`` whose rows
+    are vectors of ``w`` moves a vector per work-item: the elementwise copy of the 4-D view
+    took 300 us of an LSTM step's 8 ms (a (128, 512) U on PoCL), this about 20."""
     k, n = u.shape
     h = n // 4
-    return u.reshape(k, 4, h // w, w).transpose(0, 2, 1, 3).copy().reshape(k, n)
+    ct = CTYPES.get(u.dtype)
+    if not (type(u) is ndarray and u.is_contiguous and w in (2, 4, 8, 16) and h % w == 0
+            and u.offset % w == 0 and ct in ("float", "double")):
+        return u.reshape(k, 4, h // w, w).transpose(0, 2, 1, 3).copy().reshape(k, n)
+    rt = u.rt
+
+    def make():
+        src = header(rt, (ct,), {"T": ct, "VT": f"{ct}{w}", "W": w}, what="lstm") \
+            + _INTERLEAVE_SRC
+        return kernels(rt, src, {"lk_interleave": [np.int64, None, np.int64, None]},
+                       name=f"interleave ({ct}, {w})").lk_interleave
+    kernel = rt.cached(("lstm_interleave", ct, w), make)
+    out = ndarray(rt, (k, n), u.dtype)
+    if out.size:
+        with rt.lock:
+            kernel(rt.queue, (n // w, k), None, h, u.data, u.offset, out.data)
+    return out
 
 
 def plan(h, b, xw, cp, u=None):
