@@ -349,3 +349,23 @@ def test_edges_run_blocked_and_match_numpy(m, k, n, layout, rng, monkeypatch):
     # past the last whole vector (before: up to a panel's width, or every element)
     left = sum(gs[0] * gs[1] for gs in gen)
     assert left <= 8 * (-(-max(m, n) // 4) * 4), (gen, left)
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 512, 784), (32, 10, 512), (4, 9, 2000)])
+@pytest.mark.parametrize("skip", [16, 3])
+def test_dot_products_aligned_or_not_give_the_same_bits(M, N, K, skip):
+    """The dot-product path reads rows through vector pointers where they all start on a
+    vector's alignment and through vloadN where not: the same sums in the same order."""
+    from labkit.backend.opencl.gemm import path
+
+    rng = np.random.default_rng(M + K)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    A0, W0 = cp.asarray(a), cp.asarray(w)
+    flat = cp.asarray(np.concatenate([np.zeros(skip, np.float32), a.ravel()]))
+    A1 = flat[skip:].reshape(M, K)
+    assert path(A0.rt, A0.dtype, 1, M, N, K, A1, W0.T) == "dot"
+    want = cp.matmul(A0, W0.T).get()
+    got = cp.matmul(A1, W0.T).get()
+    assert got.tobytes() == want.tobytes()
+    np.testing.assert_allclose(got, a @ w.T, rtol=1e-4, atol=1e-4)
