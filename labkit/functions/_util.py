@@ -48,7 +48,7 @@ def as_tensor(x, like: Tensor, op: str, name: str = "operand") -> Tensor:
     if type(x) is int and like.dtype.kind in "iu":
         # NOTE: a Python int is weak, as in NumPy 2 and labkit's arithmetic (x + 1 stays int8):
         # where(c, x_int8, 0) and maximum(x_int8, 0) were int64; out of range: OverflowError
-        from ..backend.opencl.core import check_int_range
+        from ..backend.opencl.promotion import check_int_range
 
         check_int_range(x, like.dtype, op)
         arr = np.asarray(x, dtype=like.dtype)

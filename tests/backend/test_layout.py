@@ -11,9 +11,9 @@ from labkit.backend import opencl
 BACKEND = Path(labkit.__file__).parent / "backend"
 
 # the OpenCL package bottom up: a module may import only modules listed before it
-ORDER = ["context", "program", "shapes", "ndarray", "promotion", "elementwise", "fused", "core",
-         "arith", "reduce", "lse", "xent", "lstm", "pool", "gemm_paths", "gemm", "conv", "indexing",
-         "advanced", "methods", "api"]
+ORDER = ["context", "program", "shapes", "ndarray", "promotion", "elementwise", "fused",
+         "transpose", "core", "arith", "reduce", "lse", "xent", "lstm", "pool", "gemm_paths",
+         "gemm", "conv", "indexing", "advanced", "methods", "api"]
 
 
 def _imports(path):

@@ -23,7 +23,6 @@ from .core import (
     asarray,
     assign,
     astype,
-    check_int_range,
     drop_leading_ones,
     less,
     multiply,
@@ -31,6 +30,7 @@ from .core import (
 )
 from .indexing import _check_host, _take, basic_index, index_array
 from .ndarray import check_writeable, ndarray
+from .promotion import check_int_range
 from .shapes import broadcast_shapes, nocopy_reshape_strides
 
 

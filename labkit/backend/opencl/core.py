@@ -21,6 +21,7 @@ from .promotion import (
     NO_BOOL_NEGATIVE,
     NO_BOOL_SIGN,
     NO_BOOL_SUBTRACT,
+    _cast_scalar,
     bool_rule,
     exact_compare,
     finite_for_int,
@@ -28,6 +29,7 @@ from .promotion import (
     needs_exact,
 )
 from .shapes import broadcast_shapes, broadcast_strides
+from .transpose import copy_transposed
 
 
 def resolve(device) -> Runtime:
@@ -56,27 +58,6 @@ def full(shape, fill_value, dtype=None, device=None) -> ndarray:
     out = empty(shape, dtype, device)
     # NOTE: cast to the dtype first, as NumPy's full does (2.7 -> 2 in int32, 2 -> True)
     return launch("fill", "v0", out, [_cast_scalar(fill_value, out.dtype)], (CTYPES[out.dtype],))
-
-
-def check_int_range(v, dtype, op: str = "") -> None:
-    """NumPy 2's OverflowError for a Python integer out of integer ``dtype``'s range (stored,
-    it wrapped: 300 was 44 in int8, -1 was 255 in uint8)."""
-    if type(v) is int and dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        if not info.min <= v <= info.max:
-            raise OverflowError(f"{op + ': ' if op else ''}Python integer {v} out of bounds "
-                                f"for {dtype}")
-
-
-def _cast_scalar(v, dtype):
-    """A Python or NumPy scalar as a NumPy scalar of ``dtype`` (NumPy's unsafe cast; a Python
-    integer out of an integer dtype's range refused: ``check_int_range``)."""
-    check_int_range(v, dtype)
-    if isinstance(v, (bool, int, float, np.generic)):
-        with np.errstate(all="ignore"):
-            x = np.asarray(v).astype(dtype)[()]
-        return int(x) if x.dtype == np.bool_ else x.item()  # NOTE: what the kernel args take
-    return v
 
 
 def zeros(shape, dtype=np.float32, device=None) -> ndarray:
@@ -533,22 +514,11 @@ def clip(a, a_min=None, a_max=None, out=None):
 
 
 def copy(a) -> ndarray:
-    if (a.ndim == 2 and a._st[0] == 1 and a._st[1] > 0 and min(a.shape) > 1
-            and a.size >= TRANSPOSED_MIN and a.dtype.kind in "fiu"):
-        # NOTE: a transposed matrix (U.T): tiles read along its columns, written along rows.
-        # The elementwise copy gathers every element across a row: 95 against 32 us for a
-        # (128, 512) U.T, 327 against 150 us for (512, 784)
-        from .gemm_paths import _transpose_rows
-
-        (K, N), sbn = a.shape, a._st[1]
-        return _transpose_rows(a.rt, a.dtype, 1, K, N, (a, a.offset, 1, sbn, 0))[0].reshape(K, N)
+    if (t := copy_transposed(a)) is not None:  # NOTE: a transposed matrix, by tiles
+        return t
     out = ndarray(a.rt, a.shape, a.dtype)
     ct = CTYPES[a.dtype]
     return launch("copy", "v0", out, [a], (ct,))
-
-
-#: elements from which a transposed matrix is copied by tiles (``copy``)
-TRANSPOSED_MIN = 1024
 
 
 def astype(a, dt) -> ndarray:

@@ -31,7 +31,6 @@ from .gemm_paths import (
     _EPI_ARGS,
     _GEMV_MIN_K,
     _SGD_ARGS,
-    _TRANSPOSE_MIN,
     _dot_program,
     _epi_args,
     _epi_defs,
@@ -42,11 +41,12 @@ from .gemm_paths import (
     _outer,
     _pack_panels,
     _sgd,
-    _transpose_rows,
 )
 from .ndarray import CTYPES, fresh, ndarray, same_device
 from .program import header, kernels, source
 from .shapes import broadcast_shapes, broadcast_strides
+from .transpose import _TRANSPOSE_MIN
+from .transpose import transpose_rows as _transpose_rows
 
 CANDIDATES = {
     "float": [(8, 2, 16), (4, 2, 16), (8, 1, 16), (4, 4, 8), (8, 2, 8), (4, 1, 16), (6, 2, 16)],

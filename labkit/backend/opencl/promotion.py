@@ -102,3 +102,24 @@ def finite_for_int(value, dtype) -> None:
         if np.isnan(value):
             raise ValueError("cannot convert float NaN to integer")
         raise OverflowError("cannot convert float infinity to integer")
+
+
+def check_int_range(v, dtype, op: str = "") -> None:
+    """NumPy 2's OverflowError for a Python integer out of integer ``dtype``'s range (stored,
+    it wrapped: 300 was 44 in int8, -1 was 255 in uint8)."""
+    if type(v) is int and dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if not info.min <= v <= info.max:
+            raise OverflowError(f"{op + ': ' if op else ''}Python integer {v} out of bounds "
+                                f"for {dtype}")
+
+
+def _cast_scalar(v, dtype):
+    """A Python or NumPy scalar as a NumPy scalar of ``dtype`` (NumPy's unsafe cast; a Python
+    integer out of an integer dtype's range refused: ``check_int_range``)."""
+    check_int_range(v, dtype)
+    if isinstance(v, (bool, int, float, np.generic)):
+        with np.errstate(all="ignore"):
+            x = np.asarray(v).astype(dtype)[()]
+        return int(x) if x.dtype == np.bool_ else x.item()  # NOTE: what the kernel args take
+    return v
