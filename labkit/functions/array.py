@@ -379,13 +379,7 @@ class Contiguous(Function):
     def forward(self, x):
         if isinstance(x, np.ndarray):
             return np.ascontiguousarray(x)
-        if x.ndim == 2 and x._st[0] == 1 and x.shape[0] > 1 and x.dtype.kind == "f":
-            from ..backend.opencl.gemm_paths import _transpose_rows
-
-            out = _transpose_rows(x.rt, x.dtype, 1, x.shape[0], x.shape[1],
-                                  (x, x.offset, 1, x._st[1], 0))[0]
-            return out.reshape(x.shape)
-        return xp_of(x).ascontiguousarray(x)
+        return xp_of(x).ascontiguousarray(x)  # NOTE: a transposed matrix by tiles (core.copy)
 
     def backward(self, inputs, gy):
         return gy

@@ -5,6 +5,7 @@ import pytest
 
 import labkit as lk
 from labkit.backend import opencl as cp
+from labkit.backend.opencl import runtime
 
 from .helpers import check, views
 
@@ -245,3 +246,31 @@ def test_tanh_saturates_to_exactly_one(cp):
         np.testing.assert_allclose(got[:-1], want[:-1], rtol=4 * np.finfo(dt).eps, atol=0)
     x = np.linspace(-12, 12, 4001, dtype=np.float32)
     np.testing.assert_allclose(cp.tanh(cp.asarray(x)).get(), np.tanh(x), rtol=3e-7, atol=1e-7)
+
+
+@pytest.mark.parametrize("shape", [(32, 512), (7, 33), (3, 300), (40, 1000)])
+def test_two_dimensional_strided_operands_run_on_a_grid_with_numpys_bits(shape, monkeypatch):
+    """Operands that collapse to two strided dimensions (a slice x[:, t] of a 3-D array, a
+    transposed view) run on a 2-D launch, a work-item per element, rows along its second
+    axis: NumPy's results bit for bit, rows past a work-group's width and broadcast rows
+    included."""
+    from labkit.backend.opencl import elementwise
+
+    rng = np.random.default_rng(0)
+    m, n = shape
+    big = rng.standard_normal((m, 3, n)).astype(np.float32)
+    b = rng.standard_normal((m, n)).astype(np.float32)
+    row = rng.standard_normal(n).astype(np.float32)
+    grids = []
+    real = elementwise._plan
+    monkeypatch.setattr(elementwise, "_plan", lambda *a, **k: (
+        lambda p: grids.append(len(p[2]) == 2) or p)(real(*a, **k)))
+    d = cp.asarray(big)[:, 1]
+    got = cp.add(d, cp.asarray(b)).get()
+    assert got.tobytes() == (big[:, 1] + b).tobytes()
+    got = cp.multiply(d, cp.asarray(row)).get()
+    assert got.tobytes() == (big[:, 1] * row).tobytes()
+    if runtime(0).info.is_cpu and n >= elementwise.ROW_MIN and m * n < elementwise.ROW_MIN_SIZE:
+        assert grids == [True, True]
+    got = cp.greater(cp.asarray(b.T.copy()).T, d).get()  # NOTE: made in b.T's order
+    assert got.tobytes() == (b > big[:, 1]).tobytes()
