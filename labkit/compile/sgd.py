@@ -50,6 +50,7 @@ def sgd_products(nodes, values, sources, stats) -> tuple[list, int]:
         plist = list(opt.params.values())
         roots = [passes.root_id(p.data) for p in plist]
         done: dict = {}
+        step: dict = {}  # NOTE: the rates of this replay, looked up by its first product
         here = count
         for k, g in enumerate(u.ins):
             i = idx[k]
@@ -71,7 +72,7 @@ def sgd_products(nodes, values, sources, stats) -> tuple[list, int]:
             if any(not _harmless(n) or any(s in values and passes.root_id(values[s]) == root
                                            for s in _reads(n)) for n in between):
                 continue
-            fn = _ProductUpdate(src.fn, opt, idx, i, done, stats)
+            fn = _ProductUpdate(src.fn, opt, idx, i, done, stats, step)
             others = [s for s in outside if s != w]
             nodes[at] = Node("host", fn, list(src.ins) + [w] + others, [g], "matmul+sgd",
                              src.where, ("host", "matmul+sgd"), effect=True, idx=src.idx)
@@ -79,6 +80,9 @@ def sgd_products(nodes, values, sources, stats) -> tuple[list, int]:
             count += 1
         if count > here:
             u.fn = _UpdateRest(opt, idx, done)
+            first = next(n.fn for n in nodes if isinstance(n.fn, _ProductUpdate)
+                         and n.fn.step is step)
+            first.first = True
     return nodes, count
 
 
@@ -116,20 +120,26 @@ class _ProductUpdate:
     memory (an argument that is the weight's array, a parameter tied to it since the trace)
     it does not update early."""
 
-    __slots__ = ("op", "opt", "idx", "i", "done", "lr", "fused")
+    __slots__ = ("op", "opt", "idx", "i", "done", "lr", "fused", "step", "first")
 
-    def __init__(self, op, opt, idx, i, done, stats):
+    def __init__(self, op, opt, idx, i, done, stats, step=None):
         from ..backend.opencl.ndarray import ndarray
         from . import capture
 
         self.op, self.opt, self.idx, self.i, self.done, self.lr = op, opt, idx, i, done, None
+        #: ``step``, shared by the products of one optimizer, holds the rates of the replay
+        #: under way; the ``first`` of them to run looks them up, the others read them (each
+        #: looking up every parameter's rate was quadratic in the parameters)
+        self.step, self.first = ({} if step is None else step), step is None
         self.fused = capture.capturing(self._fused, None, (), False, ndarray, stats,
                                        rate=lambda: self.lr) if capture.ENABLED else self._fused
 
     def __call__(self, a, b, w, *others):
+        if self.first:
+            self.step["rates"] = _step_rates(self.opt, self.idx)
         data = getattr(w, "data", None)
-        lr = None if any(getattr(o, "data", None) is data for o in others) else _rates(
-            self.opt, self.idx, self.i, w)
+        lr = None if any(getattr(o, "data", None) is data for o in others) else _rate(
+            self.opt, self.step["rates"], self.i, w)
         if lr is None:
             self.done[self.i] = False
             return self.op.forward(a, b)
@@ -160,19 +170,36 @@ class _UpdateRest:
 def _rates(opt, idx, i, w):
     """The learning rate the optimizer's fused SGD kernel would use on parameter ``i`` (whose
     array is ``w``) at this step (optimizers/fused.update), or None where it would not run
-    that kernel. Every parameter's rate is looked up, in the order of the optimizer's step:
-    where one lookup raises (a schedule past its end), nothing is updated early, and the
-    step raises as the eager one does, leaving what it leaves."""
+    that kernel (``_step_rates`` and ``_rate``)."""
+    return _rate(opt, _step_rates(opt, idx), i, w)
+
+
+def _step_rates(opt, idx):
+    """``(parameters, {j: rate})`` for the parameters at ``idx`` at this step, or None where
+    the optimizer would not run its fused SGD kernel. Every parameter's rate is looked up, in
+    the order of the optimizer's step: where one lookup raises (a schedule past its end),
+    nothing is updated early, and the step raises as the eager one does, leaving what it
+    leaves."""
     from ..optimizers import fused
 
     rules = opt.rules
-    if not (opt.fused and fused.sgd_rule(rules) and rules[0].elementwise
-            and not opt.states[0][i] and list(opt.params.values())[i].data is w):
+    if not (opt.fused and fused.sgd_rule(rules) and rules[0].elementwise):
         return None
     h = rules[0].h
     try:
-        lrs = {j: h("lr", opt._group(j), opt.t) for j in idx}
+        return list(opt.params.values()), {j: h("lr", opt._group(j), opt.t) for j in idx}
     except Exception:  # noqa: BLE001 - the optimizer's step raises it again, in its place
+        return None
+
+
+def _rate(opt, rates, i, w):
+    """Parameter ``i``'s rate from ``_step_rates``'s ``rates``, or None where the fused SGD
+    kernel would not update it (optimizer state, its array no longer ``w``, a rate that is not
+    a Python number)."""
+    if rates is None:
+        return None
+    plist, lrs = rates
+    if opt.states[0][i] or plist[i].data is not w:
         return None
     lr = lrs[i]
     return lr if type(lr) in (int, float) else None

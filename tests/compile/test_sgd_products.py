@@ -222,3 +222,25 @@ def test_a_failing_schedule_or_op_leaves_what_the_eager_step_leaves(dev):
         (pe, te, ce), (pc, tc, cc) = run(False, fail), run(True, fail)
         _same(pe, pc)
         assert (te, ce) == (tc, cc) == (3, [3] * 4)
+
+
+def test_the_first_product_of_a_step_looks_up_the_rates_for_the_others(monkeypatch):
+    """Each fused product used to look up every parameter's rate (quadratic in the
+    parameters); the first to run in a replay looks them up for all: it is the first of them
+    in the program's order, whatever the passes after this one moved."""
+    from labkit.compile import sgd
+
+    ps, opt, x, y = _setup("cl", 1)
+    f = lk.compile(_make_step(ps, opt))
+    for k in range(3):
+        opt.lr = [0.1, 0.2, 0.3][k]
+        f(x, y)
+    products = [n.fn for n in f.programs()[0].nodes if isinstance(n.fn, sgd._ProductUpdate)]
+    assert len(products) == 3
+    assert [p.first for p in products] == [True, False, False]
+    assert all(p.step is products[0].step for p in products)
+    looked = []
+    real = sgd._step_rates
+    monkeypatch.setattr(sgd, "_step_rates", lambda *a: looked.append(1) or real(*a))
+    f(x, y)
+    assert looked == [1]
