@@ -7,8 +7,39 @@
  */
 import { askSweep, isRunId, isSweepRequest, SweepRequest } from './api';
 
-/** Listen on ``root`` (the page) for clicks in sweep views; ``openRun`` opens a run page. */
+/** The run id of the trial row ``target`` is in, in a sweep view of a notebook output. */
+function trialRow(target: EventTarget | null): string | undefined {
+  const el = target as Element | null;
+  const view = el?.closest?.('.labkit-sweep-view') as HTMLElement | null;
+  if (!el || !view || !view.closest('.jp-OutputArea-output') || !isRunId(view.dataset.sweepId)) {
+    return undefined;
+  }
+  const id = (el.closest('tr.trial-row') as HTMLElement | null)?.dataset.runId;
+  return isRunId(id) ? id : undefined;
+}
+
+/** Listen on ``root`` (the page) for clicks in sweep views; ``openRun`` opens a run page.
+ *
+ * A trial's row opens when the button is released on the row it was pressed on, by run id:
+ * the view is replaced at each refresh (every ``every`` seconds while trials change), and a
+ * press and release that straddle a refresh land on two rows, so the browser fires no click
+ * on either (one click in a few was lost, and a browser test timed out waiting for the page).
+ * A click with no press before it (from the keyboard or a script) opens the row too. */
 export function installSweepView(root: HTMLElement, openRun: (id: string) => void): void {
+  let pressed: string | undefined;
+  let opened = false;
+  root.addEventListener('mousedown', event => {
+    pressed = event.button === 0 ? trialRow(event.target) : undefined;
+    opened = false;
+  });
+  root.addEventListener('mouseup', event => {
+    const id = event.button === 0 ? trialRow(event.target) : undefined;
+    if (id !== undefined && id === pressed) {
+      opened = true;
+      openRun(id);
+    }
+    pressed = undefined;
+  });
   root.addEventListener('click', event => {
     const target = event.target as Element | null;
     const view = target?.closest?.('.labkit-sweep-view') as HTMLElement | null;
@@ -30,11 +61,11 @@ export function installSweepView(root: HTMLElement, openRun: (id: string) => voi
       void send(button, sweep, request);
       return;
     }
-    const row = target.closest('tr.trial-row') as HTMLElement | null;
-    const id = row?.dataset.runId;
-    if (isRunId(id)) {
+    const id = trialRow(target);
+    if (id !== undefined && !opened) {
       openRun(id);
     }
+    opened = false;
   });
 }
 
