@@ -7,65 +7,64 @@
  */
 import { askSweep, isRunId, isSweepRequest, SweepRequest } from './api';
 
-/** The run id of the trial row ``target`` is in, in a sweep view of a notebook output. */
-function trialRow(target: EventTarget | null): string | undefined {
+/** What a press on ``target`` asks, in a sweep view of a notebook output: a request of one
+ * of its buttons, or a trial's run page; ``key`` names it the same way in a refreshed view. */
+function actionAt(target: EventTarget | null, openRun: (id: string) => void):
+    { key: string; run: () => void; button: boolean } | undefined {
   const el = target as Element | null;
   const view = el?.closest?.('.labkit-sweep-view') as HTMLElement | null;
-  if (!el || !view || !view.closest('.jp-OutputArea-output') || !isRunId(view.dataset.sweepId)) {
+  const sweep = view?.dataset.sweepId;
+  if (!el || !view || !view.closest('.jp-OutputArea-output') || !isRunId(sweep)) {
     return undefined;
   }
+  const button = el.closest('button.labkit-sweep-view-action') as HTMLButtonElement | null;
+  if (button) {
+    const request = button.dataset.labkitRequest;
+    return isSweepRequest(request) && !button.disabled
+      ? { key: `${sweep} ${request}`, run: () => void send(button, sweep, request), button: true }
+      : undefined;
+  }
   const id = (el.closest('tr.trial-row') as HTMLElement | null)?.dataset.runId;
-  return isRunId(id) ? id : undefined;
+  return isRunId(id) ? { key: `${sweep} run ${id}`, run: () => openRun(id), button: false }
+    : undefined;
 }
 
 /** Listen on ``root`` (the page) for clicks in sweep views; ``openRun`` opens a run page.
  *
- * A trial's row opens when the button is released on the row it was pressed on, by run id:
- * the view is replaced at each refresh (every ``every`` seconds while trials change), and a
- * press and release that straddle a refresh land on two rows, so the browser fires no click
- * on either (one click in a few was lost, and a browser test timed out waiting for the page).
- * A click with no press before it (from the keyboard or a script) opens the row too. */
+ * A button or a trial's row acts when the mouse button is released on the one it was pressed
+ * on (by what it asks, not by element): the view is replaced at each refresh (every ``every``
+ * seconds while trials change), and a press and release that straddle a refresh land on two
+ * elements, so the browser fires no click on either (one click in a few was lost, and a
+ * browser test timed out waiting for a run page). A click with no press before it (from the
+ * keyboard or a script) acts too. */
 export function installSweepView(root: HTMLElement, openRun: (id: string) => void): void {
   let pressed: string | undefined;
-  let opened = false;
+  let done = false;
   root.addEventListener('mousedown', event => {
-    pressed = event.button === 0 ? trialRow(event.target) : undefined;
-    opened = false;
+    pressed = event.button === 0 ? actionAt(event.target, openRun)?.key : undefined;
+    done = false;
   });
   root.addEventListener('mouseup', event => {
-    const id = event.button === 0 ? trialRow(event.target) : undefined;
-    if (id !== undefined && id === pressed) {
-      opened = true;
-      openRun(id);
+    const action = event.button === 0 ? actionAt(event.target, openRun) : undefined;
+    if (action !== undefined && action.key === pressed) {
+      done = true;  // NOTE: the click that follows, if the browser fires one, does nothing
+      setTimeout(() => (done = false), 0);
+      action.run();
     }
     pressed = undefined;
   });
   root.addEventListener('click', event => {
-    const target = event.target as Element | null;
-    const view = target?.closest?.('.labkit-sweep-view') as HTMLElement | null;
-    if (!target || !view || !view.closest('.jp-OutputArea-output')) {
+    const action = actionAt(event.target, openRun);
+    if (action === undefined) {
       return;
     }
-    const sweep = view.dataset.sweepId;
-    if (!isRunId(sweep)) {
-      return;
-    }
-    const button = target.closest('button.labkit-sweep-view-action') as HTMLButtonElement | null;
-    if (button) {
-      const request = button.dataset.labkitRequest;
-      if (!isSweepRequest(request)) {
-        return;
-      }
+    if (action.button) {
       event.preventDefault();
       event.stopPropagation();
-      void send(button, sweep, request);
-      return;
     }
-    const id = trialRow(target);
-    if (id !== undefined && !opened) {
-      openRun(id);
+    if (!done) {
+      action.run();
     }
-    opened = false;
   });
 }
 
