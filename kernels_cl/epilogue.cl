@@ -27,12 +27,15 @@
 #endif
 #if SGD
 #define EPI_SGD_ARGS , __global T* W, const long w_o, const long w_si, const long w_sj, const T lr
-#define EPI_SGD(v, i, j) {                                                          \
+// SGD_STEP(V, v, p): the update of the values v (a T, or a vector type V of them) at p in W,
+// *p -= v * lr in two roundings; EPI_SGD: element (i, j)'s, through W's strides
+#define SGD_STEP(V, v, p) {                                                         \
         _Pragma("OPENCL FP_CONTRACT OFF")                                           \
-        const T d_ = v * lr;                                                        \
-        __global T* w_ = W + w_o + (long)(i) * w_si + (long)(j) * w_sj;            \
+        const V d_ = (v) * lr;                                                      \
+        __global V* w_ = (__global V*)(p);                                          \
         *w_ = *w_ - d_;                                                             \
     }
+#define EPI_SGD(v, i, j) SGD_STEP(T, v, W + w_o + (long)(i) * w_si + (long)(j) * w_sj)
 #else
 #define EPI_SGD_ARGS
 #define EPI_SGD(v, i, j)

@@ -96,14 +96,9 @@ __kernel void gemm_rb(const int K,
     if (w_sj == 1 && (w_o | w_si) % VW == 0) {
         // a weight gradient's update on aligned rows of W: whole vectors, as EPI_SGD computes
         // each element (vector pointers: vloadN is a call in PoCL's build)
-#pragma OPENCL FP_CONTRACT OFF
         __global T* w = W + w_o + (long)ib * RM * w_si + (long)jv * VN * VW;
         for (int r = 0; r < RM; ++r)
-            for (int v = 0; v < VN; ++v) {
-                __global VT* wv = (__global VT*)(w + r * w_si + v * VW);
-                const VT d = acc[r][v] * lr;
-                *wv = *wv - d;
-            }
+            for (int v = 0; v < VN; ++v) SGD_STEP(VT, acc[r][v], w + r * w_si + v * VW)
     } else
 #endif
 #if BIAS || ACT || SGD
@@ -177,12 +172,7 @@ __kernel void gemm_outer(const int N,
         OT acc = (OT)(0);
         acc += av * *(__global const OT*)(b + j);
 #if SGD
-        {
-#pragma OPENCL FP_CONTRACT OFF
-            __global OT* w = (__global OT*)(W + w_o + i * w_si + j);
-            const OT d = acc * lr;
-            *w = *w - d;
-        }
+        SGD_STEP(OT, acc, W + w_o + i * w_si + j)
 #endif
         *(__global OT*)(c + j) = acc;
         return;

@@ -51,6 +51,7 @@ def sgd_products(nodes, values, sources, stats) -> tuple[list, int]:
         roots = [passes.root_id(p.data) for p in plist]
         done: dict = {}
         step: dict = {}  # NOTE: the rates of this replay, looked up by its first product
+        rates = _step_rates(opt, idx)  # NOTE: at the trace's step, for every product below
         here = count
         for k, g in enumerate(u.ins):
             i = idx[k]
@@ -62,7 +63,7 @@ def sgd_products(nodes, values, sources, stats) -> tuple[list, int]:
                     or src.idx in referenced
                     or type(values.get(w)) is not ndarray or type(values.get(g)) is not ndarray
                     or values[w] is not plist[i].data or roots.count(roots[i]) != 1
-                    or _rates(opt, idx, i, values[w]) is None):
+                    or _rate(opt, rates, i, values[w]) is None):
                 continue
             at, end = nodes.index(src), nodes.index(u)
             root = roots[i]
@@ -167,16 +168,10 @@ class _UpdateRest:
         self.opt._apply(self.idx, grads, self.done)
 
 
-def _rates(opt, idx, i, w):
-    """The learning rate the optimizer's fused SGD kernel would use on parameter ``i`` (whose
-    array is ``w``) at this step (optimizers/fused.update), or None where it would not run
-    that kernel (``_step_rates`` and ``_rate``)."""
-    return _rate(opt, _step_rates(opt, idx), i, w)
-
-
 def _step_rates(opt, idx):
-    """``(parameters, {j: rate})`` for the parameters at ``idx`` at this step, or None where
-    the optimizer would not run its fused SGD kernel. Every parameter's rate is looked up, in
+    """``(parameters, {j: rate})`` for the parameters at ``idx`` at this step (the rates the
+    optimizer's fused SGD kernel would use: optimizers/fused.update), or None where the
+    optimizer would not run that kernel. Every parameter's rate is looked up, in
     the order of the optimizer's step: where one lookup raises (a schedule past its end),
     nothing is updated early, and the step raises as the eager one does, leaving what it
     leaves."""

@@ -102,10 +102,13 @@ def run_many(body: str, groups, scalars, writes, *, name: str = "fused") -> None
     launch for up to ``MANY`` groups (an optimizer's update of a model's parameters: one
     launch instead of one each), and one of its own for a group of ``ALONE`` elements or
     more. Each element gets the same statements as from ``run``, so the same bits."""
-    groups = [(g, s) for g, s in zip(groups, scalars) if g[0].size]
-    for g, s in [(g, s) for g, s in groups if g[0].size >= ALONE]:
-        run(body, g, s, writes, name=name)
-    groups = [(g, s) for g, s in groups if g[0].size < ALONE]
+    small = []
+    for g, s in zip(groups, scalars):
+        if g[0].size >= ALONE:
+            run(body, g, s, writes, name=name)
+        elif g[0].size:
+            small.append((g, s))
+    groups = small
     for at in range(0, len(groups), MANY):
         part = groups[at:at + MANY]
         if len(part) == 1:

@@ -273,12 +273,15 @@ def _outer(rt, ct, nb, M, N, A, B, C, epi) -> bool:
     whole = [b_o, sbb, c_o, scm, scb] + ([epi[5][1], epi[5][2]] if sgd else [])
     if sbn != 1 or scn != 1 or (sgd and epi[5][3] != 1) or any(x % ow for x in whole):
         ow = 1  # NOTE: PoCL makes vectors of neighbouring work-items where it can
-    defs = {"T": ct, "BIAS": 0, "ACT": 0, "SGD": int(sgd), "OT": f"{ct}{ow}" if ow > 1 else ct,
-            "OW": ow}
-    src = header(rt, (ct,), defs, what="matmul") + source("epilogue") + source("gemm")
-    prg = kernels(rt, src, {"gemm_outer": _OUTER_ARGS + (_SGD_ARGS[ct] if sgd else [])},
-                  name=f"gemm.cl outer ({ct}, width {ow}, sgd {int(sgd)})")
+
+    def make():
+        defs = {"T": ct, "BIAS": 0, "ACT": 0, "SGD": int(sgd),
+                "OT": f"{ct}{ow}" if ow > 1 else ct, "OW": ow}
+        src = header(rt, (ct,), defs, what="matmul") + source("epilogue") + source("gemm")
+        return kernels(rt, src, {"gemm_outer": _OUTER_ARGS + (_SGD_ARGS[ct] if sgd else [])},
+                       name=f"gemm.cl outer ({ct}, width {ow}, sgd {int(sgd)})").gemm_outer
+    kernel = rt.cached(("gemm_outer", ct, ow, sgd), make)  # NOTE: a weight gradient per step
     with rt.lock:
-        prg.gemm_outer(rt.queue, (-(-N // ow), M, nb), None, N, a.data, a_o, sam, sab,
-                       b.data, b_o, sbn, sbb, c.data, c_o, scm, scn, scb, *_epi_args(epi))
+        kernel(rt.queue, (-(-N // ow), M, nb), None, N, a.data, a_o, sam, sab,
+               b.data, b_o, sbn, sbb, c.data, c_o, scm, scn, scb, *_epi_args(epi))
     return True
