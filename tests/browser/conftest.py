@@ -166,6 +166,23 @@ def wait_for(cond, timeout=60.0, what="condition"):
         pause = min(pause * 1.5, 0.2)
 
 
+def press_across_redraw(page, locator, modifiers=()):
+    """Press the mouse on ``locator``'s element, hold it until a refresh has drawn that element
+    again (the pressed one has left the page), and release it over the new one. The browser
+    fires no click then (press and release were on two elements); labkit's views give it back
+    (``extensions/labkit-runs/src/clicks.ts``). ``modifiers``: keys held throughout."""
+    handle = locator.element_handle()
+    box = handle.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    for key in modifiers:
+        page.keyboard.down(key)
+    page.mouse.down()
+    page.wait_for_function("e => !e.isConnected", arg=handle, timeout=30_000)
+    page.mouse.up()
+    for key in modifiers:
+        page.keyboard.up(key)
+
+
 def open_notebook(browser, lab, notebook):
     """A new page with ``notebook`` open and its kernel idle."""
     page = browser.new_page(viewport={"width": 1400, "height": 1100})
@@ -228,6 +245,24 @@ def dark_theme(page, dark=True):
                            state="attached", timeout=30_000)
     # NOTE: JupyterLab shows its splash while the theme loads; it takes the clicks meanwhile
     page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=30_000)
+    # NOTE: the attribute and the splash can be ahead of the theme's stylesheet (a screenshot
+    # then showed a light menu bar "in the dark"): wait for its colours, then for a paint
+    page.wait_for_function(THEMED, arg=dark, timeout=30_000)
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
+
+#: for page.wait_for_function(THEMED, arg=dark): whether the page's layout colour is that of a
+#: dark theme (or of a light one), read from the computed style
+THEMED = """(dark) => {
+  const v = getComputedStyle(document.body).getPropertyValue('--jp-layout-color1').trim();
+  if (!v) return false;
+  const probe = document.createElement('canvas').getContext('2d');
+  probe.fillStyle = v;
+  const hex = probe.fillStyle;
+  if (!/^#[0-9a-f]{6}$/.test(hex)) return false;
+  const level = [1, 3, 5].map(i => parseInt(hex.slice(i, i + 2), 16)).reduce((a, b) => a + b) / 3;
+  return dark ? level < 100 : level > 155;
+}"""
 
 
 #: a script for canvas.evaluate: how many pixels of the canvas are inked in ``color`` (any CSS

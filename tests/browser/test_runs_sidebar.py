@@ -22,6 +22,7 @@ from .conftest import (
     STILL,
     dark_theme,
     open_notebook,
+    press_across_redraw,
     require_browser,
     seeded_lab,
     shot,
@@ -368,6 +369,24 @@ def test_ten_thousand_runs_virtual_list_compare_and_status_item(browser, many):
     wait_for(lambda: page.locator(area).count(), what="the compare page of the two runs")
     # Shift-click selects a range
     sidebar.locator(".labkit-runs-clear").click()
+    # a press and a release that straddle a poll's redraw (every 2 s) still click: the box
+    # selects, a Ctrl-press on a row adds it, a plain one opens its run page (once)
+    press_across_redraw(page, row(page, ids[-1]).locator(".labkit-run-check"))
+    wait_for(lambda: "1 selected" in sidebar.locator(".labkit-runs-count").inner_text(),
+             timeout=10, what="a run selected by a press across a redraw")
+    assert row(page, ids[-1]).locator(".labkit-run-check").is_checked()
+    press_across_redraw(page, row(page, ids[-4]), modifiers=["Control"])
+    wait_for(lambda: "2 selected" in sidebar.locator(".labkit-runs-count").inner_text(),
+             timeout=10, what="a second run selected by a Ctrl-press across a redraw")
+    assert row(page, ids[-4]).locator(".labkit-run-check").is_checked()
+    sidebar.locator(".labkit-runs-clear").click()
+    press_across_redraw(page, row(page, ids[-6]).locator(".labkit-run-name"))
+    opened = page.locator(f"#labkit-run-area-{ids[-6]}")
+    wait_for(lambda: opened.count() == 1 and opened.is_visible(), timeout=30,
+             what="the run page opened by a press across a redraw")
+    assert "selected" not in sidebar.locator(".labkit-runs-count").inner_text()
+    assert page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab",
+                        has_text=ids[-6].split("-")[2][:4]).count() == 1
     row(page, ids[-1]).locator(".labkit-run-check").click()
     row(page, ids[-5]).click(modifiers=["Shift"])
     assert "5 selected" in sidebar.locator(".labkit-runs-count").inner_text()

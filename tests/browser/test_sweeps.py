@@ -20,7 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, dark_theme, open_notebook, require_browser, shot, start_lab, wait_for
+from .conftest import (
+    ROOT,
+    dark_theme,
+    open_notebook,
+    press_across_redraw,
+    require_browser,
+    shot,
+    start_lab,
+    wait_for,
+)
 
 require_browser()
 
@@ -163,6 +172,14 @@ def test_a_sweep_in_another_process_shows_live_compares_pauses_and_stops(browser
         wait_for(lambda: header.locator(".labkit-run-status").inner_text() == "stopped",
                  timeout=30, what="the header saying stopped")
         assert header.locator(".labkit-sweep-stop").count() == 0
+        # a trial's row opens its run page, also when the press and the release straddle the
+        # sidebar's redraw (every 2 s; the browser then fires no click). The sweep has stopped,
+        # so the rows keep their places.
+        trial_run = finished.first.get_attribute("data-run-id")
+        press_across_redraw(page, finished.first.locator(".labkit-trial-number"))
+        trial_page = page.locator(f"#labkit-run-area-{trial_run}")
+        wait_for(lambda: trial_page.count() == 1 and trial_page.is_visible(), timeout=30,
+                 what="the trial's run page opened by a press across a redraw")
         dark_theme(page)
         if not page.locator("#labkit-runs").is_visible():  # the reload may close the sidebar
             page.locator(".jp-SideBar .lm-TabBar-tab[data-id='labkit-runs']").click()

@@ -4,6 +4,7 @@
  * builders; every value is rendered as text (``textContent``), never as HTML.
  */
 import { ICheckpoint, IRun, isRunId } from './api';
+import { pressKey } from './clicks';
 import { formatNumber } from './plot';
 import { el } from './dom';
 import { statusClass } from './sidebar';
@@ -203,6 +204,7 @@ export function checkpointsSection(
     if (valid) {
       const b = el('button', 'jp-mod-styled labkit-runpage-fork', 'Fork...');
       b.title = `a new run from checkpoint ${c.id}, with config changes`;
+      pressKey(b, `fork ${c.id}`);
       b.onclick = () => fork(c);
       cell.appendChild(b);
     }
@@ -264,6 +266,7 @@ export function lineageSection(
       a.href = '#';
       a.title = node.id;
       a.dataset.runId = node.id;
+      pressKey(a, `open ${node.id}`);
       a.onclick = e => {
         e.preventDefault();
         open(node.id);

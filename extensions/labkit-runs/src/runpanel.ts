@@ -10,6 +10,7 @@ import { Panel, Widget } from '@lumino/widgets';
 
 import { api, runPath } from './api';
 import { Cockpit } from './cockpit';
+import { keepClicks } from './clicks';
 import { CommandIDs } from './commands';
 import {
   checkpointsSection,
@@ -82,6 +83,7 @@ export class RunPanel extends Panel {
     this.addWidget(head);
     this.addWidget(this.cockpit);
     this.addWidget(this.details);
+    keepClicks(this.details.node);  // NOTE: drawn again at each poll while the run trains
     void this.load(true);
   }
 

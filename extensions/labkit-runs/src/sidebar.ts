@@ -11,6 +11,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { api, IRun, isRunId, STATUSES } from './api';
+import { keepClicks, pressKey } from './clicks';
 import { CommandIDs } from './commands';
 import { el } from './dom';
 import {
@@ -174,6 +175,7 @@ export class RunsPanel extends Widget {
     this.error = el('div', 'labkit-runs-error');
     this.sweeps = new SweepsSection(app);
     this.node.append(bar, this.sweeps.node, this.error, this.list);
+    keepClicks(this.node);  // NOTE: rows and sweeps are drawn again at each poll
     document.addEventListener('visibilitychange', () => this.schedule(0));
   }
 
@@ -361,12 +363,14 @@ export class RunsPanel extends Widget {
     const row = el('div', 'labkit-run-row');
     row.setAttribute('role', 'listitem');
     row.dataset.runId = r.id;
+    pressKey(row, `run ${r.id}`);
     row.dataset.index = String(i);
     row.style.top = `${i * ROW_HEIGHT}px`;
     const picked = this.selected.has(r.id);
     row.classList.toggle('labkit-run-selected', picked);
     const box = el('input', 'labkit-run-check');
     box.type = 'checkbox';
+    pressKey(box, `check ${r.id}`);
     box.checked = picked;
     box.setAttribute('aria-label', `select ${r.name || 'unnamed'} ${shortId(r.id)}`);
     box.onclick = e => {

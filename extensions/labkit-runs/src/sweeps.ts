@@ -13,6 +13,7 @@
 import { JupyterFrontEnd } from '@jupyterlab/application';
 
 import { api, askSweep, isRunId, SweepRequest } from './api';
+import { pressKey } from './clicks';
 import { CommandIDs } from './commands';
 import { el } from './dom';
 import { formatValue, shortId } from './sidebar_model';
@@ -155,6 +156,7 @@ export class SweepsSection {
     head.setAttribute('role', 'button');
     head.setAttribute('aria-expanded', String(isOpen));
     head.tabIndex = 0;
+    pressKey(head, `sweep ${s.id}`);
     head.title = `${s.name || 'sweep'} · ${s.id}\n${s.status} · ${doneText(s.done, s.trials)}` +
       (s.metric ? `\nbest ${s.metric} (${s.mode}): ${formatValue(s.best)}` : '');
     const flip = () => {
@@ -188,6 +190,7 @@ export class SweepsSection {
     const compare = el('button', 'jp-mod-styled labkit-sweep-compare', 'Compare');
     compare.title = `Open the trials side by side (the best ${MAX_COMPARE} by ` +
       `${s.metric || 'the metric'})`;
+    pressKey(compare, `sweep ${s.id} compare`);
     compare.onclick = e => {
       e.stopPropagation();
       void this.compare(s);
@@ -196,6 +199,7 @@ export class SweepsSection {
     const button = (what: SweepRequest, label: string, title: string): void => {
       const b = el('button', `jp-mod-styled labkit-sweep-${what}`, label);
       b.title = title;
+      pressKey(b, `sweep ${s.id} ${what}`);
       b.onclick = e => {
         e.stopPropagation();
         b.disabled = true;
@@ -259,6 +263,7 @@ export class SweepsSection {
       const rid = isRunId(t.run_id) ? t.run_id : null;
       if (rid) {
         row.dataset.runId = rid;
+        pressKey(row, `trial ${rid}`);
         row.onclick = () => void this.app.commands.execute(CommandIDs.open, { id: rid });
       }
       row.append(el('span', 'labkit-trial-number', `#${t.trial}`),
