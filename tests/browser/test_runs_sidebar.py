@@ -273,11 +273,12 @@ with c:  # NOTE: one transaction: 10,000 create_run calls take ~20 s
         rid = f"20261204-{i // 3600 % 24:02d}{i // 60 % 60:02d}{i % 60:02d}-{os.urandom(8).hex()}"
         live = i == n - 3
         # the live run beats an hour ahead, so it stays live however slow the test is
+        # the live run is a fork of the run before it (its run page links to it)
         c.execute("INSERT INTO runs (id, name, status, created, started, heartbeat, host, pid, "
-                  "config) VALUES (?,?,?,?,?,?,?,?,?)",
+                  "config, parent_run) VALUES (?,?,?,?,?,?,?,?,?,?)",
                   (rid, f"run-{i:05d}", "running" if live else "finished",
                    now - (n - i) * 60, now - (n - i) * 60, now + 3600, socket.gethostname(),
-                   os.getppid() if live else 0, "{}"))
+                   os.getppid() if live else 0, "{}", ids[-1] if live else None))
         ids.append(rid)
 for k, rid in enumerate(ids[-4:]):
     s.add_metrics(rid, [(it, 0, "loss", (k + 1) * math.exp(-it / 300), 0.0)
@@ -387,6 +388,18 @@ def test_ten_thousand_runs_virtual_list_compare_and_status_item(browser, many):
     assert "selected" not in sidebar.locator(".labkit-runs-count").inner_text()
     assert page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab",
                         has_text=ids[-6].split("-")[2][:4]).count() == 1
+    # the live run's page is drawn again at each poll: its link to the run it was forked from
+    # opens that run's page across a redraw too
+    press_across_redraw(page, row(page, ids[-3]).locator(".labkit-run-name"))
+    live_page = page.locator(f"#labkit-run-area-{ids[-3]}")
+    wait_for(lambda: live_page.count() == 1 and live_page.is_visible(), timeout=30,
+             what="the live run's page")
+    parent = live_page.locator(f".labkit-lineage a[data-run-id='{ids[-4]}']")
+    wait_for(lambda: parent.count() == 1, timeout=30, what="the link to the parent run")
+    press_across_redraw(page, parent)
+    parent_page = page.locator(f"#labkit-run-area-{ids[-4]}")
+    wait_for(lambda: parent_page.count() == 1 and parent_page.is_visible(), timeout=30,
+             what="the parent's run page opened by a press across the live page's redraw")
     row(page, ids[-1]).locator(".labkit-run-check").click()
     row(page, ids[-5]).click(modifiers=["Shift"])
     assert "5 selected" in sidebar.locator(".labkit-runs-count").inner_text()
