@@ -168,16 +168,21 @@ def wait_for(cond, timeout=60.0, what="condition"):
 
 def press_across_redraw(page, locator, modifiers=()):
     """Press the mouse on ``locator``'s element, hold it until a refresh has drawn that element
-    again (the pressed one has left the page), and release it over the new one. The browser
-    fires no click then (press and release were on two elements); labkit's views give it back
-    (``extensions/labkit-runs/src/clicks.ts``). ``modifiers``: keys held throughout."""
-    handle = locator.element_handle()
-    box = handle.bounding_box()
+    again (the element pressed has left the page), and release it over the new one. The
+    browser fires no click then (press and release were on two elements); labkit's views give
+    it back (``extensions/labkit-runs/src/clicks.ts``). ``modifiers``: keys held throughout."""
+    box = wait_for(locator.bounding_box, timeout=30, what="the element to press, shown")
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     for key in modifiers:
         page.keyboard.down(key)
+    # NOTE: the element that the press lands on, whichever it is (a redraw may come between
+    # the box and the press)
+    page.evaluate("""() => { window.__lkPressed = null;
+        document.addEventListener('mousedown', e => { window.__lkPressed = e.target; },
+                                  { capture: true, once: true }); }""")
     page.mouse.down()
-    page.wait_for_function("e => !e.isConnected", arg=handle, timeout=30_000)
+    page.wait_for_function("() => window.__lkPressed && !window.__lkPressed.isConnected",
+                           timeout=30_000)
     page.mouse.up()
     for key in modifiers:
         page.keyboard.up(key)
