@@ -5,7 +5,11 @@
 // labkit/backend/opencl/gemm.py's tuner.
 //
 // gemm_rb: CPU-style register blocking. Each work-item keeps an RM x (VN*VW) block of C in
-// registers; per k it loads VN vectors of one row of B and RM scalars of A. B's rows must be
+// registers; per k it loads VN vectors of one row of B and RM scalars of A. MR is the number
+// of C's rows from the launch's first: the last block may hold fewer than RM of them, its
+// rows past MR then reading A's last row (so that the loop is the same for every block) and
+// writing nothing; each element is summed over k in the same order in every block, so the
+// rows of that block are bit for bit those of a launch with fewer rows. B's rows must be
 // contiguous and VW-aligned; A and C may have any strides. Column panel jv starts at vector
 // jv * sbj and its rows are ldb vectors apart: B in place (sbj = VN, ldb = N / VW), or packed
 // panel after panel (sbj = K * VN, ldb = VN), which the caller does for large products: the
@@ -52,7 +56,7 @@
 #endif
 
 #ifdef VT
-__kernel void gemm_rb(const int K,
+__kernel void gemm_rb(const int K, const int MR,
                       __global const T* A, const long a_o, const long sam, const long sak,
                       const long sab,
                       __global const VT* B, const long b_o, const long ldb, const long sbj,
@@ -69,11 +73,15 @@ __kernel void gemm_rb(const int K,
 #endif
     __global const T* a = A + a_o + bz * sab + (long)ib * RM * sam;
     __global const VT* b = B + b_o + bz * sbb + (long)jv * sbj;
+    const int rows = min(RM, MR - ib * RM);  // NOTE: RM but in a last, partial block
+    long ar[RM];  // NOTE: each row's offset in A; the rows past MR read the last one
     VT acc[RM][VN];
 #pragma unroll
-    for (int r = 0; r < RM; ++r)
+    for (int r = 0; r < RM; ++r) {
+        ar[r] = (long)min(r, rows - 1) * sam;
 #pragma unroll
         for (int v = 0; v < VN; ++v) acc[r][v] = (VT)(0);
+    }
     for (int k = 0; k < K; ++k) {
         VT bv[VN];
 #pragma unroll
@@ -81,7 +89,7 @@ __kernel void gemm_rb(const int K,
         b += ldb;
 #pragma unroll
         for (int r = 0; r < RM; ++r) {
-            const T av = a[r * sam];
+            const T av = a[ar[r]];
 #pragma unroll
             for (int v = 0; v < VN; ++v) acc[r][v] += av * bv[v];
         }
@@ -97,12 +105,12 @@ __kernel void gemm_rb(const int K,
         // a weight gradient's update on aligned rows of W: whole vectors, as EPI_SGD computes
         // each element (vector pointers: vloadN is a call in PoCL's build)
         __global T* w = W + w_o + (long)ib * RM * w_si + (long)jv * VN * VW;
-        for (int r = 0; r < RM; ++r)
+        for (int r = 0; r < rows; ++r)
             for (int v = 0; v < VN; ++v) SGD_STEP(VT, acc[r][v], w + r * w_si + v * VW)
     } else
 #endif
 #if BIAS || ACT || SGD
-    for (int r = 0; r < RM; ++r)
+    for (int r = 0; r < rows; ++r)
         for (int v = 0; v < VN; ++v) {
             T* p = (T*)&acc[r][v];
             for (int i = 0; i < VW; ++i) EPI(p[i], ib * RM + r, jv * VN * VW + v * VW + i);
@@ -111,15 +119,18 @@ __kernel void gemm_rb(const int K,
     if (scn == 1 && (c_o | scm | scb) % VW == 0) {  // NOTE: vector pointers (vstoreN: a call)
 #pragma unroll
         for (int r = 0; r < RM; ++r)
+            if (r < rows)
 #pragma unroll
-            for (int v = 0; v < VN; ++v) *(__global VT*)(c + r * scm + v * VW) = acc[r][v];
+                for (int v = 0; v < VN; ++v) *(__global VT*)(c + r * scm + v * VW) = acc[r][v];
     } else if (scn == 1) {
 #pragma unroll
         for (int r = 0; r < RM; ++r)
+            if (r < rows)
 #pragma unroll
-            for (int v = 0; v < VN; ++v) CAT(vstore, VW)(acc[r][v], 0, c + r * scm + v * VW);
+                for (int v = 0; v < VN; ++v)
+                    CAT(vstore, VW)(acc[r][v], 0, c + r * scm + v * VW);
     } else {
-        for (int r = 0; r < RM; ++r)
+        for (int r = 0; r < rows; ++r)
             for (int v = 0; v < VN; ++v) {
                 const T* p = (const T*)&acc[r][v];
                 for (int i = 0; i < VW; ++i) c[r * scm + (v * VW + i) * scn] = p[i];

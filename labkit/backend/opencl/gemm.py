@@ -70,9 +70,16 @@ _PACK_MIN_LD = 1024  # when B's rows are a page (4 KiB of floats) or more apart:
 
 _GEN_ARGS = ([np.int32] * 5 + [None] + [np.int64] * 4 + [None] + [np.int64] * 4 + [None]
              + [np.int64] * 4)
-_RB_ARGS = ([np.int32] + [None] + [np.int64] * 4 + [None] + [np.int64] * 4 + [None]
+_RB_ARGS = ([np.int32] * 2 + [None] + [np.int64] * 4 + [None] + [np.int64] * 4 + [None]
             + [np.int64] * 4)
 
+
+#: a product whose rows are not a multiple of the blocking's takes the rows left in a partial
+#: last block of its launch where they waste at most 1/TAIL_IN_BLOCK of the rows (the block's
+#: rows past the end compute and write nothing useful), else in a second launch: (512, 784) @
+#: (784, 32)-like products with 6-row blocks were two launches each (a launch costs about 7 us
+#: of host time and a program built for the tail's rows), an MLP step at batch 32 9 of its 34
+TAIL_IN_BLOCK = 16
 
 #: row blocks per work-group of ``gemm_rb`` on a CPU device (the largest that divides them)
 WG_ROWS = (8, 4, 2, 1)
@@ -126,7 +133,7 @@ def size_class(M, N, K) -> int:
 
 #: bumped when the kernel or its launch changes what the timings mean (a stored choice of an
 #: older launch is tuned again)
-TUNING_VERSION = 2
+TUNING_VERSION = 3
 
 
 def tuning_key(rt, ct, n) -> str:
@@ -302,10 +309,13 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None, epi=None, swapped=False):
             # where packing its panels gathered every element from another row (a (12544, 64)
             # B: 4.4 ms to pack, 1.0 ms to transpose)
             B = _transpose_rows(rt, dt, nb, K, N, B)
-        # NOTE: blocks of rm rows, then blocks of the M - mb rows left under them (fewer than
-        # rm); panels of vn vectors, then blocks of one vector for the columns left of a
-        # panel's width: a work-item per element there ran at 5-15 GFLOP/s (an MLP step's
-        # 784- and 10-wide products: 1.8 of 6.6 ms)
+        # NOTE: blocks of rm rows, the last of them partial where that wastes little (see
+        # TAIL_IN_BLOCK), else a second launch for the M - mb rows left under them; panels of
+        # vn vectors, then blocks of one vector for the columns left of a panel's width: a
+        # work-item per element there ran at 5-15 GFLOP/s (an MLP step's 784- and 10-wide
+        # products: 1.8 of 6.6 ms)
+        if mb and (rm - M + mb) * TAIL_IN_BLOCK <= M:
+            mb = M
         for j0, width, v in ((0, nbk, vn), (nbk, w2, 1)):
             if not width:
                 continue
@@ -344,8 +354,8 @@ def _panels(rt, dt, nb, M, K, ncols, B, panel, vw):
 
 def _blocked(rt, ct, nb, K, cfg, A, panels, C, epi, i0, j0, m, n):
     """``gemm_rb`` with blocking ``cfg`` on rows [i0, i0 + m) and columns [j0, j0 + n) of C
-    (m a multiple of its rows, n of its panel), B's columns from ``panels`` (``_panels``,
-    starting at column j0)."""
+    (n a multiple of its panel; the last block of rows partial where m is not a multiple of
+    them), B's columns from ``panels`` (``_panels``, starting at column j0)."""
     rm, vn, vw = cfg
     bias, act = (None, 0) if epi is None else (epi[0], epi[4])
     eargs = _epi_args(epi, i0, j0)
@@ -353,8 +363,9 @@ def _blocked(rt, ct, nb, K, cfg, A, panels, C, epi, i0, j0, m, n):
     a, a_o, sam, sak, sab = A
     c, c_o, scm, scn, scb = C
     prg = _program(rt, ct, cfg, bias is not None, act, _sgd(epi))
+    blocks = -(-m // rm)
     with rt.lock:
-        prg.gemm_rb(rt.queue, (n // (vn * vw), m // rm, nb), _local(rt, m // rm), K,
+        prg.gemm_rb(rt.queue, (n // (vn * vw), blocks, nb), _local(rt, blocks), K, m,
                     a.data, a_o + i0 * sam, sam, sak, sab,
                     bufb.data, b_o, ldb, sbj, sbb,
                     c.data, c_o + i0 * scm + j0 * scn, scm, scn, scb, *eargs)

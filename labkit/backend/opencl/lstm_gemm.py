@@ -157,7 +157,7 @@ def forward(h, b, xw, cp, planned):
     out = fresh(rt, (M, H), dt, (H, 1), M * H)
     cp_o, cp_ld = cell_rows(cp, H)
     with rt.lock:
-        kernel(rt.queue, (N // (vn * vw), M // rm, 1), _local(rt, M // rm), K,
+        kernel(rt.queue, (N // (vn * vw), M // rm, 1), _local(rt, M // rm), K, M,
                h.data, h.offset, h._st[0], h._st[1], 0,
                b.data, b.offset // vw, N // vw, vn, 0,
                x.data, 0, N, 1, 0,
@@ -217,7 +217,7 @@ def grad_product(cp, x, gc, gh, u, planned, add=None):
     for a, cols in ((cp, N), (x, K), (gc, N), (gh, N)):
         rows += [a.data, *cell_rows(a, cols)]
     with rt.lock:
-        kernel(rt.queue, (1, M // rm, 1), _local(rt, M // rm), K,
+        kernel(rt.queue, (1, M // rm, 1), _local(rt, M // rm), K, M,
                gx.data, 0, K, 1, 0,
                u.data, u.offset // vw, N // vw, vn, 0,
                out.data, 0, N, 1, 0, *epi,
