@@ -67,6 +67,7 @@ __kernel void gemm_rb(const int K, const int MR,
     const int jv = get_global_id(0);          // block of VN*VW columns
     const int ib = get_global_id(1);          // block of RM rows
     const long bz = get_global_id(2);         // batch
+    if (ib * RM >= MR) return;                // NOTE: no row of C in this block
 #if LSTM_GRAD
     for (int r_ = 0; r_ < RM; ++r_)
         for (long j_ = 0; j_ < h; j_ += W) CELL_GRAD((long)ib * RM + r_, j_)
@@ -95,7 +96,7 @@ __kernel void gemm_rb(const int K, const int MR,
         }
         a += sak;
     }
-#if LSTM
+#if LSTM  // NOTE: lstm_gemm's blockings divide M: every block is whole here and above
     for (int r = 0; r < RM; ++r) LSTM_CELL(acc[r], (long)ib * RM + r, (long)jv * VW);
     return;
 #endif

@@ -45,7 +45,7 @@ def _run(m, n, k, dt, layout, rng):
     return out, a, b
 
 
-@pytest.mark.parametrize("m,n,k", [(514, 96, 40), (130, 1030, 70), (100, 784, 32), (263, 64, 9)])
+@pytest.mark.parametrize("m,n,k", [(514, 96, 40), (130, 1030, 70), (106, 100, 32), (263, 64, 9)])
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn"])
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_partial_last_block_is_bit_for_bit_the_second_launch(m, n, k, layout, dt, monkeypatch):
@@ -64,8 +64,9 @@ def test_partial_last_block_is_bit_for_bit_the_second_launch(m, n, k, layout, dt
     want = a.astype(np.float64) @ b
     tol = 1e-4 if dt == np.float32 else 1e-10
     np.testing.assert_allclose(one["mm"], want, rtol=tol, atol=tol * np.sqrt(k))
-    # NOTE: 6-row blocks: every product here leaves rows over; in one launch they are a
-    # partial block (ceil), in two a launch of fewer rows
+    # NOTE: 6-row blocks: every product here leaves rows over, and has an odd number of whole
+    # blocks (work-groups of one block); in one launch they are a partial block, in two a
+    # launch of fewer rows
     assert len(blocks_one) < len(blocks_two), (blocks_one, blocks_two)
     assert sum(blocks_one) == sum(blocks_two), (blocks_one, blocks_two)
 
@@ -81,3 +82,35 @@ def test_rows_not_worth_a_partial_block_keep_their_launch(monkeypatch):
     got = (cp.asarray(a) @ cp.asarray(b)).get()
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=2e-3)
     assert seen == [5, 1], seen
+
+
+@pytest.mark.parametrize("cfg", ["6,2,16", "8,2,16", "4,4,8", "8,1,16"])
+def test_a_partial_block_writes_no_row_past_its_own(cfg, monkeypatch):
+    """C, and W of the SGD epilogue, in larger buffers: the rows after the product's (and
+    between its batches) keep their values, whatever the blocking."""
+    monkeypatch.setenv("LABKIT_GEMM_CONFIG", cfg)
+    rt = cp.runtime(0)
+    rng = np.random.default_rng(5)
+    rm = int(cfg.split(",")[0])
+    m, n, k, nb, gap = 17 * rm + 1, 96, 40, 2, 3  # NOTE: 17 whole blocks (an odd number: one
+    # block a work-group, so the row left is a partial block of the same launch) and a row
+    a = rng.standard_normal((nb, m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    da, db = cp.asarray(a), cp.asarray(b)
+    fill = np.full((nb, m + gap, n), 7.25, np.float32)
+    c = cp.asarray(fill)
+    seen = _launches(monkeypatch)
+    gemm._gemm(rt, np.dtype(np.float32), nb, m, n, k, (da, 0, k, 1, m * k), (db, 0, n, 1, 0),
+               (c, 0, n, 1, (m + gap) * n))
+    assert seen == [18], seen  # NOTE: one launch, its last block partial
+    got = c.get()
+    assert (got[:, m:] == 7.25).all(), "a row past the product's was written"
+    np.testing.assert_allclose(got[:, :m], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    w0 = rng.standard_normal((m + gap, n)).astype(np.float32)
+    w = cp.asarray(w0)
+    g = gemm.matmul_sgd(da[0], db, w[:m], 0.5)
+    assert g is not None
+    wn = w.get()
+    assert wn[m:].tobytes() == w0[m:].tobytes(), "a weight row past the product's was updated"
+    step = (np.float32(0.5) * g.get()).astype(np.float32)
+    assert wn[:m].tobytes() == (w0[:m] - step).astype(np.float32).tobytes()

@@ -76,9 +76,12 @@ _RB_ARGS = ([np.int32] * 2 + [None] + [np.int64] * 4 + [None] + [np.int64] * 4 +
 
 #: a product whose rows are not a multiple of the blocking's takes the rows left in a partial
 #: last block of its launch where they waste at most 1/TAIL_IN_BLOCK of the rows (the block's
-#: rows past the end compute and write nothing useful), else in a second launch: (512, 784) @
-#: (784, 32)-like products with 6-row blocks were two launches each (a launch costs about 7 us
-#: of host time and a program built for the tail's rows), an MLP step at batch 32 9 of its 34
+#: rows past the end compute and write nothing useful) and the whole blocks' work-groups are
+#: one block each (on a CPU device work-groups of 2-8 blocks would gain a group of mostly
+#: idle items: (129, 512) @ (512, 512) in 8-row blocks 0.37 -> 0.45 ms), else in a second
+#: launch: the (512, 784) @ (784, 32)-like products of an MLP step at batch 32 in 6-row blocks
+#: were two launches each (a launch costs about 7 us of host time, and a program is built for
+#: the tail's rows), 9 of the step's 34 launches; (512, 512) @ (512, 32) 0.168 -> 0.142 ms
 TAIL_IN_BLOCK = 16
 
 #: row blocks per work-group of ``gemm_rb`` on a CPU device (the largest that divides them)
@@ -314,7 +317,8 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None, epi=None, swapped=False):
         # vn vectors, then blocks of one vector for the columns left of a panel's width: a
         # work-item per element there ran at 5-15 GFLOP/s (an MLP step's 784- and 10-wide
         # products: 1.8 of 6.6 ms)
-        if mb and (rm - M + mb) * TAIL_IN_BLOCK <= M:
+        if (mb and (rm - M + mb) * TAIL_IN_BLOCK <= M
+                and _local(rt, mb // rm) in (None, (1, 1, 1))):
             mb = M
         for j0, width, v in ((0, nbk, vn), (nbk, w2, 1)):
             if not width:
@@ -364,8 +368,12 @@ def _blocked(rt, ct, nb, K, cfg, A, panels, C, epi, i0, j0, m, n):
     c, c_o, scm, scn, scb = C
     prg = _program(rt, ct, cfg, bias is not None, act, _sgd(epi))
     blocks = -(-m // rm)
+    # NOTE: the work-group of the whole blocks (a partial one is added only where that is
+    # one block: _gemm): one block more could leave no divisor but 1, and a (1025, 1024) @
+    # (1024, 1024) product in 8-row blocks took 13 ms against 8
+    local = _local(rt, m // rm or 1)
     with rt.lock:
-        prg.gemm_rb(rt.queue, (n // (vn * vw), blocks, nb), _local(rt, blocks), K, m,
+        prg.gemm_rb(rt.queue, (n // (vn * vw), blocks, nb), local, K, m,
                     a.data, a_o + i0 * sam, sam, sak, sab,
                     bufb.data, b_o, ldb, sbj, sbb,
                     c.data, c_o + i0 * scm + j0 * scn, scm, scn, scb, *eargs)
