@@ -405,6 +405,28 @@ def test_ten_thousand_runs_virtual_list_compare_and_status_item(browser, many):
     assert "5 selected" in sidebar.locator(".labkit-runs-count").inner_text()
     sidebar.locator(".labkit-runs-clear").click()
 
+    # the compare page of a live run polls it; its header (sort titles, filters) is not made
+    # again at a poll, so a filter being typed in keeps its focus and its text
+    row(page, ids[-3]).locator(".labkit-run-check").click()
+    row(page, ids[-4]).locator(".labkit-run-check").click()
+    sidebar.locator(".labkit-runs-compare").click()
+    live_compare = page.locator(f"#labkit-compare-area-{'_'.join(sorted(ids[-4:-2]))}")
+    typed = live_compare.locator(".labkit-compare-filter[data-column='run']")
+    wait_for(lambda: typed.count() == 1 and typed.is_visible(), timeout=30,
+             what="the compare page of the live run")
+    title = live_compare.locator(".labkit-compare-titles th").first.element_handle()
+    typed.click()
+    page.keyboard.type("run-")
+    for _ in range(2):
+        with page.expect_response(lambda r: "/labkit/api/compare?" in r.url, timeout=30_000):
+            pass
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    assert title.evaluate("e => e.isConnected"), "the header was made again at a poll"
+    assert page.evaluate("() => document.activeElement?.dataset?.column") == "run"
+    page.keyboard.type("0999")
+    assert typed.input_value() == "run-0999"
+    sidebar.locator(".labkit-runs-clear").click()
+
     # the status item: a button that shows the runs training now
     status = page.locator(".labkit-statusbar")
     wait_for(lambda: status.inner_text() == "labkit: 1 live", what="the status item")

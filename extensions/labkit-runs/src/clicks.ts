@@ -22,21 +22,38 @@ function keyed(target: EventTarget | null): HTMLElement | null {
   return (node?.closest?.('[data-labkit-press]') as HTMLElement | null) ?? null;
 }
 
+/** The last press of the main button anywhere on the page: its keyed element and the root
+ * (of those given to ``keepClicks``) it was in. Any press replaces it, so a press released
+ * outside its root is never taken up by a later release; a context menu (Ctrl-click on a
+ * Mac) forgets it. */
+let last: { node: HTMLElement; root: HTMLElement } | null = null;
+let listening = false;
+
+function listen(): void {
+  document.addEventListener('mousedown', event => {
+    const node = event.button === 0 ? keyed(event.target) : null;
+    const root = node?.closest('[data-labkit-keep-clicks]') as HTMLElement | null;
+    last = node && root ? { node, root } : null;
+  }, true);
+  document.addEventListener('contextmenu', () => (last = null), true);
+  listening = true;
+}
+
 /** Give the clicks lost to a redraw inside ``root`` back to the redrawn elements. */
 export function keepClicks(root: HTMLElement): void {
-  let pressed: { key: string; node: HTMLElement } | undefined;
-  root.addEventListener('mousedown', event => {
-    const node = event.button === 0 ? keyed(event.target) : null;
-    pressed = node ? { key: node.dataset.labkitPress!, node } : undefined;
-  });
+  if (!listening) {
+    listen();
+  }
+  root.dataset.labkitKeepClicks = '';
   root.addEventListener('mouseup', event => {
-    const press = pressed;
-    pressed = undefined;
-    if (!press || event.button !== 0 || press.node.isConnected) {
+    const press = last;
+    last = null;
+    if (!press || press.root !== root || event.button !== 0 || press.node.isConnected) {
       return;  // NOTE: nothing was redrawn: the browser's own click follows
     }
     const node = keyed(event.target);
-    if (!node || node.dataset.labkitPress !== press.key || !root.contains(node)) {
+    if (!node || node.dataset.labkitPress !== press.node.dataset.labkitPress ||
+        !root.contains(node)) {
       return;
     }
     node.dispatchEvent(new MouseEvent('click', {

@@ -156,6 +156,8 @@ export class ComparePanel extends Panel {
   private charts: Widget;
   private configBox: Widget;
   private same: HTMLDetailsElement;
+  /** The columns and titles the table's header was made for (``renderTable``). */
+  private headKey = '';
   private table: HTMLTableElement;
   private parcoords: ParCoords;
   private themeObserver: MutationObserver;
@@ -273,7 +275,12 @@ export class ComparePanel extends Panel {
       this.metric = keys[0] || '';
       this.mode = defaultMode(this.metric);
     }
-    this.metricSelect.replaceChildren(...keys.map(k => new Option(k, k)));
+    // NOTE: the options are made again only when the keys change (at each poll, an open
+    // list closed)
+    const shown = Array.from(this.metricSelect.options, o => o.value);
+    if (JSON.stringify(keys) !== JSON.stringify(shown)) {
+      this.metricSelect.replaceChildren(...keys.map(k => new Option(k, k)));
+    }
     this.metricSelect.value = this.metric;
     this.modeSelect.value = this.mode;
     // the damaged runs, each with why (the rest of the page shows what could be read)
@@ -309,17 +316,22 @@ export class ComparePanel extends Panel {
       item.onmouseleave = () => this.highlight(null);
       return item;
     }));
-    this.same.replaceChildren(
-      el('summary', undefined, (diff.same.length
-        ? `Same in all ${known.length} runs (${diff.same.length}): ${sameText(diff.same)}`
-        : 'No config key has the same value in all runs') +
-        (known.length < this.runs.length
-          ? ` (${this.runs.length - known.length} damaged: config unknown)` : '')));
-    const list = el('ul');
-    for (const [k, v] of diff.same) {
-      list.append(el('li', undefined, `${k} = ${valueText(v)}`));
+    const summary = (diff.same.length
+      ? `Same in all ${known.length} runs (${diff.same.length}): ${sameText(diff.same)}`
+      : 'No config key has the same value in all runs') +
+      (known.length < this.runs.length
+        ? ` (${this.runs.length - known.length} damaged: config unknown)` : '');
+    const items = diff.same.map(([k, v]) => `${k} = ${valueText(v)}`);
+    const sameKey = JSON.stringify([summary, items]);
+    if (this.same.dataset.key !== sameKey) {  // NOTE: as the header: not at every poll
+      this.same.dataset.key = sameKey;
+      this.same.replaceChildren(el('summary', undefined, summary));
+      const list = el('ul');
+      for (const item of items) {
+        list.append(el('li', undefined, item));
+      }
+      this.same.append(list);
     }
-    this.same.append(list);
     this.renderCharts(keys);
     this.renderTable(true);
   }
@@ -398,7 +410,14 @@ export class ComparePanel extends Panel {
       return { id: r.id, cells };
     });
     const columns = [...FIXED, ...this.differ.map(k => `config:${k}`)];
-    if (head) {
+    // NOTE: the header is made again only when its columns or titles change, not at each
+    // poll of live runs: a sort click whose press and release straddled a redraw was lost,
+    // and a filter being typed in lost its focus
+    const headKey = JSON.stringify([columns, this.bestColumn()]);
+    if (head && (headKey !== this.headKey || !this.table.tHead)) {
+      this.headKey = headKey;
+      const typing = document.activeElement as HTMLInputElement | null;
+      const typed = typing && this.table.contains(typing) ? typing.dataset.column : undefined;
       const names = (c: string) => (c === 'best' ? this.bestColumn() : c.replace(/^config:/, ''));
       const titles = el('tr', 'labkit-compare-titles');
       const inputs = el('tr', 'labkit-compare-filters');
@@ -428,6 +447,12 @@ export class ComparePanel extends Panel {
       }
       this.table.replaceChildren(el('thead'), el('tbody'));
       this.table.tHead!.append(titles, inputs);
+      const again = typed === undefined ? null
+        : inputs.querySelector<HTMLInputElement>(`input[data-column="${CSS.escape(typed)}"]`);
+      if (again && typing) {
+        again.focus();
+        again.setSelectionRange(typing.selectionStart, typing.selectionEnd);
+      }
     }
     for (const th of Array.from(this.table.querySelectorAll<HTMLElement>('.labkit-compare-titles th'))) {
       const on = th.dataset.column === this.sortColumn;

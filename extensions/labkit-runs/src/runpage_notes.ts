@@ -6,6 +6,7 @@
  * is editing are never overwritten by a refresh. Every value is rendered as text.
  */
 import { api, runPath } from './api';
+import { pressKey } from './clicks';
 import { IRunRecord } from './runpage_sections';
 import { el } from './dom';
 
@@ -113,7 +114,11 @@ export class RunNotes {
     this.saveNote.disabled = this.note.value === note;
     this.noteSummary.textContent = note ? `note (${note.split('\n')[0].slice(0, 60)}` +
       `${note.length > 60 || note.includes('\n') ? '…' : ''})` : 'note (none yet)';
-    this.chips.replaceChildren(...this.saved.tags.map(t => this.chip(t)));
+    const tags = JSON.stringify(this.saved.tags);
+    if (this.chips.dataset.tags !== tags) {  // NOTE: not at each poll of a live run
+      this.chips.dataset.tags = tags;
+      this.chips.replaceChildren(...this.saved.tags.map(t => this.chip(t)));
+    }
   }
 
   private chip(tag: string): HTMLElement {
@@ -122,6 +127,7 @@ export class RunNotes {
     const x = el('button', 'labkit-tag-remove', '×');
     x.title = `remove the tag ${tag}`;
     x.setAttribute('aria-label', `remove tag ${tag}`);
+    pressKey(x, `untag ${tag}`);
     // NOTE: a change, not the whole list: another page's tags added meanwhile are kept
     x.onclick = () => void this.patch({ remove_tags: [tag] }, this.tagMessage, `removed ${tag}`);
     c.appendChild(x);

@@ -83,7 +83,7 @@ export class RunPanel extends Panel {
     this.addWidget(head);
     this.addWidget(this.cockpit);
     this.addWidget(this.details);
-    keepClicks(this.details.node);  // NOTE: drawn again at each poll while the run trains
+    keepClicks(this.node);  // NOTE: parts are drawn again at each poll while the run trains
     void this.load(true);
   }
 
