@@ -405,8 +405,9 @@ def test_ten_thousand_runs_virtual_list_compare_and_status_item(browser, many):
     assert "5 selected" in sidebar.locator(".labkit-runs-count").inner_text()
     sidebar.locator(".labkit-runs-clear").click()
 
-    # the compare page of a live run polls it; its header (sort titles, filters) is not made
-    # again at a poll, so a filter being typed in keeps its focus and its text
+    # the compare page of a live run polls it; its header (sort titles, filters) and charts
+    # are not made again at a poll, so a filter being typed in keeps its focus and its text,
+    # and a click (a sort, a double-click on a chart) is not lost
     row(page, ids[-3]).locator(".labkit-run-check").click()
     row(page, ids[-4]).locator(".labkit-run-check").click()
     sidebar.locator(".labkit-runs-compare").click()
@@ -415,6 +416,7 @@ def test_ten_thousand_runs_virtual_list_compare_and_status_item(browser, many):
     wait_for(lambda: typed.count() == 1 and typed.is_visible(), timeout=30,
              what="the compare page of the live run")
     title = live_compare.locator(".labkit-compare-titles th").first.element_handle()
+    figure = live_compare.locator(".labkit-compare-figure").first.element_handle()
     typed.click()
     page.keyboard.type("run-")
     for _ in range(2):
@@ -422,6 +424,7 @@ def test_ten_thousand_runs_virtual_list_compare_and_status_item(browser, many):
             pass
     page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
     assert title.evaluate("e => e.isConnected"), "the header was made again at a poll"
+    assert figure.evaluate("e => e.isConnected"), "the charts were made again at a poll"
     assert page.evaluate("() => document.activeElement?.dataset?.column") == "run"
     page.keyboard.type("0999")
     assert typed.input_value() == "run-0999"

@@ -337,6 +337,15 @@ export class ComparePanel extends Panel {
   }
 
   private renderCharts(keys: string[]): void {
+    // NOTE: the figures stay while the keys do (a live run's poll): a chart moved into a new
+    // figure between a press and its release got no click (a double-click's zoom reset was
+    // lost)
+    const chartsKey = JSON.stringify(keys);
+    if (this.charts.node.dataset.keys === chartsKey) {
+      this.drawCharts();
+      return;
+    }
+    this.charts.node.dataset.keys = chartsKey;
     const figures: HTMLElement[] = [];
     for (const key of keys) {
       let plot = this.plots.get(key);
