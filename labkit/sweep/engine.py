@@ -92,16 +92,22 @@ def dask_setup(worker) -> None:
 #: SIGINT is ignored before Python starts Dask, and dask spec waits for SIGTERM alone, so the
 #: worker process the Nanny starts inherits the ignored SIGINT too
 WORKER_MAIN = """
-import asyncio, logging, signal, sys
+import asyncio, logging, os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 from distributed.cli import dask_spec
+
+DRIVER = os.getppid()
 
 
 class Quiet(logging.Filter):
     # the Nanny's INFO lines about starting and closing (its worker process drops its own
-    # "Worker process died unexpectedly": _NannyGone, installed by dask_setup)
+    # "Worker process died unexpectedly": _NannyGone, installed by dask_setup); and all of
+    # them once the driver is gone (killed: this process is an orphan, closing itself and its
+    # worker as the scheduler went, and under load it said so: "Failed to unregister",
+    # "Worker process still alive after 4.0 seconds, killing", with tracebacks). The driver's
+    # record says what became of each trial (labkit sweep resume)
     def filter(self, record):
-        return record.levelno >= logging.WARNING
+        return record.levelno >= logging.WARNING and os.getppid() == DRIVER
 
 
 logging.getLogger("distributed.nanny").addFilter(Quiet())
