@@ -84,6 +84,7 @@ import warnings
 import numpy as np
 
 from ..autograd import trace as _trace
+from ..autograd.function import grad_enabled
 from ..autograd.tensor import Tensor
 from ..autograd.trace import host
 from ..backend import opencl
@@ -273,6 +274,9 @@ class Compiled:
         first_of: dict = {}
         key.append(("alias", tuple(first_of.setdefault(id(a), k)
                                    for k, a in enumerate(leaves))))
+        # NOTE: a step traced with gradients on is not replayed under lk.no_grad() (a
+        # validation pass calling the training step would train; eager, backward raises)
+        key.append(("grad", grad_enabled()))
         key = tuple(key)
         plans = self._plans.get(key)
         if plans is not None and len(self._plans) > 1:
@@ -380,6 +384,9 @@ class Compiled:
             if a != b:
                 if a[0] == b[0] == "alias":
                     return f"{_describe(a)} when traced, now {_describe(b)}"
+                if a[0] == b[0] == "grad":
+                    return (f"gradients were {'on' if a[1] else 'off (lk.no_grad())'} when "
+                            f"traced, are {'on' if b[1] else 'off (lk.no_grad())'} now")
                 if a[0] == b[0] == "O" and a[1] == b[1]:
                     return (f"an argument is another {b[1]} object than the one traced (a "
                             "program reads the tensors of the objects it was traced with)")

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..autograd.tensor import Tensor
 from ..backend.opencl.context import deferred_checks, resolve_checks
+from ..errors import CompileError
 from . import passes
 from .guards import first_failure
 from .trace import Trace
@@ -311,6 +312,16 @@ def _generate(prog, nodes, t, exposed):
             for i, o in enumerate(n.outs):
                 lines.append(f"    s{o} = asarray(_r[{i}])" if scalar0(o) else
                              f"    s{o} = _r[{i}]")
+        if _value_shaped(n):
+            # NOTE: a result whose shape follows values (x[mask], a host function): the
+            # nodes after it are made for the traced shape, and would cut or broadcast another
+            env["SHAPED"] = _shape_changed
+            env[f"N{k}"] = (n.name, n.where)
+            for o in n.outs:
+                if hasattr(values.get(o), "shape"):
+                    env[f"SH{o}"] = tuple(values[o].shape)
+                    lines.append(f"    if getattr(s{o}, 'shape', None) != SH{o}: "
+                                 f"SHAPED(N{k}, SH{o}, s{o})")
         for name, i, x in n.attr_out:
             lines.append(f"    s{x} = O{k}.{name}" + ("" if i is None else f"[{i}]"))
         for old, new in n.versions:  # the same array, changed in place by this node
@@ -338,6 +349,33 @@ def _generate(prog, nodes, t, exposed):
     source = "\n".join(lines) + "\n"
     exec(compile(source, "<lk.compile replay>", "exec"), env)  # noqa: S102 - our own code
     return env["replay"], source
+
+
+def _value_shaped(n) -> bool:
+    """Whether node ``n``'s results may take another shape at a replay whose inputs have the
+    traced shapes: indexing with a boolean mask, and a host function (lk.compile.host) that is
+    not one of labkit's own captured ones."""
+    if n.kind == "host":
+        return bool(n.outs) and not getattr(n.fn, "lk_capture", False)
+    from ..functions import array as fa
+
+    if n.kind != "op" or type(n.fn) is not fa.GetItem:
+        return False
+    key = n.fn.key if isinstance(n.fn.key, tuple) else (n.fn.key,)
+    return any(getattr(getattr(x, "dtype", None), "kind", None) == "b"
+               or (isinstance(x, list) and any(isinstance(v, (bool, np.bool_)) for v in x))
+               for x in key)
+
+
+def _shape_changed(node, traced, got):
+    name, where = node
+    raise CompileError(
+        f"lk.compile: {name} at {where} gave a result of shape "
+        f"{tuple(getattr(got, 'shape', ()))} where the traced call's was {traced}: its shape "
+        "follows values (a boolean mask, x[mask], or a host function), which a replay cannot "
+        "follow, and the ops after it were made for the traced shape. Keep the shape fixed "
+        "(F.where(mask, x, 0), or x multiplied by the mask), or do this outside the compiled "
+        "step. (This call stopped there: what it changed before, it changed.)")
 
 
 def _checks_early(nodes):
