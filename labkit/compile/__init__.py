@@ -339,7 +339,13 @@ class Compiled:
         for g in walk.guards:
             g.settle()
         if first is None:
-            trace.pyguards = [g for g in walk.guards if not g.user]
+            # NOTE: the user's values as this call left them: one changed before the next
+            # call (SCALE = 2.0, an extension setting cfg.temp between epochs) makes this
+            # trace stale, and the next call is traced anew where it was refused as a step
+            # that "did not do the same thing"; one the step changes itself (a counter it
+            # increments) still reaches the comparison, which refuses it
+            trace.pyguards = [g for g in walk.guards if not g.user] + [
+                a for g in walk.guards if g.user and (a := g.again()) is not None]
             trace.slim()
             self._first[key] = trace
             self._keep[key] = keep

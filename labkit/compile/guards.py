@@ -146,6 +146,16 @@ class Guard:
         else:  # NOTE: "k", a keyword-only default
             self.get = lambda: holder.__kwdefaults__[name]
 
+    def again(self):
+        """This guard on the value it holds now (after a traced call: what the next call
+        must find for the trace to still be this step's), or None where it holds none."""
+        v = self.read()
+        if v is _MISSING:
+            return None
+        g = Guard(self.kind, self.holder, self.name, v, self.user, self.label)
+        g.settle()
+        return g
+
     def read(self):
         try:
             return self.get()

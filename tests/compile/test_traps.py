@@ -31,7 +31,11 @@ def line_of(marker):
 SCALE = 2.0
 
 
-def test_global_constant_changed_between_calls_1_and_2_is_refused(dev):
+def test_global_constant_changed_between_calls_1_and_2_is_traced_again(dev):
+    """A value the step reads, changed between the first and the second call (before any
+    program is made): the first trace is stale, and the second call is traced anew, where it
+    was refused as a step that "did not do the same thing" (a MainLoop whose extension set
+    such a value between epochs stopped on it)."""
     global SCALE
 
     @lk.compile
@@ -39,32 +43,31 @@ def test_global_constant_changed_between_calls_1_and_2_is_refused(dev):
         return x * SCALE  # scaled
 
     SCALE = 2.0
-    step(t([1, 2], dev))
-    SCALE = 3.0
     try:
-        with pytest.raises(CompileError) as e:
-            step(t([1, 2], dev))
+        assert step(t([1, 2], dev)).numpy().tolist() == [2, 4]
+        SCALE = 3.0
+        assert [step(t([1, 2], dev)).numpy().tolist() for _ in range(3)] == [[3, 6]] * 3
     finally:
         SCALE = 2.0
-    msg = str(e.value)
-    assert "did not do the same thing in two calls" in msg
-    assert line_of("scaled") in msg and "2.0 then 3.0" in msg, msg
+    assert step.stats["replays"] == 1
+    assert "the global SCALE (read by step) was 2.0 when traced, is 3.0" in \
+        step.stats["reasons"], step.stats["reasons"]
 
 
-def test_closure_constant_changed_between_calls_1_and_2_is_refused(dev):
+def test_closure_constant_changed_between_calls_1_and_2_is_traced_again(dev):
     scale = [2.0]
 
     @lk.compile
     def step(x):
         return F.sum(x + scale[0])
 
-    step(t([1, 2], dev))
+    assert float(step(t([1, 2], dev)).item()) == 7.0
     scale[0] = 5.0
-    with pytest.raises(CompileError, match=r"2\.0 then 5\.0"):
-        step(t([1, 2], dev))
+    assert [float(step(t([1, 2], dev)).item()) for _ in range(3)] == [13.0] * 3
+    assert step.stats["replays"] == 1 and step.stats["retraces"] == 1
 
 
-def test_constant_inside_a_host_computation_changed_between_calls_is_refused(dev):
+def test_constant_inside_a_host_computation_changed_between_calls_is_traced_again(dev):
     ratio = [0.5]
     g = lk.Generator(3, dev)
 
@@ -72,11 +75,27 @@ def test_constant_inside_a_host_computation_changed_between_calls_is_refused(dev
     def step(x):
         return F.dropout(x, ratio[0], generator=g)
 
-    x = t(np.ones(64), dev)
+    x = t(np.ones(4096), dev)
     step(x)
     ratio[0] = 0.1
+    kept = [float((step(x).numpy() != 0).mean()) for _ in range(3)]
+    assert all(0.85 < k < 0.95 for k in kept), kept  # NOTE: 0.1 dropped, not 0.5
+    assert step.stats["replays"] == 1 and step.stats["retraces"] == 1
+
+
+def test_a_step_that_changes_what_it_reads_between_calls_1_and_2_is_still_refused(dev):
+    """The values as the first call left them are what the second must find: a counter the
+    step itself increments does not make the first trace stale, and the step is refused."""
+    n = {"calls": 0.0}
+
+    @lk.compile
+    def step(x):
+        n["calls"] += 1.0
+        return x * n["calls"]
+
+    step(t([1, 2], dev))
     with pytest.raises(CompileError):
-        step(x)
+        step(t([1, 2], dev))
 
 
 def test_python_number_argument_is_guarded(dev):
