@@ -42,6 +42,24 @@ def add_final_hook(t, fn) -> HookHandle:
     return HookHandle(key, fn)
 
 
+def _fire_final(t, hooks) -> None:
+    """Call the grad-ready hooks ``hooks`` of leaf ``t``. Inside a step lk.compile traces, a
+    hook that does not say it may be traced (``lk_traced = True``: lk.dist's, which leaves
+    the reduction to the step's synchronize) is refused: a replay runs no Python, and would
+    skip it (a hook halving .grad, a log)."""
+    for h in tuple(hooks):
+        if _trace.tracer() is not None and not getattr(h, "lk_traced", False):
+            from ..errors import CompileError
+
+            raise CompileError(
+                f"lk.compile: a grad-ready hook ({getattr(h, '__qualname__', h)!r}, "
+                f"register_grad_ready_hook) of a tensor of shape {t.shape} runs in the step; "
+                "a replay runs no Python and would not call it. Remove it while the step is "
+                "compiled (its handle's remove()), or do its work in the step after backward "
+                "(with labkit ops, or in lk.compile.host(fn, *arrays, effect=True))")
+        h(t)
+
+
 def _count_final(roots) -> dict:
     """For each hooked leaf reachable from ``roots``: how many recorded uses of it backward will
     visit (its ``.grad`` is final once they are all done)."""
@@ -104,8 +122,7 @@ def run(roots, grads, *, targets=None, retain_graph=False, create_graph=False):
         left = uses[k] - 1
         uses[k] = left
         if left == 0 and reached.pop(k, None) is not None:
-            for h in tuple(_final_hooks[k][1]):
-                h(t)
+            _fire_final(t, _final_hooks[k][1])
 
     def add(a, b):
         if a is None:
@@ -200,8 +217,7 @@ def run(roots, grads, *, targets=None, retain_graph=False, create_graph=False):
             # that got a gradient anyway are final now, in the order they were counted
             for k in list(reached):
                 t = reached.pop(k)
-                for h in tuple(_final_hooks[k][1]):
-                    h(t)
+                _fire_final(t, _final_hooks[k][1])
     finally:
         set_grad_enabled(old)
     if targets is not None:

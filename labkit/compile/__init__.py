@@ -94,6 +94,7 @@ from .guards import (
     check_unchanged,
     drop_host_only,
     first_failure,
+    hook_guards,
     python_guards,
     refuse_stale,
     stale_results,
@@ -328,6 +329,9 @@ class Compiled:
             if seen:
                 _ran(_refuse_outside, self.__name__, k, x, node)
         self.stats["traces"] += 1
+        hook_guards(walk, [x for src in trace.sources.values() if src.kind in ("ext", "live")
+                           for x in (getattr(src, "tensors", None) or [src.tensor])
+                           if x is not None])
         drop_host_only(walk, tracer.host_codes)
         first = self._first.pop(key, None)
         if first is not None:  # NOTE: the difference between two calls says more

@@ -483,6 +483,20 @@ def _is_user_module(m) -> bool:
     return bool(f) and not os.path.abspath(f).startswith((_PKG,) + _LIBS)
 
 
+def hook_guards(walk, tensors) -> None:
+    """Add to ``walk`` the guards of what the gradient hooks of ``tensors`` read (the tensors
+    a traced step read: ``register_hook(lambda g: g * cfg["scale"])``): the engine calls them,
+    not the step's code, so the walk before the call did not reach them."""
+    fns = [h for t in tensors for h in (getattr(t, "_hooks", None) or ())]
+    if not fns:
+        return
+    w = Walk()
+    for h in fns:
+        w.walk(h)
+    w.finish()
+    walk.guards += w.guards
+
+
 def python_guards(fn, objects=()) -> Walk:
     """The guards of ``fn`` as it is now (before a traced call); ``objects``: the objects
     passed to it (a method's ``self``), whose attributes its code names are guarded too."""

@@ -99,6 +99,9 @@ class Program:
         self.live_shapes = [(tensor, tensor.data.shape, tensor.data.dtype, tensor.requires_grad,
                              type(tensor.data), getattr(tensor.data, "rt", None))
                             for _, tensor in self.live]
+        #: each such tensor's gradient hooks when traced (a hook added since: traced again)
+        self.live_hooks = [(tensor, tensor._hooks, _final_hooks_of(tensor))
+                           for _, tensor in self.live]
         self.depends = list(t.depends)
         self.pyguards = list(getattr(t, "pyguards", ()))  # compile/guards.py
         self.arg_alias = list(t.arg_alias)
@@ -136,6 +139,11 @@ class Program:
             if type(d) is not kind or getattr(d, "rt", None) is not rt:
                 return (f"a tensor of shape {shape} the step reads is on another device than "
                         "when traced")
+        for tensor, hooks, final in self.live_hooks:
+            if tensor._hooks is not hooks or _final_hooks_of(tensor) != final:
+                return (f"a gradient hook of a tensor of shape {tensor.shape} the step reads "
+                        "was added or removed since it was traced (register_hook, "
+                        "register_grad_ready_hook)")
         return None
 
     def run(self, leaves, arg_tensors=None):
@@ -143,6 +151,14 @@ class Program:
         # state change and before the results are written (labkit.functions._check.indices)
         with deferred_checks():
             return self.replay(leaves, arg_tensors)
+
+
+def _final_hooks_of(tensor) -> tuple:
+    """The grad-ready hooks of ``tensor`` (autograd/engine.py), as a tuple."""
+    from ..autograd import engine
+
+    entry = engine._final_hooks.get(id(tensor))
+    return tuple(entry[1]) if entry is not None and entry[0]() is tensor else ()
 
 
 def depends_failure(depends):

@@ -255,6 +255,9 @@ class DataParallel:
             # thread): poke them each time backward finishes a parameter
             self.comm.progress(self._inflight)
 
+    # NOTE: lk.compile traces it (it returns at once there: engine._fire_final)
+    _on_ready.lk_traced = True
+
     def _pack(self, b: _Bucket, grad_of) -> None:
         """Copy bucket ``b``'s gradients (``grad_of(p)``: an array, or None) weighted by this
         rank's weight into its buffer, with a used-flag each and the weight, and start its

@@ -103,3 +103,55 @@ def test_a_training_step_called_under_no_grad_does_not_train(dev):
     assert "gradients were on when traced, are off" in c.stats["reasons"][-1]
     c(x, y)  # NOTE: with gradients on again, the step replays
     assert not np.array_equal(_host(W.data), before)
+
+
+def _hooked_step(dev):
+    rng = np.random.default_rng(1)
+    W = lk.tensor(rng.standard_normal((3, 6)).astype(np.float32), device=dev,
+                  requires_grad=True)
+    opt = lk.optimizers.SGD(0.1).setup({"W": W})
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.softmax_cross_entropy(F.linear(x, W), y)
+        loss.backward()
+        opt.update()
+        return loss
+
+    x = lk.tensor(rng.standard_normal((4, 6)).astype(np.float32), device=dev)
+    return W, step, x, rng.integers(0, 3, 4)
+
+
+def test_a_gradient_hook_added_after_compiling_or_reading_a_changed_value_is_followed(dev):
+    """register_hook after the step was compiled, and a hook reading a value that changes:
+    the replay traces again (it had kept the traced hooks: the weights went apart from
+    eager's)."""
+    W, step, x, y = _hooked_step(dev)
+    c = lk.compile(step)
+    for _ in range(3):
+        c(x, y)
+    cfg = {"scale": 0.0}
+    W.register_hook(lambda g: g * cfg["scale"])
+    before = _host(W.data).copy()
+    for _ in range(3):
+        c(x, y)
+    assert np.array_equal(_host(W.data), before)  # NOTE: a zero gradient: no update
+    assert "a gradient hook" in c.stats["reasons"][-1]
+    cfg["scale"] = 1.0
+    c(x, y)
+    assert not np.array_equal(_host(W.data), before)
+    assert "cfg (in the closure of <lambda>)" in c.stats["reasons"][-1]
+
+
+def test_a_grad_ready_hook_in_a_compiled_step_is_refused(dev):
+    """A replay runs no Python: a grad-ready hook (halving .grad, a log) would be skipped."""
+    W, step, x, y = _hooked_step(dev)
+    log = []
+    handle = W.register_grad_ready_hook(lambda t: log.append(1))
+    c = lk.compile(step)
+    with pytest.raises(CompileError, match="grad-ready hook"):
+        c(x, y)
+    handle.remove()
+    for _ in range(3):
+        c(x, y)
+    assert c.stats["replays"] == 1
