@@ -96,11 +96,10 @@ from .guards import (
     first_failure,
     hook_guards,
     python_guards,
-    refuse_stale,
-    stale_results,
 )
 from .program import Program, depends_failure
 from .scan import scan
+from .stale import refuse_stale, stale_results
 from .trace import Tracer, compare
 
 

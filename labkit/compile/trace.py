@@ -103,9 +103,7 @@ class Trace:
                 self.ids[id(a)] = s
                 self.keep.append(a)
                 self.values[s] = a
-                # NOTE: an argument changed in place by raw code (x -= x.mean(0) on a NumPy
-                # batch) is refused as a parameter would be: a replay does not repeat it
-                self.sums[s] = checksum(a)
+                self.sums[s] = checksum(a)  # NOTE: raw code changing it in place is refused
 
     def slim(self) -> None:
         """Keep only what ``compare`` reads of this trace (its nodes' kinds, signatures and

@@ -368,9 +368,7 @@ def _blocked(rt, ct, nb, K, cfg, A, panels, C, epi, i0, j0, m, n):
     c, c_o, scm, scn, scb = C
     prg = _program(rt, ct, cfg, bias is not None, act, _sgd(epi))
     blocks = -(-m // rm)
-    # NOTE: the work-group of the whole blocks (a partial one is added only where that is
-    # one block: _gemm): one block more could leave no divisor but 1, and a (1025, 1024) @
-    # (1024, 1024) product in 8-row blocks took 13 ms against 8
+    # NOTE: the whole blocks' work-group (with one block more: 1025 rows in 8s, 13 ms for 8)
     local = _local(rt, m // rm or 1)
     with rt.lock:
         prg.gemm_rb(rt.queue, (n // (vn * vw), blocks, nb), local, K, m,
