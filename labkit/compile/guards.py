@@ -137,6 +137,8 @@ class Guard:
             self.items = list(value.items()) if type(value) is dict else list(value)
         if kind == "g":
             self.get = functools.partial(holder.get, name, _MISSING)
+        elif kind == "i":  # NOTE: an item of a list or tuple
+            self.get = functools.partial(holder.__getitem__, name)
         elif kind == "a":
             self.get = functools.partial(getattr, holder, name, _MISSING)
         elif kind == "c":
@@ -334,11 +336,17 @@ class Walk:
 
         if type(v) not in (list, tuple, dict) or len(v) > _SMALL or depth > 4:
             return
-        for x in (v.values() if type(v) is dict else v):
+        for k, x in (v.items() if type(v) is dict else enumerate(v)):
             if isinstance(x, (types.FunctionType, types.MethodType, functools.partial,
                               Compiled)):
                 self.walk(x, depth + 1)
-            elif canon(x) is None and not self._rng(x, f"an item of {label}"):
+            elif canon(x) is not None:
+                # NOTE: a plain value beside objects (CFG = {"model": m, "scales": [1.0]}):
+                # the container is checked by identity only, its plain items by value
+                if canon(v) is None:
+                    self.guards.append(Guard("g" if type(v) is dict else "i", v, k, x, True,
+                                             f"{label}[{k!r}]"))
+            elif not self._rng(x, f"an item of {label}"):
                 self.objects([x], depth + 1)
                 self._items(x, label, depth + 1)
 
@@ -351,9 +359,12 @@ class Walk:
 
         if depth > 4 or isinstance(obj, (Tensor, np.ndarray, opencl.ndarray, Generator)):
             return
-        if isinstance(obj, Brick):
+        brick = isinstance(obj, Brick)
+        if brick:
+            # NOTE: its code, and (below) the settings among its attributes that the code
+            # names (self.temp, self.cfg.scale, self.opts["s"][0]): Brick.__call__ checks its
+            # flat settings only, and a brick the step reads but does not call, none
             _brick_methods(self, obj, depth)
-            return
         module = getattr(obj, "__module__", None) if isinstance(obj, type) else (
             getattr(obj, "__name__", None) if isinstance(obj, types.ModuleType)
             else type(obj).__module__)
@@ -378,7 +389,12 @@ class Walk:
             if n in d:
                 self._guarded.add((id(obj), n))
                 v = d[n]
-                if isinstance(obj, (type, types.ModuleType)):
+                if brick:
+                    if isinstance(v, Brick):
+                        self.objects([v], depth + 1)
+                    elif _setting(v):
+                        self._value(v, "a", obj, n, user, f"{what}.{n}", depth)
+                elif isinstance(obj, (type, types.ModuleType)):
                     if canon(v) is not None:
                         self.guards.append(Guard("a", obj, n, v, user, f"{what}.{n}"))
                     elif isinstance(v, types.FunctionType):
@@ -418,6 +434,23 @@ class Walk:
                 # instance attribute that comes to shadow it is read the same way)
                 self._guarded.add((id(obj), n))
                 self.guards.append(Guard("a", obj, n, f, user, f"{what}.{n}"))
+
+
+def _setting(v, depth=0) -> bool:
+    """Whether a brick's attribute ``v`` is a setting to guard: a plain value, an object of
+    the user's, or a small container of such (not a tensor, an array, a brick, a generator
+    or a function, which labkit reads or checks itself)."""
+    from ..bricks.base import Brick
+
+    if canon(v) is not None:
+        return True
+    if isinstance(v, (Tensor, np.ndarray, opencl.ndarray, Brick, Generator, types.FunctionType,
+                      types.MethodType, type, types.ModuleType)) or depth > 2:
+        return False
+    if type(v) in (list, tuple, dict):
+        items = v.values() if type(v) is dict else v
+        return len(v) <= _SMALL and all(_setting(x, depth + 1) for x in items)
+    return str(type(v).__module__).split(".")[0] != "labkit"
 
 
 def _brick_methods(walk, brick, depth):

@@ -155,3 +155,67 @@ def test_a_grad_ready_hook_in_a_compiled_step_is_refused(dev):
     for _ in range(3):
         c(x, y)
     assert c.stats["replays"] == 1
+
+
+class _Cfg:
+    pass
+
+
+@pytest.mark.parametrize("case", ["read_not_called", "cfg_object", "nested", "mixed_global"])
+def test_settings_read_through_bricks_and_mixed_containers_are_guarded(dev, case):
+    """A brick's attribute the step reads without calling it (net.temp), a user brick's
+    forward reading self.cfg.scale or self.opts["scales"][0], and a plain value in a global
+    dict that also holds the model: a change traces the step again (the replays had kept
+    the traced value)."""
+    import labkit.bricks as B
+
+    class Net(B.Brick):
+        def __init__(self):
+            super().__init__()
+            self.lin = B.Linear(6, 3)
+            self.temp = 1.0
+            self.cfg = _Cfg()
+            self.cfg.scale = 1.0
+            self.opts = {"scales": [1.0]}
+
+        def forward(self, x):
+            h = self.lin(x)
+            if case == "cfg_object":
+                return h * self.cfg.scale
+            if case == "nested":
+                return h * self.opts["scales"][0]
+            return h
+
+    B.set_seed(0)
+    net = Net()
+    net(lk.tensor(np.zeros((1, 6), np.float32)))
+    net = net.to(dev)
+    cfg = {"model": net, "scales": [1.0]}
+
+    def f(x):
+        if case == "read_not_called":
+            return (net.lin(x) / net.temp).sum()
+        if case == "mixed_global":
+            return (cfg["model"].lin(x) * cfg["scales"][0]).sum()
+        return net(x).sum()
+
+    def change():
+        if case == "read_not_called":
+            net.temp = 4.0
+        elif case == "cfg_object":
+            net.cfg.scale = 4.0
+        elif case == "nested":
+            net.opts["scales"][0] = 4.0
+        else:
+            cfg["scales"][0] = 4.0
+
+    c = lk.compile(f)
+    x = lk.tensor(np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32),
+                  device=dev)
+    for _ in range(3):
+        c(x)
+    change()
+    want = float(f(x).item())
+    got = [float(c(x).item()) for _ in range(3)]
+    assert got == [want] * 3, (got, want)
+    assert c.stats["retraces"] == 1, c.stats
