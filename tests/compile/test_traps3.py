@@ -73,40 +73,8 @@ def test_a_result_whose_shape_follows_values_is_never_cut_or_broadcast(dev, how)
             c(x, as_mask(m))
 
 
-def test_a_training_step_called_under_no_grad_does_not_train(dev):
-    """A validation pass that calls the training step by mistake: eager, backward raises; a
-    replay of the step traced with gradients on updated the weights."""
+def _sgd_step(dev):
     rng = np.random.default_rng(0)
-    W = lk.tensor(rng.standard_normal((3, 6)).astype(np.float32), device=dev,
-                  requires_grad=True)
-    opt = lk.optimizers.SGD(0.1).setup({"W": W})
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.softmax_cross_entropy(F.linear(x, W), y)
-        loss.backward()
-        opt.update()
-        return loss
-
-    c = lk.compile(step)
-    x = lk.tensor(rng.standard_normal((4, 6)).astype(np.float32), device=dev)
-    y = rng.integers(0, 3, 4)
-    for _ in range(3):
-        c(x, y)
-    before = _host(W.data).copy()
-    with lk.no_grad():
-        with pytest.raises(RuntimeError, match="does not require grad"):
-            step(x, y)
-        with pytest.raises(RuntimeError, match="does not require grad"):
-            c(x, y)
-    assert np.array_equal(_host(W.data), before)
-    assert "gradients were on when traced, are off" in c.stats["reasons"][-1]
-    c(x, y)  # NOTE: with gradients on again, the step replays
-    assert not np.array_equal(_host(W.data), before)
-
-
-def _hooked_step(dev):
-    rng = np.random.default_rng(1)
     W = lk.tensor(rng.standard_normal((3, 6)).astype(np.float32), device=dev,
                   requires_grad=True)
     opt = lk.optimizers.SGD(0.1).setup({"W": W})
@@ -122,11 +90,31 @@ def _hooked_step(dev):
     return W, step, x, rng.integers(0, 3, 4)
 
 
+
+def test_a_training_step_called_under_no_grad_does_not_train(dev):
+    """A validation pass that calls the training step by mistake: eager, backward raises; a
+    replay of the step traced with gradients on updated the weights."""
+    W, step, x, y = _sgd_step(dev)
+    c = lk.compile(step)
+    for _ in range(3):
+        c(x, y)
+    before = _host(W.data).copy()
+    with lk.no_grad():
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            step(x, y)
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            c(x, y)
+    assert np.array_equal(_host(W.data), before)
+    assert "gradients were on when traced, are off" in c.stats["reasons"][-1]
+    c(x, y)  # NOTE: with gradients on again, the step replays
+    assert not np.array_equal(_host(W.data), before)
+
+
 def test_a_gradient_hook_added_after_compiling_or_reading_a_changed_value_is_followed(dev):
     """register_hook after the step was compiled, and a hook reading a value that changes:
     the replay traces again (it had kept the traced hooks: the weights went apart from
     eager's)."""
-    W, step, x, y = _hooked_step(dev)
+    W, step, x, y = _sgd_step(dev)
     c = lk.compile(step)
     for _ in range(3):
         c(x, y)
@@ -145,7 +133,7 @@ def test_a_gradient_hook_added_after_compiling_or_reading_a_changed_value_is_fol
 
 def test_a_grad_ready_hook_in_a_compiled_step_is_refused(dev):
     """A replay runs no Python: a grad-ready hook (halving .grad, a log) would be skipped."""
-    W, step, x, y = _hooked_step(dev)
+    W, step, x, y = _sgd_step(dev)
     log = []
     handle = W.register_grad_ready_hook(lambda t: log.append(1))
     c = lk.compile(step)
