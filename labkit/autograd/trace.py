@@ -58,6 +58,14 @@ def host(fn, *arrays, effect: bool = False, mutates=(), name: str | None = None)
     tr = getattr(_tls, "tracer", None)
     if tr is None:
         return fn(*arrays)
+    from .tensor import Tensor
+
+    for i, a in enumerate(arrays):
+        if isinstance(a, Tensor):  # NOTE: it failed deep in the tracer (no attribute 'get')
+            raise TypeError(
+                f"lk.compile.host({getattr(fn, '__name__', 'fn')}, ...): argument {i} is a "
+                f"Tensor of shape {a.shape}; pass its array (x.data), and wrap the result in "
+                "lk.Tensor(...) where labkit ops use it")
     return tr.host(fn, arrays, effect, name or getattr(fn, "__name__", "host"), mutates)
 
 

@@ -207,3 +207,12 @@ def test_settings_read_through_bricks_and_mixed_containers_are_guarded(dev, case
     got = [float(c(x).item()) for _ in range(3)]
     assert got == [want] * 3, (got, want)
     assert c.stats["retraces"] == 1, c.stats
+
+
+def test_a_tensor_given_to_host_is_a_clear_error(dev):
+    def f(x):
+        return lk.Tensor(lk.compile.host(lambda a: a * 2, x))
+
+    with pytest.raises(TypeError, match=r"argument 0 is a Tensor of shape \(2,\); pass its "
+                                        r"array \(x.data\)"):
+        lk.compile(f)(lk.tensor(np.ones(2, np.float32), device=dev))
