@@ -332,7 +332,10 @@ def test_ten_thousand_runs_virtual_list_compare_and_status_item(browser, many):
     assert side["width"] <= 300 and box["x"] >= side["x"] \
         and box["x"] + box["width"] <= side["x"] + side["width"] + 0.5, (box, side)
     # each row is two lines high, whatever the name
-    assert all(rows.nth(i).bounding_box()["height"] <= 44 for i in range(5))
+    def heights():  # NOTE: a row redrawn (every 2 s) between finding and measuring: None
+        boxes = [rows.nth(i).bounding_box() for i in range(5)]
+        return None if None in boxes else [b["height"] for b in boxes]
+    assert all(h <= 44 for h in wait_for(heights, timeout=10, what="five rows' boxes"))
     shot(page, "08-runs-10000-light")
 
     # a refresh is one request for the whole list, never one per row: three refreshes seen

@@ -193,6 +193,23 @@ def test_a_sweep_in_another_process_shows_live_compares_pauses_and_stops(browser
         page.close()
 
 
+#: for view.evaluate: the centre of the first cell of a trial row with a run, or null
+ROW_CENTER = """v => {
+  const td = v.querySelector('tr.trial-row[data-run-id] td');
+  const b = td && td.getBoundingClientRect();
+  return b && b.width ? { x: b.x + b.width / 2, y: b.y + b.height / 2 } : null;
+}"""
+
+#: for page.evaluate: window.__lkRow becomes the run id of the trial row the next press lands on
+PRESSED_ROW = """() => {
+  window.__lkRow = null;
+  document.addEventListener('mousedown', e => {
+    const tr = e.target.closest && e.target.closest('tr.trial-row');
+    window.__lkRow = tr ? tr.dataset.runId : null;
+  }, { capture: true, once: true });
+}"""
+
+
 def running_sweep(lab):
     """The id of the sweep that runs now in the lab's store (polled: its script just started)."""
     code = ("import labkit as lk; print(' '.join(s['id'] for s in lk.sweep.list() "
@@ -254,10 +271,16 @@ def test_the_notebook_view_pauses_resumes_stops_and_opens_a_trial(browser, lab):
         # a trial's row opens its run page, also when the view refreshes between the press and
         # the release (both then land on different rows, and the browser fires no click: a
         # click in a few was lost, and this test timed out in CI)
-        run_id = rows.first.get_attribute("data-run-id")
-        box = rows.first.locator("td").first.bounding_box()
-        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        # NOTE: the row's place read in one step in the page, and the run whose row the press
+        # lands on recorded as it lands: the view is replaced every 0.5 s, and a box read
+        # from a row replaced meanwhile was None (CI failed here once)
+        place = wait_for(lambda: view.evaluate(ROW_CENTER), timeout=30,
+                         what="a trial row's place")
+        page.evaluate(PRESSED_ROW)
+        page.mouse.move(place["x"], place["y"])
         page.mouse.down()
+        run_id = page.evaluate("() => window.__lkRow")
+        assert run_id, "the press missed the trial rows"
         page.evaluate("""sel => { const v = document.querySelector(sel);
                                   v.outerHTML = v.outerHTML; }""",
                       f".jp-OutputArea-output .labkit-sweep-view[data-sweep-id='{sweep_id}']")
