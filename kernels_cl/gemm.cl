@@ -67,7 +67,6 @@ __kernel void gemm_rb(const int K, const int MR,
     const int jv = get_global_id(0);          // block of VN*VW columns
     const int ib = get_global_id(1);          // block of RM rows
     const long bz = get_global_id(2);         // batch
-    if (ib * RM >= MR) return;                // NOTE: no row of C in this block
 #if LSTM_GRAD
     for (int r_ = 0; r_ < RM; ++r_)
         for (long j_ = 0; j_ < h; j_ += W) CELL_GRAD((long)ib * RM + r_, j_)

@@ -329,7 +329,7 @@ class Compiled:
                 _ran(_refuse_outside, self.__name__, k, x, node)
         self.stats["traces"] += 1
         hook_guards(walk, [x for src in trace.sources.values() if src.kind in ("ext", "live")
-                           for x in (getattr(src, "tensors", None) or [src.tensor])
+                           for x in (src.tensors or [src.tensor])
                            if x is not None])
         drop_host_only(walk, tracer.host_codes)
         first = self._first.pop(key, None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..autograd import engine as _engine
 from ..autograd.tensor import Tensor
 from ..backend.opencl.context import deferred_checks, resolve_checks
 from ..errors import CompileError
@@ -155,9 +156,7 @@ class Program:
 
 def _final_hooks_of(tensor) -> tuple:
     """The grad-ready hooks of ``tensor`` (autograd/engine.py), as a tuple."""
-    from ..autograd import engine
-
-    entry = engine._final_hooks.get(id(tensor))
+    entry = _engine._final_hooks.get(id(tensor))
     return tuple(entry[1]) if entry is not None and entry[0]() is tensor else ()
 
 
@@ -378,9 +377,8 @@ def _value_shaped(n) -> bool:
     if n.kind != "op" or type(n.fn) is not fa.GetItem:
         return False
     key = n.fn.key if isinstance(n.fn.key, tuple) else (n.fn.key,)
-    return any(getattr(getattr(x, "dtype", None), "kind", None) == "b"
-               or (isinstance(x, list) and any(isinstance(v, (bool, np.bool_)) for v in x))
-               for x in key)
+    # NOTE: a Python list in the key is a constant of the trace (compared between calls)
+    return any(getattr(getattr(x, "dtype", None), "kind", None) == "b" for x in key)
 
 
 def _shape_changed(node, traced, got):

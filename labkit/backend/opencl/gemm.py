@@ -369,7 +369,7 @@ def _blocked(rt, ct, nb, K, cfg, A, panels, C, epi, i0, j0, m, n):
     prg = _program(rt, ct, cfg, bias is not None, act, _sgd(epi))
     blocks = -(-m // rm)
     # NOTE: the whole blocks' work-group (with one block more: 1025 rows in 8s, 13 ms for 8)
-    local = _local(rt, m // rm or 1)
+    local = _local(rt, m // rm)
     with rt.lock:
         prg.gemm_rb(rt.queue, (n // (vn * vw), blocks, nb), local, K, m,
                     a.data, a_o + i0 * sam, sam, sak, sab,
