@@ -254,8 +254,10 @@ def table(rows, columns, sort, limit) -> str:
             else:
                 tds.append(f"<td {cell}>{_fmt(v)}</td>")
         run = r.get("_run")
-        link = (f' data-run-id="{esc(run)}" title="open run {esc(run)}" '
-                'style="cursor:pointer"' if is_run_id(run) else "")
+        # NOTE: data-labkit-press: what a press does, so that a click across the view's
+        # refresh still lands (extensions/labkit-runs/src/clicks.ts)
+        link = (f' data-run-id="{esc(run)}" data-labkit-press="run {esc(run)}" '
+                f'title="open run {esc(run)}" style="cursor:pointer"' if is_run_id(run) else "")
         body.append(f'<tr class="trial-row" data-trial="{r["trial"]}"{link}>{"".join(tds)}</tr>')
     more = (f'<div style="opacity:0.7">{len(rows) - limit} more trials (sw.table() has them '
             "all)</div>" if len(rows) > limit else "")
@@ -268,12 +270,13 @@ ACTIONS = {"running": (("pause", "Pause"), ("stop", "Stop")),
            "paused": (("resume", "Resume"), ("stop", "Stop"))}
 
 
-def actions(status: str) -> str:
+def actions(status: str, sweep: str = "") -> str:
     """The buttons for a sweep in ``status``. In JupyterLab the labkit extension sends their
     request (``POST sweeps/ID/<request>``, as the Runs sidebar's buttons) and opens a trial's
     run page when its table row is clicked; elsewhere they do nothing (``sw.pause()`` etc.)."""
     return "".join(
         f' <button class="labkit-sweep-view-action" data-labkit-request="{req}" '
+        f'data-labkit-press="{esc(sweep)} {req}" '
         f'title="{label} the sweep (needs the labkit JupyterLab extension; else sw.{req}())" '
         f'style="font-size:11px;padding:0 6px;cursor:pointer">{label}</button>'
         for req, label in ACTIONS.get(status, ()))
@@ -320,7 +323,7 @@ def render(record: dict, trials: list[dict], sort: str = "value", rows: int = RO
         f'<div class="labkit-sweep-view" data-sweep-id="{esc(record["id"])}" '
         f'style="color:inherit">'
         f"<div><b>sweep {esc(record['name'])}</b> · {esc(record['id'])}"
-        f" · <span>{esc(status)}</span>{actions(status)} · "
+        f" · <span>{esc(status)}</span>{actions(status, record['id'])} · "
         + ", ".join(f"{esc(k)} {v}" for k, v in sorted(counts.items()))
         + f" of {len(trials)}</div><div>{best_text}{note}</div>"
         f"<div>{parallel(drawn, params, metric, mode, axes)}</div>"

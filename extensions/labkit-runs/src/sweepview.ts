@@ -6,11 +6,12 @@
  * row opens that trial's run page. Ids are checked before they reach a URL or a command.
  */
 import { askSweep, isRunId, isSweepRequest, SweepRequest } from './api';
+import { keepClicks } from './clicks';
 
-/** What a press on ``target`` asks, in a sweep view of a notebook output: a request of one
- * of its buttons, or a trial's run page; ``key`` names it the same way in a refreshed view. */
+/** What a click on ``target`` asks, in a sweep view of a notebook output: a request of one
+ * of its buttons, or a trial's run page. */
 function actionAt(target: EventTarget | null, openRun: (id: string) => void):
-    { key: string; run: () => void; button: boolean } | undefined {
+    { run: () => void; button: boolean } | undefined {
   const el = target as Element | null;
   const view = el?.closest?.('.labkit-sweep-view') as HTMLElement | null;
   const sweep = view?.dataset.sweepId;
@@ -21,38 +22,23 @@ function actionAt(target: EventTarget | null, openRun: (id: string) => void):
   if (button) {
     const request = button.dataset.labkitRequest;
     return isSweepRequest(request) && !button.disabled
-      ? { key: `${sweep} ${request}`, run: () => void send(button, sweep, request), button: true }
+      ? { run: () => void send(button, sweep, request), button: true }
       : undefined;
   }
   const id = (el.closest('tr.trial-row') as HTMLElement | null)?.dataset.runId;
-  return isRunId(id) ? { key: `${sweep} run ${id}`, run: () => openRun(id), button: false }
-    : undefined;
+  return isRunId(id) ? { run: () => openRun(id), button: false } : undefined;
 }
 
 /** Listen on ``root`` (the page) for clicks in sweep views; ``openRun`` opens a run page.
  *
- * A button or a trial's row acts when the mouse button is released on the one it was pressed
- * on (by what it asks, not by element): the view is replaced at each refresh (every ``every``
- * seconds while trials change), and a press and release that straddle a refresh land on two
- * elements, so the browser fires no click on either (one click in a few was lost, and a
- * browser test timed out waiting for a run page). A click with no press before it (from the
- * keyboard or a script) acts too. */
+ * The view is replaced at each refresh (every ``every`` seconds while trials change), and a
+ * press and release that straddle a refresh land on two elements, so the browser fires no
+ * click (one click in a few was lost, and a browser test timed out waiting for a run page):
+ * the view's rows and buttons say what they do (``data-labkit-press``, written by
+ * labkit/sweep/view.py), and ``keepClicks`` gives such a click to the new row or button that
+ * does the same, as in the Runs sidebar. */
 export function installSweepView(root: HTMLElement, openRun: (id: string) => void): void {
-  let pressed: string | undefined;
-  let done = false;
-  root.addEventListener('mousedown', event => {
-    pressed = event.button === 0 ? actionAt(event.target, openRun)?.key : undefined;
-    done = false;
-  });
-  root.addEventListener('mouseup', event => {
-    const action = event.button === 0 ? actionAt(event.target, openRun) : undefined;
-    if (action !== undefined && action.key === pressed) {
-      done = true;  // NOTE: the click that follows, if the browser fires one, does nothing
-      setTimeout(() => (done = false), 0);
-      action.run();
-    }
-    pressed = undefined;
-  });
+  keepClicks(root);
   root.addEventListener('click', event => {
     const action = actionAt(event.target, openRun);
     if (action === undefined) {
@@ -62,9 +48,7 @@ export function installSweepView(root: HTMLElement, openRun: (id: string) => voi
       event.preventDefault();
       event.stopPropagation();
     }
-    if (!done) {
-      action.run();
-    }
+    action.run();
   });
 }
 
