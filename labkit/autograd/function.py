@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 import threading
 
+import numpy as np
+
 from ..errors import DeviceMismatchError
 from . import trace as _trace
 from .tensor import Tensor
@@ -105,6 +107,8 @@ class Function:
             rt0 = getattr(xs[0], "rt", None)
             for x in xs[1:]:
                 if type(x) is not t0 or getattr(x, "rt", None) is not rt0:
+                    if isinstance(x, np.ndarray) and isinstance(xs[0], np.ndarray):
+                        continue  # NOTE: a subclass (a traced step's marked argument)
                     names = sorted({_device_name(a) for a in xs})
                     raise DeviceMismatchError(
                         f"{self.name}: inputs are on different devices ({' and '.join(names)}); "
@@ -116,6 +120,7 @@ class Function:
                     break
         tr = _trace._tls.__dict__.get("tracer")
         if tr is not None:
+            xs = tr.unmark(self, xs)  # NOTE: NumPy arguments marked by the tracer
             before = dict(self.__dict__)  # what the op was made with (the tracer's constants)
         ys = self.forward(*xs)
         record = wants and _state.enabled

@@ -29,6 +29,10 @@ Inside a compiled step:
   must go through :func:`host` (a dropout mask, an upload: labkit's own do);
 - a tensor's value read into Python (``loss.item()``, ``if x.sum() > 0``) is refused: return
   the tensor and read it after the call;
+- so is raw NumPy code on a NumPy argument whose result reaches labkit or Python (a mask
+  ``ids != 0`` given to ``lk.tensor``, ``if (lengths > 3).any():``): the arguments are marked
+  while a call is traced (compile/argmarks.py); ``np.asarray(x)`` and shape reads are the
+  argument;
 - results are new tensors at each call (never a buffer the next call overwrites), without a
   graph: call ``backward`` inside the step;
 - Python values the step reads from its globals, its closure, its default arguments, or
@@ -90,6 +94,7 @@ from ..autograd.trace import host
 from ..backend import opencl
 from ..bricks.base import Parameter
 from ..errors import CompileError
+from .argmarks import mark_args
 from .guards import (
     check_unchanged,
     drop_host_only,
@@ -316,9 +321,14 @@ class Compiled:
             # on into the graph that made it, which a replay does not run
             node.out_hooks = {**(hooks or {})}
             node.out_hooks[x.index] = [*node.out_hooks.get(x.index, ()), seen.append]
+        # NOTE: NumPy arguments as marked views: raw NumPy code on them is seen (argmarks.py)
+        args, kwargs, unmark = mark_args(tracer.t, args, kwargs)
         old = _trace.set_tracer(tracer)
         try:
-            result = self.fn(*args, **kwargs)
+            try:
+                result = self.fn(*args, **kwargs)
+            finally:
+                unmark()
             trace = _ran(tracer.finish, result)
         finally:
             _trace.set_tracer(old)

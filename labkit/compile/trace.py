@@ -22,6 +22,7 @@ from ..autograd.function import Function
 from ..autograd.tensor import Tensor
 from ..backend import opencl
 from ..errors import CompileError
+from .argmarks import check_raw, same_as_arg, unmark, unmark_op
 from .guards import refuse_draw, rng_state
 from .writes import record_writes
 
@@ -96,6 +97,7 @@ class Trace:
         self.arg_tensors: dict[int, Tensor] = {}  # argument index -> the Tensor passed
         self.arg_alias: list = []          # (argument index, a tensor read whose data it is)
         self.made: set = set()             # ids of tensors an op made around an array operand
+        self.arg_views: dict = {}          # id(marked view) -> the argument (argmarks.py)
         for k, a in enumerate(arg_arrays):
             if id(a) not in self.ids:
                 s = self._new()
@@ -110,28 +112,12 @@ class Trace:
         slots, its sources, results and writes), not the step's intermediate arrays nor its
         functions (which hold them): a first call's trace waiting for the second is small."""
         self.values = {s: v for s, v in self.values.items() if s in self.sources}
-        self.keep, self.live, self.sums, self.cleared = [], {}, {}, {}
+        self.keep, self.live, self.sums, self.cleared, self.arg_views = [], {}, {}, {}, {}
         for n in self.nodes:
             n.fn = None
 
-    def check_raw(self, arr):
-        """Refuse an array that is a view (a slice, a reshape) of one the step computes,
-        receives or reads: raw array code on the step's data, which a replay would not run
-        again (its values would be those of the traced call)."""
-        root = arr
-        while getattr(root, "base", None) is not None:
-            root = root.base
-        if root is not arr and id(root) in self.ids:
-            s = self.ids[id(root)]
-            src = self.sources.get(s)
-            what = ("an argument" if src is not None and src.kind == "arg" else
-                    "a tensor the step reads" if src is not None else "a value the step made")
-            raise CompileError(
-                f"lk.compile: {self.fn_name} uses an array of shape {tuple(arr.shape)} made "
-                f"from {what} with raw array code (a slice or reshape of a NumPy batch or of "
-                f".data, such as ids[:, :-1]) at {where()}; a replay would reuse the traced "
-                "call's values. Use labkit ops on tensors (F.getitem, F.reshape), or compute "
-                "it in lk.compile.host(fn, *arrays)")
+    def check_raw(self, arr):  # NOTE: argmarks.check_raw
+        check_raw(self, arr)
 
     def made_here(self, tensor) -> None:
         """``tensor`` wraps an operand (``as_tensor``): it dies with the call, no alias."""
@@ -159,6 +145,9 @@ class Trace:
 
     def slot_of(self, arr, tensor=None) -> int:
         s = self.ids.get(id(arr))
+        if s is None and self.arg_views and (s := same_as_arg(self, arr)) is not None:
+            self.ids[id(arr)] = s  # NOTE: np.asarray(x) of an argument x: x
+            self.keep.append(arr)
         if s is not None:
             src = self.sources.get(s)
             if (src is not None and src.kind == "arg" and tensor is not None
@@ -342,6 +331,9 @@ class Tracer:
     # ---- what the hooks call ------------------------------------------------------------
     def made_here(self, tensor) -> None:  # NOTE: Trace.made_here
         self.t.made_here(tensor)
+
+    def unmark(self, fn, xs):  # NOTE: Function.apply, before the op runs
+        return unmark_op(self.t, fn, xs)
     def record(self, fn, before, inputs, outs):
         t = self.t
         ins = [t.slot_of(x.data, x) for x in inputs]
@@ -349,6 +341,8 @@ class Tracer:
         for name, v in before.items():
             if is_array(v):
                 s = t.ids.get(id(v))
+                if s is None and t.arg_views:
+                    s = same_as_arg(t, v)
                 if s is not None:
                     attr_in.append((name, None, s))
                     sig.append((name, "slot"))
@@ -390,7 +384,8 @@ class Tracer:
         code = getattr(fn, "__code__", None)
         if code is not None:
             self.host_codes.add(code)
-        t.mutated.update(id(a) for a in mutates)
+        t.mutated.update(id(a) for a in unmark(t, mutates))
+        arrays = unmark(t, arrays)  # NOTE: fn runs on the arguments, not their marked views
         ins = [t.slot_of(a) for a in arrays]
         for a in closure_arrays(fn, tensors=True):
             s = t.ids.get(id(a))

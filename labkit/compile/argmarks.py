@@ -1,0 +1,267 @@
+"""A traced step's NumPy arguments, marked: what its raw NumPy code computes from them.
+
+A compiled step replays labkit ops, not the Python between them. An array that the step's own
+NumPy code computes from an argument (``mask = ids != 0``, ``x / 255``, ``x.astype(...)``) and
+gives to labkit looks, to the trace, like a constant made inside the step: one that had the
+same values in the two traced calls (a padding mask all ones in the first two batches) was
+replayed with them, whatever the later batches held. A Python value read from an argument
+(``if (ids == 0).any():``, ``n = int(lengths.max())``) froze a branch or a number the same way.
+
+While a step is traced, each NumPy array among its arguments (at the top level and in tuples,
+lists and dicts) is given to it as a view of a subclass of ``np.ndarray`` that marks it, one per
+argument. NumPy gives that subclass to what it computes from the view (operators, ufuncs,
+methods, reductions as 0-d arrays, functions such as ``np.where`` and ``np.concatenate``), so
+the tracer refuses such an array where labkit gets it (an op's operand, ``lk.tensor``, a
+result) and a Python value read from it (``bool``, ``int``, ``float``, ``item``, an element),
+naming the argument. Shape-only functions (``np.zeros_like``) give plain arrays. For everything
+else the view is the argument: labkit's ops run on the argument itself, a view with its exact
+layout (``np.asarray(x)``) is the argument, and labkit's own code reads values freely (its
+label checks). Lists and dicts get their items back after the call, so their identity and what
+the step stored in them are kept.
+
+Not seen: ``np.array(x)`` and ``x.copy()`` of the argument followed by more NumPy code
+(``np.array`` makes a plain copy), ``x.view(np.ndarray)``, and raw code on a Tensor
+argument's ``.data``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+
+import numpy as np
+
+from ..autograd import trace as _hook
+from ..errors import CompileError
+
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NUMPY = os.path.dirname(os.path.abspath(np.__file__))
+#: functions whose result depends on the argument's shape only: plain arrays
+_SHAPE_ONLY = frozenset((np.zeros_like, np.ones_like, np.empty_like, np.full_like))
+
+
+def _caller():
+    """Whether the innermost frame outside NumPy is labkit's, and the ``file:line`` of the
+    innermost frame outside NumPy and labkit (the user's line)."""
+    f = sys._getframe(2)
+    while f is not None and (f.f_code.co_filename.startswith(_NUMPY)
+                             or f.f_code.co_filename == __file__):
+        f = f.f_back
+    inside = f is None or f.f_code.co_filename.startswith(_PKG)
+    while f is not None and f.f_code.co_filename.startswith((_NUMPY, _PKG)):
+        f = f.f_back
+    at = "?" if f is None else f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+    return inside, at
+
+
+class Marked(np.ndarray):
+    """A traced step's argument, or what NumPy computed from one (see the module's doc)."""
+
+    _lk_arg = "an argument"
+    _lk_trace = staticmethod(lambda: None)
+
+    def _read(self, what):
+        tr = _hook.tracer()
+        if tr is None or tr.t is not self._lk_trace():
+            return
+        inside, at = _caller()
+        if not inside:
+            raise CompileError(
+                f"lk.compile: {tr.fn_name} reads the values of {self._lk_arg} (a NumPy array) "
+                f"into Python ({what}) at {at} while it is traced; a replay "
+                "would reuse this call's value (a branch, a number). Compute with labkit ops "
+                "on lk.tensor(...) of it, check it before calling the step, or pass the value "
+                "as an argument of its own (Python numbers are checked at every call)")
+
+    def __bool__(self):
+        self._read("bool")
+        return np.ndarray.__bool__(self)
+
+    def __int__(self):
+        self._read("int")
+        return np.ndarray.__int__(self)
+
+    def __float__(self):
+        self._read("float")
+        return np.ndarray.__float__(self)
+
+    def __complex__(self):
+        self._read("complex")
+        return np.ndarray.__complex__(self)
+
+    def __index__(self):
+        self._read("an index")
+        return np.ndarray.__index__(self)
+
+    def item(self, *args):
+        self._read("item()")
+        return np.ndarray.item(self, *args)
+
+    def tolist(self):
+        self._read("tolist()")
+        return np.ndarray.tolist(self)
+
+    def __getitem__(self, key):
+        r = np.ndarray.__getitem__(self, key)
+        if isinstance(r, np.generic):
+            self._read("an element")
+        return r
+
+    def __iter__(self):
+        if self.ndim == 1:
+            self._read("its elements")
+        return np.ndarray.__iter__(self)
+
+    def __repr__(self):
+        return repr(self.view(np.ndarray))
+
+    def __str__(self):
+        return str(self.view(np.ndarray))
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func in _SHAPE_ONLY:
+            return func(*[_plain(a) for a in args], **kwargs)
+        r = super().__array_function__(func, types, args, kwargs)
+        mark = type(self)
+        if type(r) is np.ndarray:
+            return r.view(mark)
+        if isinstance(r, (tuple, list)):
+            return type(r)(x.view(mark) if type(x) is np.ndarray else x for x in r)
+        return r
+
+
+def _plain(a):
+    return a.view(np.ndarray) if isinstance(a, Marked) else a
+
+
+def mark_args(trace, args, kwargs):
+    """The step's ``(args, kwargs)`` with each NumPy array (``type`` exactly ``np.ndarray``)
+    replaced by a marked view that ``trace`` knows as that argument, and a function giving
+    lists and dicts their items back. ``trace.arg_views`` maps each view's id to the
+    argument. Leaves are walked as ``lk.compile`` flattens them (Tensors and OpenCL arrays
+    are left as they are)."""
+    from ..autograd.tensor import Tensor
+    from ..backend import opencl
+
+    swapped: list = []
+    ref = weakref.ref(trace)
+
+    def view(a, label):
+        if type(a) is not np.ndarray:
+            return a
+        cls = type("ndarray", (Marked,), {"_lk_arg": label, "_lk_trace": ref,
+                                          "__module__": "numpy"})
+        v = a.view(cls)
+        trace.arg_views[id(v)] = a
+        trace.ids[id(v)] = trace.ids[id(a)]
+        trace.keep.append(v)
+        return v
+
+    def walk(obj, label):
+        if isinstance(obj, np.ndarray):
+            return view(obj, label)
+        if isinstance(obj, (Tensor, opencl.ndarray)):
+            return obj
+        if isinstance(obj, tuple) and not hasattr(type(obj), "_fields"):
+            return type(obj)(walk(x, f"{label}[{i}]") for i, x in enumerate(obj))
+        if isinstance(obj, (list, dict)):
+            keys = range(len(obj)) if isinstance(obj, list) else list(obj)
+            for key in keys:
+                old = obj[key]
+                new = walk(old, f"{label}[{key!r}]")
+                if new is not old:
+                    obj[key] = new
+                    swapped.append((obj, key, old, new))
+        return obj  # NOTE: a namedtuple is not rebuilt (its arrays are not marked)
+
+    new_args = tuple(walk(x, f"argument {i}") for i, x in enumerate(args))
+    new_kwargs = {k: walk(v, k) for k, v in kwargs.items()}
+
+    def restore():
+        for obj, key, old, new in reversed(swapped):
+            try:
+                if obj[key] is new:
+                    obj[key] = old
+            except (IndexError, KeyError):
+                pass
+
+    return new_args, new_kwargs, restore
+
+
+def same_as_arg(trace, arr):
+    """The slot of the argument whose array ``arr`` is, laid out alike (its marked view, or a
+    plain view of either such as ``np.asarray(x)``), else None."""
+    if not isinstance(arr, np.ndarray):
+        return None
+    root = arr
+    while root.base is not None and id(root) not in trace.arg_views:
+        root = root.base
+    orig = trace.arg_views.get(id(root))
+    if orig is None:
+        s = trace.ids.get(id(root))
+        src = trace.sources.get(s) if s is not None else None
+        if src is None or src.kind != "arg":
+            return None
+        orig = src.value
+    if (arr.shape != orig.shape or arr.strides != orig.strides or arr.dtype != orig.dtype
+            or arr.__array_interface__["data"][0] != orig.__array_interface__["data"][0]):
+        return None
+    return trace.ids[id(orig)]
+
+
+def check_raw(trace, arr):
+    """Refuse an array that raw array code made from the step's data, which a replay would
+    not run again (its values would be those of the traced call): a view (a slice, a
+    reshape) of an array the step computes, receives or reads, or what NumPy code computed
+    from an argument."""
+    root = arr
+    while getattr(root, "base", None) is not None:
+        root = root.base
+    if root is not arr and id(root) in trace.ids:
+        src = trace.sources.get(trace.ids[id(root)])
+        what = ("an argument" if src is not None and src.kind == "arg" else
+                "a tensor the step reads" if src is not None else "a value the step made")
+        raise CompileError(
+            f"lk.compile: {trace.fn_name} uses an array of shape {tuple(arr.shape)} made "
+            f"from {what} with raw array code (a slice or reshape of a NumPy batch or of "
+            f".data, such as ids[:, :-1]) at {_caller()[1]}; a replay would reuse the traced "
+            "call's values. Use labkit ops on tensors (F.getitem, F.reshape), or compute "
+            "it in lk.compile.host(fn, *arrays)")
+    x = arr
+    while x is not None:
+        if isinstance(x, Marked) and x._lk_trace() is trace and id(x) not in trace.arg_views:
+            raise CompileError(
+                f"lk.compile: {trace.fn_name} gives labkit an array of shape "
+                f"{tuple(arr.shape)} that NumPy code computed from {x._lk_arg} at "
+                f"{_caller()[1]}; a replay would reuse this call's values. Compute it with "
+                "labkit ops on lk.tensor(...) of the argument (lk.tensor(ids) != 0), compute "
+                "it before calling the step and pass it in, or run the NumPy code in "
+                "lk.compile.host(fn, *arrays)")
+        x = getattr(x, "base", None)
+
+
+def unmark_op(trace, fn, xs):
+    """An op's inputs ``xs`` and its attributes (labels, indices it was made with) with each
+    argument's marked view replaced by the argument: ops run on the step's own arrays."""
+    views = trace.arg_views
+    if not views:
+        return xs
+    d = fn.__dict__
+    for k, v in d.items():
+        if id(v) in views:
+            d[k] = views[id(v)]
+        elif type(v) in (tuple, list) and any(id(x) in views for x in v):
+            d[k] = type(v)(views.get(id(x), x) for x in v)
+    return unmark(trace, xs)
+
+
+def unmark(trace, xs):
+    """``xs`` with each argument's marked view replaced by the argument (ops run on it)."""
+    views = trace.arg_views
+    if not views:
+        return xs
+    for x in xs:
+        if id(x) in views:
+            return [views.get(id(y), y) for y in xs]
+    return xs

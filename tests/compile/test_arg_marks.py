@@ -1,0 +1,179 @@
+"""Raw NumPy code on a compiled step's NumPy arguments (compile/argmarks.py): an array or a
+Python value it computes from an argument is refused at the first traced call, naming the
+argument and the line, where it was replayed with the traced calls' values whenever the first
+two calls agreed; the argument itself, and plain views of it, stay the argument."""
+
+import numpy as np
+import pytest
+
+import labkit as lk
+import labkit.functions as F
+from labkit.errors import CompileError
+
+
+def _host(a):
+    return a if isinstance(a, np.ndarray) else a.get()
+
+
+def _batches(n=5, pad_from=2):
+    """Token batches whose padding (zeros) starts at batch ``pad_from``: a mask computed from
+    them is all ones in the two traced calls."""
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(n):
+        x = rng.standard_normal((4, 5)).astype(np.float32)
+        ids = rng.integers(1, 9, (4, 5))
+        if i >= pad_from:
+            ids[:, 3:] = 0
+        out.append((x, ids))
+    return out
+
+
+def test_a_mask_computed_from_an_argument_is_refused_not_frozen(dev):
+    """The padding mask was all ones in calls 1 and 2, so it was folded as a constant and the
+    padded batches after were summed unmasked (3.47 for eager's 4.99)."""
+    def f(x, ids):
+        mask = lk.tensor((ids != 0).astype(np.float32), device=dev)
+        return (lk.tensor(x, device=dev) * mask).sum()
+
+    c = lk.compile(f)
+    x, ids = _batches()[0]
+    with pytest.raises(CompileError, match=r"computed from argument 1 at test_arg_marks.py:\d+"):
+        c(x, ids)
+    # the fixes the message names give the eager results
+    def g(x, ids):
+        mask = lk.tensor(ids, device=dev) != 0
+        return (lk.tensor(x, device=dev) * F.cast(mask, np.float32)).sum()
+
+    def h(x, mask):
+        return (lk.tensor(x, device=dev) * lk.tensor(mask, device=dev)).sum()
+
+    cg, ch = lk.compile(g), lk.compile(h)
+    for x, ids in _batches():
+        mask = (ids != 0).astype(np.float32)
+        want = float((x * mask).sum())
+        assert float(_host(cg(x, ids).data)) == pytest.approx(want, rel=1e-5)
+        assert float(_host(ch(x, mask).data)) == pytest.approx(want, rel=1e-5)
+    assert cg.stats["replays"] == ch.stats["replays"] == 3
+
+
+@pytest.mark.parametrize("how", ["where", "divide", "astype", "reduce", "concatenate"])
+def test_arrays_numpy_computes_from_an_argument_are_refused(dev, how):
+    make = {
+        "where": lambda x: np.where(x > 0, x, 0),
+        "divide": lambda x: x / 255,
+        "astype": lambda x: x.astype(np.float64).astype(np.float32),
+        "reduce": lambda x: x.sum(axis=0),
+        "concatenate": lambda x: np.concatenate([x, x]),
+    }[how]
+
+    def f(x):
+        return lk.tensor(make(x), device=dev).sum()
+
+    x = np.ones((4, 5), np.float32)
+    with pytest.raises(CompileError, match="NumPy code computed from argument 0"):
+        lk.compile(f)(x)
+
+
+@pytest.mark.parametrize("how", ["branch", "int", "element", "item", "tolist", "iterate"])
+def test_python_values_read_from_an_argument_are_refused(dev, how):
+    """A branch or a number taken from an argument's values would be the traced call's at
+    every replay."""
+    def f(x, lengths):
+        t = lk.tensor(x, device=dev)
+        if how == "branch":
+            return t.sum() * (2.0 if (lengths > 3).any() else 1.0)
+        if how == "int":
+            return t[:, :int(lengths.max())].sum()
+        if how == "element":
+            return t.sum() * lengths[0]
+        if how == "item":
+            return t.sum() * lengths.max().item()
+        if how == "tolist":
+            return t.sum() * sum(lengths.tolist())
+        return t.sum() * sum(v for v in lengths)
+
+    x = np.ones((2, 5), np.float32)
+    with pytest.raises(CompileError, match="reads the values of argument 1 .* at test_arg_marks"):
+        lk.compile(f)(x, np.array([4, 5]))
+
+
+def test_an_argument_and_plain_views_of_it_stay_the_argument(dev):
+    """np.asarray, a dtype it already has, a contiguous copy that is no copy, shape-only
+    functions and shape reads: replayed with each call's batch."""
+    def f(x, y):
+        a = lk.tensor(np.asarray(x), device=dev)
+        b = lk.tensor(np.asarray(x, dtype=np.float32), device=dev)
+        c = lk.tensor(np.ascontiguousarray(x), device=dev)
+        z = lk.tensor(np.zeros_like(x), device=dev)
+        logits = a + b + c + z
+        return F.softmax_cross_entropy(logits, y) * x.shape[0], lk.tensor(x, device=dev).sum()
+
+    c = lk.compile(f)
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        x = rng.standard_normal((4, 5)).astype(np.float32)
+        y = rng.integers(0, 5, 4)
+        want = [float(_host(t.data)) for t in f(x, y)]
+        got = [float(_host(t.data)) for t in c(x, y)]
+        assert got == pytest.approx(want, rel=1e-6)
+    assert c.stats["replays"] == 2
+
+
+def test_containers_get_their_arrays_back_after_a_traced_call(dev):
+    """Arrays in a dict or a list argument are marked for the call only: the caller's
+    container holds its own arrays after it, and what the step stored in it stays."""
+    def f(batch, extra):
+        batch["seen"] = True
+        return lk.tensor(batch["x"], device=dev).sum() + lk.tensor(extra[0], device=dev).sum()
+
+    c = lk.compile(f)
+    x, e = np.ones((2, 3), np.float32), np.ones(3, np.float32)
+    batch, extra = {"x": x}, [e]
+    c(batch, extra)
+    assert batch["x"] is x and type(batch["x"]) is np.ndarray and batch["seen"] is True
+    assert extra[0] is e and type(extra[0]) is np.ndarray
+
+
+def test_a_kept_marked_view_does_not_trip_another_step(dev):
+    """A step that keeps its argument (a replay buffer) keeps a marked view: reading it later,
+    or inside another compiled step, is not refused."""
+    kept = []
+
+    def f(x):
+        kept.append(x)
+        return lk.tensor(x, device=dev).sum()
+
+    lk.compile(f)(np.arange(6, dtype=np.float32))
+    assert float(kept[0].sum()) == 15.0 and bool(kept[0][1] == 1)
+
+    def g(y):
+        return lk.tensor(y, device=dev).sum() * float(kept[0][2])
+
+    cg = lk.compile(g)
+    y = np.ones(3, np.float32)
+    assert [float(_host(cg(y).data)) for _ in range(3)] == [6.0, 6.0, 6.0]
+
+
+def test_an_array_computed_from_an_argument_is_not_a_result(dev):
+    def f(x):
+        return lk.tensor(x, device=dev).sum(), x * 2
+
+    with pytest.raises(CompileError, match="computed from argument 0"):
+        lk.compile(f)(np.ones(3, np.float32))
+
+
+def test_labkit_reads_argument_values_itself(dev):
+    """labkit's own checks read a marked argument's values (a label out of range raises the
+    eager IndexError, not a CompileError); labels and index arrays are replayed."""
+    logits = lk.tensor(np.zeros((3, 4), np.float32), device=dev, requires_grad=True)
+
+    def f(y):
+        return F.softmax_cross_entropy(logits, y) + logits[np.arange(3), y].sum()
+
+    c = lk.compile(f)
+    with pytest.raises(IndexError):
+        c(np.array([0, 1, 7]))
+    for y in ([0, 1, 2], [3, 3, 3], [1, 0, 2]):
+        want = float(_host(f(np.array(y)).data))
+        assert float(_host(c(np.array(y)).data)) == pytest.approx(want)
