@@ -94,7 +94,7 @@ from ..autograd.trace import host
 from ..backend import opencl
 from ..bricks.base import Parameter
 from ..errors import CompileError
-from .argmarks import mark_args
+from .argmarks import mark_args, unmarked
 from .guards import (
     check_unchanged,
     drop_host_only,
@@ -322,11 +322,11 @@ class Compiled:
             node.out_hooks = {**(hooks or {})}
             node.out_hooks[x.index] = [*node.out_hooks.get(x.index, ()), seen.append]
         # NOTE: NumPy arguments as marked views: raw NumPy code on them is seen (argmarks.py)
-        args, kwargs, unmark = mark_args(tracer.t, args, kwargs)
+        args, kwargs, unmark = mark_args(tracer.t, self.fn, args, kwargs)
         old = _trace.set_tracer(tracer)
         try:
             try:
-                result = self.fn(*args, **kwargs)
+                result = unmarked(tracer.t, self.fn(*args, **kwargs))
             finally:
                 unmark()
             trace = _ran(tracer.finish, result)

@@ -7,21 +7,28 @@ same values in the two traced calls (a padding mask all ones in the first two ba
 replayed with them, whatever the later batches held. A Python value read from an argument
 (``if (ids == 0).any():``, ``n = int(lengths.max())``) froze a branch or a number the same way.
 
-While a step is traced, each NumPy array among its arguments (at the top level and in tuples,
-lists and dicts) is given to it as a view of a subclass of ``np.ndarray`` that marks it, one per
-argument. NumPy gives that subclass to what it computes from the view (operators, ufuncs,
-methods, reductions as 0-d arrays, functions such as ``np.where`` and ``np.concatenate``), so
-the tracer refuses such an array where labkit gets it (an op's operand, ``lk.tensor``, a
-result) and a Python value read from it (``bool``, ``int``, ``float``, ``item``, an element),
-naming the argument. Shape-only functions (``np.zeros_like``) give plain arrays. For everything
-else the view is the argument: labkit's ops run on the argument itself, a view with its exact
-layout (``np.asarray(x)``) is the argument, and labkit's own code reads values freely (its
-label checks). Lists and dicts get their items back after the call, so their identity and what
-the step stored in them are kept.
+While a step is traced, each NumPy array among its arguments (a plain array or a memmap, at
+the top level and in tuples, lists and dicts) is given to it as a view of a subclass of
+``np.ndarray`` that marks it, one per argument. NumPy gives that subclass to what the step's
+code computes from the view (operators, ufuncs, methods, ``x.copy()``, reductions as 0-d
+arrays, functions such as ``np.where``, ``np.concatenate`` and ``np.count_nonzero``), so the
+tracer refuses such an array where labkit gets it (an op's operand, ``lk.tensor``, an index, a
+number, a result) and a Python value read from it (``bool``, ``int``, ``float``, ``round``,
+``item``, an element, iteration, ``.flat``), naming the argument as the step names it and the
+step's line. A refusal is kept: one the step's code catches (a logging handler formatting
+``x.mean()``) still refuses the call when it ends. Shape-only functions (``np.zeros_like``)
+give plain arrays. For everything else the view is the argument: labkit's ops run on the
+argument itself, a view with its exact layout (``np.asarray(x)``) is the argument, labkit's own
+checks read its values (labels in range), and a step returning it returns the argument. Lists
+and dicts get their arrays back after the call (their identity, and what the step stored in
+them, are kept); a view the step kept elsewhere is a plain array once the trace is over (it
+pickles as one).
 
-Not seen: ``np.array(x)`` and ``x.copy()`` of the argument followed by more NumPy code
-(``np.array`` makes a plain copy), ``x.view(np.ndarray)``, and raw code on a Tensor
-argument's ``.data``.
+Not seen (documented limits): NumPy code on a plain view or copy of an argument
+(``np.asarray(x) != 0`` and ``np.array(x)`` make plain arrays), ``x.view(np.ndarray)``; shapes
+that follow values (``len(ids[ids != 0])``); formatting with f-strings or ``print`` (harmless:
+a log of the traced calls); other array types (masked arrays), tuple subclasses and
+namedtuples, and raw code on a Tensor argument's ``.data``.
 """
 
 from __future__ import annotations
@@ -37,6 +44,10 @@ from ..errors import CompileError
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NUMPY = os.path.dirname(os.path.abspath(np.__file__))
+_STDLIB = os.path.dirname(os.path.abspath(os.__file__))
+#: not the user's line: NumPy, labkit, Python's library and installed packages (pytest's log
+#: capture, a logging handler)
+_NOT_USER = (_NUMPY, _PKG, _STDLIB, os.path.join(_STDLIB, "site-packages"))
 #: functions whose result depends on the argument's shape only: plain arrays
 _SHAPE_ONLY = frozenset((np.zeros_like, np.ones_like, np.empty_like, np.full_like))
 
@@ -49,7 +60,8 @@ def _caller():
                              or f.f_code.co_filename == __file__):
         f = f.f_back
     inside = f is None or f.f_code.co_filename.startswith(_PKG)
-    while f is not None and f.f_code.co_filename.startswith((_NUMPY, _PKG)):
+    while f is not None and (f.f_code.co_filename.startswith(_NOT_USER)
+                             or os.sep + "site-packages" + os.sep in f.f_code.co_filename):
         f = f.f_back
     at = "?" if f is None else f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
     return inside, at
@@ -61,18 +73,27 @@ class Marked(np.ndarray):
     _lk_arg = "an argument"
     _lk_trace = staticmethod(lambda: None)
 
-    def _read(self, what):
+    def _live(self):
+        """This array's trace, while it is the one running, else None."""
         tr = _hook.tracer()
-        if tr is None or tr.t is not self._lk_trace():
+        trace = self._lk_trace()
+        return trace if tr is not None and tr.t is trace else None
+
+    def _read(self, what):
+        trace = self._live()
+        if trace is None:
             return
         inside, at = _caller()
-        if not inside:
-            raise CompileError(
-                f"lk.compile: {tr.fn_name} reads the values of {self._lk_arg} (a NumPy array) "
-                f"into Python ({what}) at {at} while it is traced; a replay "
-                "would reuse this call's value (a branch, a number). Compute with labkit ops "
-                "on lk.tensor(...) of it, check it before calling the step, or pass the value "
-                "as an argument of its own (Python numbers are checked at every call)")
+        # NOTE: labkit's own checks read an argument's values (labels in range), not an index
+        # computed from it (t[:, :lengths.max()] bakes the traced call's bound)
+        if inside and (id(self) in trace.arg_views or what != "an index"):
+            return
+        refuse(trace, f"lk.compile: {trace.fn_name} reads the values of {self._lk_arg} (a "
+                      f"NumPy array) into Python ({what}) at {at} while it is traced; a "
+                      "replay would reuse this call's value (a branch, a number). Compute "
+                      "with labkit ops on lk.tensor(...) of it, check it before calling the "
+                      "step, or pass the value as an argument of its own (Python numbers are "
+                      "checked at every call)")
 
     def __bool__(self):
         self._read("bool")
@@ -94,6 +115,10 @@ class Marked(np.ndarray):
         self._read("an index")
         return np.ndarray.__index__(self)
 
+    def __round__(self, ndigits=None):
+        self._read("round")
+        return round(np.ndarray.item(self), ndigits)
+
     def item(self, *args):
         self._read("item()")
         return np.ndarray.item(self, *args)
@@ -108,6 +133,22 @@ class Marked(np.ndarray):
             self._read("an element")
         return r
 
+    @property
+    def flat(self):
+        self._read("flat")
+        return np.ndarray.flat.__get__(self)
+
+    @flat.setter
+    def flat(self, value):
+        np.ndarray.flat.__set__(self, value)
+
+    def _lk_given(self):
+        """Called where labkit refuses a value of the wrong type (a 0-d array for a number):
+        one computed from an argument is refused as such, with the fix."""
+        trace = self._live()
+        if trace is not None:
+            check_raw(trace, self)
+
     def __iter__(self):
         if self.ndim == 1:
             self._read("its elements")
@@ -119,24 +160,84 @@ class Marked(np.ndarray):
     def __str__(self):
         return str(self.view(np.ndarray))
 
+    def __reduce__(self):  # NOTE: pickled (a view a step kept) as the plain array it is
+        return self.view(np.ndarray).__reduce__()
+
+    def __array_wrap__(self, arr, context=None, return_scalar=False):
+        # NOTE: marked while the user's code computes during its trace: a reduction is a
+        # marked 0-d array (its reads are seen); otherwise plain results, scalars as scalars
+        if self._live() is not None and not _caller()[0]:
+            return super().__array_wrap__(arr, context, return_scalar)
+        arr = arr.view(np.ndarray)
+        return arr[()] if return_scalar else arr
+
     def __array_function__(self, func, types, args, kwargs):
         if func in _SHAPE_ONLY:
             return func(*[_plain(a) for a in args], **kwargs)
         r = super().__array_function__(func, types, args, kwargs)
+        if self._live() is None or _caller()[0]:
+            return r
         mark = type(self)
         if type(r) is np.ndarray:
             return r.view(mark)
-        if isinstance(r, (tuple, list)):
+        if isinstance(r, (int, float, np.generic)) and not isinstance(r, bool):
+            return np.asarray(r).view(mark)  # NOTE: np.count_nonzero(ids): a number
+        if type(r) in (tuple, list):
             return type(r)(x.view(mark) if type(x) is np.ndarray else x for x in r)
         return r
+
+
+def refuse(trace, message):
+    """Raise the refusal, and keep it: one caught by the step's code (a log call's handler)
+    still refuses the trace when the call ends."""
+    if trace.refused is None:
+        trace.refused = message
+    raise CompileError(message)
 
 
 def _plain(a):
     return a.view(np.ndarray) if isinstance(a, Marked) else a
 
 
-def mark_args(trace, args, kwargs):
-    """The step's ``(args, kwargs)`` with each NumPy array (``type`` exactly ``np.ndarray``)
+def _names(fn, n):
+    """The names of ``fn``'s first ``n`` positional parameters, for messages (``ids``,
+    ``args[2]``; ``argument 1`` where the signature says nothing)."""
+    import inspect
+
+    out = [f"argument {i}" for i in range(n)]
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return out
+    for i in range(n):
+        if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY,
+                                                  params[i].POSITIONAL_OR_KEYWORD):
+            out[i] = params[i].name
+        else:
+            star = next((p for p in params if p.kind == p.VAR_POSITIONAL), None)
+            if star is not None:
+                first = params.index(star)
+                out[i] = f"{star.name}[{i - first}]"
+    return out
+
+
+def unmarked(trace, obj):
+    """A step's result with each argument's marked view given back as the argument (a step
+    returning its argument returns that array, as an eager call does)."""
+    views = trace.arg_views
+    if id(obj) in views:
+        return views[id(obj)]
+    if type(obj) in (tuple, list):
+        new = [unmarked(trace, x) for x in obj]
+        return obj if all(a is b for a, b in zip(new, obj)) else type(obj)(new)
+    if type(obj) is dict:
+        new = {k: unmarked(trace, v) for k, v in obj.items()}
+        return obj if all(new[k] is obj[k] for k in obj) else new
+    return obj
+
+
+def mark_args(trace, fn, args, kwargs):
+    """The step's ``(args, kwargs)`` with each NumPy array (a plain array or a memmap)
     replaced by a marked view that ``trace`` knows as that argument, and a function giving
     lists and dicts their items back. ``trace.arg_views`` maps each view's id to the
     argument. Leaves are walked as ``lk.compile`` flattens them (Tensors and OpenCL arrays
@@ -148,7 +249,7 @@ def mark_args(trace, args, kwargs):
     ref = weakref.ref(trace)
 
     def view(a, label):
-        if type(a) is not np.ndarray:
+        if type(a) not in (np.ndarray, np.memmap):  # NOTE: a masked array is not its data
             return a
         cls = type("ndarray", (Marked,), {"_lk_arg": label, "_lk_trace": ref,
                                           "__module__": "numpy"})
@@ -163,8 +264,8 @@ def mark_args(trace, args, kwargs):
             return view(obj, label)
         if isinstance(obj, (Tensor, opencl.ndarray)):
             return obj
-        if isinstance(obj, tuple) and not hasattr(type(obj), "_fields"):
-            return type(obj)(walk(x, f"{label}[{i}]") for i, x in enumerate(obj))
+        if type(obj) is tuple:
+            return tuple(walk(x, f"{label}[{i}]") for i, x in enumerate(obj))
         if isinstance(obj, (list, dict)):
             keys = range(len(obj)) if isinstance(obj, list) else list(obj)
             for key in keys:
@@ -173,9 +274,10 @@ def mark_args(trace, args, kwargs):
                 if new is not old:
                     obj[key] = new
                     swapped.append((obj, key, old, new))
-        return obj  # NOTE: a namedtuple is not rebuilt (its arrays are not marked)
+        return obj  # NOTE: a namedtuple or other tuple type is not rebuilt (not marked)
 
-    new_args = tuple(walk(x, f"argument {i}") for i, x in enumerate(args))
+    names = _names(fn, len(args))
+    new_args = tuple(walk(x, names[i]) for i, x in enumerate(args))
     new_kwargs = {k: walk(v, k) for k, v in kwargs.items()}
 
     def restore():
@@ -231,7 +333,7 @@ def check_raw(trace, arr):
     x = arr
     while x is not None:
         if isinstance(x, Marked) and x._lk_trace() is trace and id(x) not in trace.arg_views:
-            raise CompileError(
+            refuse(trace,
                 f"lk.compile: {trace.fn_name} gives labkit an array of shape "
                 f"{tuple(arr.shape)} that NumPy code computed from {x._lk_arg} at "
                 f"{_caller()[1]}; a replay would reuse this call's values. Compute it with "

@@ -98,6 +98,7 @@ class Trace:
         self.arg_alias: list = []          # (argument index, a tensor read whose data it is)
         self.made: set = set()             # ids of tensors an op made around an array operand
         self.arg_views: dict = {}          # id(marked view) -> the argument (argmarks.py)
+        self.refused = None                # a refusal the step's code caught (argmarks.py)
         for k, a in enumerate(arg_arrays):
             if id(a) not in self.ids:
                 s = self._new()
@@ -357,6 +358,7 @@ class Tracer:
                         attr_in.append((name, i, t.ids[id(x)]))
                         parts.append("slot")
                     elif is_array(x):
+                        t.check_raw(x)
                         consts.append((name, i, x))
                         parts.append(("array", tuple(x.shape), str(x.dtype)))
                     else:
@@ -451,6 +453,8 @@ class Tracer:
     # ---- the end of the call --------------------------------------------------------------
     def finish(self, result):
         t = self.t
+        if t.refused is not None:
+            raise CompileError(t.refused)
         if self.rngs:
             self._drawn()
         t.out_tree = self._outputs(result)

@@ -233,6 +233,8 @@ def scalar(v, op: str, name: str):
     """A real Python or NumPy number."""
     if isinstance(v, (numbers.Real, np.integer, np.floating)) and not isinstance(v, bool):
         return v
+    if hasattr(v, "_lk_given"):  # NOTE: NumPy code on a traced step's argument (argmarks.py)
+        v._lk_given()
     raise DTypeError(f"{op}: {name} must be a real number, got {v!r} ({type(v).__name__})")
 
 
