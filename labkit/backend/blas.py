@@ -128,3 +128,23 @@ def outer(a: np.ndarray, b: np.ndarray):
     if out.size:  # NOTE: out += 1.0 * a b^T: each element 0 + a_i * b_j, rounded once
         funcs[1](_ROW_MAJOR, m, n, 1.0, a.ctypes.data, 1, b.ctypes.data, 1, out.ctypes.data, n)
     return out
+
+
+def ger(alpha, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> bool:
+    """``c += alpha * (a @ b)`` in place for a column ``a`` (m, 1), a row ``b`` (1, n) and a
+    C-contiguous ``c`` (m, n), all of one dtype (float32 or float64): one pass over ``c``
+    (plain SGD of a weight from its gradient at batch 1, without the gradient). Rounds
+    otherwise than ``axpy(alpha, outer(a, b), c)``: ``alpha`` multiplies one of the vectors
+    first. False, with ``c`` untouched, where BLAS is not used."""
+    if not _on():
+        return False
+    funcs = _functions().get(c.dtype)
+    if (funcs is None or a.ndim != 2 or b.ndim != 2 or a.shape[1] != 1 or b.shape[0] != 1
+            or c.shape != (a.shape[0], b.shape[1]) or not _plain(a, c.dtype)
+            or not _plain(b, c.dtype) or not _plain(c, c.dtype) or not c.flags.writeable
+            or c.size == 0 or np.shares_memory(a, c) or np.shares_memory(b, c)):
+        return False
+    m, n = c.shape
+    funcs[1](_ROW_MAJOR, m, n, alpha, a.ctypes.data, 1, b.ctypes.data, 1, c.ctypes.data, n)
+    return True
+

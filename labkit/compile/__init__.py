@@ -185,7 +185,9 @@ _PASS_LINES = (
     ("cells", "lstm: {} LSTM step(s) computed in their product's kernel"),
     ("cell_grads", "lstm: {} LSTM step gradient(s) computed in the kernel of their product "
                    "with U"),
-    ("sgd", "sgd: the plain SGD update of {} weight(s) in their gradient's product kernel"),
+    ("sgd", "sgd: the plain SGD update of {} weight(s) made with their gradient's product "
+            "(on OpenCL in its kernel; on the CPU at batch 1 one BLAS rank-1 update of the "
+            "weight, the gradient made where it is read)"),
 )
 
 #: first traces kept waiting for their second call (slimmed: no arrays of the step's), and
@@ -489,8 +491,9 @@ def compile(fn=None, *, trust_input=False, fuse=True, cse=True, stabilize=True,
     compute the same value; ``stabilize``: rewrite log(exp(z)), log(1 + x), log(sigmoid(x))
     and what their gradients leave into stable forms (not bit-identical to eager where they
     apply); ``reassociate``: a sum of matrix products of the same shapes (a weight's
-    gradient over the steps of a loop) as one product of the stacked operands (equal to
-    float32 rounding); ``trust_input``: no guards at each call (the module's documentation
+    gradient over the steps of a loop) as one product of the stacked operands, and on the CPU
+    a weight's plain SGD update at batch 1 as one rank-1 update (both equal to float32
+    rounding); ``trust_input``: no guards at each call (the module's documentation
     says what is still checked and what a wrong call does); ``warn_after``: retraces before a
     CompileWarning.
 

@@ -87,7 +87,9 @@ class Program:
             nodes, self.fused = fusion.fuse(nodes, t, needed | _read_by_hosts(nodes), consts)
             from .sgd import sgd_products
 
-            nodes, self.sgd = sgd_products(nodes, t.values, t.sources, self.capture)
+            nodes, self.sgd = sgd_products(nodes, t.values, t.sources, self.capture,
+                                           results=set(_tree_slots(self.out_tree)),
+                                           outer=reassociate)
         nodes = _checks_early(nodes)
         self.nodes = nodes
         self.after = [_sketch(n) for n in nodes]
@@ -351,15 +353,23 @@ def _generate(prog, nodes, t, exposed):
 
     env["RESOLVE"] = resolve_checks
     lines.append("    RESOLVE()")  # NOTE: before the step's results are written out
+    from . import sgd
+
+    env["GRAD"] = sgd.grad_tensor
+    deferred = {n.outs[0] for n in nodes if isinstance(n.fn, sgd._OuterUpdate)}
+
+    def grad(s):  # NOTE: a gradient made where it is read (compile/sgd.py: OuterGrad)
+        return f"GRAD(s{s})" if s in deferred else f"Tensor({fresh(s)})"
+
     for j, (tensor, kind, s) in enumerate(prog.writes):
         if kind == "data":
             env[f"W{j}"] = tensor
             lines.append(f"    W{j}.data = {fresh(s)}")
         elif kind == "grad":
             env[f"W{j}"] = tensor
-            lines.append(f"    W{j}.grad = " + ("None" if s is None else f"Tensor({fresh(s)})"))
+            lines.append(f"    W{j}.grad = " + ("None" if s is None else grad(s)))
         else:
-            lines.append(f"    AT[{tensor}].grad = Tensor({fresh(s)})")
+            lines.append(f"    AT[{tensor}].grad = {grad(s)}")
     lines.append(f"    return {_tree_code(prog.out_tree, env, fixed)}")
     source = "\n".join(lines) + "\n"
     exec(compile(source, "<lk.compile replay>", "exec"), env)  # noqa: S102 - our own code

@@ -44,10 +44,11 @@ def _bits(a):
     return np.asarray(a).view(np.uint32)
 
 
-def _run(dev, compiled, batch=1, reads_w=False, change=None, optimizer=None, steps=6):
+def _run(dev, compiled, batch=1, reads_w=False, change=None, optimizer=None, steps=6,
+         reassociate=True):
     ps, opt, x, y = _setup(dev, batch, optimizer=optimizer)
     step = _make_step(ps, opt, reads_w)
-    f = lk.compile(step) if compiled else step
+    f = lk.compile(step, reassociate=reassociate) if compiled else step
     outs = []
     for k in range(steps):
         if change is not None:
@@ -72,7 +73,10 @@ def _lr_steps(opt, k):
 @pytest.mark.parametrize("batch", [1, 8])
 def test_fused_updates_train_bit_for_bit_like_eager(dev, batch):
     eager, opt0, _ = _run(dev, False, batch, change=_lr_steps)
-    comp, opt1, f = _run(dev, True, batch, change=_lr_steps)
+    # NOTE: on the CPU at batch 1 the first weight's update is a rank-1 update that rounds
+    # otherwise (tests/compile/test_outer_sgd.py); reassociate=False keeps the eager way
+    cpu1 = dev == "cpu" and batch == 1
+    comp, opt1, f = _run(dev, True, batch, change=_lr_steps, reassociate=not cpu1)
     _same(eager, comp)
     assert opt1.t == opt0.t == 6 and opt1.counts == opt0.counts == [6] * 6
     fused = f.programs()[0].sgd
