@@ -107,8 +107,9 @@ class Function:
             rt0 = getattr(xs[0], "rt", None)
             for x in xs[1:]:
                 if type(x) is not t0 or getattr(x, "rt", None) is not rt0:
-                    if isinstance(x, np.ndarray) and isinstance(xs[0], np.ndarray):
-                        continue  # NOTE: a subclass (a traced step's marked argument)
+                    if (isinstance(x, np.ndarray) and isinstance(xs[0], np.ndarray)
+                            and (hasattr(x, "_lk_given") or hasattr(xs[0], "_lk_given"))):
+                        continue  # NOTE: a traced step's marked argument (compile/argmarks)
                     names = sorted({_device_name(a) for a in xs})
                     raise DeviceMismatchError(
                         f"{self.name}: inputs are on different devices ({' and '.join(names)}); "

@@ -42,14 +42,16 @@ import numpy as np
 from ..autograd import trace as _hook
 from ..errors import CompileError
 
-_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_NUMPY = os.path.dirname(os.path.abspath(np.__file__))
-_STDLIB = os.path.dirname(os.path.abspath(os.__file__))
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_NUMPY = os.path.dirname(os.path.abspath(np.__file__)) + os.sep
+_STDLIB = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
 #: not the user's line: NumPy, labkit, Python's library and installed packages (pytest's log
 #: capture, a logging handler)
-_NOT_USER = (_NUMPY, _PKG, _STDLIB, os.path.join(_STDLIB, "site-packages"))
-#: functions whose result depends on the argument's shape only: plain arrays
-_SHAPE_ONLY = frozenset((np.zeros_like, np.ones_like, np.empty_like, np.full_like))
+_NOT_USER = (_NUMPY, _PKG, _STDLIB)
+#: functions whose result depends on the argument's shape only (unless a marked value is
+#: passed besides, np.full_like(x, x.max())): plain arrays and numbers
+_SHAPE_ONLY = frozenset((np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.size,
+                         np.ndim, np.shape))
 
 
 def _caller():
@@ -172,7 +174,8 @@ class Marked(np.ndarray):
         return arr[()] if return_scalar else arr
 
     def __array_function__(self, func, types, args, kwargs):
-        if func in _SHAPE_ONLY:
+        if func in _SHAPE_ONLY and not any(isinstance(v, Marked)
+                                           for v in (*args[1:], *kwargs.values())):
             return func(*[_plain(a) for a in args], **kwargs)
         r = super().__array_function__(func, types, args, kwargs)
         if self._live() is None or _caller()[0]:
@@ -266,8 +269,8 @@ def mark_args(trace, fn, args, kwargs):
             return obj
         if type(obj) is tuple:
             return tuple(walk(x, f"{label}[{i}]") for i, x in enumerate(obj))
-        if isinstance(obj, (list, dict)):
-            keys = range(len(obj)) if isinstance(obj, list) else list(obj)
+        if type(obj) in (list, dict):  # NOTE: a subclass's __setitem__ is not called
+            keys = range(len(obj)) if type(obj) is list else list(obj)
             for key in keys:
                 old = obj[key]
                 new = walk(old, f"{label}[{key!r}]")

@@ -88,7 +88,7 @@ class Program:
             from .sgd import sgd_products
 
             nodes, self.sgd = sgd_products(nodes, t.values, t.sources, self.capture,
-                                           results=set(_tree_slots(self.out_tree)),
+                                           results=_not_one_grad(self),
                                            outer=reassociate)
         nodes = _checks_early(nodes)
         self.nodes = nodes
@@ -374,6 +374,15 @@ def _generate(prog, nodes, t, exposed):
     source = "\n".join(lines) + "\n"
     exec(compile(source, "<lk.compile replay>", "exec"), env)  # noqa: S102 - our own code
     return env["replay"], source
+
+
+def _not_one_grad(prog) -> set:
+    """The slots a replay returns, or writes as anything but one tensor's ``.grad`` (a
+    gradient made where it is read fits only there: compile/sgd.py)."""
+    out = set(_tree_slots(prog.out_tree))
+    grads = [s for _, kind, s in prog.writes if kind != "data"]
+    out |= {s for _, kind, s in prog.writes if kind == "data"}
+    return out | {s for s in grads if grads.count(s) > 1}
 
 
 def _value_shaped(n) -> bool:

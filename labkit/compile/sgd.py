@@ -33,6 +33,8 @@ MLP step at batch 1 went from 0.70-0.85 ms to 0.58-0.62 (PyTorch's: 0.75-0.79, s
 
 from __future__ import annotations
 
+import threading
+
 from ..autograd.tensor import Tensor
 from . import passes
 from .trace import Node
@@ -42,8 +44,9 @@ def sgd_products(nodes, values, sources, stats, results=(), outer=False) -> tupl
     """The nodes with each fit weight gradient's product (a 2-D ``MatMul``) replaced by a
     host step that also updates the weight (see the module's doc); and how many were.
     ``sources``: the trace's (slot -> Source); ``stats``: the program's capture counts;
-    ``results``: the slots the step returns; ``outer``: also the CPU's outer products (a
-    batch of 1), whose update rounds otherwise than the eager step's (``reassociate``)."""
+    ``results``: the slots the step returns or writes as anything but one ``.grad``;
+    ``outer``: also the CPU's outer products (a batch of 1), whose update rounds otherwise
+    than the eager step's (``reassociate``)."""
     from ..backend.opencl.ndarray import ndarray
     from ..functions import connection as conn
 
@@ -153,9 +156,8 @@ class _ProductUpdate:
     def __call__(self, a, b, w, *others):
         if self.first:
             self.step["rates"] = _step_rates(self.opt, self.idx)
-        data = getattr(w, "data", None)
-        lr = None if any(getattr(o, "data", None) is data for o in others) else _rate(
-            self.opt, self.step["rates"], self.i, w)
+        lr = None if self._aliased(w, others) else _rate(self.opt, self.step["rates"],
+                                                          self.i, w)
         if lr is None:
             self.done[self.i] = False
             return self.op.forward(a, b)
@@ -163,6 +165,12 @@ class _ProductUpdate:
         c = self.fused(a, b, w)
         self.done[self.i] = c is not None
         return self.op.forward(a, b) if c is None else c
+
+    @staticmethod
+    def _aliased(w, others):
+        """Whether an array the replay read from outside is the weight's memory."""
+        data = getattr(w, "data", None)
+        return any(getattr(o, "data", None) is data for o in others)
 
     def _fused(self, a, b, w):
         from ..backend.opencl import gemm
@@ -206,6 +214,14 @@ class _OuterUpdate(_ProductUpdate):
         self.step, self.first = ({} if step is None else step), step is None
         self.fused = self._fused
 
+    @staticmethod
+    def _aliased(w, others):
+        # NOTE: a NumPy array's .data is a new memoryview at each read: by the memory's
+        # bounds (an argument that is the weight's array, a parameter tied to it since)
+        import numpy as np
+
+        return any(isinstance(o, np.ndarray) and np.may_share_memory(o, w) for o in others)
+
     def _fused(self, a, b, w):
         from ..backend import blas
 
@@ -248,10 +264,13 @@ class OuterGrad(Tensor):
     def data(self):
         d = _DATA.__get__(self)
         if d is None and self._deferred is not None:
-            p = self._deferred
-            d = p.op.forward(p.a, p.b)
-            _DATA.__set__(self, d)
-            self._deferred = None
+            with _MADE:  # NOTE: two threads reading it at once get one array
+                d = _DATA.__get__(self)
+                if d is None and self._deferred is not None:
+                    p = self._deferred
+                    d = p.op.forward(p.a, p.b)
+                    _DATA.__set__(self, d)
+                    self._deferred = None
         return d
 
     @data.setter
@@ -261,6 +280,7 @@ class OuterGrad(Tensor):
 
 
 _DATA = Tensor.__dict__["data"]
+_MADE = threading.Lock()
 
 
 class _UpdateRest:

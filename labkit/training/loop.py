@@ -58,8 +58,10 @@ class MainLoop:
     name, config : recorded in the run store (config: JSON values, e.g. hyperparameters).
     store : record the run in the run store (default True).
     compile : run the training step (zero_grad, ``loss_fn``, backward, update) through
-        ``lk.compile``: traced on its first two batches, then replayed without Python per op
-        (a batch of another shape traces again). ``loop.compiled.explain()`` says what it did.
+        ``lk.compile`` (``reassociate=False``: a resumed run traces where the run it resumes
+        replayed, so their arithmetic must agree to the bit): traced on its first two batches,
+        then replayed without Python per op (a batch of another shape traces again).
+        ``loop.compiled.explain()`` says what it did.
 
     ``run()`` trains until an extension stops it (``FinishAfter``, ``EarlyStopping``), Ctrl-C,
     or ``max_iterations`` more iterations. Ctrl-C once: the current batch finishes, a
@@ -79,7 +81,7 @@ class MainLoop:
         if compile:
             from ..compile import Compiled
 
-            self.compiled = Compiled(self._train_step, warn_after=8)
+            self.compiled = Compiled(self._train_step, warn_after=8, reassociate=False)
             self.compiled.__name__ = f"MainLoop step ({getattr(loss_fn, '__name__', 'loss_fn')})"
         self.name, self.config = name, dict(config or {})
         self.factory: str | None = None
@@ -412,10 +414,7 @@ class MainLoop:
                 raise TrainingError(f"step must return a dict of values to report, got "
                                     f"{type(out).__name__}")
             return {k: scalar(v) for k, v in out.items()}
-        if self.compiled is not None:
-            out, extra = self.compiled(batch)
-            return {"loss": out.item(), **{k: scalar(v) for k, v in extra.items()}}
-        out, extra = self._train_step(batch)
+        out, extra = (self._train_step if self.compiled is None else self.compiled)(batch)
         return {"loss": out.item(), **{k: scalar(v) for k, v in extra.items()}}
 
     def _train_step(self, batch):

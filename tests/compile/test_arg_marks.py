@@ -266,3 +266,48 @@ def test_the_argument_is_named_as_the_step_names_it(dev):
         Model().step(x, ids)
     with pytest.raises(CompileError, match=r"computed from rest\[0\]\['ids'\]\[0\] at"):
         lk.compile(nested)(x, {"ids": (ids,)})
+
+
+def test_shape_functions_pass_and_a_marked_fill_value_does_not(dev):
+    def f(x):
+        t = lk.tensor(x, device=dev)
+        return t.sum() * np.size(x) if np.ndim(x) == 2 else t.sum()
+
+    c = lk.compile(f)
+    for _ in range(3):
+        assert float(_host(c(np.ones((2, 3), np.float32)).data)) == 36.0
+
+    def g(x):
+        return lk.tensor(np.full_like(x, x.max()), device=dev).sum()
+
+    with pytest.raises(CompileError, match="computed from x"):
+        lk.compile(g)(np.ones((2, 3), np.float32))
+
+
+def test_code_in_a_folder_named_like_labkit_is_the_users(dev, tmp_path, monkeypatch):
+    """Frames are told apart by folder, not by a prefix of the path: a user's folder
+    labkit_runs/ beside labkit/ is not labkit's own code (its branch was let through)."""
+    import importlib.util
+    import os
+
+    from labkit.compile import argmarks
+
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab_runs").mkdir()
+    (tmp_path / "lab_runs" / "userstep.py").write_text(
+        "def branch(x):\n    return 2.0 if (x > 0).all() else 1.0\n")
+    spec = importlib.util.spec_from_file_location("userstep",
+                                                  tmp_path / "lab_runs" / "userstep.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    # NOTE: the folder as argmarks spells labkit's (with its trailing separator)
+    sep = os.sep if argmarks._PKG.endswith(os.sep) else ""
+    monkeypatch.setattr(argmarks, "_PKG", str(tmp_path / "lab") + sep)
+    monkeypatch.setattr(argmarks, "_NOT_USER", (argmarks._NUMPY, argmarks._PKG,
+                                                argmarks._STDLIB))
+
+    def f(x):
+        return lk.tensor(x, device=dev).sum() * mod.branch(x)
+
+    with pytest.raises(CompileError, match="reads the values of x .* at userstep.py:2"):
+        lk.compile(f)(np.ones(3, np.float32))

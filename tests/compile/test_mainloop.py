@@ -60,3 +60,31 @@ def test_compile_needs_loss_fn():
     with pytest.raises(TrainingError, match="compile=True compiles loss_fn"):
         T.MainLoop(loop.model, loop.optimizer, loop.stream, step=lambda loop, batch: {},
                    compile=True)
+
+
+def test_a_compiled_loop_at_batch_1_resumes_exactly():
+    """At batch 1 on the CPU the compiled update of a weight is a rank-1 update when
+    reassociate=True; a resumed run traces (the eager update) where the run it resumes
+    replayed, so MainLoop compiles without it: a resume is bit for bit."""
+    import labkit as lk
+    import labkit.bricks as B
+    import labkit.functions as F
+    from labkit.data import DataStream, ScaleAndShift
+
+    def make():
+        lk.bricks.set_seed(0)
+        model = B.Sequence(B.Flatten(), B.Linear(64, 96), B.ReLU(), B.Linear(96, 10))
+        opt = lk.optimizers.SGD(lr=0.05).setup(model)
+        s = ScaleAndShift(DataStream(lk.data.get("digits", split="train", load_in_memory=True),
+                                     batch_size=1, shuffle=True, seed=0), 1 / 16, -0.5,
+                          which_sources="features")
+
+        def loss_fn(model, batch):
+            return F.softmax_cross_entropy(model(lk.tensor(batch["features"])),
+                                           batch["targets"])
+        loop = T.MainLoop(model, opt, s, loss_fn, compile=True, store=False,
+                          extensions=[T.FinishAfter(iterations=30)])
+        return loop
+
+    r = T.check_resume(make, at_iteration=15)
+    assert r.identical, r

@@ -166,3 +166,73 @@ def test_an_optimizer_changed_after_compiling_updates_as_the_eager_step():
         _step(ref, o)(x, y)
         for (w, gr), q in zip(got, ref):
             assert np.array_equal(w, q.numpy()) and np.array_equal(gr, q.grad.numpy())
+
+
+def test_a_tensor_tied_to_the_weight_after_compiling_sees_it_before_the_update():
+    """M, read by the step's backward after the weight's gradient, made the weight's array
+    after compiling: the replay does not update early (the eager step's gradients; an early
+    update gave gradients off by thousands)."""
+    n = 64
+    rng = np.random.default_rng(0)
+
+    def params():
+        r = np.random.default_rng(1)
+        return [lk.tensor((r.standard_normal((n, n)) * 0.1).astype(np.float32),
+                          requires_grad=True) for _ in range(3)]
+
+    def make(ps, opt):
+        W0, W1, M = ps
+
+        def step(x):
+            h = F.relu(F.linear(lk.tensor(x), W1))
+            a = F.linear(h, M)
+            c = F.linear(lk.tensor(x), W0)  # W0's gradient comes first in the backward
+            loss = F.sum(a * a) + F.sum(c * c)
+            opt.zero_grad()
+            loss.backward()
+            opt.update()
+            return loss
+        return step
+
+    pc, pe = params(), params()
+    oc = lk.optimizers.SGD(lr=0.1).setup({"W0": pc[0], "W1": pc[1]})
+    oe = lk.optimizers.SGD(lr=0.1).setup({"W0": pe[0], "W1": pe[1]})
+    pc[2].requires_grad = pe[2].requires_grad = False
+    f, g = lk.compile(make(pc, oc)), make(pe, oe)
+    xs = [rng.standard_normal((1, n)).astype(np.float32) for _ in range(5)]
+    for x in xs[:3]:
+        f(x)
+        g(x)
+    assert f.programs()[0].sgd == 2
+    for p, q in zip(pc, pe):
+        p.data[...] = q.data
+    pc[2].data, pe[2].data = pc[0].data, pe[0].data
+    for x in xs[3:]:
+        for p, q in zip(pc[:2], pe[:2]):  # NOTE: from the same weights at each step
+            p.data[...] = q.data
+        f(x)
+        g(x)
+        for p, q in zip(pc[:2], pe[:2]):
+            assert np.array_equal(p.grad.numpy(), q.grad.numpy())
+            # NOTE: W1 is still updated by its rank-1 update (its last bit may differ)
+            np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-5)
+        assert np.array_equal(pc[0].numpy(), pe[0].numpy())  # W0: the eager update
+
+
+def test_a_gradient_written_as_another_tensors_data_is_an_array():
+    """keep.data = W.grad.data inside the step: the gradient is made, not left to be made
+    where it is read (it was a placeholder object in keep.data)."""
+    ps, opt, xs, ys = _setup()
+    keep = lk.tensor(np.zeros((96, 120), np.float32))
+    inner = _step(ps, opt)
+
+    def step(x, y):
+        loss = inner(x, y) + F.sum(keep) * 0.0
+        keep.data = ps[0].grad.data
+        return loss
+
+    f = lk.compile(step)
+    for x, y in zip(xs, ys):
+        f(x, y)
+        assert type(keep.data) is np.ndarray
+        assert np.array_equal(keep.numpy(), ps[0].grad.numpy())
