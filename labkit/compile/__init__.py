@@ -149,6 +149,28 @@ def _flatten(obj, leaves, tensors, key, keep, pyvals=None):
         key.append(("O", type(obj).__name__, id(obj)))
 
 
+def _named_tensors(walk) -> dict:
+    """The tensors the step's code names (a global, a closure variable, an attribute, an item
+    of a small list or dict), with their ``.grad`` and ``.data`` before the call."""
+    out = {}
+    for g in walk.guards:
+        items = g.items or ()
+        for x in (g.keep, *(v for kv in items for v in (kv if isinstance(kv, tuple) else (kv,)))):
+            if isinstance(x, Tensor) and id(x) not in out:
+                out[id(x)] = (x, x.grad, x.data)
+    return out
+
+
+def _written_unread(t, named) -> None:
+    """A named tensor the step never read but whose ``.data`` or ``.grad`` it replaced
+    (``keep.data = (w * 2).data``, a buffer for a plot): checked and written back at each
+    replay as those of the tensors it read are (compile/writes.py), where a replay left the
+    traced call's."""
+    for key, (x, grad0, data0) in named.items():
+        if key not in t.live and (x.data is not data0 or x.grad is not grad0):
+            t.live[key] = (x, grad0, data0)
+
+
 def _dev(a):
     return "cpu" if isinstance(a, np.ndarray) else id(a.rt)
 
@@ -316,6 +338,7 @@ class Compiled:
         arg_none = {k for k, x in tensors.items() if x.grad is None}
         walk = python_guards(self.fn, keep)
         tracer = Tracer(leaves, tensors, self.__name__, walk.rngs)
+        named = _named_tensors(walk)
         watched = [(k, x, x.creator, x.creator.out_hooks, []) for k, x in tensors.items()
                    if x.creator is not None and x.requires_grad]
         for _, x, node, hooks, seen in watched:
@@ -331,6 +354,7 @@ class Compiled:
                 result = unmarked(tracer.t, self.fn(*args, **kwargs))
             finally:
                 unmark()
+            _written_unread(tracer.t, named)
             trace = _ran(tracer.finish, result)
         finally:
             _trace.set_tracer(old)
