@@ -47,7 +47,12 @@ def check_parts(model, optimizer, stream, loss_fn, step, compile) -> None:
         check_args(loss_fn, "loss_fn", ("model", "batch"))
     else:
         check_args(step, "step", ("loop", "batch"))
-    if compile and loss_fn is None:
+    options = {"fuse", "cse", "stabilize", "reassociate", "trust_input", "warn_after"}
+    if not isinstance(compile, bool) and not (
+            isinstance(compile, dict) and set(compile) <= options):
+        raise TrainingError(f"MainLoop: compile must be True, False or a dict of lk.compile "
+                            f"options ({', '.join(sorted(options))}); got {compile!r}")
+    if compile is not False and loss_fn is None:
         raise TrainingError("MainLoop: compile=True compiles loss_fn's step; with step= "
                             "compile your own: step=lk.compile(...) inside it")
 

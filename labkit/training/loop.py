@@ -59,9 +59,9 @@ class MainLoop:
     store : record the run in the run store (default True).
     compile : run the training step (zero_grad, ``loss_fn``, backward, update) through
         ``lk.compile`` (``reassociate=False``: a resumed run traces where the run it resumes
-        replayed, so their arithmetic must agree to the bit): traced on its first two batches,
-        then replayed without Python per op (a batch of another shape traces again).
-        ``loop.compiled.explain()`` says what it did.
+        replayed, so their arithmetic must agree to the bit), or a dict of its options
+        (``{"reassociate": True}``: faster, a resume within float32 rounding). Traced on its
+        first two batches, then replayed (``loop.compiled.explain()`` says what it did).
 
     ``run()`` trains until an extension stops it (``FinishAfter``, ``EarlyStopping``), Ctrl-C,
     or ``max_iterations`` more iterations. Ctrl-C once: the current batch finishes, a
@@ -72,16 +72,17 @@ class MainLoop:
 
     def __init__(self, model, optimizer, stream, loss_fn=None, *, step=None, extensions=(),
                  name: str | None = None, config: dict | None = None, store: bool = True,
-                 compile: bool = False):
+                 compile: bool | dict = False):
         check_parts(model, optimizer, stream, loss_fn, step, compile)
         self.model, self.optimizer, self.stream = model, optimizer, stream
         self.loss_fn, self.step_fn = loss_fn, step
-        #: the compiled training step (compile=True), else None
-        self.compiled = None
-        if compile:
+        self.compiled = None  #: the compiled training step (compile=True), else None
+        if compile is not False:
             from ..compile import Compiled
 
-            self.compiled = Compiled(self._train_step, warn_after=8, reassociate=False)
+            opts = {"warn_after": 8, "reassociate": False, **(compile if compile is not True
+                                                               else {})}
+            self.compiled = Compiled(self._train_step, **opts)
             self.compiled.__name__ = f"MainLoop step ({getattr(loss_fn, '__name__', 'loss_fn')})"
         self.name, self.config = name, dict(config or {})
         self.factory: str | None = None

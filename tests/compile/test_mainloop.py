@@ -88,3 +88,16 @@ def test_a_compiled_loop_at_batch_1_resumes_exactly():
 
     r = T.check_resume(make, at_iteration=15)
     assert r.identical, r
+
+
+def test_compile_takes_lk_compile_options():
+    """compile={"reassociate": True}: the rank-1 update at batch 1 (faster, a resume within
+    float32 rounding); compile=True keeps the exact one; unknown options are refused."""
+    loop = make_loop({"compile": True})
+    assert loop.compiled.reassociate is False and loop.compiled.warn_after == 8
+    fast = make_loop({"compile": {"reassociate": True, "warn_after": 2}})
+    assert fast.compiled.reassociate is True and fast.compiled.warn_after == 2
+    with pytest.raises(TrainingError, match="compile must be True, False or a dict"):
+        make_loop({"compile": {"reasociate": True}})
+    with pytest.raises(TrainingError, match="compile must be True, False or a dict"):
+        make_loop({"compile": "yes"})
