@@ -42,8 +42,10 @@ def host(fn, *arrays, effect: bool = False, mutates=(), name: str | None = None)
     labkit functions inside a step: a compiled replay calls ``fn`` again with that call's
     arrays, so its result is never a stale value of the traced call. ``arrays`` are the
     arrays ``fn`` reads that the step computes or receives; anything else ``fn`` reads (an
-    optimizer's state, a generator) is read when it runs. ``effect=True`` marks a call that
-    changes state (an update in place): it always runs, even when its result is unused;
+    optimizer's state, a generator) is read when it runs; but a compiled replay sets the
+    ``.grad`` and replaced ``.data`` of tensors when the call ends, so pass those as
+    ``arrays`` (``host(fn, p.grad.data)``), not read through a model. ``effect=True`` marks
+    a call that changes state (an update in place): it always runs, even when its result is unused;
     ``mutates`` names the arrays it changes in place (the tracer refuses a step that changes
     any other array it read, since a replay would not repeat that change).
     ``fn`` returns an array, a tuple of arrays, or None.

@@ -149,6 +149,17 @@ def _flatten(obj, leaves, tensors, key, keep, pyvals=None):
         key.append(("O", type(obj).__name__, id(obj)))
 
 
+def _live_failure(meta):
+    """Why a pending first trace no longer fits the tensors it read (one frozen, unfrozen, or
+    given data of another shape, dtype or device since), or None."""
+    for x, grad, shape, dtype, kind in meta:
+        if (x.requires_grad != grad or x.data.shape != shape or x.data.dtype != dtype
+                or type(x.data) is not kind):
+            return (f"a tensor the step reads (shape {shape}) changed its requires_grad, shape, "
+                    "dtype or device since the step was first traced")
+    return None
+
+
 def _named_tensors(walk) -> dict:
     """The tensors the step's code names (a global, a closure variable, an attribute, an item
     of a small list or dict), with their ``.grad`` and ``.data`` before the call."""
@@ -314,7 +325,8 @@ class Compiled:
         # NOTE: a first trace made when a value labkit keeps (opt.lr returned, read at a call
         # long before: a batch of another size at the end of each epoch) was another is stale
         stale = None if first is None else (depends_failure(first.depends)
-                                             or first_failure(first.pyguards))
+                                             or first_failure(first.pyguards)
+                                             or _live_failure(first.live_meta))
         if stale is not None:
             self._first.pop(key)  # NOTE: traced in another mode (train/eval): stale
             first = None
@@ -385,6 +397,10 @@ class Compiled:
             # increments) still reaches the comparison, which refuses it
             trace.pyguards = [g for g in walk.guards if not g.user] + [
                 a for g in walk.guards if g.user and (a := g.again()) is not None]
+            # NOTE: and the tensors it read as they were (frozen between the two traced calls:
+            # traced again, where the comparison refused it as a step that differs)
+            trace.live_meta = [(x, x.requires_grad, x.data.shape, x.data.dtype, type(x.data))
+                               for x, _, _ in trace.live.values()]
             trace.slim()
             self._first[key] = trace
             self._keep[key] = keep

@@ -24,7 +24,7 @@ from ..backend import opencl
 from ..errors import CompileError
 from .argmarks import check_raw, same_as_arg, unmark, unmark_op
 from .guards import refuse_draw, rng_state
-from .writes import record_writes
+from .writes import record_writes, refuse_changed_made
 
 _ARRAYS = (np.ndarray, opencl.ndarray)
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,7 +80,7 @@ class Trace:
     """What one traced call did."""
 
     def __init__(self, arg_arrays):
-        self.fn_name = "the step"
+        self.fn_name, self.out_tree = "the step", None
         self.nodes: list[Node] = []
         self.sources: dict[int, Source] = {}
         self.n_slots = 0
@@ -89,10 +89,9 @@ class Trace:
         self.live: dict[int, tuple] = {}   # id(tensor) -> (tensor, its grad and data when read)
         self.cleared: dict = {}            # id(tensor) -> a tensor whose .grad it set to None
         self.depends: list = []            # (object, attribute, value) the step read
-        self.out_tree = None
         self.writes: list = []             # (tensor, "data" | "grad", slot or None)
         self.values: dict[int, object] = {}  # slot -> its array in this call
-        self.sums: dict[int, int] = {}     # outside slot -> a checksum of its values when read
+        self.sums: dict[int, int] = {}     # slot -> a checksum of its values when read or made
         self.mutated: set = set()          # ids of the arrays host effects change in place
         self.arg_tensors: dict[int, Tensor] = {}  # argument index -> the Tensor passed
         self.arg_alias: list = []          # (argument index, a tensor read whose data it is)
@@ -142,6 +141,7 @@ class Trace:
             self.ids[id(root)] = s
         self.keep.append(arr)
         self.values[s] = arr
+        self.sums[s] = checksum(arr)  # NOTE: changed in place by raw code: refused
         return s
 
     def slot_of(self, arr, tensor=None) -> int:
@@ -460,7 +460,7 @@ class Tracer:
         t.out_tree = self._outputs(result)
         for s, total in t.sums.items():
             arr = t.values[s]
-            if id(arr) not in t.mutated and checksum(arr) != total:
+            if s in t.sources and id(arr) not in t.mutated and checksum(arr) != total:
                 users = [n for n in t.nodes if s in n.ins]
                 at = f" (read by {users[0].name} at {users[0].where})" if users else ""
                 raise CompileError(
@@ -469,6 +469,7 @@ class Tracer:
                     "x[...] = ...); a replay would not repeat that change. Update parameters "
                     "with an optimizer (lk.optimizers.SGD(lr).setup(params)), or wrap raw "
                     "array code in lk.compile.host(fn, *arrays, effect=True, mutates=(...))")
+        refuse_changed_made(t, self.fn_name)
         read = {id(x) for src in t.sources.values() if src.kind == "ext" for x in src.tensors}
         before = list(t.live.values()) + [(x, g, None) for x, g in self.arg_grads]
         for tensor, grad0, _ in before:

@@ -7,6 +7,38 @@ from __future__ import annotations
 from ..errors import CompileError
 
 
+def refuse_changed_made(t, fn_name: str) -> None:
+    """Refuse an array a labkit op made that raw code then changed in place (``p.grad.data
+    *= 0.5``, a hook's ``g.data *= 0.5``, ``logits.data[mask] = 0``): a replay runs the op and
+    not the change, so it trained on the unchanged array (manual gradient clipping dropped
+    from the third call on). Arrays changed by host steps that say so (``mutates=``), and
+    what shares their memory, are not checked."""
+    from .trace import checksum
+
+    def root(a):
+        while getattr(a, "base", None) is not None:
+            a = a.base
+        return id(a)
+
+    changed = {root(t.values[old]) for n in t.nodes for old, _ in n.versions
+               if old in t.values}
+    changed |= {root(v) for v in t.values.values() if id(v) in t.mutated}
+    made_by = {o: n for n in t.nodes for o in n.outs}
+    for s, total in t.sums.items():
+        arr = t.values.get(s)
+        if (s in t.sources or arr is None or root(arr) in changed
+                or checksum(arr) == total):
+            continue
+        n = made_by.get(s)
+        at = f" (made by {n.name} at {n.where})" if n is not None else ""
+        raise CompileError(
+            f"lk.compile: {fn_name} changed an array of shape {tuple(arr.shape)} that a labkit "
+            f"op made{at} in place outside labkit ops (p.grad.data *= 0.5, x.data[...] = ..., a "
+            "hook changing g.data); a replay would not repeat that change. Use labkit ops "
+            "(a hook returning g * 0.5, F.clip, F.where), or wrap the raw code in "
+            "lk.compile.host(fn, *arrays, effect=True, mutates=(...))")
+
+
 def record_writes(t, fn_name: str) -> None:
     """Record in ``t.writes`` each replaced ``.data`` and ``.grad`` of the tensors the call
     read (``t.live``) and the ``.grad`` of its tensor arguments; refuse what a replay could

@@ -256,8 +256,9 @@ def accuracy(y, t, ignore_label=None):
     if tracer() is not None:
         # NOTE: inside lk.compile's trace a float would be this call's value at every replay:
         # the fraction is a 0-d tensor computed again at each call (the loop reports either)
+        # NOTE: float64, the eager float's value (0.2, not float32's 0.20000000298)
         return Tensor(host(lambda yd, tt: np.asarray(_accuracy(yd, tt, ignore_label),
-                                                      np.float32), y.data, td,
+                                                      np.float64), y.data, td,
                            name="accuracy"))
     return _accuracy(y.data, td, ignore_label)
 
