@@ -116,3 +116,59 @@ def test_compiled_accuracy_is_the_eager_value(dev):
         x = lk.tensor(rng.standard_normal((10, 8)).astype(np.float32), device=dev)
         y = lk.tensor(rng.integers(0, 3, 10), device=dev)
         assert float(c(x, y).item()) == step(x, y)
+
+
+class _EMA:
+    """A running mean of W updated by a host step that reads W through its tensor (as an
+    EMA of a model's parameters does), its array changed in place (``mutates=``)."""
+
+    def __init__(self, W):
+        self.W, self.shadow = W, np.zeros(W.shape, np.float32)
+
+    def update(self):
+        def fn():
+            self.shadow *= 0.5
+            self.shadow += 0.5 * _np(self.W.data)
+        lk.compile.host(fn, effect=True, mutates=[self.shadow], name="ema")
+
+
+def _clip_step(dev, W, b, opt, ema=None):
+    def step(x, y, y2):
+        loss = F.softmax_cross_entropy(F.linear(x, W, b), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.update()
+        W.data = F.clip(W, -0.3, 0.3).data  # weight clipping after the update
+        if ema is not None:
+            ema.update()
+        return loss + F.softmax_cross_entropy(F.linear(x, W, b), y2)
+    return step
+
+
+def _np(a):
+    return a if isinstance(a, np.ndarray) else a.get()
+
+
+def test_a_replaced_data_is_set_where_the_step_sets_it(dev):
+    """W.data = F.clip(W, ...).data: a host step after it reading W saw the unclipped
+    weights at a replay (written only when the call ended), and a call raising after it (a
+    bad label in a later loss) lost the clipping: eager keeps it."""
+    def run(compiled):
+        W, b, opt = _model(dev)
+        ema = _EMA(W)
+        f = _clip_step(dev, W, b, opt, ema)
+        f = lk.compile(f) if compiled else f
+        out = []
+        for k, (x, y) in enumerate(_batches(dev, 7)):
+            y2 = y
+            if k == 4:
+                y2 = lk.tensor(np.array([0, 1, 7, 2]), device=dev)
+            try:
+                out.append(float(f(x, y, y2).item()))
+            except IndexError:
+                out.append(float(np.abs(W.numpy()).max()))
+        return out, W.numpy(), ema.shadow
+
+    (le, we, ee), (lc, wc, ec) = run(False), run(True)
+    assert lc == le and np.array_equal(wc, we) and np.array_equal(ec, ee)
+    assert le[4] == pytest.approx(0.3)
