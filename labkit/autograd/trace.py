@@ -43,8 +43,8 @@ def host(fn, *arrays, effect: bool = False, mutates=(), name: str | None = None)
     arrays, so its result is never a stale value of the traced call. ``arrays`` are the
     arrays ``fn`` reads that the step computes or receives; anything else ``fn`` reads (an
     optimizer's state, a generator) is read when it runs; but a compiled replay sets the
-    ``.grad`` of tensors when the call ends, so pass a gradient as one of ``arrays``
-    (``host(fn, p.grad.data)``), not read through a model. ``effect=True`` marks
+    ``.grad`` and replaced ``.data`` of tensors when the call ends, so pass those as
+    ``arrays`` (``host(fn, p.grad.data)``), not read through a model. ``effect=True`` marks
     a call that changes state (an update in place): it always runs, even when its result is unused;
     ``mutates`` names the arrays it changes in place (the tracer refuses a step that changes
     any other array it read, since a replay would not repeat that change).

@@ -90,7 +90,7 @@ class Program:
             nodes, self.sgd = sgd_products(nodes, t.values, t.sources, self.capture,
                                            results=_not_one_grad(self),
                                            outer=reassociate)
-        nodes = _checks_early(nodes, {s for _, kind, s in self.writes if kind == "data"})
+        nodes = _checks_early(nodes)
         self.nodes = nodes
         self.after = [_sketch(n) for n in nodes]
         self.n_slots = t.n_slots
@@ -282,24 +282,6 @@ def _generate(prog, nodes, t, exposed):
         v = values.get(s)
         return type(v) is np.ndarray and v.ndim == 0
 
-    # NOTE: a tensor's .data replaced by an op's result is set where the traced call set it,
-    # after the node that makes it (a host step reading it through a model sees it, and a
-    # call that raises later keeps it, as an eager one does); .grad at the end (below)
-    made_at = {}
-    for k, n in enumerate(nodes):
-        for o in (*n.outs, *(x for _, _, x in n.attr_out), *(new for _, new in n.versions)):
-            made_at[o] = k
-    early: dict = {}
-    for j, (tensor, kind, s) in enumerate(prog.writes):
-        if kind == "data" and s in made_at:
-            early.setdefault(made_at[s], []).append((j, tensor, s))
-    env["RESOLVE"] = resolve_checks
-
-    def set_data(k):
-        for j, tensor, x in early.get(k, ()):
-            env[f"W{j}"] = tensor
-            lines.extend(["    RESOLVE()", f"    W{j}.data = s{x}"])
-
     for k, n in enumerate(nodes):
         args = ", ".join(f"s{x}" for x in n.ins)
         low = _lowerable(n, values, referenced) if n.kind == "op" else None
@@ -320,7 +302,6 @@ def _generate(prog, nodes, t, exposed):
                 env[f"B{k}"] = np.empty_like(values[o])
                 lines.append(f"    s{o} = U{k}({args}, out=B{k})")
             prog.lowered += 1
-            set_data(k)
             continue
         if n.kind == "op":
             env[f"O{k}"] = n.fn
@@ -362,7 +343,6 @@ def _generate(prog, nodes, t, exposed):
             lines.append(f"    s{x} = O{k}.{name}" + ("" if i is None else f"[{i}]"))
         for old, new in n.versions:  # the same array, changed in place by this node
             lines.append(f"    s{new} = s{old}")
-        set_data(k)
     # NOTE: copied where they leave: constants (the next replay returns them again) and
     # arrays from outside (an argument or a parameter a rewrite made a result alias)
     fixed = {s for s, v in enumerate(prog.init) if v is not None}
@@ -382,8 +362,6 @@ def _generate(prog, nodes, t, exposed):
         return f"GRAD(s{s})" if s in deferred else f"Tensor({fresh(s)})"
 
     for j, (tensor, kind, s) in enumerate(prog.writes):
-        if kind == "data" and s in made_at:
-            continue  # NOTE: set after the node that makes it (above)
         if kind == "data":
             env[f"W{j}"] = tensor
             lines.append(f"    W{j}.data = {fresh(s)}")
@@ -433,7 +411,7 @@ def _shape_changed(node, traced, got):
         "step. (This call stopped there: what it changed before, it changed.)")
 
 
-def _checks_early(nodes, written=frozenset()):
+def _checks_early(nodes):
     """Each deferred device check (labels, indices: ``functions._check.indices``) moved to
     just after the nodes that make its inputs (the start, for a step's arguments): its flag is
     then read back while the rest of the step is queued, and the wait before the optimizer's
@@ -441,8 +419,7 @@ def _checks_early(nodes, written=frozenset()):
     A check only reads its input: on a device it queues a flag that is looked at where it was
     (before the first state change); on the CPU it raises at once. Checks keep their order
     (the first failing one is the error, as in an eager call) and none moves before a node
-    that changes state (or makes a tensor's new ``.data``, in ``written``: it is set there), so
-    nothing that happened before it in an eager call happens after."""
+    that changes state, so nothing that happened before it in an eager call happens after."""
     out, floor = [], 0
     for n in nodes:
         if n.kind == "host" and getattr(n.fn, "lk_check", False) and not n.outs:
@@ -450,7 +427,7 @@ def _checks_early(nodes, written=frozenset()):
             for i, m in enumerate(out):
                 made = set(m.outs) | {new for _, new in m.versions} | {
                     x for _, _, x in m.attr_out}
-                if made & set(n.ins) or m.effect or made & written:
+                if made & set(n.ins) or m.effect:
                     pos = max(pos, i + 1)
             out.insert(pos, n)
             floor = pos + 1
