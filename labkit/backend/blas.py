@@ -147,4 +147,3 @@ def ger(alpha, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> bool:
     m, n = c.shape
     funcs[1](_ROW_MAJOR, m, n, alpha, a.ctypes.data, 1, b.ctypes.data, 1, c.ctypes.data, n)
     return True
-

@@ -102,7 +102,7 @@ from .guards import (
     hook_guards,
     python_guards,
 )
-from .program import Program, depends_failure
+from .program import Program, depends_failure, states_failure, tensor_states
 from .scan import scan
 from .stale import refuse_stale, stale_results
 from .trace import Tracer, compare
@@ -147,17 +147,6 @@ def _flatten(obj, leaves, tensors, key, keep, pyvals=None):
     else:
         keep.append(obj)  # NOTE: kept alive, so that its id is never another object's
         key.append(("O", type(obj).__name__, id(obj)))
-
-
-def _live_failure(meta):
-    """Why a pending first trace no longer fits the tensors it read (one frozen, unfrozen, or
-    given data of another shape, dtype or device since), or None."""
-    for x, grad, shape, dtype, kind in meta:
-        if (x.requires_grad != grad or x.data.shape != shape or x.data.dtype != dtype
-                or type(x.data) is not kind):
-            return (f"a tensor the step reads (shape {shape}) changed its requires_grad, shape, "
-                    "dtype or device since the step was first traced")
-    return None
 
 
 def _named_tensors(walk) -> dict:
@@ -326,7 +315,7 @@ class Compiled:
         # long before: a batch of another size at the end of each epoch) was another is stale
         stale = None if first is None else (depends_failure(first.depends)
                                              or first_failure(first.pyguards)
-                                             or _live_failure(first.live_meta))
+                                             or states_failure(first.live_meta))
         if stale is not None:
             self._first.pop(key)  # NOTE: traced in another mode (train/eval): stale
             first = None
@@ -399,8 +388,7 @@ class Compiled:
                 a for g in walk.guards if g.user and (a := g.again()) is not None]
             # NOTE: and the tensors it read as they were (frozen between the two traced calls:
             # traced again, where the comparison refused it as a step that differs)
-            trace.live_meta = [(x, x.requires_grad, x.data.shape, x.data.dtype, type(x.data))
-                               for x, _, _ in trace.live.values()]
+            trace.live_meta = tensor_states(x for x, _, _ in trace.live.values())
             trace.slim()
             self._first[key] = trace
             self._keep[key] = keep

@@ -69,6 +69,19 @@ def _caller():
     return inside, at
 
 
+def _reading(name, what):
+    """``np.ndarray``'s method ``name``, reading values into Python as ``what``: seen
+    (``Marked._read``) before it runs."""
+    method = getattr(np.ndarray, name)
+
+    def read(self, *args):
+        self._read(what)
+        return method(self, *args)
+
+    read.__name__ = name
+    return read
+
+
 class Marked(np.ndarray):
     """A traced step's argument, or what NumPy computed from one (see the module's doc)."""
 
@@ -97,37 +110,17 @@ class Marked(np.ndarray):
                       "step, or pass the value as an argument of its own (Python numbers are "
                       "checked at every call)")
 
-    def __bool__(self):
-        self._read("bool")
-        return np.ndarray.__bool__(self)
-
-    def __int__(self):
-        self._read("int")
-        return np.ndarray.__int__(self)
-
-    def __float__(self):
-        self._read("float")
-        return np.ndarray.__float__(self)
-
-    def __complex__(self):
-        self._read("complex")
-        return np.ndarray.__complex__(self)
-
-    def __index__(self):
-        self._read("an index")
-        return np.ndarray.__index__(self)
+    __bool__ = _reading("__bool__", "bool")
+    __int__ = _reading("__int__", "int")
+    __float__ = _reading("__float__", "float")
+    __complex__ = _reading("__complex__", "complex")
+    __index__ = _reading("__index__", "an index")
+    item = _reading("item", "item()")
+    tolist = _reading("tolist", "tolist()")
 
     def __round__(self, ndigits=None):
         self._read("round")
         return round(np.ndarray.item(self), ndigits)
-
-    def item(self, *args):
-        self._read("item()")
-        return np.ndarray.item(self, *args)
-
-    def tolist(self):
-        self._read("tolist()")
-        return np.ndarray.tolist(self)
 
     def __getitem__(self, key):
         r = np.ndarray.__getitem__(self, key)

@@ -99,9 +99,7 @@ class Program:
             self.init[s] = v
         self.args = [(s, src.arg) for s, src in t.sources.items() if src.kind == "arg"]
         self.live = [(s, src.tensor) for s, src in t.sources.items() if src.kind == "live"]
-        self.live_shapes = [(tensor, tensor.data.shape, tensor.data.dtype, tensor.requires_grad,
-                             type(tensor.data), getattr(tensor.data, "rt", None))
-                            for _, tensor in self.live]
+        self.live_shapes = tensor_states(tensor for _, tensor in self.live)
         #: each such tensor's gradient hooks when traced (a hook added since: traced again)
         self.live_hooks = [(tensor, tensor._hooks, _final_hooks_of(tensor))
                            for _, tensor in self.live]
@@ -130,18 +128,9 @@ class Program:
                 return (f"argument array {k} was the data of a tensor of shape "
                         f"{tuple(tensor.shape)} the step also reads (a parameter) when traced, "
                         "and is another array now")
-        for tensor, shape, dtype, rg, kind, rt in self.live_shapes:
-            d = tensor.data
-            if d.shape != shape or d.dtype != dtype:
-                return (f"a tensor the step reads changed from {dtype}{shape} to "
-                        f"{d.dtype}{d.shape}")
-            if tensor.requires_grad != rg:
-                return (f"a tensor of shape {shape} the step reads has requires_grad="
-                        f"{tensor.requires_grad}, {rg} when traced (a parameter frozen or "
-                        "unfrozen)")
-            if type(d) is not kind or getattr(d, "rt", None) is not rt:
-                return (f"a tensor of shape {shape} the step reads is on another device than "
-                        "when traced")
+        changed = states_failure(self.live_shapes)
+        if changed is not None:
+            return changed
         for tensor, hooks, final in self.live_hooks:
             if tensor._hooks is not hooks or _final_hooks_of(tensor) != final:
                 return (f"a gradient hook of a tensor of shape {tensor.shape} the step reads "
@@ -154,6 +143,29 @@ class Program:
         # state change and before the results are written (labkit.functions._check.indices)
         with deferred_checks():
             return self.replay(leaves, arg_tensors)
+
+
+def tensor_states(tensors) -> list:
+    """What a trace took of each of the tensors it read, for :func:`states_failure`: its
+    shape, dtype, requires_grad, array type and device."""
+    return [(x, x.data.shape, x.data.dtype, x.requires_grad, type(x.data),
+             getattr(x.data, "rt", None)) for x in tensors]
+
+
+def states_failure(states):
+    """How a tensor of ``tensor_states`` differs now (frozen, unfrozen, of another shape,
+    dtype or device), described; or None when none does."""
+    for tensor, shape, dtype, rg, kind, rt in states:
+        d = tensor.data
+        if d.shape != shape or d.dtype != dtype:
+            return f"a tensor the step reads changed from {dtype}{shape} to {d.dtype}{d.shape}"
+        if tensor.requires_grad != rg:
+            return (f"a tensor of shape {shape} the step reads has requires_grad="
+                    f"{tensor.requires_grad}, {rg} when traced (a parameter frozen or unfrozen)")
+        if type(d) is not kind or getattr(d, "rt", None) is not rt:
+            return (f"a tensor of shape {shape} the step reads is on another device than when "
+                    "traced")
+    return None
 
 
 def _final_hooks_of(tensor) -> tuple:

@@ -142,16 +142,22 @@ class _ProductUpdate:
     __slots__ = ("op", "opt", "idx", "i", "done", "lr", "fused", "step", "first")
 
     def __init__(self, op, opt, idx, i, done, stats, step=None):
-        from ..backend.opencl.ndarray import ndarray
-        from . import capture
-
         self.op, self.opt, self.idx, self.i, self.done, self.lr = op, opt, idx, i, done, None
         #: ``step``, shared by the products of one optimizer, holds the rates of the replay
         #: under way; the ``first`` of them to run looks them up, the others read them (each
         #: looking up every parameter's rate was quadratic in the parameters)
         self.step, self.first = ({} if step is None else step), step is None
-        self.fused = capture.capturing(self._fused, None, (), False, ndarray, stats,
-                                       rate=lambda: self.lr) if capture.ENABLED else self._fused
+        self.fused = self._launcher(stats)
+
+    def _launcher(self, stats):
+        """What runs the fused product: its launches captured at the first call."""
+        from ..backend.opencl.ndarray import ndarray
+        from . import capture
+
+        if not capture.ENABLED:
+            return self._fused
+        return capture.capturing(self._fused, None, (), False, ndarray, stats,
+                                 rate=lambda: self.lr)
 
     def __call__(self, a, b, w, *others):
         if self.first:
@@ -209,10 +215,8 @@ class _OuterUpdate(_ProductUpdate):
 
     __slots__ = ()
 
-    def __init__(self, op, opt, idx, i, done, stats, step=None):
-        self.op, self.opt, self.idx, self.i, self.done, self.lr = op, opt, idx, i, done, None
-        self.step, self.first = ({} if step is None else step), step is None
-        self.fused = self._fused
+    def _launcher(self, stats):  # NOTE: BLAS calls: nothing to capture
+        return self._fused
 
     @staticmethod
     def _aliased(w, others):

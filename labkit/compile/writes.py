@@ -13,12 +13,8 @@ def refuse_changed_made(t, fn_name: str) -> None:
     not the change, so it trained on the unchanged array (manual gradient clipping dropped
     from the third call on). Arrays changed by host steps that say so (``mutates=``), and
     what shares their memory, are not checked."""
+    from .passes import root_id as root
     from .trace import checksum
-
-    def root(a):
-        while getattr(a, "base", None) is not None:
-            a = a.base
-        return id(a)
 
     changed = {root(t.values[old]) for n in t.nodes for old, _ in n.versions
                if old in t.values}
