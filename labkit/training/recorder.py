@@ -208,6 +208,11 @@ class Recorder:
         return not self.deleted
 
     def set_status(self, status: str, progress: dict, **fields) -> None:
+        """Write ``status`` with ``progress``, after what is queued and with every metric
+        logged so far: a queued write carried older progress and landed after the status (a
+        paused run's cockpit said iteration 411, then 415, while it stayed paused)."""
+        if self.store is not None and self._writer is not None:
+            self.mirror(lambda: progress, force=True, wait=True)
         if self.store is not None:
             self._guard(self.store.update_run, self.run_id, status=status,
                         heartbeat=time.time(), pid=os.getpid(), progress=progress, **fields)

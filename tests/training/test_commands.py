@@ -241,3 +241,38 @@ def test_a_command_being_answered_is_not_taken_again(command):
         assert listener.poll() == 0 and not listener._answered  # forgotten once written
     finally:
         listener.close()
+
+
+def test_a_paused_run_s_record_holds_the_pause_s_iteration_and_every_metric_up_to_it(
+        training):
+    """What the cockpit reads while a run is paused is the pause: its iteration (a write
+    queued before the pause, with older progress, landed after the status and the cockpit
+    said iteration 411, then 415, while the run stayed paused) and the losses up to it."""
+    loop = training
+    rec = lk.runs.send(loop.run_id, "pause", wait=WAIT)
+    it = rec["iteration"]
+    run = lk.runs.get(loop.run_id)
+    assert run["status"] == "paused" and run["progress"]["iteration"] == it
+    assert lk.runs.metrics(loop.run_id, ["loss"])["loss"]["iteration"][-1] == it
+    lk.runs.send(loop.run_id, "resume", wait=WAIT)
+
+
+def test_a_status_lands_after_the_writes_queued_before_it(tmp_path):
+    """The recorder's writer thread, held up, still holds a progress write when the status
+    is written: the status's progress is the one the store keeps."""
+    from labkit.training.recorder import Recorder
+
+    r = Recorder()
+    run_id = r.ensure_run("order", {}, None)
+    r.mirror(lambda: {"iteration": 0}, force=True, wait=True)  # the writer thread exists
+    held = threading.Event()
+    r._writer.submit(held.wait, 60)
+    r.mirror(lambda: {"iteration": 1}, force=True)  # queued behind the held write
+    t = threading.Thread(target=r.set_status, args=("paused", {"iteration": 5}))
+    t.start()
+    t.join(0.5)  # the status is written by now, or waits for the queue (either holds below)
+    held.set()
+    t.join(60)
+    r.close()
+    run = lk.runs.get(run_id)
+    assert run["status"] == "paused" and run["progress"] == {"iteration": 5}
