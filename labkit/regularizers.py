@@ -37,23 +37,41 @@ def l2_penalty(model, rate, role=_roles.WEIGHT):
 
 class WeightNoise:
     """Context manager: Gaussian noise of ``std`` on parameters with ``role`` inside the block
-    (gradients are taken at the noisy weights); the exact weights come back on exit."""
+    (gradients are taken at the noisy weights); the exact weights come back on exit.
+
+    Inside a compiled step (``lk.compile``) each replay draws fresh noise, and the weights are
+    noisy exactly inside the block, as in an eager call."""
 
     def __init__(self, model, std, role=_roles.WEIGHT, seed=0):
         self.model, self.std, self.role = model, std, role
         self.generator = Generator(seed)
 
     def __enter__(self):
+        from .autograd import Tensor, no_grad
+        from .autograd.trace import host
+
         self.saved = []
         for p in self.model.params(role=self.role).values():
             self.saved.append((p, p.data))
-            noise = self.generator.normal(p.shape, 0.0, self.std, dtype=p.dtype)
-            if not isinstance(p.data, type(noise)):
+            # NOTE: a host draw and a labkit op, so that a compiled step draws anew at each
+            # replay (raw array code was refused by lk.compile)
+            noise = host(self._draw(p.shape, p.dtype, p.device), name="WeightNoise.draw",
+                         effect=True)
+            with no_grad():
+                p.data = (p + Tensor(noise)).data
+        return self
+
+    def _draw(self, shape, dtype, device):
+        g, std = self.generator, self.std
+
+        def draw():
+            noise = g.normal(shape, 0.0, std, dtype=dtype)
+            if g.device != device:
                 from .backend import asarray
 
-                noise = asarray(noise, device=p.device)
-            p.data = p.data + noise
-        return self
+                noise = asarray(noise, device=device)
+            return noise
+        return draw
 
     def __exit__(self, *exc):
         for p, d in self.saved:

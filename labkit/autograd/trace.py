@@ -43,8 +43,9 @@ def host(fn, *arrays, effect: bool = False, mutates=(), name: str | None = None)
     arrays, so its result is never a stale value of the traced call. ``arrays`` are the
     arrays ``fn`` reads that the step computes or receives; anything else ``fn`` reads (an
     optimizer's state, a generator) is read when it runs; but a compiled replay sets the
-    ``.grad`` and replaced ``.data`` of tensors when the call ends, so pass those as
-    ``arrays`` (``host(fn, p.grad.data)``), not read through a model. ``effect=True`` marks
+    ``.grad`` of tensors when the call ends, so pass gradients as ``arrays``
+    (``host(fn, p.grad.data)``), not read through a model (a ``.data`` the step set is set
+    where the step set it). ``effect=True`` marks
     a call that changes state (an update in place): it always runs, even when its result is unused;
     ``mutates`` names the arrays it changes in place (the tracer refuses a step that changes
     any other array it read, since a replay would not repeat that change).
@@ -68,7 +69,17 @@ def host(fn, *arrays, effect: bool = False, mutates=(), name: str | None = None)
                 f"lk.compile.host({getattr(fn, '__name__', 'fn')}, ...): argument {i} is a "
                 f"Tensor of shape {a.shape}; pass its array (x.data), and wrap the result in "
                 "lk.Tensor(...) where labkit ops use it")
-    return tr.host(fn, arrays, effect, name or getattr(fn, "__name__", "host"), mutates)
+    _tls.in_host = getattr(_tls, "in_host", 0) + 1
+    try:
+        return tr.host(fn, arrays, effect, name or getattr(fn, "__name__", "host"), mutates)
+    finally:
+        _tls.in_host -= 1
+
+
+def in_host() -> bool:
+    """Whether this thread runs a function through :func:`host` (a replay runs it again: what
+    it does is not recorded apart)."""
+    return getattr(_tls, "in_host", 0) > 0
 
 
 def reading(what: str) -> None:

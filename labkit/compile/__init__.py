@@ -35,6 +35,9 @@ Inside a compiled step:
   argument;
 - results are new tensors at each call (never a buffer the next call overwrites), without a
   graph: call ``backward`` inside the step;
+- a tensor's ``.data`` the step sets (``w.data = F.clip(w, -c, c).data``) is set by a replay
+  where the step set it (compile/writes.py ``SetData``): what runs after it (an optimizer, a
+  host function) sees the new array; gradients are written when the call ends;
 - Python values the step reads from its globals, its closure, its default arguments, or
   attributes its code names (``cfg.scale``, ``self.alpha``, ``opt.lr``; also in the functions
   and methods of the user's it calls) are checked at each call (compile/guards.py): a number
@@ -52,8 +55,7 @@ Inside a compiled step:
 - also refused: random numbers from Python's or NumPy's generators drawn outside
   :func:`host` (a replay would reuse them), a function run through :func:`host` holding
   arrays the step computed or was given in its closure (pass them as arguments), a
-  parameter's ``.data`` replaced by an op's result that the optimizer then updates (a replay
-  writes replaced data back when it ends: replace it after the update), a ``.grad`` from
+  tensor's ``.data`` replaced by an array no labkit op made, a ``.grad`` from
   before the call added to (gradients accumulated over calls: call ``zero_grad`` inside the
   step), and a backward
   into an argument computed before the call (pass it detached). A refusal made after the
@@ -106,6 +108,7 @@ from .program import Program, depends_failure, states_failure, tensor_states
 from .scan import scan
 from .stale import refuse_stale, stale_results
 from .trace import Tracer, compare
+from .writes import data_writes
 
 
 class CompileWarning(UserWarning):
@@ -349,10 +352,12 @@ class Compiled:
             node.out_hooks[x.index] = [*node.out_hooks.get(x.index, ()), seen.append]
         # NOTE: NumPy arguments as marked views: raw NumPy code on them is seen (argmarks.py)
         args, kwargs, unmark = mark_args(tracer.t, self.fn, args, kwargs)
+        tracer.named = named  # NOTE: writes.data_set: tensors whose .data set is replayed
         old = _trace.set_tracer(tracer)
         try:
             try:
-                result = unmarked(tracer.t, self.fn(*args, **kwargs))
+                with data_writes():
+                    result = unmarked(tracer.t, self.fn(*args, **kwargs))
             finally:
                 unmark()
             _written_unread(tracer.t, named)

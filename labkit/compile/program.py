@@ -17,6 +17,7 @@ from ..errors import CompileError
 from . import passes
 from .guards import first_failure
 from .trace import Trace
+from .writes import SetData
 
 
 class Program:
@@ -331,7 +332,9 @@ def _generate(prog, nodes, t, exposed):
                 # changes state (labkit.functions._check.indices)
                 lines.append("    RESOLVE()")
         call = f"F{k}({args})"
-        if not n.outs:
+        if isinstance(n.fn, SetData) and n.fn.arg is not None:
+            lines.append(f"    AT[{n.fn.arg}].data = {args}")  # NOTE: this call's argument
+        elif not n.outs:
             lines.append(f"    {call}")
         elif len(n.outs) == 1 and not n.multi:
             o = n.outs[0]

@@ -203,7 +203,7 @@ def _summary(v, node_of, depth=0):
         return ("slice", v.start, v.stop, v.step)
     if isinstance(v, dict):
         return ("dict", tuple((k, _summary(x, node_of, depth))
-                              for k, x in sorted(v.items(), key=str)))
+                              for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))))
     if isinstance(v, Function):
         return ("op", node_of.get(id(v), type(v).__name__))
     if is_array(v):

@@ -4,7 +4,83 @@ writes them back when it ends)."""
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
+
+from ..autograd import trace as _trace
+from ..autograd.tensor import Tensor
 from ..errors import CompileError
+
+#: the slot descriptor of ``Tensor.data`` (a property over it while a step is traced)
+_DATA = Tensor.__dict__["data"]
+_hooked = [0]
+_hook_lock = threading.Lock()
+
+
+class SetData:
+    """A replay's ``tensor.data = array`` at the place in the step where the traced call set
+    it (a node): a host step reading the tensor after it sees the new array, and a replay
+    raising later keeps it, as an eager call does."""
+
+    __slots__ = ("tensor", "arg")
+
+    def __init__(self, tensor, arg=None):
+        # NOTE: a tensor argument by its index: a replay sets that call's argument's data
+        self.tensor, self.arg = tensor, arg
+
+    def __call__(self, arr):
+        self.tensor.data = arr
+
+
+def _get_data(self):
+    return _DATA.__get__(self, Tensor)
+
+
+def _set_data(self, value):
+    tr = _trace.tracer()
+    try:
+        made = (tr is not None and not _trace.in_host()
+                and _DATA.__get__(self, Tensor) is not None)
+    except AttributeError:  # NOTE: a tensor being made
+        made = False
+    _DATA.__set__(self, value)
+    if made:
+        data_set(tr, self, value)
+
+
+@contextmanager
+def data_writes():
+    """While a step is traced, ``tensor.data = ...`` is seen (``data_set``): a property over
+    the slot for the time of the trace (every thread's eager code pays for it only then)."""
+    with _hook_lock:
+        if _hooked[0] == 0:
+            Tensor.data = property(_get_data, _set_data)
+        _hooked[0] += 1
+    try:
+        yield
+    finally:
+        with _hook_lock:
+            _hooked[0] -= 1
+            if _hooked[0] == 0:
+                Tensor.data = _DATA
+
+
+def data_set(tracer, tensor, value) -> None:
+    """The step set ``tensor.data = value``: for a tensor that outlives the call (one it read,
+    named or was given) and an array the trace knows, a node that sets it there at each
+    replay. (The replay still writes the final ``.data`` when it ends: compile/program.py.)"""
+    from .trace import Node, where
+
+    t = tracer.t
+    arg = next((k for k, x in t.arg_tensors.items() if x is tensor), None)
+    key = id(tensor) if arg is None else ("argument", arg)
+    outside = arg is not None or id(tensor) in t.live or id(tensor) in getattr(
+        tracer, "named", ())
+    s = t.ids.get(id(value))
+    if not outside or s is None:
+        return
+    t.nodes.append(Node("host", SetData(tensor, arg), [s], [], "set .data", where(),
+                        ("host", "set .data", key), effect=True, idx=len(t.nodes)))
 
 
 def refuse_changed_made(t, fn_name: str) -> None:
@@ -69,6 +145,17 @@ def record_writes(t, fn_name: str) -> None:
         if key not in written and tensor.grad is None:
             t.writes.append((tensor, "grad", None))
     for k, tensor in t.arg_tensors.items():
+        if not any(x.kind == "arg" and x.value is tensor.data for x in t.sources.values()) \
+                and not any(
+                isinstance(n.fn, SetData) and n.fn.tensor is tensor
+                and t.values.get(n.ins[0]) is tensor.data for n in t.nodes):
+            # NOTE: an argument's .data replaced where the assignment was not seen (in a host
+            # function): a replay left it as given, silently
+            raise CompileError(
+                f"lk.compile: {fn_name} replaced the data of its tensor argument {k} (shape "
+                f"{tensor.shape}) in a way a replay cannot repeat; set it with a labkit op's "
+                "result in the step itself (x.data = F.clip(x, -1, 1).data), or return the "
+                "new tensor from the step")
         g = tensor.grad
         if g is not None and id(g.data) in t.ids and t.ids[id(g.data)] not in t.sources:
             t.writes.append((k, "arg_grad", t.ids[id(g.data)]))
@@ -76,17 +163,20 @@ def record_writes(t, fn_name: str) -> None:
 
 def _refuse_replaced_then_changed(t, fn_name, tensor, s) -> None:
     """A tensor's data replaced by an op's result that a host step then changed in place
-    (``w.data = (w * 0.9).data`` before ``opt.update()``) is refused: the host step reads the
-    tensor's ``.data`` when it runs, and a replay writes replaced data back only when it ends,
-    so it would update the old array, and the write would then drop the update. Replaced
-    after the update, the data is written back as traced."""
+    (``w.data = (w * 0.9).data`` before ``opt.update()``) replays where the replay sets the
+    data where the step did (a ``SetData`` node, before the host step), and is refused where
+    it does not (the assignment was not seen: the host step would update the old array, and
+    the write when the replay ends would drop the update)."""
     older = {new: old for n in t.nodes for old, new in n.versions}
     chain = {s}
     while s in older:
         s = older[s]
         chain.add(s)
+    # NOTE: set where the step set it (a SetData node): the host step changes the new array
+    set_at = min((n.idx for n in t.nodes if isinstance(n.fn, SetData)
+                  and n.fn.tensor is tensor and n.ins[0] in chain), default=None)
     for n in t.nodes:
-        if any(old in chain for old, _ in n.versions):
+        if any(old in chain for old, _ in n.versions) and (set_at is None or n.idx < set_at):
             raise CompileError(
                 f"lk.compile: {fn_name} replaced the data of a tensor of shape {tensor.shape} "
                 f"with an op's result (.data = ...), which {n.name} at {n.where} then changed "
