@@ -207,15 +207,22 @@ class Recorder:
             self._run_deleted()
         return not self.deleted
 
-    def set_status(self, status: str, progress: dict, **fields) -> None:
-        """Write ``status`` with ``progress``, after what is queued and with every metric
-        logged so far: a queued write carried older progress and landed after the status (a
-        paused run's cockpit said iteration 411, then 415, while it stayed paused)."""
-        if self.store is not None and self._writer is not None:
-            self.mirror(lambda: progress, force=True, wait=True)
+    def set_status(self, status: str, progress: dict, flush: bool = True, **fields) -> None:
+        """Write ``status`` with ``progress``, after what is queued and (``flush``) with every
+        metric logged so far: a queued write carried older progress and landed after the
+        status (a paused run's cockpit said iteration 411, then 415, while it stayed paused).
+        A store error writing the metrics is raised after the status is written."""
+        failed = None
+        if flush and self.store is not None and self._writer is not None:
+            try:
+                self.mirror(lambda: progress, force=True, wait=True)
+            except RunStoreError as e:
+                failed = e
         if self.store is not None:
             self._guard(self.store.update_run, self.run_id, status=status,
                         heartbeat=time.time(), pid=os.getpid(), progress=progress, **fields)
+        if failed is not None:
+            raise failed
 
     # -- commands
     def listen(self, control, iteration, started: float) -> None:
@@ -305,7 +312,7 @@ class Recorder:
             fields["error"] = error
         if traceback:
             fields["traceback"] = traceback
-        self.set_status(status, progress(), **fields)
+        self.set_status(status, progress(), flush=False, **fields)  # NOTE: flushed above
         if failed is not None and not in_flight:  # NOTE: never in place of the run's own error
             raise failed
 
