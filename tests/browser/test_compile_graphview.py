@@ -175,10 +175,14 @@ def run_all(page):
         return any(re.search(r"\[(\*|\d+)\]", t) for t in prompts.all_inner_texts())
 
     for attempt in range(3):
+        # NOTE: 30 s before trying again (a loaded machine can take that long to start the
+        # first cell), and not again once it has started: the cells would run twice
+        if attempt and started():
+            break
         page.locator(".lm-MenuBar-itemLabel:text-is('Run')").click()
         page.locator(".lm-Menu-itemLabel:text-is('Run All Cells')").click()
         try:
-            wait_for(started, timeout=10, what="Run All to start")
+            wait_for(started, timeout=30, what="Run All to start")
             break
         except AssertionError:
             if attempt == 2:
@@ -232,11 +236,16 @@ def test_compiled_program_in_graphview_light_and_dark(browser, lab):
         return any(m["brick"] == GROUP and m["kind"] != "brick" for m in nodes(page, 0))
 
     for attempt in range(3):
-        # NOTE: clicked again if it did not open: a click can land while the view is redrawn
-        n = node(page, 0, FUSED)
+        # NOTE: clicked again if it did not open: a click can land while the view is redrawn;
+        # 30 s before a retry (a loaded machine redraws slowly), and none once it has opened
+        # (the closed group is gone then: nothing to click)
+        n = wait_for(lambda: "open" if opened() else node(page, 0, FUSED), timeout=30,
+                     what="the fused group drawn, closed or open")
+        if n == "open":
+            break
         page.mouse.click(n["x"], n["y"])
         try:
-            wait_for(opened, timeout=5, what="the fused group to open")
+            wait_for(opened, timeout=30, what="the fused group to open")
             break
         except AssertionError:
             if attempt == 2:

@@ -8,8 +8,10 @@ import time
 import pytest
 
 
-def until(what, check, timeout=30.0, every=0.05):
-    """Poll ``check()`` until it returns something true; fail naming ``what`` at the deadline."""
+def until(what, check, timeout=120.0, every=0.05):
+    """Poll ``check()`` until it returns something true; fail naming ``what`` at the deadline.
+    NOTE: the deadline only bounds a wait for a condition (most hold within a second or two):
+    generous, for the first wait after mpiexec starts ranks on a loaded machine."""
     deadline = time.monotonic() + timeout
     while True:
         got = check()

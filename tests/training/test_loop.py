@@ -304,24 +304,34 @@ def test_background_training_pause_checkpoint_resume(tmp_path):
 
     ref = make_loop({"epochs": 4}).run()
     loop = make_loop({"epochs": 4})
-    slow = lambda loop: time.sleep(0.01)  # noqa: E731 - a step slow enough to catch
+    slow = lambda loop: time.sleep(0.01)  # noqa: E731 - a loop not paused moves on at once
     loop.add(slow, event="after_batch")
     paused = threading.Event()
     loop.add(lambda loop: paused.set(), event="on_pause").transient = True  # a test's probe
+    # NOTE: the background thread holds in batch 3 (its after_batch) until this thread has
+    # called pause(): polling for iteration 3 from here, a loaded machine could let all 48
+    # batches end before pause() (timing); the hold only fixes when pause() is called
+    at_3, go = threading.Event(), threading.Event()
+
+    def hold(loop):
+        if loop.status["iteration"] == 3:
+            at_3.set()
+            go.wait(60)
+    loop.add(hold, event="after_batch").transient = True  # a test's probe
     loop.start()
     with pytest.raises(TrainingError, match="already training"):
         loop.start()
-    deadline = time.monotonic() + 60
-    while loop.status["iteration"] < 3 and time.monotonic() < deadline:
-        time.sleep(0.005)
-    loop.pause()
+    assert at_3.wait(60)
+    loop.pause()  # from this thread, while the loop trains batch 3 in the background
+    go.set()
     assert paused.wait(60)  # the batch in flight has ended: the loop waits
     at = loop.status["iteration"]
+    assert at == 3
     time.sleep(0.2)
     assert loop.status["iteration"] == at and loop.paused and loop.running
     assert lk.runs.get(loop.run_id)["status"] == "paused"
     loop.request_checkpoint()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while loop.last_checkpoint is None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert lk.checkpoint.manifest(loop.last_checkpoint)["iteration"] == at
