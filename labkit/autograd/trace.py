@@ -42,11 +42,10 @@ def host(fn, *arrays, effect: bool = False, mutates=(), name: str | None = None)
     labkit functions inside a step: a compiled replay calls ``fn`` again with that call's
     arrays, so its result is never a stale value of the traced call. ``arrays`` are the
     arrays ``fn`` reads that the step computes or receives; anything else ``fn`` reads (an
-    optimizer's state, a generator) is read when it runs; but a compiled replay sets the
-    ``.grad`` of tensors when the call ends, so pass gradients as ``arrays``
-    (``host(fn, p.grad.data)``), not read through a model (a ``.data`` the step set is set
-    where the step set it). ``effect=True`` marks
-    a call that changes state (an update in place): it always runs, even when its result is unused;
+    optimizer's state, a generator) is read when it runs (a replay sets a ``.data`` the step
+    set where the step set it, and a ``.grad`` that ``fn`` reads just before it).
+    ``effect=True`` marks a call that changes state (an update in place): it always runs,
+    even when its result is unused;
     ``mutates`` names the arrays it changes in place (the tracer refuses a step that changes
     any other array it read, since a replay would not repeat that change).
     ``fn`` returns an array, a tuple of arrays, or None.
@@ -71,9 +70,12 @@ def host(fn, *arrays, effect: bool = False, mutates=(), name: str | None = None)
                 "lk.Tensor(...) where labkit ops use it")
     _tls.in_host = getattr(_tls, "in_host", 0) + 1
     try:
-        return tr.host(fn, arrays, effect, name or getattr(fn, "__name__", "host"), mutates)
+        r = tr.host(fn, arrays, effect, name or getattr(fn, "__name__", "host"), mutates)
     finally:
         _tls.in_host -= 1
+    if getattr(tr, "grad_reads", None) and not in_host():
+        tr.after_host()  # NOTE: lk.compile: the gradients fn read through a model
+    return r
 
 
 def in_host() -> bool:

@@ -37,7 +37,8 @@ Inside a compiled step:
   graph: call ``backward`` inside the step;
 - a tensor's ``.data`` the step sets (``w.data = F.clip(w, -c, c).data``) is set by a replay
   where the step set it (compile/writes.py ``SetData``): what runs after it (an optimizer, a
-  host function) sees the new array; gradients are written when the call ends;
+  host function) sees the new array; a ``.grad`` a host function reads through a model is
+  set just before it, other gradients when the call ends;
 - Python values the step reads from its globals, its closure, its default arguments, or
   attributes its code names (``cfg.scale``, ``self.alpha``, ``opt.lr``; also in the functions
   and methods of the user's it calls) are checked at each call (compile/guards.py): a number
@@ -108,7 +109,7 @@ from .program import Program, depends_failure, states_failure, tensor_states
 from .scan import scan
 from .stale import refuse_stale, stale_results
 from .trace import Tracer, compare
-from .writes import data_writes
+from .writes import data_writes, grads_read
 
 
 class CompileWarning(UserWarning):
@@ -352,7 +353,9 @@ class Compiled:
             node.out_hooks[x.index] = [*node.out_hooks.get(x.index, ()), seen.append]
         # NOTE: NumPy arguments as marked views: raw NumPy code on them is seen (argmarks.py)
         args, kwargs, unmark = mark_args(tracer.t, self.fn, args, kwargs)
-        tracer.named = named  # NOTE: writes.data_set: tensors whose .data set is replayed
+        # NOTE: compile/writes.py: tensors whose .data set is replayed; gradients that host
+        # functions read through a model
+        tracer.named, tracer.after_host = named, lambda: grads_read(tracer)
         old = _trace.set_tracer(tracer)
         try:
             try:

@@ -17,7 +17,7 @@ from ..errors import CompileError
 from . import passes
 from .guards import first_failure
 from .trace import Trace
-from .writes import SetData
+from .writes import SetData, SetGrad
 
 
 class Program:
@@ -334,6 +334,8 @@ def _generate(prog, nodes, t, exposed):
         call = f"F{k}({args})"
         if isinstance(n.fn, SetData) and n.fn.arg is not None:
             lines.append(f"    AT[{n.fn.arg}].data = {args}")  # NOTE: this call's argument
+        elif isinstance(n.fn, SetGrad) and n.fn.arg is not None:
+            lines.append(f"    AT[{n.fn.arg}].grad = " + (f"Tensor({args})" if args else "None"))
         elif not n.outs:
             lines.append(f"    {call}")
         elif len(n.outs) == 1 and not n.multi:

@@ -1,6 +1,10 @@
 """What a traced call changed outside its ops' results: the ``.data`` and ``.grad`` of the
 tensors it read that it replaced, checked and recorded in the trace's ``writes`` (a replay
-writes them back when it ends)."""
+writes them back when it ends). While a call is traced, ``Tensor.data`` and ``.grad`` are
+properties over their slots (``data_writes``): a ``.data`` the step sets becomes a ``SetData``
+node where it set it, and a ``.grad`` a host function reads through a model a ``SetGrad``
+node just before that function, so a replay changes what Python code sees where the eager
+call did."""
 
 from __future__ import annotations
 
@@ -11,8 +15,9 @@ from ..autograd import trace as _trace
 from ..autograd.tensor import Tensor
 from ..errors import CompileError
 
-#: the slot descriptor of ``Tensor.data`` (a property over it while a step is traced)
-_DATA = Tensor.__dict__["data"]
+#: the slot descriptors of ``Tensor.data`` and ``.grad`` (properties over them while a step
+#: is traced)
+_DATA, _GRAD = Tensor.__dict__["data"], Tensor.__dict__["grad"]
 _hooked = [0]
 _hook_lock = threading.Lock()
 
@@ -32,8 +37,31 @@ class SetData:
         self.tensor.data = arr
 
 
+class SetGrad:
+    """A replay's ``tensor.grad = Tensor(array)`` (or None) just before a host function that
+    reads it through the model (``lk.compile.host(log_grad_norms)``, a hand-written update):
+    a replay writes gradients when it ends, so the function read the previous call's."""
+
+    __slots__ = ("tensor", "arg")
+
+    def __init__(self, tensor, arg=None):
+        self.tensor, self.arg = tensor, arg
+
+    def __call__(self, arr=None):
+        self.tensor.grad = None if arr is None else Tensor(arr)
+
+
 def _get_data(self):
     return _DATA.__get__(self, Tensor)
+
+
+def _get_grad(self):
+    g = _GRAD.__get__(self, Tensor)
+    if _trace.in_host():
+        tr = _trace.tracer()
+        if tr is not None:
+            tr.__dict__.setdefault("grad_reads", []).append(self)
+    return g
 
 
 def _set_data(self, value):
@@ -55,6 +83,7 @@ def data_writes():
     with _hook_lock:
         if _hooked[0] == 0:
             Tensor.data = property(_get_data, _set_data)
+            Tensor.grad = property(_get_grad, _GRAD.__set__)
         _hooked[0] += 1
     try:
         yield
@@ -62,7 +91,43 @@ def data_writes():
         with _hook_lock:
             _hooked[0] -= 1
             if _hooked[0] == 0:
-                Tensor.data = _DATA
+                Tensor.data, Tensor.grad = _DATA, _GRAD
+
+
+def _outside(tracer, tensor):
+    """(whether ``tensor`` outlives the call: one the step read, named or was given; its
+    argument index or None)."""
+    t = tracer.t
+    arg = next((k for k, x in t.arg_tensors.items() if x is tensor), None)
+    return (arg is not None or id(tensor) in t.live or id(tensor) in getattr(
+        tracer, "named", ())), arg
+
+
+def grads_read(tracer) -> None:
+    """After a host function ran: each ``.grad`` it read of a tensor that outlives the call,
+    that the call set (or cleared), is set by a node just before it at each replay."""
+    from .trace import Node, where
+
+    reads, tracer.grad_reads = tracer.__dict__.get("grad_reads") or [], []
+    t = tracer.t
+    fn_node = t.nodes.pop()
+    seen: set = set()
+    for p in reads:
+        outside, arg = _outside(tracer, p)
+        if id(p) in seen or not outside:
+            continue
+        seen.add(id(p))
+        g = _GRAD.__get__(p, Tensor)
+        s = None if g is None else t.ids.get(id(_DATA.__get__(g, Tensor)))
+        if g is None and id(p) not in t.cleared or g is not None and (
+                s is None or s in t.sources):
+            continue  # NOTE: one from before the call: a replay's is that too
+        key = id(p) if arg is None else ("argument", arg)
+        t.nodes.append(Node("host", SetGrad(p, arg), [] if s is None else [s], [],
+                            "set .grad", where(), ("host", "set .grad", key), effect=True,
+                            idx=len(t.nodes)))
+    fn_node.idx = len(t.nodes)
+    t.nodes.append(fn_node)
 
 
 def data_set(tracer, tensor, value) -> None:
@@ -72,10 +137,8 @@ def data_set(tracer, tensor, value) -> None:
     from .trace import Node, where
 
     t = tracer.t
-    arg = next((k for k, x in t.arg_tensors.items() if x is tensor), None)
+    outside, arg = _outside(tracer, tensor)
     key = id(tensor) if arg is None else ("argument", arg)
-    outside = arg is not None or id(tensor) in t.live or id(tensor) in getattr(
-        tracer, "named", ())
     s = t.ids.get(id(value))
     if not outside or s is None:
         return

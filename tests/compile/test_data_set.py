@@ -218,3 +218,106 @@ def test_the_data_of_a_new_argument_tensor_at_each_call_is_set(dev):
         return losses, [x.numpy().tolist() for x in xs]
 
     assert run(True) == run(False)
+
+
+def _mlp(dev):
+    lk.bricks.set_seed(0)
+    return B.Sequence(B.Linear(4, 8), B.Tanh(), B.Linear(8, 3)).to(dev)
+
+
+def _norm(model):
+    total = 0.0
+    for p in model.params().values():
+        if p.grad is not None:
+            total += float((_host(p.grad.data).astype(np.float64) ** 2).sum())
+    return total
+
+
+def test_host_functions_reading_gradients_through_the_model(dev):
+    """A gradient-norm log and a hand-written update, each a host function reading ``p.grad``
+    through the model: a replay wrote gradients only when it ended, so both read the previous
+    call's (the update trained on stale gradients, silently). A node now sets each gradient
+    such a function reads just before it."""
+    def run(compiled):
+        m = _mlp(dev)
+        held, norms, params = {"m": m}, [], list(m.params().values())
+
+        def log_norms():
+            norms.append(_norm(held["m"]))
+
+        def update():
+            for p in held["m"].params().values():
+                p.data -= 0.1 * p.grad.data
+
+        def step(x, y):
+            for p in params:
+                p.grad = None
+            loss = F.softmax_cross_entropy(m(x), y)
+            loss.backward()
+            lk.compile.host(log_norms, effect=True)
+            lk.compile.host(update, effect=True, mutates=[p.data for p in params])
+            return loss
+        f = lk.compile(step) if compiled else step
+        rng = np.random.default_rng(0)
+        losses = []
+        for _ in range(6):
+            x = lk.tensor(rng.standard_normal((5, 4)).astype(np.float32), device=dev)
+            losses.append(float(f(x, lk.tensor(rng.integers(0, 3, 5), device=dev)).item()))
+        return losses, norms, [p.numpy().tolist() for p in params]
+
+    assert run(True) == run(False)
+
+
+def test_a_host_function_sees_a_gradient_the_step_cleared(dev):
+    """Cleared by zero_grad and read before backward: None, as eagerly (a replay left the
+    previous call's until it ended)."""
+    def run(compiled):
+        m = _mlp(dev)
+        opt = lk.optimizers.SGD(lr=0.1).setup(m)
+        held, seen = {"m": m}, []
+
+        def look():
+            seen.append(sum(p.grad is None for p in held["m"].params().values()))
+
+        def step(x, y):
+            opt.zero_grad()
+            lk.compile.host(look, effect=True)
+            loss = F.softmax_cross_entropy(m(x), y)
+            loss.backward()
+            opt.update()
+            return loss
+        f = lk.compile(step) if compiled else step
+        x = lk.tensor(np.ones((2, 4), np.float32), device=dev)
+        for _ in range(5):
+            f(x, lk.tensor(np.array([0, 2]), device=dev))
+        return seen
+
+    assert run(True) == run(False) == [4] * 5
+
+
+def test_a_gradient_norm_after_a_batch_1_update_on_the_cpu():
+    """At batch 1 a compiled SGD step makes the weight's gradient lazily (compile/sgd.py
+    OuterGrad): a host function reading it sees the eager gradient, not the deferred one."""
+    dev = lk.device("cpu")
+
+    def run(compiled):
+        lk.bricks.set_seed(0)
+        m = B.Sequence(B.Linear(96, 64), B.ReLU(), B.Linear(64, 3)).to(dev)
+        opt = lk.optimizers.SGD(lr=0.05).setup(m)
+        held, norms = {"m": m}, []
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.softmax_cross_entropy(m(x), y)
+            loss.backward()
+            opt.update()
+            lk.compile.host(lambda: norms.append(_norm(held["m"])), effect=True)
+            return loss
+        f = lk.compile(step) if compiled else step
+        rng = np.random.default_rng(0)
+        for _ in range(6):
+            x = lk.tensor(rng.standard_normal((1, 96)).astype(np.float32), device=dev)
+            f(x, lk.tensor(rng.integers(0, 3, 1), device=dev))
+        return norms
+
+    assert run(True) == run(False)
