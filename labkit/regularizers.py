@@ -62,10 +62,11 @@ class WeightNoise:
         return self
 
     def _draw(self, shape, dtype, device):
-        g, std = self.generator, self.std
-
         def draw():
-            noise = g.normal(shape, 0.0, std, dtype=dtype)
+            # NOTE: std and the generator read when it runs: a compiled step's replay draws
+            # with those of its call (an annealed std was the traced call's)
+            g = self.generator
+            noise = g.normal(shape, 0.0, self.std, dtype=dtype)
             if g.device != device:
                 from .backend import asarray
 

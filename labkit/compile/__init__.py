@@ -109,7 +109,7 @@ from .program import Program, depends_failure, states_failure, tensor_states
 from .scan import scan
 from .stale import refuse_stale, stale_results
 from .trace import Tracer, compare
-from .writes import data_writes, grads_read
+from .writes import data_writes, grads_read, refuse_changed_consts
 
 
 class CompileWarning(UserWarning):
@@ -380,6 +380,7 @@ class Compiled:
         first = self._first.pop(key, None)
         if first is not None:  # NOTE: the difference between two calls says more
             _ran(compare, first, trace, self.__name__)
+            _ran(refuse_changed_consts, trace, self.__name__)
             _ran(check_unchanged, walk, self.__name__)
         unchecked = stale_results(trace.out_tree, walk, trace.values.values(), pyvals)
         if unchecked is not None:
@@ -396,7 +397,7 @@ class Compiled:
                 a for g in walk.guards if g.user and (a := g.again()) is not None]
             # NOTE: and the tensors it read as they were (frozen between the two traced calls:
             # traced again, where the comparison refused it as a step that differs)
-            trace.live_meta = tensor_states(x for x, _, _ in trace.live.values())
+            trace.live_meta = tensor_states((x, a) for x, _, a in trace.live.values())
             trace.slim()
             self._first[key] = trace
             self._keep[key] = keep

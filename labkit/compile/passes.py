@@ -50,10 +50,14 @@ def fold(nodes, sources, values, consts):
     referenced = set()
     for n in nodes:
         referenced |= refs(n)
+    # NOTE: a value a later node changes in place (a tensor's .data the optimizer updates):
+    # its traced value is the changed one, so it is computed at each replay
+    changed = {old for n in nodes for old, _ in n.versions}
     kept = []
     for n in nodes:
         if (n.kind == "op" and not n.effect and not n.attr_in and n.idx not in referenced
-                and not refs(n) and all(s in const for s in n.ins)):
+                and not refs(n) and all(s in const for s in n.ins)
+                and not any(s in changed for s in n.outs)):
             for s in n.outs + [s for _, _, s in n.attr_out]:
                 # NOTE: a copy: the traced call returns the same array (as a result, as a
                 # .grad) to the caller, who may change it in place
@@ -64,9 +68,11 @@ def fold(nodes, sources, values, consts):
     return kept
 
 
-def merge(nodes, alias):
+def merge(nodes, alias, apart=frozenset()):
     """Ops of the same type, made with the same constants, on the same inputs, compute the
-    same values: the later ones are dropped and their outputs read the first one's."""
+    same values: the later ones are dropped and their outputs read the first one's. Ops making
+    a slot in ``apart`` (a tensor's new ``.data``) are kept as they are: merged, two tensors
+    set from two equal results would share one array (an update of one changed both)."""
     referenced = set()
     for n in nodes:
         referenced |= refs(n)
@@ -78,7 +84,7 @@ def merge(nodes, alias):
         if n.versions:  # NOTE: an in-place change: nothing before it merges with after
             seen.clear()
         if (n.kind != "op" or n.effect or n.attr_out or n.consts
-                or n.idx in referenced or refs(n)):
+                or n.idx in referenced or refs(n) or any(o in apart for o in n.outs)):
             kept.append(n)
             continue
         try:

@@ -43,7 +43,9 @@ class Program:
         self.before = [_sketch(n) for n in nodes]
         nodes = passes.fold(nodes, t.sources, t.values, consts)
         if cse:
-            nodes = passes.merge(nodes, alias)
+            apart = {s for _, kind, s in t.writes if kind == "data"} | {
+                n.ins[0] for n in nodes if isinstance(n.fn, SetData)}
+            nodes = passes.merge(nodes, alias, apart)
         self.rewrites: list = []
         if stabilize:
             nodes, self.rewrites = passes.stabilize(nodes, alias, t.values)
@@ -100,7 +102,7 @@ class Program:
             self.init[s] = v
         self.args = [(s, src.arg) for s, src in t.sources.items() if src.kind == "arg"]
         self.live = [(s, src.tensor) for s, src in t.sources.items() if src.kind == "live"]
-        self.live_shapes = tensor_states(tensor for _, tensor in self.live)
+        self.live_shapes = tensor_states((tensor, t.values[s]) for s, tensor in self.live)
         #: each such tensor's gradient hooks when traced (a hook added since: traced again)
         self.live_hooks = [(tensor, tensor._hooks, _final_hooks_of(tensor))
                            for _, tensor in self.live]
@@ -146,11 +148,13 @@ class Program:
             return self.replay(leaves, arg_tensors)
 
 
-def tensor_states(tensors) -> list:
+def tensor_states(pairs) -> list:
     """What a trace took of each of the tensors it read, for :func:`states_failure`: its
-    shape, dtype, requires_grad, array type and device."""
-    return [(x, x.data.shape, x.data.dtype, x.requires_grad, type(x.data),
-             getattr(x.data, "rt", None)) for x in tensors]
+    shape, dtype, requires_grad, array type and device, from ``(tensor, the array the trace
+    read)`` pairs (not its data when the call ended: a step growing a buffer replayed with the
+    next call's shape)."""
+    return [(x, a.shape, a.dtype, x.requires_grad, type(a), getattr(a, "rt", None))
+            for x, a in pairs]
 
 
 def states_failure(states):
@@ -287,14 +291,22 @@ def _generate(prog, nodes, t, exposed):
     for j, (s, tensor) in enumerate(prog.live):
         env[f"P{j}"] = tensor
         lines.append(f"    s{s} = P{j}.data")
+    # NOTE: a constant a node changes in place or a tensor's .data takes (a parameter reset
+    # to a fresh array before its update): a new copy at each replay, as the step made it
+    changed = {old for n in nodes for old, _ in n.versions} | {
+        n.ins[0] for n in nodes if isinstance(n.fn, SetData)}
     for s, v in enumerate(prog.init):
-        if v is not None:
+        if v is not None and s in changed:
+            env[f"K{s}"] = v
+            lines.append(f"    s{s} = K{s}.copy()")
+        elif v is not None:
             env[f"s{s}"] = v  # constants: globals of the generated function
 
     def scalar0(s):
         v = values.get(s)
         return type(v) is np.ndarray and v.ndim == 0
 
+    body = len(lines)
     for k, n in enumerate(nodes):
         args = ", ".join(f"s{x}" for x in n.ins)
         low = _lowerable(n, values, referenced) if n.kind == "op" else None
@@ -388,9 +400,28 @@ def _generate(prog, nodes, t, exposed):
         else:
             lines.append(f"    AT[{tensor}].grad = {grad(s)}")
     lines.append(f"    return {_tree_code(prog.out_tree, env, fixed)}")
+    restore = _set_back(prog, nodes)
+    if restore:
+        # NOTE: a tensor the step sets and then sets back to its data (WeightNoise, a
+        # try/finally): a replay that raises between the two sets it back, as the eager
+        # step's with/finally does
+        lines[body:] = ["    try:"] + ["    " + x for x in lines[body:]] + [
+            "    except BaseException:"] + [
+            f"        R{j}.data = s{sl}" for j, (sl, _) in enumerate(restore)] + ["        raise"]
+        env.update({f"R{j}": tensor for j, (_, tensor) in enumerate(restore)})
     source = "\n".join(lines) + "\n"
     exec(compile(source, "<lk.compile replay>", "exec"), env)  # noqa: S102 - our own code
     return env["replay"], source
+
+
+def _set_back(prog, nodes) -> list:
+    """(slot, tensor) of each tensor a replay reads at its start whose data the step sets and
+    then sets back to that (its ``.data`` written by ``SetData`` nodes only)."""
+    live = {id(tensor): s for s, tensor in prog.live}
+    written = {id(tensor) for tensor, kind, _ in prog.writes if kind == "data"}
+    last = {id(n.fn.tensor): n for n in nodes if isinstance(n.fn, SetData) and n.fn.arg is None}
+    return [(n.ins[0], n.fn.tensor) for key, n in last.items()
+            if live.get(key) == n.ins[0] and key not in written]
 
 
 def _not_one_grad(prog) -> set:

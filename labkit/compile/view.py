@@ -61,7 +61,8 @@ def graph(program, after: bool = True) -> Graph:
         out_meta = tuple(meta.get(s, ((), np.dtype(np.float32))) for s in outs) or (
             ((), "-"),)
         # NOTE: a host computation is labelled by its last name part ("onehot (host)")
-        label = name if kind != "host" else f"{name.rsplit('.', 1)[-1]} (host)"
+        label = name if kind != "host" else (
+            name if name.startswith("set .") else f"{name.rsplit('.', 1)[-1]} (host)")
         op = _Op(label, group or brick, inputs, out_meta, seq)
         seq += 1
         ops.append(op)

@@ -66,14 +66,15 @@ def _get_grad(self):
 
 def _set_data(self, value):
     tr = _trace.tracer()
-    try:
-        made = (tr is not None and not _trace.in_host()
-                and _DATA.__get__(self, Tensor) is not None)
-    except AttributeError:  # NOTE: a tensor being made
-        made = False
+    old = None
+    if tr is not None:
+        try:
+            old = _DATA.__get__(self, Tensor)
+        except AttributeError:  # NOTE: a tensor being made: it does not outlive the call
+            tr.__dict__.setdefault("created", set()).add(id(self))
     _DATA.__set__(self, value)
-    if made:
-        data_set(tr, self, value)
+    if old is not None and not _trace.in_host():
+        data_set(tr, self, value, old)
 
 
 @contextmanager
@@ -95,12 +96,12 @@ def data_writes():
 
 
 def _outside(tracer, tensor):
-    """(whether ``tensor`` outlives the call: one the step read, named or was given; its
-    argument index or None)."""
+    """(whether ``tensor`` outlives the call: one made before it, given, or that its code
+    names; its argument index or None)."""
     t = tracer.t
     arg = next((k for k, x in t.arg_tensors.items() if x is tensor), None)
     return (arg is not None or id(tensor) in t.live or id(tensor) in getattr(
-        tracer, "named", ())), arg
+        tracer, "named", ()) or id(tensor) not in tracer.__dict__.get("created", ())), arg
 
 
 def grads_read(tracer) -> None:
@@ -130,17 +131,30 @@ def grads_read(tracer) -> None:
     t.nodes.append(fn_node)
 
 
-def data_set(tracer, tensor, value) -> None:
-    """The step set ``tensor.data = value``: for a tensor that outlives the call (one it read,
-    named or was given) and an array the trace knows, a node that sets it there at each
-    replay. (The replay still writes the final ``.data`` when it ends: compile/program.py.)"""
-    from .trace import Node, where
+def data_set(tracer, tensor, value, old) -> None:
+    """The step set ``tensor.data = value`` (it was ``old``): for a tensor that outlives the
+    call and an array the trace knows, a node that sets it there at each replay. (The replay
+    still writes the final ``.data`` when it ends: compile/program.py.)"""
+    from .trace import Node, is_array, where
 
     t = tracer.t
     outside, arg = _outside(tracer, tensor)
+    if not outside:
+        return
+    if arg is None and id(tensor) not in t.live:
+        # NOTE: its data when the call began (a target network's parameter set before it is
+        # read, if at all): checked and written back at the end as those of tensors read
+        t.live[id(tensor)] = (tensor, _GRAD.__get__(tensor, Tensor), old)
     key = id(tensor) if arg is None else ("argument", arg)
     s = t.ids.get(id(value))
-    if not outside or s is None:
+    if s is None and is_array(value):
+        # NOTE: the data of another tensor the step names, not read yet (A.data = B.data):
+        # read from it at each replay (raw array code stays refused when the call ends)
+        other = next((x for x, _, _ in getattr(tracer, "named", {}).values()
+                      if x is not tensor and _DATA.__get__(x, Tensor) is value), None)
+        if other is not None:
+            s = t.slot_of(value, other)
+    if s is None:
         return
     t.nodes.append(Node("host", SetData(tensor, arg), [s], [], "set .data", where(),
                         ("host", "set .data", key), effect=True, idx=len(t.nodes)))
@@ -178,13 +192,25 @@ def record_writes(t, fn_name: str) -> None:
     """Record in ``t.writes`` each replaced ``.data`` and ``.grad`` of the tensors the call
     read (``t.live``) and the ``.grad`` of its tensor arguments; refuse what a replay could
     not repeat."""
+    for n in t.nodes:
+        src = t.sources.get(n.ins[0]) if isinstance(n.fn, SetData) else None
+        if src is not None and n.fn.arg is None and t.live[id(n.fn.tensor)][2] is not src.value:
+            # NOTE: a tensor the step set to an array from outside is not where a replay reads
+            # that array (its data when the call begins is another)
+            src.tensors = [x for x in src.tensors if x is not n.fn.tensor]
+    last = {id(n.fn.tensor): n for n in t.nodes if isinstance(n.fn, SetData)}
     for tensor, grad0, arr0 in t.live.values():
-        if tensor.data is not arr0:
+        n = last.get(id(tensor))
+        if n is not None and tensor.data is not arr0 and t.values.get(n.ins[0]) is tensor.data:
+            # NOTE: set where the step set it, last: nothing to write when the replay ends
+            _refuse_replaced_then_changed(t, fn_name, tensor, n.ins[0])
+        elif tensor.data is not arr0:
             s = t.ids.get(id(tensor.data))
             if s is None or s in t.sources:
+                what = "None" if tensor.data is None else "an array no labkit op made"
                 raise CompileError(
                     f"lk.compile: {fn_name} replaced the data of a tensor of shape "
-                    f"{tensor.shape} with an array no labkit op made (.data = ... or an "
+                    f"{_shape(arr0)} with {what} (.data = ... or an "
                     "in-place NumPy update); a replay could not repeat it. Update "
                     "parameters with an optimizer, or wrap raw array code in "
                     "lk.compile.host(fn, *arrays)")
@@ -199,7 +225,7 @@ def record_writes(t, fn_name: str) -> None:
             if s is None:
                 raise CompileError(
                     f"lk.compile: {fn_name} set the .grad of a tensor of shape "
-                    f"{tensor.shape} to an array no labkit op made")
+                    f"{_shape(arr0)} to an array no labkit op made")
             t.writes.append((tensor, "grad", s))
     written = {id(x) for x, kind, _ in t.writes if kind == "grad"}
     for key, tensor in t.cleared.items():
@@ -215,13 +241,17 @@ def record_writes(t, fn_name: str) -> None:
             # NOTE: an argument's .data replaced where the assignment was not seen (in a host
             # function): a replay left it as given, silently
             raise CompileError(
-                f"lk.compile: {fn_name} replaced the data of its tensor argument {k} (shape "
-                f"{tensor.shape}) in a way a replay cannot repeat; set it with a labkit op's "
-                "result in the step itself (x.data = F.clip(x, -1, 1).data), or return the "
+                f"lk.compile: {fn_name} replaced the data of its tensor argument {k} (now "
+                f"{_shape(tensor.data)}) in a way a replay cannot repeat; set it with a labkit "
+                "op's result in the step itself (x.data = F.clip(x, -1, 1).data), or return the "
                 "new tensor from the step")
         g = tensor.grad
         if g is not None and id(g.data) in t.ids and t.ids[id(g.data)] not in t.sources:
             t.writes.append((k, "arg_grad", t.ids[id(g.data)]))
+
+
+def _shape(a):
+    return tuple(a.shape) if hasattr(a, "shape") else a
 
 
 def _refuse_replaced_then_changed(t, fn_name, tensor, s) -> None:
@@ -241,8 +271,27 @@ def _refuse_replaced_then_changed(t, fn_name, tensor, s) -> None:
     for n in t.nodes:
         if any(old in chain for old, _ in n.versions) and (set_at is None or n.idx < set_at):
             raise CompileError(
-                f"lk.compile: {fn_name} replaced the data of a tensor of shape {tensor.shape} "
-                f"with an op's result (.data = ...), which {n.name} at {n.where} then changed "
-                "in place; a replay would change the old data instead. Replace the data after "
-                "the update (that is replayed), or change the parameters with the optimizer (a "
-                "rule such as weight_decay, or constraints=)")
+                f"lk.compile: {fn_name} replaced the data of a tensor of shape "
+                f"{_shape(tensor.data)} with an op's result (.data = ...), which {n.name} at "
+                f"{n.where} then changed in place; a replay would change the old data "
+                "instead. Replace the data after the update (that is replayed), or change the "
+                "parameters with the optimizer (a rule such as weight_decay, or constraints=)")
+
+
+def refuse_changed_consts(t, fn_name: str) -> None:
+    """After ``compare``: refuse a constant of the trace (an array the step made with the same
+    values at both calls, not with a labkit op) that a node then changed in place (a
+    parameter's ``.data`` set to it before the optimizer's update): its traced value is the
+    changed one, and a replay would start each call from it."""
+    from .trace import checksum
+
+    changed = {old: n for n in t.nodes for old, _ in n.versions}
+    for s, src in t.sources.items():
+        n = changed.get(s)
+        if src.kind == "const" and n is not None and checksum(src.value) != t.sums.get(s):
+            raise CompileError(
+                f"lk.compile: {fn_name} made an array of shape {tuple(src.value.shape)} "
+                f"outside labkit ops (the same values at each call) that {n.name} at "
+                f"{n.where} then changed in place; a replay would start from the changed "
+                "values. Make it with a labkit op (lk.tensor(a) * 1.0), or pass it in as an "
+                "argument")

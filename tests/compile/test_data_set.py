@@ -136,7 +136,7 @@ def test_an_argument_s_data_set_where_the_trace_cannot_see_it_is_refused():
         return F.sum(P * x)
 
     with pytest.raises(CompileError, match=r"replaced the data of its tensor argument 0 "
-                                           r"\(shape \(4,\)\) in a way a replay cannot repeat"):
+                                           r"\(now \(4,\)\) in a way a replay cannot repeat"):
         step(P, lk.tensor(X))
 
 
