@@ -73,8 +73,8 @@ def host(fn, *arrays, effect: bool = False, mutates=(), name: str | None = None)
         r = tr.host(fn, arrays, effect, name or getattr(fn, "__name__", "host"), mutates)
     finally:
         _tls.in_host -= 1
-    if getattr(tr, "grad_reads", None) and not in_host():
-        tr.after_host()  # NOTE: lk.compile: the gradients fn read through a model
+    if (getattr(tr, "grad_reads", None) or getattr(tr, "host_sets", None)) and not in_host():
+        tr.after_host()  # NOTE: lk.compile: the .grad fn read, the .data it set, of a model
     return r
 
 

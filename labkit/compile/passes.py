@@ -71,8 +71,9 @@ def fold(nodes, sources, values, consts):
 def merge(nodes, alias, apart=frozenset()):
     """Ops of the same type, made with the same constants, on the same inputs, compute the
     same values: the later ones are dropped and their outputs read the first one's. Ops making
-    a slot in ``apart`` (a tensor's new ``.data``) are kept as they are: merged, two tensors
-    set from two equal results would share one array (an update of one changed both)."""
+    a slot in ``apart`` (a result, a tensor's new ``.data`` or ``.grad``, an array changed in
+    place later) are kept as they are: merged, two tensors set from two equal results would
+    share one array (an update of one changed both)."""
     referenced = set()
     for n in nodes:
         referenced |= refs(n)
@@ -126,6 +127,7 @@ def prune(nodes, needed):
             live[k] = True
             needed.update(n.ins)
             needed.update(s for _, _, s in n.attr_in)
+            needed.update(old for old, _ in n.versions)  # NOTE: what it changes in place
             keep_ops |= refs(n)
     return [n for n, ok in zip(nodes, live) if ok]
 

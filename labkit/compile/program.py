@@ -43,8 +43,12 @@ class Program:
         self.before = [_sketch(n) for n in nodes]
         nodes = passes.fold(nodes, t.sources, t.values, consts)
         if cse:
-            apart = {s for _, kind, s in t.writes if kind == "data"} | {
-                n.ins[0] for n in nodes if isinstance(n.fn, SetData)}
+            # NOTE: arrays the caller gets (results, .data, .grad) and arrays changed in place
+            # stay distinct, as the eager step's are
+            apart = {s for _, _, s in t.writes if s is not None} | {
+                n.ins[0] for n in nodes if isinstance(n.fn, (SetData, SetGrad)) and n.ins}
+            apart |= {old for n in nodes for old, _ in n.versions}
+            apart |= set(_tree_slots(t.out_tree))
             nodes = passes.merge(nodes, alias, apart)
         self.rewrites: list = []
         if stabilize:
@@ -293,8 +297,11 @@ def _generate(prog, nodes, t, exposed):
         lines.append(f"    s{s} = P{j}.data")
     # NOTE: a constant a node changes in place or a tensor's .data takes (a parameter reset
     # to a fresh array before its update): a new copy at each replay, as the step made it
+    # (not an array read by identity at each call, "live_array": a caller's buffer a host
+    # step updates in place stays the caller's)
     changed = {old for n in nodes for old, _ in n.versions} | {
         n.ins[0] for n in nodes if isinstance(n.fn, SetData)}
+    changed -= {s for s, src in t.sources.items() if src.kind != "const"}
     for s, v in enumerate(prog.init):
         if v is not None and s in changed:
             env[f"K{s}"] = v
@@ -407,21 +414,27 @@ def _generate(prog, nodes, t, exposed):
         # step's with/finally does
         lines[body:] = ["    try:"] + ["    " + x for x in lines[body:]] + [
             "    except BaseException:"] + [
-            f"        R{j}.data = s{sl}" for j, (sl, _) in enumerate(restore)] + ["        raise"]
-        env.update({f"R{j}": tensor for j, (_, tensor) in enumerate(restore)})
+            f"        {f'AT[{x}]' if isinstance(x, int) else f'R{j}'}.data = s{sl}"
+            for j, (sl, x) in enumerate(restore)] + ["        raise"]
+        env.update({f"R{j}": x for j, (_, x) in enumerate(restore) if not isinstance(x, int)})
     source = "\n".join(lines) + "\n"
     exec(compile(source, "<lk.compile replay>", "exec"), env)  # noqa: S102 - our own code
     return env["replay"], source
 
 
 def _set_back(prog, nodes) -> list:
-    """(slot, tensor) of each tensor a replay reads at its start whose data the step sets and
-    then sets back to that (its ``.data`` written by ``SetData`` nodes only)."""
-    live = {id(tensor): s for s, tensor in prog.live}
+    """(slot, tensor or argument index) of each tensor a replay reads at its start whose data
+    the step sets, and then sets back to that in a ``finally`` block or an ``__exit__``
+    (``SetData.cleanup``): a replay raising in between sets it back, as the eager step's
+    unwinding does (a set-back outside those does not run when the eager step raises)."""
+    start = {id(tensor): s for s, tensor in prog.live}
+    start.update({("argument", k): s for s, k in prog.args})
     written = {id(tensor) for tensor, kind, _ in prog.writes if kind == "data"}
-    last = {id(n.fn.tensor): n for n in nodes if isinstance(n.fn, SetData) and n.fn.arg is None}
-    return [(n.ins[0], n.fn.tensor) for key, n in last.items()
-            if live.get(key) == n.ins[0] and key not in written]
+    last = {(id(n.fn.tensor) if n.fn.arg is None else ("argument", n.fn.arg)): n
+            for n in nodes if isinstance(n.fn, SetData)}
+    return [(n.ins[0], n.fn.tensor if n.fn.arg is None else n.fn.arg)
+            for key, n in last.items()
+            if n.fn.cleanup and start.get(key) == n.ins[0] and key not in written]
 
 
 def _not_one_grad(prog) -> set:

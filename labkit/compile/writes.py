@@ -8,6 +8,10 @@ call did."""
 
 from __future__ import annotations
 
+import ast
+import inspect
+import sys
+import textwrap
 import threading
 from contextlib import contextmanager
 
@@ -27,14 +31,54 @@ class SetData:
     it (a node): a host step reading the tensor after it sees the new array, and a replay
     raising later keeps it, as an eager call does."""
 
-    __slots__ = ("tensor", "arg")
+    __slots__ = ("tensor", "arg", "cleanup")
 
-    def __init__(self, tensor, arg=None):
-        # NOTE: a tensor argument by its index: a replay sets that call's argument's data
-        self.tensor, self.arg = tensor, arg
+    def __init__(self, tensor, arg=None, cleanup=False):
+        # NOTE: a tensor argument by its index: a replay sets that call's argument's data;
+        # cleanup: set in a finally block or an __exit__ (runs when the step raises)
+        self.tensor, self.arg, self.cleanup = tensor, arg, cleanup
 
     def __call__(self, arr):
         self.tensor.data = arr
+
+
+_FINALLY: dict = {}
+
+
+def _cleanup_code(frame) -> bool:
+    """Whether ``frame`` runs an ``__exit__`` or the ``finally`` block of a ``try`` (code that
+    runs as an exception unwinds), from the source of its function (read once per code)."""
+    code = frame.f_code
+    if code.co_name == "__exit__":
+        return True
+    lines = _FINALLY.get(code)
+    if lines is None:
+        lines = set()
+        try:
+            src, first = inspect.getsourcelines(code)
+            tree = ast.parse(textwrap.dedent("".join(src)))
+        except (OSError, TypeError, SyntaxError, IndentationError):
+            tree, first = None, 0
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Try) and node.finalbody:
+                lines.update(range(node.finalbody[0].lineno + first - 1,
+                                   node.finalbody[-1].end_lineno + first))
+        _FINALLY[code] = lines
+    return frame.f_lineno in lines
+
+
+class ReadData:
+    """A replay's read of ``tensor.data`` just after a host function that set it (swapped in
+    averaged weights through a model): what the step reads of the tensor after it is that
+    array, not its data when the call began."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __call__(self):
+        return self.tensor.data
 
 
 class SetGrad:
@@ -74,7 +118,18 @@ def _set_data(self, value):
             tr.__dict__.setdefault("created", set()).add(id(self))
     _DATA.__set__(self, value)
     if old is not None and not _trace.in_host():
-        data_set(tr, self, value, old)
+        data_set(tr, self, value, old, sys._getframe(1))
+    elif old is not None:  # NOTE: by a host function (swapping in averaged weights)
+        tr.__dict__.setdefault("host_sets", []).append((self, old))
+
+
+def _set_grad(self, value):
+    _GRAD.__set__(self, value)
+    tr = _trace.tracer()
+    if tr is not None and not _trace.in_host():
+        # NOTE: the call set or cleared this gradient (a host function reading it after is
+        # given this call's: grads_read)
+        tr.__dict__.setdefault("grad_set", set()).add(id(self))
 
 
 @contextmanager
@@ -83,8 +138,8 @@ def data_writes():
     the slot for the time of the trace (every thread's eager code pays for it only then)."""
     with _hook_lock:
         if _hooked[0] == 0:
-            Tensor.data = property(_get_data, _set_data)
-            Tensor.grad = property(_get_grad, _GRAD.__set__)
+            Tensor.data = property(_get_data, _set_data, _DATA.__delete__)
+            Tensor.grad = property(_get_grad, _set_grad, _GRAD.__delete__)
         _hooked[0] += 1
     try:
         yield
@@ -106,32 +161,48 @@ def _outside(tracer, tensor):
 
 def grads_read(tracer) -> None:
     """After a host function ran: each ``.grad`` it read of a tensor that outlives the call,
-    that the call set (or cleared), is set by a node just before it at each replay."""
+    that the call set (or cleared), is set by a node just before it at each replay; each
+    ``.data`` it set of such a tensor is read by a node just after it."""
     from .trace import Node, where
 
     reads, tracer.grad_reads = tracer.__dict__.get("grad_reads") or [], []
     t = tracer.t
     fn_node = t.nodes.pop()
+    # NOTE: a gradient the function changed in place (mutates=) is read as it was before
+    older = {new: old for old, new in fn_node.versions}
+    set_here = tracer.__dict__.get("grad_set", set()) | set(t.cleared)
     seen: set = set()
     for p in reads:
         outside, arg = _outside(tracer, p)
-        if id(p) in seen or not outside:
-            continue
+        if id(p) in seen or not outside or id(p) not in set_here:
+            continue  # NOTE: one from before the call: a replay's is that too
         seen.add(id(p))
         g = _GRAD.__get__(p, Tensor)
         s = None if g is None else t.ids.get(id(_DATA.__get__(g, Tensor)))
-        if g is None and id(p) not in t.cleared or g is not None and (
-                s is None or s in t.sources):
-            continue  # NOTE: one from before the call: a replay's is that too
+        s = older.get(s, s)
+        if g is not None and s is None:
+            continue  # NOTE: an array no op made: refused when the call ends
         key = id(p) if arg is None else ("argument", arg)
         t.nodes.append(Node("host", SetGrad(p, arg), [] if s is None else [s], [],
                             "set .grad", where(), ("host", "set .grad", key), effect=True,
                             idx=len(t.nodes)))
     fn_node.idx = len(t.nodes)
     t.nodes.append(fn_node)
+    sets, tracer.host_sets = tracer.__dict__.get("host_sets") or [], []
+    done: set = set()
+    for x, old in sets:
+        outside, arg = _outside(tracer, x)
+        if outside and id(x) not in done:
+            done.add(id(x))
+            if arg is None:  # NOTE: its data when the call began, if the first set was this
+                t.live.setdefault(id(x), (x, _GRAD.__get__(x, Tensor), old))
+            key = id(x) if arg is None else ("argument", arg)
+            s = t.produce(_DATA.__get__(x, Tensor))
+            t.nodes.append(Node("host", ReadData(x), [], [s], "read .data", where(),
+                                ("host", "read .data", key), idx=len(t.nodes)))
 
 
-def data_set(tracer, tensor, value, old) -> None:
+def data_set(tracer, tensor, value, old, frame=None) -> None:
     """The step set ``tensor.data = value`` (it was ``old``): for a tensor that outlives the
     call and an array the trace knows, a node that sets it there at each replay. (The replay
     still writes the final ``.data`` when it ends: compile/program.py.)"""
@@ -156,7 +227,8 @@ def data_set(tracer, tensor, value, old) -> None:
             s = t.slot_of(value, other)
     if s is None:
         return
-    t.nodes.append(Node("host", SetData(tensor, arg), [s], [], "set .data", where(),
+    cleanup = frame is not None and _cleanup_code(frame)
+    t.nodes.append(Node("host", SetData(tensor, arg, cleanup), [s], [], "set .data", where(),
                         ("host", "set .data", key), effect=True, idx=len(t.nodes)))
 
 
@@ -192,18 +264,25 @@ def record_writes(t, fn_name: str) -> None:
     """Record in ``t.writes`` each replaced ``.data`` and ``.grad`` of the tensors the call
     read (``t.live``) and the ``.grad`` of its tensor arguments; refuse what a replay could
     not repeat."""
-    for n in t.nodes:
-        src = t.sources.get(n.ins[0]) if isinstance(n.fn, SetData) else None
+    sets = [n for n in t.nodes if isinstance(n.fn, SetData)]
+    for n in sets:
+        src = t.sources.get(n.ins[0])
         if src is not None and n.fn.arg is None and t.live[id(n.fn.tensor)][2] is not src.value:
             # NOTE: a tensor the step set to an array from outside is not where a replay reads
             # that array (its data when the call begins is another)
             src.tensors = [x for x in src.tensors if x is not n.fn.tensor]
-    last = {id(n.fn.tensor): n for n in t.nodes if isinstance(n.fn, SetData)}
+    # NOTE: nor is a tensor the step set to an argument's array (P.data = x.data) that
+    # argument's alias, to be checked at each call (every call was traced again)
+    t.arg_alias = [(k, x) for k, x in t.arg_alias
+                   if not any(n.fn.tensor is x and t.sources.get(n.ins[0]) is not None
+                              and t.sources[n.ins[0]].kind == "arg" for n in sets)]
+    last = {id(n.fn.tensor): n for n in sets}
+    index = _index(t)
     for tensor, grad0, arr0 in t.live.values():
         n = last.get(id(tensor))
         if n is not None and tensor.data is not arr0 and t.values.get(n.ins[0]) is tensor.data:
             # NOTE: set where the step set it, last: nothing to write when the replay ends
-            _refuse_replaced_then_changed(t, fn_name, tensor, n.ins[0])
+            _refuse_replaced_then_changed(t, fn_name, tensor, n.ins[0], index)
         elif tensor.data is not arr0:
             s = t.ids.get(id(tensor.data))
             if s is None or s in t.sources:
@@ -214,7 +293,7 @@ def record_writes(t, fn_name: str) -> None:
                     "in-place NumPy update); a replay could not repeat it. Update "
                     "parameters with an optimizer, or wrap raw array code in "
                     "lk.compile.host(fn, *arrays)")
-            _refuse_replaced_then_changed(t, fn_name, tensor, s)
+            _refuse_replaced_then_changed(t, fn_name, tensor, s, index)
             t.writes.append((tensor, "data", s))
         g = tensor.grad
         if g is None:
@@ -254,28 +333,39 @@ def _shape(a):
     return tuple(a.shape) if hasattr(a, "shape") else a
 
 
-def _refuse_replaced_then_changed(t, fn_name, tensor, s) -> None:
+def _refuse_replaced_then_changed(t, fn_name, tensor, s, index) -> None:
     """A tensor's data replaced by an op's result that a host step then changed in place
     (``w.data = (w * 0.9).data`` before ``opt.update()``) replays where the replay sets the
     data where the step did (a ``SetData`` node, before the host step), and is refused where
     it does not (the assignment was not seen: the host step would update the old array, and
-    the write when the replay ends would drop the update)."""
-    older = {new: old for n in t.nodes for old, new in n.versions}
-    chain = {s}
-    while s in older:
-        s = older[s]
-        chain.add(s)
+    the write when the replay ends would drop the update). ``index``: ``_index(t)``."""
+    older, changer, sets = index
+    chain = [s]
+    while chain[-1] in older:
+        chain.append(older[chain[-1]])
     # NOTE: set where the step set it (a SetData node): the host step changes the new array
-    set_at = min((n.idx for n in t.nodes if isinstance(n.fn, SetData)
-                  and n.fn.tensor is tensor and n.ins[0] in chain), default=None)
+    set_at = min((n.idx for n in sets.get(id(tensor), ()) if n.ins[0] in chain), default=None)
+    first = min((changer[x] for x in chain if x in changer), key=lambda n: n.idx, default=None)
+    if first is not None and (set_at is None or first.idx < set_at):
+        raise CompileError(
+            f"lk.compile: {fn_name} replaced the data of a tensor of shape "
+            f"{_shape(tensor.data)} with an op's result (.data = ...), which {first.name} at "
+            f"{first.where} then changed in place; a replay would change the old data "
+            "instead. Replace the data after the update (that is replayed), or change the "
+            "parameters with the optimizer (a rule such as weight_decay, or constraints=)")
+
+
+def _index(t) -> tuple:
+    """(newer version -> older, slot -> the first node changing it in place, id(tensor) ->
+    its SetData nodes), once for all the tensors of ``record_writes``."""
+    older, changer, sets = {}, {}, {}
     for n in t.nodes:
-        if any(old in chain for old, _ in n.versions) and (set_at is None or n.idx < set_at):
-            raise CompileError(
-                f"lk.compile: {fn_name} replaced the data of a tensor of shape "
-                f"{_shape(tensor.data)} with an op's result (.data = ...), which {n.name} at "
-                f"{n.where} then changed in place; a replay would change the old data "
-                "instead. Replace the data after the update (that is replayed), or change the "
-                "parameters with the optimizer (a rule such as weight_decay, or constraints=)")
+        for old, new in n.versions:
+            older[new] = old
+            changer.setdefault(old, n)
+        if isinstance(n.fn, SetData):
+            sets.setdefault(id(n.fn.tensor), []).append(n)
+    return older, changer, sets
 
 
 def refuse_changed_consts(t, fn_name: str) -> None:
