@@ -60,6 +60,11 @@ def host(fn, *arrays, effect: bool = False, mutates=(), name: str | None = None)
     tr = getattr(_tls, "tracer", None)
     if tr is None:
         return fn(*arrays)
+    if in_host():  # NOTE: inside another: a replay runs that one, and this in it
+        codes = getattr(tr, "host_codes", None)
+        if codes is not None and hasattr(fn, "__code__"):
+            codes.add(fn.__code__)  # NOTE: what it changes, it changes at each replay
+        return fn(*arrays)
     from .tensor import Tensor
 
     for i, a in enumerate(arrays):
@@ -68,20 +73,22 @@ def host(fn, *arrays, effect: bool = False, mutates=(), name: str | None = None)
                 f"lk.compile.host({getattr(fn, '__name__', 'fn')}, ...): argument {i} is a "
                 f"Tensor of shape {a.shape}; pass its array (x.data), and wrap the result in "
                 "lk.Tensor(...) where labkit ops use it")
-    _tls.in_host = getattr(_tls, "in_host", 0) + 1
+    # NOTE: counted on the tracer: a step compiled and traced inside fn has its own
+    tr.host_depth = getattr(tr, "host_depth", 0) + 1
     try:
         r = tr.host(fn, arrays, effect, name or getattr(fn, "__name__", "host"), mutates)
     finally:
-        _tls.in_host -= 1
-    if (getattr(tr, "grad_reads", None) or getattr(tr, "host_sets", None)) and not in_host():
-        tr.after_host()  # NOTE: lk.compile: the .grad fn read, the .data it set, of a model
+        tr.host_depth -= 1
+    watch = getattr(tr, "watch", None)
+    if watch is not None:
+        watch.host_done()  # NOTE: lk.compile: the .grad fn read, the .data it set
     return r
 
 
 def in_host() -> bool:
-    """Whether this thread runs a function through :func:`host` (a replay runs it again: what
-    it does is not recorded apart)."""
-    return getattr(_tls, "in_host", 0) > 0
+    """Whether this thread's tracer runs a function through :func:`host` (a replay runs it
+    again: a host call inside it is not recorded apart)."""
+    return getattr(getattr(_tls, "tracer", None), "host_depth", 0) > 0
 
 
 def reading(what: str) -> None:

@@ -105,11 +105,12 @@ from .guards import (
     hook_guards,
     python_guards,
 )
+from .hooks import Watch, watching
 from .program import Program, depends_failure, states_failure, tensor_states
 from .scan import scan
 from .stale import refuse_stale, stale_results
 from .trace import Tracer, compare
-from .writes import data_writes, grads_read, refuse_changed_consts
+from .writes import refuse_changed_consts
 
 
 class CompileWarning(UserWarning):
@@ -353,13 +354,12 @@ class Compiled:
             node.out_hooks[x.index] = [*node.out_hooks.get(x.index, ()), seen.append]
         # NOTE: NumPy arguments as marked views: raw NumPy code on them is seen (argmarks.py)
         args, kwargs, unmark = mark_args(tracer.t, self.fn, args, kwargs)
-        # NOTE: compile/writes.py: tensors whose .data set is replayed; gradients that host
-        # functions read through a model
-        tracer.named, tracer.after_host = named, lambda: grads_read(tracer)
+        # NOTE: what the step does to tensors' .data and .grad (compile/hooks.py)
+        tracer.watch = Watch(tracer.t, named)
         old = _trace.set_tracer(tracer)
         try:
             try:
-                with data_writes():
+                with watching():
                     result = unmarked(tracer.t, self.fn(*args, **kwargs))
             finally:
                 unmark()

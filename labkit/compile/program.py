@@ -16,8 +16,8 @@ from ..backend.opencl.context import deferred_checks, resolve_checks
 from ..errors import CompileError
 from . import passes
 from .guards import first_failure
+from .hooks import SetData, SetGrad
 from .trace import Trace
-from .writes import SetData, SetGrad
 
 
 class Program:

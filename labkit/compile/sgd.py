@@ -37,6 +37,7 @@ import threading
 
 from ..autograd.tensor import Tensor
 from . import passes
+from .hooks import DATA as _DATA
 from .trace import Node
 
 
@@ -283,7 +284,6 @@ class OuterGrad(Tensor):
         self._deferred = None
 
 
-_DATA = Tensor.__dict__["data"]
 _MADE = threading.Lock()
 
 

@@ -62,7 +62,8 @@ def graph(program, after: bool = True) -> Graph:
             ((), "-"),)
         # NOTE: a host computation is labelled by its last name part ("onehot (host)")
         label = name if kind != "host" else (
-            name if name.startswith("set .") else f"{name.rsplit('.', 1)[-1]} (host)")
+            name if name.startswith(("set .", "read .")) else
+            f"{name.rsplit('.', 1)[-1]} (host)")
         op = _Op(label, group or brick, inputs, out_meta, seq)
         seq += 1
         ops.append(op)

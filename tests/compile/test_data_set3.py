@@ -281,3 +281,153 @@ def test_del_grad_inside_a_traced_step():
     x = lk.tensor(np.ones(3, np.float32))
     assert [float(f(x).item()) for _ in range(4)] == [2.0] * 4
     assert W.grad.numpy().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_traced_call_leaves_no_tracer_alive():
+    """A cycle through the tracer kept each traced call's arrays alive until a full
+    collection."""
+    import gc
+
+    from labkit.compile.trace import Tracer
+
+    W = lk.tensor(W0.copy(), requires_grad=True)
+    opt = lk.optimizers.SGD(lr=0.1).setup({"W": W})
+
+    def step(x):
+        opt.zero_grad()
+        loss = F.sum(W * x)
+        loss.backward()
+        lk.compile.host(lambda: None, effect=True)
+        opt.update()
+        return loss
+
+    f = lk.compile(step)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(3):
+            f(lk.tensor(np.ones(3, np.float32)))
+        assert not [o for o in gc.get_objects() if type(o) is Tracer]
+    finally:
+        gc.enable()
+
+
+def test_a_gradient_set_before_the_data_is_written_by_replays():
+    K = lk.tensor(np.zeros(3, np.float32))
+
+    def run(compiled):
+        K.data, K.grad = np.zeros(3, np.float32), None
+
+        def step(x):
+            K.grad = lk.Tensor((x * 2.0).data)
+            K.data = (x * 3.0).data
+            return x * 1.0
+        f = lk.compile(step) if compiled else step
+        out = []
+        for i in range(5):
+            f(lk.tensor(np.full(3, float(i), np.float32)))
+            out.append((K.grad.numpy().tolist(), K.numpy().tolist()))
+        return out
+
+    _same(run)
+
+
+def _restore(t, old):
+    t.data = old
+
+
+def test_set_backs_by_a_helper_in_finally_or_an_exit_stack_when_a_replay_raises(dev):
+    import contextlib
+
+    def run(compiled, how):
+        P = lk.tensor(np.array([0.5, -2.0, 3.0, 0.25], np.float32), device=dev)
+        x = lk.tensor(X, device=dev)
+
+        def step(y):
+            old = P.data
+            if how == "helper":
+                P.data = (P * 2.0).data
+                try:
+                    return F.softmax_cross_entropy(F.reshape(P * x, (1, 4)), y)
+                finally:
+                    _restore(P, old)
+            with contextlib.ExitStack() as stack:
+                stack.callback(_restore, P, old)
+                P.data = (P * 2.0).data
+                return F.softmax_cross_entropy(F.reshape(P * x, (1, 4)), y)
+        f = lk.compile(step) if compiled else step
+        out = []
+        for i in range(6):
+            try:
+                f(lk.tensor(np.array([7 if i == 3 else 1]), device=dev))
+            except lk.errors.LabkitError as e:
+                out.append(type(e).__name__)
+            out.append(P.numpy().tolist())
+        return out
+
+    for how in ("helper", "exit stack"):
+        assert run(True, how) == run(False, how), how
+
+
+RUNS: list = []
+
+
+def _inner():
+    RUNS.append(1)
+
+
+def _outer():
+    lk.compile.host(_inner, effect=True)
+
+
+def test_a_host_call_inside_a_host_function_runs_once_per_call():
+    """Recorded apart as well, the inner one ran twice in every replay."""
+    RUNS.clear()
+
+    @lk.compile
+    def step(x):
+        lk.compile.host(_outer, effect=True)
+        return x * 2.0
+
+    for i in range(5):
+        step(lk.tensor(X))
+        assert len(RUNS) == i + 1
+
+
+def test_where_classes_keep_their_versions_the_properties_stay(monkeypatch):
+    """On Python 3.13+ each change of a class uses one of its type versions (1000): after
+    SWAPS traces the properties stay, and both eager and compiled code still agree."""
+    from labkit.autograd.tensor import Tensor
+    from labkit.compile import hooks
+
+    monkeypatch.setattr(hooks, "KEEP", True)
+    monkeypatch.setattr(hooks, "SWAPS", hooks._state["swaps"] + 2)
+    try:
+        W = lk.tensor(W0.copy(), requires_grad=True)
+        opt = lk.optimizers.SGD(lr=0.1).setup({"W": W})
+
+        def step(x):
+            opt.zero_grad()
+            loss = F.sum(W * W * x)
+            loss.backward()
+            opt.update()
+            W.data = F.clip(W, -1.0, 1.0).data
+            return loss
+        f = lk.compile(step)
+        x = lk.tensor(np.ones(3, np.float32))
+        losses = [float(f(x).item()) for _ in range(5)]
+        assert isinstance(Tensor.__dict__["data"], property)
+        E = lk.tensor(W0.copy(), requires_grad=True)
+        eopt = lk.optimizers.SGD(lr=0.1).setup({"W": E})
+        expected = []
+        for _ in range(5):
+            eopt.zero_grad()
+            loss = F.sum(E * E * x)
+            loss.backward()
+            eopt.update()
+            E.data = F.clip(E, -1.0, 1.0).data
+            expected.append(float(loss.item()))
+        assert losses == expected and W.numpy().tolist() == E.numpy().tolist()
+    finally:
+        hooks._state["stay"] = False
+        Tensor.data, Tensor.grad = hooks.DATA, hooks.GRAD
