@@ -13,6 +13,8 @@ import labkit.functions as F
 from labkit.autograd.tensor import Tensor
 from labkit.errors import CompileError
 
+from .setdata_helpers import noisy_step
+
 P0 = np.array([0.5, -2.0, 3.0, 0.25], np.float32)
 X = np.array([1.0, 2.0, -1.0, 4.0], np.float32)
 
@@ -144,19 +146,7 @@ def test_weight_noise_compiles_with_fresh_noise_at_each_replay(dev):
     """Refused before (raw array code); now each replay draws anew, the gradient is taken at
     the noisy weights and the exact weights come back, bit for bit the eager step."""
     def run(compiled):
-        lk.bricks.set_seed(0)
-        m = B.Linear(4, 2).to(dev)
-        opt = lk.optimizers.SGD(lr=0.1).setup(m)
-        noise = lk.regularizers.WeightNoise(m, 0.1, seed=3)
-
-        def step(x, y):
-            opt.zero_grad()
-            with noise:
-                loss = F.softmax_cross_entropy(m(x), y)
-            loss.backward()
-            opt.update()
-            return loss
-        f = lk.compile(step) if compiled else step
+        f, m, _ = noisy_step(dev, 2, 0.1, compiled)
         rng = np.random.default_rng(0)
         x = lk.tensor(rng.standard_normal((8, 4)).astype(np.float32), device=dev)
         y = lk.tensor(rng.integers(0, 2, 8), device=dev)

@@ -10,16 +10,10 @@ import labkit.bricks as B
 import labkit.functions as F
 from labkit.errors import CompileError
 
+from .setdata_helpers import noisy_step
+from .setdata_helpers import same as _same
+
 X = np.array([1.0, 2.0, -1.0, 4.0], np.float32)
-
-
-def _host(d):
-    return d if isinstance(d, np.ndarray) else d.get()
-
-
-def _same(run):
-    eager, compiled = run(False), run(True)
-    assert compiled == eager
 
 
 def test_a_target_network_synced_before_the_step_reads_it(dev):
@@ -198,19 +192,7 @@ def test_weight_noise_set_back_when_a_replay_raises_inside_its_block(dev):
     """A bad label inside ``with noise:``: the eager step's ``__exit__`` puts the exact weights
     back as the error unwinds; a replay stopped between the two sets and left them noisy."""
     def run(compiled):
-        lk.bricks.set_seed(0)
-        m = B.Linear(4, 3).to(dev)
-        opt = lk.optimizers.SGD(lr=0.1).setup(m)
-        noise = lk.regularizers.WeightNoise(m, 0.3, seed=3)
-
-        def step(x, y):
-            opt.zero_grad()
-            with noise:
-                loss = F.softmax_cross_entropy(m(x), y)
-            loss.backward()
-            opt.update()
-            return loss
-        f = lk.compile(step) if compiled else step
+        f, m, _ = noisy_step(dev, 3, 0.3, compiled)
         x = lk.tensor(np.ones((2, 4), np.float32), device=dev)
         out = []
         for i in range(6):
@@ -229,19 +211,7 @@ def test_weight_noise_set_back_when_a_replay_raises_inside_its_block(dev):
 def test_weight_noise_reads_its_std_at_each_replay(dev):
     """Annealed between calls: replays drew with the traced call's std."""
     def run(compiled):
-        lk.bricks.set_seed(0)
-        m = B.Linear(4, 3).to(dev)
-        opt = lk.optimizers.SGD(lr=0.1).setup(m)
-        noise = lk.regularizers.WeightNoise(m, 0.5, seed=3)
-
-        def step(x, y):
-            opt.zero_grad()
-            with noise:
-                loss = F.softmax_cross_entropy(m(x), y)
-            loss.backward()
-            opt.update()
-            return loss
-        f = lk.compile(step) if compiled else step
+        f, _, noise = noisy_step(dev, 3, 0.5, compiled)
         x = lk.tensor(np.ones((2, 4), np.float32), device=dev)
         y = lk.tensor(np.array([0, 2]), device=dev)
         out = []

@@ -8,17 +8,12 @@ import labkit as lk
 import labkit.bricks as B
 import labkit.functions as F
 
+from .setdata_helpers import calls_with_a_bad_label
+from .setdata_helpers import host as _host
+from .setdata_helpers import same as _same
+
 X = np.array([1.0, 2.0, -1.0, 4.0], np.float32)
 W0 = np.array([1.0, -2.0, 3.0], np.float32)
-
-
-def _host(d):
-    return d if isinstance(d, np.ndarray) else d.get()
-
-
-def _same(run):
-    eager, compiled = run(False), run(True)
-    assert compiled == eager
 
 
 def test_a_callers_array_that_a_host_function_updates_stays_the_callers(dev):
@@ -180,14 +175,7 @@ def test_an_argument_set_and_set_back_in_finally_when_a_replay_raises(dev):
             finally:
                 P.data = old
         f = lk.compile(step) if compiled else step
-        out = []
-        for i in range(6):
-            try:
-                f(P, lk.tensor(np.array([7 if i in (3, 4) else 1]), device=dev))
-            except lk.errors.LabkitError as e:
-                out.append(type(e).__name__)
-            out.append(P.numpy().tolist())
-        return out
+        return calls_with_a_bad_label(f, dev, P, (3, 4), 6, P)
 
     _same(run)
 
@@ -210,14 +198,7 @@ def test_a_set_back_outside_finally_is_not_run_when_a_replay_raises(dev):
             opt.update()
             return loss
         f = lk.compile(step) if compiled else step
-        out = []
-        for i in range(5):
-            try:
-                f(lk.tensor(np.array([7 if i == 3 else 1]), device=dev))
-            except lk.errors.LabkitError as e:
-                out.append(type(e).__name__)
-            out.append(P.numpy().tolist())
-        return out
+        return calls_with_a_bad_label(f, dev, P, (3,), 5)
 
     _same(run)
 
@@ -356,14 +337,7 @@ def test_set_backs_by_a_helper_in_finally_or_an_exit_stack_when_a_replay_raises(
                 P.data = (P * 2.0).data
                 return F.softmax_cross_entropy(F.reshape(P * x, (1, 4)), y)
         f = lk.compile(step) if compiled else step
-        out = []
-        for i in range(6):
-            try:
-                f(lk.tensor(np.array([7 if i == 3 else 1]), device=dev))
-            except lk.errors.LabkitError as e:
-                out.append(type(e).__name__)
-            out.append(P.numpy().tolist())
-        return out
+        return calls_with_a_bad_label(f, dev, P, (3,), 6)
 
     for how in ("helper", "exit stack"):
         assert run(True, how) == run(False, how), how
