@@ -73,13 +73,15 @@ def host(fn, *arrays, effect: bool = False, mutates=(), name: str | None = None)
                 f"lk.compile.host({getattr(fn, '__name__', 'fn')}, ...): argument {i} is a "
                 f"Tensor of shape {a.shape}; pass its array (x.data), and wrap the result in "
                 "lk.Tensor(...) where labkit ops use it")
+    watch = getattr(tr, "watch", None)
+    if watch is not None:
+        watch.host_start()
     # NOTE: counted on the tracer: a step compiled and traced inside fn has its own
     tr.host_depth = getattr(tr, "host_depth", 0) + 1
     try:
         r = tr.host(fn, arrays, effect, name or getattr(fn, "__name__", "host"), mutates)
     finally:
         tr.host_depth -= 1
-    watch = getattr(tr, "watch", None)
     if watch is not None:
         watch.host_done()  # NOTE: lk.compile: the .grad fn read, the .data it set
     return r

@@ -356,6 +356,8 @@ class Compiled:
         args, kwargs, unmark = mark_args(tracer.t, self.fn, args, kwargs)
         # NOTE: what the step does to tensors' .data and .grad (compile/hooks.py)
         tracer.watch = Watch(tracer.t, named)
+        # NOTE: for writes.record_writes
+        tracer.t.grad_before, tracer.t.created = tracer.watch.grad_before, tracer.watch.created
         old = _trace.set_tracer(tracer)
         try:
             try:

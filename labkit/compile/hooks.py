@@ -93,7 +93,7 @@ class Watch:
         self.created: set = set()       # ids of tensors made during the trace
         self.grad_set: set = set()      # ids of tensors whose .grad the call set or cleared
         self.grad_before: dict = {}     # id -> the .grad it had before the call set it
-        self.grad_reads: list = []      # tensors whose .grad a host function read
+        self.grad_reads: list = []      # (tensor, its .grad) a host function read
         self.host_sets: list = []       # (tensor, old data) a host function set
 
     def outside(self, tensor):
@@ -101,7 +101,7 @@ class Watch:
         argument index or None)."""
         t = self.t
         arg = next((k for k, x in t.arg_tensors.items() if x is tensor), None)
-        return (arg is not None or id(tensor) in t.live or id(tensor) in self.named
+        return (arg is not None or id(tensor) in self.named
                 or id(tensor) not in self.created), arg
 
     def grad0(self, tensor):
@@ -139,6 +139,10 @@ class Watch:
                             "set .data", where(), ("host", "set .data", key), effect=True,
                             idx=len(t.nodes)))
 
+    def host_start(self) -> None:
+        """A host function begins (what one that raised left is dropped)."""
+        self.grad_reads, self.host_sets = [], []
+
     def host_done(self) -> None:
         """After a host function ran (its node the trace's last): each ``.grad`` it read that
         the call set or cleared is set by a node just before it, and each ``.data`` it set is
@@ -154,12 +158,12 @@ class Watch:
         reads, self.grad_reads = self.grad_reads, []
         set_here = self.grad_set | set(t.cleared)
         seen: set = set()
-        for p in reads:
+        for p, g in reads:  # NOTE: g: the .grad when the function read it
             outside, arg = self.outside(p)
             if id(p) in seen or not outside or id(p) not in set_here:
                 continue  # NOTE: one from before the call: a replay's is that too
             seen.add(id(p))
-            g, s = GRAD.__get__(p, Tensor), None
+            s = None
             if g is not None:
                 s = t.ids.get(id(DATA.__get__(g, Tensor)))
                 s = older.get(s, s)
@@ -197,7 +201,7 @@ def _get_grad(self):
     if _trace.in_host():
         w = _watch()
         if w is not None:
-            w.grad_reads.append(self)
+            w.grad_reads.append((self, g))
     return g
 
 
@@ -222,7 +226,7 @@ def _set_data(self, value):
 
 def _set_grad(self, value):
     w = _watch()
-    if w is not None and not _trace.in_host():
+    if w is not None and not _trace.in_host() and id(self) not in w.created:
         # NOTE: the call set or cleared this gradient (what a host function reading it
         # after is given: Watch.host_done); the one before, for the end of the call
         try:
@@ -255,11 +259,12 @@ def watching():
                     Tensor.data, Tensor.grad = DATA, GRAD
 
 
-def _forked() -> None:  # NOTE: a child forked while another thread traced: no trace here
+def _forked() -> None:
+    """In a child forked during a trace: only the forking thread lives on, tracing or not."""
     global _lock
     _lock = threading.Lock()
-    _state["depth"] = 0
-    if not _state["stay"]:
+    _state["depth"] = 1 if _watch() is not None else 0
+    if _state["depth"] == 0 and not _state["stay"]:
         Tensor.data, Tensor.grad = DATA, GRAD
 
 
@@ -271,6 +276,7 @@ if hasattr(os, "register_at_fork"):
 
 #: filename -> (its lines, the line numbers inside ``finally`` blocks)
 _FINALLY: dict = {}
+_TRIES = (ast.Try, ast.TryStar) if hasattr(ast, "TryStar") else (ast.Try,)
 
 
 def _cleanup(frame, depth: int = 8) -> bool:
@@ -280,16 +286,21 @@ def _cleanup(frame, depth: int = 8) -> bool:
     the source file (read once per file); False where there is none (``exec``)."""
     stop = os.path.dirname(os.path.abspath(__file__))
     while frame is not None and depth > 0:
-        code = frame.f_code
-        if os.path.dirname(os.path.abspath(code.co_filename)) == stop:
+        code, name = frame.f_code, frame.f_code.co_filename
+        if not name.startswith("<") and os.path.dirname(os.path.abspath(name)) == stop:
             return False  # NOTE: lk.compile's own frames: above the step
-        if code.co_name == "__exit__" or frame.f_lineno in _finally_lines(code.co_filename):
+        # NOTE: a @contextmanager's __exit__ runs its code after the yield, which runs on an
+        # exception only in that code's own finally (found in its frame)
+        if (code.co_name == "__exit__" and type(frame.f_locals.get("self")).__name__
+                != "_GeneratorContextManager" or frame.f_lineno in _finally_lines(name)):
             return True
         frame, depth = frame.f_back, depth - 1
     return False
 
 
 def _finally_lines(filename) -> set:
+    if filename.startswith("<"):
+        return set()
     lines = linecache.getlines(filename)
     held = _FINALLY.get(filename)
     if held is not None and held[0] is lines:
@@ -300,7 +311,7 @@ def _finally_lines(filename) -> set:
     except Exception:  # noqa: BLE001 - a file that does not parse: no finally known
         tree = None
     for node in ast.walk(tree) if tree is not None else ():
-        if isinstance(node, ast.Try) and node.finalbody:
+        if isinstance(node, _TRIES) and node.finalbody:
             out.update(range(node.finalbody[0].lineno, node.finalbody[-1].end_lineno + 1))
     _FINALLY[filename] = (lines, out)
     return out

@@ -55,7 +55,12 @@ def record_writes(t, fn_name: str) -> None:
                               and t.sources[n.ins[0]].kind == "arg" for n in sets)]
     last = {id(n.fn.tensor): n for n in sets if n.fn.arg is None}
     index = _index(t)
+    # NOTE: compile/hooks.py Watch: gradients at the call's start, tensors made during it
+    before, made = getattr(t, "grad_before", {}), getattr(t, "created", ())
     for tensor, grad0, arr0 in t.live.values():
+        if id(tensor) in made:
+            continue  # NOTE: a temporary the step made (from a NumPy array): nothing to keep
+        grad0 = before.get(id(tensor), grad0)
         n = last.get(id(tensor))
         if n is not None and tensor.data is not arr0 and t.values.get(n.ins[0]) is tensor.data:
             # NOTE: set where the step set it, last: nothing to write when the replay ends
@@ -74,7 +79,7 @@ def record_writes(t, fn_name: str) -> None:
             t.writes.append((tensor, "data", s))
         g = tensor.grad
         if g is None:
-            if grad0 is not None:
+            if grad0 is not None and id(tensor) not in t.cleared:  # NOTE: else just below
                 t.writes.append((tensor, "grad", None))
         elif g is not grad0:
             s = t.ids.get(id(g.data))

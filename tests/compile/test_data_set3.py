@@ -405,3 +405,88 @@ def test_where_classes_keep_their_versions_the_properties_stay(monkeypatch):
     finally:
         hooks._state["stay"] = False
         Tensor.data, Tensor.grad = hooks.DATA, hooks.GRAD
+
+
+def test_a_host_function_clearing_the_gradients_it_reads(dev):
+    """An update that reads ``p.grad`` and then clears it (``opt.update(); opt.zero_grad()``
+    in one host function): the gradient set before it was the one it left (None), and every
+    replay made no update, silently."""
+    def run(compiled):
+        W = lk.tensor(W0.copy(), device=dev, requires_grad=True)
+        opt = lk.optimizers.SGD(lr=0.1).setup({"W": W})
+        held = {"opt": opt}
+
+        def update_and_clear():
+            held["opt"].update()
+            held["opt"].zero_grad()
+
+        def step(x):
+            loss = F.sum(W * W * x)
+            loss.backward()
+            lk.compile.host(update_and_clear, effect=True, mutates=(W.data,))
+            return loss
+        f = lk.compile(step) if compiled else step
+        x = lk.tensor(np.array([1.0, 2.0, 3.0], np.float32), device=dev)
+        return [float(f(x).item()) for _ in range(5)], W.numpy().tolist()
+
+    _same(run)
+
+
+def test_a_gradient_set_before_the_tensor_is_read():
+    W = lk.tensor(W0.copy(), requires_grad=True)
+
+    def run(compiled):
+        W.grad = None
+
+        def step(x):
+            W.grad = x * 2.0
+            return F.sum(W * x)
+        f = lk.compile(step) if compiled else step
+        out = []
+        for i in range(5):
+            f(lk.tensor(np.full(3, float(i), np.float32)))
+            out.append(W.grad.numpy().tolist())
+        return out
+
+    _same(run)
+
+
+def test_a_tensor_made_in_the_step_and_set_is_not_taken_for_one_outside():
+    """``buf = lk.Tensor(zeros)``, read, then ``buf.data = ...``: its set node named a tensor
+    of the traced call, and the second call was refused as another computation."""
+    def run(compiled):
+        def step(x):
+            buf = lk.Tensor(np.zeros(3, np.float32))
+            y = buf + x
+            buf.data = (y * 2.0).data
+            return buf * 1.0
+        f = lk.compile(step) if compiled else step
+        return [f(lk.tensor(np.full(3, float(i), np.float32))).numpy().tolist()
+                for i in range(5)]
+
+    _same(run)
+
+
+def test_a_set_back_after_the_yield_of_a_context_manager_without_finally(dev):
+    """A @contextmanager's code after ``yield`` does not run when the block raises (no
+    finally): the eager step keeps the doubled weights, and so does a replay."""
+    import contextlib
+
+    def run(compiled):
+        P = lk.tensor(np.array([0.5, -2.0, 3.0, 0.25], np.float32), device=dev)
+        x = lk.tensor(X, device=dev)
+
+        @contextlib.contextmanager
+        def doubled(t):
+            old = t.data
+            t.data = (t * 2.0).data
+            yield
+            t.data = old
+
+        def step(y):
+            with doubled(P):
+                return F.softmax_cross_entropy(F.reshape(P * x, (1, 4)), y)
+        f = lk.compile(step) if compiled else step
+        return calls_with_a_bad_label(f, dev, P, (3,), 5)
+
+    _same(run)
