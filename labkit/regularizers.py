@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from . import functions as F
 from . import roles as _roles
+from .autograd import Tensor, no_grad
+from .autograd.trace import host
 from .backend.random import Generator
 
 
@@ -47,9 +49,6 @@ class WeightNoise:
         self.generator = Generator(seed)
 
     def __enter__(self):
-        from .autograd import Tensor, no_grad
-        from .autograd.trace import host
-
         self.saved = []
         for p in self.model.params(role=self.role).values():
             self.saved.append((p, p.data))

@@ -36,7 +36,7 @@ Inside a compiled step:
 - results are new tensors at each call (never a buffer the next call overwrites), without a
   graph: call ``backward`` inside the step;
 - a tensor's ``.data`` the step sets (``w.data = F.clip(w, -c, c).data``) is set by a replay
-  where the step set it (compile/writes.py ``SetData``): what runs after it (an optimizer, a
+  where the step set it (compile/hooks.py ``SetData``): what runs after it (an optimizer, a
   host function) sees the new array; a ``.grad`` a host function reads through a model is
   set just before it, other gradients when the call ends;
 - Python values the step reads from its globals, its closure, its default arguments, or
@@ -356,8 +356,6 @@ class Compiled:
         args, kwargs, unmark = mark_args(tracer.t, self.fn, args, kwargs)
         # NOTE: what the step does to tensors' .data and .grad (compile/hooks.py)
         tracer.watch = Watch(tracer.t, named)
-        # NOTE: for writes.record_writes
-        tracer.t.grad_before, tracer.t.created = tracer.watch.grad_before, tracer.watch.created
         old = _trace.set_tracer(tracer)
         try:
             try:

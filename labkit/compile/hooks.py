@@ -41,31 +41,42 @@ _state = {"depth": 0, "swaps": 0, "stay": False}
 _lock = threading.Lock()
 
 
-class SetData:
-    """A replay's ``tensor.data = array`` where the traced call set it (a tensor argument by
-    its index: the replay's argument; ``cleanup``: set in a ``finally`` block or an
-    ``__exit__``, which runs as an exception unwinds)."""
-
-    __slots__ = ("tensor", "arg", "cleanup")
-
-    def __init__(self, tensor, arg=None, cleanup=False):
-        self.tensor = None if arg is not None else tensor
-        self.arg, self.cleanup = arg, cleanup
-
-    def __call__(self, arr):
-        self.tensor.data = arr
-
-
-class SetGrad:
-    """A replay's ``tensor.grad = Tensor(array)`` (or None) just before a host function that
-    reads it through a model (a gradient-norm log, a hand-written update): without it, the
-    function would read the gradient the previous call left."""
+class _Set:
+    """What a replay sets on a tensor: the tensor, or a tensor argument's index (the replay's
+    argument then: program.py writes ``AT[k]``)."""
 
     __slots__ = ("tensor", "arg")
 
     def __init__(self, tensor, arg=None):
         self.tensor = None if arg is not None else tensor
         self.arg = arg
+
+    @property
+    def key(self):
+        """The same for the same tensor in two traced calls."""
+        return id(self.tensor) if self.arg is None else ("argument", self.arg)
+
+
+class SetData(_Set):
+    """A replay's ``tensor.data = array`` where the traced call set it (``cleanup``: set in a
+    ``finally`` block or an ``__exit__``, which runs as an exception unwinds)."""
+
+    __slots__ = ("cleanup",)
+
+    def __init__(self, tensor, arg=None, cleanup=False):
+        super().__init__(tensor, arg)
+        self.cleanup = cleanup
+
+    def __call__(self, arr):
+        self.tensor.data = arr
+
+
+class SetGrad(_Set):
+    """A replay's ``tensor.grad = Tensor(array)`` (or None) just before a host function that
+    reads it through a model (a gradient-norm log, a hand-written update): without it, the
+    function would read the gradient the previous call left."""
+
+    __slots__ = ()
 
     def __call__(self, arr=None):
         self.tensor.grad = None if arr is None else Tensor(arr)
@@ -93,6 +104,8 @@ class Watch:
         self.created: set = set()       # ids of tensors made during the trace
         self.grad_set: set = set()      # ids of tensors whose .grad the call set or cleared
         self.grad_before: dict = {}     # id -> the .grad it had before the call set it
+        # NOTE: also the trace's, for writes.record_writes when the call ends
+        t.created, t.grad_before = self.created, self.grad_before
         self.grad_reads: list = []      # (tensor, its .grad) a host function read
         self.host_sets: list = []       # (tensor, old data) a host function set
 
@@ -134,10 +147,9 @@ class Watch:
                 s = t.slot_of(value, other)
         if s is None:
             return
-        key = id(tensor) if arg is None else ("argument", arg)
-        t.nodes.append(Node("host", SetData(tensor, arg, _cleanup(frame)), [s], [],
-                            "set .data", where(), ("host", "set .data", key), effect=True,
-                            idx=len(t.nodes)))
+        fn = SetData(tensor, arg, _cleanup(frame))
+        t.nodes.append(Node("host", fn, [s], [], "set .data", where(),
+                            ("host", "set .data", fn.key), effect=True, idx=len(t.nodes)))
 
     def host_start(self) -> None:
         """A host function begins (what one that raised left is dropped)."""
@@ -169,10 +181,10 @@ class Watch:
                 s = older.get(s, s)
             if g is not None and s is None:
                 continue  # NOTE: an array no op made: refused when the call ends
-            key = id(p) if arg is None else ("argument", arg)
-            t.nodes.append(Node("host", SetGrad(p, arg), [] if s is None else [s], [],
-                                "set .grad", where(), ("host", "set .grad", key),
-                                effect=True, idx=len(t.nodes)))
+            fn = SetGrad(p, arg)
+            t.nodes.append(Node("host", fn, [] if s is None else [s], [], "set .grad",
+                                where(), ("host", "set .grad", fn.key), effect=True,
+                                idx=len(t.nodes)))
         fn_node.idx = len(t.nodes)
         t.nodes.append(fn_node)
         sets, self.host_sets = self.host_sets, []

@@ -430,8 +430,7 @@ def _set_back(prog, nodes) -> list:
     start = {id(tensor): s for s, tensor in prog.live}
     start.update({("argument", k): s for s, k in prog.args})
     written = {id(tensor) for tensor, kind, _ in prog.writes if kind == "data"}
-    last = {(id(n.fn.tensor) if n.fn.arg is None else ("argument", n.fn.arg)): n
-            for n in nodes if isinstance(n.fn, SetData)}
+    last = {n.fn.key: n for n in nodes if isinstance(n.fn, SetData)}
     return [(n.ins[0], n.fn.tensor if n.fn.arg is None else n.fn.arg)
             for key, n in last.items()
             if n.fn.cleanup and start.get(key) == n.ins[0] and key not in written]

@@ -158,7 +158,7 @@ def refuse_changed_consts(t, fn_name: str) -> None:
     changed one, and a replay would start each call from it."""
     from .trace import checksum
 
-    changed = {old: n for n in t.nodes for old, _ in n.versions}
+    changed = _index(t)[1]
     for s, src in t.sources.items():
         n = changed.get(s)
         if src.kind == "const" and n is not None and checksum(src.value) != t.sums.get(s):

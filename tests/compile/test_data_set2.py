@@ -85,21 +85,29 @@ def test_a_parameter_reset_to_a_value_made_in_the_step_before_its_update(dev, fu
     _same(run)
 
 
+def _set_to_made_then_updated(make):
+    """(P, a step setting P to ``make()``'s tensor after reading it, then updating and
+    clipping P)."""
+    P = lk.tensor(np.zeros(4, np.float32), device=make().device, requires_grad=True)
+    opt = lk.optimizers.SGD(lr=0.1).setup({"P": P})
+
+    def step(x):
+        opt.zero_grad()
+        c = make()
+        F.sum(c * x)
+        P.data = c.data
+        loss = F.sum(P * x)
+        loss.backward()
+        opt.update()
+        P.data = F.clip(P, -10.0, 10.0).data
+        return loss
+    return P, step
+
+
 def test_a_parameter_set_to_a_tensor_made_in_the_step_then_updated(dev):
     def run(compiled):
-        P = lk.tensor(np.zeros(4, np.float32), device=dev, requires_grad=True)
-        opt = lk.optimizers.SGD(lr=0.1).setup({"P": P})
-
-        def step(x):
-            opt.zero_grad()
-            c = lk.tensor(np.full(4, 0.5, np.float32), device=dev)
-            F.sum(c * x)
-            P.data = c.data
-            loss = F.sum(P * x)
-            loss.backward()
-            opt.update()
-            P.data = F.clip(P, -10.0, 10.0).data
-            return loss
+        P, step = _set_to_made_then_updated(
+            lambda: lk.tensor(np.full(4, 0.5, np.float32), device=dev))
         f = lk.compile(step) if compiled else step
         x = lk.tensor(X, device=dev)
         return [(float(f(x).item()), P.numpy().tolist()) for _ in range(6)]
@@ -111,20 +119,7 @@ def test_an_array_made_outside_labkit_ops_that_the_update_changes_is_refused():
     """A NumPy array made in the step (a constant of the trace) that the optimizer changes in
     place: its traced value is the changed one, and replays drifted from it (0.8, -1.4, -3.6
     where eager gave 3.0 at every call)."""
-    P = lk.tensor(np.zeros(4, np.float32), requires_grad=True)
-    opt = lk.optimizers.SGD(lr=0.1).setup({"P": P})
-
-    def step(x):
-        opt.zero_grad()
-        c = lk.Tensor(np.full(4, 0.5, np.float32))
-        F.sum(c * x)
-        P.data = c.data
-        loss = F.sum(P * x)
-        loss.backward()
-        opt.update()
-        P.data = F.clip(P, -10.0, 10.0).data
-        return loss
-
+    _, step = _set_to_made_then_updated(lambda: lk.Tensor(np.full(4, 0.5, np.float32)))
     f = lk.compile(step)
     x = lk.tensor(X)
     f(x)
