@@ -216,7 +216,7 @@ def _summary(v, node_of, depth=0):
     if fields is not None and depth < 3:
         return ("object", type(v).__name__,
                 tuple((k, _summary(x, node_of, depth + 1)) for k, x in fields))
-    return ("object", id(v))
+    return ("object", _Held(v, None))  # NOTE: held: an id is reused once it is freed
 
 
 def _fields(v):
@@ -263,20 +263,20 @@ def _closure(fn, node_of, held=False):
 
 
 class _Held:
-    """A container in a host function's closure: the same as another if it is the same
-    object (a replay runs the function again, on what it holds then: a log it appends to
-    grows at every call) or holds the same (one made afresh at each call)."""
+    """An object, the same as another if it is that object (kept alive: a freed one's id is
+    the next one's) or, a closure's container (``value`` its summary), holds the same."""
 
-    __slots__ = ("id", "value")
+    __slots__ = ("obj", "value")
 
     def __init__(self, v, value):
-        self.id, self.value = id(v), value
+        self.obj, self.value = v, value
 
     def __eq__(self, other):
-        return isinstance(other, _Held) and (self.id == other.id or self.value == other.value)
+        return isinstance(other, _Held) and (self.obj is other.obj or (
+            self.value is not None and self.value == other.value))
 
     def __hash__(self):
-        return 0
+        return id(self.obj) if self.value is None else 0
 
 
 def _host_summary(fn, node_of):

@@ -142,3 +142,28 @@ def test_data_replaced_by_an_array_made_before_the_update_is_set_after_it(dev):
     (le, pe), (lc, pc) = run(False), run(True)
     assert lc == le and np.array_equal(pc, pe)
 
+
+
+def test_an_object_freed_after_the_first_trace_is_not_the_next_one():
+    """Compared by identity through its id, an object the first traced call made and freed
+    matched the one the second call made at the same address (CPython reuses it at once):
+    a step making a new generator at each call was replayed with the first one's."""
+    from labkit.compile.trace import _summary
+
+    first = _summary(lk.Generator(7, "cpu"), {})
+    assert _summary(lk.Generator(7, "cpu"), {}) != first
+    g = lk.Generator(7, "cpu")
+    assert _summary(g, {}) == _summary(g, {})
+
+
+def test_a_step_making_a_new_generator_at_each_call_is_refused(dev):
+    for _ in range(5):
+        @lk.compile
+        def step(x):
+            return F.dropout(x, 0.4, generator=lk.Generator(7, x.device))
+
+        x = lk.tensor(np.ones((4, 5), np.float32), device=dev)
+        step(x)
+        with pytest.raises(CompileError, match=r"did not do the same thing in two calls.*"
+                                               r"dropout\.mask"):
+            step(x)
