@@ -42,11 +42,23 @@ class WeightNoise:
     (gradients are taken at the noisy weights); the exact weights come back on exit.
 
     Inside a compiled step (``lk.compile``) each replay draws fresh noise, and the weights are
-    noisy exactly inside the block, as in an eager call."""
+    noisy exactly inside the block, as in an eager call.
+
+    The noise generator is also the model's (a brick's generator, as a ``Dropout``'s is):
+    ``model.weight_noise`` (``model.weight_noise_<role>`` for another role than WEIGHT), so a
+    MainLoop's checkpoint saves its counter and a resumed run draws the noise the
+    uninterrupted one drew. Make the WeightNoise once, with the model, before loading a
+    checkpoint (one made at every step would start again from ``seed`` each time)."""
 
     def __init__(self, model, std, role=_roles.WEIGHT, seed=0):
+        from .bricks import Brick
+
         self.model, self.std, self.role = model, std, role
         self.generator = Generator(seed)
+        if isinstance(model, Brick):
+            name = "weight_noise" + ("" if role is _roles.WEIGHT
+                                     else "_" + role.name.lower().replace("-", "_"))
+            setattr(model, name, self.generator)
 
     def __enter__(self):
         self.saved = []
