@@ -24,8 +24,15 @@ and dicts get their arrays back after the call (their identity, and what the ste
 them, are kept); a view the step kept elsewhere is a plain array once the trace is over (it
 pickles as one).
 
-Not seen (documented limits): NumPy code on a plain view or copy of an argument
-(``np.asarray(x) != 0`` and ``np.array(x)`` make plain arrays), ``x.view(np.ndarray)``; shapes
+While a step with NumPy arguments is traced, ``np.asarray``, ``np.array``,
+``np.ascontiguousarray`` and ``np.asfortranarray`` give the step's code the marked view back
+for a marked array (itself where NumPy's result is a view of its layout, else the result
+marked), as ``x.view(np.ndarray)`` does: ``np.asarray(ids) != 0`` made a plain array before,
+and a mask all ones in the two traced calls was replayed for every batch. Labkit's and
+NumPy's own calls get plain arrays as before.
+
+Not seen (documented limits): those functions held before the trace (``from numpy import
+asarray``, a dict of them); shapes
 that follow values (``len(ids[ids != 0])``); formatting with f-strings or ``print`` (harmless:
 a log of the traced calls); other array types (masked arrays), tuple subclasses and
 namedtuples, and raw code on a Tensor argument's ``.data``.
@@ -150,20 +157,24 @@ class Marked(np.ndarray):
         return np.ndarray.__iter__(self)
 
     def __repr__(self):
-        return repr(self.view(np.ndarray))
+        return repr(_plain(self))
 
     def __str__(self):
-        return str(self.view(np.ndarray))
+        return str(_plain(self))
 
     def __reduce__(self):  # NOTE: pickled (a view a step kept) as the plain array it is
-        return self.view(np.ndarray).__reduce__()
+        return _plain(self).__reduce__()
+
+    def view(self, *args, **kwargs):
+        # NOTE: x.view(np.ndarray) in the step's code is the argument's values still
+        return _seen(self, np.ndarray.view(self, *args, **kwargs))
 
     def __array_wrap__(self, arr, context=None, return_scalar=False):
         # NOTE: marked while the user's code computes during its trace: a reduction is a
         # marked 0-d array (its reads are seen); otherwise plain results, scalars as scalars
         if self._live() is not None and not _caller()[0]:
             return super().__array_wrap__(arr, context, return_scalar)
-        arr = arr.view(np.ndarray)
+        arr = np.ndarray.view(arr, np.ndarray)
         return arr[()] if return_scalar else arr
 
     def __array_function__(self, func, types, args, kwargs):
@@ -192,7 +203,56 @@ def refuse(trace, message):
 
 
 def _plain(a):
-    return a.view(np.ndarray) if isinstance(a, Marked) else a
+    return np.ndarray.view(a, np.ndarray) if isinstance(a, Marked) else a
+
+
+def _seen(a, r):
+    """What NumPy's ``np.asarray(a)``-like call (or ``a.view(np.ndarray)``) gave, ``r``,
+    as the step's code gets it while ``a``, a marked array, is traced: ``a`` itself where
+    ``r`` is a plain view with its exact layout (the argument, to labkit), else ``r`` marked
+    as computed from it (a copy, another dtype), so that NumPy code on it is seen."""
+    if type(r) is not np.ndarray or a._live() is None or _caller()[0]:
+        return r
+    if (r.shape == a.shape and r.strides == a.strides and r.dtype == a.dtype
+            and r.__array_interface__["data"][0] == a.__array_interface__["data"][0]):
+        return a
+    return np.ndarray.view(r, type(a))
+
+
+#: NumPy's functions that give a plain array for a marked one (``subok=False``), seen while a
+#: step is traced (``seeing``): ``np.asarray(ids) != 0`` was not (a mask all ones in the two
+#: traced calls was replayed for every batch). Code holding the function itself (``from
+#: numpy import asarray``, bound before) is not seen.
+_CONVERTERS = ("asarray", "array", "ascontiguousarray", "asfortranarray")
+_SEEING = {"count": 0, "lock": __import__("threading").Lock()}
+
+
+def _seeing_fn(fn):
+    def convert(a, *args, **kwargs):
+        r = fn(a, *args, **kwargs)
+        return _seen(a, r) if isinstance(a, Marked) else r
+
+    convert.__name__, convert.__doc__, convert.__wrapped__ = fn.__name__, fn.__doc__, fn
+    convert.lk_original = fn
+    return convert
+
+
+def _start_seeing():
+    with _SEEING["lock"]:
+        if _SEEING["count"] == 0:
+            for name in _CONVERTERS:
+                fn = getattr(np, name)
+                setattr(np, name, _seeing_fn(getattr(fn, "lk_original", fn)))
+        _SEEING["count"] += 1
+
+
+def _stop_seeing():
+    with _SEEING["lock"]:
+        _SEEING["count"] -= 1
+        if _SEEING["count"] == 0:
+            for name in _CONVERTERS:
+                fn = getattr(np, name)
+                setattr(np, name, getattr(fn, "lk_original", fn))
 
 
 def _names(fn, n):
@@ -275,8 +335,15 @@ def mark_args(trace, fn, args, kwargs):
     names = _names(fn, len(args))
     new_args = tuple(walk(x, names[i]) for i, x in enumerate(args))
     new_kwargs = {k: walk(v, k) for k, v in kwargs.items()}
+    seeing = bool(trace.arg_views)
+    if seeing:
+        _start_seeing()
 
     def restore():
+        nonlocal seeing
+        if seeing:
+            seeing = False
+            _stop_seeing()
         for obj, key, old, new in reversed(swapped):
             try:
                 if obj[key] is new:
