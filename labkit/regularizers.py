@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
 from . import functions as F
 from . import roles as _roles
 from .autograd import Tensor, no_grad
 from .autograd.trace import host
 from .backend.random import Generator
+
+#: the name under which a model holds a WeightNoise's generator: this, then its role and seed
+NOISE_PREFIX = "_lk_noise_"
 
 
 def l2_norms(model, role=_roles.WEIGHT):
@@ -44,21 +49,29 @@ class WeightNoise:
     Inside a compiled step (``lk.compile``) each replay draws fresh noise, and the weights are
     noisy exactly inside the block, as in an eager call.
 
-    The noise generator is also the model's (a brick's generator, as a ``Dropout``'s is):
-    ``model.weight_noise`` (``model.weight_noise_<role>`` for another role than WEIGHT), so a
-    MainLoop's checkpoint saves its counter and a resumed run draws the noise the
-    uninterrupted one drew. Make the WeightNoise once, with the model, before loading a
-    checkpoint (one made at every step would start again from ``seed`` each time)."""
+    The noise generator is also the model's (a brick generator, as a ``Dropout``'s is), under
+    ``NOISE_PREFIX + "<role>_<seed>"`` (``model._lk_noise_weight_0``): a MainLoop's checkpoint
+    saves its counter, so a resumed run draws the noise the uninterrupted one drew. Two
+    WeightNoise of one role and seed on one model (made again in a notebook, or nested) share
+    it: one stream, saved once. Its draws are never batch-shaped (every rank of a
+    data-parallel run draws the same noise). Make the WeightNoise before loading a checkpoint."""
 
     def __init__(self, model, std, role=_roles.WEIGHT, seed=0):
         from .bricks import Brick
 
         self.model, self.std, self.role = model, std, role
-        self.generator = Generator(seed)
+        generator = Generator(seed)
         if isinstance(model, Brick):
-            name = "weight_noise" + ("" if role is _roles.WEIGHT
-                                     else "_" + role.name.lower().replace("-", "_"))
-            setattr(model, name, self.generator)
+            name = NOISE_PREFIX + re.sub(r"\W", "_", f"{role.name.lower()}_{generator.seed}")
+            held = model.__dict__.get(name)
+            if isinstance(held, Generator) and held.seed == generator.seed:
+                generator = held
+            elif held is not None:
+                raise ValueError(f"WeightNoise: {model.path}.{name} is taken by a "
+                                 f"{type(held).__name__}; rename that attribute")
+            else:
+                setattr(model, name, generator)
+        self.generator = generator
 
     def __enter__(self):
         self.saved = []
@@ -77,7 +90,8 @@ class WeightNoise:
             # NOTE: std and the generator read when it runs: a compiled step's replay draws
             # with those of its call (an annealed std was the traced call's)
             g = self.generator
-            noise = g.normal(shape, 0.0, self.std, dtype=dtype)
+            with g.unsharded():  # NOTE: a weight is not a batch: the same on every rank
+                noise = g.normal(shape, 0.0, self.std, dtype=dtype)
             if g.device != device:
                 from .backend import asarray
 

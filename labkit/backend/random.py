@@ -21,6 +21,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import reprlib
 import threading
 
@@ -128,6 +129,16 @@ class Generator:
                 raise ValueError(f"Generator.shard: expected (offset, rows, total) integers "
                                  f"with 0 <= offset and offset + rows <= total, got {value!r}")
         self._shard = value
+
+    @contextlib.contextmanager
+    def unsharded(self):
+        """Draws inside are never taken as batch-shaped (``shard``): noise on weights, which
+        every rank of a data-parallel run must draw alike."""
+        shard, self._shard = self._shard, None
+        try:
+            yield self
+        finally:
+            self._shard = shard
 
     # ---- state --------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -15,6 +15,7 @@ from ..backend.random import Generator
 from ..checkpoint import is_count
 from ..checkpoint._common import ROOM
 from ..errors import CheckpointError, LabkitError
+from ..regularizers import NOISE_PREFIX
 
 FORMAT = "labkit-mainloop"
 #: the loop state's version: 1 since the first labkit; a newer one is refused (upgrade labkit)
@@ -87,12 +88,21 @@ def load_loop_state(loop, state: dict) -> None:
         raise NotThisLoop(f"MainLoop.load_state_dict: the checkpoint has random generators "
                           f"{unknown} that this model lacks")
     missing = sorted(set(gens) - set(state["rng"]["bricks"]))
+    # NOTE: a WeightNoise generator (regularizers.py) a checkpoint of an older labkit lacks:
+    # that labkit restarted it from its seed at every resume, as this load does, with a warning
+    noise = [k for k in missing if k.rpartition(".")[2].startswith(NOISE_PREFIX)]
+    missing = [k for k in missing if k not in noise]
     if missing:
         # NOTE: loaded without them, their draws would restart and resume would not be exact
         raise NotThisLoop(f"MainLoop.load_state_dict: the checkpoint has no state for the "
                           f"model's random generators {missing}; it was saved by another "
                           "model (or damaged)")
     _check_optimizer_steps(loop, state)
+    if noise:
+        warnings.warn(f"MainLoop.load_state_dict: the checkpoint has no state for the "
+                      f"WeightNoise generators {noise} (saved by a labkit that did not save "
+                      "them): their noise starts again from its seed, so the resumed run draws "
+                      "other noise than the saved one would have", stacklevel=4)
     for name, ext in mine.items():
         if name in saved:
             try:
