@@ -89,6 +89,24 @@ def _consts(code, out) -> None:
             _add(out, c)
 
 
+def _labkit_consts(fn, out, depth=0, seen=None) -> None:
+    """Add the constants of labkit's own function ``fn``, and of labkit's functions it names
+    in its module, to ``out``: values labkit's code fixes (the keys of a model zoo
+    ``loss_fn``'s dict), which a step's results may hold (compile/stale.py). Its values are
+    not guarded: labkit reads or checks those itself (the module's doc)."""
+    seen = set() if seen is None else seen
+    code = getattr(fn, "__code__", None)
+    if (not isinstance(code, types.CodeType) or code in seen or depth > 3
+            or not os.path.abspath(code.co_filename).startswith(_PKG)):
+        return
+    seen.add(code)
+    _consts(code, out)
+    g = getattr(fn, "__globals__", None) or {}
+    for n in _names(code):
+        if isinstance(g.get(n), types.FunctionType):
+            _labkit_consts(g[n], out, depth + 1, seen)
+
+
 def _number(v):
     """A key of a number by its value, whatever its type (0.5 and np.float32(0.5)), or None."""
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)):
@@ -267,6 +285,7 @@ class Walk:
             return None
         code = fn.__code__
         if not _user_code(code):
+            _labkit_consts(fn, self.consts)
             return None
         names = _names(code)
         self.names |= names

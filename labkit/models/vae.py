@@ -24,8 +24,12 @@ DEFAULTS = {"latent": 16, "hidden": 256, "lr": 0.002, "epochs": 100, "batch_size
 
 
 def binarize(x):
-    """Digits features (N, 1, 8, 8) as float32 0/1, a pixel on when its intensity >= 8 of 16."""
-    return (np.asarray(x) >= 8).astype(np.float32)
+    """Digits features (N, 1, 8, 8) as float32 0/1, a pixel on when its intensity >= 8 of 16.
+    In a compiled step (``MainLoop(compile=True)``) a host function: each call's batch is
+    binarized again (NumPy code on it in the step was the traced calls' batches at every
+    replay)."""
+    return lk.compile.host(lambda a: (np.asarray(a) >= 8).astype(np.float32), x,
+                           name="vae.binarize")
 
 
 class VAE(B.Brick):
