@@ -27,21 +27,28 @@ pickles as one).
 While a step with NumPy arguments is traced, ``np.asarray``, ``np.array``,
 ``np.ascontiguousarray`` and ``np.asfortranarray`` give the step's code the marked view back
 for a marked array (itself where NumPy's result is a view of its layout, else the result
-marked), as ``x.view(np.ndarray)`` does: ``np.asarray(ids) != 0`` made a plain array before,
-and a mask all ones in the two traced calls was replayed for every batch. Labkit's and
-NumPy's own calls get plain arrays as before.
+marked; for a list or tuple of them, the result marked), as ``x.view(np.ndarray)`` does:
+``np.asarray(ids) != 0`` made a plain array before, and a mask all ones in the two traced
+calls was replayed for every batch. They keep NumPy's signatures and pickle as NumPy's;
+labkit's and NumPy's own calls get plain arrays as before, and a function the user put in
+their place stays (wrapped while tracing). NumPy's array printing (``np.array2string``,
+``repr``) reads values freely: a string for a log.
 
 Not seen (documented limits): those functions held before the trace (``from numpy import
-asarray``, a dict of them); shapes
+asarray``, a dict of them); what leaves NumPy's arrays (``x.tobytes()``, ``memoryview(x)``,
+``np.frombuffer``, pickling, ``torch.from_numpy``), record-array views and scalar
+constructors (``np.float32(x)`` of a 0-d argument); NumPy code run by another thread; shapes
 that follow values (``len(ids[ids != 0])``); formatting with f-strings or ``print`` (harmless:
-a log of the traced calls); other array types (masked arrays), tuple subclasses and
-namedtuples, and raw code on a Tensor argument's ``.data``.
+a log of the traced calls; ``np.savetxt`` and ``tolist()`` read values and are refused);
+other array types (masked arrays), tuple subclasses and namedtuples, and raw code on a
+Tensor argument's ``.data``.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import weakref
 
 import numpy as np
@@ -76,6 +83,21 @@ def _caller():
     return inside, at
 
 
+_ARRAYPRINT = os.path.join(_NUMPY, "_core", "arrayprint.py")
+
+
+def _formatting() -> bool:
+    """Whether NumPy's array printing (``np.array2string``, ``repr``) is reading: a string
+    for a log, harmless as ``print(x)`` is."""
+    f = sys._getframe(2)
+    while f is not None and (f.f_code.co_filename.startswith(_NUMPY)
+                             or f.f_code.co_filename == __file__):
+        if f.f_code.co_filename == _ARRAYPRINT:
+            return True
+        f = f.f_back
+    return False
+
+
 def _reading(name, what):
     """``np.ndarray``'s method ``name``, reading values into Python as ``what``: seen
     (``Marked._read``) before it runs."""
@@ -106,6 +128,8 @@ class Marked(np.ndarray):
         if trace is None:
             return
         inside, at = _caller()
+        if _formatting():
+            return  # NOTE: np.array2string(np.asarray(x)) in a log line, as print(x)
         # NOTE: labkit's own checks read an argument's values (labels in range), not an index
         # computed from it (t[:, :lengths.max()] bakes the traced call's bound)
         if inside and (id(self) in trace.arg_views or what != "an index"):
@@ -224,25 +248,51 @@ def _seen(a, r):
 #: traced calls was replayed for every batch). Code holding the function itself (``from
 #: numpy import asarray``, bound before) is not seen.
 _CONVERTERS = ("asarray", "array", "ascontiguousarray", "asfortranarray")
-_SEEING = {"count": 0, "lock": __import__("threading").Lock()}
+#: how many traces are seeing, and what the numpy module held before the first began
+_SEEING = {"count": 0, "lock": threading.Lock(), "held": {}}
 
 
-def _seeing_fn(fn):
-    def convert(a, *args, **kwargs):
-        r = fn(a, *args, **kwargs)
-        return _seen(a, r) if isinstance(a, Marked) else r
+def _marked_in(a):
+    """The marked array ``a`` is, or the first one a list or tuple ``a`` holds (the rows of a
+    batch given as a list: ``np.array(rows) != 0``), else None."""
+    if isinstance(a, Marked):
+        return a
+    if type(a) in (list, tuple):
+        return next((x for x in a if isinstance(x, Marked)), None)
+    return None
 
-    convert.__name__, convert.__doc__, convert.__wrapped__ = fn.__name__, fn.__doc__, fn
-    convert.lk_original = fn
+
+def _seeing_fn(fn, name):
+    """``fn`` (NumPy's ``name``, or what stood there) giving the step's code a marked result
+    for a marked array (``_seen``); every other call as it was, any signature."""
+    def convert(*args, **kwargs):
+        r = fn(*args, **kwargs)
+        first = args[0] if args else next(iter(kwargs.values()), None)
+        m = _marked_in(first)
+        if m is None:
+            return r
+        if m is not first:
+            return r if type(r) is not np.ndarray or m._live() is None or _caller()[0] \
+                else np.ndarray.view(r, type(m))
+        return _seen(m, r)
+
+    # NOTE: pickled as NumPy's own (pickle finds it under this name in numpy), as a
+    # multiprocessing pool sent np.asarray from another thread is
+    convert.__name__ = convert.__qualname__ = name
+    convert.__module__ = "numpy"
+    convert.__doc__ = getattr(fn, "__doc__", None)
+    convert.__wrapped__ = fn
+    convert.lk_seeing = True
     return convert
 
 
 def _start_seeing():
     with _SEEING["lock"]:
         if _SEEING["count"] == 0:
-            for name in _CONVERTERS:
-                fn = getattr(np, name)
-                setattr(np, name, _seeing_fn(getattr(fn, "lk_original", fn)))
+            held = {name: getattr(np, name) for name in _CONVERTERS}
+            _SEEING["held"] = held
+            for name, fn in held.items():
+                setattr(np, name, _seeing_fn(fn, name))
         _SEEING["count"] += 1
 
 
@@ -250,9 +300,11 @@ def _stop_seeing():
     with _SEEING["lock"]:
         _SEEING["count"] -= 1
         if _SEEING["count"] == 0:
-            for name in _CONVERTERS:
-                fn = getattr(np, name)
-                setattr(np, name, getattr(fn, "lk_original", fn))
+            for name, fn in _SEEING["held"].items():
+                # NOTE: what the user's code put there meanwhile (a mock) is left
+                if getattr(getattr(np, name, None), "lk_seeing", False) is True:
+                    setattr(np, name, fn)
+            _SEEING["held"] = {}
 
 
 def _names(fn, n):

@@ -86,3 +86,48 @@ def test_numpy_is_itself_again_after_the_trace(dev):
     for n, fn in funcs.items():
         assert getattr(np, n) is fn
     assert type(np.asarray(np.ones(2))) is np.ndarray
+
+
+def test_a_mask_computed_from_a_list_of_argument_rows_is_refused(dev):
+    """A batch given as a list of rows: np.array(rows) != 0 was the traced calls' mask."""
+    def f(x, rows):
+        mask = lk.tensor((np.array(rows) != 0).astype(np.float32), device=dev)
+        return (lk.tensor(x, device=dev) * mask).sum()
+
+    x, ids = _batches()[0]
+    with pytest.raises(CompileError, match="computed from rows"):
+        lk.compile(f)(x, list(ids))
+
+
+def test_numpy_keeps_its_signatures_and_pickles_while_a_step_is_traced(dev):
+    """Keywords (np.array(object=...)), pickling np.asarray (a multiprocessing pool sends
+    it), and printing an argument with NumPy's own formatting in a log line."""
+    import pickle
+
+    seen = []
+
+    def f(x):
+        seen.append((np.array(object=[1, 2]).tolist(), np.asarray(a=[3]).tolist(),
+                     pickle.loads(pickle.dumps(np.asarray)) is np.asarray,
+                     np.array2string(np.asarray(x))))
+        return lk.tensor(x, device=dev).sum()
+
+    x = np.full(3, 2.0, np.float32)
+    assert float(_host(lk.compile(f)(x).data)) == 6.0  # the first call, traced
+    assert seen == [([1, 2], [3], True, "[2. 2. 2.]")]
+
+
+def test_a_function_the_user_put_in_numpy_is_wrapped_and_left_in_place(dev):
+    """A spy on np.asarray (unittest.mock) sees the step's calls and stays where it was put;
+    NumPy's own comes back when it is removed."""
+    from unittest import mock
+
+    real = np.asarray
+
+    def f(x):
+        return lk.tensor(np.asarray(x), device=dev).sum()
+
+    with mock.patch.object(np, "asarray", wraps=np.asarray) as spy:
+        assert float(_host(lk.compile(f)(np.ones(3, np.float32)).data)) == 3.0
+        assert np.asarray is spy and spy.call_count >= 1
+    assert np.asarray is real
