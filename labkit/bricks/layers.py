@@ -156,7 +156,11 @@ class _Layers(list):
 def _changing(name):
     def method(self, *args, **kwargs):
         out = getattr(list, name)(self, *args, **kwargs)
-        self._owner._sync()
+        owner = self.__dict__.get("_owner")
+        # NOTE: not while copy.deepcopy rebuilds the list, before its Sequence has it (the
+        # copy's children are copied with it): deepcopy of any Sequence raised
+        if owner is not None and owner.__dict__.get("layers") is self:
+            owner._sync()
         return self if name in ("__iadd__", "__imul__") else out
     method.__name__ = name
     return method

@@ -140,6 +140,14 @@ class ndarray:
             raise TypeError("len() of unsized object")
         return self.shape[0]
 
+    def __copy__(self) -> ndarray:
+        # NOTE: as NumPy's: a copy of the elements (on the device), not a view; deepcopy of
+        # a model on cl (a target network) raised on the buffer
+        return self.copy()
+
+    def __deepcopy__(self, memo) -> ndarray:
+        return self.copy()
+
     def __repr__(self) -> str:
         body = np.array2string(self.get(), separator=", ", prefix="cl_array(")
         return f"cl_array({body}, dtype={self.dtype}, device='cl:{self.rt.info.index}')"
