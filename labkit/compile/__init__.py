@@ -397,7 +397,8 @@ class Compiled:
                 a for g in walk.guards if g.user and (a := g.again()) is not None]
             # NOTE: and the tensors it read as they were (frozen between the two traced calls:
             # traced again, where the comparison refused it as a step that differs)
-            trace.live_meta = tensor_states((x, a) for x, _, a in trace.live.values())
+            trace.live_meta = tensor_states((x, a) for x, _, a in trace.live.values()
+                                            if id(x) not in trace.created)
             trace.slim()
             self._first[key] = trace
             self._keep[key] = keep

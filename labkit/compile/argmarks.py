@@ -267,7 +267,7 @@ def _seeing_fn(fn, name):
     for a marked array (``_seen``); every other call as it was, any signature."""
     def convert(*args, **kwargs):
         r = fn(*args, **kwargs)
-        first = args[0] if args else next(iter(kwargs.values()), None)
+        first = args[0] if args else kwargs.get("a", kwargs.get("object"))
         m = _marked_in(first)
         if m is None:
             return r

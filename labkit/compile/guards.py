@@ -89,22 +89,24 @@ def _consts(code, out) -> None:
             _add(out, c)
 
 
-def _labkit_consts(fn, out, depth=0, seen=None) -> None:
-    """Add the constants of labkit's own function ``fn``, and of labkit's functions it names
-    in its module, to ``out``: values labkit's code fixes (the keys of a model zoo
-    ``loss_fn``'s dict), which a step's results may hold (compile/stale.py). Its values are
-    not guarded: labkit reads or checks those itself (the module's doc)."""
+def _labkit_keys(fn, out, depth=0, seen=None) -> None:
+    """Add the string constants of labkit's own function ``fn``, and of labkit's functions it
+    names in its module, to ``out``: names labkit's code fixes, which the keys of a step's
+    result dicts may be (a model zoo ``loss_fn``'s "accuracy"; compile/stale.py). Only keys:
+    a value such as ``False`` that labkit's code also holds is not made plain by it."""
     seen = set() if seen is None else seen
     code = getattr(fn, "__code__", None)
     if (not isinstance(code, types.CodeType) or code in seen or depth > 3
             or not os.path.abspath(code.co_filename).startswith(_PKG)):
         return
     seen.add(code)
-    _consts(code, out)
+    strings: set = set()
+    _consts(code, strings)
+    out.update(c for c in strings if c[0] is str)
     g = getattr(fn, "__globals__", None) or {}
     for n in _names(code):
         if isinstance(g.get(n), types.FunctionType):
-            _labkit_consts(g[n], out, depth + 1, seen)
+            _labkit_keys(g[n], out, depth + 1, seen)
 
 
 def _number(v):
@@ -249,6 +251,7 @@ class Walk:
     def __init__(self):
         self.guards: list[Guard] = []
         self.consts: set = set()
+        self.keys: set = set()  # NOTE: labkit's strings a result's dict keys may be
         self.names: set = set()
         self._seen: set = set()
         self._objects: list = []   # (object, how to name it, depth): attributes to guard
@@ -285,7 +288,7 @@ class Walk:
             return None
         code = fn.__code__
         if not _user_code(code):
-            _labkit_consts(fn, self.consts)
+            _labkit_keys(fn, self.keys)
             return None
         names = _names(code)
         self.names |= names

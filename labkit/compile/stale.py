@@ -42,7 +42,7 @@ def stale_results(out_tree, walk, values, pyvals):
             return None
         if kind == "dict":
             for k, x in body:
-                if (c := canon(k)) is not None and c not in ok:
+                if (c := canon(k)) is not None and c not in ok and c not in walk.keys:
                     return f"{where}, a key", k
                 if (r := visit(x, f"{where}[{k!r}]")) is not None:
                     return r

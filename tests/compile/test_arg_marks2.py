@@ -131,3 +131,19 @@ def test_a_function_the_user_put_in_numpy_is_wrapped_and_left_in_place(dev):
         assert float(_host(lk.compile(f)(np.ones(3, np.float32)).data)) == 3.0
         assert np.asarray is spy and spy.call_count >= 1
     assert np.asarray is real
+
+
+@pytest.mark.parametrize("call", ["asarray", "array"])
+def test_a_converter_given_the_argument_by_keyword_after_another_is_seen(dev, call):
+    """np.asarray(dtype=..., a=ids): the array is the one named a (object for np.array),
+    not the first keyword."""
+    conv = {"asarray": lambda ids: np.asarray(dtype=np.int64, a=ids),
+            "array": lambda ids: np.array(dtype=np.int64, object=ids)}[call]
+
+    def f(x, ids):
+        mask = lk.tensor((conv(ids) != 0).astype(np.float32), device=dev)
+        return (lk.tensor(x, device=dev) * mask).sum()
+
+    x, ids = _batches()[0]
+    with pytest.raises(CompileError, match="computed from ids"):
+        lk.compile(f)(x, ids)

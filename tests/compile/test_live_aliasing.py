@@ -77,3 +77,33 @@ def test_parameters_that_share_an_array_or_stop_sharing_it_between_calls(dev, ch
         assert got == want, i
         for a, b in zip(_state(A, B), _state(Ae, Be)):
             assert np.array_equal(a, b), i
+
+
+def test_a_tensor_made_in_the_step_on_a_parameter_is_not_guarded(dev):
+    """A mean-teacher step reads ema.detach() (a new tensor on ema's array at each call) and
+    replaces ema.data: the detached tensor of the traced call is not a tensor the next call
+    reads, so the step replays (it was traced at every call, as 'on one array when traced,
+    two now')."""
+    def model():
+        A = lk.tensor(np.ones((3,), np.float32), device=dev, requires_grad=True)
+        ema = lk.tensor(np.zeros((3,), np.float32), device=dev)
+        opt = lk.optimizers.SGD(lr=0.1).setup({"A": A})
+
+        def step(x):
+            loss = F.sum((A * x - 1.0) ** 2) + F.sum((A - ema.detach()) ** 2)
+            opt.zero_grad()
+            loss.backward()
+            opt.update()
+            with lk.no_grad():
+                ema.data = (ema * 0.9 + A * 0.1).data
+            return loss
+        return step, A, ema
+
+    eager, Ae, Ee = model()
+    step, A, E = model()
+    c = lk.compile(step)
+    x = _x(dev)
+    for _ in range(6):
+        assert float(c(x).item()) == float(eager(x).item())
+        assert np.array_equal(_host(E.data), _host(Ee.data))
+    assert c.stats["traces"] == 2 and c.stats["replays"] == 4

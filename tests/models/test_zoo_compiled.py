@@ -34,3 +34,27 @@ def test_a_zoo_loss_fn_compiles_on_cl(mod):
     eager, comp = _run(mod, "cl", False), _run(mod, "cl", True)
     assert comp.compiled.stats["replays"] == 3
     assert [r["loss"] for r in comp.log.rows] == [r["loss"] for r in eager.log.rows]
+
+
+def test_a_python_value_equal_to_a_constant_of_labkit_is_still_refused(dev):
+    """Labkit's strings make a result's dict keys plain, not its values: a flag from the
+    optimizer's state (False in both traced calls, as constants of the loss function labkit
+    runs are) would be returned unchanged by every replay."""
+    import labkit as lk
+    from labkit.errors import CompileError
+    from labkit.functions import softmax_cross_entropy
+
+    W = lk.tensor(np.full((4, 3), 0.1, np.float32), device=dev, requires_grad=True)
+    opt = lk.optimizers.SGD(lr=0.1).setup({"W": W})
+
+    def step(x, t):
+        loss = softmax_cross_entropy(x @ W, t)
+        opt.zero_grad()
+        loss.backward()
+        opt.update()
+        return {"loss": loss, "warm": opt.state_dict()["t"] > 3}
+
+    x = lk.tensor(np.ones((2, 4), np.float32), device=dev)
+    with pytest.raises(CompileError, match=r"returns the Python bool False \(in the "
+                                           r"result\['warm'\]\)"):
+        lk.compile(step)(x, np.array([0, 2]))
