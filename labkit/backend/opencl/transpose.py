@@ -24,15 +24,30 @@ __kernel void lk_transpose_rows(const int K, const int N, __global const T* b, c
     const long z = get_global_id(2);
     if (k0 >= K || n0 >= N) return;
     const int kk = min(TILE, K - k0), nn = min(TILE, N - n0);
-    T tile[TILE][TILE];
     __global const T* src = b + b_o + z * sbb + k0 + (long)n0 * sbn;
+    __global T* dst = out + (z * K + k0) * (long)N + n0;
+#if VEC
+    // a whole float tile whose columns and rows are 64-byte aligned: 16 vector loads, the
+    // transpose in registers, 16 vector stores (a (1024, 512) matrix 173 -> 119 us on PoCL)
+    if (kk == TILE && nn == TILE && ((size_t)src | (size_t)dst) % 64 == 0
+            && (sbn | N) % 16 == 0) {
+        float16 r[16];
+        for (int j = 0; j < 16; ++j) r[j] = *(__global const float16*)(src + (long)j * sbn);
+        ROWS
+        return;
+    }
+#endif
+    T tile[TILE][TILE];
     for (int j = 0; j < nn; ++j)
         for (int i = 0; i < kk; ++i) tile[j][i] = src[(long)j * sbn + i];
-    __global T* dst = out + (z * K + k0) * (long)N + n0;
     for (int i = 0; i < kk; ++i)
         for (int j = 0; j < nn; ++j) dst[(long)i * N + j] = tile[j][i];
 }
 """
+#: ``ROWS`` of the float kernel's vector path: row i of the tile from lane i of each column
+_ROWS = " ".join(
+    f"*(__global float16*)(dst + {i} * (long)N) = (float16)("
+    + ", ".join(f"r[{j}].s{i:x}" for j in range(16)) + ");" for i in range(16)) + "\n"
 
 
 def transpose_rows(rt, dt, nb, K, N, B):
@@ -41,7 +56,9 @@ def transpose_rows(rt, dt, nb, K, N, B):
     b, b_o, _, sbn, sbb = B
 
     def make():
-        src = header(rt, (ct,), {"T": ct}, what="matmul") + _TRANSPOSE_SRC
+        vec = int(ct == "float" and rt.info.is_cpu)
+        src = (header(rt, (ct,), {"T": ct, "VEC": vec}, what="matmul") + "#define ROWS "
+               + _ROWS + _TRANSPOSE_SRC)
         i4, i8 = np.int32, np.int64
         return kernels(rt, src, {"lk_transpose_rows": [i4, i4, None, i8, i8, i8, None]},
                        name=f"transpose_rows ({ct})").lk_transpose_rows
