@@ -106,9 +106,10 @@ from .guards import (
     python_guards,
 )
 from .hooks import Watch, watching
-from .program import Program, depends_failure, states_failure, tensor_states
+from .program import Program, depends_failure
 from .scan import scan
 from .stale import refuse_stale, stale_results
+from .states import states_failure, tensor_states
 from .trace import Tracer, compare
 from .writes import refuse_changed_consts
 

@@ -27,6 +27,7 @@ from ..autograd.tensor import Tensor
 from ..backend import opencl
 from ..backend.random import Generator
 from ..errors import CompileError
+from .rngs import rng_of
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIBS = tuple({os.path.abspath(p) for k in ("stdlib", "platstdlib", "purelib", "platlib")
@@ -489,42 +490,6 @@ def _brick_methods(walk, brick, depth):
                 walk._guarded.add((id(b), n))
                 walk.walk(types.MethodType(f, b), depth + 1)
         stack.extend(getattr(b, "_children", {}).values())
-
-
-def rng_of(v):
-    """The Python or NumPy random generator ``v`` is, or is a method of (``random.random``,
-    ``np.random.rand``: of the module's hidden one), else None."""
-    import random
-
-    kinds = (random.Random, np.random.RandomState, np.random.Generator)
-    if isinstance(v, kinds):
-        return v
-    try:
-        s = getattr(v, "__self__", None)
-    except Exception:  # noqa: BLE001 - an object whose __getattr__ raises
-        return None
-    return s if isinstance(s, kinds) else None
-
-
-def rng_state(r):
-    """A comparable state of a generator ``rng_of`` gives."""
-    import random
-
-    if isinstance(r, random.Random):
-        return r.getstate()
-    if isinstance(r, np.random.RandomState):
-        s = r.get_state()
-        return (s[1].tobytes(), *s[2:])
-    return repr(r.bit_generator.state)
-
-
-def refuse_draw(label, fn_name):
-    raise CompileError(
-        f"lk.compile: {fn_name} draws random numbers from {label} outside lk.compile.host: "
-        "they are drawn once, when the step is traced, and a replay would reuse them (a "
-        "branch taken at random would always go the same way). Draw them inside "
-        "lk.compile.host(fn, ...), which a replay calls again, use labkit's random "
-        "numbers (F.dropout, an lk.Generator), or pass them in as arguments")
 
 
 def _name_of(obj):

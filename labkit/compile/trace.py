@@ -23,7 +23,7 @@ from ..autograd.tensor import Tensor
 from ..backend import opencl
 from ..errors import CompileError
 from .argmarks import check_raw, same_as_arg, unmark, unmark_op
-from .guards import refuse_draw, rng_state
+from .rngs import refuse_draw, rng_state
 from .writes import record_writes, refuse_changed_made
 
 _ARRAYS = (np.ndarray, opencl.ndarray)

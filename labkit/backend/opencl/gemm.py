@@ -22,7 +22,7 @@ from ..._fs import atomic_write
 from ...config import SETTINGS, kernel_cache_dir
 from ...config import get as setting
 from ...errors import KernelBuildError, ShapeError
-from .core import add, asarray, assign, maximum, result_type
+from .core import asarray, assign, result_type
 from .gemm_paths import (
     _DOT_MAX_OUT,
     _DOT_MIN_K,
@@ -31,13 +31,16 @@ from .gemm_paths import (
     _EPI_ARGS,
     _GEMV_MIN_K,
     _SGD_ARGS,
+    _batch_strides,
     _dot_program,
     _epi_args,
     _epi_defs,
+    _epilogue_after,
     _finish,
     _gemm_dot,
     _gemv,
     _gemv_ok,
+    _matrices,
     _outer,
     _pack_panels,
     _sgd,
@@ -421,18 +424,6 @@ def _gemm_split(rt, dt, S, M, N, K, a, b, c, epi=None):
     _finish(rt, _dot_program(rt, dt, edefs), parts.shape[0], M, N, parts, c, eargs)
 
 
-def _batch_strides(x, batch_shape, op):
-    """One stride for the (broadcast) batch dims of x, or None if they do not collapse."""
-    st = broadcast_strides(x.shape[:-2], x._st[:-2], batch_shape, op)
-    dims = [(d, s) for d, s in zip(batch_shape, st) if d != 1]
-    if not dims:
-        return 0
-    for (_, s0), (d1, s1) in zip(dims, dims[1:]):
-        if s0 != s1 * d1:
-            return None
-    return dims[-1][1]
-
-
 def path(rt, dt, nb, M, N, K, a, b) -> str:
     """Which kernels ``a @ b`` runs: ``"dot"`` (dot products over slices of K), ``"gemv"``,
     ``"split"`` (slices of K as a batch) or ``"gemm"``. Each element of ``"gemm"`` is summed
@@ -464,23 +455,6 @@ def _product(rt, dt, nb, M, N, K, a, b, sa, sb, c, epi=None):
     else:
         _gemm(rt, dt, nb, M, N, K, (a, a.offset, a._st[-2], a._st[-1], sa),
               (b, b.offset, b._st[-2], b._st[-1], sb), (c, 0, N, 1, M * N), epi=epi)
-
-
-def _epilogue_after(c, epi):
-    """The epilogue as separate ops on a finished ``c`` (..., M, N): the same roundings."""
-    bias, off, sbi, sbj, act = epi
-    if bias is not None:
-        add(c, bias._view(c.shape[-2:], (sbi, sbj), off), out=c)
-    if act:
-        maximum(c, 0, out=c)
-
-
-def _matrices(op, a, b):
-    """``(M, K, N)`` of a 2-D ``a`` (M, K) and ``b`` (K, N), or a ShapeError naming ``op``."""
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise ShapeError(f"{op}: needs a (M, K) and b (K, N), got a.shape={a.shape}, "
-                         f"b.shape={b.shape}")
-    return a.shape[0], a.shape[1], b.shape[1]
 
 
 def linear(a, b, bias=None, axis=1, relu=False) -> ndarray:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .core import assign
+from ...errors import ShapeError
+from .core import add, assign, maximum
 from .elementwise import VECTOR_WIDTH
 from .ndarray import CTYPES, ndarray
 from .program import header, kernels, source
+from .shapes import broadcast_strides
 
 _EPI_ARGS = [None, np.int64, np.int64, np.int64]  # bias, its offset, row and column strides
 
@@ -285,3 +287,32 @@ def _outer(rt, ct, nb, M, N, A, B, C, epi) -> bool:
         kernel(rt.queue, (-(-N // ow), M, nb), None, N, a.data, a_o, sam, sab,
                b.data, b_o, sbn, sbb, c.data, c_o, scm, scn, scb, *_epi_args(epi))
     return True
+
+
+def _batch_strides(x, batch_shape, op):
+    """One stride for the (broadcast) batch dims of x, or None if they do not collapse."""
+    st = broadcast_strides(x.shape[:-2], x._st[:-2], batch_shape, op)
+    dims = [(d, s) for d, s in zip(batch_shape, st) if d != 1]
+    if not dims:
+        return 0
+    for (_, s0), (d1, s1) in zip(dims, dims[1:]):
+        if s0 != s1 * d1:
+            return None
+    return dims[-1][1]
+
+
+def _epilogue_after(c, epi):
+    """The epilogue as separate ops on a finished ``c`` (..., M, N): the same roundings."""
+    bias, off, sbi, sbj, act = epi
+    if bias is not None:
+        add(c, bias._view(c.shape[-2:], (sbi, sbj), off), out=c)
+    if act:
+        maximum(c, 0, out=c)
+
+
+def _matrices(op, a, b):
+    """``(M, K, N)`` of a 2-D ``a`` (M, K) and ``b`` (K, N), or a ShapeError naming ``op``."""
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ShapeError(f"{op}: needs a (M, K) and b (K, N), got a.shape={a.shape}, "
+                         f"b.shape={b.shape}")
+    return a.shape[0], a.shape[1], b.shape[1]
