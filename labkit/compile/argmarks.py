@@ -83,7 +83,8 @@ def _caller():
     return inside, at
 
 
-_ARRAYPRINT = os.path.join(_NUMPY, "_core", "arrayprint.py")
+#: NumPy's array printing (numpy/_core from NumPy 2, numpy/core before)
+_ARRAYPRINT = frozenset(os.path.join(_NUMPY, d, "arrayprint.py") for d in ("_core", "core"))
 
 
 def _formatting() -> bool:
@@ -92,7 +93,7 @@ def _formatting() -> bool:
     f = sys._getframe(2)
     while f is not None and (f.f_code.co_filename.startswith(_NUMPY)
                              or f.f_code.co_filename == __file__):
-        if f.f_code.co_filename == _ARRAYPRINT:
+        if f.f_code.co_filename in _ARRAYPRINT:
             return True
         f = f.f_back
     return False

@@ -31,7 +31,14 @@ def test_a_transposed_a_gives_the_bits_it_gave_read_through_its_strides(mkn, mon
     rng = np.random.default_rng(1)
     dz = cp.asarray(rng.standard_normal((K, M)).astype(np.float32))
     b = cp.asarray(rng.standard_normal((K, N)).astype(np.float32))
+    calls, real = [], gemm._transpose_rows
+    monkeypatch.setattr(gemm, "_transpose_rows", lambda *a: calls.append(a[2:4]) or real(*a))
     made = cp.matmul(dz.T, b).get()
+    vn, vw = gemm.config(dz.rt, "float", (M, N, K))[1:]
+    # NOTE: A is made row-major where it has three panels of columns or more
+    assert ((1, M) in calls) == (N >= 3 * vn * vw), (calls, vn, vw)
+    if N >= 600:
+        assert (1, M) in calls  # the MLP's weight gradient takes the path on any blocking
     monkeypatch.setattr(gemm, "A_TRANSPOSE_MIN", 1 << 62)  # read through its strides
     strided = cp.matmul(dz.T, b).get()
     assert made.tobytes() == strided.tobytes()
