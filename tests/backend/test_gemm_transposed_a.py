@@ -43,3 +43,16 @@ def test_a_transposed_a_gives_the_bits_it_gave_read_through_its_strides(mkn, mon
     strided = cp.matmul(dz.T, b).get()
     assert made.tobytes() == strided.tobytes()
     np.testing.assert_allclose(made, dz.get().T @ b.get(), rtol=2e-4, atol=2e-4)
+
+
+def test_a_batch_of_transposes_of_one_matrix():
+    """64 transposes of one broadcast matrix in one launch (a convolution's batched product:
+    B's batch stride 0): each is NumPy's (a second private tile per work-item crashed PoCL's
+    worker thread here)."""
+    from labkit.backend.opencl.transpose import transpose_rows
+
+    h = np.random.default_rng(3).standard_normal((64, 512)).astype(np.float32)
+    b = cp.asarray(h).T  # (512, 64), columns contiguous
+    out = transpose_rows(b.rt, b.dtype, 64, 512, 64, (b, b.offset, 1, b._st[1], 0))[0]
+    got = out.get().reshape(64, 512, 64)
+    assert all(got[z].tobytes() == np.ascontiguousarray(h.T).tobytes() for z in range(64))

@@ -32,16 +32,17 @@ __kernel void lk_transpose_rows(const int K, const int N, __global const T* b, c
     if (kk == TILE && nn == TILE && ((size_t)src | (size_t)dst) % 64 == 0
             && (sbn | N) % 16 == 0) {
         float16 r[16];
+#pragma unroll
         for (int j = 0; j < 16; ++j) r[j] = *(__global const float16*)(src + (long)j * sbn);
         ROWS
         return;
     }
 #endif
-    T tile[TILE][TILE];
-    for (int j = 0; j < nn; ++j)
-        for (int i = 0; i < kk; ++i) tile[j][i] = src[(long)j * sbn + i];
+    // NOTE: element by element within the tile, no private copy of it: PoCL may keep one per
+    // work-item of a group, and a second 1 KB array overran a worker thread's stack (a batch
+    // of 64 transposes)
     for (int i = 0; i < kk; ++i)
-        for (int j = 0; j < nn; ++j) dst[(long)i * N + j] = tile[j][i];
+        for (int j = 0; j < nn; ++j) dst[(long)i * N + j] = src[(long)j * sbn + i];
 }
 """
 #: ``ROWS`` of the float kernel's vector path: row i of the tile from lane i of each column
