@@ -35,6 +35,9 @@ _LIBS = tuple({os.path.abspath(p) for k in ("stdlib", "platstdlib", "purelib", "
 _MISSING = object()
 #: at most this many elements in a list, tuple or dict compared by value
 _SMALL = 64
+#: how far the walk follows calls and objects from the step (step -> model -> its forward
+#: -> a helper -> a config object is 5)
+DEPTH = 8
 
 
 def canon(v, depth=0):
@@ -263,7 +266,7 @@ class Walk:
     def walk(self, fn, depth=0):
         seen = ((id(fn.__func__), id(fn.__self__)) if isinstance(fn, types.MethodType)
                 else id(fn))
-        if depth > 4 or seen in self._seen:
+        if depth > DEPTH or seen in self._seen:
             return
         self._seen.add(seen)
         from . import Compiled
@@ -271,6 +274,12 @@ class Walk:
         if isinstance(fn, Compiled):
             return self.walk(fn.fn, depth + 1)
         if isinstance(fn, functools.partial):
+            # NOTE: its keywords are a dict the user may change in place (p.keywords["s"] = 5)
+            what = f"functools.partial({getattr(fn.func, '__name__', 'a function')}, ...)"
+            for k, v in sorted(fn.keywords.items()):
+                self._value(v, "g", fn.keywords, k, True, f"the keyword {k} of {what}", depth)
+            for i, v in enumerate(fn.args):
+                self._value(v, "i", fn.args, i, True, f"argument {i} of {what}", depth)
             return self.walk(fn.func, depth + 1)
         if isinstance(fn, types.MethodType):
             f = fn.__func__
@@ -352,12 +361,16 @@ class Walk:
         else:
             self.objects([v], depth + 1)
             self._items(v, label, depth)
+            if callable(v) and not isinstance(v, type):
+                # NOTE: an object the step may call (a loss object): its __call__ is the
+                # user's code, whose reads (self.temp) are checked as a method's are
+                self.walk(v, depth + 1)
 
     def _items(self, v, label, depth):
         """A small container's items in turn: CFG["c"].scale, hooks in a list, an rng."""
         from . import Compiled
 
-        if type(v) not in (list, tuple, dict) or len(v) > _SMALL or depth > 4:
+        if type(v) not in (list, tuple, dict) or len(v) > _SMALL or depth > DEPTH:
             return
         for k, x in (v.items() if type(v) is dict else enumerate(v)):
             if isinstance(x, (types.FunctionType, types.MethodType, functools.partial,
@@ -380,7 +393,7 @@ class Walk:
         or generators, whose values a replay reads or labkit checks."""
         from ..bricks.base import Brick
 
-        if depth > 4 or isinstance(obj, (Tensor, np.ndarray, opencl.ndarray, Generator)):
+        if depth > DEPTH or isinstance(obj, (Tensor, np.ndarray, opencl.ndarray, Generator)):
             return
         brick = isinstance(obj, Brick)
         if brick:
