@@ -100,12 +100,12 @@ from ..errors import CompileError
 from .argmarks import mark_args, unmarked
 from .guards import (
     check_unchanged,
-    drop_host_only,
     first_failure,
     hook_guards,
     python_guards,
 )
 from .hooks import Watch, watching
+from .hostcode import drop_host_only
 from .program import Program, depends_failure
 from .scan import scan
 from .stale import refuse_stale, stale_results
@@ -377,7 +377,7 @@ class Compiled:
         hook_guards(walk, [x for src in trace.sources.values() if src.kind in ("ext", "live")
                            for x in (src.tensors or [src.tensor])
                            if x is not None])
-        drop_host_only(walk, tracer.host_codes)
+        drop_host_only(walk, tracer.host_codes, tracer.host_objects)
         first = self._first.pop(key, None)
         if first is not None:  # NOTE: the difference between two calls says more
             _ran(compare, first, trace, self.__name__)

@@ -15,7 +15,6 @@ labkit itself, and are not guarded here.
 from __future__ import annotations
 
 import collections
-import dis
 import functools
 import os
 import sysconfig
@@ -36,8 +35,9 @@ _MISSING = object()
 #: at most this many elements in a list, tuple or dict compared by value
 _SMALL = 64
 #: how far the walk follows calls and objects from the step (step -> model -> its forward
-#: -> a helper -> a config object is 5)
-DEPTH = 8
+#: -> a helper -> a config object is 4: a method and its function are one step; 8 walked
+#: whole trees of objects a step names, 45 s to trace a tree of 37,000 nodes)
+DEPTH = 4
 
 
 def canon(v, depth=0):
@@ -259,6 +259,7 @@ class Walk:
         self.names: set = set()
         self._seen: set = set()
         self._objects: list = []   # (object, how to name it, depth): attributes to guard
+        self._object_ids: dict = {}  # id -> object, of those in _objects
         self._guarded: set = set()  # (id(object), name) done
         self.rngs: list = []        # (Python's or NumPy's random generator, how to name it)
         self.codes: list = []       # the code of the user's functions walked
@@ -287,7 +288,7 @@ class Walk:
             # the step itself (MainLoop's, whose loss_fn is the user's)
             if isinstance(f, types.FunctionType) and (depth == 0 or _user_code(f.__code__)):
                 self.names |= _names(f.__code__)
-                self.walk(f, depth + 1)
+                self.walk(f, depth)  # NOTE: the method and its function: one step
                 self.objects([fn.__self__], depth + 1)
             return None
         if not isinstance(fn, types.FunctionType):
@@ -325,7 +326,8 @@ class Walk:
     def objects(self, objs, depth=1):
         """Guard the attributes the step's code names of ``objs`` too (its arguments)."""
         for obj in objs:
-            if all(o is not obj for o, _, _ in self._objects):
+            if id(obj) not in self._object_ids:
+                self._object_ids[id(obj)] = obj  # NOTE: held: an id is never another's
                 self._objects.append((obj, _name_of(obj), depth))
 
     def finish(self):
@@ -537,37 +539,6 @@ def python_guards(fn, objects=()) -> Walk:
     w.walk(fn)
     w.objects(objects)
     return w.finish()
-
-
-#: instructions that read or write a global or closure variable by name (not LOAD_CLOSURE,
-#: which only hands a cell to a nested function)
-_BY_NAME = {"LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF", "STORE_GLOBAL",
-            "STORE_DEREF", "DELETE_GLOBAL", "DELETE_DEREF"}
-
-
-def _read_names(code, skip) -> set:
-    """The global and closure names ``code`` and the code nested in it (but not in ``skip``)
-    use."""
-    if code in skip:
-        return set()
-    out = {i.argval for i in dis.get_instructions(code) if i.opname in _BY_NAME}
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            out |= _read_names(c, skip)
-    return out
-
-
-def drop_host_only(walk, host_codes) -> None:
-    """Unguard the globals and closure values that only code run through ``host`` uses: a
-    replay runs that code again (``lk.compile.host(lambda a: seen.append(a.sum()), x,
-    effect=True)``), so what it changes is changed at every call, as in an eager one."""
-    if not host_codes:
-        return
-    inside = set().union(*(_read_names(c, set()) for c in host_codes))
-    outside = set().union(*(_read_names(c, host_codes) for c in walk.codes))
-    only = inside - outside
-    walk.guards = [g for g in walk.guards
-                   if not (g.user and g.kind in ("g", "c") and g.name in only)]
 
 
 def _grown(g):

@@ -23,6 +23,7 @@ from ..autograd.tensor import Tensor
 from ..backend import opencl
 from ..errors import CompileError
 from .argmarks import check_raw, same_as_arg, unmark, unmark_op
+from .hostcode import host_codes_of
 from .rngs import refuse_draw, rng_state
 from .writes import record_writes, refuse_changed_made
 
@@ -319,6 +320,7 @@ class Tracer:
         self.rngs = [(r, label, rng_state(r)) for r, label in rngs]
         #: the code of the functions run through ``host``: a replay runs them again
         self.host_codes: set = set()
+        self.host_objects: dict = {}  # id -> an object called as a host function
 
     def _drawn(self, refresh=False):
         """Refuse a draw from one of ``rngs`` since the last look (outside a host call)."""
@@ -383,9 +385,7 @@ class Tracer:
 
     def host(self, fn, arrays, effect, name, mutates=()):
         t = self.t
-        code = getattr(fn, "__code__", None)
-        if code is not None:
-            self.host_codes.add(code)
+        self.host_codes.update(host_codes_of(fn, self.host_objects))
         t.mutated.update(id(a) for a in unmark(t, mutates))
         arrays = unmark(t, arrays)  # NOTE: fn runs on the arguments, not their marked views
         ins = [t.slot_of(a) for a in arrays]
