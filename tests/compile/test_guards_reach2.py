@@ -115,6 +115,26 @@ class Logger:
         self.rows.append(float(loss))
 
 
+def _logged(dev, compiled, how, X, Y):
+    lk.bricks.set_seed(0)
+    model = B.MLP([8, 16, 3]).to(dev)
+    opt = lk.optimizers.SGD(lr=0.1).setup(model)
+    log = Logger()
+    fn = log if how == "object" else log.__call__
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.softmax_cross_entropy(model(lk.tensor(x, device=dev)), y)
+        loss.backward()
+        opt.update()
+        lk.compile.host(fn, loss.data, effect=True)
+        return loss
+    f = lk.compile(step) if compiled else step
+    for x, y in zip(X, Y):
+        f(x, y)
+    return log, f
+
+
 @pytest.mark.parametrize("how", ["object", "bound __call__"])
 def test_an_object_run_as_a_host_function_may_change_itself(dev, how):
     """The recommended place for a side effect: what the logger object changes is changed at
@@ -122,26 +142,8 @@ def test_an_object_run_as_a_host_function_may_change_itself(dev, how):
     rng = np.random.default_rng(0)
     X = [rng.standard_normal((16, 8)).astype(np.float32) for _ in range(6)]
     Y = [rng.integers(0, 3, 16) for _ in range(6)]
-    runs = []
-    for compiled in (False, True):
-        lk.bricks.set_seed(0)
-        model = B.MLP([8, 16, 3]).to(dev)
-        opt = lk.optimizers.SGD(lr=0.1).setup(model)
-        log = Logger()
-        fn = log if how == "object" else log.__call__
-
-        def step(x, y):
-            opt.zero_grad()
-            loss = F.softmax_cross_entropy(model(lk.tensor(x, device=dev)), y)
-            loss.backward()
-            opt.update()
-            lk.compile.host(fn, loss.data, effect=True)
-            return loss
-        f = lk.compile(step) if compiled else step
-        for x, y in zip(X, Y):
-            f(x, y)
-        runs.append((log, f))
-    (want, _), (got, f) = runs
+    want, _ = _logged(dev, False, how, X, Y)
+    got, f = _logged(dev, True, how, X, Y)
     assert got.rows == want.rows and got.calls == want.calls == 6
     assert f.stats["replays"] == 4, f.stats
 
