@@ -387,6 +387,8 @@ class Walk:
             elif not self._rng(x, f"an item of {label}"):
                 self.objects([x], depth + 1)
                 self._items(x, label, depth + 1)
+                if callable(x) and not isinstance(x, type):
+                    self.walk(x, depth + 1)  # NOTE: losses[0](...): its __call__
 
     def _attrs(self, obj, what, depth):
         """Guards on the attributes of ``obj`` the code names: a module's and a class's
@@ -439,8 +441,9 @@ class Walk:
                         self.walk(v, depth + 1)
                     elif isinstance(v, types.ModuleType):  # np.random
                         self.objects([v], depth + 1)
-                    else:
-                        self._rng(v, f"{what}.{n}")
+                    elif not self._rng(v, f"{what}.{n}") and callable(v) and user:
+                        # NOTE: an object of the user's called there (Cfg.loss(...))
+                        self._value(v, "a", obj, n, user, f"{what}.{n}", depth)
                 else:
                     self._value(v, "a", obj, n, user, f"{what}.{n}", depth)
             elif isinstance(obj, (type, types.ModuleType)):
@@ -538,6 +541,9 @@ def python_guards(fn, objects=()) -> Walk:
     w = Walk()
     w.walk(fn)
     w.objects(objects)
+    for o in objects:  # NOTE: a loss object passed in and called: its __call__ reads it
+        if callable(o) and not isinstance(o, type):
+            w.walk(o, 1)
     return w.finish()
 
 

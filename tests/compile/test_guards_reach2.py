@@ -169,3 +169,46 @@ def test_a_tree_of_objects_in_the_closure_is_not_walked_whole():
     assert len(p.pyguards) < 500, len(p.pyguards)
     tree.scale = 2.0
     assert float(f(np.ones(2, np.float32)).data[0]) == 8.0
+
+
+class Holder:
+    loss = None
+
+
+def _held_run(dev, compiled, how, X, Y):
+    lk.bricks.set_seed(0)
+    model = B.MLP([8, 16, 3]).to(dev)
+    opt = lk.optimizers.SGD(lr=0.1).setup(model)
+    crit = TempLoss(1.0)
+    losses, table = [crit], {"ce": crit}
+    Holder.loss = crit
+
+    def step(x, y, c=None):
+        opt.zero_grad()
+        logits = model(lk.tensor(x, device=dev))
+        loss = {"list": lambda: losses[0](logits, y), "dict": lambda: table["ce"](logits, y),
+                "class attribute": lambda: Holder.loss(logits, y),
+                "argument": lambda: c(logits, y)}[how]()
+        loss.backward()
+        opt.update()
+        return loss
+    f = lk.compile(step) if compiled else step
+    out = []
+    for i, (x, y) in enumerate(zip(X, Y)):
+        if i == 3:
+            crit.tau = 4.0
+        out.append(float(f(x, y, crit).item()))
+    return out, f
+
+
+@pytest.mark.parametrize("how", ["list", "dict", "class attribute", "argument"])
+def test_a_loss_object_held_elsewhere_is_checked(dev, how):
+    """A loss object in a list or dict the step indexes, a class attribute, or passed as an
+    argument: its __call__'s settings are checked as where it is called directly."""
+    rng = np.random.default_rng(0)
+    X = [rng.standard_normal((16, 8)).astype(np.float32) for _ in range(6)]
+    Y = [rng.integers(0, 3, 16) for _ in range(6)]
+    want, _ = _held_run(dev, False, how, X, Y)
+    got, f = _held_run(dev, True, how, X, Y)
+    assert got == want
+    assert f.stats["retraces"] == 1, f.stats
