@@ -278,11 +278,11 @@ class Generator:
     def permutation(self, n: int) -> np.ndarray:
         """A permutation of ``range(n)`` as a NumPy int64 array (the same on every device)."""
         dev, self.device = self.device, Device("cpu")
-        shard, self._shard = self._shard, None  # NOTE: never batch-shaped
         try:
-            keys = self.bits((2 * n,))
+            with self.unsharded():  # NOTE: never batch-shaped
+                keys = self.bits((2 * n,))
         finally:
-            self.device, self._shard = dev, shard
+            self.device = dev
         k = (keys[0::2].astype(np.uint64) << np.uint64(32)) | keys[1::2].astype(np.uint64)
         return np.argsort(k, kind="stable").astype(np.int64)
 

@@ -109,7 +109,7 @@ from .hostcode import drop_host_only
 from .program import Program, depends_failure
 from .scan import scan
 from .stale import refuse_stale, stale_results
-from .states import states_failure, tensor_states
+from .states import live_states, states_failure
 from .trace import Tracer, compare
 from .writes import refuse_changed_consts
 
@@ -398,8 +398,7 @@ class Compiled:
                 a for g in walk.guards if g.user and (a := g.again()) is not None]
             # NOTE: and the tensors it read as they were (frozen between the two traced calls:
             # traced again, where the comparison refused it as a step that differs)
-            trace.live_meta = tensor_states((x, a) for x, _, a in trace.live.values()
-                                            if id(x) not in trace.created)
+            trace.live_meta = live_states(trace)
             trace.slim()
             self._first[key] = trace
             self._keep[key] = keep

@@ -268,14 +268,9 @@ def _seeing_fn(fn, name):
     for a marked array (``_seen``); every other call as it was, any signature."""
     def convert(*args, **kwargs):
         r = fn(*args, **kwargs)
-        first = args[0] if args else kwargs.get("a", kwargs.get("object"))
-        m = _marked_in(first)
-        if m is None:
-            return r
-        if m is not first:
-            return r if type(r) is not np.ndarray or m._live() is None or _caller()[0] \
-                else np.ndarray.view(r, type(m))
-        return _seen(m, r)
+        m = _marked_in(args[0] if args else kwargs.get("a", kwargs.get("object")))
+        # NOTE: for a list of rows, r is a copy: never the argument's own layout, so marked
+        return r if m is None else _seen(m, r)
 
     # NOTE: pickled as NumPy's own (pickle finds it under this name in numpy), as a
     # multiprocessing pool sent np.asarray from another thread is

@@ -363,10 +363,13 @@ class Walk:
         else:
             self.objects([v], depth + 1)
             self._items(v, label, depth)
-            if callable(v) and not isinstance(v, type):
-                # NOTE: an object the step may call (a loss object): its __call__ is the
-                # user's code, whose reads (self.temp) are checked as a method's are
-                self.walk(v, depth + 1)
+            self.called(v, depth)
+
+    def called(self, v, depth):
+        """An object the step may call (a loss object): its ``__call__`` is the user's code,
+        whose reads (``self.temp``) are checked as a method's are."""
+        if callable(v) and not isinstance(v, type):
+            self.walk(v, depth + 1)
 
     def _items(self, v, label, depth):
         """A small container's items in turn: CFG["c"].scale, hooks in a list, an rng."""
@@ -387,8 +390,7 @@ class Walk:
             elif not self._rng(x, f"an item of {label}"):
                 self.objects([x], depth + 1)
                 self._items(x, label, depth + 1)
-                if callable(x) and not isinstance(x, type):
-                    self.walk(x, depth + 1)  # NOTE: losses[0](...): its __call__
+                self.called(x, depth)  # NOTE: losses[0](...)
 
     def _attrs(self, obj, what, depth):
         """Guards on the attributes of ``obj`` the code names: a module's and a class's
@@ -541,9 +543,8 @@ def python_guards(fn, objects=()) -> Walk:
     w = Walk()
     w.walk(fn)
     w.objects(objects)
-    for o in objects:  # NOTE: a loss object passed in and called: its __call__ reads it
-        if callable(o) and not isinstance(o, type):
-            w.walk(o, 1)
+    for o in objects:  # NOTE: a loss object passed in and called
+        w.called(o, 0)
     return w.finish()
 
 

@@ -17,7 +17,7 @@ from ..errors import CompileError
 from . import passes
 from .guards import first_failure
 from .hooks import SetData, SetGrad
-from .states import states_failure, tensor_states
+from .states import live_states, states_failure
 from .trace import Trace
 
 
@@ -107,11 +107,7 @@ class Program:
             self.init[s] = v
         self.args = [(s, src.arg) for s, src in t.sources.items() if src.kind == "arg"]
         self.live = [(s, src.tensor) for s, src in t.sources.items() if src.kind == "live"]
-        # NOTE: every tensor the trace read that lives on (not one made in the step, such as
-        # p.detach()), not one per slot: two on one array (a slot) must stay one, two on two
-        # must not become one (tensor_states)
-        self.live_shapes = tensor_states(
-            (x, a) for x, _, a in t.live.values() if id(x) not in getattr(t, "created", ()))
+        self.live_shapes = live_states(t)
         #: each such tensor's gradient hooks when traced (a hook added since: traced again)
         self.live_hooks = [(tensor, tensor._hooks, _final_hooks_of(tensor))
                            for _, tensor in self.live]

@@ -58,3 +58,11 @@ def states_failure(states):
                     + ("share one array now, two when traced" if now != i else
                        "were on one array when traced, two now"))
     return None
+
+
+def live_states(t) -> list:
+    """:func:`tensor_states` of the tensors the trace ``t`` read that live on between calls:
+    not those made in the step (``p.detach()``: a new one at each call), nor one per slot (two
+    on one array must stay one, two on two must not become one)."""
+    made = getattr(t, "created", ())
+    return tensor_states((x, a) for x, _, a in t.live.values() if id(x) not in made)

@@ -53,27 +53,15 @@ def _make(dev, how):
     opt = lk.optimizers.SGD(lr=0.1).setup(model)
     crit = TempLoss(1.0)
     part = functools.partial(scaled_loss, s=2.0)
-    if how == "loss object":
-        def step(x, y):
-            opt.zero_grad()
-            loss = crit(model(lk.tensor(x, device=dev)), y)
-            loss.backward()
-            opt.update()
-            return loss
-    elif how == "partial":
-        def step(x, y):
-            opt.zero_grad()
-            loss = part(model(lk.tensor(x, device=dev)), y)
-            loss.backward()
-            opt.update()
-            return loss
-    else:
-        def step(x, y):
-            opt.zero_grad()
-            loss = F.softmax_cross_entropy(model(lk.tensor(x, device=dev)), y)
-            loss.backward()
-            opt.update()
-            return loss
+    # NOTE: the step holds only the loss it calls (nothing else names tau or s)
+    loss_fn = {"loss object": crit, "partial": part}.get(how, F.softmax_cross_entropy)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = loss_fn(model(lk.tensor(x, device=dev)), y)
+        loss.backward()
+        opt.update()
+        return loss
 
     def change():
         crit.tau, CFG.temp = 4.0, 4.0
