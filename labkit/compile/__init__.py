@@ -278,7 +278,7 @@ class Compiled:
         self.reassociate = reassociate
         self.warn_after = warn_after
         self._plans: dict = {}      # key -> [Program, ...] (one per set of depends)
-        self._first: dict = {}      # key -> the first traced call, waiting for the second
+        self._first: dict = {}      # key -> first traced calls waiting for their second
         self._keep: dict = {}       # key -> the objects its identity checks refer to
         self._last_key = None
         self._lock = threading.RLock()
@@ -316,15 +316,18 @@ class Compiled:
         plans = self._plans.get(key)
         if plans is not None and len(self._plans) > 1:
             self._plans[key] = self._plans.pop(key)  # NOTE: the most recently used last
-        first = self._first.get(key)
         # NOTE: a first trace made when a value labkit keeps (opt.lr returned, read at a call
-        # long before: a batch of another size at the end of each epoch) was another is stale
-        stale = None if first is None else (depends_failure(first.depends)
-                                             or first_failure(first.pyguards)
-                                             or states_failure(first.live_meta))
-        if stale is not None:
-            self._first.pop(key)  # NOTE: traced in another mode (train/eval): stale
-            first = None
+        # long before: a batch of another size at the end of each epoch) was another is stale;
+        # it waits on for its state to come back (a step called in train and eval mode in turn
+        # traced at every call when a change dropped it)
+        first, stale = None, None
+        for f in self._first.get(key, ()):
+            why = (depends_failure(f.depends) or first_failure(f.pyguards)
+                   or states_failure(f.live_meta))
+            if why is None:
+                first = f
+                break
+            stale = stale or why
         if plans is not None:
             for p in plans:
                 if self.trust_input or p.guard_failure(leaves, tensors) is None:
@@ -378,8 +381,8 @@ class Compiled:
                            for x in (src.tensors or [src.tensor])
                            if x is not None])
         drop_host_only(walk, tracer.host_codes, tracer.host_objects)
-        first = self._first.pop(key, None)
         if first is not None:  # NOTE: the difference between two calls says more
+            self._unwait(key, first)
             _ran(compare, first, trace, self.__name__)
             _ran(refuse_changed_consts, trace, self.__name__)
             _ran(check_unchanged, walk, self.__name__)
@@ -400,7 +403,9 @@ class Compiled:
             # traced again, where the comparison refused it as a step that differs)
             trace.live_meta = live_states(trace)
             trace.slim()
-            self._first[key] = trace
+            waiting = self._first.setdefault(key, [])
+            waiting.insert(0, trace)
+            del waiting[MAX_PROGRAMS:]  # NOTE: one per state, the latest
             self._keep[key] = keep
             while len(self._first) > MAX_PENDING:
                 self._drop(next(iter(self._first)), pending=True)
@@ -421,6 +426,13 @@ class Compiled:
                 n.fn.inputs = ()
         # NOTE: so the results carry no graph, as a replay's do (theirs is the program's)
         return _detached(result)
+
+    def _unwait(self, key, first):
+        """Take ``first`` from the traces of ``key`` waiting for their second call."""
+        waiting = self._first[key]
+        waiting[:] = [f for f in waiting if f is not first]
+        if not waiting:
+            self._drop(key, pending=True)
 
     def _drop(self, key, pending):
         """Forget a pending first trace or a signature's programs (the least recently used)."""
