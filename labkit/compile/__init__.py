@@ -213,6 +213,8 @@ _PASS_LINES = (
     ("cells", "lstm: {} LSTM step(s) computed in their product's kernel"),
     ("cell_grads", "lstm: {} LSTM step gradient(s) computed in the kernel of their product "
                    "with U"),
+    ("cell_loops", "lstm: {} LSTM time loop(s) computed in one launch each (a work-item per "
+                   "rows of the batch through all their steps)"),
     ("sgd", "sgd: the plain SGD update of {} weight(s) made with their gradient's product "
             "(on OpenCL in its kernel; on the CPU at batch 1 one BLAS rank-1 update of the "
             "weight, the gradient made where it is read)"),

@@ -20,6 +20,9 @@ from .trace import Node
 
 #: False: programs built from then on run the product and the cell as two launches
 ENABLED = True
+#: False: programs built from then on run an LSTM's time steps as a launch each (else, on a
+#: CPU device, as one: backend/opencl/lstm_loop.py)
+LOOPS = True
 
 
 def lstm_cells(nodes, values, new_slot) -> tuple[list, int, int]:
@@ -27,7 +30,7 @@ def lstm_cells(nodes, values, new_slot) -> tuple[list, int, int]:
     gradient, product with U) pair as one node (see the module's doc), and how many pairs of
     each were."""
     if not ENABLED:
-        return nodes, 0, 0
+        return nodes, 0, 0, 0
     from ..backend.opencl import lstm_gemm, ndarray
     from ..functions import connection as conn
     from ..functions import recurrent as rec
@@ -105,13 +108,53 @@ def lstm_cells(nodes, values, new_slot) -> tuple[list, int, int]:
                           ("host", "lstm_grad+matmul"), multi=True, idx=grad.idx)
         gone.add(i)
     if not gone:
-        return nodes, 0, 0
+        return nodes, 0, 0, 0
+    loops = _loops(replace, made_by, values, gone) if LOOPS else (0, 0)
     out = list(after.get(-1, ()))  # NOTE: U from outside: regrouped first
     for i, n in enumerate(nodes):
         if i not in gone:
             out.append(replace.get(i, n))
             out.extend(after.get(i, ()))
-    return out, cells, len(gone) - cells
+    return out, cells, len(gone) - cells - loops[1], loops[0]
+
+
+def _loops(replace, made_by, values, gone) -> tuple[int, int]:
+    """Each chain of two or more (product, cell) nodes that are an LSTM's time steps (each
+    reads the ``h`` and ``c`` the one before made, all the same ``U``, their ``x_t`` made
+    before the first) as one node at the first's place (backend/opencl/lstm_loop.py). How
+    many chains, and how many nodes they took."""
+    from ..backend.opencl import lstm_loop
+
+    cells = {i: n for i, n in replace.items() if type(n.fn) is _ProductCell}
+    after = {(n.outs[2], n.outs[1], n.ins[1], n.ins[2]): i for i, n in cells.items()}
+    nexts = {i: after.get((n.ins[0], n.ins[4], n.ins[1], n.ins[2])) for i, n in cells.items()}
+    nexts = {b: a for a, b in nexts.items() if b is not None}  # NOTE: step -> the next
+    chains = made = 0
+    taken: set = set()
+    for i in sorted(cells):  # NOTE: a chain's first step comes before its others
+        if i in taken:
+            continue
+        chain = [i]
+        while chain[-1] in nexts and made_by.get(cells[nexts[chain[-1]]].ins[3], -1) < i:
+            chain.append(nexts[chain[-1]])
+        taken.update(chain)
+        if len(chain) < 2:
+            continue
+        first = cells[i]
+        h0, u, ug, _, c0 = first.ins
+        xws = [cells[k].ins[3] for k in chain]
+        if lstm_loop.plan(values[h0], values[ug], [values[s] for s in xws], values[c0],
+                          values[u]) is None:
+            continue
+        outs = [s for k in chain for s in cells[k].outs]
+        replace[i] = Node("host", _LoopCells([cells[k].fn for k in chain]),
+                          [h0, u, ug, c0] + xws, outs, "lstm loop", first.where,
+                          ("host", "lstm loop"), multi=True, idx=first.idx)
+        for k in chain[1:]:
+            del replace[k]
+            gone.add(k)
+        chains, made = chains + 1, made + len(chain) - 1
+    return chains, made
 
 
 class _GradProduct:
@@ -173,3 +216,28 @@ class _ProductCell:
         # a call that ran the composed cell would be another call's at the next replay)
         self.cell.gates = None
         return out
+
+
+class _LoopCells:
+    """An LSTM's time steps, each ``x = h @ u + xw; c, h = lstm(cp, x)``, in one launch
+    (backend/opencl/lstm_loop.py), or step by step (``steps``: their _ProductCell) where the
+    arrays do not fit it."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self, steps):
+        self.steps = steps
+
+    def __call__(self, h, u, ug, cp, *xws):
+        from ..backend.opencl import lstm_loop
+
+        planned = lstm_loop.plan(h, ug, xws, cp, u)
+        if planned is None:
+            out = []
+            for step, xw in zip(self.steps, xws):
+                x, cp, h = step(h, u, ug, xw, cp)
+                out += (x, cp, h)
+            return tuple(out)
+        for step in self.steps:  # NOTE: as _ProductCell: no gates kept
+            step.cell.gates = None
+        return tuple(a for step in lstm_loop.forward(h, ug, xws, cp, planned) for a in step)

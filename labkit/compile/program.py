@@ -82,14 +82,15 @@ class Program:
             nodes, self.rows = transposed_products(nodes, t.values, needed, new_slot)
         nodes = passes.prune(nodes, needed)
         self.fused = self.epilogues = self.added = self.copied = self.sgd = 0
-        self.cells = self.cell_grads = 0
+        self.cells = self.cell_grads = self.cell_loops = 0
         if fuse:
             nodes, self.epilogues = passes.fold_relu(nodes, needed)
             nodes, self.added = passes.fold_add(nodes, needed, t.values)
             nodes, self.copied = passes.contiguous_weights(nodes, needed, t.values, new_slot)
             from .lstm_cells import lstm_cells
 
-            nodes, self.cells, self.cell_grads = lstm_cells(nodes, t.values, new_slot)
+            nodes, self.cells, self.cell_grads, self.cell_loops = lstm_cells(
+                nodes, t.values, new_slot)
             from . import fusion
 
             nodes, self.fused = fusion.fuse(nodes, t, needed | _read_by_hosts(nodes), consts)

@@ -40,21 +40,28 @@ def test_one_launch_a_time_step_trains_bit_for_bit_as_two(monkeypatch):
     monkeypatch.setenv("LABKIT_GEMM_CONFIG", "8,2,16")  # NOTE: vectors of the cell's width
     step, outs, ps = _train()
     prog = step.programs()[0]
-    assert prog.cells == 6 and prog.cell_grads >= 3
-    assert sum(n.name == "matmul+lstm" for n in prog.nodes) == 6
+    assert prog.cells == 6 and prog.cell_grads >= 3 and prog.cell_loops == 1
+    assert sum(n.name == "lstm loop" for n in prog.nodes) == 1  # NOTE: the 6 steps, one launch
     assert sum(n.name == "lstm_grad+matmul" for n in prog.nodes) == prog.cell_grads
     assert "lstm: 6 LSTM step(s) computed in their product's kernel" in step.explain()
     assert f"lstm: {prog.cell_grads} LSTM step gradient(s)" in step.explain()
+    assert "lstm: 1 LSTM time loop(s) computed in one launch" in step.explain()
+    monkeypatch.setattr(lstm_cells, "LOOPS", False)
+    step1, outs1, ps1 = _train()
+    prog1 = step1.programs()[0]
+    assert prog1.cell_loops == 0 and sum(n.name == "matmul+lstm" for n in prog1.nodes) == 6
     monkeypatch.setattr(lstm_cells, "ENABLED", False)
     step0, outs0, ps0 = _train()
     assert step0.programs()[0].cells == step0.programs()[0].cell_grads == 0
-    assert len(step0.programs()[0].nodes) == (len(prog.nodes) + 6 + prog.cell_grads
+    assert len(step0.programs()[0].nodes) == (len(prog1.nodes) + 6 + prog1.cell_grads
                                               - 1)  # NOTE: and no regrouping
-    for (loss, hs), (loss0, hs0) in zip(outs, outs0):
-        assert loss == loss0
+    for (loss, hs), (loss1, hs1), (loss0, hs0) in zip(outs, outs1, outs0):
+        assert loss == loss1 == loss0
         np.testing.assert_array_equal(hs, hs0)
-    for a, b in zip(ps, ps0):
-        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(hs1, hs0)
+    for a, b, c in zip(ps, ps1, ps0):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, c)
 
 
 def test_where_the_kernel_does_not_fit_nothing_is_fused(monkeypatch):
@@ -146,3 +153,36 @@ def test_a_product_the_eager_step_sums_in_slices_is_not_fused(monkeypatch):
     for a, b in zip(fused, unfused):
         for x, y in zip(a, b):
             np.testing.assert_array_equal(x, y)
+
+
+def test_steps_whose_input_is_made_inside_the_loop_keep_a_launch_each(monkeypatch):
+    """A time loop that projects each step's input as it goes: the steps are not one
+    launch (an input would be read before it is made); they are as the eager loop."""
+    monkeypatch.setenv("LABKIT_GEMM_CONFIG", "8,2,16")
+    rng = np.random.default_rng(5)
+    M, H, F_ = 32, 64, 16
+    u0 = (rng.standard_normal((4 * H, H)) * 0.1).astype(np.float32)
+    w0 = (rng.standard_normal((4 * H, F_)) * 0.1).astype(np.float32)
+
+    def make():
+        u = lk.tensor(u0, device="cl", requires_grad=True)
+        w = lk.tensor(w0, device="cl", requires_grad=True)
+
+        def step(x):
+            u.grad = w.grad = None
+            c = h = lk.tensor(np.zeros((M, H), np.float32), device="cl")
+            for t in range(4):
+                xw = F.matmul(x[:, t], F.transpose(w))
+                c, h = F.lstm(c, F.matmul(h, F.transpose(u)) + xw)
+            loss = F.sum(h * h)
+            loss.backward()
+            return loss, h, u.grad, w.grad
+        return step
+    calls = [(lk.tensor(rng.standard_normal((M, 4, F_)).astype(np.float32), device="cl"),)
+             for _ in range(3)]
+    prog, (fused, unfused, eager) = _both(make, calls)
+    assert prog.cells == 4 and prog.cell_loops == 0
+    for a, b, c in zip(fused, unfused, eager):
+        for x, y, z in zip(a, b, c):
+            np.testing.assert_array_equal(x, y)
+            np.testing.assert_array_equal(x, z)

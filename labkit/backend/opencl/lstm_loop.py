@@ -1,0 +1,159 @@
+"""An LSTM's time steps in one launch on a CPU device (lk.compile, compile/lstm_cells.py).
+
+lstm_gemm.py makes each time step one launch (``h @ U + x_t`` and the cell). On PoCL's CPU
+device a compiled LSTM step of 32 time steps still spent about 30 us of host and runtime
+work per launch around 60 us of arithmetic, each way. The batch's rows do not depend on each
+other: here a work-item takes ``RM`` rows through every time step, computing all the units of
+its rows at each (so it reads only the ``h`` it wrote itself, and needs no barrier), with
+``gemm_rb``'s inner loop and lstm_gemm's cell. On the 2-core machine 32 steps of (32, 128)
+@ (128, 512) and the cell took 1.37-1.45 ms as one launch against 2.0-2.9 ms as 32
+(/tmp/me/loopk2.py, interleaved). Each work-item reads all of ``U`` at every step, so the loop
+is taken while ``U`` fits a core's cache (``MAX_U_BYTES``); a GPU keeps a launch per step (a
+few work-items per launch would leave it idle).
+
+Bit for bit the launches of lstm_gemm.forward: each sum runs over K in order with the same
+expression as ``gemm_rb`` (in the same contraction state), and the cell is lstm_gemm's
+``LSTM_CELL`` (tested). :func:`plan` says where that holds (each step's own launch would be
+the blocked kernel of the same blocking).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .lstm import CELL, cell_defines
+from .lstm import rows as cell_rows
+from .lstm_gemm import _CELL_STEP
+from .lstm_gemm import plan as step_plan
+from .ndarray import CTYPES, fresh, ndarray
+from .program import header, kernels, source
+
+#: the largest ``U`` (bytes) whose steps run as one launch: every work-item reads all of it at
+#: every time step, so it should stay in a core's L2 cache
+MAX_U_BYTES = 1 << 20
+
+# NOTE: the sums are gemm_rb's (kernels_cl/gemm.cl): `acc += av * bv` in the file's default
+# contraction state, over k in order, so that each element rounds as the step's own launch
+_SRC = r"""
+__kernel void lk_lstm_loop(const int steps, const int K, const long MB,
+                           __global const T* xw, const long xw_o, const long xw_sb,
+                           const long xw_st,
+                           __global const VT* B, const long b_o, const long ldb,
+                           __global const T* h0, const long h0_o, const long h0_sm,
+                           const long h0_sk,
+                           __global const T* c0, const long c0_o, const long c0_ld,
+                           __global T* X, __global T* Cs, __global T* Hs)
+{
+    const long ib = get_global_id(0);  // RM rows of the batch, through every step
+    const long lh = K, scm = 4 * K, e_si = xw_sb;
+    __global const T* bias = xw;
+    __global T* C = X;
+    for (int t = 0; t < steps; ++t) {
+        const long bias_o = xw_o + t * xw_st, c_o = t * MB * 4 * K;
+        __global const T* lcp = t ? Cs : c0;
+        const long lcp_o = t ? (t - 1) * MB * K : c0_o, lcp_ld = t ? K : c0_ld;
+        __global T* lc = Cs + t * MB * K;
+        __global T* lhout = Hs + t * MB * K;
+        const long sam = t ? K : h0_sm, sak = t ? 1 : h0_sk;
+        __global const T* a0 = (t ? Hs + (t - 1) * MB * K : h0 + h0_o) + ib * RM * sam;
+        for (int jv = 0; jv < K / VW; ++jv) {  // NOTE: the gates of VW units
+            __global const VT* b = B + b_o + (long)jv * VN;
+            __global const T* a = a0;
+            VT acc[RM][VN];
+#pragma unroll
+            for (int r = 0; r < RM; ++r)
+#pragma unroll
+                for (int v = 0; v < VN; ++v) acc[r][v] = (VT)(0);
+            for (int k = 0; k < K; ++k) {
+                VT bv[VN];
+#pragma unroll
+                for (int v = 0; v < VN; ++v) bv[v] = b[v];
+                b += ldb;
+#pragma unroll
+                for (int r = 0; r < RM; ++r) {
+                    const T av = a[r * sam];
+#pragma unroll
+                    for (int v = 0; v < VN; ++v) acc[r][v] += av * bv[v];
+                }
+                a += sak;
+            }
+            for (int r = 0; r < RM; ++r) LSTM_CELL(acc[r], ib * RM + r, (long)jv * VW);
+        }
+    }
+}
+"""
+
+_ARGS = ([np.int32, np.int32, np.int64, None] + [np.int64] * 3 + [None, np.int64, np.int64]
+         + [None] + [np.int64] * 3 + [None] + [np.int64] * 2 + [None] * 3)
+
+
+def _kernel(rt, ct, cfg, w):
+    rm, vn, vw = cfg
+
+    def make():
+        defs = {"T": ct, "VT": f"{ct}{vw}", "VW": vw, "RM": rm, "VN": vn,
+                **cell_defines(ct, w)}
+        src = (header(rt, (ct,), defs, what="lstm") + source("common") + CELL + _CELL_STEP
+               + _SRC)
+        return kernels(rt, src, {"lk_lstm_loop": _ARGS},
+                       name=f"lstm loop ({ct}, {cfg}, {w})").lk_lstm_loop
+    return rt.cached(("lstm_loop", ct, cfg, w), make)
+
+
+def plan(h0, ug, xws, c0, u):
+    """The blocking for :func:`forward` (``ug``: ``U`` interleaved, ``u``: ``U`` as the
+    step's own launch reads it), or None where one launch would not be bit for bit
+    lstm_gemm.forward at every step: not a CPU device, ``U`` larger than ``MAX_U_BYTES``,
+    inputs ``xws`` that are not one array's time steps (the same layout, evenly apart in one
+    buffer), or a step whose own launch would not be the blocked kernel of one blocking (for
+    the first step's ``h0``, and for the contiguous ``h`` of the others)."""
+    if len(xws) < 2 or type(ug) is not ndarray or not ug.rt.info.is_cpu:
+        return None
+    first = xws[0]
+    if (type(first) is not ndarray or ug.size * ug.dtype.itemsize > MAX_U_BYTES
+            or type(h0) is not ndarray or h0.ndim != 2 or h0.shape[1] * 4 != ug.shape[1]):
+        return None
+    st = xws[1].offset - first.offset if type(xws[1]) is ndarray else 0
+    for t, x in enumerate(xws):
+        if (type(x) is not ndarray or x.data is not first.data or x._st != first._st
+                or x.shape != first.shape or x.offset != first.offset + t * st):
+            return None
+    once = step_plan(h0, ug, first, c0, u)
+    if once is None:
+        return None
+    rest = fresh(h0.rt, h0.shape, h0.dtype, (h0.shape[1], 1), h0.size)
+    c_rest = fresh(h0.rt, h0.shape, h0.dtype, (h0.shape[1], 1), h0.size)
+    if step_plan(rest, ug, first, c_rest, u) != once:
+        return None
+    return once, st
+
+
+def _views(stack, t, shape, st, size):
+    v = object.__new__(ndarray)
+    v.rt, v.shape, v.dtype, v.size, v._st = stack.rt, shape, stack.dtype, size, st
+    v.offset, v.base, v._nbuf, v._ro, v.data = t * size, stack, stack.size, False, stack.data
+    return v
+
+
+def forward(h0, ug, xws, c0, planned):
+    """``[(x, c, h), ...]``, lstm_gemm.forward's results for each time step in turn (from
+    ``h0``, ``c0``; ``xws`` the steps' inputs), computed by one launch; ``planned`` is
+    :func:`plan`'s. The results are views of three arrays, one per kind, steps first."""
+    ((rm, vn, vw), w), st = planned
+    rt, dt, ct = h0.rt, h0.dtype, CTYPES[h0.dtype]
+    steps, first = len(xws), xws[0]
+    (M, K), N = h0.shape, ug.shape[1]
+    H = N // 4
+    kernel = _kernel(rt, ct, (rm, vn, vw), w)
+    xs = fresh(rt, (steps, M, N), dt, (M * N, N, 1), steps * M * N)
+    cs = fresh(rt, (steps, M, H), dt, (M * H, H, 1), steps * M * H)
+    hs = fresh(rt, (steps, M, H), dt, (M * H, H, 1), steps * M * H)
+    c0_o, c0_ld = cell_rows(c0, H)
+    with rt.lock:
+        kernel(rt.queue, (M // rm,), (1,), steps, K, M,
+               first.data, first.offset, first._st[0], st,
+               ug.data, ug.offset // vw, N // vw,
+               h0.data, h0.offset, h0._st[0], h0._st[1],
+               c0.data, c0_o, c0_ld, xs.data, cs.data, hs.data)
+    return [(_views(xs, t, (M, N), (N, 1), M * N), _views(cs, t, (M, H), (H, 1), M * H),
+             _views(hs, t, (M, H), (H, 1), M * H)) for t in range(steps)]
