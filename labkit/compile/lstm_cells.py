@@ -110,12 +110,37 @@ def lstm_cells(nodes, values, new_slot) -> tuple[list, int, int]:
     if not gone:
         return nodes, 0, 0, 0
     loops = _loops(replace, made_by, values, gone) if LOOPS else (0, 0)
+    grad_loops = _grad_loops(replace, made_by, values, gone) if LOOPS else (0, 0)
     out = list(after.get(-1, ()))  # NOTE: U from outside: regrouped first
     for i, n in enumerate(nodes):
         if i not in gone:
             out.append(replace.get(i, n))
             out.extend(after.get(i, ()))
-    return out, cells, len(gone) - cells - loops[1], loops[0]
+    return (out, cells, len(gone) - cells - loops[1] - grad_loops[1],
+            loops[0] + grad_loops[0])
+
+
+def _chains(steps, link, made_by, values, plan):
+    """The chains of two or more of ``steps`` (node index -> node) in which each reads what
+    the one before made (``link(node)``: the key its successor's ``link_in`` matches), all of
+    whose other inputs ``rest(node)`` are made before the first, and ``plan`` takes."""
+    outs = {link[0](n): i for i, n in steps.items()}
+    nexts = {}
+    for i, n in steps.items():
+        j = outs.get(link[1](n))
+        if j is not None:
+            nexts[j] = i
+    taken: set = set()
+    for i in sorted(steps):  # NOTE: a chain's first step comes before its others
+        if i in taken:
+            continue
+        chain = [i]
+        while chain[-1] in nexts and all(made_by.get(s, -1) < i
+                                         for s in link[2](steps[nexts[chain[-1]]])):
+            chain.append(nexts[chain[-1]])
+        taken.update(chain)
+        if len(chain) >= 2 and plan([steps[k] for k in chain]):
+            yield chain
 
 
 def _loops(replace, made_by, values, gone) -> tuple[int, int]:
@@ -125,31 +150,70 @@ def _loops(replace, made_by, values, gone) -> tuple[int, int]:
     many chains, and how many nodes they took."""
     from ..backend.opencl import lstm_loop
 
+    def plan(chain):
+        h0, u, ug, _, c0 = chain[0].ins
+        return lstm_loop.plan(values[h0], values[ug], [values[n.ins[3]] for n in chain],
+                              values[c0], values[u]) is not None
+
     cells = {i: n for i, n in replace.items() if type(n.fn) is _ProductCell}
-    after = {(n.outs[2], n.outs[1], n.ins[1], n.ins[2]): i for i, n in cells.items()}
-    nexts = {i: after.get((n.ins[0], n.ins[4], n.ins[1], n.ins[2])) for i, n in cells.items()}
-    nexts = {b: a for a, b in nexts.items() if b is not None}  # NOTE: step -> the next
+    link = (lambda n: (n.outs[2], n.outs[1], n.ins[1], n.ins[2]),
+            lambda n: (n.ins[0], n.ins[4], n.ins[1], n.ins[2]), lambda n: n.ins[3:4])
     chains = made = 0
-    taken: set = set()
-    for i in sorted(cells):  # NOTE: a chain's first step comes before its others
-        if i in taken:
-            continue
-        chain = [i]
-        while chain[-1] in nexts and made_by.get(cells[nexts[chain[-1]]].ins[3], -1) < i:
-            chain.append(nexts[chain[-1]])
-        taken.update(chain)
-        if len(chain) < 2:
-            continue
-        first = cells[i]
+    for chain in _chains(cells, link, made_by, values, plan):
+        first = cells[chain[0]]
         h0, u, ug, _, c0 = first.ins
-        xws = [cells[k].ins[3] for k in chain]
-        if lstm_loop.plan(values[h0], values[ug], [values[s] for s in xws], values[c0],
-                          values[u]) is None:
-            continue
-        outs = [s for k in chain for s in cells[k].outs]
-        replace[i] = Node("host", _LoopCells([cells[k].fn for k in chain]),
-                          [h0, u, ug, c0] + xws, outs, "lstm loop", first.where,
-                          ("host", "lstm loop"), multi=True, idx=first.idx)
+        replace[chain[0]] = Node(
+            "host", _LoopCells([cells[k].fn for k in chain]),
+            [h0, u, ug, c0] + [cells[k].ins[3] for k in chain],
+            [s for k in chain for s in cells[k].outs], "lstm loop", first.where,
+            ("host", "lstm loop"), multi=True, idx=first.idx)
+        for k in chain[1:]:
+            del replace[k]
+            gone.add(k)
+        chains, made = chains + 1, made + len(chain) - 1
+    return chains, made
+
+
+def _grad_loops(replace, made_by, values, gone) -> tuple[int, int]:
+    """Each chain of two or more (cell's gradient, product with U) nodes of an LSTM's time
+    steps, last first (each reads the ``gc`` and ``gh`` the one before made, all the same
+    ``U``, their ``cp``, ``x`` and added array made before the first) as one node at the
+    first's place (backend/opencl/lstm_loop.py). How many chains, and how many nodes."""
+    from ..backend.opencl import lstm_loop
+
+    # NOTE: the steps of a forward loop: (its node, what, time step) of each of its outputs
+    stack_of = {s: (i, k % 3, k // 3) for i, n in replace.items()
+                if type(n.fn) is _LoopCells for k, s in enumerate(n.outs)}
+
+    def stacked(slots, what):
+        """Whether ``slots`` are one forward loop's outputs ``what``, the last step first."""
+        got = [stack_of.get(s) for s in slots]
+        return None not in got and all(
+            (i, w, t) == (got[0][0], what, got[0][2] - k) for k, (i, w, t) in enumerate(got))
+
+    def plan(chain):
+        cp, x, gc, gh, u, *add = (values[s] for s in chain[0].ins)
+        adds = [values[n.ins[5]] for n in chain] if add else None
+        cps, xs = [n.ins[0] for n in chain], [n.ins[1] for n in chain]
+        one = stacked(cps, 1) and stacked(xs, 0)
+        return lstm_loop.plan_grad([values[s] for s in cps], [values[s] for s in xs], gc, gh,
+                                   u, adds, stacked=one) is not None
+
+    grads = {i: n for i, n in replace.items() if type(n.fn) is _GradProduct}
+    link = (lambda n: (n.outs[0], n.outs[2], n.ins[4], len(n.ins)),
+            lambda n: (n.ins[2], n.ins[3], n.ins[4], len(n.ins)),
+            lambda n: n.ins[:2] + n.ins[5:])
+    chains = made = 0
+    for chain in _chains(grads, link, made_by, values, plan):
+        first = grads[chain[0]]
+        steps = [grads[k] for k in chain]
+        add = len(first.ins) == 6
+        ins = first.ins[2:5] + [n.ins[0] for n in steps] + [n.ins[1] for n in steps] + (
+            [n.ins[5] for n in steps] if add else [])
+        replace[chain[0]] = Node(
+            "host", _LoopGrads([n.fn for n in steps], add), ins,
+            [s for n in steps for s in n.outs], "lstm loop grad", first.where,
+            ("host", "lstm loop grad"), multi=True, idx=first.idx)
         for k in chain[1:]:
             del replace[k]
             gone.add(k)
@@ -241,3 +305,30 @@ class _LoopCells:
         for step in self.steps:  # NOTE: as _ProductCell: no gates kept
             step.cell.gates = None
         return tuple(a for step in lstm_loop.forward(h, ug, xws, cp, planned) for a in step)
+
+
+class _LoopGrads:
+    """An LSTM's time steps' gradients, each ``gcp, gx = lstm_grad(cp, x, gc, gh); gx @ u``
+    (``+ add``), in one launch (backend/opencl/lstm_loop.py), or step by step (``steps``:
+    their _GradProduct) where the arrays do not fit it."""
+
+    __slots__ = ("steps", "add")
+
+    def __init__(self, steps, add):
+        self.steps, self.add = steps, add
+
+    def __call__(self, gc, gh, u, *rest):
+        from ..backend.opencl import lstm_loop
+
+        n = len(self.steps)
+        cps, xs = rest[:n], rest[n:2 * n]
+        adds = rest[2 * n:] if self.add else None
+        planned = lstm_loop.plan_grad(cps, xs, gc, gh, u, adds)
+        if planned is not None:
+            got = lstm_loop.grad(cps, xs, gc, gh, u, planned, adds)
+            return tuple(a for step in got for a in step)
+        out = []
+        for k, step in enumerate(self.steps):
+            gc, gx, gh = step(cps[k], xs[k], gc, gh, u, *((adds[k],) if adds else ()))
+            out += (gc, gx, gh)
+        return tuple(out)

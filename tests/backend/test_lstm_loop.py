@@ -91,3 +91,54 @@ def test_a_blocking_whose_vectors_are_not_the_cells_is_refused(rng, monkeypatch)
     monkeypatch.setenv("LABKIT_GEMM_CONFIG", "8,4,8")
     h0, ut, ug, xws, c0 = _case(rng, 16, 4, 64, np.float32)
     assert lstm_loop.plan(h0, ug, xws, c0, ut) is None
+
+
+def _grad_case(rng, M, T, H, dtype, scale):
+    A = lambda *s: cp.asarray((rng.standard_normal(s) * scale).astype(dtype))  # noqa: E731
+    cs, xs, adds = A(T, M, H), A(T, M, 4 * H), A(M, T, H)
+    u = cp.asarray((rng.standard_normal((4 * H, H)) * 0.1).astype(dtype))
+    wide = A(M, 2 * H + 3)
+    gc, gh = wide[:, 1:H + 1], wide[:, H + 2:2 * H + 2]  # NOTE: strided rows
+    back = range(T - 1, -1, -1)
+    return ([cs[t] for t in back], [xs[t] for t in back], gc, gh, u,
+            [adds[:, t] for t in back])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("M,T,H,scale,add", [
+    (32, 6, 128, 1.0, False), (32, 4, 128, 1.0, True), (16, 3, 64, 8.0, True),
+    (24, 5, 64, 30.0, False), (10, 2, 128, 1.0, True)])
+def test_one_launch_is_every_steps_gradient_bit_for_bit(dtype, M, T, H, scale, add, rng,
+                                                        monkeypatch):
+    """The steps' gradients, the last first, each reading the one before's, with and
+    without an array added to each step's product (a loss reading every step's h)."""
+    if dtype == np.float64 and not cp.runtime(0).info.fp64:
+        pytest.skip("this OpenCL device has no float64")
+    monkeypatch.setenv("LABKIT_GEMM_CONFIG", BLOCKING[dtype])
+    cps, xs, gc, gh, u, adds = _grad_case(rng, M, T, H, dtype, scale)
+    adds = adds if add else None
+    planned = lstm_loop.plan_grad(cps, xs, gc, gh, u, adds)
+    assert planned is not None
+    got = lstm_loop.grad(cps, xs, gc, gh, u, planned, adds)
+    assert len(got) == T
+    for t in range(T):
+        more = (adds[t],) if add else ()
+        want = lstm_gemm.grad_product(cps[t], xs[t], gc, gh, u,
+                                      lstm_gemm.plan_grad(cps[t], xs[t], gc, gh, u, *more),
+                                      *more)
+        for a, b in zip(got[t], want):
+            _same(a, b)
+        gc, gh = want[0], want[2]
+
+
+def test_gradients_of_steps_not_in_one_array_are_refused(rng, monkeypatch):
+    monkeypatch.setenv("LABKIT_GEMM_CONFIG", BLOCKING[np.float32])
+    cps, xs, gc, gh, u, adds = _grad_case(rng, 16, 4, 64, np.float32, 1.0)
+    assert lstm_loop.plan_grad(cps, xs, gc, gh, u, adds) is not None
+    apart = [c.copy() for c in cps]
+    assert lstm_loop.plan_grad(apart, xs, gc, gh, u) is None
+    assert lstm_loop.plan_grad(cps, [x.copy() for x in xs], gc, gh, u) is None
+    assert lstm_loop.plan_grad(cps, xs, gc, gh, u, [a.copy() for a in adds]) is None
+    assert lstm_loop.plan_grad(apart, xs, gc, gh, u, stacked=True) is not None  # NOTE: told
+    monkeypatch.setattr(lstm_loop, "MAX_U_BYTES", u.size * u.itemsize - 1)
+    assert lstm_loop.plan_grad(cps, xs, gc, gh, u) is None

@@ -23,8 +23,11 @@ import numpy as np
 
 from .lstm import CELL, cell_defines
 from .lstm import rows as cell_rows
+from .gemm_paths import _EPI_ARGS
 from .lstm_gemm import _CELL_STEP
 from .lstm_gemm import plan as step_plan
+from .lstm_gemm import plan_grad as step_plan_grad
+from .shapes import broadcast_strides
 from .ndarray import CTYPES, fresh, ndarray
 from .program import header, kernels, source
 
@@ -83,6 +86,79 @@ __kernel void lk_lstm_loop(const int steps, const int K, const long MB,
 }
 """
 
+# NOTE: the gradient's steps in the order given (the last time step first), each lstm_gemm's
+# LSTM_GRAD launch: the cell's gradient of the work-item's rows (CELL_GRAD reads cp, x, gc,
+# gh and writes gcp, gx: here the step's), then the product of its gates' gradient with U and
+# the epilogue's addition, summed and added as gemm_rb does
+_GRAD_SRC = r"""
+__kernel void lk_lstm_loop_grad(const int steps, const int K, const long MB, const long h,
+                                __global const T* cp_b, const long cp_bo, const long cp_bld,
+                                const long cp_st,
+                                __global const T* x_b, const long x_bo, const long x_bld,
+                                const long x_st,
+                                __global const T* gc_b, const long gc_bo, const long gc_bld,
+                                __global const T* gh_b, const long gh_bo, const long gh_bld,
+                                __global const VT* B, const long b_o, const long ldb,
+                                __global T* GCP, __global T* GX, __global T* OUT,
+                                const long add_st EPI_ARGS)
+{
+    const long ib = get_global_id(0);  // RM rows of the batch, through every step
+    const long N = VN * VW;
+#if BIAS
+    const long add_o = bias_o;
+#endif
+    for (int s = 0; s < steps; ++s) {
+        __global const T* cp = cp_b;
+        __global const T* x = x_b;
+        const long cp_o = cp_bo + s * cp_st, cp_ld = cp_bld, x_o = x_bo + s * x_st;
+        const long x_ld = x_bld;
+        __global const T* gc = s ? GCP : gc_b;
+        __global const T* gh = s ? OUT : gh_b;
+        const long gc_o = s ? (s - 1) * MB * h : gc_bo, gc_ld = s ? h : gc_bld;
+        const long gh_o = s ? (s - 1) * MB * N : gh_bo, gh_ld = s ? N : gh_bld;
+        __global T* gcp = GCP + s * MB * h;
+        __global T* gx = GX + s * MB * K;
+        for (int r_ = 0; r_ < RM; ++r_)
+            for (long j_ = 0; j_ < h; j_ += W) CELL_GRAD(ib * RM + r_, j_)
+        __global const T* a = gx + ib * RM * K;
+        __global const VT* b = B + b_o;
+        VT acc[RM][VN];
+#pragma unroll
+        for (int r = 0; r < RM; ++r)
+#pragma unroll
+            for (int v = 0; v < VN; ++v) acc[r][v] = (VT)(0);
+        for (int k = 0; k < K; ++k) {
+            VT bv[VN];
+#pragma unroll
+            for (int v = 0; v < VN; ++v) bv[v] = b[v];
+            b += ldb;
+#pragma unroll
+            for (int r = 0; r < RM; ++r) {
+                const T av = a[r * K];
+#pragma unroll
+                for (int v = 0; v < VN; ++v) acc[r][v] += av * bv[v];
+            }
+            a += 1;
+        }
+#if BIAS
+        {
+            const long bias_o = add_o + s * add_st;  // NOTE: this step's array to add
+            for (int r = 0; r < RM; ++r)
+                for (int v = 0; v < VN; ++v) {
+                    T* p = (T*)&acc[r][v];
+                    for (int i = 0; i < VW; ++i) EPI(p[i], ib * RM + r, v * VW + i);
+                }
+        }
+#endif
+        __global T* c = OUT + s * MB * N + ib * RM * N;
+#pragma unroll
+        for (int r = 0; r < RM; ++r)
+#pragma unroll
+            for (int v = 0; v < VN; ++v) *(__global VT*)(c + r * N + v * VW) = acc[r][v];
+    }
+}
+"""
+
 _ARGS = ([np.int32, np.int32, np.int64, None] + [np.int64] * 3 + [None, np.int64, np.int64]
          + [None] + [np.int64] * 3 + [None] + [np.int64] * 2 + [None] * 3)
 
@@ -113,11 +189,9 @@ def plan(h0, ug, xws, c0, u):
     if (type(first) is not ndarray or ug.size * ug.dtype.itemsize > MAX_U_BYTES
             or type(h0) is not ndarray or h0.ndim != 2 or h0.shape[1] * 4 != ug.shape[1]):
         return None
-    st = xws[1].offset - first.offset if type(xws[1]) is ndarray else 0
-    for t, x in enumerate(xws):
-        if (type(x) is not ndarray or x.data is not first.data or x._st != first._st
-                or x.shape != first.shape or x.offset != first.offset + t * st):
-            return None
+    st = _apart(xws)
+    if st is None:
+        return None
     once = step_plan(h0, ug, first, c0, u)
     if once is None:
         return None
@@ -126,6 +200,20 @@ def plan(h0, ug, xws, c0, u):
     if step_plan(rest, ug, first, c_rest, u) != once:
         return None
     return once, st
+
+
+def _apart(arrays):
+    """How far apart in their one buffer ``arrays`` are (elements), when they are views of
+    one layout evenly apart; else None."""
+    first = arrays[0]
+    if type(first) is not ndarray or type(arrays[1]) is not ndarray:
+        return None
+    st = arrays[1].offset - first.offset
+    for t, a in enumerate(arrays):
+        if (type(a) is not ndarray or a.data is not first.data or a._st != first._st
+                or a.shape != first.shape or a.offset != first.offset + t * st):
+            return None
+    return st
 
 
 def _views(stack, t, shape, st, size):
@@ -157,3 +245,73 @@ def forward(h0, ug, xws, c0, planned):
                c0.data, c0_o, c0_ld, xs.data, cs.data, hs.data)
     return [(_views(xs, t, (M, N), (N, 1), M * N), _views(cs, t, (M, H), (H, 1), M * H),
              _views(hs, t, (M, H), (H, 1), M * H)) for t in range(steps)]
+
+
+def _grad_kernel(rt, ct, cfg, w, bias):
+    rm, vn, vw = cfg
+
+    def make():
+        defs = {"T": ct, "VT": f"{ct}{vw}", "VW": vw, "RM": rm, "VN": vn, "BIAS": int(bias),
+                "ACT": 0, "SGD": 0, **cell_defines(ct, w)}
+        src = (header(rt, (ct,), defs, what="lstm") + source("common") + CELL
+               + source("epilogue") + _GRAD_SRC)
+        types = ([np.int32, np.int32, np.int64, np.int64] + ([None] + [np.int64] * 3) * 2
+                 + ([None] + [np.int64] * 2) * 3 + [None] * 3 + [np.int64]
+                 + (_EPI_ARGS if bias else []))
+        return kernels(rt, src, {"lk_lstm_loop_grad": types},
+                       name=f"lstm loop grad ({ct}, {cfg}, {w}, {bias})").lk_lstm_loop_grad
+    return rt.cached(("lstm_loop_grad", ct, cfg, w, bias), make)
+
+
+def plan_grad(cps, xs, gc, gh, u, adds=None, stacked=False):
+    """The blocking for :func:`grad` (each step's ``cp`` and ``x`` in the order the gradient
+    runs, the last time step first; the first step's ``gc`` and ``gh``; ``adds`` each step's
+    array its product adds, or None), or None where one launch would not be bit for bit
+    lstm_gemm.grad_product at every step (as :func:`plan` for the forward). ``stacked``:
+    ``cps`` and ``xs`` are taken to be one array's steps each (lk.compile plans with the
+    traced arrays, which :func:`forward` will make so)."""
+    if (len(xs) < 2 or type(u) is not ndarray or not u.rt.info.is_cpu
+            or u.size * u.dtype.itemsize > MAX_U_BYTES):
+        return None
+    apart = [0, 0] if stacked else [_apart(cps), _apart(xs)]
+    apart += [_apart(adds)] if adds is not None else []
+    if None in apart:
+        return None
+    more = (adds[0],) if adds is not None else ()
+    once = step_plan_grad(cps[0], xs[0], gc, gh, u, *more)
+    if once is None:
+        return None
+    M, H = xs[0].shape[0], xs[0].shape[1] // 4
+    made = fresh(u.rt, (M, H), u.dtype, (H, 1), M * H)  # NOTE: as the step before makes them
+    if step_plan_grad(cps[1], xs[1], made, made, u, *more) != once:
+        return None
+    return once, apart
+
+
+def grad(cps, xs, gc, gh, u, planned, adds=None):
+    """``[(gcp, gx, gx @ u [+ add]), ...]``, lstm_gemm.grad_product's results for each step
+    in turn (see :func:`plan_grad`), computed by one launch: views of three arrays."""
+    ((rm, vn, vw), w), apart = planned
+    rt, dt, ct = u.rt, u.dtype, CTYPES[u.dtype]
+    steps = len(xs)
+    (M, K), N = xs[0].shape, xs[0].shape[1] // 4
+    bias = adds is not None
+    kernel = _grad_kernel(rt, ct, (rm, vn, vw), w, bias)
+    gcps = fresh(rt, (steps, M, N), dt, (M * N, N, 1), steps * M * N)
+    gxs = fresh(rt, (steps, M, K), dt, (M * K, K, 1), steps * M * K)
+    outs = fresh(rt, (steps, M, N), dt, (M * N, N, 1), steps * M * N)
+    epi = ()
+    if bias:
+        sti, stj = broadcast_strides(adds[0].shape, adds[0]._st, (M, N), "matmul_add")
+        epi = (adds[0].data, adds[0].offset, sti, stj)
+    rows = []
+    for a, cols, st in ((cps[0], N, apart[0]), (xs[0], K, apart[1])):
+        rows += [a.data, *cell_rows(a, cols), st]
+    for a in (gc, gh):
+        rows += [a.data, *cell_rows(a, N)]
+    with rt.lock:
+        kernel(rt.queue, (M // rm,), (1,), steps, K, M, N, *rows,
+               u.data, u.offset // vw, N // vw, gcps.data, gxs.data, outs.data,
+               apart[2] if bias else 0, *epi)
+    return [(_views(gcps, t, (M, N), (N, 1), M * N), _views(gxs, t, (M, K), (K, 1), M * K),
+             _views(outs, t, (M, N), (N, 1), M * N)) for t in range(steps)]
