@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from .gemm_paths import _EPI_ARGS
 from .lstm import CELL, cell_defines
 from .lstm import rows as cell_rows
-from .gemm_paths import _EPI_ARGS
 from .lstm_gemm import _CELL_STEP
 from .lstm_gemm import plan as step_plan
 from .lstm_gemm import plan_grad as step_plan_grad
-from .shapes import broadcast_strides
 from .ndarray import CTYPES, fresh, ndarray
 from .program import header, kernels, source
+from .shapes import broadcast_strides
 
 #: the largest ``U`` (bytes) whose steps run as one launch: every work-item reads all of it at
 #: every time step, so it should stay in a core's L2 cache
