@@ -16,10 +16,10 @@ loss's gradient of ``h`` added) go the same way, the last time step first: 8 ste
 batch 32, H 128 took 0.87-1.0 ms as 8 launches, 0.41-0.46 as one (/tmp/me/gradtest.py); the
 compiled LSTM step went from 9.9 to 7.0-7.4 ms with both.
 
-Bit for bit the launches of lstm_gemm.forward and grad_product: each sum runs over K in order with the same
-expression as ``gemm_rb`` (in the same contraction state), and the cell is lstm_gemm's
-``LSTM_CELL`` (tested). :func:`plan` and :func:`plan_grad` say where that holds (each step's own launch would be
-the blocked kernel of the same blocking).
+Bit for bit the launches of lstm_gemm.forward and grad_product: each sum runs over K in
+order with the same expression as ``gemm_rb`` (in the same contraction state), the cell and
+its gradient are lstm_gemm's (tested). :func:`plan` and :func:`plan_grad` say where that
+holds (each step's own launch would be the blocked kernel of the same blocking).
 """
 
 from __future__ import annotations
