@@ -76,12 +76,15 @@ def _user_code(code) -> bool:
 
 
 def _names(code, out=None) -> set:
-    """The global and attribute names a code object and the code nested in it use."""
+    """The global and attribute names a code object and the code nested in it use, and its
+    string constants that could be names (``getattr(cfg, "scale")``, ``vars(ns)["a"]``)."""
     out = set() if out is None else out
     out.update(code.co_names)
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
             _names(c, out)
+        elif isinstance(c, str) and c.isidentifier():
+            out.add(c)
     return out
 
 
@@ -352,6 +355,8 @@ class Walk:
     def _value(self, v, kind, holder, name, user, label, depth):
         if self._rng(v, label):
             return
+        if user and isinstance(v, str) and v.isidentifier():
+            self.names.add(v)  # NOTE: a name the step may read by (getattr(cfg, name))
         if not isinstance(v, types.ModuleType):
             self.guards.append(Guard(kind, holder, name, v, user, label))
             if canon(v) is not None:
@@ -471,12 +476,35 @@ class Walk:
                 self._guarded.add((id(obj), n))  # NOTE: a classmethod of the user's
                 if _user_code(f.__func__.__code__):
                     self.walk(f, depth + 1)
+            elif not n.startswith("__") and _descriptor(_class_attr(type(obj), n)):
+                # NOTE: a descriptor of the user's (its __get__ reads state): its value at each
+                # check, as a property's
+                self._guarded.add((id(obj), n))
+                v = getattr(obj, n, _MISSING)
+                if v is not _MISSING and canon(v) is not None:
+                    self.guards.append(Guard("a", obj, n, v, False, f"{what}.{n}"))
             elif (f is not None and canon(f) is not None and not n.startswith("__")
                   and getattr(obj, n, _MISSING) is f):
                 # NOTE: a class attribute read through the instance (K.scale = 3.0 later; an
                 # instance attribute that comes to shadow it is read the same way)
                 self._guarded.add((id(obj), n))
                 self.guards.append(Guard("a", obj, n, f, user, f"{what}.{n}"))
+
+
+def _class_attr(cls, name):
+    """``name`` in the ``__dict__`` of ``cls`` or a class it derives from (not its ``__get__``'s
+    value, which ``getattr`` gives), or None."""
+    return next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
+
+
+def _descriptor(f) -> bool:
+    """Whether the class attribute ``f`` is a descriptor of a class written in Python outside
+    labkit (a function, a property and a slot are dealt with before)."""
+    t = type(f)
+    return (f is not None and hasattr(t, "__get__")
+            and not isinstance(f, (type, staticmethod, classmethod, property,
+                                   types.FunctionType))
+            and str(t.__module__).split(".")[0] not in ("labkit", "builtins", "functools"))
 
 
 def _setting(v, depth=0) -> bool:

@@ -1,0 +1,75 @@
+"""Settings a compiled step reads by name at run time, or through a descriptor: each replayed
+its traced value, silently, when it changed (getattr(cfg, "scale"), getattr(cfg, name),
+vars(ns)["a"], obj.__dict__["a"], a descriptor class's __get__). Each is checked now, and a
+change traces again."""
+
+import types
+import warnings
+
+import numpy as np
+import pytest
+
+import labkit as lk
+from labkit.compile import CompileWarning
+
+
+class Cfg:
+    pass
+
+
+def _follows(dev, step, set_value, values=(2.5, 2.5, 2.5, 3.5, 3.5, 3.5, 0.5)):
+    x = lk.tensor(np.ones(3, np.float32), device=dev)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CompileWarning)
+        for v in values:
+            set_value(v)
+            np.testing.assert_array_equal(step(x).numpy(), np.full(3, v, np.float32))
+    assert step.stats["replays"] >= 1  # NOTE: still compiled
+
+
+def test_getattr_with_a_constant_name(dev):
+    cfg = Cfg()
+    _follows(dev, lk.compile(lambda x: x * getattr(cfg, "scale")),
+             lambda v: setattr(cfg, "scale", v))
+
+
+NAME = "scale"
+GLOBAL_CFG = Cfg()
+
+
+def _by_global_name(x):
+    return x * getattr(GLOBAL_CFG, NAME)
+
+
+def test_getattr_with_a_name_held_in_a_global_or_a_closure(dev):
+    _follows(dev, lk.compile(_by_global_name), lambda v: setattr(GLOBAL_CFG, "scale", v))
+    cfg, name = Cfg(), "temp"
+    _follows(dev, lk.compile(lambda x: x * getattr(cfg, name)),
+             lambda v: setattr(cfg, "temp", v))
+
+
+def test_an_objects_dict_read_by_key(dev):
+    ns = types.SimpleNamespace(a=1.0)
+    _follows(dev, lk.compile(lambda x: x * vars(ns)["a"]), lambda v: setattr(ns, "a", v))
+    cfg = Cfg()
+    _follows(dev, lk.compile(lambda x: x * cfg.__dict__["b"]), lambda v: setattr(cfg, "b", v))
+
+
+class Reading:
+    """A descriptor whose value is another attribute's (a unit conversion, a config view)."""
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            raise AttributeError("on instances only")
+        return obj._scale * 1.0
+
+
+class Holder:
+    scale = Reading()
+
+
+@pytest.mark.parametrize("how", ["attribute", "getattr"])
+def test_a_descriptor_of_the_users_is_read_at_each_call(dev, how):
+    h = Holder()
+    fn = (lambda x: x * h.scale) if how == "attribute" else (lambda x: x * getattr(h, "scale"))
+    _follows(dev, lk.compile(fn), lambda v: setattr(h, "_scale", v))
