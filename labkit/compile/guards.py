@@ -26,6 +26,7 @@ from ..autograd.tensor import Tensor
 from ..backend import opencl
 from ..backend.random import Generator
 from ..errors import CompileError
+from .descriptors import class_attr, is_descriptor
 from .rngs import rng_of
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -476,7 +477,7 @@ class Walk:
                 self._guarded.add((id(obj), n))  # NOTE: a classmethod of the user's
                 if _user_code(f.__func__.__code__):
                     self.walk(f, depth + 1)
-            elif not n.startswith("__") and _descriptor(_class_attr(type(obj), n)):
+            elif not n.startswith("__") and is_descriptor(class_attr(type(obj), n)):
                 # NOTE: a descriptor of the user's (its __get__ reads state): its value at each
                 # check, as a property's
                 self._guarded.add((id(obj), n))
@@ -489,22 +490,6 @@ class Walk:
                 # instance attribute that comes to shadow it is read the same way)
                 self._guarded.add((id(obj), n))
                 self.guards.append(Guard("a", obj, n, f, user, f"{what}.{n}"))
-
-
-def _class_attr(cls, name):
-    """``name`` in the ``__dict__`` of ``cls`` or a class it derives from (not its ``__get__``'s
-    value, which ``getattr`` gives), or None."""
-    return next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
-
-
-def _descriptor(f) -> bool:
-    """Whether the class attribute ``f`` is a descriptor of a class written in Python outside
-    labkit (a function, a property and a slot are dealt with before)."""
-    t = type(f)
-    return (f is not None and hasattr(t, "__get__")
-            and not isinstance(f, (type, staticmethod, classmethod, property,
-                                   types.FunctionType))
-            and str(t.__module__).split(".")[0] not in ("labkit", "builtins", "functools"))
 
 
 def _setting(v, depth=0) -> bool:

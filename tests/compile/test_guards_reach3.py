@@ -29,7 +29,7 @@ def _follows(dev, step, set_value, values=(2.5, 2.5, 2.5, 3.5, 3.5, 3.5, 0.5)):
 
 def test_getattr_with_a_constant_name(dev):
     cfg = Cfg()
-    _follows(dev, lk.compile(lambda x: x * getattr(cfg, "scale")),
+    _follows(dev, lk.compile(lambda x: x * getattr(cfg, "scale")),  # noqa: B009
              lambda v: setattr(cfg, "scale", v))
 
 
@@ -71,5 +71,5 @@ class Holder:
 @pytest.mark.parametrize("how", ["attribute", "getattr"])
 def test_a_descriptor_of_the_users_is_read_at_each_call(dev, how):
     h = Holder()
-    fn = (lambda x: x * h.scale) if how == "attribute" else (lambda x: x * getattr(h, "scale"))
+    fn = (lambda x: x * h.scale) if how == "attribute" else (lambda x: x * getattr(h, "scale"))  # noqa: B009
     _follows(dev, lk.compile(fn), lambda v: setattr(h, "_scale", v))
