@@ -383,6 +383,10 @@ class Compiled:
                            for x in (src.tensors or [src.tensor])
                            if x is not None])
         drop_host_only(walk, tracer.host_codes, tracer.host_objects)
+        uploaded = {id(src.value) for src in trace.sources.values() if src.value is not None}
+        for g in walk.guards:
+            if g.array is not None and id(g.keep) in uploaded:
+                g.array = None  # NOTE: read afresh by a replay (an array the step uploads)
         if first is not None:  # NOTE: the difference between two calls says more
             self._unwait(key, first)
             _ran(compare, first, trace, self.__name__)

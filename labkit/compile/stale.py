@@ -5,7 +5,7 @@ walk says what is checked at each call)."""
 from __future__ import annotations
 
 from ..errors import CompileError
-from .guards import _add, _number, _show, canon
+from .guard_values import _add, _number, _show, canon
 
 
 def _justified(walk, values, pyvals) -> set:

@@ -73,3 +73,48 @@ def test_a_descriptor_of_the_users_is_read_at_each_call(dev, how):
     h = Holder()
     fn = (lambda x: x * h.scale) if how == "attribute" else (lambda x: x * getattr(h, "scale"))  # noqa: B009
     _follows(dev, lk.compile(fn), lambda v: setattr(h, "_scale", v))
+
+
+BIG = {i: float(i) for i in range(100)}
+BIG_LIST = [float(i) for i in range(100)]
+
+
+def _from_big(x):
+    return x * BIG[5] + x * BIG_LIST[-1] * 0.0
+
+
+def test_items_of_large_containers_read_at_constant_keys(dev):
+    """A dict or list past 64 items is not compared whole; its items at the keys the code
+    names are (BIG[5] replayed 5.0 after BIG[5] = 7.0)."""
+    _follows(dev, lk.compile(_from_big), lambda v: BIG.__setitem__(5, v))
+    table = {f"k{i}": 1.0 for i in range(100)}
+    _follows(dev, lk.compile(lambda x: x * table["k7"]), lambda v: table.__setitem__("k7", v))
+
+
+WEIGHTS = np.array([1.0, 2.0], np.float32)
+
+
+def _weighted(x):
+    return x * float(WEIGHTS[0])
+
+
+def test_a_small_numpy_arrays_values_read_as_numbers(dev):
+    """float(w[0]) of a small array the step names (a global, an attribute): its values are
+    checked (the traced 2.5 replayed after w[0] = 3.5)."""
+    _follows(dev, lk.compile(_weighted), lambda v: WEIGHTS.__setitem__(0, v))
+    cfg = Cfg()
+    cfg.table = np.zeros(4)
+    _follows(dev, lk.compile(lambda x: x * cfg.table[2].item()),
+             lambda v: cfg.table.__setitem__(2, v))
+
+
+def test_a_small_array_the_step_uploads_changes_without_retracing(dev):
+    """An array read as a tensor at each call (a mask updated between calls) is read afresh
+    by the replay: a change is not a retrace."""
+    mask = np.ones(3, np.float32)
+    f = lk.compile(lambda x: x * lk.tensor(mask, device=dev))
+    x = lk.tensor(np.full(3, 2.0, np.float32), device=dev)
+    for i in range(6):
+        mask[:] = i
+        np.testing.assert_array_equal(f(x).numpy(), np.full(3, 2.0 * i, np.float32))
+    assert f.stats["retraces"] == 0 and f.stats["replays"] == 4, f.stats
