@@ -4,6 +4,8 @@ walk says what is checked at each call)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import CompileError
 from .guard_values import _add, _number, _show, canon
 
@@ -27,17 +29,67 @@ def _justified(walk, values, pyvals) -> set:
     return ok
 
 
+#: at most this many checked numbers (arguments' and guarded values) are combined
+_COMBINED = 32
+
+
+def _floats(v, out, depth=0):
+    if isinstance(v, (bool, np.bool_)):
+        return
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        try:
+            out.append(float(v))
+        except OverflowError:  # NOTE: an int past a float's range: no float equals it
+            pass
+    elif isinstance(v, (tuple, list, dict)) and depth < 2:
+        for x in (v.values() if isinstance(v, dict) else v):
+            _floats(x, out, depth + 1)
+
+
+def _combined(walk, pyvals) -> set:
+    """The floats one arithmetic operation makes of a checked number (an argument's, a
+    guarded value's) and another or a constant (``epoch / n_epochs``, ``lr * 0.5``): a float
+    result equal to one is computed from what a call checks. Floats only: a count such as
+    ``len(history)`` could equal a small sum by chance."""
+    checked: list = []
+    for v in pyvals:
+        _floats(v, checked)
+    for g in walk.guards:
+        if g.state[0] == "v":
+            _floats(g.keep, checked)
+    checked = list(dict.fromkeys(checked))[:_COMBINED]
+    consts = [float(c[1]) for c in walk.consts if c[0] in (int, float)][:4 * _COMBINED]
+    out: set = set()
+    for a in checked:
+        for b in checked + consts:
+            for x, y in ((a, b), (b, a)):
+                for r in (x + y, x - y, x * y, x / y if y else None):
+                    if r is not None:
+                        out.add(("number", repr(r)))
+    return out
+
+
 def stale_results(out_tree, walk, values, pyvals):
     """The first Python value in a step's results (or its dicts' keys) that nothing checks
     at each call, as (where, value); None when there is none."""
     ok = _justified(walk, values, pyvals)
+    combined = None
+
+    def unchecked(v):
+        nonlocal combined
+        c = canon(v)
+        if c is None or c in ok or _number(v) in ok:
+            return False
+        if isinstance(v, (float, np.floating)):
+            if combined is None:
+                combined = _combined(walk, pyvals)
+            return _number(v) not in combined
+        return True
 
     def visit(tree, where):
         kind, body = tree
         if kind == "value":
-            c = canon(body)
-            return (where, body) if c is not None and c not in ok and (
-                _number(body) not in ok) else None
+            return (where, body) if unchecked(body) else None
         if kind in ("tensor", "array"):
             return None
         if kind == "dict":
