@@ -47,9 +47,11 @@ Inside a compiled step:
   results that nothing checked gives (``len(a_list)``): a replay would return it unchanged.
   Reached too: the items of small lists, tuples and dicts (``CFG["c"].scale``, hooks in a
   list), class attributes and classmethods, the forward of the user's bricks (and their list
-  settings, by value). Not seen (pass such values as arguments): an attribute named at run
-  time (``getattr(c, name)``), chains of more than four attributes, the items of lists of
-  more than 64, an iterator's state (``next(counter)``), a 0-d array read with ``float()``;
+  settings, by value), attributes read by name (``getattr(c, "scale")``, ``vars(ns)["a"]``),
+  descriptors, the items of large lists and dicts at the code's constant keys, the values of
+  small NumPy arrays. Not seen (pass such values as arguments): a name computed at run time
+  (``getattr(c, f"{k}_lr")``), chains of more than four attributes, the items of lists of
+  more than 64 at computed keys, an iterator's state (``next(counter)``);
 - a parameter passed as an argument (or its array) is checked by identity: the step may
   read it where it lives too (its brick), so a program traced with it is not replayed for
   another;
@@ -371,6 +373,14 @@ class Compiled:
                 unmark()
             _written_unread(tracer.t, named)
             trace = _ran(tracer.finish, result)
+        except CompileError:
+            # NOTE: that graph's ops read arrays from before the call (an LSTM's state passed
+            # back in: U.T of the last call), refused as raw array code: an error that named
+            # neither the argument nor the fix
+            for k, x, node, _, seen in watched:
+                if seen:
+                    _refuse_outside(self.__name__, k, x, node)
+            raise
         finally:
             _trace.set_tracer(old)
             for _, _, node, hooks, _ in watched:

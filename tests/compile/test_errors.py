@@ -100,3 +100,35 @@ def test_options_as_decorator_arguments(dev):
     assert (step.fuse, step.cse, step.warn_after) == (False, False, 1)
     assert step.stats["replays"] == 1
     assert "1 replayed" in step.explain()
+
+
+def test_a_recurrent_state_passed_back_with_its_graph_is_refused_naming_it(dev):
+    """An LSTM's (h, c) returned and passed back in undetached: the backward goes into the
+    last call's graph, whose ops read U from before the call. That was refused as "raw
+    array code" naming neither the argument nor the fix; it names both now, and the
+    detached state (truncated backpropagation through time) compiles."""
+    rng = np.random.default_rng(0)
+    u = t(rng.standard_normal((64, 16)) * 0.3, dev, rg=True)
+
+    def step(xs, h, c):
+        u.grad = None
+        for xt in F.unbind(xs, axis=1):
+            c, h = F.lstm(c, xt + F.matmul(h, F.transpose(u)))
+        loss = F.sum(h * h)
+        loss.backward()
+        return loss, h, c
+
+    f = lk.compile(step)
+    h = c = t(rng.standard_normal((4, 16)) * 0.5, dev)
+    xs = [t(rng.standard_normal((4, 3, 64)), dev) for _ in range(5)]
+    _, h, c = f(xs[0], h, c)
+    with pytest.raises(CompileError, match=r"back-propagates into argument array [12], a tensor of "
+                                           r"shape \(4, 16\) computed before the call \(by lstm\)"
+                                           r".*detached"):
+        f(xs[1], h, c)
+    eager_h = eager_c = f_h = f_c = t(rng.standard_normal((4, 16)) * 0.5, dev)
+    for x in xs:
+        le, eager_h, eager_c = step(x, eager_h.detach(), eager_c.detach())
+        lf, f_h, f_c = f(x, f_h.detach(), f_c.detach())
+        np.testing.assert_allclose(lf.numpy(), le.numpy(), rtol=1e-6)
+    assert f.stats["replays"] >= 2
