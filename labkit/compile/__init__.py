@@ -247,6 +247,13 @@ def _detached(obj):
     return obj
 
 
+def _bases(a):
+    """``a`` and the arrays it is a view of (``perm[:2]``: ``perm`` too)."""
+    while a is not None:
+        yield a
+        a = getattr(a, "base", None)
+
+
 def _refuse_outside(name, k, x, node):
     raise CompileError(
         f"lk.compile: {name} back-propagates into argument array {k}, a tensor of shape "
@@ -320,6 +327,11 @@ class Compiled:
         plans = self._plans.get(key)
         if plans is not None and len(self._plans) > 1:
             self._plans[key] = self._plans.pop(key)  # NOTE: the most recently used last
+        if plans is not None:
+            for p in plans:
+                if self.trust_input or p.guard_failure(leaves, tensors) is None:
+                    self.stats["replays"] += 1
+                    return p.run(leaves, tensors)
         # NOTE: a first trace made when a value labkit keeps (opt.lr returned, read at a call
         # long before: a batch of another size at the end of each epoch) was another is stale;
         # it waits on for its state to come back (a step called in train and eval mode in turn
@@ -333,10 +345,6 @@ class Compiled:
                 break
             stale = stale or why
         if plans is not None:
-            for p in plans:
-                if self.trust_input or p.guard_failure(leaves, tensors) is None:
-                    self.stats["replays"] += 1
-                    return p.run(leaves, tensors)
             if first is None:
                 self._note_retrace(plans[0].guard_failure(leaves, tensors))
         elif stale is not None:
@@ -350,7 +358,7 @@ class Compiled:
         was_none = [x for x, kind, s in (first.writes if first is not None else ())
                     if kind == "grad" and s is not None and x.grad is None]
         arg_none = {k for k, x in tensors.items() if x.grad is None}
-        walk = python_guards(self.fn, keep)
+        walk = python_guards(self.fn, keep, [v for v in pyvals if isinstance(v, str)])
         tracer = Tracer(leaves, tensors, self.__name__, walk.rngs)
         named = _named_tensors(walk)
         watched = [(k, x, x.creator, x.creator.out_hooks, []) for k, x in tensors.items()
@@ -393,7 +401,11 @@ class Compiled:
                            for x in (src.tensors or [src.tensor])
                            if x is not None])
         drop_host_only(walk, tracer.host_codes, tracer.host_objects)
-        uploaded = {id(src.value) for src in trace.sources.values() if src.value is not None}
+        # NOTE: the arrays a replay reads afresh: uploaded (lk.tensor(mask)), or held by an op
+        # (an index array, x[:, perm])
+        uploaded = {id(b) for src in trace.sources.values() if src.value is not None
+                    for b in _bases(src.value)}
+        uploaded |= {id(b) for n in trace.nodes for _, _, a in n.consts for b in _bases(a)}
         for g in walk.guards:
             if g.array is not None and id(g.keep) in uploaded:
                 g.array = None  # NOTE: read afresh by a replay (an array the step uploads)

@@ -14,6 +14,7 @@ labkit itself, and are not guarded here.
 
 from __future__ import annotations
 
+import dis
 import functools
 import os
 import sysconfig
@@ -44,16 +45,56 @@ def _user_code(code) -> bool:
 
 
 def _names(code, out=None) -> set:
-    """The global and attribute names a code object and the code nested in it use, and its
-    string constants that could be names (``getattr(cfg, "scale")``, ``vars(ns)["a"]``)."""
+    """The global and attribute names a code object and the code nested in it use."""
     out = set() if out is None else out
     out.update(code.co_names)
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
             _names(c, out)
-        elif isinstance(c, str) and c.isidentifier():
-            out.add(c)
     return out
+
+
+def _strings(v, out, depth=0) -> None:
+    """The identifier-like strings of a code object's constants (and of the code nested in
+    it, and of tuples of them), or of a value: names the code may read attributes by
+    (``getattr(cfg, "scale")``, ``vars(ns)["a"]``, ``for k in ("a", "b"): getattr(c, k)``)."""
+    if isinstance(v, types.CodeType):
+        for c in v.co_consts:
+            _strings(c, out, depth)
+    elif isinstance(v, str):
+        if v.isidentifier():
+            out.add(v)
+    elif isinstance(v, (tuple, list, frozenset)) and depth < 2:
+        for c in v:
+            _strings(c, out, depth + 1)
+
+
+#: the instructions after which a constant is a subscript's key (``BIG[5]``, ``d.get("k")``)
+_GETS = frozenset({"get", "__getitem__", "pop"})
+
+
+def _keys(code, out) -> None:
+    """The constants the code (and the code nested in it) uses as a subscript's key."""
+    ins = list(dis.get_instructions(code))
+    for i, x in enumerate(ins):
+        if x.opname != "LOAD_CONST" or not isinstance(x.argval, (int, str)):
+            continue
+        after = ins[i + 1].opname if i + 1 < len(ins) else ""
+        before = ins[i - 1] if i else None
+        if after == "BINARY_SUBSCR" or (
+                before is not None and before.opname in ("LOAD_METHOD", "LOAD_ATTR")
+                and before.argval in _GETS):
+            out.add(x.argval)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            _keys(c, out)
+
+
+def _labkits(obj) -> bool:
+    """Whether ``obj`` is labkit's or of a class derived from one of labkit's (an optimizer,
+    a brick, the main loop): labkit reads its state at each replay or checks it itself."""
+    return any(str(getattr(k, "__module__", "")).split(".")[0] == "labkit"
+               for k in type(obj).__mro__)
 
 
 def _consts(code, out) -> None:
@@ -95,6 +136,8 @@ class Walk:
         self.consts: set = set()
         self.keys: set = set()  # NOTE: labkit's strings a result's dict keys may be
         self.names: set = set()
+        self.strings: set = set()   # NOTE: names by string: the user's objects' only
+        self.subkeys: set = set()   # NOTE: constant keys of subscripts (large containers)
         self._seen: set = set()
         self._objects: list = []   # (object, how to name it, depth): attributes to guard
         self._object_ids: dict = {}  # id -> object, of those in _objects
@@ -127,6 +170,8 @@ class Walk:
             # the step itself (MainLoop's, whose loss_fn is the user's)
             if isinstance(f, types.FunctionType) and (depth == 0 or _user_code(f.__code__)):
                 self.names |= _names(f.__code__)
+                if _user_code(f.__code__):
+                    _strings(f.__code__, self.strings)
                 self.walk(f, depth)  # NOTE: the method and its function: one step
                 self.objects([fn.__self__], depth + 1)
             return None
@@ -142,6 +187,8 @@ class Walk:
             return None
         names = _names(code)
         self.names |= names
+        _strings(code, self.strings)
+        _keys(code, self.subkeys)
         self.codes.append(code)
         _consts(code, self.consts)
         where = fn.__name__
@@ -173,7 +220,7 @@ class Walk:
         """Guard the objects' attributes, for every name the functions read use (reading
         one may reach more functions and objects: until nothing new comes)."""
         while True:
-            n_names, n_objects = len(self.names), len(self._objects)
+            n_names, n_objects = len(self.names) + len(self.strings), len(self._objects)
             n_big = len(self._guarded)
             for obj, what, depth in list(self._objects):
                 try:
@@ -181,7 +228,8 @@ class Walk:
                 except Exception:  # noqa: BLE001 - an object whose attributes cannot be read
                     continue       # (a proxy that raises): its attributes are not guarded
             self._big_items()
-            if (len(self.names) == n_names and len(self._objects) == n_objects
+            if (len(self.names) + len(self.strings) == n_names
+                    and len(self._objects) == n_objects
                     and len(self._guarded) == n_big):
                 return self
 
@@ -194,8 +242,8 @@ class Walk:
     def _value(self, v, kind, holder, name, user, label, depth):
         if self._rng(v, label):
             return
-        if user and isinstance(v, str) and v.isidentifier():
-            self.names.add(v)  # NOTE: a name the step may read by (getattr(cfg, name))
+        if user:
+            _strings(v, self.strings)  # NOTE: names the step may read by (getattr(cfg, k))
         if not isinstance(v, types.ModuleType):
             self.guards.append(Guard(kind, holder, name, v, user, label))
             if canon(v) is not None:
@@ -229,17 +277,22 @@ class Walk:
     def _big_items(self):
         """The items of the large containers read at the code's int and str constants
         (``BIG[5]``, ``TABLE["lr"]``)."""
-        keys = [c[1] for c in self.consts if c[0] in (int, str)]
         for v, label, depth in self._big:
-            for k in keys:
+            for k in sorted(self.subkeys, key=repr):
                 if (id(v), k) in self._guarded:
                     continue
-                if type(v) is dict:
-                    x = v.get(k, _MISSING)
-                else:
-                    x = v[k] if type(k) is int and -len(v) <= k < len(v) else _MISSING
+                try:
+                    if type(v) is dict:
+                        x = v.get(k, _MISSING)
+                    else:
+                        x = v[k] if type(k) is int and -len(v) <= k < len(v) else _MISSING
+                except Exception:  # noqa: BLE001 - keys whose comparison raises: not read
+                    continue
                 if x is not _MISSING:
                     self._guarded.add((id(v), k))
+                    if canon(x) is None:  # NOTE: an object there replaced (by identity)
+                        self.guards.append(Guard("g" if type(v) is dict else "i", v, k, x,
+                                                 True, f"{label}[{k!r}]"))
                     self._item(v, k, x, label, depth)
 
     def _item(self, v, k, x, label, depth):
@@ -254,6 +307,10 @@ class Walk:
                 self.guards.append(Guard("g" if type(v) is dict else "i", v, k, x, True,
                                          f"{label}[{k!r}]"))
         elif not self._rng(x, f"an item of {label}"):
+            if type(x) is np.ndarray and x.size <= _SMALL and canon(v) is None:
+                # NOTE: a small array held there (SMALL["w"][0]): its values too
+                self.guards.append(Guard("g" if type(v) is dict else "i", v, k, x, True,
+                                         f"{label}[{k!r}]"))
             self.objects([x], depth + 1)
             self._items(x, label, depth + 1)
             self.called(x, depth)  # NOTE: losses[0](...)
@@ -291,7 +348,8 @@ class Walk:
             self._guarded.add((id(obj), "params"))
             self.guards.append(Guard("a", obj, "params", obj.params, False,
                                      f"the parameters of {what} (setup() again?)"))
-        for n in sorted(self.names):
+        names = self.names if _labkits(obj) else self.names | self.strings
+        for n in sorted(names):
             if (id(obj), n) in self._guarded:
                 continue
             if n in d:
@@ -410,10 +468,13 @@ def hook_guards(walk, tensors) -> None:
     walk.guards += w.guards
 
 
-def python_guards(fn, objects=()) -> Walk:
+def python_guards(fn, objects=(), strings=()) -> Walk:
     """The guards of ``fn`` as it is now (before a traced call); ``objects``: the objects
-    passed to it (a method's ``self``), whose attributes its code names are guarded too."""
+    passed to it (a method's ``self``), whose attributes its code names are guarded too;
+    ``strings``: the strings passed to it (names it may read attributes by)."""
     w = Walk()
+    for v in strings:
+        _strings(v, w.strings)
     w.walk(fn)
     w.objects(objects)
     for o in objects:  # NOTE: a loss object passed in and called

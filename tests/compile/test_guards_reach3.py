@@ -118,3 +118,119 @@ def test_a_small_array_the_step_uploads_changes_without_retracing(dev):
         mask[:] = i
         np.testing.assert_array_equal(f(x).numpy(), np.full(3, 2.0 * i, np.float32))
     assert f.stats["retraces"] == 0 and f.stats["replays"] == 4, f.stats
+
+
+# ---- what the names read by string must not reach (found by a review of the above) -------
+
+def _replays_throughout(step, calls):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        for args in calls:
+            step(*args)
+    assert step.stats["traces"] == 2 and step.stats["retraces"] == 0, step.stats
+
+
+def test_a_key_naming_an_optimizers_counter_or_rate_does_not_guard_it(dev):
+    """batch["t"] and HP["lr"] are strings of the step; the optimizer's step count ``t`` and
+    scheduled ``lr`` change at every update, and labkit reads them itself: they are not
+    guarded (each step traced again at every call)."""
+    import labkit.bricks as B
+    import labkit.functions as F
+
+    B.set_seed(1)
+    model = B.Sequence(B.Linear(4, 8), B.Tanh(), B.Linear(8, 2)).to(dev)
+    hp = {"lr": 0.01, "wd": 0.0}
+    opt = lk.optimizers.Adam(lr=lk.optimizers.Cosine(hp["lr"], 1000)).setup(model)
+
+    @lk.compile
+    def step(batch):
+        opt.zero_grad()
+        loss = F.softmax_cross_entropy(model(lk.tensor(batch["x"], device=dev)), batch["t"])
+        (loss * (1.0 + hp["wd"])).backward()
+        opt.update()
+        return loss
+
+    rng = np.random.default_rng(0)
+    batch = {"x": rng.standard_normal((8, 4)).astype(np.float32), "t": np.arange(8) % 2}
+    _replays_throughout(step, [(batch,)] * 8)
+
+
+def test_an_index_array_changed_in_place_is_read_afresh_not_retraced(dev):
+    perm = np.arange(6)
+    x = lk.tensor(np.arange(12, dtype=np.float32).reshape(2, 6), device=dev)
+    f = lk.compile(lambda x: x[:, perm[:4]] * 1.0)
+    rng = np.random.default_rng(1)
+    for _ in range(6):
+        perm[:] = rng.permutation(6)
+        np.testing.assert_array_equal(f(x).numpy(), x.numpy()[:, perm[:4]])
+    assert f.stats["traces"] == 2 and f.stats["replays"] == 4, f.stats
+
+
+HISTORY = [0.0] * 100
+
+
+def _reads_the_first(x):
+    return (x * HISTORY[0]).reshape(-1)
+
+
+def test_a_large_list_is_checked_at_its_subscripts_only(dev):
+    """HISTORY[0] is read; the -1 of a reshape is not a key of HISTORY (whose last item the
+    loop appends to at every call)."""
+    f = lk.compile(_reads_the_first)
+    x = lk.tensor(np.ones((2, 2), np.float32), device=dev)
+    for i in range(6):
+        HISTORY.append(float(i))
+        np.testing.assert_array_equal(f(x).numpy(), np.zeros(4, np.float32))
+    assert f.stats["traces"] == 2 and f.stats["replays"] == 4, f.stats
+
+
+class Token:
+    def __init__(self, i):
+        self.id = i
+
+    def __hash__(self):
+        return self.id
+
+    def __eq__(self, other):
+        return self.id == other.id  # NOTE: raises for an int key
+
+
+def test_a_large_dict_whose_keys_compare_only_to_their_own_kind(dev):
+    table = {Token(i): float(i) for i in range(100)}
+    key = Token(6)
+    f = lk.compile(lambda x: x * table[key] + 0 * x[0])
+    x = lk.tensor(np.ones(3, np.float32), device=dev)
+    assert [float(f(x).numpy()[0]) for _ in range(3)] == [6.0] * 3
+
+
+CONFIG_KEYS = ("scale",)
+
+
+def _by_tuple_name(x):
+    return x * getattr(GLOBAL_CFG, CONFIG_KEYS[0])
+
+
+def test_names_in_tuples_and_passed_as_arguments(dev):
+    cfg = Cfg()
+    _follows(dev, lk.compile(lambda x: x * sum(getattr(cfg, k) for k in ("scale",))),
+             lambda v: setattr(cfg, "scale", v))
+    _follows(dev, lk.compile(_by_tuple_name), lambda v: setattr(GLOBAL_CFG, "scale", v))
+    x = lk.tensor(np.ones(3, np.float32), device=dev)
+    f = lk.compile(lambda x, name: x * getattr(cfg, name))
+    for v in (2.0, 2.0, 2.0, 3.0, 3.0):
+        cfg.scale = v
+        np.testing.assert_array_equal(f(x, "scale").numpy(), np.full(3, v, np.float32))
+
+
+def test_arrays_and_objects_held_in_containers(dev):
+    small = {"w": np.zeros(2)}
+    _follows(dev, lk.compile(lambda x: x * float(small["w"][0])),
+             lambda v: small["w"].__setitem__(0, v))
+    big = {f"k{i}": i for i in range(100)}
+    big["cfg"] = Cfg()
+
+    def replace(v):  # NOTE: another object for another value
+        if getattr(big["cfg"], "scale", None) != v:
+            big["cfg"] = Cfg()
+            big["cfg"].scale = v
+    _follows(dev, lk.compile(lambda x: x * big["cfg"].scale), replace)
