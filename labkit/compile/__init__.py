@@ -108,6 +108,7 @@ from .guards import (
 )
 from .hooks import Watch, watching
 from .hostcode import drop_host_only
+from .keys import why_new_key
 from .program import Program, depends_failure
 from .scan import scan
 from .stale import refuse_stale, stale_results
@@ -181,25 +182,6 @@ def _written_unread(t, named) -> None:
 
 def _dev(a):
     return "cpu" if isinstance(a, np.ndarray) else id(a.rt)
-
-
-def _describe(key):
-    kind = key[0]
-    if kind == "T":
-        return f"a tensor {key[2]}{key[1]}" + (" requiring grad" if key[4] else "")
-    if kind == "A":
-        return f"an array {key[2]}{key[1]}"
-    if kind == "V":
-        return f"the value {key[2] if len(key) > 3 else repr(key[2])}"
-    if kind == "O":
-        return f"a {key[1]} object"
-    if kind == "P":
-        return f"the parameter {key[1]!r}"
-    if kind == "alias":
-        pairs = [f"{a} and {k}" for k, a in enumerate(key[1]) if a != k]
-        return (f"array arguments {', '.join(pairs)} the same array" if pairs
-                else "no array passed twice")
-    return f"a {kind} of {key[1]}"
 
 
 #: what ``explain`` says of each pass that changed a program: (its count, the line)
@@ -469,28 +451,7 @@ class Compiled:
             self._keep.pop(key, None)
 
     def _why(self, key):
-        old = self._last_key
-        if len(old) != len(key):
-            a, b = next(((a, b) for a, b in zip(old, key) if a != b), (None, None))
-            if a is not None and a[0] == b[0] == "dict":
-                return (f"the arguments have another structure: keyword arguments (or dict "
-                        f"keys) {a[1]} when traced, {b[1]} now")
-            if a is not None and a[0] == b[0] and a[0] in ("tuple", "list"):
-                return (f"the arguments have another structure: a {a[0]} of {a[1]} when "
-                        f"traced, of {b[1]} now")
-            return "the arguments have another structure"
-        for a, b in zip(old, key):
-            if a != b:
-                if a[0] == b[0] == "alias":
-                    return f"{_describe(a)} when traced, now {_describe(b)}"
-                if a[0] == b[0] == "grad":
-                    return (f"gradients were {'on' if a[1] else 'off (lk.no_grad())'} when "
-                            f"traced, are {'on' if b[1] else 'off (lk.no_grad())'} now")
-                if a[0] == b[0] == "O" and a[1] == b[1]:
-                    return (f"an argument is another {b[1]} object than the one traced (a "
-                            "program reads the tensors of the objects it was traced with)")
-                return f"an argument was {_describe(a)}, is {_describe(b)}"
-        return "new arguments"
+        return why_new_key(self._last_key, key)
 
     def _note_retrace(self, reason):
         self.stats["retraces"] += 1

@@ -102,6 +102,8 @@ class Guard:
             self.get = functools.partial(getattr, holder, name, _MISSING)
         elif kind == "c":
             self.get = lambda: holder.cell_contents
+        elif kind == "f":  # NOTE: a value computed by ``holder()``
+            self.get = holder
         elif kind == "d":
             self.get = lambda: holder.__defaults__[name]
         else:  # NOTE: "k", a keyword-only default

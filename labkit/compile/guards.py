@@ -391,6 +391,8 @@ class Walk:
                     continue
                 if canon(v) is not None:
                     self.guards.append(Guard("a", obj, n, v, False, f"{what}.{n}"))
+                    if isinstance(obj, Optimizer) and n == "lr":
+                        _next_rate(self, obj, what)
             elif isinstance(f, types.MethodType) and isinstance(f.__func__, types.FunctionType):
                 self._guarded.add((id(obj), n))  # NOTE: a classmethod of the user's
                 if _user_code(f.__func__.__code__):
@@ -408,6 +410,22 @@ class Walk:
                 # instance attribute that comes to shadow it is read the same way)
                 self._guarded.add((id(obj), n))
                 self.guards.append(Guard("a", obj, n, f, user, f"{what}.{n}"))
+
+
+def _next_rate(walk, opt, what):
+    """A scheduled learning rate read by the step is also checked as it will be after the
+    call's update: read after ``opt.update()`` (a value logged), a replay returned the traced
+    rate, one call behind at each decay of the schedule."""
+    from ..optimizers import _value
+
+    rule = opt._lr_rule()
+    if rule is None or not callable(rule.hyper["lr"]):
+        return
+
+    def after():
+        return _value(rule.hyper["lr"], opt.t + 1)
+    walk.guards.append(Guard("f", after, None, after(), False,
+                             f"{what}.lr after this call's update"))
 
 
 def _setting(v, depth=0) -> bool:

@@ -54,3 +54,37 @@ def test_a_count_is_not_taken_for_a_sum_of_checked_numbers(dev):
 
     with pytest.raises(CompileError, match=r"returns the Python int 100"):
         step(lk.tensor(np.ones(3, np.float32), device=dev), 99)
+
+
+def test_a_scheduled_rate_read_after_the_update_follows_the_schedule(dev):
+    """opt.lr read after opt.update() (logged): the update moves a schedule within the call,
+    and a replay returned the traced rate, one call behind at each decay (found by a
+    review, /tmp/adv31/f4b_lr_only.py). The rate after the call's update is checked too."""
+    import warnings
+
+    import labkit.bricks as B
+    import labkit.optimizers as O
+    from labkit.compile import CompileWarning
+
+    def run(compiled):
+        B.set_seed(1)
+        model = B.Linear(3, 1).to(dev)
+        opt = O.SGD(lr=O.StepDecay(0.1, every=4, gamma=0.1)).setup(model)
+        x = lk.tensor(np.ones((2, 3), np.float32), device=dev)
+
+        def step(x):
+            opt.zero_grad()
+            loss = F.sum(model(x))
+            loss.backward()
+            opt.update()
+            return loss, {"lr": opt.lr, "half": opt.lr * 0.5}
+
+        f = lk.compile(step) if compiled else step
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CompileWarning)
+            return [f(x)[1] for _ in range(14)], f
+
+    eager, _ = run(False)
+    got, f = run(True)
+    assert got == eager
+    assert f.stats["replays"] >= 3  # NOTE: the third call of each rate
