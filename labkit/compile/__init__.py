@@ -383,10 +383,10 @@ class Compiled:
                            for x in (src.tensors or [src.tensor])
                            if x is not None])
         drop_host_only(walk, tracer.host_codes, tracer.host_objects)
-        # NOTE: the arrays a replay reads afresh: uploaded (lk.tensor(mask)), or held by an op
-        # (an index array, x[:, perm])
-        uploaded = {id(b) for src in trace.sources.values() if src.value is not None
-                    for b in _bases(src.value)}
+        # NOTE: the arrays a replay reads afresh: uploaded (lk.tensor(mask); not a view of
+        # one, lk.tensor(w[:4]), whose copy is not made again), or held by an op (an index
+        # array and what it is a view of, x[:, perm[:4]])
+        uploaded = {id(src.value) for src in trace.sources.values() if src.value is not None}
         uploaded |= {id(b) for n in trace.nodes for _, _, a in n.consts for b in _bases(a)}
         for g in walk.guards:
             if g.array is not None and id(g.keep) in uploaded:

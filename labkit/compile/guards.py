@@ -54,30 +54,41 @@ def _names(code, out=None) -> set:
     return out
 
 
-def _strings(v, out, depth=0) -> None:
+def _strings(v, out, depth=0, keys=False) -> None:
     """The identifier-like strings of a code object's constants (and of the code nested in
     it, and of tuples of them), or of a value: names the code may read attributes by
-    (``getattr(cfg, "scale")``, ``vars(ns)["a"]``, ``for k in ("a", "b"): getattr(c, k)``)."""
+    (``getattr(cfg, "scale")``, ``vars(ns)["a"]``, ``for k in ("a", "b"): getattr(c, k)``).
+    With ``keys``, every string (a dict's keys need not be names)."""
     if isinstance(v, types.CodeType):
         for c in v.co_consts:
-            _strings(c, out, depth)
+            if not isinstance(c, types.CodeType):  # NOTE: nested code: _keys and _names walk it
+                _strings(c, out, depth, keys)
     elif isinstance(v, str):
-        if v.isidentifier():
+        if keys or v.isidentifier():
             out.add(v)
-    elif isinstance(v, (tuple, list, frozenset)) and depth < 2:
+    elif isinstance(v, (tuple, list, frozenset, set)) and depth < 3 and len(v) <= _SMALL:
         for c in v:
-            _strings(c, out, depth + 1)
+            _strings(c, out, depth + 1, keys)
+    elif isinstance(v, dict) and depth < 3 and len(v) <= _SMALL:
+        for k, c in v.items():
+            _strings(k, out, depth + 1, keys)
+            _strings(c, out, depth + 1, keys)
 
 
 #: the instructions after which a constant is a subscript's key (``BIG[5]``, ``d.get("k")``)
 _GETS = frozenset({"get", "__getitem__", "pop"})
 
 
-def _keys(code, out) -> None:
-    """The constants the code (and the code nested in it) uses as a subscript's key."""
+@functools.lru_cache(maxsize=4096)
+def _keys(code) -> frozenset:
+    """The keys the code (and the code nested in it) may read a container at: the ints it
+    uses as a subscript's key (``BIG[5]``, ``d.get(3)``: not every int, a reshape's -1 is
+    none), and its strings (``BIG["w"]``, ``for k in ("w",): BIG[k]``, ``hp("w")``)."""
+    out: set = set()
+    _strings(code, out, keys=True)
     ins = list(dis.get_instructions(code))
     for i, x in enumerate(ins):
-        if x.opname != "LOAD_CONST" or not isinstance(x.argval, (int, str)):
+        if x.opname != "LOAD_CONST" or type(x.argval) is not int:
             continue
         after = ins[i + 1].opname if i + 1 < len(ins) else ""
         before = ins[i - 1] if i else None
@@ -87,14 +98,27 @@ def _keys(code, out) -> None:
             out.add(x.argval)
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
-            _keys(c, out)
+            out |= _keys(c)
+    return frozenset(out)
 
 
-def _labkits(obj) -> bool:
-    """Whether ``obj`` is labkit's or of a class derived from one of labkit's (an optimizer,
-    a brick, the main loop): labkit reads its state at each replay or checks it itself."""
-    return any(str(getattr(k, "__module__", "")).split(".")[0] == "labkit"
-               for k in type(obj).__mro__)
+@functools.lru_cache(maxsize=256)
+def _labkit_names(cls) -> frozenset:
+    """The attribute names the code of labkit's classes among ``cls`` and its bases uses
+    (``Optimizer.t``, ``MainLoop.status``): labkit reads or checks those itself."""
+    out: set = set()
+    for k in cls.__mro__:
+        if str(getattr(k, "__module__", "")).split(".")[0] != "labkit":
+            continue
+        out.update(k.__dict__)
+        for v in k.__dict__.values():
+            for f in (v, getattr(v, "fget", None), getattr(v, "__func__", None)):
+                if isinstance(f, types.FunctionType):
+                    _names(f.__code__, out)
+    return frozenset(out)
+
+
+
 
 
 def _consts(code, out) -> None:
@@ -188,7 +212,7 @@ class Walk:
         names = _names(code)
         self.names |= names
         _strings(code, self.strings)
-        _keys(code, self.subkeys)
+        self.subkeys |= _keys(code)
         self.codes.append(code)
         _consts(code, self.consts)
         where = fn.__name__
@@ -278,7 +302,7 @@ class Walk:
         """The items of the large containers read at the code's int and str constants
         (``BIG[5]``, ``TABLE["lr"]``)."""
         for v, label, depth in self._big:
-            for k in sorted(self.subkeys, key=repr):
+            for k in sorted(self.subkeys | self.strings, key=repr):
                 if (id(v), k) in self._guarded:
                     continue
                 try:
@@ -348,7 +372,9 @@ class Walk:
             self._guarded.add((id(obj), "params"))
             self.guards.append(Guard("a", obj, "params", obj.params, False,
                                      f"the parameters of {what} (setup() again?)"))
-        names = self.names if _labkits(obj) else self.names | self.strings
+        # NOTE: by string, not the attributes labkit's own code uses (batch["t"]: not an
+        # optimizer's step count Optimizer.t, which its update moves and labkit reads)
+        names = self.names | (self.strings - _labkit_names(type(obj)))
         for n in sorted(names):
             if (id(obj), n) in self._guarded:
                 continue

@@ -234,3 +234,70 @@ def test_arrays_and_objects_held_in_containers(dev):
             big["cfg"] = Cfg()
             big["cfg"].scale = v
     _follows(dev, lk.compile(lambda x: x * big["cfg"].scale), replace)
+
+
+# ---- and what a second review found of those fixes ----------------------------------------
+
+def test_an_array_uploaded_through_a_view_of_it(dev):
+    """lk.tensor(w[:4]) copies the view at the call: a replay does not make that copy again,
+    so w's values stay checked (its value check had been dropped with w's own upload's)."""
+    w = np.zeros(8, np.float32)
+    f = lk.compile(lambda x: x * lk.tensor(w[:4], device=dev))
+    x = lk.tensor(np.ones(4, np.float32), device=dev)
+    for i in range(5):
+        w[:] = i
+        np.testing.assert_array_equal(f(x).numpy(), np.full(4, i, np.float32))
+
+
+def test_the_users_attributes_on_labkit_objects_are_read_by_string(dev):
+    """getattr(opt, "warm") of an attribute the user set on an optimizer, and of a subclass's
+    own attribute: not labkit's, so checked (labkit's own, Optimizer.t, are not)."""
+    import labkit.bricks as B
+
+    opt = lk.optimizers.Adam(lr=0.01)
+    _follows(dev, lk.compile(lambda x: x * getattr(opt, "warm")),  # noqa: B009
+             lambda v: setattr(opt, "warm", v))
+
+    class Scaled(B.Linear):
+        pass
+
+    brick = Scaled(3, 3)
+    _follows(dev, lk.compile(lambda x: x * getattr(brick, "boost")),  # noqa: B009
+             lambda v: setattr(brick, "boost", v))
+
+
+BIG_HP = {f"k{i}": 0.0 for i in range(100)}
+BIG_KEY = "w"
+
+
+def _big_by_global_key(x):
+    return x * BIG_HP[BIG_KEY]
+
+
+def _hp(k):
+    return BIG_HP[k]
+
+
+def test_keys_of_a_large_dict_from_strings_anywhere_in_the_code(dev):
+    def put(v):
+        BIG_HP["w"] = v
+    _follows(dev, lk.compile(lambda x: x * sum(BIG_HP[k] for k in ("w",))), put)
+    _follows(dev, lk.compile(lambda x: x * _hp("w")), put)
+    _follows(dev, lk.compile(_big_by_global_key), put)
+    f = lk.compile(lambda x, k: x * BIG_HP[k])
+    x = lk.tensor(np.ones(3, np.float32), device=dev)
+    for v in (2.0, 2.0, 2.0, 3.0, 3.0):
+        put(v)
+        np.testing.assert_array_equal(f(x, "w").numpy(), np.full(3, v, np.float32))
+
+
+NAME_TABLE = {"s": ("scale",)}
+
+
+def test_names_held_in_a_dict_or_set(dev):
+    cfg = Cfg()
+    names = {"scale"}
+    _follows(dev, lk.compile(lambda x: x * getattr(cfg, NAME_TABLE["s"][0])),
+             lambda v: setattr(cfg, "scale", v))
+    _follows(dev, lk.compile(lambda x: x * sum(getattr(cfg, k) for k in names)),
+             lambda v: setattr(cfg, "scale", v))
