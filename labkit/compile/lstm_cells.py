@@ -162,16 +162,21 @@ def _loops(replace, made_by, values, gone) -> tuple[int, int]:
     for chain in _chains(cells, link, made_by, values, plan):
         first = cells[chain[0]]
         h0, u, ug, _, c0 = first.ins
-        replace[chain[0]] = Node(
+        _one(replace, gone, chain, Node(
             "host", _LoopCells([cells[k].fn for k in chain]),
             [h0, u, ug, c0] + [cells[k].ins[3] for k in chain],
             [s for k in chain for s in cells[k].outs], "lstm loop", first.where,
-            ("host", "lstm loop"), multi=True, idx=first.idx)
-        for k in chain[1:]:
-            del replace[k]
-            gone.add(k)
+            ("host", "lstm loop"), multi=True, idx=first.idx))
         chains, made = chains + 1, made + len(chain) - 1
     return chains, made
+
+
+def _one(replace, gone, chain, node):
+    """``node`` in place of the chain's first node, the others gone."""
+    replace[chain[0]] = node
+    for k in chain[1:]:
+        del replace[k]
+        gone.add(k)
 
 
 def _grad_loops(replace, made_by, values, gone) -> tuple[int, int]:
@@ -210,13 +215,10 @@ def _grad_loops(replace, made_by, values, gone) -> tuple[int, int]:
         add = len(first.ins) == 6
         ins = first.ins[2:5] + [n.ins[0] for n in steps] + [n.ins[1] for n in steps] + (
             [n.ins[5] for n in steps] if add else [])
-        replace[chain[0]] = Node(
+        _one(replace, gone, chain, Node(
             "host", _LoopGrads([n.fn for n in steps], add), ins,
             [s for n in steps for s in n.outs], "lstm loop grad", first.where,
-            ("host", "lstm loop grad"), multi=True, idx=first.idx)
-        for k in chain[1:]:
-            del replace[k]
-            gone.add(k)
+            ("host", "lstm loop grad"), multi=True, idx=first.idx))
         chains, made = chains + 1, made + len(chain) - 1
     return chains, made
 

@@ -41,7 +41,27 @@ from .shapes import broadcast_strides
 MAX_U_BYTES = 1 << 20
 
 # NOTE: the sums are gemm_rb's (kernels_cl/gemm.cl): `acc += av * bv` in the file's default
-# contraction state, over k in order, so that each element rounds as the step's own launch
+# contraction state, over k in order, so that each element rounds as the step's own launch.
+# PRODUCT: acc[RM][VN] = RM rows of A (from a_, rows sam_ apart, sak_ along k) times the VN
+# vectors of B's rows (from b_, rows ldb apart), over k_ terms
+_PRODUCT = r"""
+#define PRODUCT(acc, a_, sam_, sak_, b_, k_) {                                      \
+    __global const T* a = (a_);                                                      \
+    __global const VT* b = (b_);                                                     \
+    _Pragma("unroll") for (int r = 0; r < RM; ++r)                                   \
+        _Pragma("unroll") for (int v = 0; v < VN; ++v) acc[r][v] = (VT)(0);          \
+    for (int k = 0; k < (k_); ++k) {                                                 \
+        VT bv[VN];                                                                   \
+        _Pragma("unroll") for (int v = 0; v < VN; ++v) bv[v] = b[v];                 \
+        b += ldb;                                                                    \
+        _Pragma("unroll") for (int r = 0; r < RM; ++r) {                             \
+            const T av = a[r * (sam_)];                                              \
+            _Pragma("unroll") for (int v = 0; v < VN; ++v) acc[r][v] += av * bv[v];  \
+        }                                                                            \
+        a += (sak_);                                                                 \
+    }                                                                                \
+}
+"""
 _SRC = r"""
 __kernel void lk_lstm_loop(const int steps, const int K, const long MB,
                            __global const T* xw, const long xw_o, const long xw_sb,
@@ -65,26 +85,8 @@ __kernel void lk_lstm_loop(const int steps, const int K, const long MB,
         const long sam = t ? K : h0_sm, sak = t ? 1 : h0_sk;
         __global const T* a0 = (t ? Hs + (t - 1) * MB * K : h0 + h0_o) + ib * RM * sam;
         for (int jv = 0; jv < K / VW; ++jv) {  // NOTE: the gates of VW units
-            __global const VT* b = B + b_o + (long)jv * VN;
-            __global const T* a = a0;
             VT acc[RM][VN];
-#pragma unroll
-            for (int r = 0; r < RM; ++r)
-#pragma unroll
-                for (int v = 0; v < VN; ++v) acc[r][v] = (VT)(0);
-            for (int k = 0; k < K; ++k) {
-                VT bv[VN];
-#pragma unroll
-                for (int v = 0; v < VN; ++v) bv[v] = b[v];
-                b += ldb;
-#pragma unroll
-                for (int r = 0; r < RM; ++r) {
-                    const T av = a[r * sam];
-#pragma unroll
-                    for (int v = 0; v < VN; ++v) acc[r][v] += av * bv[v];
-                }
-                a += sak;
-            }
+            PRODUCT(acc, a0, sam, sak, B + b_o + (long)jv * VN, K)
             for (int r = 0; r < RM; ++r) LSTM_CELL(acc[r], ib * RM + r, (long)jv * VW);
         }
     }
@@ -125,26 +127,8 @@ __kernel void lk_lstm_loop_grad(const int steps, const int K, const long MB, con
         __global T* gx = GX + s * MB * K;
         for (int r_ = 0; r_ < RM; ++r_)
             for (long j_ = 0; j_ < h; j_ += W) CELL_GRAD(ib * RM + r_, j_)
-        __global const T* a = gx + ib * RM * K;
-        __global const VT* b = B + b_o;
         VT acc[RM][VN];
-#pragma unroll
-        for (int r = 0; r < RM; ++r)
-#pragma unroll
-            for (int v = 0; v < VN; ++v) acc[r][v] = (VT)(0);
-        for (int k = 0; k < K; ++k) {
-            VT bv[VN];
-#pragma unroll
-            for (int v = 0; v < VN; ++v) bv[v] = b[v];
-            b += ldb;
-#pragma unroll
-            for (int r = 0; r < RM; ++r) {
-                const T av = a[r * K];
-#pragma unroll
-                for (int v = 0; v < VN; ++v) acc[r][v] += av * bv[v];
-            }
-            a += 1;
-        }
+        PRODUCT(acc, gx + ib * RM * K, K, 1, B + b_o, K)
 #if BIAS
         {
             const long bias_o = add_o + s * add_st;  // NOTE: this step's array to add
@@ -175,7 +159,7 @@ def _kernel(rt, ct, cfg, w):
         defs = {"T": ct, "VT": f"{ct}{vw}", "VW": vw, "RM": rm, "VN": vn,
                 **cell_defines(ct, w)}
         src = (header(rt, (ct,), defs, what="lstm") + source("common") + CELL + _CELL_STEP
-               + _SRC)
+               + _PRODUCT + _SRC)
         return kernels(rt, src, {"lk_lstm_loop": _ARGS},
                        name=f"lstm loop ({ct}, {cfg}, {w})").lk_lstm_loop
     return rt.cached(("lstm_loop", ct, cfg, w), make)
@@ -259,7 +243,7 @@ def _grad_kernel(rt, ct, cfg, w, bias):
         defs = {"T": ct, "VT": f"{ct}{vw}", "VW": vw, "RM": rm, "VN": vn, "BIAS": int(bias),
                 "ACT": 0, "SGD": 0, **cell_defines(ct, w)}
         src = (header(rt, (ct,), defs, what="lstm") + source("common") + CELL
-               + source("epilogue") + _GRAD_SRC)
+               + source("epilogue") + _PRODUCT + _GRAD_SRC)
         types = ([np.int32, np.int32, np.int64, np.int64] + ([None] + [np.int64] * 3) * 2
                  + ([None] + [np.int64] * 2) * 3 + [None] * 3 + [np.int64]
                  + (_EPI_ARGS if bias else []))
