@@ -12,9 +12,9 @@ its rows at each (so it reads only the ``h`` it wrote itself, and needs no barri
 is taken while ``U`` fits a core's cache (``MAX_U_BYTES``); a GPU keeps a launch per step (a
 few work-items per launch would leave it idle). The gradient's steps (lstm_gemm's
 ``LSTM_GRAD`` launch each: the cell's gradient, then the gates' gradient times ``U`` and the
-loss's gradient of ``h`` added) go the same way, the last time step first: 8 steps at
-batch 32, H 128 took 0.87-1.0 ms as 8 launches, 0.41-0.46 as one (/tmp/me/gradtest.py); the
-compiled LSTM step went from 9.9 to 7.0-7.4 ms with both.
+loss's gradient of ``h`` added) go the same way, the last time step first: 31 steps at
+batch 32, H 128 took 2.1-2.5 ms as 31 launches, 1.1-1.2 as one (/tmp/me/gradab.py, on a quiet
+machine); the compiled LSTM step went from 9.9 to 7.0-7.4 ms with both.
 
 Bit for bit the launches of lstm_gemm.forward and grad_product: each sum runs over K in
 order with the same expression as ``gemm_rb`` (in the same contraction state), the cell and
