@@ -75,6 +75,9 @@ def _strings(v, out, depth=0, keys=False) -> None:
             _strings(c, out, depth + 1, keys)
 
 
+#: the names of code that reads attributes by a string (else its strings are not names: a
+#: result's key "step" guarded a logger's step counter, traced again at every call)
+_BY_NAME = frozenset({"getattr", "vars", "__dict__", "attrgetter", "hasattr", "__getattribute__"})
 #: the instructions after which a constant is a subscript's key (``BIG[5]``, ``d.get("k")``)
 _GETS = frozenset({"get", "__getitem__", "pop"})
 
@@ -374,7 +377,9 @@ class Walk:
                                      f"the parameters of {what} (setup() again?)"))
         # NOTE: by string, not the attributes labkit's own code uses (batch["t"]: not an
         # optimizer's step count Optimizer.t, which its update moves and labkit reads)
-        names = self.names | (self.strings - _labkit_names(type(obj)))
+        names = self.names
+        if not names.isdisjoint(_BY_NAME):  # NOTE: only where the code reads by name
+            names = names | (self.strings - _labkit_names(type(obj)))
         for n in sorted(names):
             if (id(obj), n) in self._guarded:
                 continue

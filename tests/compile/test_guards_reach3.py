@@ -301,3 +301,28 @@ def test_names_held_in_a_dict_or_set(dev):
              lambda v: setattr(cfg, "scale", v))
     _follows(dev, lk.compile(lambda x: x * sum(getattr(cfg, k) for k in names)),
              lambda v: setattr(cfg, "scale", v))
+
+
+class Logger:
+    def __init__(self):
+        self.step = 0
+
+
+def test_a_result_key_naming_a_counter_the_loop_moves_does_not_guard_it(dev):
+    """The step's strings are attribute names only in code that reads attributes by name
+    (getattr, vars, __dict__): a result key "step" guarded a logger's step counter that the
+    loop moves at every call, and the step traced at every call."""
+    log = Logger()
+    w = lk.tensor(np.ones(3, np.float32), device=dev, requires_grad=True)
+
+    def step(x):
+        import labkit.functions as F
+        loss = F.sum(w * x)
+        return {"loss": loss, "step": 1.0} if log is not None else loss
+
+    f = lk.compile(step)
+    x = lk.tensor(np.ones(3, np.float32), device=dev)
+    for _ in range(6):
+        log.step += 1
+        f(x)
+    assert f.stats["traces"] == 2 and f.stats["replays"] == 4, f.stats
