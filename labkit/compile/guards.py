@@ -55,13 +55,12 @@ def _names(code, out=None) -> set:
 
 
 def _strings(v, out, depth=0, keys=False) -> None:
-    """The identifier-like strings of a code object's constants (and of the code nested in
-    it, and of tuples of them), or of a value: names the code may read attributes by
-    (``getattr(cfg, "scale")``, ``vars(ns)["a"]``, ``for k in ("a", "b"): getattr(c, k)``).
-    With ``keys``, every string (a dict's keys need not be names)."""
+    """The identifier-like strings of a value (and of the tuples, lists, sets and dicts in it),
+    or of a code object's constants: names the code may read attributes by. With ``keys``,
+    every string (a dict's keys need not be names)."""
     if isinstance(v, types.CodeType):
         for c in v.co_consts:
-            if not isinstance(c, types.CodeType):  # NOTE: nested code: _keys and _names walk it
+            if not isinstance(c, types.CodeType):  # NOTE: nested code: its callers walk it
                 _strings(c, out, depth, keys)
     elif isinstance(v, str):
         if keys or v.isidentifier():
@@ -75,40 +74,55 @@ def _strings(v, out, depth=0, keys=False) -> None:
             _strings(c, out, depth + 1, keys)
 
 
-#: the names of code that reads attributes by a string (else its strings are not names: a
-#: result's key "step" guarded a logger's step counter, traced again at every call)
-_BY_NAME = frozenset({"getattr", "vars", "__dict__", "attrgetter", "hasattr", "__getattribute__"})
 #: the instructions after which a constant is a subscript's key (``BIG[5]``, ``d.get("k")``)
 _GETS = frozenset({"get", "__getitem__", "pop"})
 
 
 @functools.lru_cache(maxsize=4096)
-def _keys(code) -> frozenset:
-    """The keys the code (and the code nested in it) may read a container at: the ints it
-    uses as a subscript's key (``BIG[5]``, ``d.get(3)``: not every int, a reshape's -1 is
-    none), and its strings (``BIG["w"]``, ``for k in ("w",): BIG[k]``, ``hp("w")``)."""
-    out: set = set()
-    _strings(code, out, keys=True)
+def _code_strings(code) -> tuple:
+    """(names, keys) of the code and the code nested in it. Names: the identifier-like
+    strings it loads (``getattr(cfg, "scale")``, ``for k in ("a", "b"): getattr(c, k)``),
+    not those it loads only as a dict display's keys (a result's ``{"loss": ..., "step":
+    ...}``: a logger's ``step`` counter guarded by it traced the step at every call). Keys,
+    at which a large container is checked: the strings it loads, but a dict display's keys
+    (``BIG["w"]``, ``hp("w")``), and the ints it uses as a subscript's key (``BIG[5]``,
+    ``d.get(3)``; not every int, a reshape's -1 is none)."""
+    names: set = set()
+    keys: set = set()
     ins = list(dis.get_instructions(code))
     for i, x in enumerate(ins):
-        if x.opname != "LOAD_CONST" or type(x.argval) is not int:
+        if x.opname != "LOAD_CONST" or isinstance(x.argval, types.CodeType):
             continue
         after = ins[i + 1].opname if i + 1 < len(ins) else ""
-        before = ins[i - 1] if i else None
-        if after == "BINARY_SUBSCR" or (
-                before is not None and before.opname in ("LOAD_METHOD", "LOAD_ATTR")
-                and before.argval in _GETS):
-            out.add(x.argval)
+        if type(x.argval) is int:
+            before = ins[i - 1] if i else None
+            if after == "BINARY_SUBSCR" or (
+                    before is not None and before.opname in ("LOAD_METHOD", "LOAD_ATTR")
+                    and before.argval in _GETS):
+                keys.add(x.argval)
+        elif not (after == "BUILD_CONST_KEY_MAP" or (
+                i + 2 < len(ins) and ins[i + 2].opname == "BUILD_MAP"
+                and isinstance(x.argval, str))):
+            _strings(x.argval, names)
+            _strings(x.argval, keys, keys=True)
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
-            out |= _keys(c)
-    return frozenset(out)
+            n, k = _code_strings(c)
+            names |= n
+            keys |= k
+    return frozenset(names), frozenset(keys)
 
 
-@functools.lru_cache(maxsize=256)
+_LABKIT_NAMES: dict = {}  # NOTE: id(class) -> (the class, its names)
+
+
 def _labkit_names(cls) -> frozenset:
     """The attribute names the code of labkit's classes among ``cls`` and its bases uses
-    (``Optimizer.t``, ``MainLoop.status``): labkit reads or checks those itself."""
+    (``Optimizer.t``, ``MainLoop.status``): labkit reads or checks those itself. Kept by
+    the class's id (a class whose metaclass defines ``__eq__`` alone cannot be hashed)."""
+    got = _LABKIT_NAMES.get(id(cls))
+    if got is not None and got[0] is cls:
+        return got[1]
     out: set = set()
     for k in cls.__mro__:
         if str(getattr(k, "__module__", "")).split(".")[0] != "labkit":
@@ -118,7 +132,10 @@ def _labkit_names(cls) -> frozenset:
             for f in (v, getattr(v, "fget", None), getattr(v, "__func__", None)):
                 if isinstance(f, types.FunctionType):
                     _names(f.__code__, out)
-    return frozenset(out)
+    if len(_LABKIT_NAMES) > 1024:
+        _LABKIT_NAMES.clear()
+    _LABKIT_NAMES[id(cls)] = (cls, frozenset(out))
+    return _LABKIT_NAMES[id(cls)][1]
 
 
 
@@ -198,7 +215,7 @@ class Walk:
             if isinstance(f, types.FunctionType) and (depth == 0 or _user_code(f.__code__)):
                 self.names |= _names(f.__code__)
                 if _user_code(f.__code__):
-                    _strings(f.__code__, self.strings)
+                    self.strings |= _code_strings(f.__code__)[0]
                 self.walk(f, depth)  # NOTE: the method and its function: one step
                 self.objects([fn.__self__], depth + 1)
             return None
@@ -214,8 +231,9 @@ class Walk:
             return None
         names = _names(code)
         self.names |= names
-        _strings(code, self.strings)
-        self.subkeys |= _keys(code)
+        names_, keys_ = _code_strings(code)
+        self.strings |= names_
+        self.subkeys |= keys_
         self.codes.append(code)
         _consts(code, self.consts)
         where = fn.__name__
@@ -286,8 +304,12 @@ class Walk:
 
     def called(self, v, depth):
         """An object the step may call (a loss object): its ``__call__`` is the user's code,
-        whose reads (``self.temp``) are checked as a method's are."""
-        if callable(v) and not isinstance(v, type):
+        whose reads (``self.temp``) are checked as a method's are. Not a main loop's
+        extension, which the loop calls between steps (a KL annealing's counter, moved at
+        every iteration by its ``__call__``, traced a compiled MainLoop at every call)."""
+        from ..training.events import Extension
+
+        if callable(v) and not isinstance(v, (type, Extension)):
             self.walk(v, depth + 1)
 
     def _items(self, v, label, depth):
@@ -377,9 +399,7 @@ class Walk:
                                      f"the parameters of {what} (setup() again?)"))
         # NOTE: by string, not the attributes labkit's own code uses (batch["t"]: not an
         # optimizer's step count Optimizer.t, which its update moves and labkit reads)
-        names = self.names
-        if not names.isdisjoint(_BY_NAME):  # NOTE: only where the code reads by name
-            names = names | (self.strings - _labkit_names(type(obj)))
+        names = self.names | (self.strings - _labkit_names(type(obj)))
         for n in sorted(names):
             if (id(obj), n) in self._guarded:
                 continue

@@ -303,26 +303,96 @@ def test_names_held_in_a_dict_or_set(dev):
              lambda v: setattr(cfg, "scale", v))
 
 
-class Logger:
-    def __init__(self):
-        self.step = 0
+
+# ---- and a third review ---------------------------------------------------------------------
+
+class _Meta(type):
+    def __eq__(cls, other):  # NOTE: and no __hash__: its classes cannot be hashed
+        return cls is other
 
 
-def test_a_result_key_naming_a_counter_the_loop_moves_does_not_guard_it(dev):
-    """The step's strings are attribute names only in code that reads attributes by name
-    (getattr, vars, __dict__): a result key "step" guarded a logger's step counter that the
-    loop moves at every call, and the step traced at every call."""
-    log = Logger()
-    w = lk.tensor(np.ones(3, np.float32), device=dev, requires_grad=True)
+class _Unhashable(metaclass=_Meta):
+    pass
 
-    def step(x):
-        import labkit.functions as F
-        loss = F.sum(w * x)
-        return {"loss": loss, "step": 1.0} if log is not None else loss
 
-    f = lk.compile(step)
+def test_an_object_of_a_class_that_cannot_be_hashed(dev):
+    cfg = _Unhashable()
+    _follows(dev, lk.compile(lambda x: x * getattr(cfg, "scale")),  # noqa: B009
+             lambda v: setattr(cfg, "scale", v))
+
+
+RUN = {f"mult{i}": 1.0 for i in range(100)}
+
+
+def _reads_run(x):
+    return {"loss": x * RUN["scale"], "step": x * 0.0}
+
+
+def test_a_result_dicts_keys_are_neither_names_nor_keys_read(dev):
+    """{"loss": ..., "step": ...} returned: a large dict the loop writes at "loss" and a
+    logger whose step counter the loop moves were guarded by those keys, and the step traced
+    at every call."""
+
+    class Log:
+        step = 0
+
+    log = Log()
+    RUN["scale"] = 2.0
+    f = lk.compile(lambda x: _reads_run(x) if log is not None else None)
     x = lk.tensor(np.ones(3, np.float32), device=dev)
-    for _ in range(6):
+    for i in range(6):
         log.step += 1
-        f(x)
+        out = f(x)
+        RUN["loss"] = float(i)
+        np.testing.assert_array_equal(out["loss"].numpy(), np.full(3, 2.0, np.float32))
     assert f.stats["traces"] == 2 and f.stats["replays"] == 4, f.stats
+    RUN["scale"] = 3.0  # NOTE: the key the step reads is still checked
+    np.testing.assert_array_equal(f(x)["loss"].numpy(), np.full(3, 3.0, np.float32))
+
+
+def test_a_main_loops_extension_is_not_walked_as_a_callee(tmp_path):
+    """A KL-annealing extension read by the loss (anneal.beta) whose __call__, run by the loop
+    between steps, moves its own counter: walked as an object the step may call, its counter
+    was guarded and a compiled MainLoop traced at every call."""
+    import labkit.bricks as B
+    import labkit.functions as F
+    from labkit import training as T
+    from labkit.data import DataStream, IndexableDataset
+
+    class KLAnneal(T.Extension):
+        def __init__(self):
+            super().__init__(every=1, unit="iterations")
+            self.beta, self.count = 0.0, 0
+
+        def __call__(self, loop):
+            self.count += 1
+            self.beta = min(1.0, (self.count // 8) * 0.5)
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 4)).astype(np.float32)
+    data = {"features": x, "targets": (x[:, 0] > 0).astype(np.int64)}
+
+    def run(compiled):
+        B.set_seed(1)
+        model = B.Sequence(B.Linear(4, 8), B.Linear(8, 2))
+        anneal = KLAnneal()
+
+        def loss_fn(model, batch):
+            logits = model(lk.tensor(batch["features"]))
+            return {"loss": F.softmax_cross_entropy(logits, batch["targets"])
+                    * (1.0 + anneal.beta)}
+
+        loop = T.MainLoop(model, lk.optimizers.Adam(lr=0.01).setup(model),
+                          DataStream(IndexableDataset(data), batch_size=8, shuffle=True,
+                                     seed=3),
+                          loss_fn, extensions=[T.FinishAfter(epochs=6), anneal], store=False,
+                          compile=compiled)
+        loop.recorder.enabled = False
+        loop.run()
+        return loop
+
+    eager, comp = run(False), run(True)
+    assert [r["loss"] for r in eager.log if "loss" in r] == [
+        r["loss"] for r in comp.log if "loss" in r]
+    s = comp.compiled.stats
+    assert s["calls"] == 24 and s["traces"] <= 8, s  # NOTE: two a value of beta, not 24
