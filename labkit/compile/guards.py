@@ -307,9 +307,8 @@ class Walk:
         whose reads (``self.temp``) are checked as a method's are. Not a main loop's
         extension, which the loop calls between steps (a KL annealing's counter, moved at
         every iteration by its ``__call__``, traced a compiled MainLoop at every call)."""
-        from ..training.events import Extension
-
-        if callable(v) and not isinstance(v, (type, Extension)):
+        if (callable(v) and not isinstance(v, type)
+                and not getattr(type(v), "lk_between_steps", False)):
             self.walk(v, depth + 1)
 
     def _items(self, v, label, depth):

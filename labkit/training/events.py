@@ -85,6 +85,9 @@ class Extension:
     """
 
     priority = 0
+    #: run by the loop between steps, never by a compiled step: lk.compile's guards do not
+    #: walk its ``__call__`` (a counter it moves would trace the step at every call)
+    lk_between_steps = True
     every: int | None = 1
     unit: str = "epochs"
     #: fire only the first time the trigger matches (the state remembers that it fired)
