@@ -78,15 +78,32 @@ def _strings(v, out, depth=0, keys=False) -> None:
 _GETS = frozenset({"get", "__getitem__", "pop"})
 
 
+_LOADS = frozenset({"LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME"})
+
+
+def _returned_keys(ins, i) -> bool:
+    """Whether instruction ``i`` loads the keys of a dict display the code returns at once
+    (``return {"loss": loss, "step": n}``; one of a single entry of a plain load): a result's
+    keys. Any other dict's keys may be names (``for a, d in {"scale": 1.0}.items():
+    getattr(cfg, a, d)``)."""
+    def at(k):
+        return ins[k].opname if k < len(ins) else ""
+    if at(i + 1) == "BUILD_CONST_KEY_MAP":
+        return at(i + 2) == "RETURN_VALUE"
+    return (isinstance(ins[i].argval, str) and at(i + 1) in _LOADS
+            and at(i + 2) == "BUILD_MAP" and ins[i + 2].arg == 1
+            and at(i + 3) == "RETURN_VALUE")
+
+
 @functools.lru_cache(maxsize=4096)
 def _code_strings(code) -> tuple:
     """(names, keys) of the code and the code nested in it. Names: the identifier-like
     strings it loads (``getattr(cfg, "scale")``, ``for k in ("a", "b"): getattr(c, k)``),
-    not those it loads only as a dict display's keys (a result's ``{"loss": ..., "step":
-    ...}``: a logger's ``step`` counter guarded by it traced the step at every call). Keys,
-    at which a large container is checked: the strings it loads, but a dict display's keys
-    (``BIG["w"]``, ``hp("w")``), and the ints it uses as a subscript's key (``BIG[5]``,
-    ``d.get(3)``; not every int, a reshape's -1 is none)."""
+    not the keys of a dict it returns at once (a result's ``{"loss": ..., "step": ...}``: a
+    logger's ``step`` counter guarded by it traced the step at every call). Keys, at which
+    a large container is checked: the same strings (``BIG["w"]``, ``hp("w")``), and the ints
+    it uses as a subscript's key (``BIG[5]``, ``d.get(3)``; not every int, a reshape's -1 is
+    none)."""
     names: set = set()
     keys: set = set()
     ins = list(dis.get_instructions(code))
@@ -100,9 +117,7 @@ def _code_strings(code) -> tuple:
                     before is not None and before.opname in ("LOAD_METHOD", "LOAD_ATTR")
                     and before.argval in _GETS):
                 keys.add(x.argval)
-        elif not (after == "BUILD_CONST_KEY_MAP" or (
-                i + 2 < len(ins) and ins[i + 2].opname == "BUILD_MAP"
-                and isinstance(x.argval, str))):
+        elif not _returned_keys(ins, i):
             _strings(x.argval, names)
             _strings(x.argval, keys, keys=True)
     for c in code.co_consts:

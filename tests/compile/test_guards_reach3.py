@@ -396,3 +396,34 @@ def test_a_main_loops_extension_is_not_walked_as_a_callee(tmp_path):
         r["loss"] for r in comp.log if "loss" in r]
     s = comp.compiled.stats
     assert s["calls"] == 24 and s["traces"] <= 8, s  # NOTE: two a value of beta, not 24
+
+
+BIG_W = {f"k{i}": 0.0 for i in range(100)}
+
+
+def _optional_settings(x, cfg):
+    v = x
+    for attr, default in {"scale": 1.0}.items():  # NOTE: a dict display's keys as names
+        v = v * getattr(cfg, attr, default)
+    return v
+
+
+def _subscript_in_a_display(x):
+    m = {"out": BIG_W["w"]}  # NOTE: "w" loaded right before BUILD_MAP, as a value's key
+    return x * m["out"]
+
+
+def test_only_a_returned_dicts_keys_are_not_names(dev):
+    """The keys of a dict the step returns at once are not names; any other dict display's
+    are (a fourth review: an iterated display's keys, and a subscript inside a display's
+    value, had been skipped, and replayed stale)."""
+    cfg = Cfg()
+    _follows(dev, lk.compile(lambda x: _optional_settings(x, cfg)),
+             lambda v: setattr(cfg, "scale", v))
+    _follows(dev, lk.compile(_subscript_in_a_display), lambda v: BIG_W.__setitem__("w", v))
+    ns = types.SimpleNamespace(scale=1.0)
+
+    def one_entry(x):
+        m = {"s": vars(ns)["scale"]}
+        return x * m["s"]
+    _follows(dev, lk.compile(one_entry), lambda v: setattr(ns, "scale", v))
