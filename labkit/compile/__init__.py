@@ -100,6 +100,7 @@ from ..backend import opencl
 from ..bricks.base import Parameter
 from ..errors import CompileError
 from .argmarks import mark_args, unmarked
+from .guard_values import read_afresh
 from .guards import (
     check_unchanged,
     first_failure,
@@ -227,13 +228,6 @@ def _detached(obj):
     if isinstance(obj, dict):
         return {k: _detached(v) for k, v in obj.items()}
     return obj
-
-
-def _bases(a):
-    """``a`` and the arrays it is a view of (``perm[:2]``: ``perm`` too)."""
-    while a is not None:
-        yield a
-        a = getattr(a, "base", None)
 
 
 def _refuse_outside(name, k, x, node):
@@ -383,14 +377,7 @@ class Compiled:
                            for x in (src.tensors or [src.tensor])
                            if x is not None])
         drop_host_only(walk, tracer.host_codes, tracer.host_objects)
-        # NOTE: the arrays a replay reads afresh: uploaded (lk.tensor(mask); not a view of
-        # one, lk.tensor(w[:4]), whose copy is not made again), or held by an op (an index
-        # array and what it is a view of, x[:, perm[:4]])
-        uploaded = {id(src.value) for src in trace.sources.values() if src.value is not None}
-        uploaded |= {id(b) for n in trace.nodes for _, _, a in n.consts for b in _bases(a)}
-        for g in walk.guards:
-            if g.array is not None and id(g.keep) in uploaded:
-                g.array = None  # NOTE: read afresh by a replay (an array the step uploads)
+        read_afresh(walk, trace)
         if first is not None:  # NOTE: the difference between two calls says more
             self._unwait(key, first)
             _ran(compare, first, trace, self.__name__)

@@ -89,9 +89,9 @@ class Guard:
         self.exact = False
         # NOTE: a small NumPy array (class weights, a schedule's table): its values too, which
         # the step may read as Python numbers (float(w[0])); dropped for one the step uploads
-        # (lk.tensor(mask): a replay reads it afresh), see compile/__init__.py
-        self.array = (value.copy() if type(value) is np.ndarray and value.size <= _SMALL
-                      and value.dtype.kind in "biufc" else None)
+        # (lk.tensor(mask): a replay reads it afresh), read_afresh
+        self.array = (value.copy() if small_array(value) and value.dtype.kind in "biufc"
+                      else None)
         if not self.plain and type(value) in (list, dict) and len(value) <= _SMALL:
             self.items = list(value.items()) if type(value) is dict else list(value)
         if kind == "g":
@@ -189,6 +189,28 @@ def first_failure(guards):
     return None
 
 
+def small_array(x) -> bool:
+    """Whether ``x`` is a NumPy array small enough to be checked by value (Guard.array)."""
+    return type(x) is np.ndarray and x.size <= _SMALL
+
+
 def _same_array(a, b) -> bool:
     """Whether array ``a`` holds what ``b`` does, bit for bit (NaN equals itself)."""
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def read_afresh(walk, trace) -> None:
+    """Drop the value checks of the small arrays a replay reads afresh: uploaded
+    (``lk.tensor(mask)``; not through a view, ``lk.tensor(w[:4])``, whose copy a replay does
+    not make again), or held by an op of ``trace`` (an index array and what it is a view of,
+    ``x[:, perm[:4]]``). A change of those is no reason to trace again."""
+    def bases(a):
+        while a is not None:
+            yield a
+            a = getattr(a, "base", None)
+
+    afresh = {id(src.value) for src in trace.sources.values() if src.value is not None}
+    afresh |= {id(b) for n in trace.nodes for _, _, a in n.consts for b in bases(a)}
+    for g in walk.guards:
+        if g.array is not None and id(g.keep) in afresh:
+            g.array = None

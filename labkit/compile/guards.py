@@ -27,7 +27,7 @@ from ..backend import opencl
 from ..backend.random import Generator
 from ..errors import CompileError
 from .descriptors import class_attr, is_descriptor
-from .guard_values import _MISSING, _SMALL, Guard, _add, canon, first_failure
+from .guard_values import _MISSING, _SMALL, Guard, _add, canon, first_failure, small_array
 from .rngs import rng_of
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,14 +55,10 @@ def _names(code, out=None) -> set:
 
 
 def _strings(v, out, depth=0, keys=False) -> None:
-    """The identifier-like strings of a value (and of the tuples, lists, sets and dicts in it),
-    or of a code object's constants: names the code may read attributes by. With ``keys``,
-    every string (a dict's keys need not be names)."""
-    if isinstance(v, types.CodeType):
-        for c in v.co_consts:
-            if not isinstance(c, types.CodeType):  # NOTE: nested code: its callers walk it
-                _strings(c, out, depth, keys)
-    elif isinstance(v, str):
+    """The identifier-like strings of a value (and of the tuples, lists, sets and dicts in
+    it): names code may read attributes by. With ``keys``, every string (a dict's keys need
+    not be names)."""
+    if isinstance(v, str):
         if keys or v.isidentifier():
             out.add(v)
     elif isinstance(v, (tuple, list, frozenset, set)) and depth < 3 and len(v) <= _SMALL:
@@ -74,10 +70,9 @@ def _strings(v, out, depth=0, keys=False) -> None:
             _strings(c, out, depth + 1, keys)
 
 
-#: the instructions after which a constant is a subscript's key (``BIG[5]``, ``d.get("k")``)
+#: the methods whose constant argument is a key (``d.get(3)``)
 _GETS = frozenset({"get", "__getitem__", "pop"})
-
-
+#: plain loads: the one value between a single-entry dict display's key and BUILD_MAP
 _LOADS = frozenset({"LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME"})
 
 
@@ -151,9 +146,6 @@ def _labkit_names(cls) -> frozenset:
         _LABKIT_NAMES.clear()
     _LABKIT_NAMES[id(cls)] = (cls, frozenset(out))
     return _LABKIT_NAMES[id(cls)][1]
-
-
-
 
 
 def _consts(code, out) -> None:
@@ -340,8 +332,9 @@ class Walk:
     def _big_items(self):
         """The items of the large containers read at the code's int and str constants
         (``BIG[5]``, ``TABLE["lr"]``)."""
+        keys = sorted(self.subkeys | self.strings, key=repr) if self._big else ()
         for v, label, depth in self._big:
-            for k in sorted(self.subkeys | self.strings, key=repr):
+            for k in keys:
                 if (id(v), k) in self._guarded:
                     continue
                 try:
@@ -353,7 +346,9 @@ class Walk:
                     continue
                 if x is not _MISSING:
                     self._guarded.add((id(v), k))
-                    if canon(x) is None:  # NOTE: an object there replaced (by identity)
+                    if canon(x) is None and not small_array(x):
+                        # NOTE: an object there replaced (by identity; a small array is
+                        # checked by _item, its values too)
                         self.guards.append(Guard("g" if type(v) is dict else "i", v, k, x,
                                                  True, f"{label}[{k!r}]"))
                     self._item(v, k, x, label, depth)
@@ -370,7 +365,7 @@ class Walk:
                 self.guards.append(Guard("g" if type(v) is dict else "i", v, k, x, True,
                                          f"{label}[{k!r}]"))
         elif not self._rng(x, f"an item of {label}"):
-            if type(x) is np.ndarray and x.size <= _SMALL and canon(v) is None:
+            if small_array(x) and canon(v) is None:
                 # NOTE: a small array held there (SMALL["w"][0]): its values too
                 self.guards.append(Guard("g" if type(v) is dict else "i", v, k, x, True,
                                          f"{label}[{k!r}]"))

@@ -120,10 +120,11 @@ def lstm_cells(nodes, values, new_slot) -> tuple[list, int, int]:
             loops[0] + grad_loops[0])
 
 
-def _chains(steps, link, made_by, values, plan):
+def _chains(steps, link, made_by, plan):
     """The chains of two or more of ``steps`` (node index -> node) in which each reads what
-    the one before made (``link(node)``: the key its successor's ``link_in`` matches), all of
-    whose other inputs ``rest(node)`` are made before the first, and ``plan`` takes."""
+    the one before made (``link[0](node)``, the key of what it makes, is its successor's
+    ``link[1](successor)``), whose other inputs ``link[2](node)`` are made before the first,
+    and which ``plan`` (the chain's nodes) takes."""
     outs = {link[0](n): i for i, n in steps.items()}
     nexts = {}
     for i, n in steps.items():
@@ -159,7 +160,7 @@ def _loops(replace, made_by, values, gone) -> tuple[int, int]:
     link = (lambda n: (n.outs[2], n.outs[1], n.ins[1], n.ins[2]),
             lambda n: (n.ins[0], n.ins[4], n.ins[1], n.ins[2]), lambda n: n.ins[3:4])
     chains = made = 0
-    for chain in _chains(cells, link, made_by, values, plan):
+    for chain in _chains(cells, link, made_by, plan):
         first = cells[chain[0]]
         h0, u, ug, _, c0 = first.ins
         _one(replace, gone, chain, Node(
@@ -209,7 +210,7 @@ def _grad_loops(replace, made_by, values, gone) -> tuple[int, int]:
             lambda n: (n.ins[2], n.ins[3], n.ins[4], len(n.ins)),
             lambda n: n.ins[:2] + n.ins[5:])
     chains = made = 0
-    for chain in _chains(grads, link, made_by, values, plan):
+    for chain in _chains(grads, link, made_by, plan):
         first = grads[chain[0]]
         steps = [grads[k] for k in chain]
         add = len(first.ins) == 6

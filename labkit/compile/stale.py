@@ -60,8 +60,9 @@ def _combined(walk, pyvals) -> set:
     checked = list(dict.fromkeys(checked))[:_COMBINED]
     consts = [float(c[1]) for c in walk.consts if c[0] in (int, float)][:4 * _COMBINED]
     out: set = set()
+    others = checked + consts
     for a in checked:
-        for b in checked + consts:
+        for b in others:
             for x, y in ((a, b), (b, a)):
                 for r in (x + y, x - y, x * y, x / y if y else None):
                     if r is not None:

@@ -184,9 +184,8 @@ def plan(h0, ug, xws, c0, u):
     once = step_plan(h0, ug, first, c0, u)
     if once is None:
         return None
-    rest = fresh(h0.rt, h0.shape, h0.dtype, (h0.shape[1], 1), h0.size)
-    c_rest = fresh(h0.rt, h0.shape, h0.dtype, (h0.shape[1], 1), h0.size)
-    if step_plan(rest, ug, first, c_rest, u) != once:
+    made = fresh(h0.rt, h0.shape, h0.dtype, (h0.shape[1], 1), h0.size)  # NOTE: as the step
+    if step_plan(made, ug, first, made, u) != once:  # before makes h and c (only the layout)
         return None
     return once, st
 
