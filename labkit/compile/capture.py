@@ -123,6 +123,7 @@ def allowed(fn) -> bool:
                          m.Tanh, m.Sigmoid, rec.LSTM, rec.LSTMGrad, pool.TiledMaxCL,
                          pool.PoolScatterCL, act.Softmax, act.LogSoftmax, act.SoftmaxGrad,
                          act.LogSoftmaxGrad, loss.SoftmaxCrossEntropy, loss._KeptSoftmax,
+                         loss._XentGrad,
                          arr.Concat, arr.Stack})
     return type(fn) in CAPTURED
 

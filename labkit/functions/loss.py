@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd.function import Function
+from ..autograd.function import Function, grad_enabled
 from ..autograd.tensor import Tensor
 from ..autograd.trace import host, tracer
 from ..backend import full
@@ -161,6 +161,10 @@ class SoftmaxCrossEntropy(Function):
 
         (x,) = inputs
         xd = x.data
+        if not grad_enabled() and xp_of(xd) is not np and _xent.grad_fits(
+                xd, self.t, gy.data, self.reduce):
+            # NOTE: one launch for what is five composed (a gradient not differentiated again)
+            return _XentGrad(self.t, self.reduce, self.ignore).apply((x, gy))
         # NOTE: host: a compiled step computes these again from that call's labels, given as
         # an input (so that on a device it can replay their launches: compile/capture.py)
         w = host(self._scale, xd, self.t, name="cross_entropy.scale")
@@ -171,6 +175,31 @@ class SoftmaxCrossEntropy(Function):
         diff = _KeptSoftmax(self).apply((x,)) - Tensor(
             host(self._onehot, xd, self.t, name="cross_entropy.onehot"))
         return diff * expand_dims(g, 1)
+
+
+class _XentGrad(Function):
+    """The cross-entropy's gradient through its (N, C) logits on an OpenCL device, one launch
+    (backend/opencl/xent.py ``grad``): what the composed backward computes, for a backward
+    that does not record a graph (with ``create_graph`` the composed form runs: it is
+    differentiable again). Its labels ``t`` are an attribute, as SoftmaxCrossEntropy's."""
+
+    name = "softmax_cross_entropy_grad"
+
+    def __init__(self, t, reduce, ignore):
+        self.t, self.reduce, self.ignore = t, reduce, ignore
+
+    def forward(self, x, gy):
+        t = self.t
+        if not _xent.grad_fits(x, t, gy, self.reduce):
+            # NOTE: a compiled step's replay with arrays laid out otherwise (strided labels)
+            from ..backend.opencl import ascontiguousarray as c
+
+            x, t, gy = c(x), c(t), c(gy)
+        return _xent.grad(x, t, gy, self.ignore, self.reduce)
+
+    def backward(self, inputs, gy):
+        raise RuntimeError("softmax_cross_entropy: its fused gradient was differentiated; it "
+                           "is made only where no graph is recorded (a bug in labkit)")
 
 
 class _KeptSoftmax(Softmax):

@@ -23,45 +23,30 @@ from .program import header, kernels, source
 #: the longest row these kernels take (a work-item loops over its row)
 MAX_ROW = 65536
 
-_SRC = """
-__kernel void lk_softmax_rows(const IDX n, const IDX c, __global T* out, const IDX out_o,
-                              __global const T* x, const IDX x_o, const int log_out)
+#: one row's softmax into ``dst``, scalar and (CPU devices) in vectors of W: lk_softmax_rows
+#: and the cross-entropy's gradient (backend/opencl/xent.py) share them, so the same bits
+ROW_SRC = """
+inline void lk_softmax_row(__global const T* row, const IDX c, __global T* dst)
 {
-    const IDX r = (IDX)get_global_id(0);
-    if (r >= n) return;
-    __global const T* row = x + x_o + r * c;
-    __global T* dst = out + out_o + r * c;
-    if (log_out) {  // NOTE: (x - shift) - log-sum: kernels_cl/rowlse.cl
-        T mm;
-        const T ls = lk_row_shifted_logsum(row, c, &mm);
-        for (IDX k = 0; k < c; ++k) dst[k] = (row[k] - mm) - ls;
-        return;
-    }
     T m = -INFINITY;
     for (IDX k = 0; k < c; ++k) m = LK_FMAX(m, row[k]);
     const T mm = isfinite(m) ? m : (T)0;
     T s = 0;
-    {  // NOTE: one exp per element; exp(x - m) / s is also the more accurate form
-        for (IDX k = 0; k < c; ++k) {
-            const T e = exp(row[k] - mm);
-            dst[k] = e;
-            s += e;
-        }
-        if (isfinite(m)) for (IDX k = 0; k < c; ++k) dst[k] = dst[k] / s;
-        else for (IDX k = 0; k < c; ++k) dst[k] = exp(row[k] - (log(s) + mm));
+    // NOTE: one exp per element; exp(x - m) / s is also the more accurate form
+    for (IDX k = 0; k < c; ++k) {
+        const T e = exp(row[k] - mm);
+        dst[k] = e;
+        s += e;
     }
+    if (isfinite(m)) for (IDX k = 0; k < c; ++k) dst[k] = dst[k] / s;
+    else for (IDX k = 0; k < c; ++k) dst[k] = exp(row[k] - (log(s) + mm));
 }
 
 #ifdef W
 // CPU devices: the row in vectors of W (PoCL inlines a vector exp; the scalar one is a call),
 // its max as kernels_cl/rowlse.cl folds it
-__kernel void lk_softmax_rows_vec(const IDX n, const IDX c, __global T* out, const IDX out_o,
-                                  __global const T* x, const IDX x_o)
+inline void lk_softmax_row_vec(__global const T* row, const IDX c, __global T* dst)
 {
-    const IDX r = (IDX)get_global_id(0);
-    if (r >= n) return;
-    __global const T* row = x + x_o + r * c;
-    __global T* dst = out + out_o + r * c;
     const IDX cv = c - c % W;
     T lanes[W];
     const T m = lk_row_max(row, c);
@@ -86,6 +71,36 @@ __kernel void lk_softmax_rows_vec(const IDX n, const IDX c, __global T* out, con
     }
     for (IDX k = 0; k < cv; k += W) ROW_VSTORE(ROW_VLOAD(dst + k) / (VT)(s), dst + k);
     for (IDX k = cv; k < c; ++k) dst[k] = dst[k] / s;
+}
+#endif
+"""
+
+_SRC = """
+__kernel void lk_softmax_rows(const IDX n, const IDX c, __global T* out, const IDX out_o,
+                              __global const T* x, const IDX x_o, const int log_out)
+{
+    const IDX r = (IDX)get_global_id(0);
+    if (r >= n) return;
+    __global const T* row = x + x_o + r * c;
+    __global T* dst = out + out_o + r * c;
+    if (log_out) {  // NOTE: (x - shift) - log-sum: kernels_cl/rowlse.cl
+        T mm;
+        const T ls = lk_row_shifted_logsum(row, c, &mm);
+        for (IDX k = 0; k < c; ++k) dst[k] = (row[k] - mm) - ls;
+        return;
+    }
+    lk_softmax_row(row, c, dst);
+}
+
+#ifdef W
+__kernel void lk_softmax_rows_vec(const IDX n, const IDX c, __global T* out, const IDX out_o,
+                                  __global const T* x, const IDX x_o)
+{
+    const IDX r = (IDX)get_global_id(0);
+    if (r >= n) return;
+    __global const T* row = x + x_o + r * c;
+    __global T* dst = out + out_o + r * c;
+    lk_softmax_row_vec(row, c, dst);
 }
 #endif
 
@@ -135,7 +150,7 @@ def _kernel(rt, dt, idx, name):
     def make():
         defs = {"T": ct, "IDX": idx, **vector_defines(rt, ct, dt.itemsize)}
         src = header(rt, (ct,), defs, what="softmax") + source("common") + \
-            source("rowlse") + _SRC
+            source("rowlse") + ROW_SRC + _SRC
         it = IDX_NP[idx]
         args = {"lk_softmax_rows": [it, it, None, it, None, it, IDX_NP["int"]],
                 "lk_softmax_grad_rows": [it, it, None, it, None, it, None, it, IDX_NP["int"]]}

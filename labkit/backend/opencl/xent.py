@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .elementwise import vector_defines
+from .elementwise import VECTOR_WIDTH, vector_defines
 from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
 from .program import header, kernels, source
 
@@ -236,3 +236,103 @@ def any_outside(t, c: int, ignore) -> ndarray:
         k(rt.queue, (ls,), (ls,), t.size, t.data, t.offset, int(c),
           int(ignore) if check else 0, int(check), flag.data, cl.LocalMemory(4 * ls))
     return flag
+
+
+_GRAD_SRC = """
+__kernel void lk_xent_grad(const IDX n, const IDX c, __global const T* x, const IDX x_o,
+                           __global const TI* t, const IDX t_o, const long ignore,
+                           const int check, const int mean, __global const T* w,
+                           const int have_w, __global const T* gy, const IDX gy_o,
+                           const IDX gy_step, const int vec, __global T* out,
+                           __local long* s_cnt)
+{
+    const int lid = get_local_id(0);
+    const int ls = get_local_size(0);
+    T count = 1;
+    if (mean && !have_w) {  // NOTE: every work-group counts the labels (lk_xent_weights')
+        long cnt = 0;
+        for (IDX r = lid; r < n; r += ls) cnt += !check || (long)t[t_o + r] != ignore;
+        s_cnt[lid] = cnt;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int h = ls / 2; h > 0; h /= 2) {
+            if (lid < h) s_cnt[lid] += s_cnt[lid + h];
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        count = (T)(s_cnt[0] > 1 ? s_cnt[0] : 1);
+    }
+    const IDX r = (IDX)get_global_id(0);
+    if (r >= n) return;
+    const long label = (long)t[t_o + r];
+    T wr;
+    if (have_w) {
+        wr = w[r];
+    } else {
+        const T v = (T)(!check || label != ignore);
+        wr = mean ? v / count : v;
+    }
+    const T g = gy[gy_o + r * gy_step] * wr;
+    __global const T* row = x + x_o + r * c;
+    __global T* dst = out + r * c;
+#ifdef W
+    if (vec) lk_softmax_row_vec(row, c, dst);
+    else
+#endif
+    lk_softmax_row(row, c, dst);
+    for (IDX k = 0; k < c; ++k) dst[k] = (dst[k] - (T)(label == (long)k)) * g;
+}
+"""
+
+#: the most rows whose labels every work-group of ``lk_xent_grad`` counts itself (for a mean);
+#: past it the rows' weights are one launch before (``row_weights``)
+GRAD_COUNT_MAX = 2048
+
+
+def grad_fits(x, t, gy, reduce: str) -> bool:
+    """Whether :func:`grad` takes logits ``x``, labels ``t`` and the loss's gradient ``gy``:
+    what :func:`fits` takes, ``gy`` an array of ``x``'s dtype on its device, 0-d for a "mean"
+    or "sum", N contiguous values for "none"."""
+    return (fits(x, t) and isinstance(gy, ndarray) and gy.rt is x.rt
+            and gy.dtype == x.dtype
+            and (gy.shape == (x.shape[0],) and gy.is_contiguous if reduce == "none"
+                 else gy.shape == ()))
+
+
+def grad(x, t, gy, ignore: int, reduce: str) -> ndarray:
+    """The gradient of the loss through the logits in one launch: each row's ``(softmax(x) -
+    onehot(t)) * (gy * w)``, ``w`` its weight in the reduction (:func:`row_weights`); the
+    softmax as ``softmax.softmax`` computes it, the rest the same operations as the composed
+    gradient's (weights, scale, softmax, one-hot, subtract and multiply: five launches).
+    Needs :func:`grad_fits`; labels as :func:`softmax_cross_entropy` takes them."""
+    from .softmax import ROW_SRC
+
+    rt = x.rt
+    ct, ti = CTYPES[x.dtype], CTYPES[t.dtype]
+    n, c = x.shape
+    out = ndarray(rt, (n, c), x.dtype)
+    idx = index_ctype(x, t, out)
+
+    def make():
+        defs = {"T": ct, "TI": ti, "IDX": idx, **vector_defines(rt, ct, x.dtype.itemsize)}
+        src = header(rt, (ct,), defs, what="softmax_cross_entropy gradient") + \
+            source("common") + source("rowlse") + ROW_SRC + _GRAD_SRC
+        it = IDX_NP[idx]
+        i32 = np.int32
+        return kernels(rt, src, {"lk_xent_grad": [it, it, None, it, None, it, np.int64, i32,
+                                                  i32, None, i32, None, it, it, i32, None,
+                                                  None]},
+                       name="xent:lk_xent_grad").lk_xent_grad
+
+    kernel = rt.cached(("xent_grad", ct, ti, idx), make)
+    mean = reduce == "mean"
+    check = not (t.dtype.kind == "u" and ignore < 0)
+    w = row_weights(t, ignore, True, x.dtype) if mean and n > GRAD_COUNT_MAX else None
+    vec = rt.info.is_cpu and c >= 2 * VECTOR_WIDTH[x.dtype.itemsize]
+    ls = _group(rt, min(n, 64)) if w is not None or not mean else _group(rt, n)
+    import pyopencl as cl
+
+    with rt.lock:
+        kernel(rt.queue, (-(-n // ls) * ls,), (ls,), n, c, x.data, x.offset, t.data, t.offset,
+               int(ignore), int(check), int(mean), (w if w is not None else out).data,
+               int(w is not None), gy.data, gy.offset, int(reduce == "none"), int(vec),
+               out.data, cl.LocalMemory(8 * ls))
+    return out
