@@ -18,7 +18,12 @@
 #ifndef SGD
 #define SGD 0
 #endif
-#if BIAS
+#if BIAS && ACT == 2
+// ACT 2 (lk.compile: a product and relu's gradient as one kernel): the array is a mask, not
+// a bias; v where its element is > 0, else 0, as where_positive gives it (NaN in v passes)
+#define EPI_BIAS_ARGS , __global const T* bias, const long bias_o, const long e_si, const long e_sj
+#define EPI_BIAS(v, i, j) v = (bias[bias_o + (long)(i) * e_si + (long)(j) * e_sj] > (T)0) ? v : (T)0
+#elif BIAS
 #define EPI_BIAS_ARGS , __global const T* bias, const long bias_o, const long e_si, const long e_sj
 #define EPI_BIAS(v, i, j) v = v + bias[bias_o + (long)(i) * e_si + (long)(j) * e_sj]
 #else
@@ -41,7 +46,7 @@
 #define EPI_SGD(v, i, j)
 #endif
 #define EPI_ARGS EPI_BIAS_ARGS EPI_SGD_ARGS
-#if ACT
+#if ACT == 1
 #define EPI_ACT(v) v = (v > (T)0 || v != v) ? v : (T)0
 #else
 #define EPI_ACT(v)

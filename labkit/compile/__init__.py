@@ -193,6 +193,7 @@ _PASS_LINES = (
     ("rows", "rows: {} transposed product(s) or sum(s) of products computed into rows"),
     ("epilogues", "epilogue: relu folded into {} linear or conv2d node(s)"),
     ("added", "epilogue: an addition folded into {} matrix product(s)"),
+    ("masked", "epilogue: relu's gradient folded into {} matrix product(s)"),
     ("copied", "contiguous: {} transposed weight(s) copied once for the products that read "
                "them"),
     ("cells", "lstm: {} LSTM step(s) computed in their product's kernel"),

@@ -117,9 +117,9 @@ def allowed(fn) -> bool:
         from ..functions import recurrent as rec
         from ..functions import reduction as red
 
-        CAPTURED.update({conn.MatMul, conn.MatMulAdd, conn.Linear, red.Sum, act.ReLU,
-                         act.ReLUGrad, m.Add, m.AddConstant, m.Sub, m.Mul, m.MulConstant,
-                         m.DivConstant,
+        CAPTURED.update({conn.MatMul, conn.MatMulAdd, conn.MatMulMask, conn.Linear, red.Sum,
+                         act.ReLU, act.ReLUGrad, m.Add, m.AddConstant, m.Sub, m.Mul,
+                         m.MulConstant, m.DivConstant,
                          m.Tanh, m.Sigmoid, rec.LSTM, rec.LSTMGrad, pool.TiledMaxCL,
                          pool.PoolScatterCL, act.Softmax, act.LogSoftmax, act.SoftmaxGrad,
                          act.LogSoftmaxGrad, loss.SoftmaxCrossEntropy, loss._KeptSoftmax,

@@ -442,6 +442,51 @@ def fold_add(nodes, needed, values):
     return [n for n in nodes if id(n) not in gone], len(gone)
 
 
+def fold_relu_grad(nodes, needed, values):
+    """``relu_grad(a @ b)`` -> ``matmul_relu_grad(a, b, mask)`` on OpenCL devices, where the
+    2-D product is read by relu's gradient only (a linear layer's input gradient under a
+    relu, ``gy @ W`` masked): one GEMM kernel with the mask read in its epilogue instead of a
+    product and an elementwise launch, bit for bit (kernels_cl/epilogue.cl, ACT 2). The mask,
+    an attribute of the gradient op, becomes an input. Returns the nodes and how many were
+    folded."""
+    from ..backend import opencl
+    from ..functions import activation as act
+    from ..functions import connection as conn
+
+    made_by = {s: n for n in nodes for s in n.outs}
+    readers = _readers(nodes)
+    fixed = changed_in_place(nodes)
+    pos = {id(n): i for i, n in enumerate(nodes)}
+    barriers = _merge_barriers(nodes)
+    gone = set()
+    for r in nodes:
+        if (r.kind != "op" or type(r.fn) is not act.ReLUGrad or len(r.ins) != 1 or r.consts
+                or [(a, i) for a, i, _ in r.attr_in] != [("x", None)]):
+            continue
+        p, y, mask = r.ins[0], r.outs[0], r.attr_in[0][2]
+        mm = made_by.get(p)
+        vp, vy, vm = values.get(p), values.get(y), values.get(mask)
+        if (mm is None or mm.kind != "op" or type(mm.fn) is not conn.MatMul or mm.attr_in
+                or len(readers.get(p, ())) != 1 or p in needed or p in fixed or y in fixed
+                or not isinstance(vm, opencl.ndarray)
+                or not isinstance(vp, opencl.ndarray) or vp.ndim != 2
+                or vp.dtype not in (np.float32, np.float64)
+                or vy is None or vy.shape != vp.shape or vm.shape != vp.shape
+                or len({vp.dtype, vm.dtype, vy.dtype}) != 1
+                or any(values[x].ndim != 2 or values[x].dtype != vp.dtype for x in mm.ins)
+                or pos.get(id(made_by.get(mask)), -1) > pos[id(mm)]
+                or any(pos[id(mm)] < b < pos[id(r)] for b in barriers)):
+            continue  # NOTE: the mask moves to the product (which may come before an update
+            # of a weight it reads, compile/sgd.py): not across a change
+        fn = conn.MatMulMask()
+        fn.brick = getattr(r.fn, "brick", None)
+        mm.fn, mm.name = fn, fn.name
+        mm.ins, mm.outs = [mm.ins[0], mm.ins[1], mask], [y]
+        mm.sig = (type(fn), ())
+        gone.add(id(r))
+    return [n for n in nodes if id(n) not in gone], len(gone)
+
+
 def contiguous_weights(nodes, needed, values, new_slot, min_readers=4):
     """On OpenCL devices: a transposed 2-D view (``U.T``: its columns contiguous) that at
     least ``min_readers`` products read as their second operand (a recurrent weight over the

@@ -81,11 +81,12 @@ class Program:
             nodes, self.gathered = gather_products(nodes, alias, t.values, needed, new_slot)
             nodes, self.rows = transposed_products(nodes, t.values, needed, new_slot)
         nodes = passes.prune(nodes, needed)
-        self.fused = self.epilogues = self.added = self.copied = self.sgd = 0
+        self.fused = self.epilogues = self.added = self.masked = self.copied = self.sgd = 0
         self.cells = self.cell_grads = self.cell_loops = 0
         if fuse:
             nodes, self.epilogues = passes.fold_relu(nodes, needed)
             nodes, self.added = passes.fold_add(nodes, needed, t.values)
+            nodes, self.masked = passes.fold_relu_grad(nodes, needed, t.values)
             nodes, self.copied = passes.contiguous_weights(nodes, needed, t.values, new_slot)
             from .lstm_cells import lstm_cells
 

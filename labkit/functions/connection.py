@@ -80,6 +80,31 @@ class MatMulAdd(Function):
                 sum_to(gy, c.shape) if c.requires_grad else None)
 
 
+class MatMulMask(Function):
+    """relu's gradient of a product, ``(a @ b)`` where ``m > 0``, else 0: what lk.compile
+    makes of a ``relu_grad`` whose input is a 2-D product only it reads (on OpenCL one GEMM
+    kernel, the mask read in its epilogue); bit for bit the product, then the mask."""
+
+    name = "matmul_relu_grad"
+
+    def forward(self, a, b, m):
+        from .activation import ReLUGrad
+
+        if isinstance(a, np.ndarray):
+            return ReLUGrad(m).forward(a @ b)
+        from ..backend.opencl.gemm import matmul_add as cl_matmul_add
+
+        return cl_matmul_add(a, b, m, mask=True)
+
+    def backward(self, inputs, gy):
+        from .activation import ReLUGrad
+
+        a, b, m = inputs
+        g = ReLUGrad(m.data).apply((gy,))
+        return (matmul(g, _swap_last(b)) if a.requires_grad else None,
+                matmul(_swap_last(a), g) if b.requires_grad else None, None)
+
+
 def matmul(a, b):
     """Matrix product with NumPy's rules: 1-D operands are promoted, batch dims broadcast,
     dtypes promote as in the other arithmetic ops (layers such as linear insist on one)."""

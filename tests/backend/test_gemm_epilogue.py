@@ -161,3 +161,36 @@ def test_matmul_add_refuses_what_it_cannot_add():
         matmul_add(a, cp.ones((5, 4)), cp.ones((3, 4)))
     with pytest.raises(TypeError, match="one float dtype"):
         matmul_add(a, b, cp.ones((3, 5), dtype=np.int32))
+
+
+@pytest.mark.parametrize("M,K,N", SHAPES + [(32, 10, 512), (1, 512, 512), (1, 10, 512),
+                                            (32, 512, 512), (10, 32, 512)], ids=str)
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matmul_add_with_a_mask_is_relus_gradient_of_the_product_bit_for_bit(
+        M, K, N, transposed, dtype, rng):
+    """``matmul_add(a, b, m, mask=True)`` (lk.compile: a product and relu's gradient, on
+    every path a product takes): the product where ``m > 0``, else 0, as ``where_positive``
+    gives it after the product (NaN and inf of the product kept where the mask is positive;
+    a NaN, 0 or -0 in the mask gives 0)."""
+    from labkit.backend.opencl.core import where_positive
+    from labkit.backend.opencl.gemm import matmul_add
+
+    a = rng.standard_normal((M, K)).astype(dtype)
+    b = rng.standard_normal((K, N)).astype(dtype)
+    if a.size > 3:
+        a.flat[:3] = [np.nan, np.inf, -0.0]
+    m = rng.standard_normal((M, N)).astype(dtype)
+    if m.size > 4:
+        m.flat[:4] = [np.nan, 0.0, -0.0, np.inf]
+    da, dm = cp.asarray(a), cp.asarray(m)
+    db = cp.asarray(np.ascontiguousarray(b.T)).T if transposed else cp.asarray(b)
+    got = matmul_add(da, db, dm, mask=True).get()
+    np.testing.assert_array_equal(got, where_positive(cp.matmul(da, db), dm).get())
+    with np.errstate(invalid="ignore"):
+        want = np.where(m > 0, a.astype(np.float64) @ b, 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(max(K, 1)))
+    if M > 1 and N > 1:  # NOTE: a strided mask (a slice of a larger array)
+        big = np.repeat(m, 2, axis=1)
+        got = matmul_add(da, db, cp.asarray(big)[:, ::2], mask=True).get()
+        np.testing.assert_array_equal(got, where_positive(cp.matmul(da, db), dm).get())

@@ -218,3 +218,59 @@ def test_a_transposed_weight_read_by_many_products_is_copied_once(dev, steps, up
     assert prog.copied == want
     if want:
         assert "copied once" in f.explain()
+
+
+# ---- relu_grad(a @ b): the mask in the product's epilogue (OpenCL) -------------------------
+
+@pytest.mark.parametrize("extra", [None, "hook", "float64", "matmul"])
+def test_relus_gradient_of_a_product_folds_and_trains_bit_for_bit_like_eager(dev, extra):
+    """An MLP's input gradients under its relus, ``(gy @ W) * (h > 0)``: on an OpenCL device
+    one GEMM each (the mask in the epilogue), bit for bit the eager step over several
+    updates (the weights' SGD still fused into their gradients' products), with linear layers
+    or plain products; not folded where something else reads the product (a hook on the relu
+    output's gradient)."""
+    rng = np.random.default_rng(2)
+    dt = np.float64 if extra == "float64" else np.float32
+    P0 = [rng.standard_normal((24, 12)) * 0.3, rng.standard_normal(24) * 0.1,
+          rng.standard_normal((20, 24)) * 0.3, rng.standard_normal(20) * 0.1,
+          rng.standard_normal((5, 20)) * 0.3, np.zeros(5)]
+    data = [(rng.standard_normal((16, 12)).astype(dt), rng.integers(0, 5, 16))
+            for _ in range(5)]
+    runs = []
+    for compiled in (False, True):
+        ps = [lk.tensor(p.astype(dt), device=dev, requires_grad=True) for p in P0]
+        opt = lk.optimizers.SGD(lr=0.1).setup({f"p{i}": p for i, p in enumerate(ps)})
+
+        def step(x, y, ps=ps, opt=opt):
+            h = x
+            for i in range(0, 6, 2):
+                if extra == "matmul":
+                    h = F.matmul(h, F.transpose(ps[i])) + ps[i + 1]
+                else:
+                    h = F.linear(h, ps[i], ps[i + 1])
+                if i < 4:
+                    h = F.relu(h)
+                    if extra == "hook" and i == 2:
+                        h.register_hook(lambda g: g * 2.0)
+            loss = F.softmax_cross_entropy(h, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.update()
+            return loss
+        # NOTE: reassociate=False: a weight's gradient of W.T computed into rows
+        # (compile/transposed.py) may round in the last bit
+        f = (lk.compile(step, reassociate=extra != "matmul") if compiled else step)
+        losses = [f(lk.tensor(x, device=dev), lk.tensor(y, device=dev)).numpy()
+                  for x, y in data]
+        runs.append((losses + [p.numpy() for p in ps], f))
+    (a, _), (b, f) = runs
+    for u, v in zip(a, b):
+        np.testing.assert_array_equal(u, v)
+    prog = f.programs()[0]
+    want = 0 if dev == "cpu" else {"hook": 1}.get(extra, 2)
+    assert prog.masked == want
+    if dev == "cl" and extra != "matmul":  # NOTE: (the gradient of W.T is not a product)
+        assert prog.sgd == 3
+    if want:
+        assert "relu's gradient folded into" in f.explain()
+        assert [n.name for n in prog.nodes].count("matmul_relu_grad") == want

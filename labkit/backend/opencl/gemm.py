@@ -488,10 +488,11 @@ def linear(a, b, bias=None, axis=1, relu=False) -> ndarray:
     return c
 
 
-def matmul_add(a, b, c) -> ndarray:
+def matmul_add(a, b, c, mask=False) -> ndarray:
     """``a @ b + c`` for 2-D ``a`` (M, K) and ``b`` (K, N) and ``c`` broadcastable to (M, N),
     of one float dtype: ``c`` read in the product kernel's epilogue (an LSTM step's
-    ``x_t + h @ U.T``). Bit for bit the product and the addition computed as separate ops."""
+    ``x_t + h @ U.T``). Bit for bit the product and the addition computed as separate ops.
+    With ``mask``, ``c`` is relu's gradient mask: ``where_positive(a @ b, c)`` instead."""
     rt = same_device("matmul_add", (a, b, c))
     M, K, N = _matrices("matmul_add", a, b)
     dt = a.dtype
@@ -500,7 +501,7 @@ def matmul_add(a, b, c) -> ndarray:
                         f"{b.dtype} and {c.dtype}")
     sti, stj = broadcast_strides(c.shape, c._st, (M, N), "matmul_add")
     out = ndarray(rt, (M, N), dt)
-    _product(rt, dt, 1, M, N, K, a, b, 0, 0, out, (c, c.offset, sti, stj, 0))
+    _product(rt, dt, 1, M, N, K, a, b, 0, 0, out, (c, c.offset, sti, stj, 2 if mask else 0))
     return out
 
 

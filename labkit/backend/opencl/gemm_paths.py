@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ShapeError
-from .core import add, assign, maximum
+from .core import add, assign, maximum, where_positive
 from .elementwise import VECTOR_WIDTH
 from .ndarray import CTYPES, ndarray
 from .program import header, kernels, source
@@ -304,6 +304,9 @@ def _batch_strides(x, batch_shape, op):
 def _epilogue_after(c, epi):
     """The epilogue as separate ops on a finished ``c`` (..., M, N): the same roundings."""
     bias, off, sbi, sbj, act = epi
+    if act == 2:  # NOTE: the array is relu's gradient mask (kernels_cl/epilogue.cl)
+        where_positive(c, bias._view(c.shape[-2:], (sbi, sbj), off), out=c)
+        return
     if bias is not None:
         add(c, bias._view(c.shape[-2:], (sbi, sbj), off), out=c)
     if act:
