@@ -70,6 +70,19 @@ def test_the_fused_gradient_is_the_composed_one_bit_for_bit(dtype, reduce, n, c,
     np.testing.assert_allclose(fused, want, rtol=tol * 10, atol=tol)
 
 
+@pytest.mark.parametrize("n,c", [(4, 2000), (15, 1025), (8, 4096)])
+def test_few_long_rows_keep_the_composed_gradient(n, c, launches):
+    """Fewer than 16 rows of over 1,024 classes: the softmax is not the row kernel's (it is
+    exp of the log-softmax, rounded otherwise), so the fused op does not run there."""
+    rng = np.random.default_rng(c)
+    x = rng.standard_normal((n, c)) * 3
+    t = rng.integers(0, c, n)
+    fused, composed = _grads(x, lk.tensor(t, device="cl"), "mean", -1, np.float32)
+    assert not launches
+    np.testing.assert_array_equal(fused, composed)
+    np.testing.assert_allclose(fused, _numpy_grad(x, t, "mean", -1, np.ones(n)), atol=1e-7)
+
+
 @pytest.mark.parametrize("tdt", [np.int8, np.uint8, np.int32, np.uint64])
 def test_label_types_and_no_ignored_label(tdt, launches):
     rng = np.random.default_rng(5)

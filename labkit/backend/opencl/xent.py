@@ -290,8 +290,11 @@ GRAD_COUNT_MAX = 2048
 def grad_fits(x, t, gy, reduce: str) -> bool:
     """Whether :func:`grad` takes logits ``x``, labels ``t`` and the loss's gradient ``gy``:
     what :func:`fits` takes, ``gy`` an array of ``x``'s dtype on its device, 0-d for a "mean"
-    or "sum", N contiguous values for "none"."""
-    return (fits(x, t) and isinstance(gy, ndarray) and gy.rt is x.rt
+    or "sum", N contiguous values for "none"; and rows that softmax.py's row kernels take
+    (elsewhere the composed softmax rounds otherwise: a few rows of over 1,024 classes)."""
+    from .softmax import fits as softmax_fits
+
+    return (fits(x, t) and softmax_fits(x, 1) and isinstance(gy, ndarray) and gy.rt is x.rt
             and gy.dtype == x.dtype
             and (gy.shape == (x.shape[0],) and gy.is_contiguous if reduce == "none"
                  else gy.shape == ()))
