@@ -12,8 +12,8 @@ BACKEND = Path(labkit.__file__).parent / "backend"
 
 # the OpenCL package bottom up: a module may import only modules listed before it
 ORDER = ["context", "program", "shapes", "ndarray", "promotion", "elementwise", "fused",
-         "transpose", "core", "arith", "reduce", "lse", "xent", "lstm", "pool", "gemm_paths",
-         "gemm", "conv", "indexing", "advanced", "methods", "api"]
+         "transpose", "core", "arith", "reduce", "lse", "softmax", "xent", "lstm", "pool",
+         "gemm_paths", "gemm", "conv", "indexing", "advanced", "methods", "api"]
 
 
 def _imports(path):

@@ -18,6 +18,8 @@ import numpy as np
 from .elementwise import VECTOR_WIDTH, vector_defines
 from .ndarray import CTYPES, IDX_NP, index_ctype, ndarray
 from .program import header, kernels, source
+from .softmax import ROW_SRC
+from .softmax import fits as softmax_fits
 
 #: the most classes per row this kernel takes (a work-item loops over a row's classes)
 MAX_CLASSES = 4096
@@ -292,8 +294,6 @@ def grad_fits(x, t, gy, reduce: str) -> bool:
     what :func:`fits` takes, ``gy`` an array of ``x``'s dtype on its device, 0-d for a "mean"
     or "sum", N contiguous values for "none"; and rows that softmax.py's row kernels take
     (elsewhere the composed softmax rounds otherwise: a few rows of over 1,024 classes)."""
-    from .softmax import fits as softmax_fits
-
     return (fits(x, t) and softmax_fits(x, 1) and isinstance(gy, ndarray) and gy.rt is x.rt
             and gy.dtype == x.dtype
             and (gy.shape == (x.shape[0],) and gy.is_contiguous if reduce == "none"
@@ -306,8 +306,6 @@ def grad(x, t, gy, ignore: int, reduce: str) -> ndarray:
     softmax as ``softmax.softmax`` computes it, the rest the same operations as the composed
     gradient's (weights, scale, softmax, one-hot, subtract and multiply: five launches).
     Needs :func:`grad_fits`; labels as :func:`softmax_cross_entropy` takes them."""
-    from .softmax import ROW_SRC
-
     rt = x.rt
     ct, ti = CTYPES[x.dtype], CTYPES[t.dtype]
     n, c = x.shape
