@@ -45,6 +45,13 @@
 #define EPI_SGD_ARGS
 #define EPI_SGD(v, i, j)
 #endif
+// SGD 2 (lk.compile: a weight's gradient that nothing reads in the step, made again where it
+// is read): the update alone, C not written
+#if SGD == 2
+#define STORE_C 0
+#else
+#define STORE_C 1
+#endif
 #define EPI_ARGS EPI_BIAS_ARGS EPI_SGD_ARGS
 #if ACT == 1
 #define EPI_ACT(v) v = (v > (T)0 || v != v) ? v : (T)0

@@ -116,6 +116,9 @@ __kernel void gemm_rb(const int K, const int MR,
             for (int i = 0; i < VW; ++i) EPI(p[i], ib * RM + r, jv * VN * VW + v * VW + i);
         }
 #endif
+#if !STORE_C
+    return;
+#endif
     if (scn == 1 && (c_o | scm | scb) % VW == 0) {  // NOTE: vector pointers (vstoreN: a call)
 #pragma unroll
         for (int r = 0; r < RM; ++r)
@@ -156,7 +159,9 @@ __kernel void gemm_gen(const int M, const int N, const int K, const int i0, cons
     T acc = 0;
     for (int k = 0; k < K; ++k) acc += a[k * sak] * b[k * sbk];
     EPI(acc, i0 + i, j0 + j);
+#if STORE_C
     C[c_o + bz * scb + (long)(i0 + i) * scm + (long)(j0 + j) * scn] = acc;
+#endif
 }
 
 #ifdef OT
@@ -185,7 +190,9 @@ __kernel void gemm_outer(const int N,
 #if SGD
         SGD_STEP(OT, acc, W + w_o + i * w_si + j)
 #endif
+#if STORE_C
         *(__global OT*)(c + j) = acc;
+#endif
         return;
     }
 #endif
@@ -193,7 +200,9 @@ __kernel void gemm_outer(const int N,
         T acc = 0;
         acc += av * b[jj * sbn];
         EPI_SGD(acc, i, jj);
+#if STORE_C
         c[jj * scn] = acc;
+#endif
     }
 }
 #endif

@@ -204,6 +204,8 @@ _PASS_LINES = (
     ("sgd", "sgd: the plain SGD update of {} weight(s) made with their gradient's product "
             "(on OpenCL in its kernel; on the CPU at batch 1 one BLAS rank-1 update of the "
             "weight, the gradient made where it is read)"),
+    ("deferred", "sgd: {} of these gradients, read by nothing in the step, not written on "
+                 "OpenCL: made where .grad is read, from the product's operands"),
 )
 
 #: first traces kept waiting for their second call (slimmed: no arrays of the step's), and

@@ -82,6 +82,7 @@ class Program:
             nodes, self.rows = transposed_products(nodes, t.values, needed, new_slot)
         nodes = passes.prune(nodes, needed)
         self.fused = self.epilogues = self.added = self.masked = self.copied = self.sgd = 0
+        self.deferred = 0
         self.cells = self.cell_grads = self.cell_loops = 0
         if fuse:
             nodes, self.epilogues = passes.fold_relu(nodes, needed)
@@ -100,6 +101,7 @@ class Program:
             nodes, self.sgd = sgd_products(nodes, t.values, t.sources, self.capture,
                                            results=_not_one_grad(self),
                                            outer=reassociate)
+            self.deferred = sum(getattr(n.fn, "kept", None) is not None for n in nodes)
         nodes = _checks_early(nodes)
         self.nodes = nodes
         self.after = [_sketch(n) for n in nodes]
@@ -370,7 +372,7 @@ def _generate(prog, nodes, t, exposed):
     from . import sgd
 
     env["GRAD"] = sgd.grad_tensor
-    deferred = {n.outs[0] for n in nodes if isinstance(n.fn, sgd._OuterUpdate)}
+    deferred = {n.outs[0] for n in nodes if isinstance(n.fn, sgd._ProductUpdate)}
 
     def grad(s):  # NOTE: a gradient made where it is read (compile/sgd.py: OuterGrad)
         return f"GRAD(s{s})" if s in deferred else f"Tensor({fresh(s)})"

@@ -92,7 +92,9 @@ def sgd_products(nodes, values, sources, stats, results=(), outer=False) -> tupl
                                            for s in _reads(n)) for n in between):
                 continue
             fn = (_OuterUpdate if cpu else _ProductUpdate)(src.fn, opt, idx, i, done, stats,
-                                                           step)
+                                                           step, None if cpu else _kept(
+                                                               nodes, values, sources, src, g,
+                                                               u, results))
             others = [s for s in outside if s != w]
             nodes[at] = Node("host", fn, list(src.ins) + [w] + others, [g], "matmul+sgd",
                              src.where, ("host", "matmul+sgd"), effect=True, idx=src.idx)
@@ -104,6 +106,34 @@ def sgd_products(nodes, values, sources, stats, results=(), outer=False) -> tupl
                          and n.fn.step is step)
             first.first = True
     return nodes, count
+
+
+def _kept(nodes, values, sources, src, g, u, results):
+    """On OpenCL, for a weight's gradient ``g`` that nothing but the optimizer's step reads
+    in the step (not a result, not read by another node): which of the product's operands a
+    deferred gradient copies (True) or holds as they are (False), or None where the gradient
+    is written as the product is (an operand changed in place in the step; one to copy that
+    is not contiguous from its start, whose copy could take another GEMM path)."""
+    if g in results or any(g in n.ins or g in [x for _, _, x in n.attr_in]
+                           for n in nodes if n is not u):
+        return None
+    changed = {passes.root_id(values[s]) for n in nodes for s, _ in n.versions if s in values}
+    # NOTE: arrays the caller holds or may change before reading the gradient: arguments,
+    # parameters and constants, and what the step returns or writes
+    outside = {passes.root_id(values[s]) for s, srcd in sources.items() if s in values
+               and srcd.kind in ("arg", "live", "live_array", "const")}
+    outside |= {passes.root_id(values[s]) for s in results if s in values}
+    kept = []
+    for s in src.ins:
+        v = values.get(s)
+        root = passes.root_id(v)
+        if v is None or root in changed:
+            return None
+        copy = root in outside or s in sources
+        if copy and not (v.is_contiguous and v.offset == 0):
+            return None
+        kept.append(copy)
+    return tuple(kept)
 
 
 def _reads(n) -> list:
@@ -140,10 +170,13 @@ class _ProductUpdate:
     memory (an argument that is the weight's array, a parameter tied to it since the trace)
     it does not update early."""
 
-    __slots__ = ("op", "opt", "idx", "i", "done", "lr", "fused", "step", "first")
+    __slots__ = ("op", "opt", "idx", "i", "done", "lr", "fused", "step", "first", "kept")
 
-    def __init__(self, op, opt, idx, i, done, stats, step=None):
+    def __init__(self, op, opt, idx, i, done, stats, step=None, kept=None):
         self.op, self.opt, self.idx, self.i, self.done, self.lr = op, opt, idx, i, done, None
+        #: a gradient nothing in the step reads (``_kept``): the product is not written, its
+        #: ``.grad`` is made where it is read, from its operands (copied where ``kept`` says)
+        self.kept = kept
         #: ``step``, shared by the products of one optimizer, holds the rates of the replay
         #: under way; the ``first`` of them to run looks them up, the others read them (each
         #: looking up every parameter's rate was quadratic in the parameters)
@@ -171,7 +204,11 @@ class _ProductUpdate:
         self.lr = w.dtype.type(lr)
         c = self.fused(a, b, w)
         self.done[self.i] = c is not None
-        return self.op.forward(a, b) if c is None else c
+        if c is None:
+            return self.op.forward(a, b)
+        if self.kept is not None:
+            return Deferred(self.op, *(x.copy() if k else x for x, k in zip((a, b), self.kept)))
+        return c
 
     @staticmethod
     def _aliased(w, others):
@@ -182,7 +219,7 @@ class _ProductUpdate:
     def _fused(self, a, b, w):
         from ..backend.opencl import gemm
 
-        return gemm.matmul_sgd(a, b, w, self.lr)
+        return gemm.matmul_sgd(a, b, w, self.lr, store=self.kept is None)
 
 
 def _outer_fits(values, src, w, g, results, nodes, u) -> bool:

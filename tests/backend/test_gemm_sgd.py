@@ -52,6 +52,34 @@ def test_product_and_update_bit_for_bit_as_separate_kernels(M, N, K, dt):
     assert np.abs(w2.get() - ref).max() < (1e-5 if dt is np.float32 else 1e-12)
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("M,N,K", SHAPES)
+def test_the_update_alone_writes_no_product(M, N, K, dt, monkeypatch):
+    """``store=False``: the weight updated bit for bit as with the product written, and the
+    array returned never written (a weight's gradient lk.compile makes again where it is
+    read). The array is filled with a mark first: written with the product (the check can
+    fail), left as it was without."""
+    from labkit.backend.opencl import gemm
+
+    rng = np.random.default_rng(M * N + K)
+    gz = rng.standard_normal((K, M)).astype(dt)
+    x = rng.standard_normal((K, N)).astype(dt)
+    w0 = rng.standard_normal((M, N)).astype(dt)
+    a, b = cp.asarray(gz).T, cp.asarray(x)
+    w1, w2 = cp.asarray(w0), cp.asarray(w0)
+    g1 = matmul_sgd(a, b, w1, 0.0123)
+    marks = []
+
+    def marked(rt, shape, dtype, strides, size):
+        marks.append(cp.asarray(np.full(shape, 7.5, dtype)))
+        return marks[-1]
+    monkeypatch.setattr(gemm, "fresh", marked)
+    assert matmul_sgd(a, b, w2, 0.0123, store=False) is marks[0]
+    assert np.array_equal(w2.get(), w1.get())
+    assert (marks[0].get() == 7.5).all()
+    assert np.array_equal(matmul_sgd(a, b, cp.asarray(w0), 0.0123).get(), g1.get())
+
+
 def test_refused_where_the_epilogue_cannot_be_sure():
     rng = np.random.default_rng(0)
     g = cp.asarray(rng.standard_normal((4, 64)).astype(np.float32))

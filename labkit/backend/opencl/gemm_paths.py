@@ -236,8 +236,12 @@ _SGD_ARGS = {"float": [None, np.int64, np.int64, np.int64, np.float32],
              "double": [None, np.int64, np.int64, np.int64, np.float64]}
 
 
-def _sgd(epi) -> bool:
-    return epi is not None and len(epi) > 5 and epi[5] is not None
+def _sgd(epi) -> int:
+    """The SGD epilogue's mode (kernels_cl/epilogue.cl): 0 none, 1 the update and the product
+    written, 2 the update alone (the weight's tuple ends with ``store=False``)."""
+    if epi is None or len(epi) < 6 or epi[5] is None:
+        return 0
+    return 1 if len(epi[5]) < 6 or epi[5][5] else 2
 
 
 def _epi_args(epi, i0=0, j0=0):
@@ -247,7 +251,7 @@ def _epi_args(epi, i0=0, j0=0):
     bias, off, si, sj = epi[:4]
     out = () if bias is None else (bias.data, off + i0 * si + j0 * sj, si, sj)
     if _sgd(epi):  # NOTE: a rate of the weight's type passed as it is (compile/sgd.py finds it)
-        w, w_o, w_si, w_sj, lr = epi[5]
+        w, w_o, w_si, w_sj, lr = epi[5][:5]
         lr = lr if type(lr) is w.dtype.type else w.dtype.type(lr)
         out += (w.data, w_o + i0 * w_si + j0 * w_sj, w_si, w_sj, lr)
     return out
