@@ -57,6 +57,7 @@ def test_partial_last_block_is_bit_for_bit_the_second_launch(m, n, k, layout, dt
     blocks_one = list(seen)
     seen.clear()
     monkeypatch.setattr(gemm, "TAIL_IN_BLOCK", 10**9)  # NOTE: rows left: a launch of their own
+    monkeypatch.setattr(gemm, "TAIL_ANYWAY", 0)
     two, _, _ = _run(m, n, k, dt, layout, np.random.default_rng(7))
     blocks_two = list(seen)
     for key in one:
@@ -82,6 +83,28 @@ def test_rows_not_worth_a_partial_block_keep_their_launch(monkeypatch):
     got = (cp.asarray(a) @ cp.asarray(b)).get()
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=2e-3)
     assert seen == [5, 1], seen
+
+
+@pytest.mark.parametrize("m", [10, 33, 130])
+def test_a_small_product_takes_its_rows_left_in_a_partial_block(m, monkeypatch):
+    """Up to TAIL_ANYWAY multiply-adds a partial block takes the rows left whatever it
+    wastes (an MLP's (10, 32) @ (32, 512) weight gradient in 8-row blocks: one launch, not
+    two), the same bits as a launch of their own."""
+    monkeypatch.setenv("LABKIT_GEMM_CONFIG", "8,2,16")
+    seen = _launches(monkeypatch)
+    rng = np.random.default_rng(m)
+    a = rng.standard_normal((32, m)).astype(np.float32)
+    b = rng.standard_normal((32, 512)).astype(np.float32)
+    da, db = cp.asarray(a), cp.asarray(b)
+    one = (da.T @ db).get()
+    blocks_one = list(seen)
+    small = m * 512 * 32 <= gemm.TAIL_ANYWAY
+    seen.clear()
+    monkeypatch.setattr(gemm, "TAIL_ANYWAY", 0)
+    two = (da.T @ db).get()
+    assert one.tobytes() == two.tobytes()
+    np.testing.assert_allclose(one, a.T.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    assert len(blocks_one) == (1 if small else 2) and len(seen) == 2, (blocks_one, seen)
 
 
 @pytest.mark.parametrize("cfg", ["6,2,16", "8,2,16", "4,4,8", "8,1,16"])

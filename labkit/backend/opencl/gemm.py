@@ -86,6 +86,9 @@ _RB_ARGS = ([np.int32] * 2 + [None] + [np.int64] * 4 + [None] + [np.int64] * 4 +
 #: were two launches each (a launch costs about 7 us of host time, and a program is built for
 #: the tail's rows), 9 of the step's 34 launches; (512, 512) @ (512, 32) 0.168 -> 0.142 ms
 TAIL_IN_BLOCK = 16
+#: and a product of at most this many multiply-adds always (its waste is a few us, a launch
+#: about 13 us of a PoCL device's time: an MLP's (10, 32) @ (32, 512) weight gradient)
+TAIL_ANYWAY = 1 << 18
 
 #: elements of a transposed A (its columns contiguous) from which it is made row-major first
 A_TRANSPOSE_MIN = _TRANSPOSE_MIN
@@ -333,7 +336,7 @@ def _gemm(rt, dt, nb, M, N, K, A, B, C, cfg=None, epi=None, swapped=False):
         # vn vectors, then blocks of one vector for the columns left of a panel's width: a
         # work-item per element there ran at 5-15 GFLOP/s (an MLP step's 784- and 10-wide
         # products: 1.8 of 6.6 ms)
-        if (mb and (rm - M + mb) * TAIL_IN_BLOCK <= M
+        if (mb and ((rm - M + mb) * TAIL_IN_BLOCK <= M or M * N * K <= TAIL_ANYWAY)
                 and _local(rt, mb // rm) in (None, (1, 1, 1))):
             mb = M
         for j0, width, v in ((0, nbk, vn), (nbk, w2, 1)):
