@@ -100,7 +100,7 @@ class Program:
 
             nodes, self.sgd = sgd_products(nodes, t.values, t.sources, self.capture,
                                            results=_not_one_grad(self),
-                                           outer=reassociate)
+                                           outer=reassociate, written=needed)
             self.deferred = sum(getattr(n.fn, "kept", None) is not None for n in nodes)
         nodes = _checks_early(nodes)
         self.nodes = nodes

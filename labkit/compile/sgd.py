@@ -41,10 +41,12 @@ from .hooks import DATA as _DATA
 from .trace import Node
 
 
-def sgd_products(nodes, values, sources, stats, results=(), outer=False) -> tuple[list, int]:
+def sgd_products(nodes, values, sources, stats, results=(), outer=False,
+                 written=()) -> tuple[list, int]:
     """The nodes with each fit weight gradient's product (a 2-D ``MatMul``) replaced by a
     host step that also updates the weight (see the module's doc); and how many were.
     ``sources``: the trace's (slot -> Source); ``stats``: the program's capture counts;
+    ``written``: every slot the step returns or writes (a ``.grad`` included);
     ``results``: the slots the step returns or writes as anything but one ``.grad``;
     ``outer``: also the CPU's outer products (a batch of 1), whose update rounds otherwise
     than the eager step's (``reassociate``)."""
@@ -58,6 +60,7 @@ def sgd_products(nodes, values, sources, stats, results=(), outer=False) -> tupl
     outside = [s for s, src in sources.items() if src.kind in ("arg", "live", "live_array")]
     referenced = set().union(*(passes.refs(n) for n in nodes))  # NOTE: ops others hold
     count = 0
+    reach = _reachable(nodes, values, sources, written)
     for u in [n for n in nodes if n.kind == "host"]:
         info = getattr(u.fn, "lk_optimizer", None)
         if info is None or not u.effect:
@@ -94,7 +97,7 @@ def sgd_products(nodes, values, sources, stats, results=(), outer=False) -> tupl
             fn = (_OuterUpdate if cpu else _ProductUpdate)(src.fn, opt, idx, i, done, stats,
                                                            step, None if cpu else _kept(
                                                                nodes, values, sources, src, g,
-                                                               u, results))
+                                                               u, results, reach))
             others = [s for s in outside if s != w]
             nodes[at] = Node("host", fn, list(src.ins) + [w] + others, [g], "matmul+sgd",
                              src.where, ("host", "matmul+sgd"), effect=True, idx=src.idx)
@@ -108,28 +111,36 @@ def sgd_products(nodes, values, sources, stats, results=(), outer=False) -> tupl
     return nodes, count
 
 
-def _kept(nodes, values, sources, src, g, u, results):
+def _reachable(nodes, values, sources, written) -> set:
+    """The roots of the arrays a caller holds or may change after a replay: arguments,
+    parameters and constants; what the step returns or writes (another tensor's ``.grad``
+    included); what a host function or a Function of the user's made (it may keep it)."""
+    made = [s for n in nodes if n.kind == "host" or (
+        n.kind == "op" and not type(n.fn).__module__.startswith("labkit.")) for s in n.outs]
+    slots = [s for s, srcd in sources.items() if srcd.kind in (
+        "arg", "live", "live_array", "const")] + list(written) + made
+    return {passes.root_id(values[s]) for s in slots if s in values}
+
+
+def _kept(nodes, values, sources, src, g, u, results, reach):
     """On OpenCL, for a weight's gradient ``g`` that nothing but the optimizer's step reads
     in the step (not a result, not read by another node): which of the product's operands a
-    deferred gradient copies (True) or holds as they are (False), or None where the gradient
-    is written as the product is (an operand changed in place in the step; one to copy that
-    is not contiguous from its start, whose copy could take another GEMM path)."""
+    deferred gradient copies (True: those whose memory the caller can reach, ``reach``) or
+    holds as they are (False: arrays labkit's ops made in this replay, new at each), or None
+    where the gradient is written as the product is (an operand changed in place in the step;
+    one to copy that is not contiguous from its start, whose copy could take another GEMM
+    path)."""
     if g in results or any(g in n.ins or g in [x for _, _, x in n.attr_in]
                            for n in nodes if n is not u):
         return None
     changed = {passes.root_id(values[s]) for n in nodes for s, _ in n.versions if s in values}
-    # NOTE: arrays the caller holds or may change before reading the gradient: arguments,
-    # parameters and constants, and what the step returns or writes
-    outside = {passes.root_id(values[s]) for s, srcd in sources.items() if s in values
-               and srcd.kind in ("arg", "live", "live_array", "const")}
-    outside |= {passes.root_id(values[s]) for s in results if s in values}
     kept = []
     for s in src.ins:
         v = values.get(s)
         root = passes.root_id(v)
         if v is None or root in changed:
             return None
-        copy = root in outside or s in sources
+        copy = root in reach or s in sources
         if copy and not (v.is_contiguous and v.offset == 0):
             return None
         kept.append(copy)

@@ -128,3 +128,68 @@ def test_a_gradient_read_in_the_step_is_written():
     grads, _ = _eager_grads(8, 2)
     np.testing.assert_array_equal(g.numpy(), grads[2])
     assert f.programs()[0].deferred == 2
+
+
+def _same_grads_after(make, change, calls=4):
+    """``make()`` -> (step, params, batches): the params' gradients after each call, with
+    ``change(params)`` run after it (the caller's), eager and compiled."""
+    got = []
+    for compiled in (False, True):
+        step, ps, batches = make()
+        f = lk.compile(step) if compiled else step
+        grads = []
+        for args in batches[:calls]:
+            f(*args)
+            change(ps)
+            grads.append([p.grad.numpy().copy() for p in ps])
+        got.append(grads)
+    for a, b in zip(*got):
+        for u, v in zip(a, b):
+            np.testing.assert_array_equal(u, v)
+
+
+def test_an_operand_that_is_another_tensors_grad_is_copied():
+    """A full-shape additive parameter's ``.grad`` is the logits' gradient, W's operand: the
+    caller zeroing it after the call does not change W's gradient (it did, /tmp/adv41)."""
+    def make():
+        rng = np.random.default_rng(3)
+        W = lk.tensor(rng.standard_normal((16, 40)).astype(np.float32) * 0.1, device="cl",
+                      requires_grad=True)
+        B = lk.tensor(np.zeros((8, 16), np.float32), device="cl", requires_grad=True)
+        opt = lk.optimizers.SGD(lr=0.1).setup({"W": W, "B": B})
+        data = [(lk.tensor(np.full((8, 40), k * 0.1 - 0.2, np.float32), device="cl"),
+                 lk.tensor(np.arange(8) % 16, device="cl")) for k in range(4)]
+
+        def step(x, y):
+            loss = F.softmax_cross_entropy(F.linear(x, W) + B, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.update()
+            return loss
+        return step, [W, B], data
+
+    def zero_b(ps):
+        ps[1].grad.data[...] = 0.0
+    _same_grads_after(make, zero_b)
+
+
+def test_an_operand_a_host_function_returns_is_copied():
+    """A loader's device buffer handed in by ``lk.compile.host`` and refilled after the
+    call: W1's gradient is the call's batch's (it was the next batch's, /tmp/adv41)."""
+    from labkit.backend import opencl as cp
+
+    def make():
+        ps, opt, data = _setup(8)
+        buf = cp.asarray(data[0][0])
+
+        def step(y):
+            x = lk.Tensor(lk.compile.host(lambda: buf))
+            return _step(ps, opt)(x, y)
+        batches = [(lk.tensor(y, device="cl"),) for _, y in data]
+        make.k, make.buf, make.data = 0, buf, data
+        return step, ps, batches
+
+    def refill(ps):
+        make.k += 1
+        make.buf[...] = cp.asarray(make.data[make.k % len(make.data)][0])
+    _same_grads_after(make, refill)
