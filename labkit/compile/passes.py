@@ -357,6 +357,14 @@ def one_piece(nodes, alias, values, leaving):
 # ---- epilogues -------------------------------------------------------------------------------
 
 
+def _fold_context(nodes):
+    """What the folds that move a product look at: the node making each slot, the nodes
+    reading each slot, the slots changed in place, each node's position, and the positions
+    of the nodes that change an array in place (nothing moves across one)."""
+    return ({s: n for n in nodes for s in n.outs}, _readers(nodes), changed_in_place(nodes),
+            {id(n): i for i, n in enumerate(nodes)}, _merge_barriers(nodes))
+
+
 def fold_relu(nodes, needed):
     """``relu(linear(x, W, b))`` -> ``linear(x, W, b, activation="relu")``, and the same for
     ``conv2d``: one node, on an OpenCL device one GEMM kernel with the bias and relu as its
@@ -407,11 +415,7 @@ def fold_add(nodes, needed, values):
     from ..functions import connection as conn
     from ..functions import math as m
 
-    made_by = {s: n for n in nodes for s in n.outs}
-    readers = _readers(nodes)
-    fixed = changed_in_place(nodes)
-    pos = {id(n): i for i, n in enumerate(nodes)}
-    barriers = _merge_barriers(nodes)
+    made_by, readers, fixed, pos, barriers = _fold_context(nodes)
     gone = set()
     for add in nodes:
         if add.kind != "op" or type(add.fn) is not m.Add or add.attr_in or len(add.ins) != 2:
@@ -453,11 +457,7 @@ def fold_relu_grad(nodes, needed, values):
     from ..functions import activation as act
     from ..functions import connection as conn
 
-    made_by = {s: n for n in nodes for s in n.outs}
-    readers = _readers(nodes)
-    fixed = changed_in_place(nodes)
-    pos = {id(n): i for i, n in enumerate(nodes)}
-    barriers = _merge_barriers(nodes)
+    made_by, readers, fixed, pos, barriers = _fold_context(nodes)
     gone = set()
     for r in nodes:
         if (r.kind != "op" or type(r.fn) is not act.ReLUGrad or len(r.ins) != 1 or r.consts

@@ -64,10 +64,11 @@ __kernel void lk_xent(const IDX n, const IDX c, __global const T* x, const IDX x
 
 _MODES = {"mean": 0, "sum": 1, "none": 2}
 
-_AUX_SRC = """
-__kernel void lk_xent_weights(const IDX n, __global const TI* t, const IDX t_o,
-                              const long ignore, const int check, const int mean,
-                              __global T* w, __local long* s_cnt)
+#: the labels that are not ``ignore`` (all, without ``check``), at least 1, counted by a
+#: work-group in local memory (every work-item calls it)
+_COUNT_SRC = """
+inline long lk_count_valid(const IDX n, __global const TI* t, const IDX t_o, const long ignore,
+                           const int check, __local long* s_cnt)
 {
     const int lid = get_local_id(0);
     const int ls = get_local_size(0);
@@ -79,7 +80,18 @@ __kernel void lk_xent_weights(const IDX n, __global const TI* t, const IDX t_o,
         if (lid < h) s_cnt[lid] += s_cnt[lid + h];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    const T count = (T)(s_cnt[0] > 1 ? s_cnt[0] : 1);
+    return s_cnt[0] > 1 ? s_cnt[0] : 1;
+}
+"""
+
+_AUX_SRC = """
+__kernel void lk_xent_weights(const IDX n, __global const TI* t, const IDX t_o,
+                              const long ignore, const int check, const int mean,
+                              __global T* w, __local long* s_cnt)
+{
+    const int lid = get_local_id(0);
+    const int ls = get_local_size(0);
+    const T count = (T)lk_count_valid(n, t, t_o, ignore, check, s_cnt);
     for (IDX r = lid; r < n; r += ls) {
         const T v = (T)(!check || (long)t[t_o + r] != ignore);
         w[r] = mean ? v / count : v;
@@ -169,7 +181,8 @@ def _aux(rt, ct, ti, idx):
     """The label-side kernels of the loss's gradient (compiled once per type triple)."""
     def make():
         src = header(rt, (ct,), {"T": ct, "TI": ti, "IDX": idx},
-                     what="softmax_cross_entropy gradient") + source("common") + _AUX_SRC
+                     what="softmax_cross_entropy gradient") + source("common") + _COUNT_SRC \
+            + _AUX_SRC
         it = IDX_NP[idx]
         return kernels(rt, src, {"lk_xent_weights": [it, None, it, np.int64, np.int32,
                                                      np.int32, None, None],
@@ -248,20 +261,8 @@ __kernel void lk_xent_grad(const IDX n, const IDX c, __global const T* x, const 
                            const IDX gy_step, const int vec, __global T* out,
                            __local long* s_cnt)
 {
-    const int lid = get_local_id(0);
-    const int ls = get_local_size(0);
-    T count = 1;
-    if (mean && !have_w) {  // NOTE: every work-group counts the labels (lk_xent_weights')
-        long cnt = 0;
-        for (IDX r = lid; r < n; r += ls) cnt += !check || (long)t[t_o + r] != ignore;
-        s_cnt[lid] = cnt;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int h = ls / 2; h > 0; h /= 2) {
-            if (lid < h) s_cnt[lid] += s_cnt[lid + h];
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
-        count = (T)(s_cnt[0] > 1 ? s_cnt[0] : 1);
-    }
+    // NOTE: every work-group counts the labels itself (as lk_xent_weights does)
+    const T count = mean && !have_w ? (T)lk_count_valid(n, t, t_o, ignore, check, s_cnt) : 1;
     const IDX r = (IDX)get_global_id(0);
     if (r >= n) return;
     const long label = (long)t[t_o + r];
@@ -315,7 +316,7 @@ def grad(x, t, gy, ignore: int, reduce: str) -> ndarray:
     def make():
         defs = {"T": ct, "TI": ti, "IDX": idx, **vector_defines(rt, ct, x.dtype.itemsize)}
         src = header(rt, (ct,), defs, what="softmax_cross_entropy gradient") + \
-            source("common") + source("rowlse") + ROW_SRC + _GRAD_SRC
+            source("common") + source("rowlse") + ROW_SRC + _COUNT_SRC + _GRAD_SRC
         it = IDX_NP[idx]
         i32 = np.int32
         return kernels(rt, src, {"lk_xent_grad": [it, it, None, it, None, it, np.int64, i32,
