@@ -9,6 +9,7 @@ from ..autograd.function import Function, grad_enabled
 from ..autograd.tensor import Tensor
 from ..autograd.trace import host, tracer
 from ..backend import full
+from ..backend.opencl import ascontiguousarray
 from ..backend.opencl import xent as _xent
 from ..backend.opencl.lse import logsumexp_parts
 from ..errors import ShapeError
@@ -192,9 +193,7 @@ class _XentGrad(Function):
         t = self.t
         if not _xent.grad_fits(x, t, gy, self.reduce):
             # NOTE: a compiled step's replay with arrays laid out otherwise (strided labels)
-            from ..backend.opencl import ascontiguousarray as c
-
-            x, t, gy = c(x), c(t), c(gy)
+            x, t, gy = (ascontiguousarray(a) for a in (x, t, gy))
         return _xent.grad(x, t, gy, self.ignore, self.reduce)
 
     def backward(self, inputs, gy):

@@ -12,15 +12,13 @@ import labkit as lk
 import labkit.functions as F
 from labkit.compile.sgd import OuterGrad
 
-P_RNG = np.random.default_rng(0)
-P0 = [P_RNG.standard_normal((64, 200)).astype(np.float32) * 0.1, np.zeros(64, np.float32),
-      P_RNG.standard_normal((32, 64)).astype(np.float32) * 0.1, np.zeros(32, np.float32),
-      P_RNG.standard_normal((10, 32)).astype(np.float32) * 0.1, np.zeros(10, np.float32)]
+from .test_sgd_products import _setup as _mlp
 
 
 def _setup(batch, steps=6):
-    ps = [lk.tensor(p, device="cl", requires_grad=True) for p in P0]
-    opt = lk.optimizers.SGD(lr=0.1).setup({f"p{i}": p for i, p in enumerate(ps)})
+    """test_sgd_products' MLP (64-200, 32-64, 10-32 weights) and plain SGD, and ``steps``
+    batches."""
+    ps, opt, _, _ = _mlp("cl", batch)
     rng = np.random.default_rng(batch)
     data = [(rng.standard_normal((batch, 200)).astype(np.float32), rng.integers(0, 10, batch))
             for _ in range(steps)]
