@@ -166,26 +166,53 @@ def wait_for(cond, timeout=60.0, what="condition"):
         pause = min(pause * 1.5, 0.2)
 
 
+#: a keyed element's key (``clicks.ts``): its own or its closest keyed ancestor's, '' if none
+_KEY_OF = "e => (e && e.closest && e.closest('[data-labkit-press]')?.dataset.labkitPress) || ''"
+#: presses of ``press_across_redraw`` made again when the page moved under the pointer
+PRESS_TRIES = 4
+
+
 def press_across_redraw(page, locator, modifiers=()):
     """Press the mouse on ``locator``'s element, hold it until a refresh has drawn that element
     again (the element pressed has left the page), and release it over the new one. The
     browser fires no click then (press and release were on two elements); labkit's views give
-    it back (``extensions/labkit-runs/src/clicks.ts``). ``modifiers``: keys held throughout."""
-    box = wait_for(locator.bounding_box, timeout=30, what="the element to press, shown")
-    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-    for key in modifiers:
-        page.keyboard.down(key)
-    # NOTE: the element that the press lands on, whichever it is (a redraw may come between
-    # the box and the press)
-    page.evaluate("""() => { window.__lkPressed = null;
-        document.addEventListener('mousedown', e => { window.__lkPressed = e.target; },
-                                  { capture: true, once: true }); }""")
-    page.mouse.down()
-    page.wait_for_function("() => window.__lkPressed && !window.__lkPressed.isConnected",
-                           timeout=30_000)
-    page.mouse.up()
-    for key in modifiers:
-        page.keyboard.up(key)
+    it back (``extensions/labkit-runs/src/clicks.ts``). ``modifiers``: keys held throughout.
+
+    A redraw may also move the element (a line above it drawn taller, a message shown for a
+    poll): a press that landed on another element, or a release that would land on one, is
+    let go away from every keyed element (nothing is clicked) and made again, as a user's
+    second try would be; the clicks are given back only to what was pressed and released on,
+    so the test still fails if they are not."""
+    key = wait_for(lambda: locator.evaluate(_KEY_OF), timeout=30,
+                   what="the element to press, keyed (data-labkit-press)")
+    for _ in range(PRESS_TRIES):
+        locator.scroll_into_view_if_needed(timeout=30_000)
+        box = wait_for(locator.bounding_box, timeout=30, what="the element to press, shown")
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        page.mouse.move(x, y)
+        for k in modifiers:
+            page.keyboard.down(k)
+        # NOTE: the element that the press lands on, whichever it is (a redraw may come
+        # between the box and the press)
+        page.evaluate("""() => { window.__lkPressed = null;
+            document.addEventListener('mousedown', e => { window.__lkPressed = e.target; },
+                                      { capture: true, once: true }); }""")
+        page.mouse.down()
+        pressed = page.wait_for_function(  # NOTE: [its key] (a list: '' is a key too)
+            f"() => window.__lkPressed && [({_KEY_OF})(window.__lkPressed)]", timeout=30_000)
+        landed = pressed.json_value() == [key]
+        if landed:  # NOTE: then held until the redraw, and released where it was pressed
+            page.wait_for_function("() => !window.__lkPressed.isConnected", timeout=30_000)
+            landed = page.evaluate(f"([x, y]) => ({_KEY_OF})(document.elementFromPoint(x, y))",
+                                   [x, y]) == key
+        if not landed:
+            page.mouse.move(1, 1)  # NOTE: JupyterLab's logo: no key, so nothing is clicked
+        page.mouse.up()
+        for k in modifiers:
+            page.keyboard.up(k)
+        if landed:
+            return
+    raise AssertionError(f"the page moved under every press of {key!r} ({PRESS_TRIES} tries)")
 
 
 def open_notebook(browser, lab, notebook):
