@@ -171,6 +171,36 @@ def layout(graph: dict) -> dict[str, tuple[float, float]]:
     return {ids[k]: (float(layer[k]), float(ypos[k])) for k in range(len(ids))}
 
 
+#: pixels between two slots of a layer (``layout``'s places) where labels leave room
+SLOT_PX = 120
+#: least pixels between the boxes of two nodes side by side
+GAP_PX = 14
+
+
+def spread(pos: dict, widths: dict) -> dict[str, float]:
+    """Each node's x in pixels: its place in its layer (``layout``) times ``SLOT_PX``, then
+    the nodes of a layer pushed apart, left to right, until ``GAP_PX`` separates their boxes
+    (``widths``: each node's box in pixels; a long label, ``softmax_cross_entropy_grad``, is
+    wider than a slot), the layer shifted back so that its mean stays where the places put
+    it. Drawn one unit to a pixel, no two labels of a layer overlap, whatever the figure's
+    width (a wider graph is dragged sideways)."""
+    layers: dict = {}
+    for i, (layer, place) in pos.items():
+        layers.setdefault(layer, []).append((place, i))
+    xs = {}
+    for row in layers.values():
+        row.sort()
+        want = [place * SLOT_PX for place, _ in row]
+        got = list(want)
+        for k in range(1, len(row)):
+            least = got[k - 1] + (widths[row[k - 1][1]] + widths[row[k][1]]) / 2 + GAP_PX
+            got[k] = max(got[k], least)
+        shift = (sum(want) - sum(got)) / len(row)
+        for (_, i), x in zip(row, got):
+            xs[i] = x + shift
+    return xs
+
+
 def label(n: dict) -> str:
     """The short text drawn on a node: the op, the brick's own name, ``W``, ``input``."""
     kind = n["kind"]

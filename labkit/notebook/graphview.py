@@ -37,6 +37,33 @@ cb_obj.indices = [];
 """
 
 
+#: keeps the x axis at one unit to a pixel (``_graph_data.spread`` lays nodes out in pixels,
+#: their boxes and labels are drawn in pixels): centred on the graph, as wide as the figure;
+#: a graph wider than that is dragged sideways (the title says so). Run after the changes of
+#: a redraw have all arrived (a range set from Python in the same message comes after it)
+FIT_JS = """
+const fit = () => {
+  const w = fig.inner_width;
+  if (!(w > 0)) return;
+  const half = w / 2;
+  if (x_range.start !== -half || x_range.end !== half)
+    x_range.setv({start: -half, end: half, reset_start: -half, reset_end: half});
+  const extent = x_range.tags.length ? x_range.tags[0] : 0;
+  const base = fig.title.text.split(SIDEWAYS)[0];
+  const text = base + (extent > half ? SIDEWAYS : "");
+  if (fig.title.text !== text) fig.title.text = text;
+};
+setTimeout(fit, 0);
+"""
+#: what FIT_JS adds to the title of a graph wider than its figure
+SIDEWAYS = " · drag sideways for more"
+
+
+def node_width(text: str) -> int:
+    """A node's box in pixels, for its label in 12 px bold type."""
+    return 7 * len(text) + 18
+
+
 class GraphView(_bokeh.WidgetRepr):
     """``GraphView(loss)`` (or a ``lk.Graph``, or a ``ShapeError`` carrying ``.graph``): the
     graph from inputs and parameters (top) to the output (bottom). Each node is labelled (op,
@@ -125,10 +152,12 @@ class GraphView(_bokeh.WidgetRepr):
     def _data(self):
         g = collapse(self.ops, frozenset(self.expanded), self.depth)
         pos = layout(g)
+        widths = {n["id"]: node_width(gd.label(n)) for n in g["nodes"]}
+        xs = gd.spread(pos, widths)
         cols = {k: [] for k in ("id", "x", "y", "label", "w", "kind", "color", "line",
                                 "line_width", "brick", "op", "shape", "role", "tip")}
         for n in g["nodes"]:
-            layer, place = pos[n["id"]]
+            layer, _ = pos[n["id"]]
             kind = n["kind"]
             role = gd.role_name(n)
             brick = n.get("brick") or n.get("in_brick")
@@ -138,10 +167,10 @@ class GraphView(_bokeh.WidgetRepr):
                                              and gd.within(self.failed_brick, brick)))
             text = gd.label(n)
             cols["id"].append(n["id"])
-            cols["x"].append(place)
+            cols["x"].append(xs[n["id"]])
             cols["y"].append(-layer)
             cols["label"].append(text)
-            cols["w"].append(7 * len(text) + 18)
+            cols["w"].append(widths[n["id"]])
             cols["kind"].append(kind)
             kernel = kind in ("brick", "function") and (brick or "").startswith(KERNEL_GROUP)
             cols["color"].append(ROLE_COLOR.get(role, "#8c564b") if kind == "parameter"
@@ -237,6 +266,11 @@ class GraphView(_bokeh.WidgetRepr):
         theme = CustomJS(args={"plots": [fig], "texts": [shapes.glyph]}, code=THEME_JS)
         fig.js_on_change("inner_width", theme)
         self.node_source.js_on_change("data", theme)
+        fit = CustomJS(args={"fig": fig, "x_range": fig.x_range, "SIDEWAYS": SIDEWAYS},
+                       code=FIT_JS)
+        for model, attr in ((fig, "inner_width"), (self.node_source, "data"),
+                            (fig.x_range, "tags")):
+            model.js_on_change(attr, fit)
         self.figure = fig
 
     def _build_histograms(self):
@@ -280,7 +314,8 @@ class GraphView(_bokeh.WidgetRepr):
         layers = 1 - min(nodes["y"], default=0) + (0.9 if k is not None else 0)
         height = self.height or int(min(max(LAYER_PX * layers + 80, 260), MAX_HEIGHT))
         span = (height - 80) / LAYER_PX  # layers that fit: a taller graph is dragged
-        half = max(max((abs(x) for x in nodes["x"]), default=0) + 0.9, 1.6)
+        # NOTE: pixels (FIT_JS makes the axis one unit to a pixel once the figure is shown)
+        half = max((abs(x) + w / 2 for x, w in zip(nodes["x"], nodes["w"])), default=0) + 20
         # NOTE: only what changed is set: until the browser shows the widget, each change
         # re-serializes the whole figure (_bokeh.model), ~0.15 s each
         if self.node_source.selected.indices:
@@ -292,12 +327,13 @@ class GraphView(_bokeh.WidgetRepr):
         _set(self.figure, height=height)
         # NOTE: a graph taller than the figure says so (it is dragged, not scrolled)
         more = int(np.ceil(layers - span - 0.05))
-        base = self.figure.title.text.split(" · drag")[0]
+        base = self.figure.title.text.split(SIDEWAYS)[0].split(" · drag for")[0]
         _set(self.figure.title, text=base + (f" · drag for {more} more layers" if more > 0
                                              else ""))
         _set(self.figure.y_range, start=0.6 - span, end=0.6, reset_start=0.6 - span,
              reset_end=0.6)
-        _set(self.figure.x_range, start=-half, end=half, reset_start=-half, reset_end=half)
+        _set(self.figure.x_range, start=-half, end=half, reset_start=-half, reset_end=half,
+             tags=[half])
         self.collapse_menu.options = ["", *sorted(self.expanded)]
 
     # -- interaction

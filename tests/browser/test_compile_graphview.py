@@ -132,6 +132,30 @@ def labelled(page, which, label):
     assert count(pixels(page), inside(n), white) > 15, f"no label drawn on {label}"
 
 
+# the x range of GraphView figure ``which`` and its frame's width in pixels
+X_SCALE = """(which) => {
+  const v = Bokeh.index.roots
+    .filter((v) => v.model.name === "labkit-graphview" && v.el.isConnected)
+    .sort((a, b) => a.el.getBoundingClientRect().y - b.el.getBoundingClientRect().y)[which];
+  return [v.model.x_range.start, v.model.x_range.end, v.frame.bbox.width]; }"""
+
+
+def apart(page, which):
+    """No two nodes of a layer of figure ``which`` overlap on the screen (their boxes are
+    drawn in pixels, the graph laid out in pixels, the x axis one unit to a pixel: a long
+    label pushes its neighbours)."""
+    start, end, width = page.evaluate(X_SCALE, which)
+    assert abs((end - start) - width) < 2, (start, end, width)
+    layers: dict = {}
+    for n in nodes(page, which):
+        layers.setdefault(round(n["y"]), []).append(n)
+    for row in layers.values():
+        row.sort(key=lambda n: n["x"])
+        for a, b in zip(row, row[1:]):
+            gap = (b["x"] - b["w"] / 2) - (a["x"] + a["w"] / 2)
+            assert gap >= 4, f"{a['label']!r} and {b['label']!r} overlap ({gap:.0f} px apart)"
+
+
 def element_shot(locator, name):
     """A screenshot of ``locator``, the mouse away (no tooltip, no hover outline)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -218,6 +242,7 @@ def test_compiled_program_in_graphview_light_and_dark(browser, lab):
     for label in (FUSED, "▸ linear_0", "softmax_cross_entropy", "argument 0"):
         labelled(page, 0, label)
     assert "GraphView" not in view(page, 0).inner_text()  # the widget, not its text repr
+    apart(page, 0)
     element_shot(view(page, 0), "compile_graphview_light")
 
     # the step as traced: no fused group, its ops drawn one by one
@@ -227,6 +252,7 @@ def test_compiled_program_in_graphview_light_and_dark(browser, lab):
     # NOTE: tanh's gradient, one fused kernel in the program, is its ops here
     assert FUSED not in traced and "neg" in traced, traced
     labelled(page, 1, "neg")
+    apart(page, 1)
     element_shot(view(page, 1), "compile_graphview_traced_light")
 
     # a click opens the fused kernel: its ops, grouped under /compiled/fused 1
@@ -256,6 +282,7 @@ def test_compiled_program_in_graphview_light_and_dark(browser, lab):
     assert {"mul", "neg", "add"} <= {m["label"] for m in inner}, inner  # NOTE: gy * (1 - y * y)
     assert f"{GROUP}: expanded" in view(page, 0).inner_text()
     labelled(page, 0, "mul")
+    apart(page, 0)
     element_shot(view(page, 0), "compile_graphview_expanded_light")
     # the rest of the program (backward, optimizer update) lies below the figure's height
     assert not node(page, 0, "update (host)")["visible"]

@@ -188,3 +188,42 @@ def test_layout_is_layered_for_thousands_of_nodes():
     p = layout({"nodes": [{"id": i} for i in "xabW"],
                 "edges": [["x", "a"], ["a", "b"], ["W", "b"]]})
     assert p["W"][0] == p["a"][0] == 1 and p["b"][0] == 2
+
+
+def test_long_labels_of_a_layer_are_spread_apart_in_pixels():
+    """Nodes are laid out in pixels (one unit to a pixel once shown): a layer's neighbours
+    keep GAP_PX between their boxes whatever their labels' lengths, and the layer's mean
+    stays where the layout put it."""
+    from labkit.notebook._graph_data import GAP_PX, SLOT_PX, spread
+
+    pos = {"a": (0.0, -1.0), "b": (0.0, 0.0), "c": (0.0, 1.0), "d": (1.0, 0.0)}
+    widths = {"a": 300, "b": 200, "c": 40, "d": 60}
+    xs = spread(pos, widths)
+    row = sorted("abc", key=xs.get)
+    assert row == ["a", "b", "c"]
+    for u, v in zip(row, row[1:]):
+        assert xs[v] - xs[u] >= (widths[u] + widths[v]) / 2 + GAP_PX - 1e-9
+    assert abs(sum(xs[k] for k in "abc")) < 1e-9  # the mean of places -1, 0, 1
+    assert xs["d"] == 0.0  # alone in its layer: where its place puts it
+    short = spread(pos, dict.fromkeys("abcd", 20))
+    assert [short[k] for k in "abc"] == [-SLOT_PX, 0.0, SLOT_PX]  # room enough: not moved
+
+    # a program whose labels are long: boxes of one layer do not overlap, and the figure's
+    # x range covers every box
+    x = lk.tensor(np.ones((4, 3), np.float32), requires_grad=True)
+    loss = (F.softmax_cross_entropy(x, np.array([0, 1, 2, 0])) + F.log_softmax(x).sum()
+            + (F.tanh(x) * F.sigmoid(x)).sum())
+    view = GraphView(loss)
+    d = view.node_source.data
+    layers: dict = {}
+    for k in range(len(d["x"])):
+        layers.setdefault(d["y"][k], []).append((d["x"][k], d["w"][k]))
+    assert max(len(b) for b in layers.values()) >= 3
+    for boxes in layers.values():
+        boxes.sort()
+        for (xa, wa), (xb, wb) in zip(boxes, boxes[1:]):
+            assert xb - wb / 2 - (xa + wa / 2) >= GAP_PX - 1e-9
+    r = view.figure.x_range
+    assert r.start <= min(x - w / 2 for x, w in zip(d["x"], d["w"]))
+    assert r.end >= max(x + w / 2 for x, w in zip(d["x"], d["w"]))
+    assert r.tags == [r.end]
