@@ -38,19 +38,21 @@ cb_obj.indices = [];
 
 
 #: keeps the x axis at one unit to a pixel (``_graph_data.spread`` lays nodes out in pixels,
-#: their boxes and labels are drawn in pixels): centred on the graph, as wide as the figure;
-#: a graph wider than that is dragged sideways (the title says so). Run after the changes of
-#: a redraw have all arrived (a range set from Python in the same message comes after it)
+#: their boxes and labels are drawn in pixels), as wide as the figure: centred on the graph
+#: (its extent in pixels is the range's ``tags``), or from its left edge where the graph is
+#: wider, which is then dragged sideways (the title says so). Run after the changes of a
+#: redraw have all arrived (a range set from Python in the same message comes after it)
 FIT_JS = """
 const fit = () => {
   const w = fig.inner_width;
-  if (!(w > 0)) return;
-  const half = w / 2;
-  if (x_range.start !== -half || x_range.end !== half)
-    x_range.setv({start: -half, end: half, reset_start: -half, reset_end: half});
-  const extent = x_range.tags.length ? x_range.tags[0] : 0;
+  if (!(w > 0) || x_range.tags.length < 2) return;
+  const [lo, hi] = x_range.tags;
+  // NOTE: a graph narrower than the figure is centred; a wider one starts at its left edge
+  const start = hi - lo <= w ? (lo + hi - w) / 2 : lo;
+  if (x_range.start !== start || x_range.end !== start + w)
+    x_range.setv({start, end: start + w, reset_start: start, reset_end: start + w});
   const base = fig.title.text.split(SIDEWAYS)[0];
-  const text = base + (extent > half ? SIDEWAYS : "");
+  const text = base + (hi - lo > w ? SIDEWAYS : "");
   if (fig.title.text !== text) fig.title.text = text;
 };
 setTimeout(fit, 0);
@@ -315,7 +317,8 @@ class GraphView(_bokeh.WidgetRepr):
         height = self.height or int(min(max(LAYER_PX * layers + 80, 260), MAX_HEIGHT))
         span = (height - 80) / LAYER_PX  # layers that fit: a taller graph is dragged
         # NOTE: pixels (FIT_JS makes the axis one unit to a pixel once the figure is shown)
-        half = max((abs(x) + w / 2 for x, w in zip(nodes["x"], nodes["w"])), default=0) + 20
+        lo = min((x - w / 2 for x, w in zip(nodes["x"], nodes["w"])), default=-100) - 20
+        hi = max((x + w / 2 for x, w in zip(nodes["x"], nodes["w"])), default=100) + 20
         # NOTE: only what changed is set: until the browser shows the widget, each change
         # re-serializes the whole figure (_bokeh.model), ~0.15 s each
         if self.node_source.selected.indices:
@@ -332,8 +335,7 @@ class GraphView(_bokeh.WidgetRepr):
                                              else ""))
         _set(self.figure.y_range, start=0.6 - span, end=0.6, reset_start=0.6 - span,
              reset_end=0.6)
-        _set(self.figure.x_range, start=-half, end=half, reset_start=-half, reset_end=half,
-             tags=[half])
+        _set(self.figure.x_range, start=lo, end=hi, reset_start=lo, reset_end=hi, tags=[lo, hi])
         self.collapse_menu.options = ["", *sorted(self.expanded)]
 
     # -- interaction

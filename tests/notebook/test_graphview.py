@@ -226,4 +226,4 @@ def test_long_labels_of_a_layer_are_spread_apart_in_pixels():
     r = view.figure.x_range
     assert r.start <= min(x - w / 2 for x, w in zip(d["x"], d["w"]))
     assert r.end >= max(x + w / 2 for x, w in zip(d["x"], d["w"]))
-    assert r.tags == [r.end]
+    assert r.tags == [r.start, r.end]
