@@ -201,6 +201,53 @@ def spread(pos: dict, widths: dict) -> dict[str, float]:
     return xs
 
 
+#: an edge label's width per character in pixels (10 px type), and its offset right of its
+#: point (the glyph's ``x_offset``)
+LABEL_CHAR_PX = 6.0
+LABEL_OFFSET_PX = 4
+#: heights tried for an edge's label, in layers above the node it enters: half way, then
+#: nearer the edge's source, then nearer its target (a node's box is 24 px of a 66 px layer,
+#: so these clear both)
+LABEL_HEIGHTS = (0.5, 0.7, 0.3)
+
+
+def place_labels(cands: list) -> dict:
+    """Where to write the edges' labels (tensor shapes) so that no two overlap: each of
+    ``cands`` is ``(text, (x, y))``, a label with a place of its own, or ``(text, (xa, ya,
+    xb, yb))``, a label on the edge from (xa, ya) down to (xb, yb), in pixels across and
+    layers down. An edge's label goes half a layer above the node it enters, or where that is
+    taken, higher or lower along its edge; where every height is taken it is left out (the
+    nodes' tooltips still give every shape). Labels of fixed places first, then by height
+    and from the left. Returns ``{"x", "y", "text"}`` columns."""
+    taken: dict = {}  # height -> [(left, right)] in pixels
+    out: dict = {"x": [], "y": [], "text": []}
+
+    def free(x, y, width):
+        left = x + LABEL_OFFSET_PX
+        return all(left + width + 2 <= a or b + 2 <= left for a, b in taken.get(round(y, 6), ()))
+
+    def order(c):
+        geo = c[1]
+        return (len(geo) == 4, geo[-1] + (LABEL_HEIGHTS[0] if len(geo) == 4 else 0), geo[-2])
+    for text, geo in sorted(cands, key=order):
+        width = LABEL_CHAR_PX * len(text)
+        if len(geo) == 2:
+            spots = [geo]
+        else:
+            xa, ya, xb, yb = geo
+            span = max(ya - yb, 1e-9)
+            spots = [(xb + (xa - xb) * h / span, yb + h) for h in LABEL_HEIGHTS]
+        for x, y in spots:
+            if len(geo) == 2 or free(x, y, width):
+                taken.setdefault(round(y, 6), []).append(
+                    (x + LABEL_OFFSET_PX, x + LABEL_OFFSET_PX + width))
+                out["x"].append(x)
+                out["y"].append(y)
+                out["text"].append(text)
+                break
+    return out
+
+
 def label(n: dict) -> str:
     """The short text drawn on a node: the op, the brick's own name, ``W``, ``input``."""
     kind = n["kind"]

@@ -190,29 +190,23 @@ class GraphView(_bokeh.WidgetRepr):
             cols["tip"].append(gd.tip_html(n))
         index = {i: k for k, i in enumerate(cols["id"])}
         edges = {"xs": [], "ys": []}
-        shapes = {"x": [], "y": [], "text": []}
         into: dict = {}  # node -> the labels of the edges entering it
         for a, b, text in g["edges"]:
             xa, ya = cols["x"][index[a]], cols["y"][index[a]]
             xb, yb = cols["x"][index[b]], cols["y"][index[b]]
             edges["xs"].append([xa, xb])
             edges["ys"].append([ya, yb])
-            if text:  # half a layer above the node it enters: clear of the layer's nodes
-                t = 0.5 / max(ya - yb, 1e-9)
-                into.setdefault(b, []).append((xb + (xa - xb) * t, yb + 0.5, text, xb))
+            if text:
+                into.setdefault(b, []).append((text, (xa, ya, xb, yb)))
+        cands = []
         for labels in into.values():
-            distinct = list(dict.fromkeys(text for _, _, text, _ in labels))
+            distinct = list(dict.fromkeys(text for text, _ in labels))
             if len(distinct) <= 3:  # NOTE: one label per shape entering a node
-                for text in distinct:
-                    x, y, _, _ = next(lb for lb in labels if lb[2] == text)
-                    shapes["x"].append(x)
-                    shapes["y"].append(y)
-                    shapes["text"].append(text)
+                cands += [next(lb for lb in labels if lb[0] == text) for text in distinct]
             else:  # many: one label over the node, not a pile of them
-                _, y, _, xb = labels[0]
-                shapes["x"].append(xb)
-                shapes["y"].append(y)
-                shapes["text"].append(gd._join(distinct))
+                _, _, xb, yb = labels[0][1]
+                cands.append((gd._join(distinct), (xb, yb + gd.LABEL_HEIGHTS[0])))
+        shapes = gd.place_labels(cands)
         self.current = g
         return cols, edges, shapes
 
@@ -242,9 +236,9 @@ class GraphView(_bokeh.WidgetRepr):
         fig.min_border_left = fig.min_border_right = 10
         fig.multi_line("xs", "ys", source=self.edge_source, color="#888888", alpha=0.7,
                        line_width=1.2)
-        shapes = fig.text("x", "y", text="text", source=self.shape_source, x_offset=4,
-                          text_font_size="10px", text_baseline="middle", text_color=NEUTRAL,
-                          name="edge shapes")
+        shapes = fig.text("x", "y", text="text", source=self.shape_source,
+                          x_offset=gd.LABEL_OFFSET_PX, text_font_size="10px",
+                          text_baseline="middle", text_color=NEUTRAL, name="edge shapes")
         r = fig.rect("x", "y", width="w", height=24, width_units="screen",
                      height_units="screen", source=self.node_source, fill_color="color",
                      line_color="line", line_width="line_width", name="nodes")

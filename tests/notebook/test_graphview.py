@@ -227,3 +227,42 @@ def test_long_labels_of_a_layer_are_spread_apart_in_pixels():
     assert r.start <= min(x - w / 2 for x, w in zip(d["x"], d["w"]))
     assert r.end >= max(x + w / 2 for x, w in zip(d["x"], d["w"]))
     assert r.tags == [r.start, r.end]
+
+
+def test_edge_labels_do_not_overlap_and_move_along_their_edges():
+    """Two edges entering neighbouring points: the second label moves up its own edge (not
+    across), and one with no free height is left out; a fixed label keeps its place."""
+    from labkit.notebook._graph_data import (
+        LABEL_CHAR_PX,
+        LABEL_HEIGHTS,
+        LABEL_OFFSET_PX,
+        place_labels,
+    )
+
+    # edges from (0, 0) and (40, 0) down to (0, -1) and (30, -1): at half height their
+    # labels' points are 35 px apart, each label 60 px wide
+    got = place_labels([("(32, 256)", (0.0, 0.0, 0.0, -1.0)),
+                        ("(256, 32)", (40.0, 0.0, 30.0, -1.0))])
+    assert got["text"] == ["(32, 256)", "(256, 32)"]
+    assert got["y"] == [-1 + LABEL_HEIGHTS[0], -1 + LABEL_HEIGHTS[1]]
+    assert got["x"][1] == 30.0 + 10.0 * LABEL_HEIGHTS[1]  # on its own edge
+    # four labels at one point: three heights, the fourth is left out
+    same = place_labels([(f"({k}, 64)", (0.0, 0.0, 0.0, -1.0)) for k in range(4)])
+    assert len(same["text"]) == 3 and sorted(same["y"]) == sorted(-1 + h for h in LABEL_HEIGHTS)
+    fixed = place_labels([("(1,)", (0.0, 0.0, 0.0, -1.0)), ("a, b, c, d", (5.0, -0.5))])
+    assert (fixed["x"][0], fixed["y"][0], fixed["text"][0]) == (5.0, -0.5, "a, b, c, d")
+
+    # a GraphView's labels: none overlaps another at its height
+    x = lk.tensor(np.ones((4, 3), np.float32), requires_grad=True)
+    W = lk.tensor(np.ones((3, 5), np.float32), requires_grad=True)
+    loss = (F.tanh(x @ W) * F.sigmoid(x @ W)).sum() + F.softmax_cross_entropy(
+        x @ W, np.array([0, 1, 2, 0]))
+    d = GraphView(loss).shape_source.data
+    rows: dict = {}
+    for xs, y, text in zip(d["x"], d["y"], d["text"]):
+        rows.setdefault(round(y, 6), []).append(
+            (xs + LABEL_OFFSET_PX, xs + LABEL_OFFSET_PX + LABEL_CHAR_PX * len(text)))
+    for boxes in rows.values():
+        boxes.sort()
+        for (_, right), (left, _) in zip(boxes, boxes[1:]):
+            assert left >= right
