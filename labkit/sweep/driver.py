@@ -131,7 +131,7 @@ class Driver:
                 "factory": self.sweep.get("factory"), "metric": self.settings["metric"],
                 "budget": self._budget(rung), "seed": self.settings["seed"], "since": since,
                 "token": self.token, "state_variable": self._state_name(),
-                "driver": self.identity}
+                "began_key": self._began_key(n), "driver": self.identity}
         # NOTE: first submitted, first run (Dask may otherwise take a queued one first)
         self._submitted += 1
         spec["submission"] = self._submitted  # NOTE: a message of an earlier chunk is stale
@@ -281,7 +281,21 @@ class Driver:
         if type(exc).__name__ != "KilledWorker" or self.requeued.get(n, 0) >= REQUEUE_LIMIT:
             return False
         last = getattr(getattr(exc, "last_worker", None), "address", None)
-        return last is not None and last != self.began_on.get(n)
+        if last is None:
+            return False
+        began = self.began_on.get(n)
+        # NOTE: the start as the worker recorded it, waiting for the scheduler, before it
+        # trained: its "started" message can still be in the worker's batched stream when
+        # the trial kills the worker, and then a trial that killed its worker looked as if
+        # it had only been queued there, and was queued again
+        try:
+            rec = self.client.get_metadata(self._began_key(n), default=None)
+        except Exception:  # noqa: BLE001 - the scheduler is gone: the message alone
+            rec = None
+        if (isinstance(rec, dict) and rec.get("token") == self.token
+                and rec.get("submission") == self.submission.get(n)):
+            began = rec.get("worker")
+        return last != began
 
     def _skipped(self, n: int) -> None:
         """A chunk that found the sweep stopping (or owned by another driver) as it began,
@@ -329,6 +343,11 @@ class Driver:
 
     def _state_name(self) -> str:
         return f"labkit-sweep-{self.id}-state"
+
+    def _began_key(self, n: int) -> list:
+        """Where trial ``n``'s chunks record the worker they began on, in the scheduler's
+        metadata (``trial._record_start``)."""
+        return [f"labkit-sweep-{self.id}-began", str(n)]
 
     def _tell_trials(self, stop: bool) -> None:
         """What every trial of this sweep reads at its checks: which driver owns the sweep

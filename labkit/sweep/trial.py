@@ -228,6 +228,7 @@ def _train(make_loop, spec: dict, send=None, should_stop=None) -> dict:
     if should_stop():
         return {"outcome": "skipped", "loaded": None, "iteration": None, "epoch": None,
                 "rows": [], "progress": {}, "checkpoints": [], "value": None}
+    _record_start(spec)
     send({"sweep": spec["sweep"], "trial": spec["trial"], "attempt": spec["token"],
           "started": True, "worker": _worker_address(), "submission": spec.get("submission")})
     loop = build_loop(make_loop, spec)
@@ -294,6 +295,23 @@ def _worker():
 def _worker_address() -> str | None:
     w = _worker()
     return None if w is None else w.address
+
+
+def _record_start(spec) -> None:
+    """Record in the scheduler's metadata, and wait until it holds it, that this chunk began on
+    this worker (``Driver._blameless`` reads it when the worker dies). The ``started`` message
+    goes through the worker's batched stream, which a trial that kills its worker a moment
+    later can take down with it. Off a Dask worker, or without the driver's key, nothing."""
+    key, w = spec.get("began_key"), _worker()
+    if key is None or w is None:
+        return
+    try:
+        from distributed import get_client
+
+        get_client().set_metadata(key, {"worker": w.address, "token": spec.get("token"),
+                                        "submission": spec.get("submission")})
+    except Exception:  # noqa: BLE001 - the driver goes by the started message alone
+        pass
 
 
 def _dask_send(message) -> None:

@@ -155,6 +155,51 @@ def test_a_trial_queued_on_a_dying_worker_is_not_blamed(tmp_path):
         assert lk.runs.get(t1["run_id"])["status"] == "finished"
 
 
+
+def test_a_trial_whose_started_message_is_lost_is_still_blamed(tmp_path, monkeypatch):
+    """A trial that kills its worker at once can take its "started" message down with the
+    worker (it goes through the worker's batched stream). Here the driver never gets trial
+    0's: the start its worker recorded in the scheduler, before training, still says where it
+    began, so it fails as the poison trial and is not queued again as a blameless one."""
+    import queue
+
+    import dask
+    import distributed  # noqa: F401 - NOTE: its defaults first, or leaving config.set drops them
+
+    from labkit.sweep import driver as driver_mod
+
+    drain = driver_mod.Driver._drain
+
+    def losing(self):  # NOTE: trial 0's "started" messages never arrive
+        kept = []
+        while True:
+            try:
+                item = self.events.get_nowait()
+            except queue.Empty:
+                break
+            msg = item[1]
+            if not (isinstance(msg, dict) and msg.get("started") and msg.get("trial") == 0):
+                kept.append(item)
+        for item in kept:
+            self.events.put(item)
+        return drain(self)
+
+    monkeypatch.setattr(driver_mod.Driver, "_drain", losing)
+    space = {"lr": 0.02, "hidden": 16, "epochs": 2, "crash": ["always", "none"],
+             "crash_at": 3, "crash_dir": str(tmp_path)}
+    seen = []
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}), \
+            lk.runs.use_store(tmp_path / "runs.sqlite"):
+        from .helpers import make_loop
+
+        sw = lk.sweep.run(make_loop, space, search="grid", metric="valid_accuracy",
+                          mode="max", workers=1, directory=tmp_path / "runs",
+                          _hook=lambda kind, info: seen.append((kind, info.get("trial"))))
+        rows = sw.table()
+        assert [r["status"] for r in rows] == ["failed", "finished"]
+        assert "KilledWorker" in rows[0]["error"]
+        assert ("requeued", 0) not in seen
+
 ON_A_CLUSTER = """
 import os, signal, sys
 import labkit as lk
