@@ -383,6 +383,28 @@ def _task_released():
     return released
 
 
+#: seconds a worker waits for the driver's state before it takes the driver for gone: the
+#: scheduler answers in milliseconds when idle, but it runs in the driver's process, which a
+#: loaded machine (a notebook's kernel training beside it, a test suite) may hold for seconds;
+#: a check that gave up after 5 s stopped its trial as superseded, and the driver, finding it
+#: skipped, queued it again (SKIPS_LIMIT of those in a row end the sweep)
+STATE_WAIT = 60.0
+
+
+def _read_state(variable):
+    """The driver's state from its ``Variable``, waiting up to ``STATE_WAIT`` seconds while the
+    scheduler is there but slow; None where it is gone (or the state never came)."""
+    deadline = time.monotonic() + STATE_WAIT
+    while True:
+        try:
+            return variable.get(timeout=5)
+        except TimeoutError:
+            if time.monotonic() >= deadline:
+                return None
+        except Exception:  # noqa: BLE001 - the scheduler is gone
+            return None
+
+
 def _dask_stop_check(spec):
     """Whether the sweep asked its trials to stop, or another driver took the sweep over (a
     task left running by a driver that died stops within ``REPORT_EVERY`` seconds).
@@ -404,10 +426,10 @@ def _dask_stop_check(spec):
             return "superseded"  # NOTE: stop, writing nothing: a resume takes the trial on
         now = _TOLD.get(spec["sweep"])
         if now is None:
-            try:
-                tell(spec["sweep"], variable.get(timeout=5))
-            except Exception:  # noqa: BLE001 - the scheduler is gone, and so is the driver
+            state = _read_state(variable)
+            if state is None:  # NOTE: the scheduler is gone, and so is the driver
                 return "superseded"
+            tell(spec["sweep"], state)
             now = _TOLD[spec["sweep"]]
         if now["owner"] != spec["token"]:
             return "superseded"

@@ -202,6 +202,42 @@ def test_a_chunk_stops_when_its_driver_is_gone():
     assert not trial_mod._driver_gone({})  # off a worker, no driver recorded
 
 
+def test_a_new_worker_waits_for_a_slow_scheduler_before_taking_its_driver_for_gone(
+        monkeypatch):
+    """A worker that joined after the driver's last push reads the driver's state from the
+    scheduler. A scheduler slow to answer (its driver's process loaded) is waited for; before,
+    the first 5 s timeout stopped the trial as superseded. A scheduler that is gone (any other
+    error), or one that never answers within STATE_WAIT, still means the driver is gone."""
+    import distributed
+
+    from labkit.sweep import trial as trial_mod
+
+    class Slow:
+        def __init__(self, name, answers):
+            self.answers = list(answers)
+
+        def get(self, timeout=None):
+            a = self.answers.pop(0)
+            if isinstance(a, BaseException):
+                raise a
+            return a
+
+    state = {"owner": "tok", "stop": False, "version": 1}
+    spec = {"sweep": "slow-scheduler", "token": "tok", "state_variable": "v"}
+    for answers, want in (([TimeoutError(), TimeoutError(), state], None),
+                          ([OSError("connection closed")], "superseded"),
+                          ([{**state, "owner": "another"}], "superseded"),
+                          ([{**state, "stop": True}], "stopped")):
+        trial_mod._TOLD.pop("slow-scheduler", None)
+        monkeypatch.setattr(distributed, "Variable", lambda name, a=answers: Slow(name, a))
+        assert trial_mod._dask_stop_check(spec)() == want, answers
+    trial_mod._TOLD.pop("slow-scheduler", None)
+    monkeypatch.setattr(trial_mod, "STATE_WAIT", 0.0)
+    monkeypatch.setattr(distributed, "Variable", lambda name: Slow(name, [TimeoutError()] * 3))
+    assert trial_mod._dask_stop_check(spec)() == "superseded"
+    trial_mod._TOLD.pop("slow-scheduler", None)
+
+
 def test_a_make_loop_that_raises(client, tmp_path, store):
     with pytest.raises(TrialError, match="first 3 trials all failed.*make_loop raised "
                        "ValueError for trial 0.*no such layer size 8"):
