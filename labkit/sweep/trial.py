@@ -305,11 +305,14 @@ def _record_start(spec) -> None:
     key, w = spec.get("began_key"), _worker()
     if key is None or w is None:
         return
+    rec = {"worker": w.address, "token": spec.get("token"), "submission": spec.get("submission")}
     try:
-        from distributed import get_client
+        from distributed.utils import sync
 
-        get_client().set_metadata(key, {"worker": w.address, "token": spec.get("token"),
-                                        "submission": spec.get("submission")})
+        # NOTE: through the worker's own connection to the scheduler, not a client of its
+        # own (get_client): that client outlived a driver killed with its scheduler and
+        # logged its failed reconnections from every worker
+        sync(w.loop, w.scheduler.set_metadata, keys=key, value=rec, callback_timeout=60)
     except Exception:  # noqa: BLE001 - the driver goes by the started message alone
         pass
 
