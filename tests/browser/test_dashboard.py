@@ -146,7 +146,7 @@ def click_and_time(cockpit, button):
     cockpit.evaluate("el => { delete el.dataset.lastAck; }")
     cockpit.locator("button", has_text=button).click()
     try:
-        ack = wait_for(lambda: cockpit.get_attribute("data-last-ack"), timeout=30,
+        ack = wait_for(lambda: cockpit.get_attribute("data-last-ack"), timeout=60,
                        what=f"{button} to be acknowledged")
     except AssertionError:
         raise AssertionError(f"{button} was not acknowledged; the cockpit says "
@@ -173,12 +173,12 @@ def test_cockpit_live_exact_and_controls_answer_while_a_cell_blocks(browser, lab
     shot(page, "dashboard-training-light")
     assert page.evaluate(REPEATS) == []
 
-    # Pause while the cell blocks: the loop acknowledges (about 0.2 s; the bound only says it
-    # is answered while the cell blocks, not stuck behind it, with room for a stalled machine)
+    # Pause while the cell blocks: the loop acknowledges (about 0.2 s) while the cell still
+    # blocks, not stuck behind it (no time bound: a loaded machine may take seconds)
     latency = click_and_time(first, "Pause")
+    assert page.locator(".jp-Cell").nth(3).locator(".jp-InputPrompt").inner_text() == "[*]:"
     wait_for(lambda: status(first) == "paused" and status(second) == "paused", timeout=60,
              what="both displays to show the pause")
-    assert latency <= 15.0, f"Pause took {latency} s from click to the loop's answer"
     print(f"\nPause (cell blocked in loop.wait()): {latency:.2f} s click to acknowledgement")
     it = int(re.search(r"iteration (\d+)", first.locator(".labkit-cockpit-info")
                        .inner_text()).group(1))
@@ -289,10 +289,9 @@ def test_controls_reach_a_run_training_in_another_process(browser, lab, tmp_path
         cockpit.wait_for(timeout=60_000)
         wait_for(lambda: status(cockpit) == "running" and cockpit.evaluate(NEWEST) > 20,
                  what="the script's run to show live")
-        # NOTE: about 0.2 s; the bound says the command is answered (through the server, the
-        # run store and the script's loop), not a performance target: room for a loaded machine
+        # NOTE: about 0.2 s; the command is answered through the server, the run store and
+        # the script's loop (click_and_time waits up to 60 s: no time bound of its own)
         latency = click_and_time(cockpit, "Pause")
-        assert latency <= 15.0, f"Pause took {latency} s from click to the script's answer"
         print(f"\nPause (a run in another process): {latency:.2f} s click to acknowledgement")
         wait_for(lambda: status(cockpit) == "paused", what="the pause to show")
         shot(page, "dashboard-other-process-paused")

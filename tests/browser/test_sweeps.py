@@ -36,22 +36,26 @@ require_browser()
 EVIL = '<img src=x onerror="window.__pwned=1">'
 TRIALS = 60
 SWEEP = f"EVIL = {EVIL!r}\nTRIALS = {TRIALS}\n" + """
+import os
 import time
 import labkit as lk
 from tests.sweep.helpers import make_loop as digits
 
 
 def make_loop(config):
+    # NOTE: once the test has seen trials finish it creates the HOLD file: a trial begun
+    # from then on trains until it is paused or stopped, so the sweep is still running at
+    # Pause and Stop however slow the machine (CI's sweep once finished all its trials
+    # before the test reached Stop)
+    if os.path.exists(os.environ["HOLD"]):
+        config = {**config, "epochs": 10_000}
     loop = digits(config)
     # NOTE: a throttle, so the trials take long enough to be watched (not a test's sync)
     loop.add(lambda loop: time.sleep(0.06), event="after_batch").transient = True
     return loop
 
 
-# NOTE: 3 epochs a trial (about 2 s), 60 trials: the sweep must outlast the test's steps
-# before Stop on a slow machine (with 1 epoch and 0.12 s a batch, about 1.3 s a trial, CI's
-# sweep finished all 30 trials first: nothing to stop). Its 60 trials of 2 s take as long as
-# 30 of 4 s did, and the done-count the test waits to see rise by 2 rises twice as fast
+# NOTE: 3 epochs a trial (about 2 s) until the test holds the sweep
 sw = lk.sweep.run(make_loop, {"lr": lk.sweep.loguniform(1e-3, 1e-1), "hidden": [8, 16],
                               "epochs": 3}, TRIALS, search="random", metric="valid_accuracy",
                   mode="max", engine="inprocess", workers=1, name=EVIL)
@@ -93,7 +97,9 @@ def test_a_sweep_in_another_process_shows_live_compares_pauses_and_stops(browser
     page.wait_for_selector(".labkit-runs-empty", timeout=30_000)
     assert page.locator(".labkit-sweeps").is_hidden()  # no sweep yet: no section
 
-    proc = subprocess.Popen([sys.executable, "-c", SWEEP], env=lab.env, cwd=ROOT,
+    hold = Path(lab.env["LABKIT_HOME"]) / "hold-the-sweep"
+    proc = subprocess.Popen([sys.executable, "-c", SWEEP], env={**lab.env, "HOLD": str(hold)},
+                            cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -112,6 +118,7 @@ def test_a_sweep_in_another_process_shows_live_compares_pauses_and_stops(browser
         # live: the done-count rises while the page is open, without a reload
         wait_for(lambda: done_of(header)[0] >= first + 2, timeout=90,
                  what="the done-count rising")
+        hold.touch()  # NOTE: from the next trial on, the sweep cannot end before Stop
         assert header.locator(".labkit-sweep-best").inner_text().startswith("best 0.")
 
         # the header opens to its trials, each a run (best first)
@@ -226,7 +233,9 @@ def test_the_notebook_view_pauses_resumes_stops_and_opens_a_trial(browser, lab):
     """``sw.show()`` in a notebook, for a sweep running in another process: its Pause, Resume
     and Stop buttons ask the driver through the REST API, and a click on a trial's row opens
     the trial's run page."""
-    proc = subprocess.Popen([sys.executable, "-c", SWEEP], env=lab.env, cwd=ROOT,
+    hold = Path(lab.env["LABKIT_HOME"]) / "hold-the-sweep"
+    proc = subprocess.Popen([sys.executable, "-c", SWEEP], env={**lab.env, "HOLD": str(hold)},
+                            cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     page = None

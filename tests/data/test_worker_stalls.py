@@ -74,9 +74,11 @@ def test_the_watch_kills_a_stopped_process_not_a_working_one():
     stopped = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         os.kill(stopped.pid, signal.SIGSTOP)
-        watch = ReadWatch(0.5)
+        # NOTE: windows of 1 s (the busy child needs one clock tick of CPU time in each: on a
+        # loaded 2-core machine 0.5 s was within reach of the scheduler's delays)
+        watch = ReadWatch(1.0)
         with watch.reading(busy):
-            time.sleep(2.0)  # NOTE: four windows of the timeout, each with CPU time used
+            time.sleep(3.0)  # NOTE: three windows of the timeout, each with CPU time used
         assert busy.poll() is None and watch.killed == set()
         with watch.reading(stopped):
             assert stopped.wait(30) == -signal.SIGKILL
