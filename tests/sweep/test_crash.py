@@ -129,31 +129,37 @@ def test_killed_workers_reschedule_and_a_poison_trial_fails(tmp_path):
     assert not left, [c.cmdline() for c in left]
 
 
-def test_a_trial_queued_on_a_dying_worker_is_not_blamed(tmp_path):
-    """One worker: trial 1 waits queued behind trial 0, which kills the worker every time.
-    Dask blames every task on a dead worker, so trial 1 gets KilledWorker too; it never
-    began there, so the driver queues it again and it finishes, as its first attempt."""
+def _poison_first(tmp_path):
+    """A sweep of two trials on one worker, trial 0 killing its worker at iteration 3 every
+    time: the sweep, its table and the driver's hook calls (kind, trial)."""
     import dask
     import distributed  # noqa: F401 - NOTE: its defaults first, or leaving config.set drops them
 
     space = {"lr": 0.02, "hidden": 16, "epochs": 2, "crash": ["always", "none"],
              "crash_at": 3, "crash_dir": str(tmp_path)}
     seen = []
-    with dask.config.set({"distributed.scheduler.allowed-failures": 1}), \
-            lk.runs.use_store(tmp_path / "runs.sqlite"):
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
         from .helpers import make_loop
 
         sw = lk.sweep.run(make_loop, space, search="grid", metric="valid_accuracy",
                           mode="max", workers=1, directory=tmp_path / "runs",
                           _hook=lambda kind, info: seen.append((kind, info.get("trial"))))
-        rows = sw.table()
-        assert [r["status"] for r in rows] == ["failed", "finished"]
-        assert "KilledWorker" in rows[0]["error"]
+    rows = sw.table()
+    assert [r["status"] for r in rows] == ["failed", "finished"]
+    assert "KilledWorker" in rows[0]["error"]
+    return sw, rows, seen
+
+
+def test_a_trial_queued_on_a_dying_worker_is_not_blamed(tmp_path):
+    """One worker: trial 1 waits queued behind trial 0, which kills the worker every time.
+    Dask blames every task on a dead worker, so trial 1 gets KilledWorker too; it never
+    began there, so the driver queues it again and it finishes, as its first attempt."""
+    with lk.runs.use_store(tmp_path / "runs.sqlite"):
+        sw, rows, seen = _poison_first(tmp_path)
         assert ("requeued", 1) in seen and ("requeued", 0) not in seen
         t0, t1 = lk.runs.store().trials(sw.id)
         assert t1["attempts"] == 1 and t1["epoch"] == 2
         assert lk.runs.get(t1["run_id"])["status"] == "finished"
-
 
 
 def test_a_trial_whose_started_message_is_lost_is_still_blamed(tmp_path, monkeypatch):
@@ -162,9 +168,6 @@ def test_a_trial_whose_started_message_is_lost_is_still_blamed(tmp_path, monkeyp
     0's: the start its worker recorded in the scheduler, before training, still says where it
     began, so it fails as the poison trial and is not queued again as a blameless one."""
     import queue
-
-    import dask
-    import distributed  # noqa: F401 - NOTE: its defaults first, or leaving config.set drops them
 
     from labkit.sweep import driver as driver_mod
 
@@ -185,20 +188,10 @@ def test_a_trial_whose_started_message_is_lost_is_still_blamed(tmp_path, monkeyp
         return drain(self)
 
     monkeypatch.setattr(driver_mod.Driver, "_drain", losing)
-    space = {"lr": 0.02, "hidden": 16, "epochs": 2, "crash": ["always", "none"],
-             "crash_at": 3, "crash_dir": str(tmp_path)}
-    seen = []
-    with dask.config.set({"distributed.scheduler.allowed-failures": 1}), \
-            lk.runs.use_store(tmp_path / "runs.sqlite"):
-        from .helpers import make_loop
-
-        sw = lk.sweep.run(make_loop, space, search="grid", metric="valid_accuracy",
-                          mode="max", workers=1, directory=tmp_path / "runs",
-                          _hook=lambda kind, info: seen.append((kind, info.get("trial"))))
-        rows = sw.table()
-        assert [r["status"] for r in rows] == ["failed", "finished"]
-        assert "KilledWorker" in rows[0]["error"]
+    with lk.runs.use_store(tmp_path / "runs.sqlite"):
+        _, _, seen = _poison_first(tmp_path)
         assert ("requeued", 0) not in seen
+
 
 ON_A_CLUSTER = """
 import os, signal, sys
