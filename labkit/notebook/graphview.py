@@ -154,7 +154,8 @@ class GraphView(_bokeh.WidgetRepr):
     def _data(self):
         g = collapse(self.ops, frozenset(self.expanded), self.depth)
         pos = layout(g)
-        widths = {n["id"]: node_width(gd.label(n)) for n in g["nodes"]}
+        texts = {n["id"]: gd.label(n) for n in g["nodes"]}
+        widths = {i: node_width(t) for i, t in texts.items()}
         xs = gd.spread(pos, widths)
         cols = {k: [] for k in ("id", "x", "y", "label", "w", "kind", "color", "line",
                                 "line_width", "brick", "op", "shape", "role", "tip")}
@@ -167,7 +168,7 @@ class GraphView(_bokeh.WidgetRepr):
                                         and (gd.within(brick, self.failed_brick)
                                              or kind == "brick"
                                              and gd.within(self.failed_brick, brick)))
-            text = gd.label(n)
+            text = texts[n["id"]]
             cols["id"].append(n["id"])
             cols["x"].append(xs[n["id"]])
             cols["y"].append(-layer)

@@ -12,6 +12,7 @@ import labkit as lk
 import labkit.functions as F
 from labkit.compile.sgd import OuterGrad
 
+from .test_sgd_products import _make_step as _step
 from .test_sgd_products import _setup as _mlp
 
 
@@ -23,18 +24,6 @@ def _setup(batch, steps=6):
     data = [(rng.standard_normal((batch, 200)).astype(np.float32), rng.integers(0, 10, batch))
             for _ in range(steps)]
     return ps, opt, data
-
-
-def _step(ps, opt, returns_h=False):
-    def step(x, y):
-        h = F.relu(F.linear(x, ps[0], ps[1]))
-        h = F.relu(F.linear(h, ps[2], ps[3]))
-        loss = F.softmax_cross_entropy(F.linear(h, ps[4], ps[5]), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.update()
-        return (loss, h) if returns_h else loss
-    return step
 
 
 def _eager_grads(batch, upto, data=None):

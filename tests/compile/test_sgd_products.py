@@ -26,7 +26,10 @@ def _setup(dev, batch, seed=0, optimizer=None):
     return ps, opt, x, y
 
 
-def _make_step(ps, opt, reads_w=False):
+def _make_step(ps, opt, reads_w=False, returns_h=False):
+    """The MLP's training step; ``reads_w``: it also returns the first weight's squared norm,
+    read after its gradient and before the update; ``returns_h``: it also returns the last
+    hidden activation."""
     def step(x, y):
         h = F.relu(F.linear(x, ps[0], ps[1]))
         h = F.relu(F.linear(h, ps[2], ps[3]))
@@ -36,7 +39,7 @@ def _make_step(ps, opt, reads_w=False):
         if reads_w:  # the first weight read after its gradient, before the update
             norm = (ps[0] * ps[0]).sum()
         opt.update()
-        return (loss, norm) if reads_w else loss
+        return (loss, norm) if reads_w else (loss, h) if returns_h else loss
     return step
 
 
