@@ -7,8 +7,10 @@ on the same PoCL device, in one run (issue 18).
 The workloads are bench_autograd.py's (same data, same initial weights, same learning rates),
 with the labkit step updating through ``lk.optimizers.SGD`` (eager and compiled alike) and
 taking ``x, y`` as arguments. Every contender runs ``STEPS`` steps from the same start (losses
-compared), then is timed (median of repeats; eager and compiled labkit on one device in
-alternating blocks, so that their ratio is measured over the same seconds). The compile
+compared), then is timed: the median of repeats, with all the contenders on one device (the
+`cpu` group: eager and compiled labkit, NumPy, PyTorch; the `cl` group: eager and compiled
+labkit, tinygrad) in alternating blocks, so that their ratios are measured over the same
+seconds. The compile
 time is the first two calls of the compiled step (both traced; the second also builds the
 program); tinygrad's is its first three calls (TinyJit captures on the second and replays from
 the third). tinygrad is a benchmark-only dependency (``pip install tinygrad``): labkit never
@@ -26,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tinygrad_cl  # noqa: E402
-from bench_autograd import _mlp_params, _np_sigmoid, timeit, torch  # noqa: E402
+from bench_autograd import _mlp_params, _np_sigmoid, torch  # noqa: E402
 
 import labkit as lk  # noqa: E402
 import labkit.functions as F  # noqa: E402
@@ -74,50 +76,55 @@ def run_labkit(work, dev, compiled, make):
     return f, args
 
 
-#: rounds of time_pair: a block of calls of one, then of the other, this many times
+#: rounds of time_group: a block of calls of each contender in turn, this many times
 ROUNDS = 3
 
 
-def time_pair(work, dev, reps, calls):
-    """Eager and compiled labkit on ``dev`` timed in alternating blocks (``ROUNDS`` blocks of
-    ``reps`` calls each, after an untimed one), the median of all their calls: a slower phase
-    of the machine (they come and go here, for seconds) falls on both, so their ratio holds
-    where one block each, one after the other, did not. (Alternating single calls was no good:
-    the first calls after a switch are slower, the compiled MLP step at batch 1 1.5-2.3 ms
-    against 1.2-1.3 in a block of 20.)"""
-    sync = _sync(dev)
-    names = [f"lk {dev}", f"lk {dev} jit"]
-    ready = [(n, c) for n, c in zip(names, calls) if c is not None]
-    times: dict = {n: [] for n, _ in ready}
+def time_group(work, group):
+    """The contenders on one device, ``group``: [(name, call, reps, sync)], timed in
+    alternating blocks (``ROUNDS`` blocks of ``reps`` calls each, after an untimed one), the
+    median of all their calls. A slower phase of the machine (they come and go here, for
+    seconds, and a process may run twice as fast as the one before it) falls on all of them,
+    so their ratios hold where one block each, one after the other, did not: compiled `cpu`
+    MLP batch 256 over NumPy, timed one after the other, read 1.01-1.09 in three runs, and
+    1.01-1.02 in alternating blocks. (Alternating single calls was no good: the first calls
+    after a switch are slower, the compiled MLP step at batch 1 1.5-2.3 ms against 1.2-1.3 in
+    a block of 20.)"""
+    ready = [g for g in group if g[1] is not None]
+    times: dict = {g[0]: [] for g in ready}
     failed: set = set()
     for _ in range(ROUNDS):
-        for n, (f, args) in ready:
+        for n, f, reps, sync in ready:
             if n in failed:
                 continue
             try:
-                f(*args)  # NOTE: untimed, as in timeit
+                f()  # NOTE: untimed (first calls after a switch are slower)
                 if sync:
                     sync()
                 for _ in range(reps):
                     t = time.perf_counter()
-                    f(*args)
+                    f()
                     if sync:
                         sync()
                     times[n].append(time.perf_counter() - t)
-            except Exception as e:  # noqa: BLE001 - reported in the table; the other goes on
+            except Exception as e:  # noqa: BLE001 - reported in the table; the others go on
                 failed.add(n)
                 RESULTS[(work, n)].update(t=None, error=f"{type(e).__name__}: {e}")
-    ready = [(n, c) for n, c in ready if n not in failed]
-    for n, (f, _) in ready:
+    for n, f, _, _ in ready:
+        if n in failed:
+            continue
         RESULTS[(work, n)]["t"] = statistics.median(times[n])
         st = getattr(f, "stats", None)
         if st is not None and (st["retraces"] or st["traces"] != 2):
             RESULTS[(work, n)]["note"] = f"traced {st['traces']} times: {st['reasons']}"
 
 
-def run_plain(work, name, reps, make, sync=None, compile_calls=0):
-    """A contender whose ``make()`` gives a step without arguments that returns the loss."""
+def run_plain(work, name, make, compile_calls=0):
+    """A contender whose ``make()`` gives a step without arguments that returns the loss:
+    ``STEPS`` steps recorded. Returns the step to time (None after an error, which is in the
+    results)."""
     res = {"losses": [], "compile": None, "program": None}
+    RESULTS[(work, name)] = res
     try:
         step = make()
         t0 = time.perf_counter()
@@ -125,22 +132,40 @@ def run_plain(work, name, reps, make, sync=None, compile_calls=0):
             res["losses"].append(_loss(step()))
             if len(res["losses"]) == compile_calls:
                 res["compile"] = time.perf_counter() - t0
-        res["t"] = timeit(step, reps, sync)
     except Exception as e:  # noqa: BLE001
         res["t"], res["error"] = None, f"{type(e).__name__}: {e}"
-    RESULTS[(work, name)] = res
+        return None
+    return step
+
+
+def _bound(call):
+    if call is None:
+        return None
+    f, args = call
+    g = lambda: f(*args)  # noqa: E731
+    g.stats = getattr(f, "stats", None)
+    return g
 
 
 def run_all(work, make_lk, reps, np_step=None, t_step=None, tg_step=None):
+    """Every contender's losses, then its time: the `cpu` ones (eager and compiled labkit,
+    NumPy, PyTorch) in one group of alternating blocks, the `cl` ones (eager and compiled
+    labkit, tinygrad) in another."""
+    groups = {}
     for dev, r in (("cpu", reps[0]), ("cl", reps[1])):
-        time_pair(work, dev, r, [run_labkit(work, dev, c, make_lk) for c in (False, True)])
+        groups[dev] = [(f"lk {dev}" + (" jit" if c else ""),
+                        _bound(run_labkit(work, dev, c, make_lk)), r, _sync(dev))
+                       for c in (False, True)]
     if np_step is not None:
-        run_plain(work, "NumPy", reps[0], np_step)
+        groups["cpu"].append(("NumPy", run_plain(work, "NumPy", np_step), reps[0], None))
     if t_step is not None and torch is not None:
-        run_plain(work, "PyTorch", reps[0], t_step)
+        groups["cpu"].append(("PyTorch", run_plain(work, "PyTorch", t_step), reps[0], None))
     if tg_step is not None and TG is not None:
         from tinygrad import Device
-        run_plain(work, "tinygrad jit", reps[1], tg_step, Device["CL"].synchronize, 3)
+        groups["cl"].append(("tinygrad jit", run_plain(work, "tinygrad jit", tg_step, 3),
+                             reps[1], Device["CL"].synchronize))
+    for group in groups.values():
+        time_group(work, group)
 
 
 # ---- reporting -----------------------------------------------------------------------------
