@@ -206,6 +206,8 @@ _PASS_LINES = (
             "weight, the gradient made where it is read)"),
     ("deferred", "sgd: {} of these gradients, read by nothing in the step, not written on "
                  "OpenCL: made where .grad is read, from the product's operands"),
+    ("stacked", "stacked: {} piece(s) of a stack written into their place by the op that "
+                "makes them (on the CPU; the stack copies the others)"),
 )
 
 #: first traces kept waiting for their second call (slimmed: no arrays of the step's), and

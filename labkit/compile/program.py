@@ -8,6 +8,8 @@ its results: nothing of a replay is a Tensor until the end, and no graph is reco
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..autograd import engine as _engine
@@ -82,7 +84,7 @@ class Program:
             nodes, self.rows = transposed_products(nodes, t.values, needed, new_slot)
         nodes = passes.prune(nodes, needed)
         self.fused = self.epilogues = self.added = self.masked = self.copied = self.sgd = 0
-        self.deferred = 0
+        self.deferred = self.stacked = 0
         self.cells = self.cell_grads = self.cell_loops = 0
         if fuse:
             nodes, self.epilogues = passes.fold_relu(nodes, needed)
@@ -102,6 +104,10 @@ class Program:
                                            results=_not_one_grad(self),
                                            outer=reassociate, written=needed)
             self.deferred = sum(getattr(n.fn, "kept", None) is not None for n in nodes)
+            from .stacked import stacks_in_place
+
+            nodes, self.stacked = stacks_in_place(
+                nodes, t.values, _viewed(nodes, t.values, needed | _read_by_hosts(nodes)))
         nodes = _checks_early(nodes)
         self.nodes = nodes
         self.after = [_sketch(n) for n in nodes]
@@ -317,7 +323,8 @@ def _generate(prog, nodes, t, exposed):
             continue
         if n.kind == "op":
             env[f"O{k}"] = n.fn
-            env[f"F{k}"] = _captured(prog, n, values) or n.fn.forward
+            env[f"F{k}"] = (functools.partial(n.fn.forward_into, *n.into) if n.into else
+                            _captured(prog, n, values) or n.fn.forward)
             for name, i, x in n.attr_in:
                 if i is None:
                     lines.append(f"    O{k}.{name} = s{x}")

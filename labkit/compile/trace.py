@@ -47,15 +47,15 @@ def where() -> str:
 
 @dataclass(eq=False)
 class Node:
-    """One recorded computation: a labkit op (``fn`` a Function, replayed by its ``forward``)
-    or a host computation (``fn`` a callable of arrays)."""
+    """One recorded computation: a labkit op (``fn`` a Function, replayed by its ``forward``;
+    with ``into``, its ``forward_into``) or a host computation (a callable of arrays)."""
 
     kind: str                 # "op" | "host"
     fn: object
     ins: list                 # input slots
     outs: list                # output slots
     name: str
-    where: str
+    where: str                # the user's line that made it
     sig: tuple = ()           # the op's type and constants, for comparing traces and merging
     attr_in: list = field(default_factory=list)    # (attribute, index or None, slot)
     attr_out: list = field(default_factory=list)   # (attribute, index or None, slot)
@@ -64,6 +64,7 @@ class Node:
     idx: int = -1             # its position in the trace (what other ops' refs name)
     multi: bool = False       # returns a tuple
     versions: list = field(default_factory=list)   # (slot, slot): changed in place by the node
+    into: tuple | None = None  # (output, array): an op writes that output there (stacked.py)
 
 
 @dataclass(eq=False)
@@ -156,9 +157,8 @@ class Trace:
                     and tensor.creator is None and tensor is not self.arg_tensors.get(src.arg)
                     and id(tensor) not in self.made
                     and all(x is not tensor for _, x in self.arg_alias)):
-                # NOTE: an argument that is the data of a tensor read elsewhere (W.data passed
-                # in, and the brick that holds W): a replay reads that argument for both, so
-                # it must be that tensor's data again
+                # NOTE: an argument that is the data of a tensor read elsewhere (W.data passed in,
+                # and the brick holding W): a replay reads it for both: that tensor's data again
                 self.arg_alias.append((src.arg, tensor))
             if src is not None and src.kind == "ext" and tensor is not None:
                 # NOTE: another tensor on the same array (p and p.detach()): each is a

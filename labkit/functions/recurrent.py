@@ -55,6 +55,15 @@ class LSTM(Function):
         self.gates = (a, i, f, o, c, tc)  # NOTE: kept for the gradient (not recomputed)
         return c, o * tc
 
+    def forward_into(self, j, out, c_prev, x):
+        """``forward`` with its output ``j`` (1: h) written into the NumPy array ``out`` (a
+        compiled step's stack of the hidden states: compile/stacked.py)."""
+        assert j == 1 and isinstance(x, np.ndarray)
+        a, i, f, o, c = _gates(c_prev, x)
+        tc = np.tanh(c)
+        self.gates = (a, i, f, o, c, tc)
+        return c, np.multiply(o, tc, out=out)
+
     def backward(self, inputs, grads):
         return LSTMGrad(self).apply(tuple(inputs) + tuple(grads))
 
@@ -73,6 +82,15 @@ class LSTMGrad(Function):
         # before this one, and reads its attribute then); on cl one kernel recomputes them
         if _cl_lstm.fits(c_prev, x, gc, gh):
             return _cl_lstm.grad(c_prev, x, gc, gh)
+        return self._grads(c_prev, x, gc, gh)
+
+    def forward_into(self, j, out, c_prev, x, gc, gh):
+        """``forward`` with its output ``j`` (1: the gates' gradient) written into the NumPy
+        array ``out`` (a compiled step's stack of them: compile/stacked.py)."""
+        assert j == 1 and isinstance(x, np.ndarray)
+        return self._grads(c_prev, x, gc, gh, out)
+
+    def _grads(self, c_prev, x, gc, gh, out=None):
         kept = getattr(self.step, "gates", None) if self.step is not None else None
         if kept is not None:
             a, i, f, o, c, tc = kept
@@ -87,6 +105,8 @@ class LSTMGrad(Function):
         gf = g * f
         gf_ = gf * c_prev * (one - f)
         go = gh * tc * o * (one - o)
+        if out is not None:
+            return gf, np.concatenate([ga, gi, gf_, go], axis=1, out=out)
         return gf, xp_of(x).concatenate([ga, gi, gf_, go], axis=1)
 
     def backward(self, inputs, grads):
