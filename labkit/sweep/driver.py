@@ -349,6 +349,16 @@ class Driver:
         metadata (``trial._record_start``)."""
         return [f"labkit-sweep-{self.id}-began", str(n)]
 
+    def _forget_starts(self) -> None:
+        """Drop the chunks' start records (``_began_key``) from the scheduler's metadata: only
+        this loop reads them, and a long-lived cluster would keep them, a few bytes a trial,
+        for every sweep it ran. (A chunk of a stopped sweep that begins after this records
+        its start again, and is then left.)"""
+        try:
+            self.client.set_metadata(self._began_key(0)[:1], None)
+        except Exception:  # noqa: BLE001 - a scheduler already gone holds nothing
+            pass
+
     def _tell_trials(self, stop: bool) -> None:
         """What every trial of this sweep reads at its checks: which driver owns the sweep
         (a task of any other stops as superseded) and whether to stop."""
@@ -422,6 +432,7 @@ class Driver:
         finally:
             self.client.unsubscribe_topic(trial_mod.TOPIC)
             self._abandon()
+            self._forget_starts()
 
     def _abandon(self) -> None:
         """However the loop ended: no trial stays running (those in flight are interrupted;

@@ -57,6 +57,9 @@ def test_each_trial_is_a_run_in_the_store(client, tmp_path, store):
     assert best["valid_accuracy"] == max(r["valid_accuracy"] for r in rows)
     assert sw.table(sort="value")[0] == best
     assert lk.sweep.list()[0]["counts"] == {"finished": 4}
+    # NOTE: where the chunks recorded their starts (Driver._blameless) is not left behind
+    began = client.get_metadata([f"labkit-sweep-{sw.id}-began"], default="never made")
+    assert began is None, began
 
 
 def test_asha_continues_trials_from_their_checkpoints(client, tmp_path, store):
