@@ -562,10 +562,12 @@ def _sketch(n):
 
 
 def _read_by_hosts(nodes):
-    """Slots host computations read (they need real arrays: never fused away)."""
+    """Slots host computations and the user's own Functions read: they need real arrays
+    (never fused away), and may keep them (never a buffer the next replay writes again)."""
     out = set()
     for n in nodes:
-        if n.kind == "host":
+        if n.kind == "host" or (n.kind == "op"
+                                and not type(n.fn).__module__.startswith("labkit.")):
             out.update(n.ins)
         out.update(s for _, _, s in n.attr_in)
     return out

@@ -6,8 +6,9 @@ again, 2 MB at 32 x 32 x 512, about 250 us of the CPU step's 8 ms, where hand-wr
 backpropagation through time writes each step's gradient into its place of one array. Here
 a stack whose result is the program's own (not a result, not read by a host function, not
 changed in place) gets an array made once with the program, and each piece whose op can
-write its result into a given array (``forward_into(j, out, *ins)``: the LSTM cell and its
-gradient) writes it into its place there; its readers read that place, a view. The stack
+write its result into a given array (``forward_into(j, out, *ins)``: the LSTM cell's h and
+its gradient's gates, ``WRITERS``) writes it into its place there, where the place is laid
+out as a fresh array would be (``ALIGN``); its readers read that place, a view. The stack
 node then copies only the other pieces. The same numbers, bit for bit: the pieces' values
 are computed as before, only where they are stored changes.
 """
@@ -17,8 +18,28 @@ from __future__ import annotations
 import numpy as np
 
 from ..functions import array as fa
+from ..functions import recurrent as rec
 from . import passes
 from .trace import Node
+
+#: the ops whose ``forward_into`` writes an output into a given array: exact types (a
+#: subclass may compute otherwise) -> that output's index
+WRITERS = {rec.LSTM: 1, rec.LSTMGrad: 1}
+#: a piece's place must be laid out as a fresh array would be for the ops that read it to
+#: take the same paths (the same bits): its rows contiguous, and its start and its other
+#: strides multiples of this many bytes, the alignment malloc gives a fresh NumPy array (a
+#: batch-1 hidden state in a place along the last axis, read with a stride, took another
+#: NumPy loop for ``h @ U``: the last bits changed)
+ALIGN = 16
+
+
+def _fits(place, piece) -> bool:
+    """Whether ``place`` may hold ``piece`` for its readers (see ``ALIGN``)."""
+    if place.shape != piece.shape or place.dtype != piece.dtype or place.ndim == 0:
+        return False
+    st = place.strides
+    return (st[-1] == place.itemsize and place.ctypes.data % ALIGN == 0
+            and all(x % ALIGN == 0 for x in st[:-1]))
 
 
 class _FillStack:
@@ -58,12 +79,13 @@ def stacks_in_place(nodes, values, viewed) -> tuple[list, int]:
         for p, s in enumerate(st.ins):
             v, where = values.get(s), made_by.get(s)
             node = nodes[where[0]] if where is not None else None
+            place = out[lead + (p,)]
             if (node is not None and where[0] < k and where[0] not in into
-                    and node.kind == "op" and hasattr(node.fn, "forward_into")
+                    and node.kind == "op" and WRITERS.get(type(node.fn)) == where[1]
                     and not node.attr_in and not node.versions
                     and type(v) is np.ndarray and v.base is None and s not in viewed
-                    and id(v) not in kept | changed):
-                into[where[0]] = (where[1], out[lead + (p,)])
+                    and id(v) not in kept | changed and _fits(place, v)):
+                into[where[0]] = (where[1], place)
             else:
                 rest.append(s)
                 places.append(lead + (p,))
