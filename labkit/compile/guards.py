@@ -14,7 +14,6 @@ labkit itself, and are not guarded here.
 
 from __future__ import annotations
 
-import dis
 import functools
 import os
 import sysconfig
@@ -26,8 +25,9 @@ from ..autograd.tensor import Tensor
 from ..backend import opencl
 from ..backend.random import Generator
 from ..errors import CompileError
+from .code_reads import _code_strings, _consts, _globals_read, _names, _strings
 from .descriptors import class_attr, is_descriptor
-from .guard_values import _MISSING, _SMALL, Guard, _add, canon, first_failure, small_array
+from .guard_values import _MISSING, _SMALL, Guard, canon, first_failure, small_array
 from .rngs import rng_of
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,85 +42,6 @@ DEPTH = 4
 def _user_code(code) -> bool:
     f = os.path.abspath(code.co_filename)
     return not (f.startswith(_PKG) or f.startswith(_LIBS) or f.startswith("<frozen"))
-
-
-def _names(code, out=None) -> set:
-    """The global and attribute names a code object and the code nested in it use."""
-    out = set() if out is None else out
-    out.update(code.co_names)
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            _names(c, out)
-    return out
-
-
-def _strings(v, out, depth=0, keys=False) -> None:
-    """The identifier-like strings of a value (and of the tuples, lists, sets and dicts in
-    it): names code may read attributes by. With ``keys``, every string (a dict's keys need
-    not be names)."""
-    if isinstance(v, str):
-        if keys or v.isidentifier():
-            out.add(v)
-    elif isinstance(v, (tuple, list, frozenset, set)) and depth < 3 and len(v) <= _SMALL:
-        for c in v:
-            _strings(c, out, depth + 1, keys)
-    elif isinstance(v, dict) and depth < 3 and len(v) <= _SMALL:
-        for k, c in v.items():
-            _strings(k, out, depth + 1, keys)
-            _strings(c, out, depth + 1, keys)
-
-
-#: the methods whose constant argument is a key (``d.get(3)``)
-_GETS = frozenset({"get", "__getitem__", "pop"})
-#: plain loads: the one value between a single-entry dict display's key and BUILD_MAP
-_LOADS = frozenset({"LOAD_FAST", "LOAD_CONST", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME"})
-
-
-def _returned_keys(ins, i) -> bool:
-    """Whether instruction ``i`` loads the keys of a dict display the code returns at once
-    (``return {"loss": loss, "step": n}``; one of a single entry of a plain load): a result's
-    keys. Any other dict's keys may be names (``for a, d in {"scale": 1.0}.items():
-    getattr(cfg, a, d)``)."""
-    def at(k):
-        return ins[k].opname if k < len(ins) else ""
-    if at(i + 1) == "BUILD_CONST_KEY_MAP":
-        return at(i + 2) == "RETURN_VALUE"
-    return (isinstance(ins[i].argval, str) and at(i + 1) in _LOADS
-            and at(i + 2) == "BUILD_MAP" and ins[i + 2].arg == 1
-            and at(i + 3) == "RETURN_VALUE")
-
-
-@functools.lru_cache(maxsize=4096)
-def _code_strings(code) -> tuple:
-    """(names, keys) of the code and the code nested in it. Names: the identifier-like
-    strings it loads (``getattr(cfg, "scale")``, ``for k in ("a", "b"): getattr(c, k)``),
-    not the keys of a dict it returns at once (a result's ``{"loss": ..., "step": ...}``: a
-    logger's ``step`` counter guarded by it traced the step at every call). Keys, at which
-    a large container is checked: the same strings (``BIG["w"]``, ``hp("w")``), and the ints
-    it uses as a subscript's key (``BIG[5]``, ``d.get(3)``; not every int, a reshape's -1 is
-    none)."""
-    names: set = set()
-    keys: set = set()
-    ins = list(dis.get_instructions(code))
-    for i, x in enumerate(ins):
-        if x.opname != "LOAD_CONST" or isinstance(x.argval, types.CodeType):
-            continue
-        after = ins[i + 1].opname if i + 1 < len(ins) else ""
-        if type(x.argval) is int:
-            before = ins[i - 1] if i else None
-            if after == "BINARY_SUBSCR" or (
-                    before is not None and before.opname in ("LOAD_METHOD", "LOAD_ATTR")
-                    and before.argval in _GETS):
-                keys.add(x.argval)
-        elif not _returned_keys(ins, i):
-            _strings(x.argval, names)
-            _strings(x.argval, keys, keys=True)
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            n, k = _code_strings(c)
-            names |= n
-            keys |= k
-    return frozenset(names), frozenset(keys)
 
 
 _LABKIT_NAMES: dict = {}  # NOTE: id(class) -> (the class, its names)
@@ -148,12 +69,6 @@ def _labkit_names(cls) -> frozenset:
     return _LABKIT_NAMES[id(cls)][1]
 
 
-def _consts(code, out) -> None:
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            _consts(c, out)
-        else:
-            _add(out, c)
 
 
 def _labkit_keys(fn, out, depth=0, seen=None) -> None:
@@ -245,7 +160,7 @@ class Walk:
         _consts(code, self.consts)
         where = fn.__name__
         g = fn.__globals__
-        for n in sorted(names):
+        for n in sorted(_globals_read(code)):
             if n in g:
                 self._value(g[n], "g", g, n, True, f"the global {n} (read by {where})", depth)
         for n, cell in zip(code.co_freevars, fn.__closure__ or ()):

@@ -564,3 +564,37 @@ def test_a_side_effect_run_through_host_happens_at_every_call(dev):
         inner(x)
     assert LOG == [0.0, 3.0, 6.0, 9.0, 12.0] and step.stats["replays"] == 3
     assert seen == [(3,)] * 5 and inner.stats["replays"] == 3
+
+
+#: a global named as an attribute the step below reads (x.T, x.shape): not a global it reads
+T = {"calls": []}
+shape = [0]
+
+
+def test_a_global_named_as_an_attribute_the_step_reads_is_not_guarded(dev):
+    """``x.T`` names an attribute, not the global ``T``: a module's ``T`` (here a dict of
+    timings that grows at every call, as a benchmark's did) changing between calls traced
+    the step again at every call, with a CompileWarning. A global the step does read (and
+    its nested function) is still guarded."""
+    import warnings
+
+    def step(x):
+        def inner(y):
+            return y * SCALE
+        return inner((x.T @ x).sum() * x.shape[0])
+
+    f = lk.compile(step)
+    x = lk.tensor(np.ones((3, 2), np.float32), device=dev)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in range(6):
+            T["calls"].append(k)
+            shape[0] = k
+            assert f(x).item() == 72.0
+    assert f.stats["traces"] == 2 and f.stats["retraces"] == 0, f.stats
+    global SCALE
+    old, SCALE = SCALE, 3.0
+    try:
+        assert f(x).item() == 108.0 and f.stats["retraces"] == 1  # NOTE: SCALE, in inner
+    finally:
+        SCALE = old
