@@ -110,6 +110,7 @@ def allowed(fn) -> bool:
     if not CAPTURED:
         from ..functions import activation as act
         from ..functions import array as arr
+        from ..functions import broadcast as bc
         from ..functions import connection as conn
         from ..functions import loss
         from ..functions import math as m
@@ -118,6 +119,7 @@ def allowed(fn) -> bool:
         from ..functions import reduction as red
 
         CAPTURED.update({conn.MatMul, conn.MatMulAdd, conn.MatMulMask, conn.Linear, red.Sum,
+                         bc.SumTo,
                          act.ReLU, act.ReLUGrad, m.Add, m.AddConstant, m.Sub, m.Mul,
                          m.MulConstant, m.DivConstant,
                          m.Tanh, m.Sigmoid, rec.LSTM, rec.LSTMGrad, pool.TiledMaxCL,
