@@ -36,6 +36,38 @@ def _globals_read(code) -> frozenset:
     return frozenset(out)
 
 
+@functools.lru_cache(maxsize=4096)
+def _imports(code) -> frozenset:
+    """The (level, name) of the modules a code object and the code nested in it import
+    (``import cfg``, ``from cfg import SCALE``: the step then reads that module's
+    attributes; level > 0 for a relative import)."""
+    out = set()
+    ins = list(dis.get_instructions(code))
+    for i, x in enumerate(ins):
+        if x.opname == "IMPORT_NAME":
+            level = ins[i - 2].argval if i >= 2 and ins[i - 2].opname == "LOAD_CONST" else 0
+            out.add((level if isinstance(level, int) else 0, x.argval))
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            out |= _imports(c)
+    return frozenset(out)
+
+
+def imported(level, name, g):
+    """The module ``import`` (at ``level``) of ``name`` in globals ``g`` gives, when it is
+    loaded already (else None: the step imports it when it runs)."""
+    import importlib.util
+    import sys
+
+    try:
+        full = (importlib.util.resolve_name("." * level + name, g.get("__package__") or "")
+                if level else name)
+    except (ImportError, ValueError):
+        return None
+    m = sys.modules.get(full)
+    return m if isinstance(m, types.ModuleType) else None
+
+
 def _strings(v, out, depth=0, keys=False) -> None:
     """The identifier-like strings of a value (and of the tuples, lists, sets and dicts in
     it): names code may read attributes by. With ``keys``, every string (a dict's keys need

@@ -25,7 +25,15 @@ from ..autograd.tensor import Tensor
 from ..backend import opencl
 from ..backend.random import Generator
 from ..errors import CompileError
-from .code_reads import _code_strings, _consts, _globals_read, _names, _strings
+from .code_reads import (
+    _code_strings,
+    _consts,
+    _globals_read,
+    _imports,
+    _names,
+    _strings,
+    imported,
+)
 from .descriptors import class_attr, is_descriptor
 from .guard_values import _MISSING, _SMALL, Guard, canon, first_failure, small_array
 from .rngs import rng_of
@@ -163,6 +171,11 @@ class Walk:
         for n in sorted(_globals_read(code)):
             if n in g:
                 self._value(g[n], "g", g, n, True, f"the global {n} (read by {where})", depth)
+        for level, n in sorted(_imports(code)):  # NOTE: `import cfg` in the step: cfg.SCALE
+            m = imported(level, n, g)
+            if m is not None:
+                self._value(m, "g", g, m.__name__, True,
+                            f"the module {m.__name__} (imported by {where})", depth)
         for n, cell in zip(code.co_freevars, fn.__closure__ or ()):
             try:
                 v = cell.cell_contents

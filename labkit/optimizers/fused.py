@@ -134,7 +134,7 @@ def update(rules, p, g, states, group, t, batch=None) -> bool:
     """``p.data -= step`` and the rules' state, for one parameter, in one kernel; False (and
     nothing changed) when the rules or the arrays do not fit one. ``batch``: a list that
     plain SGD's launch is put in instead (:func:`run_batch` launches them together)."""
-    g = _laid_out_as(p.data, g)
+    g = _laid_out_as(p.data, g)  # NOTE: apply made them already; a caller of its own not
     sgd = sgd_rule(rules) and not states[0]
     if sgd and _SGD_BODY:
         # NOTE: SGD's kernel does not depend on its learning rate's value (a kernel
@@ -242,6 +242,14 @@ def apply(opt, plist, idx, grads, piecewise):
     rules, states = opt.rules, opt.states
     if not isinstance(grads[0], np.ndarray):
         if not all(r.elementwise for r in rules):
+            return idx, grads
+        # NOTE: every copy made before any kernel runs, as the unfused path computes every
+        # step before it changes a parameter; and where a gradient is another parameter's
+        # memory (b.grad = a's array), the unfused path for all: a kernel would read a
+        # parameter an earlier one of this update has changed
+        grads = [_laid_out_as(plist[i].data, g) for i, g in zip(idx, grads)]
+        bufs = {id(getattr(plist[i].data, "data", None)): i for i in idx}
+        if any(bufs.get(id(getattr(g, "data", None)), i) != i for i, g in zip(idx, grads)):
             return idx, grads
         batch: list = []
         rest = [(i, g) for i, g in zip(idx, grads)

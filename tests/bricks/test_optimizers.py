@@ -451,3 +451,28 @@ def test_cl_a_transposed_gradient_takes_the_one_kernel_update_bit_for_bit(name, 
             launched.clear()
         out.append(w.numpy())
     assert out[0].tobytes() == out[1].tobytes()
+
+
+@pytest.mark.parametrize("name", ["SGD", "Momentum", "Adam"])
+@pytest.mark.parametrize("view", [True, False])
+def test_cl_a_gradient_that_is_another_parameters_memory_is_read_before_any_update(
+        name, view, rng):
+    """b.grad a (transposed) view of a's array: every step is computed before a parameter
+    changes, fused as unfused (the fused path copied b's gradient after a's kernel ran)."""
+    from labkit.autograd.tensor import Tensor
+
+    a0 = rng.standard_normal((6, 6)).astype(np.float32)
+    b0 = rng.standard_normal((6, 6)).astype(np.float32)
+    out = []
+    for fused in (True, False):
+        a = lk.tensor(a0.copy(), device="cl", requires_grad=True)
+        b = lk.tensor(b0.copy(), device="cl", requires_grad=True)
+        opt = getattr(O, name)(0.1).setup({"a": a, "b": b})
+        opt.fused = fused
+        for _ in range(2):
+            a.grad = lk.tensor(np.ones((6, 6), np.float32), device="cl")
+            b.grad = Tensor(a.data.T if view else a.data)
+            opt.update()
+        out.append((a.numpy(), b.numpy()))
+    for x, y in zip(*out):
+        assert x.tobytes() == y.tobytes()

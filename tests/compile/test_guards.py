@@ -598,3 +598,32 @@ def test_a_global_named_as_an_attribute_the_step_reads_is_not_guarded(dev):
         assert f(x).item() == 108.0 and f.stats["retraces"] == 1  # NOTE: SCALE, in inner
     finally:
         SCALE = old
+
+
+@pytest.mark.parametrize("how", ["import", "import_as", "from_import"])
+def test_a_module_the_step_imports_is_read_for_what_it_reads(dev, how, monkeypatch):
+    """``import cfg`` inside the step (or ``from cfg import SCALE``): the module's attributes
+    the step reads are checked at each call, as a module global's are (they were only by
+    accident, when the module was a global of the step's module too)."""
+    import sys
+
+    mod = types.ModuleType("lk_test_step_cfg")
+    mod.SCALE = 2.0
+    monkeypatch.setitem(sys.modules, "lk_test_step_cfg", mod)
+
+    def step(x):
+        if how == "import":
+            import lk_test_step_cfg
+            return (x * lk_test_step_cfg.SCALE).sum()
+        if how == "import_as":
+            import lk_test_step_cfg as c
+            return (x * c.SCALE).sum()
+        from lk_test_step_cfg import SCALE as s
+        return (x * s).sum()
+
+    f = lk.compile(step)
+    x = lk.tensor(np.ones(3, np.float32), device=dev)
+    for _ in range(3):
+        assert f(x).item() == 6.0
+    mod.SCALE = 5.0
+    assert f(x).item() == 15.0 and f.stats["retraces"] == 1, f.stats
