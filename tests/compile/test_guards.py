@@ -627,3 +627,60 @@ def test_a_module_the_step_imports_is_read_for_what_it_reads(dev, how, monkeypat
         assert f(x).item() == 6.0
     mod.SCALE = 5.0
     assert f(x).item() == 15.0 and f.stats["retraces"] == 1, f.stats
+
+
+G = 2.0
+
+
+class _Helpers:
+    @staticmethod
+    def sm(y):
+        return y * G
+
+    @classmethod
+    def cm(cls, y):
+        return y * G
+
+
+class _Scaler:
+    def __init__(self):
+        self.k = G
+
+
+#: a module of the user's holding a namespace the step reads (other.NS.v)
+_OTHER = types.ModuleType("lk_test_other_module")
+_OTHER.__file__ = __file__
+_OTHER.NS = types.SimpleNamespace(v=2.0)
+
+
+@pytest.mark.parametrize("how", ["globals", "eval", "staticmethod", "classmethod", "init",
+                                 "other_module"])
+def test_globals_read_in_other_ways_are_checked(how):
+    """Each of these read G (or other.NS.v) without the step naming it as a global, and a
+    replay gave the traced value after it changed (a staticmethod helper was refused as
+    "changed" instead): now each traces again."""
+    global G
+
+    def step(x):
+        if how == "globals":
+            return (x * globals()["G"]).sum()
+        if how == "eval":
+            return (x * eval("G")).sum()  # noqa: S307 - the point of the test
+        if how == "staticmethod":
+            return _Helpers.sm(x).sum()
+        if how == "classmethod":
+            return _Helpers.cm(x).sum()
+        if how == "init":
+            return (x * _Scaler().k).sum()
+        return (x * _OTHER.NS.v).sum()
+
+    f = lk.compile(step)
+    x = lk.tensor(np.ones(3, np.float32))
+    old = G
+    try:
+        for _ in range(3):
+            assert f(x).item() == 6.0
+        G = _OTHER.NS.v = 5.0
+        assert f(x).item() == 15.0 and f.stats["retraces"] == 1, f.stats
+    finally:
+        G = _OTHER.NS.v = old
