@@ -62,57 +62,6 @@ def test_without_reassociate_nothing_moves(dev):
     assert not _rows(got[1])
 
 
-def _matmul_mlp(dev, compiled=True, **options):
-    """The MLP of the benchmarks written with ``x @ W.T + b``, trained five steps by SGD."""
-    import labkit.optimizers as O
-
-    rng = np.random.default_rng(3)
-    shapes = [(32, 20), (32,), (16, 32), (16,), (5, 16), (5,)]
-    ps = [lk.tensor(rng.standard_normal(s).astype(np.float32) * 0.3, device=dev,
-                    requires_grad=True) for s in shapes]
-    opt = O.SGD(0.05).setup({f"p{i}": p for i, p in enumerate(ps)})
-
-    def step(x, y):
-        h = x
-        for i in range(0, 6, 2):
-            h = h @ ps[i].T + ps[i + 1]
-            if i < 4:
-                h = F.relu(h)
-        loss = F.softmax_cross_entropy(h, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.update()
-        return loss
-
-    f = lk.compile(step, **options) if compiled else step
-    losses = []
-    for _ in range(5):
-        x = lk.tensor(rng.standard_normal((4, 20)).astype(np.float32), device=dev)
-        losses.append(f(x, lk.tensor(rng.integers(0, 5, 4), device=dev)).item())
-    return f, losses, [p.numpy() for p in ps]
-
-
-@pytest.mark.parametrize("reassociate", [True, False])
-def test_a_matmul_style_mlp_on_opencl_updates_its_weights_in_their_products(reassociate):
-    """``x @ W.T``'s weight gradients computed in rows on OpenCL too: the plain SGD update of
-    every weight then runs in its product's kernel, as with F.linear (the MLP step of the
-    benchmarks at batch 1 took 1.9 ms, 0.5 with F.linear; now 0.5 both). Without
-    reassociate, bit for bit the eager step."""
-    _, le, pe = _matmul_mlp("cl", compiled=False)
-    f, lc, pc = _matmul_mlp("cl", reassociate=reassociate)
-    text = f.explain()
-    if reassociate:
-        assert "rows: 3 transposed" in text and "plain SGD update of 3 weight(s)" in text, text
-        np.testing.assert_allclose(lc, le, rtol=1e-5)
-        for a, b in zip(pc, pe):
-            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
-    else:
-        assert "rows:" not in text
-        assert lc == le
-        for a, b in zip(pc, pe):
-            np.testing.assert_array_equal(a, b)
-
-
 def test_a_product_read_twice_is_left_alone():
     """The product itself is a result too: its rows are not its transpose's."""
     rng = np.random.default_rng(2)
