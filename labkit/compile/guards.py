@@ -79,8 +79,6 @@ def _labkit_names(cls) -> frozenset:
     return _LABKIT_NAMES[id(cls)][1]
 
 
-
-
 def _labkit_keys(fn, out, depth=0, seen=None) -> None:
     """Add the string constants of labkit's own function ``fn``, and of labkit's functions it
     names in its module, to ``out``: names labkit's code fixes, which the keys of a step's
