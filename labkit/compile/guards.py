@@ -41,8 +41,6 @@ from .rngs import rng_of
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIBS = tuple({os.path.abspath(p) for k in ("stdlib", "platstdlib", "purelib", "platlib")
                if (p := sysconfig.get_paths().get(k))})
-#: builtins that read globals by a string: a step calling one reads the globals its strings name
-_BY_NAME = frozenset({"globals", "eval", "exec", "vars"})
 #: how far the walk follows calls and objects from the step (step -> model -> its forward
 #: -> a helper -> a config object is 4: a method and its function are one step; 8 walked
 #: whole trees of objects a step names, 45 s to trace a tree of 37,000 nodes)
@@ -171,12 +169,6 @@ class Walk:
         for n in sorted(_globals_read(code)):
             if n in g:
                 self._value(g[n], "g", g, n, True, f"the global {n} (read by {where})", depth)
-        if _globals_read(code) & _BY_NAME:
-            # NOTE: globals()["G"], eval("G"): the globals its strings name
-            for n in sorted(names_ - _globals_read(code)):
-                if n in g and not n.startswith("__"):
-                    self._value(g[n], "g", g, n, True, f"the global {n} (read by {where})",
-                                depth)
         for level, n in sorted(_imports(code)):  # NOTE: `import cfg` in the step: cfg.SCALE
             m = imported(level, n, g)
             if m is not None:
@@ -239,10 +231,6 @@ class Walk:
         if isinstance(v, (types.FunctionType, types.MethodType, functools.partial, Compiled)):
             self.walk(v, depth + 1)
         else:
-            if isinstance(v, type):  # NOTE: a class the step may make (Scaler()): its __init__
-                init = class_attr(v, "__init__")
-                if isinstance(init, types.FunctionType) and _user_code(init.__code__):
-                    self.walk(init, depth + 1)
             self.objects([v], depth + 1)
             self._items(v, label, depth)
             self.called(v, depth)
@@ -372,9 +360,11 @@ class Walk:
                         # walked (a global it reads was not checked)
                         self.guards.append(Guard("g", d, n, v, user, f"{what}.{n}"))
                         self.walk(v.__func__, depth + 1)
-                    elif not self._rng(v, f"{what}.{n}") and user:
-                        # NOTE: an object of the user's called or read there (Cfg.loss(...),
-                        # a module's NS.v: a namespace was not followed)
+                    elif not self._rng(v, f"{what}.{n}") and callable(v) and user:
+                        # NOTE: an object of the user's called there (Cfg.loss(...)). Not its
+                        # plain objects: the names are every name the code walked uses, and a
+                        # module's logger whose .data changed at every call (read as h.data
+                        # elsewhere) traced the step again at every call
                         self._value(v, "a", obj, n, user, f"{what}.{n}", depth)
                 else:
                     self._value(v, "a", obj, n, user, f"{what}.{n}", depth)
