@@ -50,19 +50,19 @@ class LSTM(Function):
         self.gates = None
         if _cl_lstm.fits(c_prev, x):  # NOTE: one launch (backend/opencl/lstm.py)
             return _cl_lstm.forward(c_prev, x)
-        a, i, f, o, c = _gates(c_prev, x)
-        tc = xp_of(x).tanh(c)
-        self.gates = (a, i, f, o, c, tc)  # NOTE: kept for the gradient (not recomputed)
-        return c, o * tc
+        return self._cell(c_prev, x)
 
     def forward_into(self, j, out, c_prev, x):
         """``forward`` with its output ``j`` (1: h) written into the NumPy array ``out`` (a
         compiled step's stack of the hidden states: compile/stacked.py)."""
         assert j == 1 and isinstance(x, np.ndarray)
+        return self._cell(c_prev, x, out)
+
+    def _cell(self, c_prev, x, out=None):
         a, i, f, o, c = _gates(c_prev, x)
-        tc = np.tanh(c)
-        self.gates = (a, i, f, o, c, tc)
-        return c, np.multiply(o, tc, out=out)
+        tc = xp_of(x).tanh(c)
+        self.gates = (a, i, f, o, c, tc)  # NOTE: kept for the gradient (not recomputed)
+        return c, (o * tc if out is None else np.multiply(o, tc, out=out))
 
     def backward(self, inputs, grads):
         return LSTMGrad(self).apply(tuple(inputs) + tuple(grads))
