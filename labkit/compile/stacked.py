@@ -15,6 +15,8 @@ are computed as before, only where they are stored changes.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..functions import array as fa
@@ -101,6 +103,6 @@ def stacks_in_place(nodes, values, viewed) -> tuple[list, int]:
         if i in replace:
             n = replace[i]
         elif i in into:
-            n = Node(**{**n.__dict__, "into": into[i]})
+            n = dataclasses.replace(n, into=into[i])
         result.append(n)
     return result, len(into)

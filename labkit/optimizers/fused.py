@@ -133,7 +133,6 @@ def update(rules, p, g, states, group, t, batch=None) -> bool:
     """``p.data -= step`` and the rules' state, for one parameter, in one kernel; False (and
     nothing changed) when the rules or the arrays do not fit one. ``batch``: a list that
     plain SGD's launch is put in instead (:func:`run_batch` launches them together)."""
-    g = _laid_out_as(p.data, g)  # NOTE: apply made them already; a caller of its own not
     sgd = sgd_rule(rules) and not states[0]
     if sgd and _SGD_BODY:
         # NOTE: SGD's kernel does not depend on its learning rate's value (a kernel
