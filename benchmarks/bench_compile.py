@@ -87,9 +87,9 @@ def time_group(work, group):
     seconds, and a process may run twice as fast as the one before it) falls on all of them,
     so their ratios hold where one block each, one after the other, did not: compiled `cpu`
     MLP batch 256 over NumPy, timed one after the other, read 1.01-1.09 in three runs, and
-    1.01-1.02 in alternating blocks. (Alternating single calls was no good: the first calls
-    after a switch are slower, the compiled MLP step at batch 1 1.5-2.3 ms against 1.2-1.3 in
-    a block of 20.)"""
+    1.00-1.03 in six runs in alternating blocks. (Alternating single calls was no good: the
+    first calls after a switch are slower, the compiled MLP step at batch 1 1.5-2.3 ms
+    against 1.2-1.3 in a block of 20.)"""
     ready = [g for g in group if g[1] is not None]
     times: dict = {g[0]: [] for g in ready}
     failed: set = set()

@@ -49,16 +49,18 @@ def test_an_lstm_steps_gradients_are_written_into_their_stack(reassociate):
             np.testing.assert_array_equal(a, b)
 
 
-def _cells(x, pieces_out=False):
-    """Three LSTM steps by hand, their hidden states stacked."""
+def _cells(x, which="h", axis=1):
+    """Three LSTM steps by hand: the stack of their ``which`` ("h", "c", or h, c, h) along
+    ``axis``, and their hidden states."""
     n, h = x.shape[0], x.shape[1] // 4
     c = lk.tensor(np.zeros((n, h), np.float32), device=x.device)
-    hs = []
+    hs, cs = [], []
     for k in range(3):
         c, hk = F.lstm(c, x * (k + 1.0))
         hs.append(hk)
-    st = F.stack(hs, axis=1)
-    return st, hs
+        cs.append(c)
+    pieces = {"h": hs, "c": cs, "both": [hs[0], cs[1], hs[2]]}[which]
+    return F.stack(pieces, axis=axis), hs
 
 
 @pytest.mark.parametrize("what", ["stack", "piece", "both", "reshaped"])
@@ -130,19 +132,6 @@ def test_on_opencl_nothing_is_written_in_place():
     assert f.programs()[0].stacked == 0
 
 
-def _three_cells(x, which, axis):
-    """Three LSTM steps by hand; a stack of their ``which`` ("h", "c", or both)."""
-    n, h = x.shape[0], x.shape[1] // 4
-    c = lk.tensor(np.zeros((n, h), np.float32), device=x.device)
-    hs, cs = [], []
-    for k in range(3):
-        c, hk = F.lstm(c, x * (k + 1.0))
-        hs.append(hk)
-        cs.append(c)
-    pieces = {"h": hs, "c": cs, "both": [hs[0], cs[1], hs[2]]}[which]
-    return F.stack(pieces, axis=axis)
-
-
 @pytest.mark.parametrize("which, axis, batch", [
     ("h", 0, 3), ("h", 1, 3), ("h", 2, 3), ("h", -1, 1), ("c", 1, 3), ("both", 0, 3),
     ("h", 2, 1)])
@@ -156,7 +145,7 @@ def test_only_an_output_an_op_can_write_and_a_place_laid_out_as_a_fresh_array(
     u = lk.tensor(rng.standard_normal((8, 8)).astype(np.float32) * 0.3)
 
     def step(x):
-        st = _three_cells(x, which, axis)
+        st, _ = _cells(x, which, axis)
         w = lk.tensor(np.arange(1, st.size + 1, dtype=np.float32).reshape(st.shape))
         return (st * w).sum(), F.matmul(F.unbind(st, axis=axis)[1], u)
 
