@@ -186,7 +186,10 @@ def press_across_redraw(page, locator, modifiers=()):
     key = wait_for(lambda: locator.evaluate(_KEY_OF), timeout=30,
                    what="the element to press, keyed (data-labkit-press)")
     for _ in range(PRESS_TRIES):
-        locator.scroll_into_view_if_needed(timeout=30_000)
+        # NOTE: in one call on the element found then (Playwright's
+        # scroll_into_view_if_needed failed with "not attached" when a redraw replaced
+        # the element while it waited for it to be stable)
+        locator.evaluate("e => e.scrollIntoView({block: 'nearest', inline: 'nearest'})")
         box = wait_for(locator.bounding_box, timeout=30, what="the element to press, shown")
         x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
         page.mouse.move(x, y)
